@@ -1,0 +1,61 @@
+# Skyloom: a thin wrapper over meson. `make test` on a fresh Debian 12 machine
+# installs what it needs (as root), builds and runs the whole suite.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+CUDA_BUILD ?= build-cuda
+MESON_OPTS ?=
+PYTHON     ?= /usr/bin/python3
+# CI builds warning-free or not at all.
+ifeq ($(CI),true)
+  MESON_OPTS += -Dwerror=true
+endif
+# meson finds nvcc only on PATH.
+export PATH := $(PATH):/usr/local/cuda/bin
+
+.PHONY: all deps build test test-asan test-cuda bench fuzz clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) $(MESON_OPTS)
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+test: build
+	@rm -f $(BUILD)/meson-logs/testlog.json
+	@meson test -C $(BUILD) --print-errorlogs --num-processes 2 || true
+	@$(PYTHON) scripts/test-summary.py $(BUILD)/meson-logs/testlog.json
+
+# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer. CUDA is
+# left out here: the CUDA runtime and ASan's shadow memory do not mix; the
+# CUDA build is checked on its own by `make test-cuda`.
+$(ASAN_BUILD)/build.ninja:
+	meson setup $(ASAN_BUILD) $(MESON_OPTS) -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Dbuildtype=debug
+
+test-asan: deps $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD)
+	@rm -f $(ASAN_BUILD)/meson-logs/testlog.json
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes 2 --timeout-multiplier 4 || true
+	@$(PYTHON) scripts/test-summary.py $(ASAN_BUILD)/meson-logs/testlog.json
+
+# A build with CUDA required: proves the .cu kernels compile and link.
+$(CUDA_BUILD)/build.ninja:
+	meson setup $(CUDA_BUILD) $(MESON_OPTS) -Dcuda=enabled
+
+test-cuda: deps $(CUDA_BUILD)/build.ninja
+	ninja -C $(CUDA_BUILD)
+	@rm -f $(CUDA_BUILD)/meson-logs/testlog.json
+	@meson test -C $(CUDA_BUILD) --print-errorlogs --num-processes 2 || true
+	@$(PYTHON) scripts/test-summary.py $(CUDA_BUILD)/meson-logs/testlog.json
+
+bench: build
+	meson test -C $(BUILD) --benchmark --verbose --num-processes 1
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD)

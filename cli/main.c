@@ -1,0 +1,92 @@
+/* skyloom - one binary, many subcommands (like git). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "sl_log.h"
+
+typedef struct command {
+    const char *name;
+    sl_cmd_fn fn;
+    const char *summary;
+} command;
+
+/* One row per subcommand; `skyloom help` prints them in this order. */
+static const command commands[] = {
+    {"profile", cmd_profile, "show this machine's topology and compute backends"},
+    {"version", cmd_version, "show version, libraries and what this machine has"},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: skyloom [-q|-v] <command> [options]\n"
+            "       skyloom help <command>\n"
+            "       skyloom --version\n\n"
+            "Train transformer models across heterogeneous devices.\n\ncommands:\n");
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nglobal options:\n"
+               "  -q, --quiet     only log errors\n"
+               "  -v, --verbose   log debug messages\n"
+               "  --log-level L   debug, info, warn, error or off\n");
+}
+
+static const command *find(const char *name)
+{
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet"))
+            sl_log_set_level(SL_LOG_ERROR);
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose"))
+            sl_log_set_level(SL_LOG_DEBUG);
+        else if (!strcmp(a, "--log-level") && i + 1 < argc) {
+            int l = sl_log_level_parse(argv[++i]);
+            if (l < 0)
+                return sl_cli_fail("", 2, "unknown log level '%s' (debug, info, warn, error, off)",
+                                   argv[i]);
+            sl_log_set_level(l);
+        } else if (!strcmp(a, "--version"))
+            return cmd_version(1, (char *[]){"version", NULL});
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "skyloom: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[i], "help")) {
+        if (i + 1 >= argc) {
+            usage(stdout);
+            return 0;
+        }
+        const command *c = find(argv[i + 1]);
+        if (!c) {
+            fprintf(stderr, "skyloom: unknown command '%s'; see 'skyloom help'\n", argv[i + 1]);
+            return 2;
+        }
+        return c->fn(2, (char *[]){(char *)c->name, "--help", NULL});
+    }
+    const command *c = find(argv[i]);
+    if (!c) {
+        fprintf(stderr, "skyloom: unknown command '%s'; see 'skyloom help'\n", argv[i]);
+        return 2;
+    }
+    return c->fn(argc - i, argv + i);
+}

@@ -1,0 +1,55 @@
+#include "sl_err.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int sl_err_set(sl_err *err, int code, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int sl_err_wrap(sl_err *err, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    char prefix[256], old[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    if (!err->code)
+        err->code = SL_EINTERNAL;
+    return -1;
+}
+
+void sl_err_clear(sl_err *err)
+{
+    if (err) {
+        err->code = SL_OK;
+        err->msg[0] = '\0';
+    }
+}
+
+const char *sl_errcode_name(int code)
+{
+    switch (code) {
+    case SL_OK: return "ok";
+    case SL_EINVAL: return "invalid";
+    case SL_EIO: return "io";
+    case SL_ENOMEM: return "nomem";
+    case SL_ECORRUPT: return "corrupt";
+    case SL_EAUTH: return "auth";
+    case SL_ENOTSUP: return "notsup";
+    case SL_ESTATE: return "state";
+    default: return "internal";
+    }
+}

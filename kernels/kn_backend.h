@@ -1,0 +1,27 @@
+/* kn_backend.h - what compute backends this build and this machine have. */
+#ifndef KN_BACKEND_H
+#define KN_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct kn_cuda_info {
+    bool compiled;       /* built with nvcc (HAVE_CUDA) */
+    int device_count;    /* usable GPUs; 0 when none */
+    int status;          /* cudaError_t of the probe (0 = success) */
+    char reason[320];    /* why no GPU, or the GPU's name */
+    size_t memory_bytes; /* global memory of device 0 */
+} kn_cuda_info;
+
+/* Probes the CUDA runtime once (cached). Never fails: "no GPU" is a result. */
+const kn_cuda_info *kn_cuda_probe(void);
+/* Runs a tiny kernel on device 0 and checks its result; -1 with reason when
+ * no GPU or the result is wrong. */
+int kn_cuda_selftest(char *reason, size_t n);
+
+/* The CBLAS library in use: name and build string (OpenBLAS's config). */
+const char *kn_blas_name(void);
+int kn_blas_threads(void);
+void kn_blas_set_threads(int n);
+
+#endif

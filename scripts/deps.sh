@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Skyloom's build, tests and demo need.
+# As root: apt-get update once, then apt-get install -y the missing ones.
+# Otherwise: prints the exact command and fails if anything is missing.
+set -euo pipefail
+
+pkgs=(
+  build-essential meson ninja-build pkg-config python3
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+  libssl-dev libsodium-dev libhwloc-dev
+  libopenblas-openmp-dev libopenblas0-openmp
+  libsqlite3-dev libjansson-dev libutf8proc-dev
+  python3-torch python3-numpy
+  clang libclang-rt-14-dev
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "skyloom: missing Debian packages: ${missing[*]}" >&2
+  echo "install them as root with:" >&2
+  echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "skyloom: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The skyloom command: help, --version, errors for unknown commands/options.
+set -u
+sk="$1"
+fail=0
+check() { # check DESC CMD... : CMD must succeed
+    local desc="$1"; shift
+    if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi
+}
+out=$("$sk" --version) ; rc=$?
+check "--version exits 0" test $rc -eq 0
+check "--version names the version" grep -q '^skyloom [0-9]' <<<"$out"
+check "--version names the BLAS" grep -q 'cpu blas:.*OpenBLAS.*threads' <<<"$out"
+check "--version tells whether CUDA is compiled in" grep -Eq 'cuda: +(compiled in|not compiled in)' <<<"$out"
+check "--version names gRPC, OpenSSL, libsodium" bash -c 'grep -q "grpc core: [0-9]" <<<"$1" && grep -q "openssl:   OpenSSL" <<<"$1" && grep -q "libsodium: [0-9]" <<<"$1"' _ "$out"
+if grep -q 'compiled in$' <<<"$(grep 'cuda:' <<<"$out")" && ! grep -q 'not compiled' <<<"$out"; then
+    check "--version tells why there is no GPU, or names it" grep -Eq 'cudaGetDeviceCount returned|gpu: +[^n]' <<<"$out"
+fi
+"$sk" help >/dev/null; check "help exits 0" test $? -eq 0
+"$sk" help version | grep -q 'usage: skyloom version'; check "help <command>" test $? -eq 0
+err=$("$sk" frobnicate 2>&1); rc=$?
+check "unknown command exits 2" test $rc -eq 2
+check "unknown command is named" grep -q "unknown command 'frobnicate'" <<<"$err"
+err=$("$sk" version --bogus 2>&1); rc=$?
+check "unknown option exits 2 with a one-line reason" bash -c 'test $0 -eq 2 && grep -q "skyloom version: unknown option" <<<"$1"' "$rc" "$err"
+"$sk" profile --json | grep -q '"cores"'; check "profile --json" test $? -eq 0
+exit $fail

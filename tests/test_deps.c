@@ -1,0 +1,162 @@
+/* Each dependency initialised and used once for real. */
+#include <cblas.h>
+#include <grpc/grpc.h>
+#include <hwloc.h>
+#include <sodium.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coord_state.h"
+#include "dev_profile.h"
+#include "kn_backend.h"
+#include "rpc.h"
+#include "skyloom.pb-c.h"
+#include "sl_config.h"
+#include "sl_test.h"
+
+static void test_grpc(void)
+{
+    rpc_global_init();
+    CHECK(grpc_is_initialized());
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    CHECK(cq != NULL);
+    grpc_completion_queue_shutdown(cq);
+    grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    CHECK(ev.type == GRPC_QUEUE_SHUTDOWN);
+    grpc_completion_queue_destroy(cq);
+    CHECK(strlen(rpc_grpc_version()) > 0);
+    rpc_global_shutdown();
+}
+
+static void test_protobuf(void)
+{
+    Skyloom__V1__DeviceProfile p = SKYLOOM__V1__DEVICE_PROFILE__INIT;
+    p.cores = 6;
+    p.memory_bytes = 24ull << 30;
+    p.cpu_model = "test cpu";
+    p.cuda = 1;
+    size_t n = skyloom__v1__device_profile__get_packed_size(&p);
+    uint8_t *buf = malloc(n);
+    CHECK(skyloom__v1__device_profile__pack(&p, buf) == n);
+    Skyloom__V1__DeviceProfile *q = skyloom__v1__device_profile__unpack(NULL, n, buf);
+    CHECK(q != NULL);
+    if (q) {
+        CHECK(q->cores == 6 && q->memory_bytes == (24ull << 30) && q->cuda);
+        CHECK(strcmp(q->cpu_model, "test cpu") == 0);
+        skyloom__v1__device_profile__free_unpacked(q, NULL);
+    }
+    /* A truncated message is refused, not misread. */
+    CHECK(skyloom__v1__device_profile__unpack(NULL, n - 3, buf) == NULL);
+    free(buf);
+}
+
+static void test_sodium_aead(void)
+{
+    CHECK(sodium_init() >= 0);
+    unsigned char key[crypto_aead_xchacha20poly1305_ietf_KEYBYTES];
+    unsigned char nonce[crypto_aead_xchacha20poly1305_ietf_NPUBBYTES];
+    crypto_aead_xchacha20poly1305_ietf_keygen(key);
+    randombytes_buf(nonce, sizeof nonce);
+    const unsigned char msg[] = "activation tensor bytes";
+    const unsigned char ad[] = "frame header";
+    unsigned char ct[sizeof msg + crypto_aead_xchacha20poly1305_ietf_ABYTES], pt[sizeof msg];
+    unsigned long long ctlen, ptlen;
+    crypto_aead_xchacha20poly1305_ietf_encrypt(ct, &ctlen, msg, sizeof msg, ad, sizeof ad, NULL,
+                                               nonce, key);
+    CHECK(ctlen == sizeof ct);
+    CHECK(crypto_aead_xchacha20poly1305_ietf_decrypt(pt, &ptlen, NULL, ct, ctlen, ad, sizeof ad,
+                                                     nonce, key) == 0);
+    CHECK(ptlen == sizeof msg && memcmp(pt, msg, sizeof msg) == 0);
+    ct[3] ^= 1;
+    CHECK(crypto_aead_xchacha20poly1305_ietf_decrypt(pt, &ptlen, NULL, ct, ctlen, ad, sizeof ad,
+                                                     nonce, key) != 0);
+}
+
+static void test_hwloc(void)
+{
+    dev_profile p;
+    sl_err err = {0};
+    CHECK(dev_profile_probe(&p, &err) == 0);
+    CHECK(p.cores >= 1);
+    CHECK(p.pus >= p.cores);
+    CHECK(p.memory_bytes > (64u << 20));
+}
+
+static void test_sqlite(void)
+{
+    char dir[] = "/tmp/skyloom-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    sl_err err = {0};
+    coord_state *s = coord_state_open(dir, &err);
+    CHECKF(s != NULL, "%s", err.msg);
+    if (!s)
+        return;
+    CHECK(strcmp(coord_state_journal_mode(s), "wal") == 0);
+    CHECK(coord_state_schema_version(s) >= 1);
+    coord_state_close(s);
+    /* Reopening keeps the schema and does not migrate twice. */
+    s = coord_state_open(dir, &err);
+    CHECK(s != NULL && coord_state_schema_version(s) >= 1);
+    coord_state_close(s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+static void test_sgemm(void)
+{
+    enum { M = 7, K = 13, N = 5 };
+    float a[M * K], b[K * N], c[M * N], ref[M * N];
+    for (int i = 0; i < M * K; i++)
+        a[i] = (float)((i * 7) % 11) - 5.0f;
+    for (int i = 0; i < K * N; i++)
+        b[i] = (float)((i * 3) % 5) * 0.5f;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float s = 0;
+            for (int k = 0; k < K; k++)
+                s += a[i * K + k] * b[k * N + j];
+            ref[i * N + j] = s;
+        }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
+    for (int i = 0; i < M * N; i++)
+        CHECK_NEAR(c[i], ref[i], 1e-4);
+    CHECK(kn_blas_threads() >= 1);
+    CHECK(strstr(kn_blas_name(), "OpenBLAS") != NULL);
+}
+
+static void test_cuda_probe(void)
+{
+    const kn_cuda_info *ci = kn_cuda_probe();
+    CHECK(ci->compiled == (HAVE_CUDA == 1));
+    char why[200];
+    if (ci->device_count <= 0) {
+        /* The no-GPU path: a reason, no count, and a selftest that refuses. */
+        CHECK(strlen(ci->reason) > 0);
+        CHECK(kn_cuda_selftest(why, sizeof why) == -1);
+        CHECK(strcmp(why, ci->reason) == 0);
+        if (ci->compiled)
+            CHECK(strstr(ci->reason, "cudaGetDeviceCount returned") != NULL);
+        else
+            CHECK(strstr(ci->reason, "not compiled in") != NULL);
+        printf("no GPU: %s\n", ci->reason);
+    } else {
+        CHECKF(kn_cuda_selftest(why, sizeof why) == 0, "%s", why);
+    }
+    /* The probe is cached and stable. */
+    CHECK(kn_cuda_probe() == ci);
+}
+
+int main(void)
+{
+    RUN(test_grpc);
+    RUN(test_protobuf);
+    RUN(test_sodium_aead);
+    RUN(test_hwloc);
+    RUN(test_sqlite);
+    RUN(test_sgemm);
+    RUN(test_cuda_probe);
+    return sl_test_done();
+}
