@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "coord_state_internal.h"
 #include "sl_mem.h"
 
 struct coord_state {
@@ -17,6 +18,13 @@ struct coord_state {
 /* Migrations run in order; index i brings the schema to version i + 1. */
 static const char *const migrations[] = {
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    /* 2: trust (issue #6): tokens are stored only as SHA-256 of the secret. */
+    "CREATE TABLE tokens(hash TEXT PRIMARY KEY, site TEXT NOT NULL,"
+    "  expires_at INTEGER NOT NULL, used_at INTEGER, used_by TEXT);"
+    "CREATE TABLE devices(id TEXT PRIMARY KEY, site TEXT NOT NULL, name TEXT NOT NULL DEFAULT '',"
+    "  enrolled_at INTEGER NOT NULL, last_heartbeat INTEGER NOT NULL DEFAULT 0,"
+    "  heartbeat_seq INTEGER NOT NULL DEFAULT 0, profile BLOB, cert_pem TEXT NOT NULL);"
+    "CREATE TABLE revocations(device_id TEXT PRIMARY KEY, revoked_at INTEGER NOT NULL);",
 };
 #define N_MIGRATIONS (int)(sizeof migrations / sizeof migrations[0])
 
@@ -108,3 +116,5 @@ int coord_state_schema_version(coord_state *s)
 }
 
 const char *coord_state_journal_mode(coord_state *s) { return s->journal; }
+
+sqlite3 *coord_state_db(coord_state *s) { return s->db; }

@@ -2,6 +2,9 @@
 #ifndef COORD_STATE_H
 #define COORD_STATE_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "sl_err.h"
 
 typedef struct coord_state coord_state;
@@ -14,5 +17,47 @@ void coord_state_close(coord_state *s);
 int coord_state_schema_version(coord_state *s);
 /* The journal mode SQLite reports ("wal"). */
 const char *coord_state_journal_mode(coord_state *s);
+
+/* ---- trust: tokens, devices, revocations (coord_registry.c) ---------------- */
+/* Records a token hash (from the PKI spool); a known hash is left alone. */
+int coord_state_add_token(coord_state *s, const char *hash, const char *site, int64_t expires_at,
+                          sl_err *err);
+int coord_state_add_revocation(coord_state *s, const char *device_id, int64_t at, sl_err *err);
+/* 1 revoked, 0 not, -1 error. */
+int coord_state_is_revoked(coord_state *s, const char *device_id, sl_err *err);
+
+enum coord_token_check {
+    COORD_TOKEN_OK,
+    COORD_TOKEN_UNKNOWN,
+    COORD_TOKEN_USED,
+    COORD_TOKEN_EXPIRED,
+    COORD_TOKEN_WRONG_SITE,
+};
+/* Looks a token hash up without using it; -1 on database errors. The
+ * token's site goes to site_out (CERT_SITE_MAX + 1 bytes) when found. */
+int coord_state_check_token(coord_state *s, const char *hash, const char *site, int64_t now,
+                            char *site_out, sl_err *err);
+
+typedef struct coord_device {
+    const char *id, *site, *name, *cert_pem;
+    int64_t enrolled_at, last_heartbeat;
+    uint64_t heartbeat_seq;
+    int revoked;
+    const uint8_t *profile; /* serialized skyloom.v1.DeviceProfile */
+    size_t profile_len;
+} coord_device;
+
+/* In one transaction: marks the token used (it must still be unused) and
+ * inserts or replaces the device. */
+int coord_state_enroll(coord_state *s, const char *token_hash, const coord_device *d, int64_t now,
+                       sl_err *err);
+/* Records a heartbeat; profile may be NULL (kept). 0 ok, 1 unknown device, -1 error. */
+int coord_state_heartbeat(coord_state *s, const char *id, uint64_t seq, const uint8_t *profile,
+                          size_t profile_len, int64_t now, sl_err *err);
+/* 1 enrolled, 0 not, -1 error. */
+int coord_state_device_known(coord_state *s, const char *id, sl_err *err);
+/* Calls fn for each device ordered by id; fn returns non-zero to stop. */
+int coord_state_list_devices(coord_state *s, int (*fn)(void *ud, const coord_device *d), void *ud,
+                             sl_err *err);
 
 #endif

@@ -1,6 +1,25 @@
-/* rpc.h - the one layer that touches the gRPC C core API (rpc_ prefix). */
+/* rpc.h - the one layer that touches the gRPC C core API (rpc_ prefix).
+ *
+ * Everything here is bytes in, bytes out: callers encode and decode the
+ * protobuf messages of skyloom.proto (skyloom.pb-c.h) themselves. Transport
+ * security is always mutual TLS with the project CA as the only root.
+ *
+ * Server model: one completion-queue thread accepts calls. Unary handlers run
+ * on that thread one at a time (so a handler may use a single SQLite
+ * connection without locks); each streaming call runs its handler on a
+ * thread of its own with blocking send/recv. Methods nobody registered get
+ * UNIMPLEMENTED. rpc_server_destroy cancels what is in flight, joins every
+ * thread and frees every call.
+ *
+ * Client model: blocking calls, each with a deadline; a channel may be used
+ * from several threads. */
 #ifndef RPC_H
 #define RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_err.h"
 
 /* grpc_init(); call once before any other rpc_ function. */
 void rpc_global_init(void);
@@ -8,5 +27,166 @@ void rpc_global_init(void);
 void rpc_global_shutdown(void);
 /* The gRPC core version string ("29.0.0" on Debian 12's 1.51). */
 const char *rpc_grpc_version(void);
+
+/* Full method names of skyloom.proto. */
+#define RPC_M_ENROLL "/skyloom.v1.Coordinator/Enroll"
+#define RPC_M_HEARTBEAT "/skyloom.v1.Coordinator/Heartbeat"
+#define RPC_M_LIST_DEVICES "/skyloom.v1.Coordinator/ListDevices"
+#define RPC_M_STAGE_EXCHANGE "/skyloom.v1.Stage/Exchange"
+#define RPC_M_STAGE_PING "/skyloom.v1.Stage/Ping"
+
+/* Status codes: the numbers are gRPC's (google.rpc.Code). */
+enum rpc_code {
+    RPC_OK = 0,
+    RPC_CANCELLED = 1,
+    RPC_UNKNOWN = 2,
+    RPC_INVALID_ARGUMENT = 3,
+    RPC_DEADLINE_EXCEEDED = 4,
+    RPC_NOT_FOUND = 5,
+    RPC_ALREADY_EXISTS = 6,
+    RPC_PERMISSION_DENIED = 7,
+    RPC_RESOURCE_EXHAUSTED = 8,
+    RPC_FAILED_PRECONDITION = 9,
+    RPC_ABORTED = 10,
+    RPC_OUT_OF_RANGE = 11,
+    RPC_UNIMPLEMENTED = 12,
+    RPC_INTERNAL = 13,
+    RPC_UNAVAILABLE = 14,
+    RPC_DATA_LOSS = 15,
+    RPC_UNAUTHENTICATED = 16,
+};
+
+typedef struct rpc_status {
+    int code;
+    char details[384];
+} rpc_status;
+
+/* "PERMISSION_DENIED", ...; "CODE_<n>" for unknown numbers. */
+const char *rpc_code_name(int code);
+/* Sets code and details; returns code. */
+int rpc_status_set(rpc_status *st, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A received message. Free with rpc_buf_free. */
+typedef struct rpc_buf {
+    uint8_t *data;
+    size_t len;
+    void *owner_; /* the gRPC slice that holds the bytes */
+} rpc_buf;
+void rpc_buf_free(rpc_buf *b);
+
+/* PEM files: ca is the only trusted root; cert/key may be NULL on a client
+ * that has no certificate yet (enrollment). A cert file may hold a chain
+ * (leaf first). */
+typedef struct rpc_tls_files {
+    const char *ca;
+    const char *cert;
+    const char *key;
+} rpc_tls_files;
+
+/* Who is calling, from the TLS auth context. */
+typedef struct rpc_peer {
+    int authenticated;  /* presented a certificate that chains to our CA */
+    char identity[128]; /* the certificate's common name ("" without one) */
+    char address[128];  /* "ipv4:127.0.0.1:40000" */
+} rpc_peer;
+
+/* ---- server ---------------------------------------------------------------- */
+
+enum rpc_client_auth {
+    RPC_CLIENT_CERT_REQUIRED, /* the TLS handshake fails without a valid client cert */
+    RPC_CLIENT_CERT_OPTIONAL, /* verified if presented; handlers check peer->authenticated */
+};
+
+typedef struct rpc_server_opts {
+    const char *listen;      /* "127.0.0.1:0" picks a free port */
+    rpc_tls_files tls;       /* cert and key required */
+    int client_auth;         /* enum rpc_client_auth */
+    size_t max_message;      /* receive and send limit in bytes; 0 = 4 MiB */
+} rpc_server_opts;
+
+typedef struct rpc_server rpc_server;
+typedef struct rpc_stream rpc_stream;
+
+/* Unary handler: returns the status code (RPC_OK sends *resp). Fill resp with
+ * malloc'd bytes (freed by rpc) or leave it empty; on failure set st->details. */
+typedef int (*rpc_unary_fn)(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                            rpc_buf *resp, rpc_status *st);
+/* Stream handler: runs on its own thread; returns the final status code
+ * (details in st). The stream is closed by rpc after it returns. */
+typedef int (*rpc_stream_fn)(void *ud, const rpc_peer *peer, rpc_stream *s, rpc_status *st);
+
+rpc_server *rpc_server_create(const rpc_server_opts *o, sl_err *err);
+/* method: "/skyloom.v1.Coordinator/Enroll". Register before rpc_server_start. */
+int rpc_server_add_unary(rpc_server *srv, const char *method, rpc_unary_fn fn, void *ud,
+                         sl_err *err);
+int rpc_server_add_stream(rpc_server *srv, const char *method, rpc_stream_fn fn, void *ud,
+                          sl_err *err);
+/* Binds, starts serving on a background thread; returns the bound port or -1. */
+int rpc_server_start(rpc_server *srv, sl_err *err);
+/* Cancels calls in flight, waits for every handler, frees everything. */
+void rpc_server_destroy(rpc_server *srv);
+
+/* ---- client ---------------------------------------------------------------- */
+
+typedef struct rpc_channel rpc_channel;
+
+typedef struct rpc_channel_opts {
+    const char *target;      /* "127.0.0.1:7443", "host:port" */
+    rpc_tls_files tls;       /* ca required; cert/key optional */
+    const char *server_name; /* name to check in the server cert; NULL: from target */
+    size_t max_message;      /* 0 = 4 MiB */
+} rpc_channel_opts;
+
+rpc_channel *rpc_channel_create(const rpc_channel_opts *o, sl_err *err);
+void rpc_channel_destroy(rpc_channel *ch);
+
+/* One unary call. Returns st->code (RPC_OK: *resp holds the reply, free it
+ * with rpc_buf_free). A refused TLS handshake shows up as RPC_UNAVAILABLE. */
+int rpc_call_unary(rpc_channel *ch, const char *method, const void *req, size_t len,
+                   int64_t timeout_ms, rpc_buf *resp, rpc_status *st);
+
+/* ---- protobuf-c helpers ----------------------------------------------------- */
+
+/* Packs a protobuf-c message (any generated struct) into a malloc'd rpc_buf. */
+void rpc_pack(const void *msg, rpc_buf *out);
+/* Unpacks bytes as the message type of `descriptor` (a
+ * ProtobufCMessageDescriptor); NULL when malformed. Free with rpc_unpacked_free. */
+void *rpc_unpack(const void *descriptor, const uint8_t *data, size_t len);
+void rpc_unpacked_free(void *msg);
+/* A unary call with protobuf-c messages: packs req, unpacks the reply into
+ * *resp (RPC_INTERNAL with a reason if the reply is malformed). */
+int rpc_call_pb(rpc_channel *ch, const char *method, const void *req, const void *resp_descriptor,
+                void **resp, int64_t timeout_ms, rpc_status *st);
+
+/* ---- streams (both sides) -------------------------------------------------- */
+
+/* Client: opens a bidirectional stream whose whole life has the deadline. */
+rpc_stream *rpc_stream_open(rpc_channel *ch, const char *method, int64_t timeout_ms,
+                            sl_err *err);
+/* Sends one message made of n pieces (copied into one gRPC message); blocks
+ * until gRPC has taken it. One sender and one receiver thread may work at
+ * the same time. */
+typedef struct rpc_iov {
+    const void *data;
+    size_t len;
+} rpc_iov;
+int rpc_stream_sendv(rpc_stream *s, const rpc_iov *iov, int n, sl_err *err);
+int rpc_stream_send(rpc_stream *s, const void *data, size_t len, sl_err *err);
+/* 1: a message in *msg; 0: the peer closed its side; -1: the call failed. */
+int rpc_stream_recv(rpc_stream *s, rpc_buf *msg, sl_err *err);
+/* Client: half-closes, waits for the server's status (returned, details in
+ * st) and frees the stream. Messages not yet received are dropped. */
+int rpc_stream_finish(rpc_stream *s, rpc_status *st);
+/* Client: cancels the call and frees the stream. */
+void rpc_stream_cancel(rpc_stream *s);
+
+/* Wire helper for StageFrame { bytes frame = 1; }: writes the field tag and
+ * length for a frame of n bytes into hdr (at most 11 bytes) and returns how
+ * many; send hdr then the frame as two rpc_iov pieces. */
+size_t rpc_frame_wrap(uint8_t hdr[11], size_t n);
+/* Finds the frame inside a received StageFrame; -1 if it is not exactly one
+ * field 1 of wire type 2 covering the whole message. */
+int rpc_frame_unwrap(const uint8_t *msg, size_t len, const uint8_t **frame, size_t *n);
 
 #endif

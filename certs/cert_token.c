@@ -1,0 +1,180 @@
+/* cert_token.c - one-time enrollment tokens, revocations and the spool that
+ * carries both from `skyloom certs` to the coordinator's state. */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "cert.h"
+#include "cert_internal.h"
+#include "sl_time.h"
+
+#define TOKEN_PREFIX "skyloom1."
+
+void cert_token_hash(const char *secret, char hash[CERT_HEX_LEN])
+{
+    uint8_t md[32];
+    unsigned n = 0;
+    EVP_Digest(secret, strlen(secret), md, &n, EVP_sha256(), NULL);
+    cert_hex(md, 32, hash);
+}
+
+int cert_token_parse(const char *s, cert_token *t, sl_err *err)
+{
+    size_t np = strlen(TOKEN_PREFIX);
+    if (strncmp(s, TOKEN_PREFIX, np) != 0 || strlen(s) != np + 64 + 1 + 64 || s[np + 64] != '.')
+        return sl_err_set(err, SL_EINVAL,
+                          "malformed token (expected skyloom1.<64 hex>.<64 hex>, from skyloom "
+                          "certs token)");
+    memcpy(t->ca_fp, s + np, 64);
+    t->ca_fp[64] = 0;
+    memcpy(t->secret, s + np + 65, 64);
+    t->secret[64] = 0;
+    if (!cert_is_hex(t->ca_fp, 64) || !cert_is_hex(t->secret, 64))
+        return sl_err_set(err, SL_EINVAL, "malformed token: not lower-case hex");
+    return 0;
+}
+
+/* Writes spool/<name> atomically (temporary file, then rename). */
+static int spool_put(const char *dir, const char *name, const char *body, sl_err *err)
+{
+    char sp[4096], tmp[4200], dst[4200];
+    if (cert_path(sp, sizeof sp, dir, "spool", err))
+        return -1;
+    struct stat sb;
+    if (stat(sp, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return sl_err_set(err, SL_EIO, "%s is missing: is %s a PKI directory (skyloom certs init)?",
+                          sp, dir);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%s", sp, name);
+    snprintf(dst, sizeof dst, "%s/%s", sp, name);
+    unlink(tmp);
+    if (cert_write_new(tmp, body, strlen(body), 0600, err))
+        return -1;
+    if (rename(tmp, dst) != 0) {
+        unlink(tmp);
+        return sl_err_set(err, SL_EIO, "rename %s: %s", dst, strerror(errno));
+    }
+    return 0;
+}
+
+int cert_token_create(const char *dir, const char *site, int64_t ttl_s, char out[CERT_TOKEN_LEN],
+                      sl_err *err)
+{
+    if (!cert_valid_site(site))
+        return sl_err_set(err, SL_EINVAL, "site '%s' must be 1..64 of A-Z a-z 0-9 . _ -", site);
+    cert_ca *ca = cert_ca_load(dir, err);
+    if (!ca)
+        return -1;
+    uint8_t raw[32];
+    if (RAND_bytes(raw, sizeof raw) != 1) {
+        cert_ca_free(ca);
+        return cert_ssl_err(err, SL_EINTERNAL, "RAND_bytes");
+    }
+    char secret[CERT_HEX_LEN], hash[CERT_HEX_LEN], name[80], body[160];
+    cert_hex(raw, 32, secret);
+    OPENSSL_cleanse(raw, sizeof raw);
+    cert_token_hash(secret, hash);
+    snprintf(name, sizeof name, "token-%s", hash);
+    snprintf(body, sizeof body, "%s %" PRId64 "\n", site, sl_unix_time() + ttl_s);
+    int rc = spool_put(dir, name, body, err);
+    if (rc == 0)
+        snprintf(out, CERT_TOKEN_LEN, TOKEN_PREFIX "%s.%s", cert_ca_fingerprint(ca), secret);
+    OPENSSL_cleanse(secret, sizeof secret);
+    cert_ca_free(ca);
+    return rc;
+}
+
+int cert_revoke(const char *dir, const char *device_id, sl_err *err)
+{
+    if (!cert_valid_device_id(device_id))
+        return sl_err_set(err, SL_EINVAL, "'%s' is not a device id (d + 16 hex digits)", device_id);
+    char name[64], body[32];
+    snprintf(name, sizeof name, "revoke-%s", device_id);
+    snprintf(body, sizeof body, "%" PRId64 "\n", sl_unix_time());
+    return spool_put(dir, name, body, err);
+}
+
+static int read_small(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    int bad = ferror(f) || !feof(f);
+    fclose(f);
+    buf[n] = 0;
+    return bad ? -1 : 0;
+}
+
+/* Parses one spool entry; 0 ok, -1 malformed. */
+static int parse_entry(const char *file, const char *body, int *kind, char *key, char *site,
+                       int64_t *t)
+{
+    long long v;
+    char extra;
+    if (!strncmp(file, "token-", 6)) {
+        *kind = CERT_SPOOL_TOKEN;
+        snprintf(key, CERT_HEX_LEN, "%s", file + 6);
+        if (!cert_is_hex(key, 64))
+            return -1;
+        char s[CERT_SITE_MAX + 2];
+        if (sscanf(body, "%65s %lld %c", s, &v, &extra) != 2 || !cert_valid_site(s))
+            return -1;
+        memcpy(site, s, strlen(s) + 1); /* valid: at most CERT_SITE_MAX */
+    } else if (!strncmp(file, "revoke-", 7)) {
+        *kind = CERT_SPOOL_REVOKE;
+        snprintf(key, CERT_HEX_LEN, "%s", file + 7);
+        if (!cert_valid_device_id(key))
+            return -1;
+        if (sscanf(body, "%lld %c", &v, &extra) != 1)
+            return -1;
+        site[0] = 0;
+    } else {
+        return -1;
+    }
+    *t = v;
+    return 0;
+}
+
+int cert_spool_drain(const char *dir, cert_spool_fn fn, void *ud, int *bad, sl_err *err)
+{
+    char sp[4096];
+    *bad = 0;
+    if (cert_path(sp, sizeof sp, dir, "spool", err))
+        return -1;
+    DIR *d = opendir(sp);
+    if (!d)
+        return sl_err_set(err, SL_EIO, "cannot open %s: %s", sp, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        const char *f = e->d_name;
+        if (f[0] == '.' || strstr(f, ".bad"))
+            continue;
+        char path[4400], body[256], key[CERT_HEX_LEN], site[CERT_SITE_MAX + 1];
+        int kind;
+        int64_t t;
+        snprintf(path, sizeof path, "%s/%s", sp, f);
+        if (read_small(path, body, sizeof body) != 0 ||
+            parse_entry(f, body, &kind, key, site, &t) != 0) {
+            char badp[4500];
+            snprintf(badp, sizeof badp, "%s.bad", path);
+            rename(path, badp);
+            (*bad)++;
+            continue;
+        }
+        if (fn(ud, kind, key, kind == CERT_SPOOL_TOKEN ? site : NULL, t) != 0) {
+            rc = sl_err_set(err, SL_EIO, "importing %s failed", path);
+            break;
+        }
+        unlink(path);
+    }
+    closedir(d);
+    return rc;
+}

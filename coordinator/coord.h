@@ -1,0 +1,49 @@
+/* coord.h - the coordinator: enrollment and the device registry over gRPC
+ * (service skyloom.v1.Coordinator) with its state in SQLite.
+ *
+ * One port, mutual TLS with the client certificate optional at the TLS
+ * level: Enroll is the only call served to a peer without a certificate;
+ * every other call checks, in this order, that the peer presented a
+ * certificate from the project CA (UNAUTHENTICATED), that its identity is a
+ * device (or the admin certificate where allowed) and equals the device id
+ * the request claims (PERMISSION_DENIED), that the device is not revoked
+ * (UNAUTHENTICATED) and is enrolled here (PERMISSION_DENIED). */
+#ifndef COORD_H
+#define COORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rpc.h"
+#include "sl_err.h"
+
+#define COORD_DEFAULT_MAX_MESSAGE (1u << 20)
+
+typedef struct coord_opts {
+    const char *listen;    /* "0.0.0.0:7443"; "127.0.0.1:0" picks a port */
+    const char *pki;       /* the PKI directory of skyloom certs init */
+    const char *state;     /* state directory (coordinator.db) */
+    size_t max_message;    /* 0: COORD_DEFAULT_MAX_MESSAGE */
+    unsigned heartbeat_ms; /* 0: 5000 */
+    int cert_days;         /* device certificate validity; 0: 365 */
+} coord_opts;
+
+typedef struct coord coord;
+
+/* Loads the CA, opens the state and imports the PKI spool. Serves nothing yet. */
+coord *coord_open(const coord_opts *o, sl_err *err);
+/* Starts serving; returns the bound port or -1. */
+int coord_start(coord *c, sl_err *err);
+/* Stops serving (if started) and closes everything. */
+void coord_close(coord *c);
+
+/* The handlers, callable without a network (tests and fuzzers). They have
+ * the rpc_unary_fn signature with ud = the coord. */
+int coord_handle_enroll(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                        rpc_buf *resp, rpc_status *st);
+int coord_handle_heartbeat(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                           rpc_buf *resp, rpc_status *st);
+int coord_handle_list_devices(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                              rpc_buf *resp, rpc_status *st);
+
+#endif

@@ -1,0 +1,334 @@
+/* coord_server.c - the Coordinator service: enrollment, heartbeats, the
+ * device list, and the authorization every call after enrollment goes
+ * through. Handlers run one at a time on the rpc server thread. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cert.h"
+#include "coord.h"
+#include "coord_state.h"
+#include "skyloom.pb-c.h"
+#include "sl_log.h"
+#include "sl_mem.h"
+#include "sl_time.h"
+
+struct coord {
+    coord_opts o;
+    char *pki;
+    cert_ca *ca;
+    coord_state *state;
+    rpc_server *srv;
+};
+
+static int import_one(void *ud, int kind, const char *key, const char *site, int64_t t)
+{
+    coord *c = ud;
+    sl_err err = {0};
+    int rc = kind == CERT_SPOOL_TOKEN ? coord_state_add_token(c->state, key, site, t, &err)
+                                      : coord_state_add_revocation(c->state, key, t, &err);
+    if (rc)
+        sl_log_error("coordinator: import failed", "reason=\"%s\"", err.msg);
+    else if (kind == CERT_SPOOL_REVOKE)
+        sl_log_info("coordinator: device revoked", "device=%s", key);
+    else
+        sl_log_info("coordinator: enrollment token imported", "site=%s", site);
+    return rc;
+}
+
+/* Tokens and revocations written by `skyloom certs` since the last call. */
+static int import_spool(coord *c, sl_err *err)
+{
+    int bad = 0;
+    int rc = cert_spool_drain(c->pki, import_one, c, &bad, err);
+    if (bad)
+        sl_log_warn("coordinator: malformed spool entries renamed to .bad", "count=%d", bad);
+    return rc;
+}
+
+coord *coord_open(const coord_opts *o, sl_err *err)
+{
+    coord *c = sl_xcalloc(1, sizeof *c);
+    c->o = *o;
+    if (!c->o.max_message)
+        c->o.max_message = COORD_DEFAULT_MAX_MESSAGE;
+    if (!c->o.heartbeat_ms)
+        c->o.heartbeat_ms = 5000;
+    if (!c->o.cert_days)
+        c->o.cert_days = 365;
+    c->pki = sl_xstrdup(o->pki);
+    if (!(c->ca = cert_ca_load(o->pki, err)) || !(c->state = coord_state_open(o->state, err)) ||
+        import_spool(c, err)) {
+        coord_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+int coord_start(coord *c, sl_err *err)
+{
+    char crt[4096], key[4096], ca[4096];
+    if (cert_path(crt, sizeof crt, c->pki, "coordinator.crt", err) ||
+        cert_path(key, sizeof key, c->pki, "coordinator.key", err) ||
+        cert_path(ca, sizeof ca, c->pki, "ca.crt", err))
+        return -1;
+    rpc_server_opts so = {
+        .listen = c->o.listen,
+        .tls = {ca, crt, key},
+        .client_auth = RPC_CLIENT_CERT_OPTIONAL,
+        .max_message = c->o.max_message,
+    };
+    if (!(c->srv = rpc_server_create(&so, err)))
+        return -1;
+    if (rpc_server_add_unary(c->srv, RPC_M_ENROLL, coord_handle_enroll, c, err) ||
+        rpc_server_add_unary(c->srv, RPC_M_HEARTBEAT, coord_handle_heartbeat, c, err) ||
+        rpc_server_add_unary(c->srv, RPC_M_LIST_DEVICES, coord_handle_list_devices, c, err))
+        return -1;
+    return rpc_server_start(c->srv, err);
+}
+
+void coord_close(coord *c)
+{
+    if (!c)
+        return;
+    rpc_server_destroy(c->srv);
+    coord_state_close(c->state);
+    cert_ca_free(c->ca);
+    free(c->pki);
+    free(c);
+}
+
+/* ---- authorization ----------------------------------------------------------- */
+
+enum { ALLOW_DEVICE = 1, ALLOW_ADMIN = 2 };
+
+/* Checks a post-enrollment call; returns RPC_OK or the refusal. */
+static int authorize(coord *c, const rpc_peer *peer, const char *claimed, int allow, rpc_status *st)
+{
+    if (!peer->authenticated)
+        return rpc_status_set(st, RPC_UNAUTHENTICATED,
+                              "a client certificate from the project CA is required (enroll first)");
+    const char *id = peer->identity;
+    if (!strcmp(id, CERT_ADMIN_CN)) {
+        if ((allow & ALLOW_ADMIN) && !*claimed)
+            return RPC_OK;
+        return rpc_status_set(st, RPC_PERMISSION_DENIED,
+                              "the admin certificate may not act as device '%s'", claimed);
+    }
+    if (!cert_valid_device_id(id))
+        return rpc_status_set(st, RPC_PERMISSION_DENIED,
+                              "certificate identity '%s' is not a device", id);
+    if (!(allow & ALLOW_DEVICE))
+        return rpc_status_set(st, RPC_PERMISSION_DENIED, "devices may not make this call");
+    if (strcmp(id, claimed) != 0)
+        return rpc_status_set(st, RPC_PERMISSION_DENIED,
+                              "certificate is for device %s but the request claims device '%s'",
+                              id, claimed);
+    sl_err err = {0};
+    if (import_spool(c, &err))
+        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    int r = coord_state_is_revoked(c->state, id, &err);
+    if (r < 0)
+        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    if (r)
+        return rpc_status_set(st, RPC_UNAUTHENTICATED, "device %s is revoked", id);
+    r = coord_state_device_known(c->state, id, &err);
+    if (r < 0)
+        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    if (!r)
+        return rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here", id);
+    return RPC_OK;
+}
+
+/* ---- Enroll ------------------------------------------------------------------ */
+
+int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                        rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    (void)peer;
+    Skyloom__V1__EnrollRequest *r = rpc_unpack(&skyloom__v1__enroll_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed EnrollRequest");
+    int code = RPC_OK;
+    char *pem = NULL;
+    char hash[CERT_HEX_LEN], tsite[CERT_SITE_MAX + 1] = "", id[CERT_ID_LEN];
+    sl_err err = {0};
+    if (strlen(r->token) != 64) {
+        code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "token secret must be 64 hex digits");
+        goto out;
+    }
+    if (!cert_valid_site(r->site)) {
+        code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "bad site name");
+        goto out;
+    }
+    if (strlen(r->name) > 255) {
+        code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "name longer than 255 bytes");
+        goto out;
+    }
+    if (import_spool(c, &err)) {
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        goto out;
+    }
+    cert_token_hash(r->token, hash);
+    int64_t now = sl_unix_time();
+    switch (coord_state_check_token(c->state, hash, r->site, now, tsite, &err)) {
+    case COORD_TOKEN_OK:
+        break;
+    case COORD_TOKEN_UNKNOWN:
+        code = rpc_status_set(st, RPC_UNAUTHENTICATED, "unknown enrollment token");
+        goto out;
+    case COORD_TOKEN_USED:
+        code = rpc_status_set(st, RPC_UNAUTHENTICATED, "enrollment token already used");
+        goto out;
+    case COORD_TOKEN_EXPIRED:
+        code = rpc_status_set(st, RPC_UNAUTHENTICATED, "enrollment token expired");
+        goto out;
+    case COORD_TOKEN_WRONG_SITE:
+        code = rpc_status_set(st, RPC_PERMISSION_DENIED,
+                              "token was issued for site '%s', not '%s'", tsite, r->site);
+        goto out;
+    default:
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        goto out;
+    }
+    if (cert_ca_sign_csr(c->ca, r->csr_der.data, r->csr_der.len, r->site, c->o.cert_days, id,
+                         &pem, &err)) {
+        code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "CSR refused: %s", err.msg);
+        goto out;
+    }
+    int rev = coord_state_is_revoked(c->state, id, &err);
+    if (rev) {
+        code = rev < 0 ? rpc_status_set(st, RPC_INTERNAL, "%s", err.msg)
+                       : rpc_status_set(st, RPC_PERMISSION_DENIED,
+                                        "device %s (this key) is revoked; enroll with a new key", id);
+        goto out;
+    }
+    rpc_buf prof = {0};
+    if (r->profile)
+        rpc_pack(r->profile, &prof);
+    coord_device d = {.id = id, .site = r->site, .name = r->name, .cert_pem = pem,
+                      .profile = prof.data, .profile_len = prof.len};
+    int rc = coord_state_enroll(c->state, hash, &d, now, &err);
+    rpc_buf_free(&prof);
+    if (rc) {
+        code = rpc_status_set(st, err.code == SL_EAUTH ? RPC_UNAUTHENTICATED : RPC_INTERNAL, "%s",
+                              err.msg);
+        goto out;
+    }
+    sl_log_info("coordinator: device enrolled", "device=%s site=%s name=%s", id, r->site, r->name);
+    Skyloom__V1__EnrollResponse out = SKYLOOM__V1__ENROLL_RESPONSE__INIT;
+    out.device_id = id;
+    out.cert_pem.data = (uint8_t *)pem;
+    out.cert_pem.len = strlen(pem);
+    out.ca_pem.data = (uint8_t *)cert_ca_pem(c->ca);
+    out.ca_pem.len = strlen(cert_ca_pem(c->ca));
+    out.heartbeat_ms = c->o.heartbeat_ms;
+    rpc_pack(&out, resp);
+out:
+    free(pem);
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* ---- Heartbeat --------------------------------------------------------------- */
+
+int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                           rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__HeartbeatRequest *r =
+        rpc_unpack(&skyloom__v1__heartbeat_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed HeartbeatRequest");
+    int code = authorize(c, peer, r->device_id, ALLOW_DEVICE, st);
+    if (code == RPC_OK) {
+        rpc_buf prof = {0};
+        if (r->profile)
+            rpc_pack(r->profile, &prof);
+        sl_err err = {0};
+        int64_t now = sl_unix_time();
+        int rc = coord_state_heartbeat(c->state, r->device_id, r->seq, r->profile ? prof.data : NULL,
+                                       prof.len, now, &err);
+        rpc_buf_free(&prof);
+        if (rc < 0) {
+            code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        } else if (rc > 0) {
+            code = rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here",
+                                  r->device_id);
+        } else {
+            Skyloom__V1__HeartbeatResponse out = SKYLOOM__V1__HEARTBEAT_RESPONSE__INIT;
+            out.server_time = now;
+            out.heartbeat_ms = c->o.heartbeat_ms;
+            rpc_pack(&out, resp);
+        }
+    }
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* ---- ListDevices ------------------------------------------------------------- */
+
+typedef struct list_ctx {
+    coord *c;
+    int64_t now;
+    Skyloom__V1__ListDevicesResponse out;
+    size_t cap;
+} list_ctx;
+
+static char *dup_or_empty(const char *s) { return sl_xstrdup(s ? s : ""); }
+
+static int list_one(void *ud, const coord_device *d)
+{
+    list_ctx *l = ud;
+    if (l->out.n_devices == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->out.devices = sl_xrealloc(l->out.devices, l->cap * sizeof *l->out.devices);
+    }
+    Skyloom__V1__DeviceInfo *i = sl_xmalloc(sizeof *i);
+    skyloom__v1__device_info__init(i);
+    i->device_id = dup_or_empty(d->id);
+    i->site = dup_or_empty(d->site);
+    i->name = dup_or_empty(d->name);
+    int64_t stale = 3 * (int64_t)l->c->o.heartbeat_ms / 1000 + 1;
+    i->state = sl_xstrdup(d->revoked ? "revoked"
+                          : d->last_heartbeat && l->now - d->last_heartbeat <= stale ? "online"
+                                                                                      : "offline");
+    i->enrolled_at = d->enrolled_at;
+    i->last_heartbeat = d->last_heartbeat;
+    if (d->profile_len)
+        i->profile = rpc_unpack(&skyloom__v1__device_profile__descriptor, d->profile, d->profile_len);
+    l->out.devices[l->out.n_devices++] = i;
+    return 0;
+}
+
+int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                              rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__ListDevicesRequest *r =
+        rpc_unpack(&skyloom__v1__list_devices_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed ListDevicesRequest");
+    int code = authorize(c, peer, r->device_id, ALLOW_DEVICE | ALLOW_ADMIN, st);
+    rpc_unpacked_free(r);
+    if (code != RPC_OK)
+        return code;
+    list_ctx l = {.c = c, .now = sl_unix_time()};
+    skyloom__v1__list_devices_response__init(&l.out);
+    sl_err err = {0};
+    if (coord_state_list_devices(c->state, list_one, &l, &err))
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    else
+        rpc_pack(&l.out, resp);
+    for (size_t k = 0; k < l.out.n_devices; k++) {
+        Skyloom__V1__DeviceInfo *i = l.out.devices[k];
+        free(i->device_id);
+        free(i->site);
+        free(i->name);
+        free(i->state);
+        rpc_unpacked_free(i->profile);
+        free(i);
+    }
+    free(l.out.devices);
+    return code;
+}

@@ -1,0 +1,230 @@
+/* dev_agent.c - enrollment, stored identity and heartbeats of a device. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cert.h"
+#include "dev_agent.h"
+#include "skyloom.pb-c.h"
+#include "sl_log.h"
+#include "sl_mem.h"
+
+struct dev_agent {
+    dev_agent_opts o;
+    char id[CERT_ID_LEN];
+    char ca[4096], crt[4096], key[4096];
+    rpc_channel *ch;
+    unsigned heartbeat_ms;
+    uint64_t seq;
+    dev_profile profile;
+    int have_profile;
+};
+
+void dev_profile_to_pb(const dev_profile *p, void *out)
+{
+    Skyloom__V1__DeviceProfile *pb = out;
+    skyloom__v1__device_profile__init(pb);
+    pb->cores = p->cores;
+    pb->pus = p->pus;
+    pb->memory_bytes = p->memory_bytes;
+    pb->l2_bytes = p->l2_bytes;
+    pb->l3_bytes = p->l3_bytes;
+    pb->cuda = p->cuda;
+    pb->gpu_name = p->cuda ? (char *)p->gpu : "";
+    pb->gpu_memory_bytes = p->gpu_memory_bytes;
+    pb->cpu_model = (char *)p->cpu_model;
+    pb->numa_nodes = p->numa_nodes;
+    pb->l1d_bytes = p->l1d_bytes;
+}
+
+static int file_exists(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+static rpc_channel *connect_as(dev_agent *a, int with_cert, sl_err *err)
+{
+    rpc_channel_opts co = {.target = a->o.coordinator,
+                           .tls = {a->ca, with_cert ? a->crt : NULL, with_cert ? a->key : NULL}};
+    return rpc_channel_create(&co, err);
+}
+
+static int enroll(dev_agent *a, sl_err *err)
+{
+    cert_token tok;
+    if (cert_token_parse(a->o.token, &tok, err))
+        return -1;
+    if (!cert_valid_site(a->o.site))
+        return sl_err_set(err, SL_EINVAL, "site '%s' must be 1..64 of A-Z a-z 0-9 . _ -", a->o.site);
+    /* 1. Pin the CA by the token's fingerprint. */
+    if (file_exists(a->ca)) {
+        FILE *f = fopen(a->ca, "r");
+        char buf[16384];
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = 0;
+        char fp[CERT_HEX_LEN];
+        if (cert_pem_fingerprint(buf, n, fp, err))
+            return sl_err_wrap(err, "%s", a->ca);
+        if (strcmp(fp, tok.ca_fp) != 0)
+            return sl_err_set(err, SL_EAUTH,
+                              "%s holds CA %s but the token pins %s: use a fresh state directory",
+                              a->ca, fp, tok.ca_fp);
+    } else if (cert_fetch_ca(a->o.coordinator, tok.ca_fp, a->ca, a->o.timeout_ms, err)) {
+        return -1;
+    }
+    /* 2. Our own key, made here. */
+    if (!file_exists(a->key) && cert_key_generate(a->key, err))
+        return -1;
+    if (cert_key_device_id(a->key, a->id, err))
+        return -1;
+    uint8_t *csr = NULL;
+    size_t csr_len = 0;
+    if (cert_csr_create(a->key, a->id, &csr, &csr_len, err))
+        return -1;
+    /* 3. Enroll over server-authenticated TLS. */
+    rpc_channel *ch = connect_as(a, 0, err);
+    if (!ch) {
+        free(csr);
+        return -1;
+    }
+    char host[256] = "";
+    if (a->o.name)
+        snprintf(host, sizeof host, "%s", a->o.name);
+    else
+        gethostname(host, sizeof host - 1);
+    Skyloom__V1__DeviceProfile prof;
+    dev_profile_to_pb(&a->profile, &prof);
+    Skyloom__V1__EnrollRequest req = SKYLOOM__V1__ENROLL_REQUEST__INIT;
+    req.token = tok.secret;
+    req.csr_der.data = csr;
+    req.csr_der.len = csr_len;
+    req.site = (char *)a->o.site;
+    req.name = host;
+    req.profile = a->have_profile ? &prof : NULL;
+    rpc_status st = {0};
+    Skyloom__V1__EnrollResponse *resp = NULL;
+    int code = rpc_call_pb(ch, RPC_M_ENROLL, &req, &skyloom__v1__enroll_response__descriptor,
+                           (void **)&resp, a->o.timeout_ms, &st);
+    rpc_channel_destroy(ch);
+    free(csr);
+    if (code != RPC_OK)
+        return sl_err_set(err, code == RPC_UNAVAILABLE ? SL_EIO : SL_EAUTH,
+                          "Enroll refused: %s: %s", rpc_code_name(code), st.details);
+    int rc = -1;
+    char cn[128];
+    if (strcmp(resp->device_id, a->id) != 0) {
+        sl_err_set(err, SL_EAUTH, "coordinator returned device id %s, expected %s",
+                   resp->device_id, a->id);
+    } else if (!cert_write_new(a->crt, resp->cert_pem.data, resp->cert_pem.len, 0644, err)) {
+        if (cert_file_cn(a->crt, cn, sizeof cn, err) || strcmp(cn, a->id) != 0) {
+            unlink(a->crt);
+            if (!err || !err->msg[0])
+                sl_err_set(err, SL_EAUTH, "the certificate is not for %s", a->id);
+        } else {
+            a->heartbeat_ms = resp->heartbeat_ms;
+            rc = 0;
+        }
+    }
+    rpc_unpacked_free(resp);
+    if (rc)
+        return -1;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/device.json", a->o.state);
+    json_t *j = json_pack("{s:s, s:s, s:s}", "device_id", a->id, "site", a->o.site, "coordinator",
+                          a->o.coordinator);
+    char *s = json_dumps(j, JSON_INDENT(2));
+    json_decref(j);
+    unlink(p);
+    rc = cert_write_new(p, s, strlen(s), 0644, err);
+    free(s);
+    if (rc == 0)
+        sl_log_info("device: enrolled", "device=%s site=%s coordinator=%s", a->id, a->o.site,
+                    a->o.coordinator);
+    return rc;
+}
+
+dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
+{
+    dev_agent *a = sl_xcalloc(1, sizeof *a);
+    a->o = *o;
+    if (!a->o.timeout_ms)
+        a->o.timeout_ms = 10000;
+    a->heartbeat_ms = 5000;
+    if (mkdir(o->state, 0700) != 0 && errno != EEXIST) {
+        sl_err_set(err, SL_EIO, "cannot create %s: %s", o->state, strerror(errno));
+        free(a);
+        return NULL;
+    }
+    if (cert_path(a->ca, sizeof a->ca, o->state, "ca.crt", err) ||
+        cert_path(a->crt, sizeof a->crt, o->state, "device.crt", err) ||
+        cert_path(a->key, sizeof a->key, o->state, "device.key", err))
+        goto fail;
+    sl_err perr = {0};
+    a->have_profile = dev_profile_probe(&a->profile, &perr) == 0;
+    if (!a->have_profile)
+        sl_log_warn("device: no profile", "reason=\"%s\"", perr.msg);
+    if (!file_exists(a->crt)) {
+        if (!o->token) {
+            sl_err_set(err, SL_ESTATE, "%s is not enrolled yet: pass --token", o->state);
+            goto fail;
+        }
+        if (enroll(a, err))
+            goto fail;
+    } else {
+        if (o->token)
+            sl_log_info("device: already enrolled, ignoring --token", "state=%s", o->state);
+        if (cert_key_device_id(a->key, a->id, err))
+            goto fail;
+        char cn[128];
+        if (cert_file_cn(a->crt, cn, sizeof cn, err))
+            goto fail;
+        if (strcmp(cn, a->id) != 0) {
+            sl_err_set(err, SL_ECORRUPT, "%s is for %s but device.key belongs to %s", a->crt, cn,
+                       a->id);
+            goto fail;
+        }
+    }
+    if (!(a->ch = connect_as(a, 1, err)))
+        goto fail;
+    return a;
+fail:
+    free(a);
+    return NULL;
+}
+
+void dev_agent_close(dev_agent *a)
+{
+    if (!a)
+        return;
+    rpc_channel_destroy(a->ch);
+    free(a);
+}
+
+const char *dev_agent_id(const dev_agent *a) { return a->id; }
+unsigned dev_agent_heartbeat_ms(const dev_agent *a) { return a->heartbeat_ms; }
+rpc_channel *dev_agent_channel(dev_agent *a) { return a->ch; }
+
+int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
+{
+    Skyloom__V1__DeviceProfile prof;
+    dev_profile_to_pb(&a->profile, &prof);
+    Skyloom__V1__HeartbeatRequest req = SKYLOOM__V1__HEARTBEAT_REQUEST__INIT;
+    req.device_id = a->id;
+    req.seq = ++a->seq;
+    req.profile = a->seq == 1 && a->have_profile ? &prof : NULL;
+    Skyloom__V1__HeartbeatResponse *resp = NULL;
+    int code = rpc_call_pb(a->ch, RPC_M_HEARTBEAT, &req,
+                           &skyloom__v1__heartbeat_response__descriptor, (void **)&resp,
+                           a->o.timeout_ms, st);
+    if (code == RPC_OK && resp->heartbeat_ms >= 100)
+        a->heartbeat_ms = resp->heartbeat_ms;
+    rpc_unpacked_free(resp);
+    return code;
+}

@@ -1,0 +1,46 @@
+/* dev_agent.h - a device's membership: enrollment with a one-time token,
+ * the stored identity (key, certificate, pinned CA) and heartbeats.
+ *
+ * State directory (0700):
+ *   device.key   EC P-256 private key, made here, never sent anywhere (0600)
+ *   device.crt   certificate from the coordinator (CN = device id)
+ *   ca.crt       the project CA, pinned by the token's fingerprint
+ *   device.json  {"device_id", "site", "coordinator"} */
+#ifndef DEV_AGENT_H
+#define DEV_AGENT_H
+
+#include <stdint.h>
+
+#include "dev_profile.h"
+#include "rpc.h"
+#include "sl_err.h"
+
+typedef struct dev_agent_opts {
+    const char *coordinator; /* HOST:PORT */
+    const char *token;       /* needed only until enrolled */
+    const char *state;
+    const char *site;
+    const char *name;        /* reported host name; NULL: gethostname */
+    int timeout_ms;          /* per call; 0: 10000 */
+} dev_agent_opts;
+
+typedef struct dev_agent dev_agent;
+
+/* Enrolls (when the state has no certificate yet) or loads the stored
+ * identity, then connects with mutual TLS. Refusals from the coordinator
+ * come back as "Enroll refused: CODE: reason" with SL_EAUTH. */
+dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err);
+void dev_agent_close(dev_agent *a);
+const char *dev_agent_id(const dev_agent *a);
+/* Milliseconds between heartbeats the coordinator asked for. */
+unsigned dev_agent_heartbeat_ms(const dev_agent *a);
+/* One heartbeat (the first one carries the profile); returns the rpc code. */
+int dev_agent_heartbeat(dev_agent *a, rpc_status *st);
+/* The rpc channel to the coordinator (mutual TLS as this device). */
+rpc_channel *dev_agent_channel(dev_agent *a);
+
+/* dev_profile -> skyloom.v1.DeviceProfile (pb is a Skyloom__V1__DeviceProfile;
+ * its strings point into p). */
+void dev_profile_to_pb(const dev_profile *p, void *pb);
+
+#endif

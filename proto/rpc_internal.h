@@ -1,0 +1,58 @@
+/* rpc_internal.h - what the rpc_ source files share (never included outside proto/). */
+#ifndef RPC_INTERNAL_H
+#define RPC_INTERNAL_H
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <pthread.h>
+
+#include "rpc.h"
+
+#define RPC_DEFAULT_MAX_MESSAGE (4u << 20)
+
+/* Both ends of a streaming call use this; ops complete on the call's own
+ * pluck queue so send and recv can block in different threads. */
+struct rpc_stream {
+    grpc_call *call;
+    grpc_completion_queue *cq;
+    int client;
+    int got_initial_md; /* client: RECV_INITIAL_METADATA done */
+    int failed;         /* an op failed: the call is over */
+    char tag_send, tag_recv, tag_end;
+    grpc_metadata_array initial_md;  /* client: received; server: request metadata */
+    grpc_metadata_array trailing_md; /* client */
+    grpc_status_code status;         /* client */
+    grpc_slice status_details;       /* client */
+    const char *error_string;        /* client */
+    int cancelled;                   /* server: RECV_CLOSE_ON_SERVER result */
+    /* server side */
+    gpr_timespec deadline;
+    struct rpc_server *srv;
+    int method;
+    pthread_t thread;
+    int done; /* handler thread finished (joinable) */
+    struct rpc_stream *next;
+};
+
+gpr_timespec rpc_deadline_ms(int64_t ms);
+/* Reads a PEM file into a NUL-terminated malloc'd string (<= 1 MiB). */
+char *rpc_read_pem(const char *path, sl_err *err);
+/* Channel args with message limits (and an optional target name override). */
+typedef struct rpc_args {
+    grpc_arg a[3];
+    grpc_channel_args args;
+} rpc_args;
+void rpc_args_init(rpc_args *ra, size_t max_message, const char *server_name);
+grpc_byte_buffer *rpc_bb_from_iov(const rpc_iov *iov, int n);
+/* Moves bb's bytes into b and destroys bb. */
+void rpc_buf_from_bb(grpc_byte_buffer *bb, rpc_buf *b);
+void rpc_peer_from_call(grpc_call *call, rpc_peer *p);
+/* Waits for `tag` on a pluck queue; returns its success flag. */
+int rpc_pluck(grpc_completion_queue *cq, void *tag);
+/* Shuts down, drains and destroys a pluck queue. */
+void rpc_cq_destroy_pluck(grpc_completion_queue *cq);
+int rpc_batch(grpc_call *call, const grpc_op *ops, size_t n, void *tag, sl_err *err);
+
+#endif
