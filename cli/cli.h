@@ -7,5 +7,10 @@
 
 int cmd_version(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+/* trust (issue #6) */
+int cmd_certs(int argc, char **argv);
+int cmd_coordinator(int argc, char **argv);
+int cmd_device(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 
 #endif

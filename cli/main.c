@@ -13,6 +13,10 @@ typedef struct command {
 
 /* One row per subcommand; `skyloom help` prints them in this order. */
 static const command commands[] = {
+    {"certs", cmd_certs, "site PKI: CA, enrollment tokens, revocation, show"},
+    {"coordinator", cmd_coordinator, "run the coordinator (enrollment, device registry)"},
+    {"device", cmd_device, "run the agent on a device: enroll, heartbeat"},
+    {"status", cmd_status, "list the devices a coordinator knows"},
     {"profile", cmd_profile, "show this machine's topology and compute backends"},
     {"version", cmd_version, "show version, libraries and what this machine has"},
 };

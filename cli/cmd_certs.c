@@ -1,0 +1,120 @@
+/* skyloom certs: the site PKI (init, token, revoke, show). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cert.h"
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: skyloom certs init   --pki DIR [--name N] [--san IP:A,DNS:B,...]\n"
+    "       skyloom certs token  --pki DIR --site S [--ttl 1h] [--json]\n"
+    "       skyloom certs revoke --pki DIR DEVICE_ID\n"
+    "       skyloom certs show   FILE [--json]\n\n"
+    "init    makes the project CA (EC P-256), the coordinator's certificate (SANs:\n"
+    "        localhost, 127.0.0.1 and --san) and an admin client certificate for\n"
+    "        skyloom status. Private keys are written 0600; existing files are never\n"
+    "        overwritten.\n"
+    "token   prints a one-time enrollment token for a device of site S. The token\n"
+    "        carries the CA's SHA-256 fingerprint; only its hash is kept, in DIR/spool,\n"
+    "        until the coordinator (started with the same --pki) imports it.\n"
+    "revoke  queues the revocation of a device id; the coordinator imports it on its\n"
+    "        next call and refuses the device from then on.\n"
+    "show    prints the certificates in a PEM file.\n";
+
+/* Parses "--opt value" pairs; positional arguments go to pos. */
+typedef struct opts {
+    const char *pki, *name, *san, *site, *ttl, *pos;
+    int json, npos;
+} opts;
+
+static int parse(int argc, char **argv, opts *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = !strcmp(a, "--pki")    ? &o->pki
+                           : !strcmp(a, "--name") ? &o->name
+                           : !strcmp(a, "--san")  ? &o->san
+                           : !strcmp(a, "--site") ? &o->site
+                           : !strcmp(a, "--ttl")  ? &o->ttl
+                                                  : NULL;
+        if (dst) {
+            if (i + 1 >= argc)
+                return sl_cli_fail("certs", 2, "%s needs a value", a);
+            *dst = argv[++i];
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else if (a[0] == '-' && a[1]) {
+            return sl_cli_fail("certs", 2, "unknown option '%s'", a);
+        } else {
+            o->pos = a;
+            o->npos++;
+        }
+    }
+    return 0;
+}
+
+int cmd_certs(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(usage_text, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+    const char *sub = argv[1];
+    opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc;
+    sl_err err = {0};
+    if (!strcmp(sub, "show")) {
+        if (o.npos != 1)
+            return sl_cli_fail("certs", 2, "show needs exactly one FILE");
+        if (cert_show(o.pos, o.json, stdout, &err))
+            return sl_cli_fail("certs", 1, "%s", err.msg);
+        return 0;
+    }
+    if (!o.pki)
+        return sl_cli_fail("certs", 2, "%s needs --pki DIR", sub);
+    if (!strcmp(sub, "init")) {
+        if (o.npos)
+            return sl_cli_fail("certs", 2, "unexpected argument '%s'", o.pos);
+        if (cert_pki_init(o.pki, o.name, o.san, &err))
+            return sl_cli_fail("certs", 1, "%s", err.msg);
+        char p[4200];
+        snprintf(p, sizeof p, "%s/ca.crt", o.pki);
+        printf("PKI created in %s\n", o.pki);
+        return cert_show(p, 0, stdout, &err) ? sl_cli_fail("certs", 1, "%s", err.msg) : 0;
+    }
+    if (!strcmp(sub, "token")) {
+        if (!o.site)
+            return sl_cli_fail("certs", 2, "token needs --site S");
+        int64_t ttl = 3600;
+        if (o.ttl && sl_parse_duration("--ttl", o.ttl, &ttl, &err))
+            return sl_cli_fail("certs", 2, "%s", err.msg);
+        if (ttl < 1 || ttl > 30 * 86400)
+            return sl_cli_fail("certs", 2, "--ttl must be between 1s and 30d");
+        char tok[CERT_TOKEN_LEN];
+        if (cert_token_create(o.pki, o.site, ttl, tok, &err))
+            return sl_cli_fail("certs", 1, "%s", err.msg);
+        if (o.json)
+            printf("{\"token\": \"%s\", \"site\": \"%s\", \"ttl_s\": %lld}\n", tok, o.site,
+                   (long long)ttl);
+        else
+            printf("%s\n", tok);
+        return 0;
+    }
+    if (!strcmp(sub, "revoke")) {
+        if (o.npos != 1)
+            return sl_cli_fail("certs", 2, "revoke needs exactly one DEVICE_ID");
+        if (cert_revoke(o.pki, o.pos, &err))
+            return sl_cli_fail("certs", err.code == SL_EINVAL ? 2 : 1, "%s", err.msg);
+        printf("revocation of %s queued for the coordinator\n", o.pos);
+        return 0;
+    }
+    return sl_cli_fail("certs", 2, "unknown subcommand '%s' (init, token, revoke, show)", sub);
+}

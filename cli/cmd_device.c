@@ -1,0 +1,93 @@
+/* skyloom device: the agent on a node (enrollment and heartbeats for now). */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "dev_agent.h"
+#include "sl_log.h"
+
+static volatile sig_atomic_t stop_flag;
+static void on_signal(int sig) { stop_flag = sig; }
+
+int cmd_device(int argc, char **argv)
+{
+    dev_agent_opts o = {0};
+    int once = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: skyloom device --coordinator HOST:PORT --state DIR --site S\n"
+                   "                      [--token TOKEN] [--name N] [--once]\n\n"
+                   "Joins a coordinator. The first start needs a one-time --token (from\n"
+                   "skyloom certs token): the device makes its own key in DIR, pins the CA by\n"
+                   "the token's fingerprint, sends a CSR and stores the certificate it gets.\n"
+                   "Later starts use the stored certificate. Then it heartbeats (with its\n"
+                   "hardware profile first) until SIGINT/SIGTERM; --once sends one heartbeat\n"
+                   "and exits.\n");
+            return 0;
+        }
+        if (!strcmp(a, "--once")) {
+            once = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return sl_cli_fail("device", 2, "unknown option or missing value '%s'", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "--coordinator"))
+            o.coordinator = v;
+        else if (!strcmp(a, "--token"))
+            o.token = v;
+        else if (!strcmp(a, "--state"))
+            o.state = v;
+        else if (!strcmp(a, "--site"))
+            o.site = v;
+        else if (!strcmp(a, "--name"))
+            o.name = v;
+        else
+            return sl_cli_fail("device", 2, "unknown option '%s'", a);
+    }
+    if (!o.coordinator || !o.state || !o.site)
+        return sl_cli_fail("device", 2, "--coordinator, --state and --site are required");
+    rpc_global_init();
+    sl_err err = {0};
+    int status = 0;
+    dev_agent *a = dev_agent_open(&o, &err);
+    if (!a) {
+        status = sl_cli_fail("device", 1, "%s", err.msg);
+    } else {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        printf("device %s\n", dev_agent_id(a));
+        fflush(stdout);
+        while (!stop_flag) {
+            rpc_status st;
+            int code = dev_agent_heartbeat(a, &st);
+            if (code == RPC_UNAUTHENTICATED || code == RPC_PERMISSION_DENIED) {
+                status = sl_cli_fail("device", 1, "coordinator refused %s: %s: %s",
+                                     dev_agent_id(a), rpc_code_name(code), st.details);
+                break;
+            }
+            if (code != RPC_OK) {
+                sl_log_warn("device: heartbeat failed", "code=%s reason=\"%s\"",
+                            rpc_code_name(code), st.details);
+                if (once) {
+                    status = sl_cli_fail("device", 1, "heartbeat failed: %s: %s",
+                                         rpc_code_name(code), st.details);
+                    break;
+                }
+            }
+            if (once)
+                break;
+            for (unsigned t = 0; t < dev_agent_heartbeat_ms(a) && !stop_flag; t += 50)
+                usleep(50 * 1000);
+        }
+        dev_agent_close(a);
+    }
+    rpc_global_shutdown();
+    return status;
+}

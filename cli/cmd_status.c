@@ -1,0 +1,110 @@
+/* skyloom status: the devices a coordinator knows, asked with the admin certificate. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cert.h"
+#include "cli.h"
+#include "rpc.h"
+#include "skyloom.pb-c.h"
+
+static json_t *profile_json(const Skyloom__V1__DeviceProfile *p)
+{
+    if (!p)
+        return json_null();
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:b, s:s}", "cpu_model", p->cpu_model, "cores",
+                     (json_int_t)p->cores, "pus", (json_int_t)p->pus, "memory_bytes",
+                     (json_int_t)p->memory_bytes, "l3_bytes", (json_int_t)p->l3_bytes, "cuda",
+                     p->cuda, "gpu", p->gpu_name);
+}
+
+int cmd_status(int argc, char **argv)
+{
+    const char *target = NULL, *pki = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: skyloom status --coordinator HOST:PORT --pki DIR [--json]\n\n"
+                   "Lists the devices a coordinator has enrolled: site, state (online,\n"
+                   "offline, revoked), last heartbeat and a profile summary. Authenticates\n"
+                   "with DIR/admin.crt from skyloom certs init.\n");
+            return 0;
+        }
+        if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--coordinator") && i + 1 < argc)
+            target = argv[++i];
+        else if (!strcmp(a, "--pki") && i + 1 < argc)
+            pki = argv[++i];
+        else
+            return sl_cli_fail("status", 2, "unknown option or missing value '%s'", a);
+    }
+    if (!target || !pki)
+        return sl_cli_fail("status", 2, "--coordinator and --pki are required");
+    char ca[4200], crt[4200], key[4200];
+    sl_err err = {0};
+    if (cert_path(ca, sizeof ca, pki, "ca.crt", &err) ||
+        cert_path(crt, sizeof crt, pki, "admin.crt", &err) ||
+        cert_path(key, sizeof key, pki, "admin.key", &err))
+        return sl_cli_fail("status", 2, "%s", err.msg);
+    rpc_global_init();
+    int status = 0;
+    rpc_channel_opts co = {.target = target, .tls = {ca, crt, key}};
+    rpc_channel *ch = rpc_channel_create(&co, &err);
+    Skyloom__V1__ListDevicesResponse *r = NULL;
+    if (!ch) {
+        status = sl_cli_fail("status", 1, "%s", err.msg);
+    } else {
+        Skyloom__V1__ListDevicesRequest req = SKYLOOM__V1__LIST_DEVICES_REQUEST__INIT;
+        rpc_status st;
+        int code = rpc_call_pb(ch, RPC_M_LIST_DEVICES, &req,
+                               &skyloom__v1__list_devices_response__descriptor, (void **)&r, 10000,
+                               &st);
+        if (code != RPC_OK)
+            status = sl_cli_fail("status", 1, "%s: %s: %s", target, rpc_code_name(code), st.details);
+    }
+    if (r && json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < r->n_devices; i++) {
+            Skyloom__V1__DeviceInfo *d = r->devices[i];
+            json_array_append_new(
+                arr, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o}", "device_id", d->device_id,
+                               "site", d->site, "name", d->name, "state", d->state,
+                               "enrolled_at", (json_int_t)d->enrolled_at, "last_heartbeat",
+                               (json_int_t)d->last_heartbeat, "profile",
+                               profile_json(d->profile)));
+        }
+        json_t *o = json_pack("{s:s, s:o}", "coordinator", target, "devices", arr);
+        char *s = json_dumps(o, JSON_INDENT(2));
+        printf("%s\n", s);
+        free(s);
+        json_decref(o);
+    } else if (r) {
+        printf("%-18s %-12s %-8s %-20s %s\n", "DEVICE", "SITE", "STATE", "LAST HEARTBEAT",
+               "PROFILE");
+        for (size_t i = 0; i < r->n_devices; i++) {
+            Skyloom__V1__DeviceInfo *d = r->devices[i];
+            char when[32] = "never";
+            if (d->last_heartbeat) {
+                time_t t = (time_t)d->last_heartbeat;
+                struct tm tm;
+                gmtime_r(&t, &tm);
+                strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+            }
+            char prof[160] = "-";
+            if (d->profile)
+                snprintf(prof, sizeof prof, "%u cores, %.1f GiB, %s", d->profile->cores,
+                         (double)d->profile->memory_bytes / (1u << 30),
+                         d->profile->cuda ? d->profile->gpu_name : "no GPU");
+            printf("%-18s %-12s %-8s %-20s %s\n", d->device_id, d->site, d->state, when, prof);
+        }
+        if (r->n_devices == 0)
+            printf("(no devices enrolled)\n");
+    }
+    rpc_unpacked_free(r);
+    rpc_channel_destroy(ch);
+    rpc_global_shutdown();
+    return status;
+}
