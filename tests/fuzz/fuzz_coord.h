@@ -1,0 +1,161 @@
+/* fuzz_coord.h - a coordinator without a network for the fuzz targets: a
+ * temporary PKI and state, opened on the first input, closed at exit. The
+ * spool holds one token with a known secret (all '1') for site "lab". */
+#ifndef FUZZ_COORD_H
+#define FUZZ_COORD_H
+
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cert.h"
+#include "coord.h"
+#include "rpc.h"
+#include "sl_log.h"
+
+static coord *fz_coord;
+static char fz_root[128];
+static char fz_device[CERT_ID_LEN]; /* an enrolled device id */
+
+static int fz_rm(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void fz_done(void)
+{
+    coord_close(fz_coord);
+    nftw(fz_root, fz_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void fz_die(const char *what, const char *msg)
+{
+    fprintf(stderr, "fuzz setup: %s: %s\n", what, msg);
+    abort();
+}
+
+static coord *fz_get(void)
+{
+    if (fz_coord)
+        return fz_coord;
+    sl_log_set_level(SL_LOG_OFF);
+    snprintf(fz_root, sizeof fz_root, "/tmp/skyloom-fuzz-XXXXXX");
+    if (!mkdtemp(fz_root))
+        fz_die("mkdtemp", "failed");
+    char pki[256], state[256], p[512];
+    snprintf(pki, sizeof pki, "%s/pki", fz_root);
+    snprintf(state, sizeof state, "%s/state", fz_root);
+    sl_err err = {0};
+    if (cert_pki_init(pki, NULL, NULL, &err))
+        fz_die("cert_pki_init", err.msg);
+    char secret[65], hash[CERT_HEX_LEN];
+    memset(secret, '1', 64);
+    secret[64] = 0;
+    cert_token_hash(secret, hash);
+    snprintf(p, sizeof p, "%s/spool/token-%s", pki, hash);
+    FILE *f = fopen(p, "w");
+    if (!f)
+        fz_die("spool", p);
+    fprintf(f, "lab 4000000000\n");
+    fclose(f);
+    coord_opts o = {.listen = "127.0.0.1:0", .pki = pki, .state = state};
+    if (!(fz_coord = coord_open(&o, &err)))
+        fz_die("coord_open", err.msg);
+    /* One enrolled device, so that the device paths of the checks are reached. */
+    snprintf(p, sizeof p, "%s/dev.key", fz_root);
+    uint8_t *csr;
+    size_t len;
+    if (cert_key_generate(p, &err) || cert_key_device_id(p, fz_device, &err) ||
+        cert_csr_create(p, "x", &csr, &len, &err))
+        fz_die("device key", err.msg);
+    char tok[CERT_TOKEN_LEN];
+    if (cert_token_create(pki, "lab", 3600, tok, &err))
+        fz_die("token", err.msg);
+    cert_token t;
+    cert_token_parse(tok, &t, NULL);
+    /* EnrollRequest by hand: token (1), csr_der (2), site (3). */
+    size_t n = 0;
+    uint8_t *req = malloc(len + 128);
+    req[n++] = 0x0a;
+    req[n++] = 64;
+    memcpy(req + n, t.secret, 64);
+    n += 64;
+    req[n++] = 0x12;
+    size_t v = len;
+    do {
+        req[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    memcpy(req + n, csr, len);
+    n += len;
+    req[n++] = 0x1a;
+    req[n++] = 3;
+    memcpy(req + n, "lab", 3);
+    n += 3;
+    rpc_peer peer = {0};
+    rpc_buf resp = {0};
+    rpc_status st = {0};
+    if (coord_handle_enroll(fz_coord, &peer, req, n, &resp, &st) != RPC_OK)
+        fz_die("enroll", st.details);
+    rpc_buf_free(&resp);
+    free(req);
+    free(csr);
+    atexit(fz_done);
+    return fz_coord;
+}
+
+/* The caller's identity from the first input byte: nobody, the admin, the
+ * enrolled device, another device id, or a name that is not a device. */
+static size_t fz_peer(const uint8_t *data, size_t size, rpc_peer *peer)
+{
+    memset(peer, 0, sizeof *peer);
+    if (size == 0)
+        return 0;
+    switch (data[0] % 5) {
+    case 0:
+        break;
+    case 1:
+        peer->authenticated = 1;
+        snprintf(peer->identity, sizeof peer->identity, "%s", CERT_ADMIN_CN);
+        break;
+    case 2:
+        peer->authenticated = 1;
+        snprintf(peer->identity, sizeof peer->identity, "%s", fz_device);
+        break;
+    case 3:
+        peer->authenticated = 1;
+        snprintf(peer->identity, sizeof peer->identity, "d0123456789abcdef");
+        break;
+    default:
+        peer->authenticated = 1;
+        snprintf(peer->identity, sizeof peer->identity, "skyloom-coordinator");
+    }
+    return 1;
+}
+
+/* Runs one handler over the input; a reply must only come with RPC_OK. */
+static void fz_run(int (*h)(void *, const rpc_peer *, const uint8_t *, size_t, rpc_buf *,
+                            rpc_status *),
+                   const uint8_t *data, size_t size)
+{
+    coord *c = fz_get();
+    rpc_peer peer;
+    size_t skip = fz_peer(data, size, &peer);
+    rpc_buf resp = {0};
+    rpc_status st = {0};
+    int code = h(c, &peer, data + skip, size - skip, &resp, &st);
+    if (code != RPC_OK && (resp.data || !st.details[0])) {
+        fprintf(stderr, "refusal with a reply or without a reason (code %d)\n", code);
+        abort();
+    }
+    rpc_buf_free(&resp);
+}
+
+#endif
