@@ -23,7 +23,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         atexit(fz_ca_done);
     }
     char id[CERT_ID_LEN], *pem = NULL;
-    if (cert_ca_sign_csr(fz_ca, data, size, "lab", 1, id, &pem, NULL) == 0) {
+    size_t len;
+    uint8_t *csr = fz_mutated_csr(data, size, &len);
+    int rc = cert_ca_sign_csr(fz_ca, csr, len, "lab", 1, id, &pem, NULL);
+    free(csr);
+    if (rc == 0) {
         if (!cert_valid_device_id(id) || !pem)
             abort();
         free(pem);

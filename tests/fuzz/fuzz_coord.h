@@ -20,6 +20,8 @@
 static coord *fz_coord;
 static char fz_root[128];
 static char fz_device[CERT_ID_LEN]; /* an enrolled device id */
+static uint8_t *fz_csr;             /* a valid CSR (of another key) to mutate */
+static size_t fz_csr_len;
 
 static int fz_rm(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -31,6 +33,7 @@ static int fz_rm(const char *p, const struct stat *sb, int flag, struct FTW *ftw
 
 static void fz_done(void)
 {
+    free(fz_csr);
     coord_close(fz_coord);
     nftw(fz_root, fz_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
@@ -107,6 +110,9 @@ static coord *fz_get(void)
     rpc_buf_free(&resp);
     free(req);
     free(csr);
+    snprintf(p, sizeof p, "%s/other.key", fz_root);
+    if (cert_key_generate(p, &err) || cert_csr_create(p, "y", &fz_csr, &fz_csr_len, &err))
+        fz_die("csr", err.msg);
     atexit(fz_done);
     return fz_coord;
 }
@@ -138,6 +144,29 @@ static size_t fz_peer(const uint8_t *data, size_t size, rpc_peer *peer)
         snprintf(peer->identity, sizeof peer->identity, "skyloom-coordinator");
     }
     return 1;
+}
+
+/* A CSR to test from the input: a valid one with bytes of the input written
+ * over it at an offset the input picks (the parsers are reached far more
+ * often than from random bytes), or truncated, or the input itself. */
+static uint8_t *fz_mutated_csr(const uint8_t *data, size_t size, size_t *len)
+{
+    uint8_t *out = malloc(fz_csr_len + size + 1);
+    if (size < 3 || data[0] % 3 == 0) {
+        memcpy(out, data, size);
+        *len = size;
+    } else {
+        memcpy(out, fz_csr, fz_csr_len);
+        size_t off = ((size_t)data[1] | (size_t)data[2] << 8) % fz_csr_len;
+        if (data[0] % 3 == 1) {
+            size_t n = size - 3 < fz_csr_len - off ? size - 3 : fz_csr_len - off;
+            memcpy(out + off, data + 3, n);
+            *len = fz_csr_len;
+        } else {
+            *len = off;
+        }
+    }
+    return out;
 }
 
 /* Runs one handler over the input; a reply must only come with RPC_OK. */
