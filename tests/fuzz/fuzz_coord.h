@@ -23,7 +23,7 @@ static char fz_device[CERT_ID_LEN]; /* an enrolled device id */
 static uint8_t *fz_csr;             /* a valid CSR (of another key) to mutate */
 static size_t fz_csr_len;
 
-static int fz_rm(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+static inline int fz_rm(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
     (void)flag;
@@ -31,20 +31,20 @@ static int fz_rm(const char *p, const struct stat *sb, int flag, struct FTW *ftw
     return remove(p);
 }
 
-static void fz_done(void)
+static inline void fz_done(void)
 {
     free(fz_csr);
     coord_close(fz_coord);
     nftw(fz_root, fz_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static void fz_die(const char *what, const char *msg)
+static inline void fz_die(const char *what, const char *msg)
 {
     fprintf(stderr, "fuzz setup: %s: %s\n", what, msg);
     abort();
 }
 
-static coord *fz_get(void)
+static inline coord *fz_get(void)
 {
     if (fz_coord)
         return fz_coord;
@@ -119,7 +119,7 @@ static coord *fz_get(void)
 
 /* The caller's identity from the first input byte: nobody, the admin, the
  * enrolled device, another device id, or a name that is not a device. */
-static size_t fz_peer(const uint8_t *data, size_t size, rpc_peer *peer)
+static inline size_t fz_peer(const uint8_t *data, size_t size, rpc_peer *peer)
 {
     memset(peer, 0, sizeof *peer);
     if (size == 0)
@@ -149,7 +149,7 @@ static size_t fz_peer(const uint8_t *data, size_t size, rpc_peer *peer)
 /* A CSR to test from the input: a valid one with bytes of the input written
  * over it at an offset the input picks (the parsers are reached far more
  * often than from random bytes), or truncated, or the input itself. */
-static uint8_t *fz_mutated_csr(const uint8_t *data, size_t size, size_t *len)
+static inline uint8_t *fz_mutated_csr(const uint8_t *data, size_t size, size_t *len)
 {
     uint8_t *out = malloc(fz_csr_len + size + 1);
     if (size < 3 || data[0] % 3 == 0) {
@@ -170,7 +170,7 @@ static uint8_t *fz_mutated_csr(const uint8_t *data, size_t size, size_t *len)
 }
 
 /* Runs one handler over the input; a reply must only come with RPC_OK. */
-static void fz_run(int (*h)(void *, const rpc_peer *, const uint8_t *, size_t, rpc_buf *,
+static inline void fz_run(int (*h)(void *, const rpc_peer *, const uint8_t *, size_t, rpc_buf *,
                             rpc_status *),
                    const uint8_t *data, size_t size)
 {
