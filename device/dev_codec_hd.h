@@ -5,8 +5,9 @@
  * fp16: IEEE binary16, round to nearest even, subnormals kept, overflow to
  *       infinity, NaN stays NaN (quiet).
  * bf16: the top 16 bits of an f32, round to nearest even, NaN stays NaN.
- * int8: q = round_half_even(x / scale) clamped to [-127, 127], scale =
- *       absmax(row) / 127; x' = q * scale, so |x - x'| <= scale / 2. */
+ * int8: q = round_half_even(x / scale) in [-127, 127], scale = absmax(row) /
+ *       127 rounded up; x' = q * scale, so |x - x'| <= scale / 2 (plus the
+ *       f32 rounding of x / scale and q * scale: < 3e-5 of scale / 2). */
 #ifndef DEV_CODEC_HD_H
 #define DEV_CODEC_HD_H
 
@@ -133,10 +134,16 @@ SL_HD float dev_rint_small(float v)
     return (v + magic) - magic;
 }
 
-/* The scale for a row whose largest magnitude is absmax (finite, >= 0). */
+/* The scale for a row whose largest magnitude is absmax (finite, >= 0):
+ * absmax / 127 rounded up, so that absmax / scale <= 127 and no value is
+ * clamped. (Rounded to nearest, a subnormal scale can land far below
+ * absmax / 127 and clamping would then break the scale / 2 bound.) */
 SL_HD float dev_q8_scale(float absmax)
 {
-    return absmax / 127.0f;
+    float s = absmax / 127.0f;
+    if ((double)s * 127.0 < (double)absmax) /* exact in double */
+        s = dev_bits_f32(dev_f32_bits(s) + 1u);
+    return s;
 }
 
 SL_HD int8_t dev_q8(float x, float scale)
