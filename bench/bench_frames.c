@@ -4,7 +4,7 @@
  * is the median of REPS runs. Throughput is in MB/s of the f32 tensor
  * (4.19 MB), whatever the codec, so rows compare directly.
  *
- *   bench_frames [reps]      (default 9) */
+ *   bench_frames [reps]      (default 15, at most 64) */
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,9 +47,9 @@ static void die(const char *what, const sl_err *err)
 
 int main(int argc, char **argv)
 {
-    int reps = argc > 1 ? atoi(argv[1]) : 9;
+    int reps = argc > 1 ? atoi(argv[1]) : 15;
     if (reps < 1 || reps > MAX_REPS)
-        reps = 9;
+        reps = 15;
     float *x = sl_xaligned_alloc(N * sizeof(float)), *y = sl_xaligned_alloc(N * sizeof(float));
     for (size_t i = 0; i < N; i++)
         x[i] = sl_rng_normal(1, 2, i);
@@ -65,50 +65,30 @@ int main(int argc, char **argv)
     if (dev_kx_keypair_from_seed(&kb, seed, &err) < 0)
         die("keys", &err);
 
-    printf("tensor %d x %d x %d f32 (%.2f MB), single thread, median of %d runs\n\n", D0, D1, D2,
-           N * sizeof(float) / 1e6, reps);
-    printf("| codec | wire bytes | vs none | encode MB/s | decode MB/s | frame+seal MB/s | "
-           "open+frame MB/s | plain frame MB/s (enc / dec) |\n");
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    size_t none_bytes = 0;
-    for (int codec = 0; codec < DEV_CODEC_COUNT; codec++) {
-        int dir = codec == DEV_CODEC_TOPK ? DEV_DIR_GRADIENT : DEV_DIR_ACTIVATION;
-        uint32_t k = codec == DEV_CODEC_TOPK ? (uint32_t)dev_topk_k(N, 0.01) : 0;
-        size_t plen;
-        if (dev_codec_payload_len(codec, N, D2, k, &plen, &err) < 0)
-            die("payload size", &err);
-        dev_topk_ef ef;
-        if (codec == DEV_CODEC_TOPK && dev_topk_ef_init(&ef, N, &err) < 0)
-            die("topk state", &err);
-        dev_topk_ef *efp = codec == DEV_CODEC_TOPK ? &ef : NULL;
-        double t_enc[MAX_REPS], t_dec[MAX_REPS], t_fs[MAX_REPS], t_of[MAX_REPS], t_pe[MAX_REPS],
-            t_pd[MAX_REPS];
-        size_t wire_len = 0;
+    /* Per codec: a plain and a sealed link and its topk state. The repetitions
+     * are the outer loop, so a burst of load elsewhere on the machine hits
+     * every codec alike and the ratios between rows stay fair. */
+    enum { M_ENC, M_DEC, M_SEAL, M_OPEN, M_PENC, M_PDEC, M_COUNT };
+    static double t[DEV_CODEC_COUNT][M_COUNT][MAX_REPS];
+    dev_link_tx tx[DEV_CODEC_COUNT][2];
+    dev_link_rx rx[DEV_CODEC_COUNT][2];
+    dev_topk_ef ef;
+    size_t wire_len[DEV_CODEC_COUNT] = {0};
+    if (dev_topk_ef_init(&ef, N, &err) < 0)
+        die("topk state", &err);
+    for (int codec = 0; codec < DEV_CODEC_COUNT; codec++)
         for (int sealed = 0; sealed <= 1; sealed++) {
             dev_link_cfg cfg = {.job_id = 1, .epoch = 1, .from_stage = 0, .to_stage = 1,
                                 .sealed = sealed};
-            dev_link_tx tx;
-            dev_link_rx rx;
-            if (dev_link_tx_init(&tx, &cfg, &ka, kb.pk, &err) < 0 ||
-                dev_link_rx_init(&rx, &cfg, &kb, ka.pk, &err) < 0)
+            if (dev_link_tx_init(&tx[codec][sealed], &cfg, &ka, kb.pk, &err) < 0 ||
+                dev_link_rx_init(&rx[codec][sealed], &cfg, &kb, ka.pk, &err) < 0)
                 die("link", &err);
-            for (int r = 0; r < reps; r++) {
-                dev_frame_hdr h = {.direction = (uint8_t)dir, .codec = (uint8_t)codec, .ndim = 3,
-                                   .dims = {D0, D1, D2}, .k = k};
-                uint64_t t0 = sl_now_ns();
-                if (dev_frame_encode(&tx, &h, x, efp, wire, cap, &wire_len, &err) < 0)
-                    die("encode", &err);
-                uint64_t t1 = sl_now_ns();
-                if (dev_frame_decode(&rx, wire, wire_len, &h, y, N, &err) < 0)
-                    die("decode", &err);
-                uint64_t t2 = sl_now_ns();
-                (sealed ? t_fs : t_pe)[r] = (double)(t1 - t0) * 1e-9;
-                (sealed ? t_of : t_pd)[r] = (double)(t2 - t1) * 1e-9;
-            }
-            dev_link_tx_free(&tx);
-            dev_link_rx_free(&rx);
         }
-        for (int r = 0; r < reps; r++) {
+    for (int r = 0; r < reps; r++) {
+        for (int codec = 0; codec < DEV_CODEC_COUNT; codec++) {
+            int dir = codec == DEV_CODEC_TOPK ? DEV_DIR_GRADIENT : DEV_DIR_ACTIVATION;
+            uint32_t k = codec == DEV_CODEC_TOPK ? (uint32_t)dev_topk_k(N, 0.01) : 0;
+            dev_topk_ef *efp = codec == DEV_CODEC_TOPK ? &ef : NULL;
             uint64_t t0 = sl_now_ns();
             if (dev_codec_encode(codec, x, N, D2, k, efp, payload, &err) < 0)
                 die("codec encode", &err);
@@ -116,19 +96,42 @@ int main(int argc, char **argv)
             if (dev_codec_decode(codec, payload, N, D2, k, y, &err) < 0)
                 die("codec decode", &err);
             uint64_t t2 = sl_now_ns();
-            t_enc[r] = (double)(t1 - t0) * 1e-9;
-            t_dec[r] = (double)(t2 - t1) * 1e-9;
+            t[codec][M_ENC][r] = (double)(t1 - t0) * 1e-9;
+            t[codec][M_DEC][r] = (double)(t2 - t1) * 1e-9;
+            for (int sealed = 0; sealed <= 1; sealed++) {
+                dev_frame_hdr h = {.direction = (uint8_t)dir, .codec = (uint8_t)codec, .ndim = 3,
+                                   .dims = {D0, D1, D2}, .k = k};
+                t0 = sl_now_ns();
+                if (dev_frame_encode(&tx[codec][sealed], &h, x, efp, wire, cap, &wire_len[codec],
+                                     &err) < 0)
+                    die("encode", &err);
+                t1 = sl_now_ns();
+                if (dev_frame_decode(&rx[codec][sealed], wire, wire_len[codec], &h, y, N, &err) < 0)
+                    die("decode", &err);
+                t2 = sl_now_ns();
+                t[codec][sealed ? M_SEAL : M_PENC][r] = (double)(t1 - t0) * 1e-9;
+                t[codec][sealed ? M_OPEN : M_PDEC][r] = (double)(t2 - t1) * 1e-9;
+            }
         }
-        if (codec == DEV_CODEC_NONE)
-            none_bytes = wire_len;
-        printf("| %s%s | %zu | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f / %.0f |\n",
-               dev_codec_name(codec), codec == DEV_CODEC_TOPK ? " 1%" : "", wire_len,
-               (double)none_bytes / (double)wire_len, mbps(median(t_enc, reps)),
-               mbps(median(t_dec, reps)), mbps(median(t_fs, reps)), mbps(median(t_of, reps)),
-               mbps(median(t_pe, reps)), mbps(median(t_pd, reps)));
-        if (efp)
-            dev_topk_ef_free(&ef);
     }
+    printf("tensor %d x %d x %d f32 (%.2f MB), single thread, median of %d runs\n\n", D0, D1, D2,
+           N * sizeof(float) / 1e6, reps);
+    printf("| codec | wire bytes | vs none | encode MB/s | decode MB/s | frame+seal MB/s | "
+           "open+frame MB/s | plain frame MB/s (enc / dec) |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int codec = 0; codec < DEV_CODEC_COUNT; codec++) {
+        printf("| %s%s | %zu | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f / %.0f |\n",
+               dev_codec_name(codec), codec == DEV_CODEC_TOPK ? " 1%" : "", wire_len[codec],
+               (double)wire_len[DEV_CODEC_NONE] / (double)wire_len[codec],
+               mbps(median(t[codec][M_ENC], reps)), mbps(median(t[codec][M_DEC], reps)),
+               mbps(median(t[codec][M_SEAL], reps)), mbps(median(t[codec][M_OPEN], reps)),
+               mbps(median(t[codec][M_PENC], reps)), mbps(median(t[codec][M_PDEC], reps)));
+        for (int sealed = 0; sealed <= 1; sealed++) {
+            dev_link_tx_free(&tx[codec][sealed]);
+            dev_link_rx_free(&rx[codec][sealed]);
+        }
+    }
+    dev_topk_ef_free(&ef);
 
     /* the AEAD alone on 4 MiB, for reference */
     uint8_t key[32] = {3}, nonce[24] = {0}, tag[16];
