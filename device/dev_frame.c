@@ -123,32 +123,34 @@ static int check_cfg(const dev_link_cfg *cfg, sl_err *err)
     return 0;
 }
 
+/* The part of tx and rx set-up they share: checked cfg and, when sealed,
+ * the keys of the direction (sending: self -> peer, else peer -> self). */
+static int link_setup(dev_link_cfg *dst, uint8_t key[32], uint8_t hdr_key[32],
+                      const dev_link_cfg *cfg, const dev_kx_keypair *self,
+                      const uint8_t peer_pk[32], int sending, sl_err *err)
+{
+    if (check_cfg(cfg, err) < 0)
+        return -1;
+    *dst = *cfg;
+    if (dst->max_payload == 0)
+        dst->max_payload = DEV_FRAME_DEFAULT_MAX_PAYLOAD;
+    if (cfg->sealed && derive_keys(cfg, self, peer_pk, sending, key, hdr_key, err) < 0)
+        return -1;
+    return 0;
+}
+
 int dev_link_tx_init(dev_link_tx *tx, const dev_link_cfg *cfg, const dev_kx_keypair *self,
                      const uint8_t peer_pk[32], sl_err *err)
 {
     memset(tx, 0, sizeof(*tx));
-    if (check_cfg(cfg, err) < 0)
-        return -1;
-    tx->cfg = *cfg;
-    if (tx->cfg.max_payload == 0)
-        tx->cfg.max_payload = DEV_FRAME_DEFAULT_MAX_PAYLOAD;
-    if (cfg->sealed && derive_keys(cfg, self, peer_pk, 1, tx->key, tx->hdr_key, err) < 0)
-        return -1;
-    return 0;
+    return link_setup(&tx->cfg, tx->key, tx->hdr_key, cfg, self, peer_pk, 1, err);
 }
 
 int dev_link_rx_init(dev_link_rx *rx, const dev_link_cfg *cfg, const dev_kx_keypair *self,
                      const uint8_t peer_pk[32], sl_err *err)
 {
     memset(rx, 0, sizeof(*rx));
-    if (check_cfg(cfg, err) < 0)
-        return -1;
-    rx->cfg = *cfg;
-    if (rx->cfg.max_payload == 0)
-        rx->cfg.max_payload = DEV_FRAME_DEFAULT_MAX_PAYLOAD;
-    if (cfg->sealed && derive_keys(cfg, self, peer_pk, 0, rx->key, rx->hdr_key, err) < 0)
-        return -1;
-    return 0;
+    return link_setup(&rx->cfg, rx->key, rx->hdr_key, cfg, self, peer_pk, 0, err);
 }
 
 void dev_link_tx_free(dev_link_tx *tx)
@@ -175,6 +177,16 @@ size_t dev_frame_elems(const dev_frame_hdr *h)
         n *= h->dims[i];
     }
     return (size_t)n;
+}
+
+int dev_frame_hdr_equal(const dev_frame_hdr *a, const dev_frame_hdr *b)
+{
+    return a->version == b->version && a->flags == b->flags && a->direction == b->direction &&
+           a->codec == b->codec && a->dtype == b->dtype && a->ndim == b->ndim &&
+           a->from_stage == b->from_stage && a->to_stage == b->to_stage &&
+           a->microbatch == b->microbatch && a->job_id == b->job_id && a->step == b->step &&
+           a->seq == b->seq && memcmp(a->dims, b->dims, sizeof(a->dims)) == 0 && a->k == b->k &&
+           a->payload_len == b->payload_len;
 }
 
 static void put_fields(uint8_t *p, const dev_frame_hdr *h)

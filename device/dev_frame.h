@@ -157,6 +157,8 @@ int dev_link_rx_init(dev_link_rx *rx, const dev_link_cfg *cfg, const dev_kx_keyp
 void dev_link_tx_free(dev_link_tx *tx);
 void dev_link_rx_free(dev_link_rx *rx);
 
+/* 1 if all fields are equal (field by field: the struct has padding). */
+int dev_frame_hdr_equal(const dev_frame_hdr *a, const dev_frame_hdr *b);
 /* Elements of the tensor a header describes (product of dims). */
 size_t dev_frame_elems(const dev_frame_hdr *h);
 /* Upper bound on the wire size of a frame for h's codec, shape and k,

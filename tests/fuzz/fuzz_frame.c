@@ -36,17 +36,6 @@ static dev_link_rx rx[2];
 static float in_vals[CAPF], out_vals[CAPF];
 static uint8_t frame[FRAME_CAP];
 
-/* Field by field: the struct has padding. */
-static int hdr_equal(const dev_frame_hdr *a, const dev_frame_hdr *b)
-{
-    return a->version == b->version && a->flags == b->flags && a->direction == b->direction &&
-           a->codec == b->codec && a->dtype == b->dtype && a->ndim == b->ndim &&
-           a->from_stage == b->from_stage && a->to_stage == b->to_stage &&
-           a->microbatch == b->microbatch && a->job_id == b->job_id && a->step == b->step &&
-           a->seq == b->seq && memcmp(a->dims, b->dims, sizeof(a->dims)) == 0 && a->k == b->k &&
-           a->payload_len == b->payload_len;
-}
-
 static void setup(void)
 {
     static int done;
@@ -160,7 +149,7 @@ static void round_trip(const uint8_t *data, size_t size)
     dev_frame_hdr g;
     rx[sealed].have_top = 0;
     REQUIRE(dev_frame_decode(&rx[sealed], frame, len, &g, out_vals, CAPF, &err) == 0);
-    REQUIRE(hdr_equal(&g, &h));
+    REQUIRE(dev_frame_hdr_equal(&g, &h));
     if (codec == DEV_CODEC_TOPK) {
         size_t kept = 0;
         float min_kept = INFINITY, max_dropped = 0;
