@@ -145,9 +145,10 @@ static int decode_int8(const uint8_t *in, size_t n, size_t cols, float *y, sl_er
  * (non-negative floats order like their bit patterns): three histogram passes
  * of 11, 10 and 10 bits fix the k-th largest magnitude exactly, a last pass
  * writes every index above it and the lowest-indexed ties at it. */
-static int encode_topk(const float *src, size_t n, size_t k, float *residual, uint8_t *out,
+static int encode_topk(const float *x, size_t n, size_t k, float *residual, uint8_t *out,
                        sl_err *err)
 {
+    const float *src = residual ? residual : x;
     static const int shift[3] = {20, 10, 0};
     static const uint32_t width[3] = {0x7ffu, 0x3ffu, 0x3ffu};
     uint32_t hist[2048];
@@ -155,14 +156,25 @@ static int encode_topk(const float *src, size_t n, size_t k, float *residual, ui
     size_t need = k;
     for (int p = 0; p < 3; p++) {
         memset(hist, 0, sizeof(hist));
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u = dev_f32_bits(src[i]) & 0x7fffffffu;
-            if ((u & mask) == prefix)
-                hist[(u >> shift[p]) & width[p]]++;
+        if (p == 0 && residual) { /* error feedback: residual += x, in the first pass */
+            for (size_t i = 0; i < n; i++) {
+                residual[i] += x[i];
+                hist[(dev_f32_bits(residual[i]) & 0x7fffffffu) >> 20]++;
+            }
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                uint32_t u = dev_f32_bits(src[i]) & 0x7fffffffu;
+                if ((u & mask) == prefix)
+                    hist[(u >> shift[p]) & width[p]]++;
+            }
         }
         if (p == 0 && (hist[0x7f8] | hist[0x7f9] | hist[0x7fa] | hist[0x7fb] | hist[0x7fc] |
-                       hist[0x7fd] | hist[0x7fe] | hist[0x7ff]))
-            return sl_err_set(err, SL_EINVAL, "codec topk: non-finite value");
+                       hist[0x7fd] | hist[0x7fe] | hist[0x7ff])) {
+            if (residual) /* it holds the non-finite sum now: start over */
+                memset(residual, 0, n * sizeof(float));
+            return sl_err_set(err, SL_EINVAL, "codec topk: non-finite value%s",
+                              residual ? " (error feedback reset)" : "");
+        }
         uint32_t b = width[p];
         size_t above = 0;
         while (above + hist[b] < need) {
@@ -242,12 +254,7 @@ int dev_codec_encode(int codec, const float *x, size_t n, size_t cols, size_t k,
             return sl_err_set(err, SL_EINVAL,
                               "codec topk: error feedback holds %zu values, tensor has %zu", ef->n,
                               n);
-        for (size_t i = 0; i < n; i++)
-            if (!(fabsf(x[i]) <= 3.402823466e+38f))
-                return sl_err_set(err, SL_EINVAL, "codec topk: non-finite value at %zu", i);
-        for (size_t i = 0; i < n; i++)
-            ef->residual[i] += x[i];
-        return encode_topk(ef->residual, n, k, ef->residual, out, err);
+        return encode_topk(x, n, k, ef->residual, out, err);
     }
     return sl_err_set(err, SL_EINVAL, "codec: unknown codec %d", codec);
 }

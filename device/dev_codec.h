@@ -52,7 +52,8 @@ void dev_topk_ef_reset(dev_topk_ef *ef);
 void dev_topk_ef_free(dev_topk_ef *ef);
 
 /* Encodes x[0..n) into out (exactly dev_codec_payload_len bytes). int8 and
- * topk refuse non-finite input. ef: topk error feedback or NULL. */
+ * topk refuse non-finite input (topk then also resets ef, which would hold
+ * the non-finite sum). ef: topk error feedback or NULL. */
 int dev_codec_encode(int codec, const float *x, size_t n, size_t cols, size_t k, dev_topk_ef *ef,
                      uint8_t *out, sl_err *err);
 /* Decodes a payload of exactly dev_codec_payload_len bytes into y[0..n).

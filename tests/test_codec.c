@@ -306,6 +306,14 @@ static void test_topk_error_feedback(void)
         worst = fmax(worst, fabs(sum_out[i] + ef.residual[i] - sum_in[i]));
     CHECKF(worst < 1e-4, "worst sum drift %g", worst);
 
+    /* a non-finite gradient is refused and leaves a clean state behind */
+    g[17] = NAN;
+    CHECK(dev_codec_encode(DEV_CODEC_TOPK, g, n, n, k, &ef, buf, &err) == -1);
+    carried = 0;
+    for (size_t i = 0; i < n; i++)
+        carried += fabs(ef.residual[i]);
+    CHECK(carried == 0);
+
     dev_topk_ef ef_small;
     CHECK(dev_topk_ef_init(&ef_small, n - 1, &err) == 0);
     CHECK(dev_codec_encode(DEV_CODEC_TOPK, g, n, n, k, &ef_small, buf, &err) == -1);
