@@ -4,6 +4,8 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 CUDA_BUILD ?= build-cuda
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 MESON_OPTS ?=
 PYTHON     ?= /usr/bin/python3
 # CI builds warning-free or not at all.
@@ -54,8 +56,36 @@ test-cuda: deps $(CUDA_BUILD)/build.ninja
 	@meson test -C $(CUDA_BUILD) --print-errorlogs --num-processes 2 || true
 	@$(PYTHON) scripts/test-summary.py $(CUDA_BUILD)/meson-logs/testlog.json
 
+# libFuzzer targets (tests/fuzz/meson.build): clang, coverage instrumentation
+# on all code, ASan+UBSan; each target runs FUZZ_SECONDS on its own corpus in
+# $(FUZZ_BUILD)/corpus/NAME (seeded from tests/fuzz/corpus/NAME and
+# tests/fuzz/regress/NAME when present). A crash stops the run and leaves its
+# input in $(FUZZ_BUILD)/crashes/: fix it and add the input to
+# tests/fuzz/regress/NAME/, which `make test` replays.
+$(FUZZ_BUILD)/build.ninja:
+	CC=clang meson setup $(FUZZ_BUILD) $(MESON_OPTS) -Dfuzz=true -Dcuda=disabled \
+	  -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link
+
+fuzz: deps $(FUZZ_BUILD)/build.ninja
+	ninja -C $(FUZZ_BUILD) fuzz-targets
+	@mkdir -p $(FUZZ_BUILD)/crashes
+	@set -e; for exe in $(FUZZ_BUILD)/tests/fuzz/fuzz_*; do \
+	  [ -f "$$exe" ] && [ -x "$$exe" ] || continue; \
+	  name=$${exe##*/fuzz_}; dirs=$(FUZZ_BUILD)/corpus/$$name; mkdir -p $$dirs; \
+	  for d in tests/fuzz/corpus/$$name tests/fuzz/regress/$$name; do if [ -d $$d ]; then dirs="$$dirs $$d"; fi; done; \
+	  echo "== fuzz_$$name for $(FUZZ_SECONDS) s (log: $(FUZZ_BUILD)/fuzz_$$name.log)"; \
+	  if UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $$exe -max_total_time=$(FUZZ_SECONDS) \
+	      -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crashes/$$name- $$dirs \
+	      >$(FUZZ_BUILD)/fuzz_$$name.log 2>&1; then \
+	    grep -E '^(Done|stat::(number_of_executed_units|new_units_added|peak_rss_mb))' $(FUZZ_BUILD)/fuzz_$$name.log; \
+	  else \
+	    tail -n 60 $(FUZZ_BUILD)/fuzz_$$name.log; \
+	    echo "fuzz_$$name: crash; the input is in $(FUZZ_BUILD)/crashes/"; exit 1; \
+	  fi; \
+	done
+
 bench: build
 	meson test -C $(BUILD) --benchmark --verbose --num-processes 1
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD) $(FUZZ_BUILD)

@@ -11,7 +11,7 @@ pkgs=(
   libopenblas-openmp-dev libopenblas0-openmp
   libsqlite3-dev libjansson-dev libutf8proc-dev
   python3-torch python3-numpy
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev libomp-dev
 )
 
 missing=()
