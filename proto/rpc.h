@@ -173,6 +173,19 @@ typedef struct rpc_iov {
 } rpc_iov;
 int rpc_stream_sendv(rpc_stream *s, const rpc_iov *iov, int n, sl_err *err);
 int rpc_stream_send(rpc_stream *s, const void *data, size_t len, sl_err *err);
+/* A message buffer owned by gRPC, to build a message in place (no copy on
+ * send). Fill data[0..cap), then send a range of it with rpc_stream_send_msg,
+ * which consumes the buffer; rpc_msg_free drops one that is not sent. */
+typedef struct rpc_msg {
+    uint8_t *data;
+    size_t cap;
+    void *slice_;
+} rpc_msg;
+void rpc_msg_alloc(rpc_msg *m, size_t cap);
+void rpc_msg_free(rpc_msg *m);
+int rpc_stream_send_msg(rpc_stream *s, rpc_msg *m, size_t off, size_t len, sl_err *err);
+/* Client: half-closes (no more sends); replies can still be received. */
+int rpc_stream_close_send(rpc_stream *s, sl_err *err);
 /* 1: a message in *msg; 0: the peer closed its side; -1: the call failed. */
 int rpc_stream_recv(rpc_stream *s, rpc_buf *msg, sl_err *err);
 /* Client: half-closes, waits for the server's status (returned, details in

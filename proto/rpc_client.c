@@ -180,11 +180,71 @@ rpc_stream *rpc_stream_open(rpc_channel *c, const char *method, int64_t timeout_
     return s;
 }
 
-int rpc_stream_sendv(rpc_stream *s, const rpc_iov *iov, int n, sl_err *err)
+void rpc_msg_alloc(rpc_msg *m, size_t cap)
 {
+    grpc_slice *sl = sl_xmalloc(sizeof *sl);
+    *sl = grpc_slice_malloc_large(cap ? cap : 1);
+    m->slice_ = sl;
+    m->data = GRPC_SLICE_START_PTR(*sl);
+    m->cap = cap;
+}
+
+void rpc_msg_free(rpc_msg *m)
+{
+    if (!m->slice_)
+        return;
+    grpc_slice_unref(*(grpc_slice *)m->slice_);
+    free(m->slice_);
+    memset(m, 0, sizeof *m);
+}
+
+static int send_bb(rpc_stream *s, grpc_byte_buffer *bb, sl_err *err);
+
+int rpc_stream_send_msg(rpc_stream *s, rpc_msg *m, size_t off, size_t len, sl_err *err)
+{
+    if (off > m->cap || len > m->cap - off) {
+        rpc_msg_free(m);
+        return sl_err_set(err, SL_EINVAL, "message range outside its buffer");
+    }
+    grpc_slice sub = grpc_slice_sub(*(grpc_slice *)m->slice_, off, off + len);
+    rpc_msg_free(m);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sub, 1);
+    grpc_slice_unref(sub);
+    return send_bb(s, bb, err);
+}
+
+int rpc_stream_close_send(rpc_stream *s, sl_err *err)
+{
+    if (!s->client || s->send_closed)
+        return 0;
     if (s->failed)
         return sl_err_set(err, SL_EIO, "stream is closed");
-    grpc_byte_buffer *bb = rpc_bb_from_iov(iov, n);
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    s->send_closed = 1;
+    if (rpc_batch(s->call, &op, 1, &s->tag_send, err) != 0)
+        return -1;
+    if (!rpc_pluck(s->cq, &s->tag_send)) {
+        s->failed = 1;
+        return sl_err_set(err, SL_EIO, "half-close failed: the call is over");
+    }
+    return 0;
+}
+
+int rpc_stream_sendv(rpc_stream *s, const rpc_iov *iov, int n, sl_err *err)
+{
+    if (s->failed) /* checked before the copy */
+        return sl_err_set(err, SL_EIO, "stream is closed");
+    return send_bb(s, rpc_bb_from_iov(iov, n), err);
+}
+
+static int send_bb(rpc_stream *s, grpc_byte_buffer *bb, sl_err *err)
+{
+    if (s->failed || s->send_closed) {
+        grpc_byte_buffer_destroy(bb);
+        return sl_err_set(err, SL_EIO, "stream is closed for sending");
+    }
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_SEND_MESSAGE;
@@ -237,11 +297,7 @@ int rpc_stream_recv(rpc_stream *s, rpc_buf *msg, sl_err *err)
 
 int rpc_stream_finish(rpc_stream *s, rpc_status *st)
 {
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    if (!s->failed && rpc_batch(s->call, &op, 1, &s->tag_send, NULL) == 0)
-        rpc_pluck(s->cq, &s->tag_send);
+    rpc_stream_close_send(s, NULL);
     /* Unread messages would hold the status back behind flow control. */
     rpc_buf b;
     while (!s->failed && rpc_stream_recv(s, &b, NULL) == 1)

@@ -20,6 +20,7 @@ struct rpc_stream {
     int client;
     int got_initial_md; /* client: RECV_INITIAL_METADATA done */
     int failed;         /* an op failed: the call is over */
+    int send_closed;    /* client: SEND_CLOSE_FROM_CLIENT done */
     char tag_send, tag_recv, tag_end;
     grpc_metadata_array initial_md;  /* client: received; server: request metadata */
     grpc_metadata_array trailing_md; /* client */

@@ -200,6 +200,21 @@ static void test_stream(void)
         rpc_buf_free(&m);
     }
     CHECK(ok);
+    /* a message built in place, sent from an offset; replies still arrive
+     * after the half-close */
+    rpc_msg msg;
+    rpc_msg_alloc(&msg, 64);
+    memcpy(msg.data + 10, "in-place", 8);
+    CHECK(rpc_stream_send_msg(st, &msg, 10, 8, &err) == 0);
+    CHECK(rpc_stream_close_send(st, &err) == 0);
+    CHECK(rpc_stream_send(st, "late", 4, &err) == -1);
+    rpc_buf echoed;
+    CHECK(rpc_stream_recv(st, &echoed, &err) == 1 && echoed.len == 8 &&
+          !memcmp(echoed.data, "in-place", 8));
+    rpc_buf_free(&echoed);
+    CHECK(rpc_stream_recv(st, &echoed, &err) == 0);
+    rpc_msg_alloc(&msg, 8);
+    CHECK(rpc_stream_send_msg(st, &msg, 4, 5, &err) == -1); /* outside the buffer: freed */
     rpc_status fs;
     CHECK(rpc_stream_finish(st, &fs) == RPC_OK);
     /* a handler's refusal reaches the client as the stream's status */
