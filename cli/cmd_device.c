@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "dev_agent.h"
+#include "dev_stage.h"
 #include "sl_log.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -15,17 +16,21 @@ int cmd_device(int argc, char **argv)
 {
     dev_agent_opts o = {0};
     int once = 0;
+    const char *stage_listen = NULL, *stage_advertise = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: skyloom device --coordinator HOST:PORT --state DIR --site S\n"
-                   "                      [--token TOKEN] [--name N] [--once]\n\n"
+                   "                      [--token TOKEN] [--name N] [--once]\n"
+                   "                      [--stage-listen HOST:PORT [--stage-advertise HOST:PORT]]\n\n"
                    "Joins a coordinator. The first start needs a one-time --token (from\n"
                    "skyloom certs token): the device makes its own key in DIR, pins the CA by\n"
                    "the token's fingerprint, sends a CSR and stores the certificate it gets.\n"
                    "Later starts use the stored certificate. Then it heartbeats (with its\n"
                    "hardware profile first) until SIGINT/SIGTERM; --once sends one heartbeat\n"
-                   "and exits.\n");
+                   "and exits. With --stage-listen it also serves the Stage service to its\n"
+                   "pipeline neighbours (mutual TLS, device certificates only) and reports\n"
+                   "that address (or --stage-advertise) in its heartbeats.\n");
             return 0;
         }
         if (!strcmp(a, "--once")) {
@@ -45,6 +50,10 @@ int cmd_device(int argc, char **argv)
             o.site = v;
         else if (!strcmp(a, "--name"))
             o.name = v;
+        else if (!strcmp(a, "--stage-listen"))
+            stage_listen = v;
+        else if (!strcmp(a, "--stage-advertise"))
+            stage_advertise = v;
         else
             return sl_cli_fail("device", 2, "unknown option '%s'", a);
     }
@@ -54,8 +63,26 @@ int cmd_device(int argc, char **argv)
     sl_err err = {0};
     int status = 0;
     dev_agent *a = dev_agent_open(&o, &err);
+    dev_stage *stage = NULL;
+    if (a && stage_listen) {
+        dev_stage_opts so = {.listen = stage_listen, .state = o.state};
+        int port = 0;
+        if (!(stage = dev_stage_start(&so, &port, &err))) {
+            status = sl_cli_fail("device", 1, "Stage service: %s", err.msg);
+            dev_agent_close(a);
+            a = NULL;
+        } else {
+            char adv[300];
+            const char *colon = strrchr(stage_listen, ':');
+            snprintf(adv, sizeof adv, "%.*s:%d", colon ? (int)(colon - stage_listen) : 0,
+                     stage_listen, port);
+            dev_agent_set_stage_address(a, stage_advertise ? stage_advertise : adv);
+            sl_log_info("device: serving Stage", "listen=%s port=%d", stage_listen, port);
+        }
+    }
     if (!a) {
-        status = sl_cli_fail("device", 1, "%s", err.msg);
+        if (!status)
+            status = sl_cli_fail("device", 1, "%s", err.msg);
     } else {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -88,6 +115,7 @@ int cmd_device(int argc, char **argv)
         }
         dev_agent_close(a);
     }
+    dev_stage_stop(stage);
     rpc_global_shutdown();
     return status;
 }

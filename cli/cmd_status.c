@@ -70,8 +70,9 @@ int cmd_status(int argc, char **argv)
         for (size_t i = 0; i < r->n_devices; i++) {
             Skyloom__V1__DeviceInfo *d = r->devices[i];
             json_array_append_new(
-                arr, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o}", "device_id", d->device_id,
+                arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o}", "device_id", d->device_id,
                                "site", d->site, "name", d->name, "state", d->state,
+                               "stage_address", d->stage_address,
                                "enrolled_at", (json_int_t)d->enrolled_at, "last_heartbeat",
                                (json_int_t)d->last_heartbeat, "profile",
                                profile_json(d->profile)));
@@ -82,8 +83,8 @@ int cmd_status(int argc, char **argv)
         free(s);
         json_decref(o);
     } else if (r) {
-        printf("%-18s %-12s %-8s %-20s %s\n", "DEVICE", "SITE", "STATE", "LAST HEARTBEAT",
-               "PROFILE");
+        printf("%-18s %-12s %-8s %-20s %-21s %s\n", "DEVICE", "SITE", "STATE", "LAST HEARTBEAT",
+               "STAGE", "PROFILE");
         for (size_t i = 0; i < r->n_devices; i++) {
             Skyloom__V1__DeviceInfo *d = r->devices[i];
             char when[32] = "never";
@@ -98,7 +99,8 @@ int cmd_status(int argc, char **argv)
                 snprintf(prof, sizeof prof, "%u cores, %.1f GiB, %s", d->profile->cores,
                          (double)d->profile->memory_bytes / (1u << 30),
                          d->profile->cuda ? d->profile->gpu_name : "no GPU");
-            printf("%-18s %-12s %-8s %-20s %s\n", d->device_id, d->site, d->state, when, prof);
+            printf("%-18s %-12s %-8s %-20s %-21s %s\n", d->device_id, d->site, d->state, when,
+                   d->stage_address[0] ? d->stage_address : "-", prof);
         }
         if (r->n_devices == 0)
             printf("(no devices enrolled)\n");

@@ -151,11 +151,11 @@ fail:
 }
 
 int coord_state_heartbeat(coord_state *s, const char *id, uint64_t seq, const uint8_t *profile,
-                          size_t profile_len, int64_t now, sl_err *err)
+                          size_t profile_len, const char *stage_address, int64_t now, sl_err *err)
 {
     sqlite3_stmt *st = prep(s,
                             "UPDATE devices SET last_heartbeat=?, heartbeat_seq=?,"
-                            " profile=COALESCE(?, profile) WHERE id=?",
+                            " profile=COALESCE(?, profile), stage_address=? WHERE id=?",
                             err);
     if (!st)
         return -1;
@@ -165,7 +165,8 @@ int coord_state_heartbeat(coord_state *s, const char *id, uint64_t seq, const ui
         sqlite3_bind_blob(st, 3, profile, (int)profile_len, SQLITE_STATIC);
     else
         sqlite3_bind_null(st, 3);
-    sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, stage_address ? stage_address : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, id, -1, SQLITE_STATIC);
     if (run(s, st, err))
         return -1;
     return sqlite3_changes(coord_state_db(s)) == 1 ? 0 : 1;
@@ -177,7 +178,7 @@ int coord_state_list_devices(coord_state *s, int (*fn)(void *ud, const coord_dev
     sqlite3_stmt *st = prep(s,
                             "SELECT d.id, d.site, d.name, d.cert_pem, d.enrolled_at,"
                             " d.last_heartbeat, d.heartbeat_seq, d.profile,"
-                            " r.device_id IS NOT NULL FROM devices d"
+                            " r.device_id IS NOT NULL, d.stage_address FROM devices d"
                             " LEFT JOIN revocations r ON r.device_id = d.id ORDER BY d.id",
                             err);
     if (!st)
@@ -195,6 +196,7 @@ int coord_state_list_devices(coord_state *s, int (*fn)(void *ud, const coord_dev
         d.profile = sqlite3_column_blob(st, 7);
         d.profile_len = (size_t)sqlite3_column_bytes(st, 7);
         d.revoked = sqlite3_column_int(st, 8);
+        d.stage_address = (const char *)sqlite3_column_text(st, 9);
         if (fn(ud, &d))
             break;
     }

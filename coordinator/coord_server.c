@@ -247,10 +247,15 @@ int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, s
             rpc_pack(r->profile, &prof);
         sl_err err = {0};
         int64_t now = sl_unix_time();
-        int rc = coord_state_heartbeat(c->state, r->device_id, r->seq, r->profile ? prof.data : NULL,
-                                       prof.len, now, &err);
+        int rc = strlen(r->stage_address) > 255
+                     ? (sl_err_set(&err, SL_EINVAL, "stage_address longer than 255 bytes"), -2)
+                     : coord_state_heartbeat(c->state, r->device_id, r->seq,
+                                             r->profile ? prof.data : NULL, prof.len,
+                                             r->stage_address, now, &err);
         rpc_buf_free(&prof);
-        if (rc < 0) {
+        if (rc == -2) {
+            code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "%s", err.msg);
+        } else if (rc < 0) {
             code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         } else if (rc > 0) {
             code = rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here",
@@ -289,6 +294,7 @@ static int list_one(void *ud, const coord_device *d)
     i->device_id = dup_or_empty(d->id);
     i->site = dup_or_empty(d->site);
     i->name = dup_or_empty(d->name);
+    i->stage_address = dup_or_empty(d->stage_address);
     int64_t stale = 3 * (int64_t)l->c->o.heartbeat_ms / 1000 + 1;
     i->state = sl_xstrdup(d->revoked ? "revoked"
                           : d->last_heartbeat && l->now - d->last_heartbeat <= stale ? "online"
@@ -325,6 +331,7 @@ int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req
         free(i->device_id);
         free(i->site);
         free(i->name);
+        free(i->stage_address);
         free(i->state);
         rpc_unpacked_free(i->profile);
         free(i);

@@ -25,6 +25,8 @@ static const char *const migrations[] = {
     "  enrolled_at INTEGER NOT NULL, last_heartbeat INTEGER NOT NULL DEFAULT 0,"
     "  heartbeat_seq INTEGER NOT NULL DEFAULT 0, profile BLOB, cert_pem TEXT NOT NULL);"
     "CREATE TABLE revocations(device_id TEXT PRIMARY KEY, revoked_at INTEGER NOT NULL);",
+    /* 3: where each device serves Stage, from its heartbeats */
+    "ALTER TABLE devices ADD COLUMN stage_address TEXT NOT NULL DEFAULT '';",
 };
 #define N_MIGRATIONS (int)(sizeof migrations / sizeof migrations[0])
 

@@ -39,7 +39,7 @@ int coord_state_check_token(coord_state *s, const char *hash, const char *site, 
                             char *site_out, sl_err *err);
 
 typedef struct coord_device {
-    const char *id, *site, *name, *cert_pem;
+    const char *id, *site, *name, *cert_pem, *stage_address;
     int64_t enrolled_at, last_heartbeat;
     uint64_t heartbeat_seq;
     int revoked;
@@ -53,7 +53,7 @@ int coord_state_enroll(coord_state *s, const char *token_hash, const coord_devic
                        sl_err *err);
 /* Records a heartbeat; profile may be NULL (kept). 0 ok, 1 unknown device, -1 error. */
 int coord_state_heartbeat(coord_state *s, const char *id, uint64_t seq, const uint8_t *profile,
-                          size_t profile_len, int64_t now, sl_err *err);
+                          size_t profile_len, const char *stage_address, int64_t now, sl_err *err);
 /* 1 enrolled, 0 not, -1 error. */
 int coord_state_device_known(coord_state *s, const char *id, sl_err *err);
 /* Calls fn for each device ordered by id; fn returns non-zero to stop. */

@@ -22,6 +22,7 @@ struct dev_agent {
     uint64_t seq;
     dev_profile profile;
     int have_profile;
+    char stage_address[256];
 };
 
 void dev_profile_to_pb(const dev_profile *p, void *out)
@@ -211,6 +212,11 @@ const char *dev_agent_id(const dev_agent *a) { return a->id; }
 unsigned dev_agent_heartbeat_ms(const dev_agent *a) { return a->heartbeat_ms; }
 rpc_channel *dev_agent_channel(dev_agent *a) { return a->ch; }
 
+void dev_agent_set_stage_address(dev_agent *a, const char *host_port)
+{
+    snprintf(a->stage_address, sizeof a->stage_address, "%s", host_port ? host_port : "");
+}
+
 int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
 {
     Skyloom__V1__DeviceProfile prof;
@@ -219,6 +225,7 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
     req.device_id = a->id;
     req.seq = ++a->seq;
     req.profile = a->seq == 1 && a->have_profile ? &prof : NULL;
+    req.stage_address = a->stage_address;
     Skyloom__V1__HeartbeatResponse *resp = NULL;
     int code = rpc_call_pb(a->ch, RPC_M_HEARTBEAT, &req,
                            &skyloom__v1__heartbeat_response__descriptor, (void **)&resp,

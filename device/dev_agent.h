@@ -34,6 +34,8 @@ void dev_agent_close(dev_agent *a);
 const char *dev_agent_id(const dev_agent *a);
 /* Milliseconds between heartbeats the coordinator asked for. */
 unsigned dev_agent_heartbeat_ms(const dev_agent *a);
+/* Where this device serves Stage, reported with every heartbeat. */
+void dev_agent_set_stage_address(dev_agent *a, const char *host_port);
 /* One heartbeat (the first one carries the profile); returns the rpc code. */
 int dev_agent_heartbeat(dev_agent *a, rpc_status *st);
 /* The rpc channel to the coordinator (mutual TLS as this device). */

@@ -3,6 +3,7 @@
  * in-process coordinator on 127.0.0.1 with a free port. */
 #include "coord.h"
 #include "dev_agent.h"
+#include "dev_stage.h"
 #include "rpc.h"
 #include "skyloom.pb-c.h"
 #include "sl_log.h"
@@ -247,6 +248,57 @@ static void test_wire_refusals(void)
     dev_agent_close(a);
 }
 
+static void test_stage_service(void)
+{
+    const char *d1 = newdir("dev1"), *d2 = newdir("dev2");
+    dev_stage_opts so = {.listen = "127.0.0.1:0", .state = d2};
+    sl_err err = {0};
+    int port = 0;
+    dev_stage *stage = dev_stage_start(&so, &port, &err);
+    CHECKF(stage != NULL, "%s", err.msg);
+    if (!stage)
+        return;
+    char t[64];
+    snprintf(t, sizeof t, "127.0.0.1:%d", port);
+    rpc_status st;
+    /* a neighbour that expects device 2 reaches it */
+    rpc_channel *c = dev_stage_connect(d1, t, id2, 0, &err);
+    CHECK(dev_stage_ping(c, id1, "ping", 4, 5000, &st) == RPC_OK);
+    /* claiming to be someone else */
+    CHECK(dev_stage_ping(c, id2, "ping", 4, 5000, &st) == RPC_PERMISSION_DENIED);
+    CHECKF(strstr(st.details, "but the request claims device"), "%s", st.details);
+    /* Exchange without a stage assigned */
+    rpc_stream *s = rpc_stream_open(c, RPC_M_STAGE_EXCHANGE, 5000, &err);
+    rpc_buf m;
+    CHECK(s && rpc_stream_recv(s, &m, &err) == 0);
+    CHECK(s && rpc_stream_finish(s, &st) == RPC_FAILED_PRECONDITION);
+    rpc_channel_destroy(c);
+    /* expecting device 1 at device 2's address: the name check fails */
+    c = dev_stage_connect(d1, t, id1, 0, &err);
+    CHECK(dev_stage_ping(c, id1, "ping", 4, 5000, &st) == RPC_UNAVAILABLE);
+    rpc_channel_destroy(c);
+    /* the admin certificate is from our CA but is not a device */
+    rpc_channel_opts co = {.target = t,
+                           .tls = {tu_path(pki, "ca.crt"), tu_path(pki, "admin.crt"),
+                                   tu_path(pki, "admin.key")},
+                           .server_name = id2};
+    c = rpc_channel_create(&co, &err);
+    CHECK(dev_stage_ping(c, CERT_ADMIN_CN, "x", 1, 5000, &st) == RPC_PERMISSION_DENIED);
+    CHECKF(strstr(st.details, "is not a device"), "%s", st.details);
+    rpc_channel_destroy(c);
+    /* another CA, and no certificate at all: the handshake fails */
+    co.tls.cert = tu_path(other, "admin.crt");
+    co.tls.key = tu_path(other, "admin.key");
+    c = rpc_channel_create(&co, &err);
+    CHECK(dev_stage_ping(c, id1, "x", 1, 5000, &st) == RPC_UNAVAILABLE);
+    rpc_channel_destroy(c);
+    co.tls.cert = co.tls.key = NULL;
+    c = rpc_channel_create(&co, &err);
+    CHECK(dev_stage_ping(c, id1, "x", 1, 5000, &st) == RPC_UNAVAILABLE);
+    rpc_channel_destroy(c);
+    dev_stage_stop(stage);
+}
+
 static void test_revocation_and_restart(void)
 {
     sl_err err = {0};
@@ -342,6 +394,7 @@ int main(void)
     RUN(test_token_refusals);
     RUN(test_call_refusals);
     RUN(test_wire_refusals);
+    RUN(test_stage_service);
     RUN(test_revocation_and_restart);
     RUN(test_csr_identity);
     coord_close(co);

@@ -43,12 +43,14 @@ start_coord
 check "coordinator writes its port" test -n "$port"
 id=$("$sk" -q device --coordinator 127.0.0.1:$port --token "$tok" --state "$tmp/dev" --site lab --once | sed -n 's/^device //p')
 check "device enrolls" grep -Eq '^d[0-9a-f]{16}$' <<<"$id"
-"$sk" -q device --coordinator 127.0.0.1:$port --state "$tmp/dev" --site lab --once >/dev/null
-check "device restarts from its stored certificate" test $? -eq 0
+"$sk" -q device --coordinator 127.0.0.1:$port --state "$tmp/dev" --site lab --once \
+    --stage-listen 127.0.0.1:0 --stage-advertise 127.0.0.1:7777 >/dev/null
+check "device restarts from its stored certificate (serving Stage)" test $? -eq 0
 out=$("$sk" -q device --coordinator 127.0.0.1:$port --token "$tok" --state "$tmp/dev2" --site lab --once 2>&1); rc=$?
 check "a used token is refused" bash -c '[ $0 -eq 1 ] && grep -q "skyloom device: Enroll refused: UNAUTHENTICATED: enrollment token already used" <<<"$1"' "$rc" "$out"
 js=$("$sk" status --coordinator 127.0.0.1:$port --pki "$tmp/pki" --json)
 check "status --json shows the device online" bash -c 'grep -q "\"device_id\": \"$1\"" <<<"$0" && grep -q "\"state\": \"online\"" <<<"$0"' "$js" "$id"
+check "status --json shows where it serves Stage" grep -q '"stage_address": "127.0.0.1:7777"' <<<"$js"
 "$sk" certs revoke --pki "$tmp/pki" "$id" >/dev/null
 check "certs revoke" test $? -eq 0
 out=$("$sk" -q device --coordinator 127.0.0.1:$port --state "$tmp/dev" --site lab --once 2>&1); rc=$?

@@ -1,0 +1,116 @@
+/* dev_stage.c - the Stage service of a device and its client side. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cert.h"
+#include "dev_stage.h"
+#include "skyloom.pb-c.h"
+#include "sl_mem.h"
+
+#define STAGE_DEFAULT_MAX_MESSAGE (64u << 20)
+
+struct dev_stage {
+    dev_stage_opts o;
+    rpc_server *srv;
+};
+
+static int ping(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, rpc_buf *resp,
+                rpc_status *st)
+{
+    (void)ud;
+    Skyloom__V1__PingRequest *r = rpc_unpack(&skyloom__v1__ping_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed PingRequest");
+    int code = RPC_OK;
+    if (!cert_valid_device_id(peer->identity))
+        code = rpc_status_set(st, RPC_PERMISSION_DENIED,
+                              "certificate identity '%s' is not a device", peer->identity);
+    else if (strcmp(peer->identity, r->device_id) != 0)
+        code = rpc_status_set(st, RPC_PERMISSION_DENIED,
+                              "certificate is for device %s but the request claims device '%s'",
+                              peer->identity, r->device_id);
+    else {
+        Skyloom__V1__PingResponse out = SKYLOOM__V1__PING_RESPONSE__INIT;
+        out.payload = r->payload;
+        rpc_pack(&out, resp);
+    }
+    rpc_unpacked_free(r);
+    return code;
+}
+
+static int exchange(void *ud, const rpc_peer *peer, rpc_stream *s, rpc_status *st)
+{
+    dev_stage *d = ud;
+    if (!cert_valid_device_id(peer->identity))
+        return rpc_status_set(st, RPC_PERMISSION_DENIED,
+                              "certificate identity '%s' is not a device", peer->identity);
+    if (!d->o.exchange)
+        return rpc_status_set(st, RPC_FAILED_PRECONDITION, "this device has no stage assigned");
+    return d->o.exchange(d->o.ud, peer->identity, s, st);
+}
+
+dev_stage *dev_stage_start(const dev_stage_opts *o, int *port, sl_err *err)
+{
+    char ca[4200], crt[4200], key[4200];
+    if (cert_path(ca, sizeof ca, o->state, "ca.crt", err) ||
+        cert_path(crt, sizeof crt, o->state, "device.crt", err) ||
+        cert_path(key, sizeof key, o->state, "device.key", err))
+        return NULL;
+    dev_stage *d = sl_xcalloc(1, sizeof *d);
+    d->o = *o;
+    rpc_server_opts so = {.listen = o->listen,
+                          .tls = {ca, crt, key},
+                          .client_auth = RPC_CLIENT_CERT_REQUIRED,
+                          .max_message = o->max_message ? o->max_message : STAGE_DEFAULT_MAX_MESSAGE};
+    if (!(d->srv = rpc_server_create(&so, err)) ||
+        rpc_server_add_unary(d->srv, RPC_M_STAGE_PING, ping, d, err) ||
+        rpc_server_add_stream(d->srv, RPC_M_STAGE_EXCHANGE, exchange, d, err) ||
+        (*port = rpc_server_start(d->srv, err)) < 0) {
+        dev_stage_stop(d);
+        return NULL;
+    }
+    return d;
+}
+
+void dev_stage_stop(dev_stage *d)
+{
+    if (!d)
+        return;
+    rpc_server_destroy(d->srv);
+    free(d);
+}
+
+rpc_channel *dev_stage_connect(const char *state, const char *target, const char *peer_id,
+                               size_t max_message, sl_err *err)
+{
+    char ca[4200], crt[4200], key[4200];
+    if (cert_path(ca, sizeof ca, state, "ca.crt", err) ||
+        cert_path(crt, sizeof crt, state, "device.crt", err) ||
+        cert_path(key, sizeof key, state, "device.key", err))
+        return NULL;
+    if (!cert_valid_device_id(peer_id)) {
+        sl_err_set(err, SL_EINVAL, "'%s' is not a device id", peer_id);
+        return NULL;
+    }
+    rpc_channel_opts co = {.target = target,
+                           .tls = {ca, crt, key},
+                           .server_name = peer_id,
+                           .max_message = max_message ? max_message : STAGE_DEFAULT_MAX_MESSAGE};
+    return rpc_channel_create(&co, err);
+}
+
+int dev_stage_ping(rpc_channel *ch, const char *self_id, const void *payload, size_t len,
+                   int64_t timeout_ms, rpc_status *st)
+{
+    Skyloom__V1__PingRequest req = SKYLOOM__V1__PING_REQUEST__INIT;
+    req.device_id = (char *)self_id;
+    req.payload.data = (uint8_t *)payload;
+    req.payload.len = len;
+    Skyloom__V1__PingResponse *r = NULL;
+    int code = rpc_call_pb(ch, RPC_M_STAGE_PING, &req, &skyloom__v1__ping_response__descriptor,
+                           (void **)&r, timeout_ms, st);
+    if (code == RPC_OK && (r->payload.len != len || (len && memcmp(r->payload.data, payload, len))))
+        code = rpc_status_set(st, RPC_DATA_LOSS, "ping payload came back changed");
+    rpc_unpacked_free(r);
+    return code;
+}
