@@ -10,6 +10,9 @@
  * gRPC receives tensor i+1. "wire bytes" is the gRPC message per tensor (frame
  * plus its 4..6-byte StageFrame prefix; the raw row sends the f32 bytes as
  * they are); TLS and HTTP/2 framing add the same small share to every row.
+ * Each stream starts with WARM untimed tensors of its own kind and waits for
+ * the receiver to confirm them, so that every timed run starts from the
+ * steady state (HTTP/2 flow-control windows grown) whatever ran before.
  *
  *   bench_link [reps] [tensors]     (default 5 and 24)
  *
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,6 +43,7 @@
 #define MAX_REPS 32
 #define MAX_MSG (16u << 20)
 #define PREFIX 11 /* room for the StageFrame tag and length */
+#define WARM 2
 
 enum { MODE_RAW = 0, MODE_FRAME = 1 };
 
@@ -61,6 +66,15 @@ static void put32(uint8_t *p, uint32_t v)
 static uint32_t get32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* CPU seconds (user + system) of this process, all threads. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
 }
 
 static void link_keys(dev_kx_keypair *snd, dev_kx_keypair *rcv)
@@ -143,12 +157,14 @@ static void q_pop(queue *q)
 
 typedef struct rx_job {
     queue q;
+    rpc_stream *st;
     config c;
     dev_link_rx rx;
     float *y;
     uint32_t accepted, refused;
     uint64_t bytes;
     double checksum;
+    double cpu0, cpu1; /* CPU seconds at READY and at the end */
 } rx_job;
 
 static void *decoder(void *arg)
@@ -157,6 +173,7 @@ static void *decoder(void *arg)
     for (;;) {
         slot *s = q_front(&j->q);
         if (!s->buf.data && s->len == 1) { /* end marker */
+            j->cpu1 = cpu_s();
             q_pop(&j->q);
             return NULL;
         }
@@ -178,6 +195,10 @@ static void *decoder(void *arg)
         }
         rpc_buf_free(&s->buf);
         q_pop(&j->q);
+        if (j->accepted + j->refused == WARM) {
+            j->cpu0 = cpu_s();
+            rpc_stream_send(j->st, "READY", 5, NULL); /* timing starts at the sender */
+        }
     }
 }
 
@@ -193,6 +214,7 @@ static int exchange(void *ud, const rpc_peer *peer, rpc_stream *st, rpc_status *
         return rpc_status_set(status, RPC_INVALID_ARGUMENT, "expected a bench config");
     }
     rx_job *j = sl_xcalloc(1, sizeof *j);
+    j->st = st;
     j->c.mode = m.data[4];
     j->c.codec = m.data[5];
     j->c.sealed = m.data[6];
@@ -227,11 +249,13 @@ static int exchange(void *ud, const rpc_peer *peer, rpc_stream *st, rpc_status *
         q_push(&j->q);
     }
     pthread_join(t, NULL);
-    uint8_t sum[24];
+    uint8_t sum[32];
+    double cpu = j->cpu1 - j->cpu0;
     put32(sum, j->accepted);
     put32(sum + 4, j->refused);
     memcpy(sum + 8, &j->bytes, 8);
     memcpy(sum + 16, &j->checksum, 8);
+    memcpy(sum + 24, &cpu, 8);
     if (code == RPC_OK && rpc_stream_send(st, sum, sizeof sum, NULL) != 0)
         code = rpc_status_set(status, RPC_CANCELLED, "send failed");
     dev_link_rx_free(&j->rx);
@@ -287,7 +311,7 @@ typedef struct tx_job {
 static void *encoder(void *arg)
 {
     tx_job *j = arg;
-    for (uint32_t i = 0; i < j->c.count; i++) {
+    for (uint32_t i = 0; i < WARM + j->c.count; i++) {
         slot *s = q_free_slot(&j->q);
         rpc_msg_alloc(&s->msg, PREFIX + j->cap);
         if (j->c.mode == MODE_RAW) {
@@ -315,8 +339,9 @@ static void *encoder(void *arg)
     return NULL;
 }
 
-/* One stream of c->count tensors; returns seconds, wire bytes per tensor in *wire. */
-static double run(rpc_channel *ch, const config *c, const float *x, size_t *wire)
+/* One stream of c->count tensors; returns seconds, wire bytes per tensor in
+ * *wire, CPU seconds of both processes during the timed part in *cpu. */
+static double run(rpc_channel *ch, const config *c, const float *x, size_t *wire, double *cpu)
 {
     sl_err err = {0};
     rpc_stream *st = rpc_stream_open(ch, RPC_M_STAGE_EXCHANGE, 120000, &err);
@@ -339,10 +364,18 @@ static double run(rpc_channel *ch, const config *c, const float *x, size_t *wire
                        .dims = {D0, D1, D2}};
     j->cap = c->mode == MODE_RAW ? TENSOR_BYTES : dev_frame_max_len(&h);
     q_init(&j->q);
-    double t0 = sl_now_s();
     pthread_t t;
     pthread_create(&t, NULL, encoder, j);
-    for (uint32_t i = 0; i < c->count; i++) {
+    double t0 = 0;
+    rpc_buf m;
+    for (uint32_t i = 0; i < WARM + c->count; i++) {
+        if (i == WARM) {
+            if (rpc_stream_recv(st, &m, &err) != 1 || m.len != 5)
+                die("warm-up", "the receiver did not confirm");
+            rpc_buf_free(&m);
+            t0 = sl_now_s();
+            *cpu = -cpu_s();
+        }
         slot *s = q_front(&j->q);
         *wire = s->len;
         if (rpc_stream_send_msg(st, &s->msg, s->off, s->len, &err))
@@ -352,16 +385,18 @@ static double run(rpc_channel *ch, const config *c, const float *x, size_t *wire
     pthread_join(t, NULL);
     if (rpc_stream_close_send(st, &err))
         die("close", err.msg);
-    rpc_buf m;
-    if (rpc_stream_recv(st, &m, &err) != 1 || m.len != 24)
+    if (rpc_stream_recv(st, &m, &err) != 1 || m.len != 32)
         die("summary", "the receiver sent no summary");
-    double secs = sl_now_s() - t0;
+    double secs = sl_now_s() - t0, rcpu;
+    *cpu += cpu_s();
+    memcpy(&rcpu, m.data + 24, 8);
+    *cpu += rcpu;
     uint32_t accepted = get32(m.data), refused = get32(m.data + 4);
     rpc_buf_free(&m);
     rpc_status status;
     if (rpc_stream_finish(st, &status) != RPC_OK)
         die("stream", status.details);
-    if (accepted != c->count || refused)
+    if (accepted != WARM + c->count || refused)
         die("receiver", "frames were refused or lost");
     dev_link_tx_free(&j->tx);
     dev_topk_ef_free(&j->ef);
@@ -438,23 +473,23 @@ int main(int argc, char **argv)
     for (int s = 0; s < 2; s++)
         for (int k = 0; k < 5; k++)
             cfg[1 + s * 5 + k] = (config){MODE_FRAME, (uint8_t)k, (uint8_t)s, (uint32_t)count, 0};
-    double secs[NCFG][MAX_REPS];
+    double secs[NCFG][MAX_REPS], cpu[NCFG][MAX_REPS], dummy;
     size_t wire[NCFG];
     uint32_t epoch = 1;
     config warm = cfg[6];
     warm.count = 2;
     warm.epoch = epoch++;
-    run(ch, &warm, x, &wire[0]); /* connection, TLS handshake, first allocations */
+    run(ch, &warm, x, &wire[0], &dummy); /* connection, TLS handshake, first allocations */
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < NCFG; k++) {
             cfg[k].epoch = epoch++; /* fresh keys' nonces: never reuse (key, epoch) */
-            secs[k][r] = run(ch, &cfg[k], x, &wire[k]);
+            secs[k][r] = run(ch, &cfg[k], x, &wire[k], &cpu[k][r]);
         }
 
     printf("bench_link: %d x %zu-byte tensors (8 x 128 x 1024 f32) per run, median of %d runs\n\n",
            count, TENSOR_BYTES, reps);
-    printf("| stream | wire bytes/tensor | vs raw | goodput MB/s | vs raw |\n");
-    printf("|---|---:|---:|---:|---:|\n");
+    printf("| stream | wire bytes/tensor | fewer bytes than raw | goodput MB/s | vs raw | CPU ms/tensor (both ends) |\n");
+    printf("|---|---:|---:|---:|---:|---:|\n");
     double raw = 0;
     for (int k = 0; k < NCFG; k++) {
         double m = median(secs[k], reps);
@@ -468,8 +503,9 @@ int main(int argc, char **argv)
             snprintf(name, sizeof name, "frames %s%s, %s", dev_codec_name(cfg[k].codec),
                      cfg[k].codec == DEV_CODEC_TOPK ? " 1%" : "",
                      cfg[k].sealed ? "sealed" : "plain");
-        printf("| %s | %zu | %.2fx fewer | %.0f | %.0f%% |\n", name, wire[k],
-               (double)wire[0] / (double)wire[k], gp, 100.0 * gp / raw);
+        printf("| %s | %zu | %.2fx | %.0f | %.0f%% | %.1f |\n", name, wire[k],
+               (double)wire[0] / (double)wire[k], gp, 100.0 * gp / raw,
+               1e3 * median(cpu[k], reps) / count);
     }
     rpc_channel_destroy(ch);
     rpc_global_shutdown();
