@@ -12,5 +12,19 @@ int cmd_certs(int argc, char **argv);
 int cmd_coordinator(int argc, char **argv);
 int cmd_device(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+/* Helpers for the commands above (cli_util.c). */
+/* Makes SIGINT and SIGTERM set a flag instead of killing the process; the
+ * flag (the signal number, 0 before any) is what cli_stop_signal returns. */
+void cli_catch_stop_signals(void);
+int cli_stop_signal(void);
+/* Options that take a value. */
+typedef struct cli_opt {
+    const char *name;
+    const char **value;
+} cli_opt;
+/* If argv[*i] is in opts (ended by a NULL name), stores the next argument
+ * in its value, advances *i and returns 1; 0 if it is not in the table; -1
+ * after printing "skyloom CMD: OPT needs a value" (a usage error). */
+int cli_opt_take(const char *cmd, int argc, char **argv, int *i, const cli_opt *opts);
 
 #endif

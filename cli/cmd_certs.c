@@ -30,19 +30,16 @@ typedef struct opts {
 static int parse(int argc, char **argv, opts *o)
 {
     memset(o, 0, sizeof *o);
+    const cli_opt table[] = {{"--pki", &o->pki},   {"--name", &o->name}, {"--san", &o->san},
+                             {"--site", &o->site}, {"--ttl", &o->ttl},   {NULL, NULL}};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
-        const char **dst = !strcmp(a, "--pki")    ? &o->pki
-                           : !strcmp(a, "--name") ? &o->name
-                           : !strcmp(a, "--san")  ? &o->san
-                           : !strcmp(a, "--site") ? &o->site
-                           : !strcmp(a, "--ttl")  ? &o->ttl
-                                                  : NULL;
-        if (dst) {
-            if (i + 1 >= argc)
-                return sl_cli_fail("certs", 2, "%s needs a value", a);
-            *dst = argv[++i];
-        } else if (!strcmp(a, "--json")) {
+        int r = cli_opt_take("certs", argc, argv, &i, table);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "--json")) {
             o->json = 1;
         } else if (a[0] == '-' && a[1]) {
             return sl_cli_fail("certs", 2, "unknown option '%s'", a);

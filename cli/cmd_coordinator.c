@@ -1,5 +1,4 @@
 /* skyloom coordinator: the control plane (enrollment and device registry). */
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,14 +9,15 @@
 #include "rpc.h"
 #include "sl_log.h"
 
-static volatile sig_atomic_t stop_flag;
-static void on_signal(int sig) { stop_flag = sig; }
-
 int cmd_coordinator(int argc, char **argv)
 {
     coord_opts o = {0};
-    const char *port_file = NULL;
+    const char *port_file = NULL, *heartbeat = NULL, *max_message = NULL;
     sl_err err = {0};
+    const cli_opt table[] = {{"--listen", &o.listen},       {"--pki", &o.pki},
+                             {"--state", &o.state},         {"--port-file", &port_file},
+                             {"--heartbeat", &heartbeat},   {"--max-message", &max_message},
+                             {NULL, NULL}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -31,29 +31,23 @@ int cmd_coordinator(int argc, char **argv)
                    "restarts. Stops cleanly on SIGINT or SIGTERM.\n");
             return 0;
         }
-        if (i + 1 >= argc)
-            return sl_cli_fail("coordinator", 2, "unknown option or missing value '%s'", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--listen"))
-            o.listen = v;
-        else if (!strcmp(a, "--pki"))
-            o.pki = v;
-        else if (!strcmp(a, "--state"))
-            o.state = v;
-        else if (!strcmp(a, "--port-file"))
-            port_file = v;
-        else if (!strcmp(a, "--heartbeat")) {
-            int64_t s;
-            if (sl_parse_duration(a, v, &s, &err) || s < 1 || s > 3600)
-                return sl_cli_fail("coordinator", 2, "--heartbeat must be 1s..1h");
-            o.heartbeat_ms = (unsigned)(s * 1000);
-        } else if (!strcmp(a, "--max-message")) {
-            uint64_t b;
-            if (sl_parse_bytes(a, v, &b, &err) || b < 4096 || b > (1u << 30))
-                return sl_cli_fail("coordinator", 2, "--max-message must be 4K..1G");
-            o.max_message = (size_t)b;
-        } else
+        int r = cli_opt_take("coordinator", argc, argv, &i, table);
+        if (r < 0)
+            return 2;
+        if (r == 0)
             return sl_cli_fail("coordinator", 2, "unknown option '%s'", a);
+    }
+    if (heartbeat) {
+        int64_t s;
+        if (sl_parse_duration("--heartbeat", heartbeat, &s, &err) || s < 1 || s > 3600)
+            return sl_cli_fail("coordinator", 2, "--heartbeat must be 1s..1h");
+        o.heartbeat_ms = (unsigned)(s * 1000);
+    }
+    if (max_message) {
+        uint64_t b;
+        if (sl_parse_bytes("--max-message", max_message, &b, &err) || b < 4096 || b > (1u << 30))
+            return sl_cli_fail("coordinator", 2, "--max-message must be 4K..1G");
+        o.max_message = (size_t)b;
     }
     if (!o.listen || !o.pki || !o.state)
         return sl_cli_fail("coordinator", 2, "--listen, --pki and --state are required");
@@ -64,11 +58,7 @@ int cmd_coordinator(int argc, char **argv)
     if (port < 0) {
         status = sl_cli_fail("coordinator", 1, "%s", err.msg);
     } else {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
+        cli_catch_stop_signals();
         sl_log_info("coordinator: serving", "listen=%s port=%d pki=%s state=%s", o.listen, port,
                     o.pki, o.state);
         if (port_file) {
@@ -80,9 +70,9 @@ int cmd_coordinator(int argc, char **argv)
                 sl_log_warn("coordinator: cannot write port file", "path=%s", port_file);
             }
         }
-        while (!stop_flag)
+        while (!cli_stop_signal())
             usleep(50 * 1000);
-        sl_log_info("coordinator: stopping", "signal=%d", (int)stop_flag);
+        sl_log_info("coordinator: stopping", "signal=%d", cli_stop_signal());
     }
     coord_close(c);
     rpc_global_shutdown();

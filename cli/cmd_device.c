@@ -1,5 +1,4 @@
 /* skyloom device: the agent on a node (enrollment and heartbeats for now). */
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,14 +8,19 @@
 #include "dev_stage.h"
 #include "sl_log.h"
 
-static volatile sig_atomic_t stop_flag;
-static void on_signal(int sig) { stop_flag = sig; }
-
 int cmd_device(int argc, char **argv)
 {
     dev_agent_opts o = {0};
     int once = 0;
     const char *stage_listen = NULL, *stage_advertise = NULL;
+    const cli_opt table[] = {{"--coordinator", &o.coordinator},
+                             {"--token", &o.token},
+                             {"--state", &o.state},
+                             {"--site", &o.site},
+                             {"--name", &o.name},
+                             {"--stage-listen", &stage_listen},
+                             {"--stage-advertise", &stage_advertise},
+                             {NULL, NULL}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -37,24 +41,10 @@ int cmd_device(int argc, char **argv)
             once = 1;
             continue;
         }
-        if (i + 1 >= argc)
-            return sl_cli_fail("device", 2, "unknown option or missing value '%s'", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--coordinator"))
-            o.coordinator = v;
-        else if (!strcmp(a, "--token"))
-            o.token = v;
-        else if (!strcmp(a, "--state"))
-            o.state = v;
-        else if (!strcmp(a, "--site"))
-            o.site = v;
-        else if (!strcmp(a, "--name"))
-            o.name = v;
-        else if (!strcmp(a, "--stage-listen"))
-            stage_listen = v;
-        else if (!strcmp(a, "--stage-advertise"))
-            stage_advertise = v;
-        else
+        int r = cli_opt_take("device", argc, argv, &i, table);
+        if (r < 0)
+            return 2;
+        if (r == 0)
             return sl_cli_fail("device", 2, "unknown option '%s'", a);
     }
     if (!o.coordinator || !o.state || !o.site)
@@ -84,14 +74,10 @@ int cmd_device(int argc, char **argv)
         if (!status)
             status = sl_cli_fail("device", 1, "%s", err.msg);
     } else {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
+        cli_catch_stop_signals();
         printf("device %s\n", dev_agent_id(a));
         fflush(stdout);
-        while (!stop_flag) {
+        while (!cli_stop_signal()) {
             rpc_status st;
             int code = dev_agent_heartbeat(a, &st);
             if (code == RPC_UNAUTHENTICATED || code == RPC_PERMISSION_DENIED) {
@@ -110,7 +96,7 @@ int cmd_device(int argc, char **argv)
             }
             if (once)
                 break;
-            for (unsigned t = 0; t < dev_agent_heartbeat_ms(a) && !stop_flag; t += 50)
+            for (unsigned t = 0; t < dev_agent_heartbeat_ms(a) && !cli_stop_signal(); t += 50)
                 usleep(50 * 1000);
         }
         dev_agent_close(a);

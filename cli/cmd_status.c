@@ -23,6 +23,7 @@ int cmd_status(int argc, char **argv)
 {
     const char *target = NULL, *pki = NULL;
     int json = 0;
+    const cli_opt table[] = {{"--coordinator", &target}, {"--pki", &pki}, {NULL, NULL}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -32,14 +33,15 @@ int cmd_status(int argc, char **argv)
                    "with DIR/admin.crt from skyloom certs init.\n");
             return 0;
         }
-        if (!strcmp(a, "--json"))
+        if (!strcmp(a, "--json")) {
             json = 1;
-        else if (!strcmp(a, "--coordinator") && i + 1 < argc)
-            target = argv[++i];
-        else if (!strcmp(a, "--pki") && i + 1 < argc)
-            pki = argv[++i];
-        else
-            return sl_cli_fail("status", 2, "unknown option or missing value '%s'", a);
+            continue;
+        }
+        int r = cli_opt_take("status", argc, argv, &i, table);
+        if (r < 0)
+            return 2;
+        if (r == 0)
+            return sl_cli_fail("status", 2, "unknown option '%s'", a);
     }
     if (!target || !pki)
         return sl_cli_fail("status", 2, "--coordinator and --pki are required");

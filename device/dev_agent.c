@@ -16,7 +16,7 @@
 struct dev_agent {
     dev_agent_opts o;
     char id[CERT_ID_LEN];
-    char ca[4096], crt[4096], key[4096];
+    dev_identity_files f;
     rpc_channel *ch;
     unsigned heartbeat_ms;
     uint64_t seq;
@@ -42,6 +42,15 @@ void dev_profile_to_pb(const dev_profile *p, void *out)
     pb->l1d_bytes = p->l1d_bytes;
 }
 
+int dev_identity_files_init(dev_identity_files *f, const char *state, sl_err *err)
+{
+    return cert_path(f->ca, sizeof f->ca, state, "ca.crt", err) ||
+                   cert_path(f->crt, sizeof f->crt, state, "device.crt", err) ||
+                   cert_path(f->key, sizeof f->key, state, "device.key", err)
+               ? -1
+               : 0;
+}
+
 static int file_exists(const char *p)
 {
     struct stat sb;
@@ -51,7 +60,7 @@ static int file_exists(const char *p)
 static rpc_channel *connect_as(dev_agent *a, int with_cert, sl_err *err)
 {
     rpc_channel_opts co = {.target = a->o.coordinator,
-                           .tls = {a->ca, with_cert ? a->crt : NULL, with_cert ? a->key : NULL}};
+                           .tls = {a->f.ca, with_cert ? a->f.crt : NULL, with_cert ? a->f.key : NULL}};
     return rpc_channel_create(&co, err);
 }
 
@@ -63,8 +72,8 @@ static int enroll(dev_agent *a, sl_err *err)
     if (!cert_valid_site(a->o.site))
         return sl_err_set(err, SL_EINVAL, "site '%s' must be 1..64 of A-Z a-z 0-9 . _ -", a->o.site);
     /* 1. Pin the CA by the token's fingerprint. */
-    if (file_exists(a->ca)) {
-        FILE *f = fopen(a->ca, "r");
+    if (file_exists(a->f.ca)) {
+        FILE *f = fopen(a->f.ca, "r");
         char buf[16384];
         size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
         if (f)
@@ -72,22 +81,22 @@ static int enroll(dev_agent *a, sl_err *err)
         buf[n] = 0;
         char fp[CERT_HEX_LEN];
         if (cert_pem_fingerprint(buf, n, fp, err))
-            return sl_err_wrap(err, "%s", a->ca);
+            return sl_err_wrap(err, "%s", a->f.ca);
         if (strcmp(fp, tok.ca_fp) != 0)
             return sl_err_set(err, SL_EAUTH,
                               "%s holds CA %s but the token pins %s: use a fresh state directory",
-                              a->ca, fp, tok.ca_fp);
-    } else if (cert_fetch_ca(a->o.coordinator, tok.ca_fp, a->ca, a->o.timeout_ms, err)) {
+                              a->f.ca, fp, tok.ca_fp);
+    } else if (cert_fetch_ca(a->o.coordinator, tok.ca_fp, a->f.ca, a->o.timeout_ms, err)) {
         return -1;
     }
     /* 2. Our own key, made here. */
-    if (!file_exists(a->key) && cert_key_generate(a->key, err))
+    if (!file_exists(a->f.key) && cert_key_generate(a->f.key, err))
         return -1;
-    if (cert_key_device_id(a->key, a->id, err))
+    if (cert_key_device_id(a->f.key, a->id, err))
         return -1;
     uint8_t *csr = NULL;
     size_t csr_len = 0;
-    if (cert_csr_create(a->key, a->id, &csr, &csr_len, err))
+    if (cert_csr_create(a->f.key, a->id, &csr, &csr_len, err))
         return -1;
     /* 3. Enroll over server-authenticated TLS. */
     rpc_channel *ch = connect_as(a, 0, err);
@@ -123,9 +132,9 @@ static int enroll(dev_agent *a, sl_err *err)
     if (strcmp(resp->device_id, a->id) != 0) {
         sl_err_set(err, SL_EAUTH, "coordinator returned device id %s, expected %s",
                    resp->device_id, a->id);
-    } else if (!cert_write_new(a->crt, resp->cert_pem.data, resp->cert_pem.len, 0644, err)) {
-        if (cert_file_cn(a->crt, cn, sizeof cn, err) || strcmp(cn, a->id) != 0) {
-            unlink(a->crt);
+    } else if (!cert_write_new(a->f.crt, resp->cert_pem.data, resp->cert_pem.len, 0644, err)) {
+        if (cert_file_cn(a->f.crt, cn, sizeof cn, err) || strcmp(cn, a->id) != 0) {
+            unlink(a->f.crt);
             if (!err || !err->msg[0])
                 sl_err_set(err, SL_EAUTH, "the certificate is not for %s", a->id);
         } else {
@@ -163,15 +172,13 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
         free(a);
         return NULL;
     }
-    if (cert_path(a->ca, sizeof a->ca, o->state, "ca.crt", err) ||
-        cert_path(a->crt, sizeof a->crt, o->state, "device.crt", err) ||
-        cert_path(a->key, sizeof a->key, o->state, "device.key", err))
+    if (dev_identity_files_init(&a->f, o->state, err))
         goto fail;
     sl_err perr = {0};
     a->have_profile = dev_profile_probe(&a->profile, &perr) == 0;
     if (!a->have_profile)
         sl_log_warn("device: no profile", "reason=\"%s\"", perr.msg);
-    if (!file_exists(a->crt)) {
+    if (!file_exists(a->f.crt)) {
         if (!o->token) {
             sl_err_set(err, SL_ESTATE, "%s is not enrolled yet: pass --token", o->state);
             goto fail;
@@ -181,13 +188,13 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     } else {
         if (o->token)
             sl_log_info("device: already enrolled, ignoring --token", "state=%s", o->state);
-        if (cert_key_device_id(a->key, a->id, err))
+        if (cert_key_device_id(a->f.key, a->id, err))
             goto fail;
         char cn[128];
-        if (cert_file_cn(a->crt, cn, sizeof cn, err))
+        if (cert_file_cn(a->f.crt, cn, sizeof cn, err))
             goto fail;
         if (strcmp(cn, a->id) != 0) {
-            sl_err_set(err, SL_ECORRUPT, "%s is for %s but device.key belongs to %s", a->crt, cn,
+            sl_err_set(err, SL_ECORRUPT, "%s is for %s but device.key belongs to %s", a->f.crt, cn,
                        a->id);
             goto fail;
         }

@@ -15,6 +15,12 @@
 #include "rpc.h"
 #include "sl_err.h"
 
+/* The identity files in a device's state directory. */
+typedef struct dev_identity_files {
+    char ca[4200], crt[4200], key[4200];
+} dev_identity_files;
+int dev_identity_files_init(dev_identity_files *f, const char *state, sl_err *err);
+
 typedef struct dev_agent_opts {
     const char *coordinator; /* HOST:PORT */
     const char *token;       /* needed only until enrolled */

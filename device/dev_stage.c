@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cert.h"
+#include "dev_agent.h"
 #include "dev_stage.h"
 #include "skyloom.pb-c.h"
 #include "sl_mem.h"
@@ -51,15 +52,13 @@ static int exchange(void *ud, const rpc_peer *peer, rpc_stream *s, rpc_status *s
 
 dev_stage *dev_stage_start(const dev_stage_opts *o, int *port, sl_err *err)
 {
-    char ca[4200], crt[4200], key[4200];
-    if (cert_path(ca, sizeof ca, o->state, "ca.crt", err) ||
-        cert_path(crt, sizeof crt, o->state, "device.crt", err) ||
-        cert_path(key, sizeof key, o->state, "device.key", err))
+    dev_identity_files f;
+    if (dev_identity_files_init(&f, o->state, err))
         return NULL;
     dev_stage *d = sl_xcalloc(1, sizeof *d);
     d->o = *o;
     rpc_server_opts so = {.listen = o->listen,
-                          .tls = {ca, crt, key},
+                          .tls = {f.ca, f.crt, f.key},
                           .client_auth = RPC_CLIENT_CERT_REQUIRED,
                           .max_message = o->max_message ? o->max_message : STAGE_DEFAULT_MAX_MESSAGE};
     if (!(d->srv = rpc_server_create(&so, err)) ||
@@ -83,17 +82,15 @@ void dev_stage_stop(dev_stage *d)
 rpc_channel *dev_stage_connect(const char *state, const char *target, const char *peer_id,
                                size_t max_message, sl_err *err)
 {
-    char ca[4200], crt[4200], key[4200];
-    if (cert_path(ca, sizeof ca, state, "ca.crt", err) ||
-        cert_path(crt, sizeof crt, state, "device.crt", err) ||
-        cert_path(key, sizeof key, state, "device.key", err))
+    dev_identity_files f;
+    if (dev_identity_files_init(&f, state, err))
         return NULL;
     if (!cert_valid_device_id(peer_id)) {
         sl_err_set(err, SL_EINVAL, "'%s' is not a device id", peer_id);
         return NULL;
     }
     rpc_channel_opts co = {.target = target,
-                           .tls = {ca, crt, key},
+                           .tls = {f.ca, f.crt, f.key},
                            .server_name = peer_id,
                            .max_message = max_message ? max_message : STAGE_DEFAULT_MAX_MESSAGE};
     return rpc_channel_create(&co, err);
