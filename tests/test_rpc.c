@@ -7,6 +7,10 @@
 #include "sl_test.h"
 #include "trust_util.h"
 
+/* Deadline of every call: generous, so that slow runs (valgrind, loaded
+ * machines) fail on what they check, not on time. */
+#define T_MS 60000
+
 static char root[256], pki[512], other[512];
 static char seen_identity[128];
 static int seen_authenticated = -1;
@@ -93,19 +97,19 @@ static void test_unary_and_identity(void)
     rpc_channel *c = dial(port, pki, "admin", 0);
     rpc_buf r;
     rpc_status st;
-    CHECK(rpc_call_unary(c, "/t.T/Echo", "hello", 5, 5000, &r, &st) == RPC_OK);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", "hello", 5, T_MS, &r, &st) == RPC_OK);
     CHECK(r.len == 5 && !memcmp(r.data, "hello", 5));
     rpc_buf_free(&r);
     CHECK(seen_authenticated == 1);
     CHECK(!strcmp(seen_identity, CERT_ADMIN_CN));
-    CHECK(rpc_call_unary(c, "/t.T/Echo", "", 0, 5000, &r, &st) == RPC_OK && r.len == 0);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", "", 0, T_MS, &r, &st) == RPC_OK && r.len == 0);
     rpc_buf_free(&r);
-    CHECK(rpc_call_unary(c, "/t.T/Echo", "fail", 4, 5000, &r, &st) == RPC_PERMISSION_DENIED);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", "fail", 4, T_MS, &r, &st) == RPC_PERMISSION_DENIED);
     CHECK(!strcmp(st.details, "told to fail"));
-    CHECK(rpc_call_unary(c, "/t.T/Nope", "x", 1, 5000, &r, &st) == RPC_UNIMPLEMENTED);
+    CHECK(rpc_call_unary(c, "/t.T/Nope", "x", 1, T_MS, &r, &st) == RPC_UNIMPLEMENTED);
     CHECKF(strstr(st.details, "/t.T/Nope") != NULL, "%s", st.details);
     /* Unknown methods keep being answered: the generic request is re-armed. */
-    CHECK(rpc_call_unary(c, "/other.Svc/Call", "x", 1, 5000, &r, &st) == RPC_UNIMPLEMENTED);
+    CHECK(rpc_call_unary(c, "/other.Svc/Call", "x", 1, T_MS, &r, &st) == RPC_UNIMPLEMENTED);
     rpc_channel_destroy(c);
     rpc_server_destroy(s);
 }
@@ -119,15 +123,15 @@ static void test_message_limits(void)
     uint8_t *big = calloc(1, n);
     rpc_buf r;
     rpc_status st;
-    CHECK(rpc_call_unary(c, "/t.T/Echo", big, n, 5000, &r, &st) == RPC_RESOURCE_EXHAUSTED);
-    CHECK(rpc_call_unary(c, "/t.T/Echo", big, 60 << 10, 5000, &r, &st) == RPC_OK);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", big, n, T_MS, &r, &st) == RPC_RESOURCE_EXHAUSTED);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", big, 60 << 10, T_MS, &r, &st) == RPC_OK);
     rpc_buf_free(&r);
     rpc_channel_destroy(c);
     rpc_server_destroy(s);
     /* The client's own receive limit: a 3 MiB reply to a 2 MiB-limited client. */
     s = start(RPC_CLIENT_CERT_REQUIRED, 8u << 20, &port);
     c = dial(port, pki, "admin", 2u << 20);
-    CHECK(rpc_call_unary(c, "/t.T/Echo", "big", 3, 5000, &r, &st) == RPC_RESOURCE_EXHAUSTED);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", "big", 3, T_MS, &r, &st) == RPC_RESOURCE_EXHAUSTED);
     /* and a 5 MiB message both sides accept (above gRPC's 4 MiB default) */
     rpc_channel_destroy(c);
     c = dial(port, pki, "admin", 8u << 20);
@@ -136,7 +140,7 @@ static void test_message_limits(void)
     big = malloc(n);
     for (size_t i = 0; i < n; i++)
         big[i] = (uint8_t)(i * 7);
-    CHECK(rpc_call_unary(c, "/t.T/Echo", big, n, 10000, &r, &st) == RPC_OK);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", big, n, T_MS, &r, &st) == RPC_OK);
     CHECK(r.len == n && !memcmp(r.data, big, n));
     rpc_buf_free(&r);
     free(big);
@@ -152,24 +156,24 @@ static void test_tls_refusals(void)
     rpc_status st;
     /* no client certificate: the handshake fails */
     rpc_channel *c = dial(port, pki, NULL, 0);
-    CHECK(rpc_call_unary(c, "/t.T/Echo", "x", 1, 5000, &r, &st) == RPC_UNAVAILABLE);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", "x", 1, T_MS, &r, &st) == RPC_UNAVAILABLE);
     rpc_channel_destroy(c);
     /* a certificate from another CA */
     c = dial(port, other, "admin", 0);
-    CHECK(rpc_call_unary(c, "/t.T/Echo", "x", 1, 5000, &r, &st) == RPC_UNAVAILABLE);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", "x", 1, T_MS, &r, &st) == RPC_UNAVAILABLE);
     rpc_channel_destroy(c);
     rpc_server_destroy(s);
     /* optional client certificates: the call arrives, unauthenticated */
     s = start(RPC_CLIENT_CERT_OPTIONAL, 0, &port);
     c = dial(port, pki, NULL, 0);
     seen_authenticated = -1;
-    CHECK(rpc_call_unary(c, "/t.T/Echo", "x", 1, 5000, &r, &st) == RPC_OK);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", "x", 1, T_MS, &r, &st) == RPC_OK);
     rpc_buf_free(&r);
     CHECK(seen_authenticated == 0 && seen_identity[0] == 0);
     rpc_channel_destroy(c);
     /* ... but a certificate that is presented must still verify */
     c = dial(port, other, "admin", 0);
-    CHECK(rpc_call_unary(c, "/t.T/Echo", "x", 1, 5000, &r, &st) == RPC_UNAVAILABLE);
+    CHECK(rpc_call_unary(c, "/t.T/Echo", "x", 1, T_MS, &r, &st) == RPC_UNAVAILABLE);
     rpc_channel_destroy(c);
     rpc_server_destroy(s);
 }
@@ -180,7 +184,7 @@ static void test_stream(void)
     rpc_server *s = start(RPC_CLIENT_CERT_REQUIRED, 4u << 20, &port);
     rpc_channel *c = dial(port, pki, "admin", 4u << 20);
     sl_err err = {0};
-    rpc_stream *st = rpc_stream_open(c, "/t.T/Stream", 10000, &err);
+    rpc_stream *st = rpc_stream_open(c, "/t.T/Stream", T_MS, &err);
     CHECKF(st != NULL, "%s", err.msg);
     size_t n = 1u << 20;
     uint8_t *buf = malloc(n);
@@ -218,19 +222,19 @@ static void test_stream(void)
     rpc_status fs;
     CHECK(rpc_stream_finish(st, &fs) == RPC_OK);
     /* a handler's refusal reaches the client as the stream's status */
-    st = rpc_stream_open(c, "/t.T/Stream", 10000, &err);
+    st = rpc_stream_open(c, "/t.T/Stream", T_MS, &err);
     CHECK(rpc_stream_send(st, "stop", 4, &err) == 0);
     rpc_buf m;
     CHECK(rpc_stream_recv(st, &m, &err) == 0);
     CHECK(rpc_stream_finish(st, &fs) == RPC_FAILED_PRECONDITION);
     CHECK(!strcmp(fs.details, "stop requested"));
     /* an unknown streaming method */
-    st = rpc_stream_open(c, "/t.T/NoStream", 10000, &err);
+    st = rpc_stream_open(c, "/t.T/NoStream", T_MS, &err);
     CHECK(st != NULL);
     CHECK(rpc_stream_recv(st, &m, &err) == 0);
     CHECK(rpc_stream_finish(st, &fs) == RPC_UNIMPLEMENTED);
     /* the server goes away while a stream is open: both sides come apart */
-    st = rpc_stream_open(c, "/t.T/Stream", 10000, &err);
+    st = rpc_stream_open(c, "/t.T/Stream", T_MS, &err);
     CHECK(rpc_stream_send(st, "a", 1, &err) == 0);
     CHECK(rpc_stream_recv(st, &m, &err) == 1);
     rpc_buf_free(&m);
@@ -241,7 +245,7 @@ static void test_stream(void)
     s = start(RPC_CLIENT_CERT_REQUIRED, 0, &port);
     rpc_channel_destroy(c);
     c = dial(port, pki, "admin", 0);
-    st = rpc_stream_open(c, "/t.T/Stream", 10000, &err);
+    st = rpc_stream_open(c, "/t.T/Stream", T_MS, &err);
     CHECK(rpc_stream_send(st, "b", 1, &err) == 0);
     rpc_stream_cancel(st);
     free(buf);

@@ -15,9 +15,9 @@ check() { # check DESC CMD...
 start_coord() {
     rm -f "$tmp/port"
     "$sk" -q coordinator --listen 127.0.0.1:0 --pki "$tmp/pki" --state "$tmp/state" \
-        --port-file "$tmp/port" --heartbeat 2s &
+        --port-file "$tmp/port" --heartbeat 60s &
     cpid=$!
-    for _ in $(seq 200); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+    for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.05; done
     port=$(cat "$tmp/port" 2>/dev/null)
 }
 stop_coord() { kill "$cpid"; wait "$cpid"; local rc=$?; cpid=""; return $rc; }
