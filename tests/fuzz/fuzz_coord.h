@@ -75,8 +75,8 @@ static inline coord *fz_get(void)
         fz_die("coord_open", err.msg);
     /* One enrolled device, so that the device paths of the checks are reached. */
     snprintf(p, sizeof p, "%s/dev.key", fz_root);
-    uint8_t *csr;
-    size_t len;
+    uint8_t *csr = NULL;
+    size_t len = 0;
     if (cert_key_generate(p, &err) || cert_key_device_id(p, fz_device, &err) ||
         cert_csr_create(p, "x", &csr, &len, &err))
         fz_die("device key", err.msg);
