@@ -133,12 +133,17 @@ SL_HD float dev_bf16_to_f32(uint16_t b)
 /* The scale for a row whose largest magnitude is absmax (finite, >= 0):
  * absmax / 127 rounded up, so that absmax / scale <= 127 and no value is
  * clamped. (Rounded to nearest, a subnormal scale can land far below
- * absmax / 127 and clamping would then break the scale / 2 bound.) */
+ * absmax / 127 and clamping would then break the scale / 2 bound.) Next to
+ * FLT_MAX, though, 127 * scale must stay finite or -127 decodes to -inf:
+ * there the scale steps down (it is normal there, so clamping costs a few
+ * ulp, not half a step). Both cases were found by fuzz_frame. */
 SL_HD float dev_q8_scale(float absmax)
 {
     float s = absmax / 127.0f;
-    if ((double)s * 127.0 < (double)absmax) /* exact in double */
+    if ((double)s * 127.0 < (double)absmax) /* products exact in double */
         s = dev_bits_f32(dev_f32_bits(s) + 1u);
+    while ((double)s * 127.0 > 3.4028234663852886e+38) /* FLT_MAX; at most two steps */
+        s = dev_bits_f32(dev_f32_bits(s) - 1u);
     return s;
 }
 

@@ -22,12 +22,16 @@
 #define CAPF (1u << 16)
 #define FRAME_CAP (DEV_FRAME_HDR_LEN + 8u * CAPF + DEV_FRAME_TAG_LEN)
 
-#define REQUIRE(c)                                                                   \
-    do {                                                                             \
-        if (!(c)) {                                                                  \
+#define REQUIRE(c) REQUIREF(c, "%s", "")
+/* On failure: the property, then a printf-style line with the values. */
+#define REQUIREF(c, ...)                                                                \
+    do {                                                                                \
+        if (!(c)) {                                                                     \
             fprintf(stderr, "fuzz_frame: property failed at line %d: %s\n", __LINE__, #c); \
-            abort();                                                                 \
-        }                                                                            \
+            fprintf(stderr, __VA_ARGS__);                                               \
+            fputc('\n', stderr);                                                        \
+            abort();                                                                    \
+        }                                                                               \
     } while (0)
 
 static dev_kx_keypair ka, kb;
@@ -84,37 +88,41 @@ static uint32_t rd32(const uint8_t *p, size_t size, size_t off)
 static void check_element(int codec, float x, float y, float scale, float amax)
 {
     float ax = fabsf(x);
+    double e = fabs((double)y - x);
+#define VALUES "codec %d: x %a, y %a, scale %a, row absmax %a", codec, (double)x, (double)y, \
+               (double)scale, (double)amax
     switch (codec) {
     case DEV_CODEC_NONE:
-        REQUIRE(dev_f32_bits(x) == dev_f32_bits(y));
+        REQUIREF(dev_f32_bits(x) == dev_f32_bits(y), VALUES);
         break;
     case DEV_CODEC_FP16:
         if (isnan(x))
-            REQUIRE(isnan(y));
+            REQUIREF(isnan(y), VALUES);
         else if (ax >= 65520.0f)
-            REQUIRE(isinf(y) && signbit(x) == signbit(y));
+            REQUIREF(isinf(y) && signbit(x) == signbit(y), VALUES);
         else if (ax >= 0x1p-14f)
-            REQUIRE(fabs((double)y - x) <= 0x1p-11 * ax);
+            REQUIREF(e <= 0x1p-11 * ax, VALUES);
         else
-            REQUIRE(fabs((double)y - x) <= 0x1p-25);
+            REQUIREF(e <= 0x1p-25, VALUES);
         break;
     case DEV_CODEC_BF16:
         if (isnan(x))
-            REQUIRE(isnan(y));
+            REQUIREF(isnan(y), VALUES);
         else if (isinf(y))
-            REQUIRE(ax >= 0x1.ffp127f && signbit(x) == signbit(y));
+            REQUIREF(ax >= 0x1.ffp127f && signbit(x) == signbit(y), VALUES);
         else if (ax >= 0x1p-126f)
-            REQUIRE(fabs((double)y - x) <= 0x1p-8 * ax);
+            REQUIREF(e <= 0x1p-8 * ax, VALUES);
         else
-            REQUIRE(fabs((double)y - x) <= 0x1p-134);
+            REQUIREF(e <= 0x1p-134, VALUES);
         break;
     case DEV_CODEC_INT8:
         if (amax == 0)
-            REQUIRE(y == 0);
+            REQUIREF(y == 0, VALUES);
         else
-            REQUIRE(fabs((double)y - x) <= scale / 2.0 * (1 + 3e-5) + 0x1p-149);
+            REQUIREF(e <= scale / 2.0 * (1 + 3e-5) + 0x1p-149, VALUES);
         break;
     }
+#undef VALUES
 }
 
 static void round_trip(const uint8_t *data, size_t size)
