@@ -13,7 +13,7 @@
 
 /* ndocs documents of 1-6 lines of words made of syllables, blank line
  * between documents. A pure function of seed. Caller frees. */
-static char *gen_corpus(uint64_t seed, int ndocs, size_t *len)
+static inline char *gen_corpus(uint64_t seed, int ndocs, size_t *len)
 {
     static const char *const syl[] = {"the", "ka", "ro", "mi", "ten", "sha", "lo", "ver", "qu",
                                       "ing", "ed", "an", "Zu", "str", "o", "pe", "\xc3\xa9l",
@@ -55,7 +55,7 @@ static char *gen_corpus(uint64_t seed, int ndocs, size_t *len)
 
 static char tmp_dir[64];
 
-static const char *tmp_path(const char *name)
+static inline const char *tmp_path(const char *name)
 {
     static char p[8][256];
     static int i;
@@ -71,7 +71,7 @@ static const char *tmp_path(const char *name)
     return p[i];
 }
 
-static void write_bytes(const char *path, const void *b, size_t n)
+static inline void write_bytes(const char *path, const void *b, size_t n)
 {
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(b, 1, n, f) != n) {
@@ -81,7 +81,7 @@ static void write_bytes(const char *path, const void *b, size_t n)
     fclose(f);
 }
 
-static void tmp_cleanup(void)
+static inline void tmp_cleanup(void)
 {
     if (tmp_dir[0]) {
         char cmd[128];
