@@ -1,6 +1,7 @@
 #include "dev_vocab.h"
 
 #include <sodium.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,19 +10,24 @@
 #include "dev_file.h"
 #include "sl_mem.h"
 
-/* Open-addressing table of token ids, keyed by bytes. */
+/* Open-addressing table of token ids, keyed by bytes. Each slot keeps 32
+ * bits of the hash so that most misses never touch the token text. */
+typedef struct vslot {
+    uint32_t tag;
+    int32_t id; /* -1: empty */
+} vslot;
 typedef struct vtab {
-    int32_t *slot; /* id, or -1 */
+    vslot *slot;
     size_t mask;
 } vtab;
 
 struct dev_vocab {
     int n;
-    char *text;        /* "tok\n" per token; tokens point into it (the '\n' made '\0' in names) */
+    char *text;        /* "tok\n" per token: what the hash covers */
     size_t text_len;
-    char *names;       /* copy of text with '\n' -> '\0' */
-    const char **tok;  /* n pointers into names */
-    uint32_t *len;     /* n byte lengths */
+    char *names;       /* the same with '\n' -> '\0'; tok[] points into it */
+    const char **tok;
+    uint32_t *len;
     vtab init, cont;   /* all tokens; "##" tokens keyed without the prefix */
     size_t max_init, max_cont;
     uint8_t hash[32];
@@ -30,12 +36,22 @@ struct dev_vocab {
 
 static inline uint64_t hash_bytes(const char *s, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
     }
-    return h ^ (h >> 29);
+    uint64_t w = 0;
+    for (size_t i = 0; i < n; i++)
+        w |= (uint64_t)(unsigned char)s[i] << (8 * i);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 29;
+    h *= 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 32);
 }
 
 static void vtab_init(vtab *t, int n)
@@ -44,34 +60,42 @@ static void vtab_init(vtab *t, int n)
     while (cap < (size_t)n * 2)
         cap <<= 1;
     t->slot = sl_xmalloc(cap * sizeof *t->slot);
-    memset(t->slot, 0xff, cap * sizeof *t->slot);
+    for (size_t i = 0; i < cap; i++)
+        t->slot[i] = (vslot){0, -1};
     t->mask = cap - 1;
+}
+
+static inline bool same(const dev_vocab *v, int32_t e, const char *s, size_t n, size_t skip)
+{
+    return v->len[e] - skip == n && memcmp(v->tok[e] + skip, s, n) == 0;
 }
 
 /* Returns the existing id for the key, or inserts id and returns -1. */
 static int vtab_put(vtab *t, const dev_vocab *v, const char *s, size_t n, size_t skip, int id)
 {
-    size_t i = hash_bytes(s, n) & t->mask;
-    for (;; i = (i + 1) & t->mask) {
-        int32_t e = t->slot[i];
-        if (e < 0) {
-            t->slot[i] = id;
+    uint64_t h = hash_bytes(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        vslot e = t->slot[i];
+        if (e.id < 0) {
+            t->slot[i] = (vslot){tag, id};
             return -1;
         }
-        if (v->len[e] - skip == n && memcmp(v->tok[e] + skip, s, n) == 0)
-            return e;
+        if (e.tag == tag && same(v, e.id, s, n, skip))
+            return e.id;
     }
 }
 
 static inline int vtab_get(const vtab *t, const dev_vocab *v, const char *s, size_t n, size_t skip)
 {
-    size_t i = hash_bytes(s, n) & t->mask;
-    for (;; i = (i + 1) & t->mask) {
-        int32_t e = t->slot[i];
-        if (e < 0)
+    uint64_t h = hash_bytes(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        vslot e = t->slot[i];
+        if (e.id < 0)
             return -1;
-        if (v->len[e] - skip == n && memcmp(v->tok[e] + skip, s, n) == 0)
-            return e;
+        if (e.tag == tag && same(v, e.id, s, n, skip))
+            return e.id;
     }
 }
 
