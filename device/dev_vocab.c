@@ -10,11 +10,14 @@
 #include "dev_file.h"
 #include "sl_mem.h"
 
-/* Open-addressing table of token ids, keyed by bytes. Each slot keeps 32
- * bits of the hash so that most misses never touch the token text. */
+/* Open-addressing table of token ids, keyed by bytes. A slot keeps 32 bits
+ * of the hash (most misses never touch token text) and where the key's bytes
+ * are, so a hit costs two memory accesses: the slot and the text. */
 typedef struct vslot {
     uint32_t tag;
-    int32_t id; /* -1: empty */
+    int32_t id;   /* -1: empty */
+    uint32_t off; /* key bytes at names + off */
+    uint32_t len;
 } vslot;
 typedef struct vtab {
     vslot *slot;
@@ -61,13 +64,13 @@ static void vtab_init(vtab *t, int n)
         cap <<= 1;
     t->slot = sl_xmalloc(cap * sizeof *t->slot);
     for (size_t i = 0; i < cap; i++)
-        t->slot[i] = (vslot){0, -1};
+        t->slot[i] = (vslot){0, -1, 0, 0};
     t->mask = cap - 1;
 }
 
-static inline bool same(const dev_vocab *v, int32_t e, const char *s, size_t n, size_t skip)
+static inline bool same(const dev_vocab *v, vslot e, uint32_t tag, const char *s, size_t n)
 {
-    return v->len[e] - skip == n && memcmp(v->tok[e] + skip, s, n) == 0;
+    return e.tag == tag && e.len == n && memcmp(v->names + e.off, s, n) == 0;
 }
 
 /* Returns the existing id for the key, or inserts id and returns -1. */
@@ -78,15 +81,15 @@ static int vtab_put(vtab *t, const dev_vocab *v, const char *s, size_t n, size_t
     for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
         vslot e = t->slot[i];
         if (e.id < 0) {
-            t->slot[i] = (vslot){tag, id};
+            t->slot[i] = (vslot){tag, id, (uint32_t)(v->tok[id] + skip - v->names), (uint32_t)n};
             return -1;
         }
-        if (e.tag == tag && same(v, e.id, s, n, skip))
+        if (same(v, e, tag, s, n))
             return e.id;
     }
 }
 
-static inline int vtab_get(const vtab *t, const dev_vocab *v, const char *s, size_t n, size_t skip)
+static inline int vtab_get(const vtab *t, const dev_vocab *v, const char *s, size_t n)
 {
     uint64_t h = hash_bytes(s, n);
     uint32_t tag = (uint32_t)(h >> 32);
@@ -94,7 +97,7 @@ static inline int vtab_get(const vtab *t, const dev_vocab *v, const char *s, siz
         vslot e = t->slot[i];
         if (e.id < 0)
             return -1;
-        if (e.tag == tag && same(v, e.id, s, n, skip))
+        if (same(v, e, tag, s, n))
             return e.id;
     }
 }
@@ -229,7 +232,7 @@ int dev_vocab_size(const dev_vocab *v) { return v->n; }
 
 int dev_vocab_id(const dev_vocab *v, const char *token)
 {
-    return vtab_get(&v->init, v, token, strlen(token), 0);
+    return vtab_get(&v->init, v, token, strlen(token));
 }
 
 const char *dev_vocab_token(const dev_vocab *v, int id)
@@ -249,12 +252,12 @@ const char *dev_vocab_text(const dev_vocab *v, size_t *len)
 
 int dev_vocab_find(const dev_vocab *v, const char *s, size_t n)
 {
-    return vtab_get(&v->init, v, s, n, 0);
+    return vtab_get(&v->init, v, s, n);
 }
 
 int dev_vocab_find_cont(const dev_vocab *v, const char *s, size_t n)
 {
-    return vtab_get(&v->cont, v, s, n, 2);
+    return vtab_get(&v->cont, v, s, n);
 }
 
 void dev_vocab_max_len(const dev_vocab *v, size_t *initial, size_t *cont)
