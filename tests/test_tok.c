@@ -250,6 +250,17 @@ static void test_long_words(void)
     CHECK(dev_tok_encode(v, 0, b, big + 2, &ids, NULL) == 0);
     CHECK(ids.n == 2 && ids.v[0] == 0 && ids.v[1] == 1);
     free(b);
+    /* dev_tok_wordpiece does not trust its caller's character count */
+    memset(w, 'a', 101);
+    ids.n = 0;
+    dev_tok_wordpiece(v, w, 101, 3, &ids);
+    CHECK(ids.n == 1 && ids.v[0] == 0);
+    ids.n = 0;
+    dev_tok_wordpiece(v, "\xa9\xa9", 2, 1, &ids); /* continuation bytes only */
+    CHECK(ids.n == 1 && ids.v[0] == 0);
+    ids.n = 0;
+    dev_tok_wordpiece(v, "aa", 2, 2, &ids);
+    CHECK(ids.n == 2 && ids.v[0] == 1 && ids.v[1] == 2);
     dev_ids_free(&ids);
     dev_vocab_free(v);
 }
