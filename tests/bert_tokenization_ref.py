@@ -4,8 +4,8 @@ google-research/bert tokenization.py (Python 3 only, no six), used as the
 oracle for Skyloom's C tokenizer in test_tok_oracle.sh.
 
 usage: bert_tokenization_ref.py TEXT_FILE cased|uncased [VOCAB]
-Prints one basic-tokenizer word per line, or with VOCAB its WordPiece ids
-separated by spaces. Or: bert_tokenization_ref.py --random OUT SEED N to
+Prints one basic-tokenizer word per line; with VOCAB the word, a tab and its
+WordPiece ids separated by spaces. Or: bert_tokenization_ref.py --random OUT SEED N to
 write N random characters drawn from many Unicode blocks."""
 import random
 import sys
@@ -148,7 +148,7 @@ def main():
             for i, line in enumerate(f):
                 vocab[line.rstrip("\n")] = i
         for w in words:
-            out.write(" ".join(str(i) for i in wordpiece(w, vocab)) + "\n")
+            out.write(w + "\t" + " ".join(str(i) for i in wordpiece(w, vocab)) + "\n")
     else:
         for w in words:
             out.write(w + "\n")

@@ -1,5 +1,6 @@
-/* tok_dump FILE cased|uncased [VOCAB]: the C tokenizer's words (one per line)
- * or their WordPiece ids, in the format of bert_tokenization_ref.py. */
+/* tok_dump FILE cased|uncased [VOCAB]: the C tokenizer's words (one per line;
+ * with VOCAB followed by a tab and their WordPiece ids), in the format of
+ * bert_tokenization_ref.py. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +13,9 @@ static const dev_vocab *vocab;
 static int put_word(void *ctx, const char *w, size_t n, int nchars)
 {
     (void)ctx;
-    if (!vocab) {
-        fwrite(w, 1, n, stdout);
-    } else {
+    fwrite(w, 1, n, stdout);
+    if (vocab) {
+        putchar('\t');
         dev_ids ids = {0};
         dev_tok_wordpiece(vocab, w, n, nchars, &ids);
         for (size_t i = 0; i < ids.n; i++)
