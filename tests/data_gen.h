@@ -8,6 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dev_shard.h"
+#include "dev_tok.h"
+#include "dev_vocab.h"
+#include "dev_vocab_build.h"
 #include "sl_mem.h"
 #include "sl_rng.h"
 
@@ -93,6 +97,58 @@ static inline void tmp_cleanup(void)
         if (system(cmd) != 0)
             fprintf(stderr, "could not remove %s\n", tmp_dir);
     }
+}
+
+/* A vocabulary of `size` tokens learned from text (NULL on failure). */
+static inline dev_vocab *gen_vocab(const char *text, size_t len, bool cased, int size)
+{
+    dev_wordcount *wc = dev_wordcount_new(cased);
+    dev_vocab_learned L;
+    dev_vocab *v = NULL;
+    if (dev_wordcount_add(wc, text, len, NULL) == 0 && dev_vocab_learn(wc, size, 2, &L, NULL) == 0) {
+        v = dev_vocab_parse(L.text, L.len, "learned", NULL);
+        free(L.text);
+    }
+    dev_wordcount_free(wc);
+    return v;
+}
+
+/* Writes text as a shard the way skyloom data prepare does: a line is a
+ * sentence, an empty line ends a document. If fed is not NULL it receives
+ * every sentence's ids back to back. Returns the number of non-empty documents, or -1. */
+static inline int gen_shard(const dev_vocab *v, const char *text, size_t len, int T,
+                            const char *path, dev_ids *fed)
+{
+    dev_shard_writer *w = dev_shard_writer_new(v, T, false, NULL);
+    if (!w)
+        return -1;
+    dev_ids ids = {0};
+    int docs = 0, doc_has = 0;
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        size_t e = nl ? (size_t)(nl - text) : len;
+        if (e == i) {
+            dev_shard_writer_end_doc(w);
+            docs += doc_has;
+            doc_has = 0;
+        } else {
+            ids.n = 0;
+            dev_tok_encode(v, false, text + i, e - i, &ids, NULL);
+            dev_shard_writer_sentence(w, ids.v, ids.n);
+            for (size_t k = 0; fed && k < ids.n; k++)
+                dev_ids_push(fed, ids.v[k]);
+            doc_has |= ids.n > 0;
+        }
+        i = e + 1;
+    }
+    docs += doc_has;
+    sl_err err = {0};
+    int rc = dev_shard_writer_finish(w, path, &err);
+    if (rc)
+        fprintf(stderr, "gen_shard: %s\n", err.msg);
+    dev_shard_writer_free(w);
+    dev_ids_free(&ids);
+    return rc ? -1 : docs;
 }
 
 #endif

@@ -92,28 +92,12 @@ static void test_shard_corruption(void)
 {
     size_t len;
     char *text = gen_corpus(3, 60, &len);
-    dev_wordcount *wc = dev_wordcount_new(0);
-    dev_wordcount_add(wc, text, len, NULL);
-    dev_vocab_learned L;
-    sl_err err = {0};
-    CHECK(dev_vocab_learn(wc, 150, 2, &L, &err) == 0);
-    dev_wordcount_free(wc);
-    dev_vocab *v = dev_vocab_parse(L.text, L.len, "v", &err);
-    free(L.text);
-    dev_shard_writer *w = dev_shard_writer_new(v, 24, false, &err);
-    dev_ids ids = {0};
-    dev_tok_encode(v, false, text, len, &ids, NULL);
-    for (size_t i = 0; i < ids.n; i += 7) {
-        dev_shard_writer_sentence(w, ids.v + i, ids.n - i < 7 ? ids.n - i : 7);
-        if (i % 91 == 0)
-            dev_shard_writer_end_doc(w);
-    }
+    dev_vocab *v = gen_vocab(text, len, false, 150);
     const char *path = tmp_path("f.shard");
-    CHECK(dev_shard_writer_finish(w, path, &err) == 0);
-    dev_shard_writer_free(w);
-    dev_ids_free(&ids);
+    CHECK(v && gen_shard(v, text, len, 24, path, NULL) > 0);
     dev_vocab_free(v);
     free(text);
+    sl_err err = {0};
     char *good;
     size_t n;
     if (dev_read_file(path, 1 << 30, &good, &n, &err))

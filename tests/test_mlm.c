@@ -18,36 +18,13 @@ static int make_shard(void)
 {
     size_t len;
     char *text = gen_corpus(5, 1500, &len);
-    dev_wordcount *wc = dev_wordcount_new(0);
-    dev_wordcount_add(wc, text, len, NULL);
-    dev_vocab_learned L;
-    sl_err err = {0};
-    if (dev_vocab_learn(wc, 2000, 2, &L, &err))
-        return -1;
-    dev_wordcount_free(wc);
-    dev_vocab *v = dev_vocab_parse(L.text, L.len, "v", &err);
-    free(L.text);
-    dev_shard_writer *w = dev_shard_writer_new(v, 48, false, &err);
-    dev_ids ids = {0};
-    for (size_t i = 0; i < len;) {
-        const char *nl = memchr(text + i, '\n', len - i);
-        size_t e = nl ? (size_t)(nl - text) : len;
-        if (e == i) {
-            dev_shard_writer_end_doc(w);
-        } else {
-            ids.n = 0;
-            dev_tok_encode(v, false, text + i, e - i, &ids, NULL);
-            dev_shard_writer_sentence(w, ids.v, ids.n);
-        }
-        i = e + 1;
-    }
-    int rc = dev_shard_writer_finish(w, tmp_path("m.shard"), &err);
-    dev_shard_writer_free(w);
-    dev_ids_free(&ids);
+    dev_vocab *v = gen_vocab(text, len, false, 2000);
+    int docs = v ? gen_shard(v, text, len, 48, tmp_path("m.shard"), NULL) : -1;
     dev_vocab_free(v);
     free(text);
-    if (rc)
+    if (docs <= 0)
         return -1;
+    sl_err err = {0};
     shard = dev_shard_open(tmp_path("m.shard"), &err);
     if (!shard)
         return -1;

@@ -13,69 +13,16 @@
 
 static dev_vocab *vocab;
 
-static dev_vocab *make_vocab(const char *text, size_t len, int size)
-{
-    dev_wordcount *wc = dev_wordcount_new(0);
-    dev_wordcount_add(wc, text, len, NULL);
-    dev_vocab_learned L;
-    sl_err err = {0};
-    dev_vocab *v = NULL;
-    if (dev_vocab_learn(wc, size, 2, &L, &err) == 0) {
-        v = dev_vocab_parse(L.text, L.len, "learned", &err);
-        free(L.text);
-    }
-    dev_wordcount_free(wc);
-    return v;
-}
-
-/* What the writer was given: every sentence's ids, and document ends. */
-typedef struct fed {
-    dev_ids all;      /* all sentence ids back to back */
-    int docs;         /* non-empty documents */
-} fed;
-
-static int write_corpus(const char *text, size_t len, int T, const char *path, fed *f)
-{
-    sl_err err = {0};
-    dev_shard_writer *w = dev_shard_writer_new(vocab, T, false, &err);
-    CHECK(w != NULL);
-    if (!w)
-        return -1;
-    dev_ids ids = {0};
-    int doc_has = 0;
-    for (size_t i = 0; i < len;) {
-        const char *nl = memchr(text + i, '\n', len - i);
-        size_t e = nl ? (size_t)(nl - text) : len;
-        if (e == i) {
-            dev_shard_writer_end_doc(w);
-            f->docs += doc_has;
-            doc_has = 0;
-        } else {
-            ids.n = 0;
-            dev_tok_encode(vocab, false, text + i, e - i, &ids, NULL);
-            dev_shard_writer_sentence(w, ids.v, ids.n);
-            for (size_t k = 0; k < ids.n; k++)
-                dev_ids_push(&f->all, ids.v[k]);
-            doc_has |= ids.n > 0;
-        }
-        i = e + 1;
-    }
-    f->docs += doc_has;
-    int rc = dev_shard_writer_finish(w, path, &err);
-    CHECKF(rc == 0, "%s", err.msg);
-    dev_shard_writer_free(w);
-    dev_ids_free(&ids);
-    return rc;
-}
-
 static void test_round_trip(void)
 {
     size_t len;
     char *text = gen_corpus(7, 200, &len);
     const int T = 32;
     const char *path = tmp_path("a.shard");
-    fed f = {0};
-    if (write_corpus(text, len, T, path, &f))
+    dev_ids fed = {0};
+    int docs = gen_shard(vocab, text, len, T, path, &fed);
+    CHECK(docs > 0);
+    if (docs <= 0)
         return;
     sl_err err = {0};
     dev_shard *s = dev_shard_open(path, &err);
@@ -84,7 +31,7 @@ static void test_round_trip(void)
         return;
     CHECK(dev_shard_seq_len(s) == T);
     CHECK(dev_shard_vocab_size(s) == dev_vocab_size(vocab));
-    CHECK(dev_shard_doc_count(s) == (uint64_t)f.docs);
+    CHECK(dev_shard_doc_count(s) == (uint64_t)docs);
     uint8_t h1[32], h2[32];
     dev_shard_vocab_hash(s, h1);
     dev_vocab_hash(vocab, h2);
@@ -103,12 +50,12 @@ static void test_round_trip(void)
         for (int t = n; t < T; t++)
             ok &= tok[t] == sp.pad;
         for (int t = 1; t < n - 1; t++)
-            ok &= pos < f.all.n && tok[t] == f.all.v[pos++];
+            ok &= pos < fed.n && tok[t] == fed.v[pos++];
         full += n == T;
         real += (size_t)n;
     }
     CHECK(ok);
-    CHECK(pos == f.all.n);
+    CHECK(pos == fed.n);
     CHECK(full > 0); /* long documents fill sequences */
     CHECK(real == dev_shard_token_count(s));
     CHECK(dev_shard_read(s, dev_shard_count(s), tok) == -1);
@@ -127,7 +74,7 @@ static void test_round_trip(void)
         dev_vocab_free(sv);
     }
     dev_shard_close(s);
-    dev_ids_free(&f.all);
+    dev_ids_free(&fed);
     free(text);
 }
 
@@ -367,7 +314,7 @@ int main(void)
         return 1;
     size_t len;
     char *text = gen_corpus(1, 400, &len);
-    vocab = make_vocab(text, len, 300);
+    vocab = gen_vocab(text, len, false, 300);
     free(text);
     CHECK(vocab != NULL);
     if (!vocab)
