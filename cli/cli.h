@@ -7,6 +7,7 @@
 
 int cmd_version(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 /* trust (issue #6) */
 int cmd_certs(int argc, char **argv);
 int cmd_coordinator(int argc, char **argv);

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"coordinator", cmd_coordinator, "run the coordinator (enrollment, device registry)"},
     {"device", cmd_device, "run the agent on a device: enroll, heartbeat"},
     {"status", cmd_status, "list the devices a coordinator knows"},
+    {"data", cmd_data, "corpus to WordPiece vocabulary and token shards; inspect shards"},
     {"profile", cmd_profile, "show this machine's topology and compute backends"},
     {"version", cmd_version, "show version, libraries and what this machine has"},
 };

@@ -25,7 +25,16 @@ int sl_err_wrap(sl_err *err, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    /* prefix + ": " + old, truncated to fit (done by hand: snprintf with two
+     * %s of known sizes trips -Wformat-truncation). */
+    size_t cap = sizeof err->msg - 1, n = 0;
+    for (const char *p = prefix; *p && n < cap; p++)
+        err->msg[n++] = *p;
+    for (const char *p = ": "; *p && n < cap; p++)
+        err->msg[n++] = *p;
+    for (const char *p = old; *p && n < cap; p++)
+        err->msg[n++] = *p;
+    err->msg[n] = '\0';
     if (!err->code)
         err->code = SL_EINTERNAL;
     return -1;

@@ -1,0 +1,77 @@
+/* sl_err, sl_cli parsers and sl_mem size arithmetic. */
+#include <stdint.h>
+#include <string.h>
+
+#include "sl_cli.h"
+#include "sl_err.h"
+#include "sl_mem.h"
+#include "sl_test.h"
+
+static void test_err(void)
+{
+    sl_err e = {0};
+    CHECK(sl_err_set(&e, SL_EIO, "cannot open %s", "x.bin") == -1);
+    CHECK(e.code == SL_EIO && strcmp(e.msg, "cannot open x.bin") == 0);
+    CHECK(sl_err_wrap(&e, "loading %s", "model") == -1);
+    CHECK(strcmp(e.msg, "loading model: cannot open x.bin") == 0);
+    CHECK(e.code == SL_EIO);
+    /* A long message is truncated, never overflowed. */
+    char big[2000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    sl_err_set(&e, SL_EINVAL, "%s", big);
+    sl_err_wrap(&e, "%s", big);
+    CHECK(strlen(e.msg) == sizeof e.msg - 1);
+    CHECK(sl_err_set(NULL, SL_EIO, "dropped") == -1);
+    sl_err_clear(&e);
+    CHECK(e.code == SL_OK && e.msg[0] == 0);
+    CHECK(strcmp(sl_errcode_name(SL_ECORRUPT), "corrupt") == 0);
+}
+
+static void test_parse(void)
+{
+    sl_err e = {0};
+    int v;
+    CHECK(sl_parse_int("--steps", "12", 1, 100, &v, &e) == 0 && v == 12);
+    CHECK(sl_parse_int("--steps", "0", 1, 100, &v, &e) == -1);
+    CHECK(strstr(e.msg, "--steps must be between 1 and 100") != NULL);
+    CHECK(sl_parse_int("--steps", "12x", 1, 100, &v, &e) == -1);
+    CHECK(strstr(e.msg, "must be an integer, got '12x'") != NULL);
+    CHECK(sl_parse_int("--steps", "", 1, 100, &v, &e) == -1);
+    CHECK(sl_parse_int("--steps", "99999999999999999999", 1, 100, &v, &e) == -1);
+    double d;
+    CHECK(sl_parse_double("--lr", "1e-4", 0, 1, &d, &e) == 0 && d == 1e-4);
+    CHECK(sl_parse_double("--lr", "nan", 0, 1, &d, &e) == -1);
+    CHECK(sl_parse_double("--lr", "2", 0, 1, &d, &e) == -1);
+    uint64_t b;
+    CHECK(sl_parse_bytes("--mem", "512MiB", &b, &e) == 0 && b == 512ull << 20);
+    CHECK(sl_parse_bytes("--mem", "2G", &b, &e) == 0 && b == 2ull << 30);
+    CHECK(sl_parse_bytes("--mem", "1.5k", &b, &e) == 0 && b == 1536);
+    CHECK(sl_parse_bytes("--mem", "12parsecs", &b, &e) == -1);
+    CHECK(strstr(e.msg, "unknown unit") != NULL);
+    CHECK(sl_parse_bytes("--mem", "-1", &b, &e) == -1);
+    int64_t s;
+    CHECK(sl_parse_duration("--ttl", "1h", &s, &e) == 0 && s == 3600);
+    CHECK(sl_parse_duration("--ttl", "15m", &s, &e) == 0 && s == 900);
+    CHECK(sl_parse_duration("--ttl", "90", &s, &e) == 0 && s == 90);
+    CHECK(sl_parse_duration("--ttl", "1w", &s, &e) == -1);
+}
+
+static void test_mem(void)
+{
+    size_t r;
+    CHECK(sl_mul_ok(1u << 20, 1u << 10, &r) && r == (1u << 30));
+    CHECK(!sl_mul_ok(SIZE_MAX / 2, 3, &r));
+    CHECK(!sl_add_ok(SIZE_MAX, 1, &r));
+    float *p = sl_xaligned_alloc(1000);
+    CHECK(((uintptr_t)p & 63) == 0);
+    sl_aligned_free(p);
+}
+
+int main(void)
+{
+    RUN(test_err);
+    RUN(test_parse);
+    RUN(test_mem);
+    return sl_test_done();
+}
