@@ -188,8 +188,9 @@ int rpc_stream_send_msg(rpc_stream *s, rpc_msg *m, size_t off, size_t len, sl_er
 int rpc_stream_close_send(rpc_stream *s, sl_err *err);
 /* 1: a message in *msg; 0: the peer closed its side; -1: the call failed. */
 int rpc_stream_recv(rpc_stream *s, rpc_buf *msg, sl_err *err);
-/* Client: half-closes, waits for the server's status (returned, details in
- * st) and frees the stream. Messages not yet received are dropped. */
+/* Client: half-closes, reads and drops replies until the server ends the
+ * call (so a server that keeps sending is waited for, up to the deadline),
+ * returns its status (details in st) and frees the stream. */
 int rpc_stream_finish(rpc_stream *s, rpc_status *st);
 /* Client: cancels the call and frees the stream. */
 void rpc_stream_cancel(rpc_stream *s);
