@@ -55,7 +55,8 @@ int cmd_device(int argc, char **argv)
     dev_agent *a = dev_agent_open(&o, &err);
     dev_stage *stage = NULL;
     if (a && stage_listen) {
-        dev_stage_opts so = {.listen = stage_listen, .state = o.state};
+        dev_stage_opts so = {.listen = stage_listen, .state = o.state,
+                             .revoked = dev_agent_is_revoked, .revoked_ud = a};
         int port = 0;
         if (!(stage = dev_stage_start(&so, &port, &err))) {
             status = sl_cli_fail("device", 1, "Stage service: %s", err.msg);

@@ -172,6 +172,20 @@ int coord_state_heartbeat(coord_state *s, const char *id, uint64_t seq, const ui
     return sqlite3_changes(coord_state_db(s)) == 1 ? 0 : 1;
 }
 
+int coord_state_list_revoked(coord_state *s, int (*fn)(void *ud, const char *id), void *ud,
+                             sl_err *err)
+{
+    sqlite3_stmt *st = prep(s, "SELECT device_id FROM revocations ORDER BY device_id", err);
+    if (!st)
+        return -1;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (fn(ud, (const char *)sqlite3_column_text(st, 0)))
+            break;
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : db_err(s, err, "step");
+}
+
 int coord_state_list_devices(coord_state *s, int (*fn)(void *ud, const coord_device *d), void *ud,
                              sl_err *err)
 {

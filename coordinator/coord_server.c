@@ -232,6 +232,22 @@ out:
 
 /* ---- Heartbeat --------------------------------------------------------------- */
 
+typedef struct str_list {
+    char **v;
+    size_t n, cap;
+} str_list;
+
+static int add_revoked(void *ud, const char *id)
+{
+    str_list *l = ud;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->v = sl_xrealloc(l->v, l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = sl_xstrdup(id);
+    return 0;
+}
+
 int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
                            rpc_buf *resp, rpc_status *st)
 {
@@ -264,7 +280,17 @@ int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, s
             Skyloom__V1__HeartbeatResponse out = SKYLOOM__V1__HEARTBEAT_RESPONSE__INIT;
             out.server_time = now;
             out.heartbeat_ms = c->o.heartbeat_ms;
-            rpc_pack(&out, resp);
+            str_list rev = {0};
+            if (coord_state_list_revoked(c->state, add_revoked, &rev, &err)) {
+                code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+            } else {
+                out.revoked = rev.v;
+                out.n_revoked = rev.n;
+                rpc_pack(&out, resp);
+            }
+            for (size_t k = 0; k < rev.n; k++)
+                free(rev.v[k]);
+            free(rev.v);
         }
     }
     rpc_unpacked_free(r);

@@ -56,6 +56,9 @@ int coord_state_heartbeat(coord_state *s, const char *id, uint64_t seq, const ui
                           size_t profile_len, const char *stage_address, int64_t now, sl_err *err);
 /* 1 enrolled, 0 not, -1 error. */
 int coord_state_device_known(coord_state *s, const char *id, sl_err *err);
+/* Calls fn for each revoked device id; fn returns non-zero to stop. */
+int coord_state_list_revoked(coord_state *s, int (*fn)(void *ud, const char *id), void *ud,
+                             sl_err *err);
 /* Calls fn for each device ordered by id; fn returns non-zero to stop. */
 int coord_state_list_devices(coord_state *s, int (*fn)(void *ud, const coord_device *d), void *ud,
                              sl_err *err);

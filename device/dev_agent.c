@@ -1,5 +1,6 @@
 /* dev_agent.c - enrollment, stored identity and heartbeats of a device. */
 #include <errno.h>
+#include <pthread.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,8 @@ struct dev_agent {
     dev_profile profile;
     int have_profile;
     char stage_address[256];
+    pthread_mutex_t mu; /* guards revoked */
+    char *revoked;      /* the revoked ids of the last heartbeat, each followed by ' ' */
 };
 
 void dev_profile_to_pb(const dev_profile *p, void *out)
@@ -164,6 +167,7 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
 {
     dev_agent *a = sl_xcalloc(1, sizeof *a);
     a->o = *o;
+    pthread_mutex_init(&a->mu, NULL);
     if (!a->o.timeout_ms)
         a->o.timeout_ms = 10000;
     a->heartbeat_ms = 5000;
@@ -203,7 +207,7 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
         goto fail;
     return a;
 fail:
-    free(a);
+    dev_agent_close(a);
     return NULL;
 }
 
@@ -212,7 +216,43 @@ void dev_agent_close(dev_agent *a)
     if (!a)
         return;
     rpc_channel_destroy(a->ch);
+    pthread_mutex_destroy(&a->mu);
+    free(a->revoked);
     free(a);
+}
+
+int dev_agent_is_revoked(void *agent, const char *id)
+{
+    dev_agent *a = agent;
+    size_t n = strlen(id);
+    int found = 0;
+    pthread_mutex_lock(&a->mu);
+    for (const char *p = a->revoked; p && *p && !found;) {
+        const char *sp = strchr(p, ' ');
+        found = (size_t)(sp - p) == n && !memcmp(p, id, n);
+        p = sp + 1;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return found;
+}
+
+static void set_revoked(dev_agent *a, char **ids, size_t n)
+{
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(ids[i]) + 1;
+    char *s = sl_xmalloc(len), *p = s;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = strlen(ids[i]);
+        memcpy(p, ids[i], k);
+        p[k] = ' ';
+        p += k + 1;
+    }
+    *p = 0;
+    pthread_mutex_lock(&a->mu);
+    free(a->revoked);
+    a->revoked = s;
+    pthread_mutex_unlock(&a->mu);
 }
 
 const char *dev_agent_id(const dev_agent *a) { return a->id; }
@@ -239,6 +279,8 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
                            a->o.timeout_ms, st);
     if (code == RPC_OK && resp->heartbeat_ms >= 100)
         a->heartbeat_ms = resp->heartbeat_ms;
+    if (code == RPC_OK)
+        set_revoked(a, resp->revoked, resp->n_revoked);
     rpc_unpacked_free(resp);
     return code;
 }

@@ -44,6 +44,9 @@ unsigned dev_agent_heartbeat_ms(const dev_agent *a);
 void dev_agent_set_stage_address(dev_agent *a, const char *host_port);
 /* One heartbeat (the first one carries the profile); returns the rpc code. */
 int dev_agent_heartbeat(dev_agent *a, rpc_status *st);
+/* 1 if the coordinator's last heartbeat reply listed `id` as revoked.
+ * Thread-safe (a Stage server asks from its own thread). */
+int dev_agent_is_revoked(void *agent, const char *id);
 /* The rpc channel to the coordinator (mutual TLS as this device). */
 rpc_channel *dev_agent_channel(dev_agent *a);
 

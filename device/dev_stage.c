@@ -15,22 +15,29 @@ struct dev_stage {
     rpc_server *srv;
 };
 
+/* The caller must be a device the coordinator has not revoked. */
+static int check_peer(dev_stage *d, const rpc_peer *peer, rpc_status *st)
+{
+    if (!cert_valid_device_id(peer->identity))
+        return rpc_status_set(st, RPC_PERMISSION_DENIED,
+                              "certificate identity '%s' is not a device", peer->identity);
+    if (d->o.revoked && d->o.revoked(d->o.revoked_ud, peer->identity))
+        return rpc_status_set(st, RPC_UNAUTHENTICATED, "device %s is revoked", peer->identity);
+    return RPC_OK;
+}
+
 static int ping(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, rpc_buf *resp,
                 rpc_status *st)
 {
-    (void)ud;
     Skyloom__V1__PingRequest *r = rpc_unpack(&skyloom__v1__ping_request__descriptor, req, len);
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed PingRequest");
-    int code = RPC_OK;
-    if (!cert_valid_device_id(peer->identity))
-        code = rpc_status_set(st, RPC_PERMISSION_DENIED,
-                              "certificate identity '%s' is not a device", peer->identity);
-    else if (strcmp(peer->identity, r->device_id) != 0)
+    int code = check_peer(ud, peer, st);
+    if (code == RPC_OK && strcmp(peer->identity, r->device_id) != 0)
         code = rpc_status_set(st, RPC_PERMISSION_DENIED,
                               "certificate is for device %s but the request claims device '%s'",
                               peer->identity, r->device_id);
-    else {
+    if (code == RPC_OK) {
         Skyloom__V1__PingResponse out = SKYLOOM__V1__PING_RESPONSE__INIT;
         out.payload = r->payload;
         rpc_pack(&out, resp);
@@ -42,9 +49,9 @@ static int ping(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, 
 static int exchange(void *ud, const rpc_peer *peer, rpc_stream *s, rpc_status *st)
 {
     dev_stage *d = ud;
-    if (!cert_valid_device_id(peer->identity))
-        return rpc_status_set(st, RPC_PERMISSION_DENIED,
-                              "certificate identity '%s' is not a device", peer->identity);
+    int code = check_peer(d, peer, st);
+    if (code != RPC_OK)
+        return code;
     if (!d->o.exchange)
         return rpc_status_set(st, RPC_FAILED_PRECONDITION, "this device has no stage assigned");
     return d->o.exchange(d->o.ud, peer->identity, s, st);

@@ -24,6 +24,10 @@ typedef struct dev_stage_opts {
     size_t max_message;      /* 0: 64 MiB (frames of large tensors) */
     dev_exchange_fn exchange; /* NULL: Exchange answers FAILED_PRECONDITION */
     void *ud;
+    /* Revocations the coordinator announced (dev_agent_is_revoked with the
+     * agent); NULL: none are checked. */
+    int (*revoked)(void *revoked_ud, const char *id);
+    void *revoked_ud;
 } dev_stage_opts;
 
 typedef struct dev_stage dev_stage;

@@ -335,6 +335,21 @@ static void test_revocation_and_restart(void)
     dev_agent_close(a);
     a = enroll("dev2", NULL, "lab", &err);
     CHECK(a && dev_agent_heartbeat(a, &st) == RPC_OK);
+    /* the heartbeat reply announced the revocation: device 2's Stage server,
+     * fed by its agent, now refuses device 1 */
+    CHECK(a && dev_agent_is_revoked(a, id1) && !dev_agent_is_revoked(a, id2));
+    dev_stage_opts so = {.listen = "127.0.0.1:0", .state = newdir("dev2"),
+                         .revoked = dev_agent_is_revoked, .revoked_ud = a};
+    int port = 0;
+    dev_stage *stage = a ? dev_stage_start(&so, &port, &err) : NULL;
+    CHECKF(stage != NULL, "%s", err.msg);
+    char t2[64];
+    snprintf(t2, sizeof t2, "127.0.0.1:%d", port);
+    c = dev_stage_connect(d1, t2, id2, 0, &err);
+    CHECK(c && dev_stage_ping(c, id1, "x", 1, T_MS, &st) == RPC_UNAUTHENTICATED);
+    CHECKF(!strcmp(st.details, want), "%s", st.details);
+    rpc_channel_destroy(c);
+    dev_stage_stop(stage);
     dev_agent_close(a);
     /* a revoked key cannot come back with a fresh token */
     const char *t = token(pki, "lab", 3600);
