@@ -232,6 +232,15 @@ out:
 
 /* ---- Heartbeat --------------------------------------------------------------- */
 
+/* Room for one more element in an array of n that has room for *cap. */
+static void *grow(void *v, size_t n, size_t *cap, size_t elem)
+{
+    if (n < *cap)
+        return v;
+    *cap = *cap ? 2 * *cap : 16;
+    return sl_xrealloc(v, *cap * elem);
+}
+
 typedef struct str_list {
     char **v;
     size_t n, cap;
@@ -240,10 +249,7 @@ typedef struct str_list {
 static int add_revoked(void *ud, const char *id)
 {
     str_list *l = ud;
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 16;
-        l->v = sl_xrealloc(l->v, l->cap * sizeof *l->v);
-    }
+    l->v = grow(l->v, l->n, &l->cap, sizeof *l->v);
     l->v[l->n++] = sl_xstrdup(id);
     return 0;
 }
@@ -311,10 +317,7 @@ static char *dup_or_empty(const char *s) { return sl_xstrdup(s ? s : ""); }
 static int list_one(void *ud, const coord_device *d)
 {
     list_ctx *l = ud;
-    if (l->out.n_devices == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 16;
-        l->out.devices = sl_xrealloc(l->out.devices, l->cap * sizeof *l->out.devices);
-    }
+    l->out.devices = grow(l->out.devices, l->out.n_devices, &l->cap, sizeof *l->out.devices);
     Skyloom__V1__DeviceInfo *i = sl_xmalloc(sizeof *i);
     skyloom__v1__device_info__init(i);
     i->device_id = dup_or_empty(d->id);
