@@ -1,0 +1,548 @@
+/* bal_search.c - `optimal`: the exact partition (bal_part.c) inside a search
+ * over device order and subset, the micro-batch count, and the message for
+ * a model that does not fit.
+ *
+ * Order: sites stay contiguous, so a chain crosses each slow inter-site link
+ * at most once; site orders are ranked by their hops (slowest serialization,
+ * then the sum of latency + serialization) and the best few are placed
+ * exactly. Inside a site, devices go by memory, largest first, since early
+ * 1F1B stages stash the most micro-batches. Subset: the fastest k devices
+ * for every k (a grid of k past 64 devices), then local search: drop one
+ * device, add one back, swap neighbours, each accepted only if the
+ * estimated iteration gets shorter. The finalists, with the even and sky
+ * placements at the same micro-batch count, are replayed by the simulator
+ * and the fastest is returned, so `optimal` is never worse than either. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bal_int.h"
+#include "sl_mem.h"
+
+typedef struct search {
+    const bal_problem *pb;
+    const bal_opts *o;
+    int m_mem;  /* micro-batches assumed for memory while searching */
+    int m_eval; /* micro-batches for the estimate that ranks candidates */
+    int n, D;
+    int *cuts;  /* scratch, D + 1 */
+    int evals;
+} search;
+
+typedef struct chain {
+    int *order, *cuts;
+    int p;
+    double cycle, est;
+} chain;
+
+static void chain_init(chain *c, int D)
+{
+    c->order = sl_xmalloc((size_t)D * sizeof(int));
+    c->cuts = sl_xmalloc(((size_t)D + 1) * sizeof(int));
+    c->p = 0;
+    c->cycle = c->est = INFINITY;
+}
+
+static void chain_free(chain *c)
+{
+    free(c->order);
+    free(c->cuts);
+}
+
+static void chain_copy(chain *dst, const chain *src)
+{
+    memcpy(dst->order, src->order, (size_t)src->p * sizeof(int));
+    memcpy(dst->cuts, src->cuts, ((size_t)src->p + 1) * sizeof(int));
+    dst->p = src->p;
+    dst->cycle = src->cycle;
+    dst->est = src->est;
+}
+
+/* Places `order` exactly; returns the estimated iteration (INFINITY if it does not fit). */
+static double evaluate(search *S, chain *c)
+{
+    S->evals++;
+    c->est = c->cycle = INFINITY;
+    if (c->p < 1 || c->p > S->n)
+        return INFINITY;
+    c->cycle = bal_chain_best(S->pb, c->order, c->p, S->m_mem, S->o->schedule, S->o->window,
+                              c->cuts);
+    if (c->cycle < INFINITY)
+        c->est = bal_estimate(S->pb, c->order, c->p, c->cuts, S->m_eval, S->o->schedule,
+                              c->cycle);
+    return c->est;
+}
+
+static int better(const chain *a, const chain *b)
+{
+    return a->est < b->est * (1 - 1e-12);
+}
+
+/* ---- device and site ordering ---- */
+
+static const bal_problem *g_pb; /* qsort comparators only; set before each sort */
+
+static int cmp_speed(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y, n = g_pb->n_units;
+    double ta = bal_time(g_pb, a, 0, n), tb = bal_time(g_pb, b, 0, n);
+    if (ta != tb)
+        return ta < tb ? -1 : 1;
+    if (g_pb->dev[a].mem_bytes != g_pb->dev[b].mem_bytes)
+        return g_pb->dev[a].mem_bytes > g_pb->dev[b].mem_bytes ? -1 : 1;
+    return a - b;
+}
+
+static int cmp_in_site(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    if (g_pb->site_of[a] != g_pb->site_of[b])
+        return g_pb->site_of[a] - g_pb->site_of[b];
+    if (g_pb->dev[a].mem_bytes != g_pb->dev[b].mem_bytes)
+        return g_pb->dev[a].mem_bytes > g_pb->dev[b].mem_bytes ? -1 : 1;
+    return cmp_speed(x, y);
+}
+
+typedef struct site_order {
+    int *s;
+    double worst, sum;
+} site_order;
+
+static double site_hop(const bal_problem *pb, int a, int b, double bytes, double *ser)
+{
+    const bal_link *f = &pb->between[(size_t)a * pb->n_sites + b];
+    const bal_link *r = &pb->between[(size_t)b * pb->n_sites + a];
+    double sf = bytes / f->bw, sr = bytes / r->bw;
+    *ser = sf > sr ? sf : sr;
+    return f->lat + r->lat + sf + sr;
+}
+
+static void score_sites(const bal_problem *pb, site_order *so, double bytes)
+{
+    so->worst = so->sum = 0;
+    for (int i = 0; i + 1 < pb->n_sites; i++) {
+        double ser, h = site_hop(pb, so->s[i], so->s[i + 1], bytes, &ser);
+        so->sum += h;
+        if (ser > so->worst)
+            so->worst = ser;
+    }
+}
+
+static int cmp_site_order(const site_order *a, const site_order *b)
+{
+    if (a->worst != b->worst)
+        return a->worst < b->worst ? -1 : 1;
+    if (a->sum != b->sum)
+        return a->sum < b->sum ? -1 : 1;
+    return 0;
+}
+
+/* Keeps the `keep` best orders in best[] (sorted); returns how many. */
+static void offer(site_order *best, int *nb, int keep, const int *s, int ns, const bal_problem *pb,
+                  double bytes)
+{
+    site_order t = {.s = (int *)s};
+    score_sites(pb, &t, bytes);
+    int pos = *nb;
+    while (pos > 0 && cmp_site_order(&t, &best[pos - 1]) < 0)
+        pos--;
+    if (pos >= keep)
+        return;
+    int last = *nb < keep ? *nb : keep - 1;
+    int *slot = best[last].s;
+    for (int i = last; i > pos; i--)
+        best[i] = best[i - 1];
+    best[pos].s = slot;
+    memcpy(slot, s, (size_t)ns * sizeof(int));
+    best[pos].worst = t.worst;
+    best[pos].sum = t.sum;
+    if (*nb < keep)
+        (*nb)++;
+}
+
+static void permute(int *a, int k, int ns, site_order *best, int *nb, int keep,
+                    const bal_problem *pb, double bytes)
+{
+    if (k == ns) {
+        offer(best, nb, keep, a, ns, pb, bytes);
+        return;
+    }
+    for (int i = k; i < ns; i++) {
+        int t = a[k];
+        a[k] = a[i];
+        a[i] = t;
+        permute(a, k + 1, ns, best, nb, keep, pb, bytes);
+        a[i] = a[k];
+        a[k] = t;
+    }
+}
+
+#define SITE_KEEP 4
+
+static int site_orders(const bal_problem *pb, site_order *best)
+{
+    int ns = pb->n_sites, nb = 0;
+    double bytes = 0;
+    for (int u = 0; u + 1 < pb->n_units; u++)
+        if ((double)pb->unit[u].out_bytes > bytes)
+            bytes = (double)pb->unit[u].out_bytes;
+    int *a = sl_xmalloc((size_t)ns * sizeof(int));
+    for (int i = 0; i < ns; i++)
+        a[i] = i;
+    if (ns <= 7) {
+        permute(a, 0, ns, best, &nb, SITE_KEEP, pb, bytes);
+    } else { /* nearest neighbour from every start */
+        unsigned char *used = sl_xmalloc((size_t)ns);
+        for (int st = 0; st < ns; st++) {
+            memset(used, 0, (size_t)ns);
+            a[0] = st;
+            used[st] = 1;
+            for (int i = 1; i < ns; i++) {
+                int bj = -1;
+                double bh = INFINITY, ser;
+                for (int j = 0; j < ns; j++)
+                    if (!used[j]) {
+                        double h = site_hop(pb, a[i - 1], j, bytes, &ser);
+                        if (h < bh) {
+                            bh = h;
+                            bj = j;
+                        }
+                    }
+                a[i] = bj;
+                used[bj] = 1;
+            }
+            offer(best, &nb, SITE_KEEP, a, ns, pb, bytes);
+        }
+        free(used);
+    }
+    free(a);
+    return nb;
+}
+
+/* Devices flagged in use[], grouped by site in site order, by memory inside. */
+static void build_order(const bal_problem *pb, const int *bysite, const int *so,
+                        const unsigned char *use, chain *c)
+{
+    c->p = 0;
+    for (int k = 0; k < pb->n_sites; k++)
+        for (int j = 0; j < pb->n_dev; j++) {
+            int d = bysite[j];
+            if (use[d] && pb->site_of[d] == so[k])
+                c->order[c->p++] = d;
+        }
+}
+
+/* ---- local search on one chain ---- */
+
+static void local_search(search *S, chain *best, const int *bysite_rank, int budget)
+{
+    const bal_problem *pb = S->pb;
+    chain t;
+    chain_init(&t, S->D);
+    unsigned char *in = sl_xmalloc((size_t)S->D);
+    int improved = 1;
+    while (improved && S->evals < budget) {
+        improved = 0;
+        /* drop one device, slowest first */
+        for (int i = best->p - 1; i >= 0 && best->p > 1 && S->evals < budget; i--) {
+            t.p = 0;
+            for (int j = 0; j < best->p; j++)
+                if (j != i)
+                    t.order[t.p++] = best->order[j];
+            if (evaluate(S, &t) < INFINITY && better(&t, best)) {
+                chain_copy(best, &t);
+                improved = 1;
+            }
+        }
+        /* add one back, at the end of its site's block */
+        memset(in, 0, (size_t)S->D);
+        for (int j = 0; j < best->p; j++)
+            in[best->order[j]] = 1;
+        for (int k = 0; k < S->D && best->p < S->n && S->evals < budget; k++) {
+            int d = bysite_rank[k];
+            if (in[d])
+                continue;
+            int pos = best->p;
+            for (int j = 0; j < best->p; j++)
+                if (pb->site_of[best->order[j]] == pb->site_of[d])
+                    pos = j + 1;
+            t.p = 0;
+            for (int j = 0; j < best->p; j++) {
+                if (j == pos)
+                    t.order[t.p++] = d;
+                t.order[t.p++] = best->order[j];
+            }
+            if (pos == best->p)
+                t.order[t.p++] = d;
+            if (evaluate(S, &t) < INFINITY && better(&t, best)) {
+                chain_copy(best, &t);
+                in[d] = 1;
+                improved = 1;
+            }
+        }
+        /* swap neighbours */
+        for (int i = 0; i + 1 < best->p && S->evals < budget; i++) {
+            chain_copy(&t, best);
+            int x = t.order[i];
+            t.order[i] = t.order[i + 1];
+            t.order[i + 1] = x;
+            if (evaluate(S, &t) < INFINITY && better(&t, best)) {
+                chain_copy(best, &t);
+                improved = 1;
+            }
+        }
+    }
+    free(in);
+    chain_free(&t);
+}
+
+/* ---- infeasible: shortfall and the largest model that fits ---- */
+
+/* Memory-only: can units with these prefixes be cut over the chain? Each
+ * device gets `extra` more bytes. Reachable-set DP, exact. */
+static int mem_feasible(const bal_problem *pb, const uint64_t *pst, const uint64_t *psh, int n,
+                        const int *order, int p, int m, int schedule, uint64_t extra)
+{
+    if (p > n)
+        return 0;
+    unsigned char *A = sl_xcalloc((size_t)n + 1, 1), *E = sl_xcalloc((size_t)n + 1, 1);
+    int *cnt = sl_xmalloc(((size_t)n + 2) * sizeof(int));
+    A[0] = 1;
+    for (int i = 0; i < p; i++) {
+        int k = bal_inflight(schedule, i, p, m);
+        uint64_t cap = pb->dev[order[i]].mem_bytes + extra;
+        cnt[0] = 0;
+        for (int s = 0; s <= n; s++)
+            cnt[s + 1] = cnt[s] + A[s];
+        memset(E, 0, (size_t)n + 1);
+        int lo = 0;
+        for (int e = 1; e <= n; e++) {
+            /* smallest s with [s,e) fitting; hereditary so lo only grows */
+            while (lo < e) {
+                uint64_t st = pst[e] - pst[lo], sh = psh[e] - psh[lo];
+                if (st <= cap && (sh == 0 || (uint64_t)k <= (cap - st) / sh))
+                    break;
+                lo++;
+            }
+            if (lo < e && cnt[e] - cnt[lo] > 0)
+                E[e] = 1;
+        }
+        unsigned char *x = A;
+        A = E;
+        E = x;
+    }
+    int ok = A[n];
+    free(A);
+    free(E);
+    free(cnt);
+    return ok;
+}
+
+static int cmp_mem(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    if (g_pb->dev[a].mem_bytes != g_pb->dev[b].mem_bytes)
+        return g_pb->dev[a].mem_bytes > g_pb->dev[b].mem_bytes ? -1 : 1;
+    return a - b;
+}
+
+/* Does a model with `layers` encoder layers fit some prefix of the devices by memory? */
+static int model_fits(const bal_problem *pb, int layers, const int *bymem, int m, int schedule)
+{
+    int n = layers + 2;
+    uint64_t *pst = sl_xmalloc(((size_t)n + 1) * sizeof(uint64_t));
+    uint64_t *psh = sl_xmalloc(((size_t)n + 1) * sizeof(uint64_t));
+    pst[0] = psh[0] = 0;
+    for (int u = 0; u < n; u++) {
+        const bal_unit *x = &pb->unit[u == 0 ? 0 : u == n - 1 ? pb->n_units - 1 : 1];
+        pst[u + 1] = pst[u] + x->param_bytes + x->optim_bytes;
+        psh[u + 1] = psh[u] + x->stash_bytes;
+    }
+    int ok = 0, pmax = pb->n_dev < n ? pb->n_dev : n;
+    for (int p = pmax; p >= 1 && !ok; p = p > 64 ? p - p / 16 : p - 1)
+        ok = mem_feasible(pb, pst, psh, n, bymem, p, m, schedule, 0);
+    free(pst);
+    free(psh);
+    return ok;
+}
+
+static void infeasible(const bal_problem *pb, const bal_opts *o, int m, sl_err *err)
+{
+    int n = pb->n_units, D = pb->n_dev;
+    int *bymem = sl_xmalloc((size_t)D * sizeof(int));
+    for (int d = 0; d < D; d++)
+        bymem[d] = d;
+    g_pb = pb;
+    qsort(bymem, (size_t)D, sizeof(int), cmp_mem);
+    uint64_t need = pb->pstatic[n] + pb->pstash[n], have = 0;
+    for (int d = 0; d < D; d++)
+        have += pb->dev[d].mem_bytes;
+    char what[200];
+    if (need > have)
+        snprintf(what, sizeof what, "needs at least %llu bytes (weights, gradients and AdamW "
+                 "state %llu + one stashed micro-batch %llu), the devices have %llu: short by "
+                 "%llu bytes", (unsigned long long)need, (unsigned long long)pb->pstatic[n],
+                 (unsigned long long)pb->pstash[n], (unsigned long long)have,
+                 (unsigned long long)(need - have));
+    else {
+        /* total memory suffices but no cut does: the smallest extra per device */
+        int p = D < n ? D : n;
+        uint64_t lo = 0, hi = need;
+        while (hi - lo > 1) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (mem_feasible(pb, pb->pstatic, pb->pstash, n, bymem, p, m, o->schedule, mid))
+                hi = mid;
+            else
+                lo = mid;
+        }
+        snprintf(what, sizeof what, "no cut fits although the devices have %llu bytes in all: "
+                 "short by %llu bytes on each of %d devices", (unsigned long long)have,
+                 (unsigned long long)hi, p);
+    }
+    int L = 0;
+    for (int u = 0; u < n; u++)
+        L += pb->unit[u].kind == BAL_UNIT_ENCODER;
+    int bert = n >= 2 && L == n - 2 && pb->unit[0].kind == BAL_UNIT_EMBED &&
+               pb->unit[n - 1].kind == BAL_UNIT_HEAD;
+    if (!bert) {
+        sl_err_set(err, SL_EINVAL, "model does not fit in the devices' memory: %s", what);
+    } else if (!model_fits(pb, 0, bymem, m, o->schedule)) {
+        sl_err_set(err, SL_EINVAL, "model does not fit in the devices' memory: %s; not even the "
+                   "embeddings and head alone fit (largest model that fits: none)", what);
+    } else {
+        int lo = 0, hi = L; /* lo fits, hi does not */
+        while (hi - lo > 1) {
+            int mid = lo + (hi - lo) / 2;
+            if (model_fits(pb, mid, bymem, m, o->schedule))
+                lo = mid;
+            else
+                hi = mid;
+        }
+        sl_err_set(err, SL_EINVAL, "model does not fit in the devices' memory: %s; the largest "
+                   "model that fits has %d encoder layers (this one has %d)", what, lo, L);
+    }
+    free(bymem);
+}
+
+/* ---- the search ---- */
+
+bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err)
+{
+    int n = pb->n_units, D = pb->n_dev;
+    search S = {.pb = pb, .o = o, .n = n, .D = D};
+    if (o->micro_batches > 0)
+        S.m_mem = S.m_eval = o->micro_batches;
+    else {
+        S.m_mem = o->schedule == BAL_GPIPE ? 4 : o->max_micro_batches;
+        S.m_eval = 4 * D < o->max_micro_batches ? 4 * D : o->max_micro_batches;
+    }
+    int *byspeed = sl_xmalloc((size_t)D * sizeof(int));
+    int *bysite = sl_xmalloc((size_t)D * sizeof(int));
+    for (int d = 0; d < D; d++)
+        byspeed[d] = bysite[d] = d;
+    g_pb = pb;
+    qsort(byspeed, (size_t)D, sizeof(int), cmp_speed);
+    qsort(bysite, (size_t)D, sizeof(int), cmp_in_site);
+    site_order so[SITE_KEEP];
+    for (int i = 0; i < SITE_KEEP; i++)
+        so[i].s = sl_xmalloc((size_t)pb->n_sites * sizeof(int));
+    int nso = site_orders(pb, so);
+
+    unsigned char *use = sl_xcalloc((size_t)D, 1);
+    chain best, t;
+    chain_init(&best, D);
+    chain_init(&t, D);
+    /* 1. site order, with the fastest min(D, n) devices */
+    int kfull = D < n ? D : n;
+    for (int j = 0; j < kfull; j++)
+        use[byspeed[j]] = 1;
+    int bs = 0;
+    for (int i = 0; i < nso; i++) {
+        build_order(pb, bysite, so[i].s, use, &t);
+        if (evaluate(&S, &t) < INFINITY && (best.p == 0 || better(&t, &best))) {
+            chain_copy(&best, &t);
+            bs = i;
+        }
+    }
+    /* 2. subsets: the fastest k devices */
+    int step = kfull <= 64 ? 1 : (kfull + 47) / 48;
+    for (int pass = 0; pass < 2; pass++) {
+        int k0 = 1, k1 = kfull;
+        if (pass == 1) {
+            if (step == 1 || best.p == 0)
+                break;
+            k0 = best.p - step > 1 ? best.p - step : 1;
+            k1 = best.p + step < kfull ? best.p + step : kfull;
+            step = (step + 7) / 8;
+        }
+        for (int k = k1; k >= k0; k -= step) {
+            memset(use, 0, (size_t)D);
+            for (int j = 0; j < k; j++)
+                use[byspeed[j]] = 1;
+            build_order(pb, bysite, so[bs].s, use, &t);
+            if (evaluate(&S, &t) < INFINITY && (best.p == 0 || better(&t, &best)))
+                chain_copy(&best, &t);
+        }
+    }
+    if (best.p == 0) { /* nothing fast fits: the devices with the most memory */
+        int *bymem = sl_xmalloc((size_t)D * sizeof(int));
+        memcpy(bymem, bysite, (size_t)D * sizeof(int));
+        qsort(bymem, (size_t)D, sizeof(int), cmp_mem);
+        for (int k = kfull; k >= 1 && best.p == 0; k = k > 64 ? k - k / 16 : k - 1) {
+            memset(use, 0, (size_t)D);
+            for (int j = 0; j < k; j++)
+                use[bymem[j]] = 1;
+            build_order(pb, bysite, so[bs].s, use, &t);
+            if (evaluate(&S, &t) < INFINITY)
+                chain_copy(&best, &t);
+        }
+        free(bymem);
+    }
+    bal_plan *pl = NULL;
+    if (best.p == 0) {
+        infeasible(pb, o, S.m_mem, err);
+        goto out;
+    }
+    /* 3. local search */
+    if (D <= 64)
+        local_search(&S, &best, bysite, S.evals + (D <= 16 ? 400 : 120));
+
+    /* 4. micro-batch count, then the simulator judges the finalists */
+    int m = bal_choose_m(pb, best.order, best.p, best.cuts, o);
+    pl = bal_plan_build(pb, BAL_OPTIMAL, best.order, best.p, best.cuts, m, o->schedule);
+    double pm = (double)best.p * m;
+    if (pm <= 2e6) {
+        bal_timeline *tl = bal_simulate(pl, o->schedule, 0, NULL);
+        double tbest = tl ? tl->iteration_s : INFINITY;
+        bal_timeline_free(tl);
+        for (int a = BAL_EVEN; a <= BAL_SKY; a++) {
+            bal_plan *b = bal_plan_baseline(pb, a, o, m, NULL);
+            if (!b)
+                continue;
+            bal_timeline *tb = bal_simulate(b, o->schedule, 0, NULL);
+            if (tb && tb->iteration_s < tbest) {
+                tbest = tb->iteration_s;
+                b->algo = BAL_OPTIMAL;
+                bal_plan_free(pl);
+                pl = b;
+                b = NULL;
+            }
+            bal_timeline_free(tb);
+            bal_plan_free(b);
+        }
+    }
+    for (int k = 0; k < pl->n_dropped; k++)
+        snprintf(pl->dropped[k].reason, sizeof pl->dropped[k].reason,
+                 "the iteration is shorter without it (too slow, too far, or more "
+                 "devices than units)");
+out:
+    for (int i = 0; i < SITE_KEEP; i++)
+        free(so[i].s);
+    chain_free(&best);
+    chain_free(&t);
+    free(use);
+    free(byspeed);
+    free(bysite);
+    return pl;
+}
