@@ -129,7 +129,7 @@ typedef struct bal_opts {
     int micro_batches; /* 0: the planner chooses */
     int max_micro_batches; /* upper limit when choosing (default 1024) */
     double target_bubble;  /* choose the smallest m whose estimated bubble is below (0.10) */
-    int window;        /* 1F1B: count the in-flight window in the cycle (default 1) */
+    int window;        /* 1F1B: count round trips over runs of stages in the cycle (default 1) */
 } bal_opts;
 
 bal_opts bal_opts_default(void);
@@ -145,6 +145,7 @@ typedef struct bal_stage {
     uint64_t stash_bytes;     /* per in-flight micro-batch */
     uint64_t mem_bytes;       /* the device's usable memory */
     int max_inflight;         /* micro-batches stashed at most under the plan's schedule */
+    int warmup;               /* forwards before the first backward (1F1B) */
     /* link to the next stage (unused on the last one) */
     double lat_s;             /* latency of the link to the next stage */
     double act_s, grad_s;     /* serialization time of one activation / gradient */
@@ -172,25 +173,41 @@ typedef struct bal_plan {
 /* Plans `algo` for pb. Infeasible memory fails with the shortfall in bytes
  * and the largest model (encoder layers) that would fit. */
 bal_plan *bal_plan_make(const bal_problem *pb, int algo, const bal_opts *opts, sl_err *err);
+/* A chain: devices in pipeline order and how the schedule runs over them.
+ * 1F1B stage i warms up with p-i-1 forwards plus the extra micro-batches of
+ * every later link (a lookahead that hides a slow link's round trip), so it
+ * stashes min(m, p - i + sum of extra[l], l >= i) micro-batches; GPipe
+ * stashes m everywhere. extra == NULL is the textbook 1F1B (p - i). */
+typedef struct bal_chain {
+    int p;
+    const int *order; /* p device indices, each at most once */
+    const int *extra; /* p-1 entries >= 0, or NULL */
+    int m;            /* micro-batches per iteration */
+    int schedule;     /* enum bal_schedule */
+    int window;       /* 1F1B: count round trips over runs of stages in the cycle */
+} bal_chain;
+
 /* A plan for a given chain and cut points (cuts[0]=0 < ... < cuts[p]=n_units);
- * validates memory. Used by tests, benchmarks and replanning. */
-bal_plan *bal_plan_chain(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                         int schedule, sl_err *err);
+ * validates the chain and memory. Used by tests, benchmarks and replanning. */
+bal_plan *bal_plan_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err);
 void bal_plan_free(bal_plan *pl);
 
 /* ---- the exact partition for one chain (exposed for tests and benchmarks) ---- */
 
-/* The objective ("cycle") of cuts over the chain: the largest of every stage's
- * fwd+bwd time, every link's per-direction serialization time and, when
- * `window` is set, every stage i's round trip (its own and all later stages'
- * compute plus 2x(latency + serialization) on every later link) divided by
- * its 1F1B window p-i. Returns INFINITY when a stage exceeds its memory. */
-double bal_chain_cycle(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                       int schedule, int window);
+/* The objective ("cycle", seconds per micro-batch) of cuts over the chain:
+ * the largest of every stage's fwd+bwd time, every link's per-direction
+ * serialization time and, for 1F1B with `window`, every run of stages i..j:
+ * (compute + round trips, latency + serialization both ways, on the links
+ * inside it) / (j - i + 1 + the extra lookahead of those links). INFINITY
+ * when a stage's memory is exceeded. */
+double bal_chain_cycle(const bal_problem *pb, const bal_chain *c, const int *cuts);
 /* Minimum of bal_chain_cycle over all cuts (each stage non-empty), exact up to
- * a relative 1e-9; fills cuts (p+1). Returns INFINITY when nothing fits. */
-double bal_chain_best(const bal_problem *pb, const int *order, int p, int m, int schedule,
-                      int window, int *cuts);
+ * a relative 1e-9; fills cuts (p+1). INFINITY when nothing fits. */
+double bal_chain_best(const bal_problem *pb, const bal_chain *c, int *cuts);
+/* Lookahead that hides slow links at a given cycle: a link whose round trip
+ * exceeds half the cycle gets ceil(round trip / cycle) extra micro-batches. */
+void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double cycle, int m,
+                         int *extra);
 
 /* ---- the simulator ---- */
 

@@ -35,22 +35,26 @@ static inline double bal_time(const bal_problem *pb, int d, int s, int e)
     return p[e] - p[s];
 }
 
-/* Stashed micro-batches on stage i of p with m micro-batches. */
-static inline int bal_inflight(int schedule, int i, int p, int m)
+/* Stashed micro-batches per stage: k[i], i < c->p. */
+static inline void bal_inflight(const bal_chain *c, int *k)
 {
-    if (schedule == BAL_GPIPE)
-        return m;
-    return p - i < m ? p - i : m;
+    int x = 0;
+    for (int i = c->p - 1; i >= 0; i--) {
+        if (i < c->p - 1 && c->extra)
+            x += c->extra[i];
+        long v = c->schedule == BAL_GPIPE ? c->m : (long)c->p - i + x;
+        k[i] = v < c->m ? (int)v : c->m;
+    }
 }
 
 static inline int bal_fits(const bal_problem *pb, int d, int s, int e, int k)
 {
     uint64_t st = pb->pstatic[e] - pb->pstatic[s];
     uint64_t sh = pb->pstash[e] - pb->pstash[s];
-    uint64_t cap = pb->dev[d].mem_bytes;
-    if (st > cap)
+    uint64_t need;
+    if (__builtin_mul_overflow(sh, (uint64_t)k, &need) || __builtin_add_overflow(need, st, &need))
         return 0;
-    return sh == 0 || (uint64_t)k <= (cap - st) / sh;
+    return need <= pb->dev[d].mem_bytes;
 }
 
 /* Serialization seconds of the boundary after unit e-1 on a link. */
@@ -59,22 +63,20 @@ static inline double bal_ser(const bal_problem *pb, bal_link l, int e)
     return (double)pb->unit[e - 1].out_bytes / l.bw;
 }
 
-/* bal_plan.c: a plan from a chain without validating it (cuts must be valid). */
-bal_plan *bal_plan_build(const bal_problem *pb, int algo, const int *order, int p,
-                         const int *cuts, int m, int schedule);
+/* bal_part.c: a plan from a chain without validating it (cuts must be valid). */
+bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, const int *cuts);
 /* First stage whose memory is exceeded, or -1. */
-int bal_plan_overflow(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                      int schedule);
+int bal_plan_overflow(const bal_problem *pb, const bal_chain *c, const int *cuts);
 /* Closed-form estimate: fill (first micro-batch's round trip) + (m-1) cycles + optimizer. */
-double bal_estimate(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                    int schedule, double cycle);
-
-/* The micro-batch count for a chain (o->micro_batches if set). */
-int bal_choose_m(const bal_problem *pb, const int *order, int p, const int *cuts,
-                 const bal_opts *o);
+double bal_estimate(const bal_problem *pb, const bal_chain *c, const int *cuts, double cycle);
+/* The micro-batch count for a chain (o->micro_batches if set); c->m is ignored. */
+int bal_choose_m(const bal_problem *pb, const bal_chain *c, const int *cuts, const bal_opts *o);
 /* even or sky at m micro-batches (0: chosen). */
 bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, int m,
                             sl_err *err);
+
+/* bal_chain_best to a relative tolerance (the search ranks with a coarse one). */
+double bal_chain_best_tol(const bal_problem *pb, const bal_chain *c, int *cuts, double tol);
 
 /* bal_search.c */
 bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err);

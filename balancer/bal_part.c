@@ -1,17 +1,25 @@
 /* bal_part.c - the objective of a chain, its exact minimum over cut points,
  * the two baselines (even, sky) and turning cuts into a plan.
  *
- * The exact partition: for a bound B, g_i(s) is the smallest round trip
- * (stage times plus link latency and serialization both ways) of stages
- * i..p-1 covering units [s, n) with every stage within B, its memory and, for
- * 1F1B, its window (g_i(s) <= (p-i) B). Every constraint is an upper bound,
- * so the smallest suffix is always the best one to extend, which makes the
- * recurrence exact:
- *   g_i(s) = min over e of  t_i(s,e) + link_i(e) + g_{i+1}(e).
- * Feasibility of [s,e) is hereditary (a sub-range of a feasible range is
- * feasible), so the admissible e form a window whose ends only grow with s;
- * a monotone deque gives each stage in O(n). Feasibility is monotone in B,
- * and the minimum is one of finitely many values, so bisection on B, each
+ * The objective ("cycle", seconds per micro-batch in steady state) of a
+ * chain cut into stages: the largest of
+ *   - every stage's fwd+bwd time t_i and every link's serialization time;
+ *   - for 1F1B, every run of stages i..j: (sum of t_k + the round trips
+ *     rt_l = latency + serialization both ways on the links between them)
+ *     / (j - i + 1). Stage i runs one more micro-batch ahead than stage i+1,
+ *     so j-i+1 micro-batches must cover the round trip from i to j and back:
+ *     a slow link between two lightly loaded stages still stalls both.
+ * Exact minimum for a fixed chain: for a bound B let
+ *   h_i = max over j >= i of sum_{k=i..j} (t_k - B) + sum_{l=i..j-1} rt_l
+ *       = (t_i - B) + max(0, rt_i + h_{i+1}),
+ * so every run fits iff every h_i <= 0. h_i only grows with h_{i+1}, so the
+ * smallest h over the rest of the chain is always the best to extend:
+ *   g_i(s) = min over e of  t_i(s,e) - B + max(0, rt_i(e) + g_{i+1}(e))
+ * is exact, with g_i(s) = +inf when a constraint fails. Feasibility of
+ * [s,e) (time <= B, memory) is hereditary, so the admissible e form a window
+ * whose ends only grow with s, and the term inside the min does not depend
+ * on s: a monotone deque gives each stage in O(n). Feasibility is monotone in
+ * B and the optimum is one of finitely many values, so bisection on B, each
  * step tightened to the cycle actually achieved, finds it. */
 #include <math.h>
 #include <stdio.h>
@@ -64,63 +72,113 @@ static void link_cost(const bal_problem *pb, int a, int b, int e, double *lat2, 
     *ser_max = sf > sr ? sf : sr;
 }
 
-double bal_chain_cycle(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                       int schedule, int window)
+/* Round trip (latency + serialization both ways) and the larger one-way
+ * serialization of the boundary before unit e on the link a <-> b. */
+static double round_trip(const bal_problem *pb, int a, int b, int e, double *ser_max)
 {
-    double cyc = 0, R = 0;
-    for (int i = p - 1; i >= 0; i--) {
-        int d = order[i];
-        if (!bal_fits(pb, d, cuts[i], cuts[i + 1], bal_inflight(schedule, i, p, m)))
-            return INFINITY;
-        double t = bal_time(pb, d, cuts[i], cuts[i + 1]);
-        R += t;
-        if (t > cyc)
-            cyc = t;
+    double lat2, ser2;
+    link_cost(pb, a, b, e, &lat2, &ser2, ser_max);
+    return lat2 + ser2;
+}
+
+double bal_chain_cycle(const bal_problem *pb, const bal_chain *c, const int *cuts)
+{
+    int p = c->p;
+    double cyc = 0;
+    double *t = sl_xmalloc((size_t)p * sizeof(double)), *rt = sl_xmalloc((size_t)p * sizeof(double));
+    int *k = sl_xmalloc((size_t)p * sizeof(int));
+    bal_inflight(c, k);
+    for (int i = 0; i < p; i++) {
+        int d = c->order[i];
+        if (!bal_fits(pb, d, cuts[i], cuts[i + 1], k[i])) {
+            cyc = INFINITY;
+            goto out;
+        }
+        t[i] = bal_time(pb, d, cuts[i], cuts[i + 1]);
+        if (t[i] > cyc)
+            cyc = t[i];
+        rt[i] = 0;
         if (i < p - 1) {
-            double lat2, ser2, smax;
-            link_cost(pb, d, order[i + 1], cuts[i + 1], &lat2, &ser2, &smax);
-            R += lat2 + ser2;
+            double smax;
+            rt[i] = round_trip(pb, d, c->order[i + 1], cuts[i + 1], &smax);
             if (smax > cyc)
                 cyc = smax;
         }
-        if (window && schedule == BAL_1F1B && R / (p - i) > cyc)
-            cyc = R / (p - i);
     }
+    if (c->window && c->schedule == BAL_1F1B)
+        for (int i = 0; i < p; i++) {
+            double S = 0, slots = 0;
+            for (int j = i; j < p; j++) {
+                S += t[j];
+                slots += 1;
+                if (j > i) {
+                    S += rt[j - 1];
+                    slots += c->extra ? c->extra[j - 1] : 0;
+                }
+                if (S / slots > cyc)
+                    cyc = S / slots;
+            }
+        }
+out:
+    free(t);
+    free(rt);
+    free(k);
     return cyc;
+}
+
+void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double cycle, int m,
+                         int *extra)
+{
+    int e = pb->n_units - 1; /* BERT boundaries all carry B x T x H; take the largest */
+    for (int u = 0; u + 1 < pb->n_units; u++)
+        if (pb->unit[u].out_bytes > pb->unit[e - 1].out_bytes)
+            e = u + 1;
+    for (int l = 0; l + 1 < p; l++) {
+        double smax, rt = round_trip(pb, order[l], order[l + 1], e, &smax);
+        double x = cycle > 0 && rt > 0.5 * cycle ? ceil(rt / cycle) : 0;
+        extra[l] = x > m ? m : (int)x;
+    }
 }
 
 typedef struct dp_ws {
     double *g, *gn, *v;
-    int *nxt, *dq;
+    int *nxt, *dq, *k;
 } dp_ws;
 
 /* One feasibility test at bound B; on success fills cuts. */
-static int dp_feasible(const bal_problem *pb, const int *order, int p, int m, int schedule,
-                       int window, double B, dp_ws *w, int *cuts)
+static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_ws *w, int *cuts)
 {
-    int n = pb->n_units;
+    int n = pb->n_units, p = c->p;
     size_t n1 = (size_t)n + 1;
     double *g = w->g, *gn = w->gn;
+    int runs = c->window && c->schedule == BAL_1F1B;
     for (int i = p - 1; i >= 0; i--) {
-        int d = order[i], k = bal_inflight(schedule, i, p, m);
+        int d = c->order[i], k = w->k[i];
         int smin = i, smax = i == 0 ? 0 : n - (p - i), emax = n - (p - 1 - i);
         const double *pre = pb->pre + (size_t)d * n1;
         int *nxt = w->nxt + (size_t)i * n1;
-        double wB = (window && schedule == BAL_1F1B) ? (p - i) * B : INFINITY;
         if (i == p - 1) {
             for (int s = smin; s <= smax; s++) {
                 double t = pre[n] - pre[s];
-                g[s] = (t <= B && bal_fits(pb, d, s, n, k)) ? t : INFINITY;
+                g[s] = (t <= B && bal_fits(pb, d, s, n, k)) ? t - B : INFINITY;
                 nxt[s] = n;
             }
         } else {
-            /* v(e) for e in [smin+1, emax]: prefix + link both ways + rest */
-            int nb = order[i + 1];
+            /* v(e) = prefix + max(0, round trip - lookahead slots + rest), e in [smin+1, emax] */
+            bal_link f = bal_problem_link(pb, d, c->order[i + 1]);
+            bal_link r = bal_problem_link(pb, c->order[i + 1], d);
+            double ahead = c->extra ? c->extra[i] * B : 0;
+            if (!isfinite(ahead))
+                ahead = 0;
             for (int e = smin + 1; e <= emax; e++) {
-                double lat2, ser2, smax_l;
-                link_cost(pb, d, nb, e, &lat2, &ser2, &smax_l);
-                w->v[e] = (smax_l <= B && gn[e] < INFINITY) ? pre[e] + lat2 + ser2 + gn[e]
-                                                             : INFINITY;
+                double bytes = (double)pb->unit[e - 1].out_bytes;
+                double sf = bytes / f.bw, sr = bytes / r.bw;
+                if (gn[e] == INFINITY || sf > B || sr > B) {
+                    w->v[e] = INFINITY;
+                    continue;
+                }
+                double x = f.lat + r.lat + sf + sr - ahead + gn[e];
+                w->v[e] = pre[e] + (x > 0 ? x : 0);
             }
             int head = 0, tail = 0, eh = smin, push = smin + 1;
             for (int s = smin; s <= smax; s++) {
@@ -139,14 +197,14 @@ static int dp_feasible(const bal_problem *pb, const int *order, int p, int m, in
                 }
                 while (tail > head && w->dq[head] < s + 1)
                     head++;
+                g[s] = INFINITY;
                 if (tail > head) {
                     int e = w->dq[head];
-                    g[s] = w->v[e] - pre[s];
+                    double h = w->v[e] - pre[s] - B;
                     nxt[s] = e;
-                    if (g[s] > wB)
-                        g[s] = INFINITY;
-                } else
-                    g[s] = INFINITY;
+                    if (!runs || h <= 0)
+                        g[s] = h;
+                }
             }
         }
         double *t = g;
@@ -162,10 +220,14 @@ static int dp_feasible(const bal_problem *pb, const int *order, int p, int m, in
     return 1;
 }
 
-double bal_chain_best(const bal_problem *pb, const int *order, int p, int m, int schedule,
-                      int window, int *cuts)
+double bal_chain_best(const bal_problem *pb, const bal_chain *ch, int *cuts)
 {
-    int n = pb->n_units;
+    return bal_chain_best_tol(pb, ch, cuts, 1e-10);
+}
+
+double bal_chain_best_tol(const bal_problem *pb, const bal_chain *ch, int *cuts, double tol)
+{
+    int n = pb->n_units, p = ch->p;
     if (p < 1 || p > n)
         return INFINITY;
     size_t n1 = (size_t)n + 1;
@@ -175,15 +237,20 @@ double bal_chain_best(const bal_problem *pb, const int *order, int p, int m, int
     w.v = sl_xmalloc(n1 * sizeof(double));
     w.dq = sl_xmalloc(n1 * sizeof(int));
     w.nxt = sl_xmalloc((size_t)p * n1 * sizeof(int));
+    w.k = sl_xmalloc((size_t)p * sizeof(int));
+    bal_inflight(ch, w.k);
     int *c = sl_xmalloc(((size_t)p + 1) * sizeof(int));
     double hi = INFINITY, lo = 0;
-    if (dp_feasible(pb, order, p, m, schedule, window, INFINITY, &w, c)) {
-        hi = bal_chain_cycle(pb, order, p, c, m, schedule, window);
+    if (dp_feasible(pb, ch, INFINITY, &w, c)) {
+        hi = bal_chain_cycle(pb, ch, c);
         memcpy(cuts, c, ((size_t)p + 1) * sizeof(int));
-        for (int it = 0; it < 200 && hi - lo > 1e-10 * hi; it++) {
+        /* the cycle a feasible cut achieves tightens hi below mid; on long
+         * chains (O(p^2) to evaluate) plain bisection is cheaper */
+        int tighten = p <= 128;
+        for (int it = 0; it < 200 && hi - lo > tol * hi; it++) {
             double mid = lo > 0 && hi > 4 * lo ? sqrt(lo * hi) : 0.5 * (lo + hi);
-            if (dp_feasible(pb, order, p, m, schedule, window, mid, &w, c)) {
-                double got = bal_chain_cycle(pb, order, p, c, m, schedule, window);
+            if (dp_feasible(pb, ch, mid, &w, c)) {
+                double got = tighten ? bal_chain_cycle(pb, ch, c) : mid;
                 if (!(got < hi)) { /* rounding: the bound was met only to the last bit */
                     hi = mid;
                     continue;
@@ -193,60 +260,63 @@ double bal_chain_best(const bal_problem *pb, const int *order, int p, int m, int
             } else
                 lo = mid;
         }
-        hi = bal_chain_cycle(pb, order, p, cuts, m, schedule, window);
+        hi = bal_chain_cycle(pb, ch, cuts);
     }
     free(w.g);
     free(w.gn);
     free(w.v);
     free(w.dq);
     free(w.nxt);
+    free(w.k);
     free(c);
     return hi;
 }
 
-int bal_plan_overflow(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                      int schedule)
+int bal_plan_overflow(const bal_problem *pb, const bal_chain *c, const int *cuts)
 {
-    for (int i = 0; i < p; i++)
-        if (!bal_fits(pb, order[i], cuts[i], cuts[i + 1], bal_inflight(schedule, i, p, m)))
-            return i;
-    return -1;
+    int *k = sl_xmalloc((size_t)c->p * sizeof(int)), bad = -1;
+    bal_inflight(c, k);
+    for (int i = 0; i < c->p && bad < 0; i++)
+        if (!bal_fits(pb, c->order[i], cuts[i], cuts[i + 1], k[i]))
+            bad = i;
+    free(k);
+    return bad;
 }
 
-double bal_estimate(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                    int schedule, double cycle)
+double bal_estimate(const bal_problem *pb, const bal_chain *c, const int *cuts, double cycle)
 {
-    (void)schedule; /* fill and drain cost the same round trip under both */
+    /* fill and drain cost the first micro-batch's round trip under both schedules */
     double R = 0, opt = 0;
-    for (int i = 0; i < p; i++) {
-        int d = order[i];
+    for (int i = 0; i < c->p; i++) {
+        int d = c->order[i];
         R += bal_time(pb, d, cuts[i], cuts[i + 1]);
         double o = bal_optim_s(pb, d, cuts[i], cuts[i + 1]);
         if (o > opt)
             opt = o;
-        if (i < p - 1) {
-            double lat2, ser2, smax;
-            link_cost(pb, d, order[i + 1], cuts[i + 1], &lat2, &ser2, &smax);
-            R += lat2 + ser2;
+        if (i < c->p - 1) {
+            double smax;
+            R += round_trip(pb, d, c->order[i + 1], cuts[i + 1], &smax);
         }
     }
-    return R + (m - 1) * cycle + opt;
+    return R + (c->m - 1) * cycle + opt;
 }
 
-bal_plan *bal_plan_build(const bal_problem *pb, int algo, const int *order, int p,
-                         const int *cuts, int m, int schedule)
+bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, const int *cuts)
 {
+    int p = c->p;
     bal_plan *pl = sl_xcalloc(1, sizeof *pl);
     pl->algo = algo;
-    pl->schedule = schedule;
-    pl->micro_batches = m;
+    pl->schedule = c->schedule;
+    pl->micro_batches = c->m;
     pl->n_units = pb->n_units;
     pl->n_stages = p;
     pl->stage = sl_xcalloc((size_t)p, sizeof *pl->stage);
+    int *k = sl_xmalloc((size_t)p * sizeof(int));
+    bal_inflight(c, k);
     unsigned char *used = sl_xcalloc((size_t)pb->n_dev, 1);
     for (int i = 0; i < p; i++) {
         bal_stage *s = &pl->stage[i];
-        int d = order[i], a = cuts[i], b = cuts[i + 1];
+        int d = c->order[i], a = cuts[i], b = cuts[i + 1];
         used[d] = 1;
         s->device = d;
         memcpy(s->id, pb->dev[d].id, BAL_NAME_MAX);
@@ -261,18 +331,17 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const int *order, int 
         s->static_bytes = pb->pstatic[b] - pb->pstatic[a];
         s->stash_bytes = pb->pstash[b] - pb->pstash[a];
         s->mem_bytes = pb->dev[d].mem_bytes;
-        s->max_inflight = bal_inflight(schedule, i, p, m);
+        s->max_inflight = k[i];
+        s->warmup = c->schedule == BAL_GPIPE ? c->m : k[i] - 1;
         if (i < p - 1) {
-            bal_link f = bal_problem_link(pb, d, order[i + 1]);
-            bal_link r = bal_problem_link(pb, order[i + 1], d);
-            s->lat_s = f.lat;
+            bal_link f = bal_problem_link(pb, d, c->order[i + 1]);
+            bal_link r = bal_problem_link(pb, c->order[i + 1], d);
+            s->lat_s = 0.5 * (f.lat + r.lat); /* links are symmetric in our inputs */
             s->act_s = bal_ser(pb, f, b);
             s->grad_s = bal_ser(pb, r, b);
-            /* the gradient travels on the reverse link; its latency is r.lat */
-            if (r.lat != f.lat)
-                s->lat_s = 0.5 * (f.lat + r.lat);
         }
     }
+    free(k);
     pl->n_dropped = 0;
     pl->dropped = sl_xcalloc((size_t)pb->n_dev, sizeof *pl->dropped);
     for (int d = 0; d < pb->n_dev; d++)
@@ -283,8 +352,10 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const int *order, int 
             snprintf(x->reason, sizeof x->reason, "not used");
         }
     free(used);
-    pl->cycle_s = bal_chain_cycle(pb, order, p, cuts, m, schedule, schedule == BAL_1F1B);
-    pl->est_iter_s = bal_estimate(pb, order, p, cuts, m, schedule, pl->cycle_s);
+    bal_chain cc = *c;
+    cc.window = c->schedule == BAL_1F1B;
+    pl->cycle_s = bal_chain_cycle(pb, &cc, cuts);
+    pl->est_iter_s = bal_estimate(pb, c, cuts, pl->cycle_s);
     return pl;
 }
 
@@ -297,29 +368,36 @@ void bal_plan_free(bal_plan *pl)
     free(pl);
 }
 
-static int check_chain(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                       sl_err *err)
+static int check_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err)
 {
-    if (p < 1 || p > pb->n_dev || m < 1)
-        return sl_err_set(err, SL_EINVAL, "chain: need 1..%d stages and m >= 1", pb->n_dev);
+    int p = c->p;
+    if (p < 1 || p > pb->n_dev || p > pb->n_units || c->m < 1 ||
+        (c->schedule != BAL_1F1B && c->schedule != BAL_GPIPE))
+        return sl_err_set(err, SL_EINVAL, "chain: need 1..%d stages, m >= 1 and a schedule",
+                          pb->n_dev < pb->n_units ? pb->n_dev : pb->n_units);
     if (cuts[0] != 0 || cuts[p] != pb->n_units)
         return sl_err_set(err, SL_EINVAL, "chain: cuts must run from 0 to %d", pb->n_units);
     for (int i = 0; i < p; i++) {
-        if (order[i] < 0 || order[i] >= pb->n_dev)
-            return sl_err_set(err, SL_EINVAL, "chain: device %d out of range", order[i]);
+        if (c->order[i] < 0 || c->order[i] >= pb->n_dev)
+            return sl_err_set(err, SL_EINVAL, "chain: device %d out of range", c->order[i]);
         if (cuts[i + 1] <= cuts[i])
             return sl_err_set(err, SL_EINVAL, "chain: stage %d is empty", i);
+        if (c->extra && i < p - 1 && (c->extra[i] < 0 || c->extra[i] > 1000000))
+            return sl_err_set(err, SL_EINVAL, "chain: extra[%d] out of range", i);
         for (int j = 0; j < i; j++)
-            if (order[j] == order[i])
-                return sl_err_set(err, SL_EINVAL, "chain: device %d used twice", order[i]);
+            if (c->order[j] == c->order[i])
+                return sl_err_set(err, SL_EINVAL, "chain: device %d used twice", c->order[i]);
     }
     return 0;
 }
 
-static int overflow_err(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                        int schedule, int i, const char *algo, sl_err *err)
+static int overflow_err(const bal_problem *pb, const bal_chain *c, const int *cuts, int i,
+                        const char *algo, sl_err *err)
 {
-    int d = order[i], k = bal_inflight(schedule, i, p, m);
+    int *kk = sl_xmalloc((size_t)c->p * sizeof(int));
+    bal_inflight(c, kk);
+    int d = c->order[i], k = kk[i];
+    free(kk);
     uint64_t need = pb->pstatic[cuts[i + 1]] - pb->pstatic[cuts[i]] +
                     (uint64_t)k * (pb->pstash[cuts[i + 1]] - pb->pstash[cuts[i]]);
     return sl_err_set(err, SL_EINVAL,
@@ -330,35 +408,35 @@ static int overflow_err(const bal_problem *pb, const int *order, int p, const in
                       (unsigned long long)(need - pb->dev[d].mem_bytes));
 }
 
-bal_plan *bal_plan_chain(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                         int schedule, sl_err *err)
+bal_plan *bal_plan_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err)
 {
-    if (check_chain(pb, order, p, cuts, m, err))
+    if (check_chain(pb, c, cuts, err))
         return NULL;
-    int i = bal_plan_overflow(pb, order, p, cuts, m, schedule);
+    int i = bal_plan_overflow(pb, c, cuts);
     if (i >= 0) {
-        overflow_err(pb, order, p, cuts, m, schedule, i, "chain", err);
+        overflow_err(pb, c, cuts, i, "chain", err);
         return NULL;
     }
-    return bal_plan_build(pb, BAL_OPTIMAL, order, p, cuts, m, schedule);
+    return bal_plan_build(pb, BAL_OPTIMAL, c, cuts);
 }
 
 /* The micro-batch count: the smallest m whose estimated bubble
  * (1 - m cycle / estimate) is at most the target; for GPipe also the largest
  * whose stash still fits. */
-int bal_choose_m(const bal_problem *pb, const int *order, int p, const int *cuts,
-                 const bal_opts *o)
+int bal_choose_m(const bal_problem *pb, const bal_chain *c, const int *cuts, const bal_opts *o)
 {
     if (o->micro_batches > 0)
         return o->micro_batches;
     int mmax = o->max_micro_batches > 0 ? o->max_micro_batches : 1024;
     int best = 1;
+    bal_chain cc = *c;
     for (int m = 1; m <= mmax; m++) {
-        if (o->schedule == BAL_GPIPE && bal_plan_overflow(pb, order, p, cuts, m, o->schedule) >= 0)
+        cc.m = m;
+        if (bal_plan_overflow(pb, &cc, cuts) >= 0)
             break;
         best = m;
-        double cyc = bal_chain_cycle(pb, order, p, cuts, m, o->schedule, o->window);
-        double est = bal_estimate(pb, order, p, cuts, m, o->schedule, cyc);
+        double cyc = bal_chain_cycle(pb, &cc, cuts);
+        double est = bal_estimate(pb, &cc, cuts, cyc);
         if (1 - m * cyc / est <= o->target_bubble)
             break;
     }
@@ -394,7 +472,10 @@ static double sky_load(const bal_problem *pb, int d, int a, int b)
 static int sky_cuts(const bal_problem *pb, int *order, int *cuts, int m, int schedule)
 {
     int p = even_cuts(pb, order, cuts);
-#define FITS(i, a, b) bal_fits(pb, order[i], a, b, bal_inflight(schedule, i, p, m))
+    bal_chain c = {.p = p, .order = order, .m = m, .schedule = schedule};
+    int *k = sl_xmalloc((size_t)p * sizeof(int));
+    bal_inflight(&c, k);
+#define FITS(i, a, b) bal_fits(pb, order[i], a, b, k[i])
     for (int it = 0; it < 4 * pb->n_units * p + 4; it++) {
         int bad = -1;
         for (int i = 0; i < p && bad < 0; i++)
@@ -402,43 +483,41 @@ static int sky_cuts(const bal_problem *pb, int *order, int *cuts, int m, int sch
                 bad = i;
         if (bad < 0)
             break;
-        int i = bad, moved = 0;
-        if (cuts[i + 1] - cuts[i] < 2)
-            return -1;
-        /* to the right neighbour if it takes the unit, else to the left */
-        if (i + 1 < p && FITS(i + 1, cuts[i + 1] - 1, cuts[i + 2])) {
-            cuts[i + 1]--;
-            moved = 1;
-        } else if (i > 0 && FITS(i - 1, cuts[i - 1], cuts[i] + 1)) {
-            cuts[i]++;
-            moved = 1;
-        } else if (i + 1 < p) {
-            cuts[i + 1]--; /* push the excess along; the neighbour repairs next */
-            moved = 1;
-        } else if (i > 0) {
-            cuts[i]++;
-            moved = 1;
+        int i = bad;
+        if (cuts[i + 1] - cuts[i] < 2 || p == 1) {
+            p = -1;
+            goto out;
         }
-        if (!moved)
-            return -1;
+        /* to the right neighbour if it takes the unit, else to the left, else
+         * push the excess along and let the neighbour repair next */
+        if (i + 1 < p && FITS(i + 1, cuts[i + 1] - 1, cuts[i + 2]))
+            cuts[i + 1]--;
+        else if (i > 0 && FITS(i - 1, cuts[i - 1], cuts[i] + 1))
+            cuts[i]++;
+        else if (i + 1 < p)
+            cuts[i + 1]--;
+        else
+            cuts[i]++;
     }
-    if (bal_plan_overflow(pb, order, p, cuts, m, schedule) >= 0)
-        return -1;
+    if (bal_plan_overflow(pb, &c, cuts) >= 0) {
+        p = -1;
+        goto out;
+    }
     for (int pass = 0; pass < 1000; pass++) {
         int moved = 0;
         for (int i = 0; i + 1 < p; i++) {
-            int a = cuts[i], c = cuts[i + 1], b = cuts[i + 2];
-            double li = sky_load(pb, order[i], a, c), lj = sky_load(pb, order[i + 1], c, b);
+            int a = cuts[i], x = cuts[i + 1], b = cuts[i + 2];
+            double li = sky_load(pb, order[i], a, x), lj = sky_load(pb, order[i + 1], x, b);
             double old = li > lj ? li : lj;
-            if (li > lj && c - a >= 2) {
-                double ni = sky_load(pb, order[i], a, c - 1), nj = sky_load(pb, order[i + 1], c - 1, b);
-                if ((ni > nj ? ni : nj) < old && FITS(i + 1, c - 1, b)) {
+            if (li > lj && x - a >= 2) {
+                double ni = sky_load(pb, order[i], a, x - 1), nj = sky_load(pb, order[i + 1], x - 1, b);
+                if ((ni > nj ? ni : nj) < old && FITS(i + 1, x - 1, b)) {
                     cuts[i + 1]--;
                     moved = 1;
                 }
-            } else if (lj > li && b - c >= 2) {
-                double ni = sky_load(pb, order[i], a, c + 1), nj = sky_load(pb, order[i + 1], c + 1, b);
-                if ((ni > nj ? ni : nj) < old && FITS(i, a, c + 1)) {
+            } else if (lj > li && b - x >= 2) {
+                double ni = sky_load(pb, order[i], a, x + 1), nj = sky_load(pb, order[i + 1], x + 1, b);
+                if ((ni > nj ? ni : nj) < old && FITS(i, a, x + 1)) {
                     cuts[i + 1]++;
                     moved = 1;
                 }
@@ -448,7 +527,26 @@ static int sky_cuts(const bal_problem *pb, int *order, int *cuts, int m, int sch
             break;
     }
 #undef FITS
+out:
+    free(k);
     return p;
+}
+
+/* The same schedule rule for every algorithm: a lookahead sized for the
+ * chain's own stage and link times, kept only if memory allows it. */
+static void baseline_extra(const bal_problem *pb, bal_chain *c, const int *cuts, int *extra)
+{
+    bal_chain plain = *c;
+    plain.extra = NULL;
+    plain.window = 0;
+    double cyc = bal_chain_cycle(pb, &plain, cuts);
+    c->extra = NULL;
+    if (c->schedule != BAL_1F1B || !isfinite(cyc))
+        return;
+    bal_chain_lookahead(pb, c->order, c->p, cyc, c->m, extra);
+    c->extra = extra;
+    if (bal_plan_overflow(pb, c, cuts) >= 0)
+        c->extra = NULL;
 }
 
 /* Baseline plans for the given m (0: choose). NULL with a message if memory fails. */
@@ -458,35 +556,35 @@ bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, 
     int n = pb->n_units;
     int *order = sl_xmalloc((size_t)pb->n_dev * sizeof(int));
     int *cuts = sl_xmalloc(((size_t)pb->n_dev + 1) * sizeof(int));
+    int *extra = sl_xcalloc((size_t)pb->n_dev, sizeof(int));
     int m0 = m > 0 ? m : (o->schedule == BAL_GPIPE ? 1 : o->max_micro_batches);
     int p;
+    bal_plan *pl = NULL;
     if (algo == BAL_EVEN) {
         p = even_cuts(pb, order, cuts);
-    } else {
-        p = sky_cuts(pb, order, cuts, m0, o->schedule);
-        if (p < 0) {
-            sl_err_set(err, SL_EINVAL, "sky: memory repair failed: the units do not fit on the "
-                       "devices in the given order");
-            free(order);
-            free(cuts);
-            return NULL;
-        }
+    } else if ((p = sky_cuts(pb, order, cuts, m0, o->schedule)) < 0) {
+        sl_err_set(err, SL_EINVAL, "sky: memory repair failed: the units do not fit on the "
+                   "devices in the given order");
+        goto out;
     }
+    bal_chain c = {.p = p, .order = order, .m = m0, .schedule = o->schedule, .window = o->window};
     bal_opts oo = *o;
     oo.micro_batches = m;
-    int mm = bal_choose_m(pb, order, p, cuts, &oo);
-    int i = bal_plan_overflow(pb, order, p, cuts, mm, o->schedule);
-    bal_plan *pl = NULL;
+    c.m = bal_choose_m(pb, &c, cuts, &oo);
+    baseline_extra(pb, &c, cuts, extra);
+    int i = bal_plan_overflow(pb, &c, cuts);
     if (i >= 0)
-        overflow_err(pb, order, p, cuts, mm, o->schedule, i, bal_algo_name(algo), err);
+        overflow_err(pb, &c, cuts, i, bal_algo_name(algo), err);
     else {
-        pl = bal_plan_build(pb, algo, order, p, cuts, mm, o->schedule);
+        pl = bal_plan_build(pb, algo, &c, cuts);
         for (int k = 0; k < pl->n_dropped; k++)
             snprintf(pl->dropped[k].reason, sizeof pl->dropped[k].reason,
                      "more devices than the %d units", n);
     }
+out:
     free(order);
     free(cuts);
+    free(extra);
     return pl;
 }
 

@@ -26,13 +26,13 @@ typedef struct search {
     int m_mem;  /* micro-batches assumed for memory while searching */
     int m_eval; /* micro-batches for the estimate that ranks candidates */
     int n, D;
-    int *cuts;  /* scratch, D + 1 */
+    double tol; /* relative precision of each placement while searching */
     int evals;
 } search;
 
 typedef struct chain {
-    int *order, *cuts;
-    int p;
+    int *order, *cuts, *extra;
+    int p, has_extra;
     double cycle, est;
 } chain;
 
@@ -40,7 +40,8 @@ static void chain_init(chain *c, int D)
 {
     c->order = sl_xmalloc((size_t)D * sizeof(int));
     c->cuts = sl_xmalloc(((size_t)D + 1) * sizeof(int));
-    c->p = 0;
+    c->extra = sl_xcalloc((size_t)D, sizeof(int));
+    c->p = c->has_extra = 0;
     c->cycle = c->est = INFINITY;
 }
 
@@ -48,29 +49,72 @@ static void chain_free(chain *c)
 {
     free(c->order);
     free(c->cuts);
+    free(c->extra);
 }
 
 static void chain_copy(chain *dst, const chain *src)
 {
     memcpy(dst->order, src->order, (size_t)src->p * sizeof(int));
     memcpy(dst->cuts, src->cuts, ((size_t)src->p + 1) * sizeof(int));
+    memcpy(dst->extra, src->extra, (size_t)src->p * sizeof(int));
     dst->p = src->p;
+    dst->has_extra = src->has_extra;
     dst->cycle = src->cycle;
     dst->est = src->est;
 }
 
-/* Places `order` exactly; returns the estimated iteration (INFINITY if it does not fit). */
+static bal_chain spec(const search *S, const chain *c, int m)
+{
+    bal_chain b = {.p = c->p, .order = c->order, .extra = c->has_extra ? c->extra : NULL,
+                   .m = m, .schedule = S->o->schedule, .window = S->o->window};
+    return b;
+}
+
+/* The chain's ideal seconds per micro-batch: its devices' speeds added up,
+ * or its slowest link's serialization if that is larger. */
+static double chain_floor(const bal_problem *pb, const chain *c)
+{
+    double inv = 0, ser = 0;
+    int e = pb->n_units > 1 ? 1 : 0;
+    for (int i = 0; i < c->p; i++) {
+        double t = bal_time(pb, c->order[i], 0, pb->n_units);
+        inv += t > 0 ? 1 / t : 1e30;
+        if (i + 1 < c->p && e) {
+            bal_link f = bal_problem_link(pb, c->order[i], c->order[i + 1]);
+            if (bal_ser(pb, f, e) > ser)
+                ser = bal_ser(pb, f, e);
+        }
+    }
+    double lb = inv > 0 ? 1 / inv : 0;
+    return lb > ser ? lb : ser;
+}
+
+/* Places `order` exactly: with a lookahead that hides slow links (1F1B) if
+ * memory allows, else textbook. Returns the estimated iteration (INFINITY if
+ * nothing fits). */
 static double evaluate(search *S, chain *c)
 {
     S->evals++;
     c->est = c->cycle = INFINITY;
     if (c->p < 1 || c->p > S->n)
         return INFINITY;
-    c->cycle = bal_chain_best(S->pb, c->order, c->p, S->m_mem, S->o->schedule, S->o->window,
-                              c->cuts);
-    if (c->cycle < INFINITY)
-        c->est = bal_estimate(S->pb, c->order, c->p, c->cuts, S->m_eval, S->o->schedule,
-                              c->cycle);
+    c->has_extra = 0;
+    if (S->o->schedule == BAL_1F1B && c->p > 1) {
+        bal_chain_lookahead(S->pb, c->order, c->p, chain_floor(S->pb, c), S->m_mem, c->extra);
+        for (int l = 0; l + 1 < c->p; l++)
+            c->has_extra |= c->extra[l] > 0;
+    }
+    bal_chain b = spec(S, c, S->m_mem);
+    c->cycle = bal_chain_best_tol(S->pb, &b, c->cuts, S->tol);
+    if (c->cycle == INFINITY && c->has_extra) {
+        c->has_extra = 0;
+        b = spec(S, c, S->m_mem);
+        c->cycle = bal_chain_best_tol(S->pb, &b, c->cuts, S->tol);
+    }
+    if (c->cycle < INFINITY) {
+        b = spec(S, c, S->m_eval);
+        c->est = bal_estimate(S->pb, &b, c->cuts, c->cycle);
+    }
     return c->est;
 }
 
@@ -309,8 +353,11 @@ static int mem_feasible(const bal_problem *pb, const uint64_t *pst, const uint64
     unsigned char *A = sl_xcalloc((size_t)n + 1, 1), *E = sl_xcalloc((size_t)n + 1, 1);
     int *cnt = sl_xmalloc(((size_t)n + 2) * sizeof(int));
     A[0] = 1;
+    int *kk = sl_xmalloc((size_t)p * sizeof(int));
+    bal_chain ch = {.p = p, .order = order, .m = m, .schedule = schedule};
+    bal_inflight(&ch, kk);
     for (int i = 0; i < p; i++) {
-        int k = bal_inflight(schedule, i, p, m);
+        int k = kk[i];
         uint64_t cap = pb->dev[order[i]].mem_bytes + extra;
         cnt[0] = 0;
         for (int s = 0; s <= n; s++)
@@ -333,6 +380,7 @@ static int mem_feasible(const bal_problem *pb, const uint64_t *pst, const uint64
         E = x;
     }
     int ok = A[n];
+    free(kk);
     free(A);
     free(E);
     free(cnt);
@@ -430,7 +478,7 @@ static void infeasible(const bal_problem *pb, const bal_opts *o, int m, sl_err *
 bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err)
 {
     int n = pb->n_units, D = pb->n_dev;
-    search S = {.pb = pb, .o = o, .n = n, .D = D};
+    search S = {.pb = pb, .o = o, .n = n, .D = D, .tol = 1e-3};
     if (o->micro_batches > 0)
         S.m_mem = S.m_eval = o->micro_batches;
     else {
@@ -465,17 +513,10 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
             bs = i;
         }
     }
-    /* 2. subsets: the fastest k devices */
-    int step = kfull <= 64 ? 1 : (kfull + 47) / 48;
-    for (int pass = 0; pass < 2; pass++) {
-        int k0 = 1, k1 = kfull;
-        if (pass == 1) {
-            if (step == 1 || best.p == 0)
-                break;
-            k0 = best.p - step > 1 ? best.p - step : 1;
-            k1 = best.p + step < kfull ? best.p + step : kfull;
-            step = (step + 7) / 8;
-        }
+    /* 2. subsets: the fastest k devices, on a grid of about 16 k, then finer
+     * grids around the best (the estimate is close to unimodal in k) */
+    int step = (kfull + 15) / 16, k0 = 1, k1 = kfull;
+    for (;;) {
         for (int k = k1; k >= k0; k -= step) {
             memset(use, 0, (size_t)D);
             for (int j = 0; j < k; j++)
@@ -484,6 +525,11 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
             if (evaluate(&S, &t) < INFINITY && (best.p == 0 || better(&t, &best)))
                 chain_copy(&best, &t);
         }
+        if (step == 1 || best.p == 0)
+            break;
+        k0 = best.p - step + 1 > 1 ? best.p - step + 1 : 1;
+        k1 = best.p + step - 1 < kfull ? best.p + step - 1 : kfull;
+        step = (step + 7) / 8;
     }
     if (best.p == 0) { /* nothing fast fits: the devices with the most memory */
         int *bymem = sl_xmalloc((size_t)D * sizeof(int));
@@ -506,11 +552,16 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     }
     /* 3. local search */
     if (D <= 64)
-        local_search(&S, &best, bysite, S.evals + (D <= 16 ? 400 : 120));
+        local_search(&S, &best, bysite, S.evals + (D <= 16 ? 300 : 60));
+    /* the winner placed to full precision */
+    S.tol = 1e-10;
+    evaluate(&S, &best);
 
     /* 4. micro-batch count, then the simulator judges the finalists */
-    int m = bal_choose_m(pb, best.order, best.p, best.cuts, o);
-    pl = bal_plan_build(pb, BAL_OPTIMAL, best.order, best.p, best.cuts, m, o->schedule);
+    bal_chain bc = spec(&S, &best, S.m_mem);
+    bc.m = bal_choose_m(pb, &bc, best.cuts, o);
+    int m = bc.m;
+    pl = bal_plan_build(pb, BAL_OPTIMAL, &bc, best.cuts);
     double pm = (double)best.p * m;
     if (pm <= 2e6) {
         bal_timeline *tl = bal_simulate(pl, o->schedule, 0, NULL);

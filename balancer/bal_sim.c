@@ -8,7 +8,8 @@
  *
  * Orders: GPipe runs F0..F(m-1) then B0..B(m-1). 1F1B (PipeDream-flush)
  * warms up with min(p-i-1, m) forwards, then alternates F and B, then drains
- * the backwards, so at most p-i micro-batches are stashed on stage i. */
+ * the backwards, so at most p-i micro-batches are stashed on stage i; a plan
+ * may warm up further ahead of slow links (bal_stage.warmup). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,7 +119,12 @@ static void build_ops(sim *S)
             for (int j = 0; j < m; j++)
                 o[k++] = -(j + 1);
         } else {
-            int warm = p - i - 1 < m ? p - i - 1 : m, f = 0, b = 0;
+            int warm = S->schedule == S->pl->schedule ? S->pl->stage[i].warmup : p - i - 1;
+            int f = 0, b = 0;
+            if (warm > m)
+                warm = m;
+            if (warm < 0)
+                warm = 0;
             for (; f < warm; f++)
                 o[k++] = f;
             while (f < m) {

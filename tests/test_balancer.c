@@ -82,48 +82,59 @@ static inst make_instance(uint64_t seed, int tight_memory)
     return r;
 }
 
-/* The objective written again from the public accessors only. */
-static double bf_cycle(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
-                       int schedule, int window)
+/* The objective written again from the public accessors only: every run of
+ * stages i..j, its compute and round trips over its length. */
+static double bf_cycle(const bal_problem *pb, const int *order, const int *extra, int p,
+                       const int *cuts, int m, int schedule, int window)
 {
-    double cyc = 0, R = 0;
-    for (int i = p - 1; i >= 0; i--) {
+    double cyc = 0, t[8], rt[8];
+    for (int i = 0; i < p; i++) {
         int d = order[i];
-        double t = 0;
         uint64_t st = 0, sh = 0;
+        t[i] = 0;
         for (int u = cuts[i]; u < cuts[i + 1]; u++) {
-            t += bal_unit_fwd_s(pb, d, u) + bal_unit_bwd_s(pb, d, u);
+            t[i] += bal_unit_fwd_s(pb, d, u) + bal_unit_bwd_s(pb, d, u);
             st += bal_problem_unit(pb, u)->param_bytes + bal_problem_unit(pb, u)->optim_bytes;
             sh += bal_problem_unit(pb, u)->stash_bytes;
         }
-        int k = schedule == BAL_GPIPE ? m : (p - i < m ? p - i : m);
+        int ahead = 0;
+        for (int l = i; l < p - 1 && extra; l++)
+            ahead += extra[l];
+        int k = schedule == BAL_GPIPE ? m : (p - i + ahead < m ? p - i + ahead : m);
         if ((double)st + (double)k * (double)sh > (double)bal_problem_device(pb, d)->mem_bytes)
             return INFINITY;
-        cyc = fmax(cyc, t);
-        R += t;
+        cyc = fmax(cyc, t[i]);
+        rt[i] = 0;
         if (i < p - 1) {
             bal_link f = bal_problem_link(pb, d, order[i + 1]), r = bal_problem_link(pb, order[i + 1], d);
             double bytes = (double)bal_problem_unit(pb, cuts[i + 1] - 1)->out_bytes;
             cyc = fmax(cyc, fmax(bytes / f.bw, bytes / r.bw));
-            R += f.lat + r.lat + bytes / f.bw + bytes / r.bw;
+            rt[i] = f.lat + r.lat + bytes / f.bw + bytes / r.bw;
         }
-        if (window && schedule == BAL_1F1B)
-            cyc = fmax(cyc, R / (p - i));
     }
+    for (int i = 0; window && schedule == BAL_1F1B && i < p; i++)
+        for (int j = i; j < p; j++) {
+            double sum = 0, slots = j - i + 1;
+            for (int k = i; k <= j; k++)
+                sum += t[k] + (k < j ? rt[k] : 0);
+            for (int k = i; k < j && extra; k++)
+                slots += extra[k];
+            cyc = fmax(cyc, sum / slots);
+        }
     return cyc;
 }
 
-static double brute(const bal_problem *pb, const int *order, int p, int n, int m, int sched,
-                    int window, int *cuts, int i)
+static double brute(const bal_problem *pb, const int *order, const int *extra, int p, int n,
+                    int m, int sched, int window, int *cuts, int i)
 {
     if (i == p - 1) {
         cuts[p] = n;
-        return bf_cycle(pb, order, p, cuts, m, sched, window);
+        return bf_cycle(pb, order, extra, p, cuts, m, sched, window);
     }
     double best = INFINITY;
     for (int e = cuts[i] + 1; e <= n - (p - 1 - i); e++) {
         cuts[i + 1] = e;
-        best = fmin(best, brute(pb, order, p, n, m, sched, window, cuts, i + 1));
+        best = fmin(best, brute(pb, order, extra, p, n, m, sched, window, cuts, i + 1));
     }
     return best;
 }
@@ -149,9 +160,13 @@ static void test_exact_vs_brute_force(void)
         int m = 1 + (int)(urand(seed, &k) * 8);
         int sched = urand(seed, &k) < 0.3 ? BAL_GPIPE : BAL_1F1B;
         int window = urand(seed, &k) < 0.7;
-        double got = bal_chain_best(in.pb, order, p, m, sched, window, cuts);
+        int extra[8], *ex = urand(seed, &k) < 0.4 ? extra : NULL;
+        for (int l = 0; l < 8; l++)
+            extra[l] = (int)(urand(seed, &k) * 3);
+        bal_chain ch = {p, order, ex, m, sched, window};
+        double got = bal_chain_best(in.pb, &ch, cuts);
         bcuts[0] = 0;
-        double want = brute(in.pb, order, p, in.n, m, sched, window, bcuts, 0);
+        double want = brute(in.pb, order, ex, p, in.n, m, sched, window, bcuts, 0);
         compared++;
         if (isinf(want)) {
             CHECKF(isinf(got), "seed %llu: brute force infeasible, dp %g", (unsigned long long)seed, got);
@@ -159,7 +174,8 @@ static void test_exact_vs_brute_force(void)
             feasible++;
             CHECKF(fabs(got - want) <= 1e-9 * want, "seed %llu: dp %.12g brute %.12g",
                    (unsigned long long)seed, got, want);
-            double again = bf_cycle(in.pb, order, p, cuts, m, sched, window);
+            double again = bf_cycle(in.pb, order, ex, p, cuts, m, sched, window);
+            CHECK(fabs(bal_chain_cycle(in.pb, &ch, cuts) - got) <= 1e-12 * got);
             CHECKF(fabs(again - got) <= 1e-9 * got, "seed %llu: cuts give %.12g, said %.12g",
                    (unsigned long long)seed, again, got);
         }
@@ -173,11 +189,14 @@ static void test_exact_vs_brute_force(void)
 /* optimal <= even, sky under the simulator; memory never exceeded. */
 static void check_memory(const bal_plan *pl, const bal_timeline *tl)
 {
+    CHECK(pl->stage[0].first == 0 && pl->stage[pl->n_stages - 1].last == pl->n_units);
+    for (int i = 0; i + 1 < pl->n_stages; i++)
+        CHECK(pl->stage[i].last == pl->stage[i + 1].first && pl->stage[i].first < pl->stage[i].last);
     for (int i = 0; i < pl->n_stages; i++) {
         CHECK(tl->stage[i].peak_mem_bytes <= pl->stage[i].mem_bytes);
         CHECK(tl->stage[i].peak_inflight <= pl->stage[i].max_inflight);
         if (pl->schedule == BAL_1F1B)
-            CHECK(tl->stage[i].peak_inflight <= pl->n_stages - i);
+            CHECK(tl->stage[i].peak_inflight == pl->stage[i].max_inflight);
     }
 }
 
@@ -265,7 +284,8 @@ static void test_closed_forms(void)
             cuts[p] = n;
             double tf = 2e-3, tb = 4e-3; /* two units of 1 GFLOP fwd, 2 bwd at 1 TFLOP/s */
             for (int s = 0; s < 2; s++) {
-                bal_plan *pl = bal_plan_chain(pb, order, p, cuts, m, s, &err);
+                bal_chain ch = {p, order, NULL, m, s, 1};
+                bal_plan *pl = bal_plan_chain(pb, &ch, cuts, &err);
                 CHECK(pl != NULL);
                 bal_timeline *tl = bal_simulate(pl, s, 1, &err);
                 CHECK(tl != NULL);
@@ -304,7 +324,8 @@ static void test_link_in_simulator(void)
     net.between_sites = (bal_link){1e8, 0.01}; /* 1 MB: 10 ms + 10 ms latency */
     bal_problem *pb = bal_problem_new(u, 2, d, 2, &net, &err);
     int order[2] = {0, 1}, cuts[3] = {0, 1, 2};
-    bal_plan *pl = bal_plan_chain(pb, order, 2, cuts, 1, BAL_1F1B, &err);
+    bal_chain ch = {2, order, NULL, 1, BAL_1F1B, 1};
+    bal_plan *pl = bal_plan_chain(pb, &ch, cuts, &err);
     bal_timeline *tl = bal_simulate(pl, BAL_1F1B, 0, &err);
     /* F0 1ms, send 10+10, F1 1ms, B1 1ms, send 10+10, B0 1ms: 44 ms */
     CHECK_NEAR(tl->iteration_s, 0.044, 1e-12);
@@ -561,12 +582,23 @@ static void test_chain_validation(void)
     bal_problem *pb = homogeneous(3, 6, 1e12, &err);
     int order[3] = {0, 1, 2}, bad[3] = {0, 0, 2};
     int cuts[4] = {0, 2, 4, 6}, empty[4] = {0, 2, 2, 6};
-    CHECK(bal_plan_chain(pb, bad, 3, cuts, 4, BAL_1F1B, &err) == NULL);
+    bal_chain cb = {3, bad, NULL, 4, BAL_1F1B, 1}, c = {3, order, NULL, 4, BAL_1F1B, 1};
+    CHECK(bal_plan_chain(pb, &cb, cuts, &err) == NULL);
     CHECK(strstr(err.msg, "twice") != NULL);
-    CHECK(bal_plan_chain(pb, order, 3, empty, 4, BAL_1F1B, &err) == NULL);
+    CHECK(bal_plan_chain(pb, &c, empty, &err) == NULL);
     CHECK(strstr(err.msg, "empty") != NULL);
-    bal_plan *pl = bal_plan_chain(pb, order, 3, cuts, 4, BAL_1F1B, &err);
+    bal_plan *pl = bal_plan_chain(pb, &c, cuts, &err);
     CHECK(pl != NULL);
+    bal_plan_free(pl);
+    /* a lookahead of 2 before the first link: stage 0 warms up 2 further */
+    int extra[2] = {2, 0};
+    c.extra = extra;
+    c.m = 8;
+    pl = bal_plan_chain(pb, &c, cuts, &err);
+    CHECK(pl && pl->stage[0].warmup == 4 && pl->stage[1].warmup == 1 && pl->stage[0].max_inflight == 5);
+    bal_timeline *tl = pl ? bal_simulate(pl, BAL_1F1B, 0, &err) : NULL;
+    CHECK(tl && tl->stage[0].peak_inflight == 5 && tl->stage[1].peak_inflight == 2);
+    bal_timeline_free(tl);
     bal_plan_free(pl);
     bal_problem_free(pb);
 }
