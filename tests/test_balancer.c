@@ -167,6 +167,8 @@ static void test_exact_vs_brute_force(void)
         double got = bal_chain_best(in.pb, &ch, cuts);
         bcuts[0] = 0;
         double want = brute(in.pb, order, ex, p, in.n, m, sched, window, bcuts, 0);
+        if (getenv("BAL_TRACE"))
+            printf("seed %llu want %.17g got %.17g\n", (unsigned long long)seed, want, got);
         compared++;
         if (isinf(want)) {
             CHECKF(isinf(got), "seed %llu: brute force infeasible, dp %g", (unsigned long long)seed, got);
@@ -226,13 +228,13 @@ static void test_never_worse_and_memory(void)
             bal_timeline_free(tl);
             bal_plan_free(pl);
         }
+        bal_problem_free(in.pb);
         if (isinf(t[BAL_EVEN]) && isinf(t[BAL_SKY]))
             continue;
         runs++;
         CHECKF(t[BAL_OPTIMAL] <= fmin(t[BAL_EVEN], t[BAL_SKY]) * (1 + 1e-12),
                "seed %llu: optimal %g even %g sky %g", (unsigned long long)seed, t[2], t[0], t[1]);
         wins += t[BAL_OPTIMAL] < fmin(t[BAL_EVEN], t[BAL_SKY]) * 0.999;
-        bal_problem_free(in.pb);
     }
     CHECK(runs >= 200);
     CHECK(wins > runs / 2); /* and usually strictly better */
