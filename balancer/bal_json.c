@@ -102,6 +102,18 @@ static int sc_value(scan *c, int depth)
     return 0;
 }
 
+/* Skips one value and the comma after it; -1 if no comma follows. */
+static int sc_skip_item(scan *c)
+{
+    if (sc_value(c, 0))
+        return -1;
+    sc_ws(c);
+    if (c->i >= c->n || c->s[c->i] != ',')
+        return -1;
+    c->i++;
+    return 0;
+}
+
 typedef struct jpath {
     const char *key; /* NULL: array index */
     int idx;
@@ -136,25 +148,16 @@ static int line_of(const char *text, size_t n, const jpath *path, int depth)
                     found = 1;
                     break;
                 }
-                if (sc_value(&c, 0))
+                if (sc_skip_item(&c))
                     return best;
-                sc_ws(&c);
-                if (c.i >= c.n || c.s[c.i] != ',')
-                    return best;
-                c.i++;
             }
             if (!found)
                 return best;
         } else if (!path[k].key && ch == '[') {
             c.i++;
-            for (int j = 0; j < path[k].idx; j++) {
-                if (sc_value(&c, 0))
+            for (int j = 0; j < path[k].idx; j++)
+                if (sc_skip_item(&c))
                     return best;
-                sc_ws(&c);
-                if (c.i >= c.n || c.s[c.i] != ',')
-                    return best;
-                c.i++;
-            }
             sc_ws(&c);
             best = c.line;
         } else
@@ -206,24 +209,30 @@ static void jpush_idx(jctx *c, int i)
     c->path[c->depth++].idx = i;
 }
 
-/* Number field: 0 ok, 1 absent (and !required), -1 error. */
-static int get_num(jctx *c, json_t *o, const char *k, int required, double lo, double hi,
-                   double *out)
+/* Looks up o[k] and puts k on the path (the caller pops it). NULL when
+ * absent: *r = 1, or an error if the field is required. */
+static json_t *field(jctx *c, json_t *o, const char *k, int required, const char *what, int *r)
 {
     json_t *v = json_object_get(o, k);
     jpush_key(c, k);
-    int r = 0;
-    if (!v) {
-        r = required ? jfail(c, "missing (a number is required)") : 1;
-    } else if (!json_is_number(v)) {
+    *r = 0;
+    if (!v)
+        *r = required ? jfail(c, "missing (%s is required)", what) : 1;
+    return v;
+}
+
+/* Typed fields: 0 ok, 1 absent (and not required), -1 error. */
+static int get_num(jctx *c, json_t *o, const char *k, int required, double lo, double hi,
+                   double *out)
+{
+    int r;
+    json_t *v = field(c, o, k, required, "a number", &r);
+    if (v && !json_is_number(v))
         r = jfail(c, "must be a number");
-    } else {
-        double x = json_number_value(v);
-        if (!(x >= lo && x <= hi) || !isfinite(x))
-            r = jfail(c, "must be between %g and %g, got %g", lo, hi, x);
-        else
-            *out = x;
-    }
+    else if (v && (!(json_number_value(v) >= lo && json_number_value(v) <= hi)))
+        r = jfail(c, "must be between %g and %g, got %g", lo, hi, json_number_value(v));
+    else if (v)
+        *out = json_number_value(v);
     c->depth--;
     return r;
 }
@@ -231,36 +240,28 @@ static int get_num(jctx *c, json_t *o, const char *k, int required, double lo, d
 static int get_int(jctx *c, json_t *o, const char *k, int required, long long lo, long long hi,
                    long long *out)
 {
-    json_t *v = json_object_get(o, k);
-    jpush_key(c, k);
-    int r = 0;
-    if (!v) {
-        r = required ? jfail(c, "missing (an integer is required)") : 1;
-    } else if (!json_is_integer(v)) {
+    int r;
+    json_t *v = field(c, o, k, required, "an integer", &r);
+    if (v && !json_is_integer(v))
         r = jfail(c, "must be an integer");
-    } else {
-        long long x = json_integer_value(v);
-        if (x < lo || x > hi)
-            r = jfail(c, "must be between %lld and %lld, got %lld", lo, hi, x);
-        else
-            *out = x;
-    }
+    else if (v && (json_integer_value(v) < lo || json_integer_value(v) > hi))
+        r = jfail(c, "must be between %lld and %lld, got %lld", lo, hi,
+                  (long long)json_integer_value(v));
+    else if (v)
+        *out = json_integer_value(v);
     c->depth--;
     return r;
 }
 
 static int get_str(jctx *c, json_t *o, const char *k, int required, char *buf, size_t size)
 {
-    json_t *v = json_object_get(o, k);
-    jpush_key(c, k);
-    int r = 0;
-    if (!v) {
-        r = required ? jfail(c, "missing (a string is required)") : 1;
-    } else if (!json_is_string(v)) {
+    int r;
+    json_t *v = field(c, o, k, required, "a string", &r);
+    if (v && !json_is_string(v))
         r = jfail(c, "must be a string");
-    } else if (json_string_length(v) == 0 || json_string_length(v) >= size) {
+    else if (v && (json_string_length(v) == 0 || json_string_length(v) >= size))
         r = jfail(c, "must be 1 to %zu characters", size - 1);
-    } else
+    else if (v)
         memcpy(buf, json_string_value(v), json_string_length(v) + 1);
     c->depth--;
     return r;

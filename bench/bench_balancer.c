@@ -122,6 +122,23 @@ static double plan_median(const bal_problem *pb, int algo, const bal_opts *o, in
     return t[reps / 2];
 }
 
+/* Plans algo (median CPU time of reps) and simulates it; -1 if it does not fit. */
+static int measure(const bal_problem *pb, int algo, const bal_opts *o, int reps, double *plan_s,
+                   double *iter_s, int *stages)
+{
+    bal_plan *pl;
+    *plan_s = plan_median(pb, algo, o, reps, &pl);
+    if (!pl)
+        return -1;
+    sl_err err = {0};
+    bal_timeline *tl = bal_simulate(pl, o->schedule, 0, &err);
+    *iter_s = tl ? tl->iteration_s : NAN;
+    *stages = pl->n_stages;
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    return 0;
+}
+
 static void paper_setting(int m, int reps)
 {
     setting s = {160, 1024, 16, 4096, 30522, 128, 8, 64, 4, 6.0, 2.0, 1.0, 20, 80, 10.0, 100};
@@ -136,23 +153,18 @@ static void paper_setting(int m, int reps)
     printf("\n## 160-layer BERT, 64 devices, 4 sites, %d micro-batches of 8 x 128 (seed %llu)\n",
            m, (unsigned long long)g_seed);
     printf("lower bound = m x sum(fwd+bwd FLOPs of all units) / sum(device FLOP/s) = %.3f s\n", lb);
-    printf("| algo | stages | iteration (s) | speed-up vs even | gap to bound | bubble | planning CPU ms (median of %d) |\n", reps);
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("| algo | stages | iteration (s) | speed-up vs even | gap to bound | planning CPU ms (median of %d) |\n", reps);
+    printf("|---|---|---|---|---|---|\n");
     double even = NAN;
     for (int a = 0; a < 3; a++) {
-        bal_plan *pl;
-        double pt = plan_median(pb, a, &o, reps, &pl);
-        if (!pl)
+        double pt, it;
+        int st;
+        if (measure(pb, a, &o, reps, &pt, &it, &st))
             continue;
-        sl_err err = {0};
-        bal_timeline *tl = bal_simulate(pl, o.schedule, 0, &err);
         if (a == BAL_EVEN)
-            even = tl->iteration_s;
-        printf("| %s | %d | %.3f | %.2fx | %.1f%% | %.1f%% | %.2f |\n", bal_algo_name(a),
-               pl->n_stages, tl->iteration_s, even / tl->iteration_s,
-               100 * (tl->iteration_s / lb - 1), 100 * tl->bubble, 1e3 * pt);
-        bal_timeline_free(tl);
-        bal_plan_free(pl);
+            even = it;
+        printf("| %s | %d | %.3f | %.2fx | %.1f%% | %.2f |\n", bal_algo_name(a), st, it,
+               even / it, 100 * (it / lb - 1), 1e3 * pt);
     }
     bal_problem_free(pb);
 }
@@ -273,16 +285,10 @@ static void large(int reps)
     printf("| algo | stages | planning CPU s (median of %d) | simulated iteration (s) |\n", reps);
     printf("|---|---|---|---|\n");
     for (int a = 0; a < 3; a++) {
-        bal_plan *pl;
-        double pt = plan_median(pb, a, &o, reps, &pl);
-        if (!pl)
-            continue;
-        sl_err err = {0};
-        bal_timeline *tl = bal_simulate(pl, BAL_1F1B, 0, &err);
-        printf("| %s | %d | %.3f | %.3f |\n", bal_algo_name(a), pl->n_stages, pt,
-               tl ? tl->iteration_s : NAN);
-        bal_timeline_free(tl);
-        bal_plan_free(pl);
+        double pt, it;
+        int st;
+        if (!measure(pb, a, &o, reps, &pt, &it, &st))
+            printf("| %s | %d | %.3f | %.3f |\n", bal_algo_name(a), st, pt, it);
     }
     bal_problem_free(pb);
 }

@@ -179,10 +179,12 @@ int cmd_plan(int argc, char **argv)
                 printf("%-8s infeasible: %s\n", bal_algo_name(algos[k]), msg[k]);
                 continue;
             }
-            printf("%-8s %7d %6d %13.6f %8.2fx %7.1f%% %11.6f\n", bal_algo_name(algos[k]),
-                   pl[k]->n_stages, pl[k]->micro_batches, tl[k]->iteration_s,
-                   even > 0 ? even / tl[k]->iteration_s : 0, 100 * tl[k]->bubble,
-                   pl[k]->cycle_s);
+            char vs[32] = "-";
+            if (even > 0)
+                snprintf(vs, sizeof vs, "%.2fx", even / tl[k]->iteration_s);
+            printf("%-8s %7d %6d %13.6f %9s %7.1f%% %11.6f\n", bal_algo_name(algos[k]),
+                   pl[k]->n_stages, pl[k]->micro_batches, tl[k]->iteration_s, vs,
+                   100 * tl[k]->bubble, pl[k]->cycle_s);
         }
         if (!pl[0])
             rc = 1;
