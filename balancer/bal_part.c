@@ -428,16 +428,18 @@ int bal_choose_m(const bal_problem *pb, const bal_chain *c, const int *cuts, con
     if (o->micro_batches > 0)
         return o->micro_batches;
     int mmax = o->max_micro_batches > 0 ? o->max_micro_batches : 1024;
-    int best = 1;
+    /* the cycle does not depend on m, only memory does; m = 1 fits whenever any m fits */
     bal_chain cc = *c;
-    for (int m = 1; m <= mmax; m++) {
+    cc.m = 1;
+    double cyc = bal_chain_cycle(pb, &cc, cuts);
+    double est1 = bal_estimate(pb, &cc, cuts, cyc);
+    int best = 1;
+    for (int m = 1; m <= mmax && isfinite(cyc); m++) {
         cc.m = m;
-        if (bal_plan_overflow(pb, &cc, cuts) >= 0)
+        if (o->schedule == BAL_GPIPE && bal_plan_overflow(pb, &cc, cuts) >= 0)
             break;
         best = m;
-        double cyc = bal_chain_cycle(pb, &cc, cuts);
-        double est = bal_estimate(pb, &cc, cuts, cyc);
-        if (1 - m * cyc / est <= o->target_bubble)
+        if (1 - m * cyc / (est1 + (m - 1) * cyc) <= o->target_bubble)
             break;
     }
     return best;

@@ -28,7 +28,12 @@ typedef struct search {
     int n, D;
     double tol; /* relative precision of each placement while searching */
     int evals;
+    int thorough; /* small inputs: try every lookahead variant, keep a pool */
+    struct chain *var, *pool;
+    int npool;
 } search;
+
+#define POOL 6
 
 typedef struct chain {
     int *order, *cuts, *extra;
@@ -89,32 +94,92 @@ static double chain_floor(const bal_problem *pb, const chain *c)
     return lb > ser ? lb : ser;
 }
 
-/* Places `order` exactly: with a lookahead that hides slow links (1F1B) if
- * memory allows, else textbook. Returns the estimated iteration (INFINITY if
- * nothing fits). */
+/* Places c->order exactly with a lookahead sized at `ref` seconds per
+ * micro-batch (ref <= 0: textbook 1F1B). Returns the estimated iteration. */
+static double place(search *S, chain *c, double ref)
+{
+    c->has_extra = 0;
+    if (S->o->schedule == BAL_1F1B && c->p > 1 && ref > 0) {
+        bal_chain_lookahead(S->pb, c->order, c->p, ref, S->m_mem, c->extra);
+        for (int l = 0; l + 1 < c->p; l++)
+            c->has_extra |= c->extra[l] > 0;
+    }
+    bal_chain b = spec(S, c, S->m_mem);
+    c->cycle = bal_chain_best_tol(S->pb, &b, c->cuts, S->tol);
+    c->est = INFINITY;
+    if (c->cycle < INFINITY) {
+        b = spec(S, c, S->m_eval);
+        c->est = bal_estimate(S->pb, &b, c->cuts, c->cycle);
+        /* small inputs: the simulator itself ranks (a replay costs microseconds) */
+        if (S->thorough && bal_plan_overflow(S->pb, &b, c->cuts) < 0) {
+            bal_plan *pl = bal_plan_build(S->pb, BAL_OPTIMAL, &b, c->cuts);
+            bal_timeline *tl = bal_simulate(pl, S->o->schedule, 0, NULL);
+            if (tl)
+                c->est = tl->iteration_s;
+            bal_timeline_free(tl);
+            bal_plan_free(pl);
+        }
+    }
+    return c->est;
+}
+
+static int same_chain(const chain *a, const chain *b)
+{
+    if (a->p != b->p || a->has_extra != b->has_extra ||
+        memcmp(a->order, b->order, (size_t)a->p * sizeof(int)))
+        return 0;
+    return !a->has_extra || !memcmp(a->extra, b->extra, (size_t)a->p * sizeof(int));
+}
+
+/* Keeps the POOL best distinct chains by estimate for the simulator to judge. */
+static void pool_offer(search *S, const chain *c)
+{
+    if (!S->pool || !(c->est < INFINITY))
+        return;
+    for (int i = 0; i < S->npool; i++)
+        if (same_chain(&S->pool[i], c))
+            return;
+    int pos = S->npool;
+    while (pos > 0 && c->est < S->pool[pos - 1].est)
+        pos--;
+    if (pos >= POOL)
+        return;
+    int last = S->npool < POOL ? S->npool++ : POOL - 1;
+    chain keep = S->pool[last];
+    for (int i = last; i > pos; i--)
+        S->pool[i] = S->pool[i - 1];
+    S->pool[pos] = keep;
+    chain_copy(&S->pool[pos], c);
+}
+
+/* Places `order` exactly: for 1F1B with a lookahead that hides slow links,
+ * sized at the chain's speed floor, if memory allows, else textbook. Small
+ * inputs also try textbook and a lookahead sized at the textbook cycle.
+ * Returns the estimated iteration (INFINITY if nothing fits). */
 static double evaluate(search *S, chain *c)
 {
     S->evals++;
     c->est = c->cycle = INFINITY;
     if (c->p < 1 || c->p > S->n)
         return INFINITY;
-    c->has_extra = 0;
-    if (S->o->schedule == BAL_1F1B && c->p > 1) {
-        bal_chain_lookahead(S->pb, c->order, c->p, chain_floor(S->pb, c), S->m_mem, c->extra);
-        for (int l = 0; l + 1 < c->p; l++)
-            c->has_extra |= c->extra[l] > 0;
+    if (S->o->schedule != BAL_1F1B || c->p == 1) {
+        place(S, c, 0);
+    } else if (!S->thorough) {
+        if (place(S, c, chain_floor(S->pb, c)) == INFINITY)
+            place(S, c, 0);
+    } else {
+        chain *v = S->var;
+        memcpy(v->order, c->order, (size_t)c->p * sizeof(int));
+        v->p = c->p;
+        place(S, c, chain_floor(S->pb, c));
+        double textbook = place(S, v, 0);
+        double tcycle = v->cycle;
+        if (textbook < c->est)
+            chain_copy(c, v);
+        if (tcycle < INFINITY && place(S, v, tcycle) < c->est)
+            chain_copy(c, v);
     }
-    bal_chain b = spec(S, c, S->m_mem);
-    c->cycle = bal_chain_best_tol(S->pb, &b, c->cuts, S->tol);
-    if (c->cycle == INFINITY && c->has_extra) {
-        c->has_extra = 0;
-        b = spec(S, c, S->m_mem);
-        c->cycle = bal_chain_best_tol(S->pb, &b, c->cuts, S->tol);
-    }
-    if (c->cycle < INFINITY) {
-        b = spec(S, c, S->m_eval);
-        c->est = bal_estimate(S->pb, &b, c->cuts, c->cycle);
-    }
+    pool_offer(S, c);
     return c->est;
 }
 
@@ -222,7 +287,7 @@ static void permute(int *a, int k, int ns, site_order *best, int *nb, int keep,
     }
 }
 
-#define SITE_KEEP 4
+#define SITE_KEEP 24 /* site orders kept: all of them up to 4 sites */
 
 static int site_orders(const bal_problem *pb, site_order *best)
 {
@@ -336,6 +401,112 @@ static void local_search(search *S, chain *best, const int *bysite_rank, int bud
                 improved = 1;
             }
         }
+    }
+    free(in);
+    chain_free(&t);
+}
+
+/* Tries every order of the chain's maximal same-site blocks; 1 if one is better. */
+static int blocks_rec(search *S, chain *best, chain *t, const int *bs, const int *bl, int nb,
+                      int *perm, int k, unsigned used)
+{
+    if (k == nb) {
+        t->p = 0;
+        for (int i = 0; i < nb; i++)
+            for (int j = 0; j < bl[perm[i]]; j++)
+                t->order[t->p++] = best->order[bs[perm[i]] + j];
+        if (evaluate(S, t) < INFINITY && better(t, best)) {
+            chain_copy(best, t);
+            return 1;
+        }
+        return 0;
+    }
+    for (int b = 0; b < nb; b++)
+        if (!(used & (1u << b))) {
+            perm[k] = b;
+            if (blocks_rec(S, best, t, bs, bl, nb, perm, k + 1, used | (1u << b)))
+                return 1;
+        }
+    return 0;
+}
+
+static int permute_blocks(search *S, chain *best, chain *t)
+{
+    int bs[5], bl[5], nb = 0, perm[5];
+    for (int i = 0; i < best->p; i++) {
+        if (i == 0 || S->pb->site_of[best->order[i]] != S->pb->site_of[best->order[i - 1]]) {
+            if (nb == 5)
+                return 0;
+            bs[nb] = i;
+            bl[nb++] = 0;
+        }
+        bl[nb - 1]++;
+    }
+    return nb > 1 && blocks_rec(S, best, t, bs, bl, nb, perm, 0, 0);
+}
+
+/* Small inputs: first-improvement hill climbing over every removal,
+ * insertion (any unused device, any position) and pair swap. */
+static void local_search_full(search *S, chain *best, int budget)
+{
+    chain t;
+    chain_init(&t, S->D);
+    unsigned char *in = sl_xmalloc((size_t)S->D);
+    int improved = 1;
+    while (improved && S->evals < budget) {
+        improved = 0;
+        memset(in, 0, (size_t)S->D);
+        for (int j = 0; j < best->p; j++)
+            in[best->order[j]] = 1;
+        for (int i = 0; i < best->p && best->p > 1 && !improved && S->evals < budget; i++) {
+            t.p = 0;
+            for (int j = 0; j < best->p; j++)
+                if (j != i)
+                    t.order[t.p++] = best->order[j];
+            if (evaluate(S, &t) < INFINITY && better(&t, best))
+                chain_copy(best, &t), improved = 1;
+        }
+        for (int d = 0; d < S->D && best->p < S->n && !improved && S->evals < budget; d++) {
+            if (in[d])
+                continue;
+            for (int pos = 0; pos <= best->p && !improved; pos++) {
+                t.p = 0;
+                for (int j = 0; j <= best->p; j++) {
+                    if (j == pos)
+                        t.order[t.p++] = d;
+                    if (j < best->p)
+                        t.order[t.p++] = best->order[j];
+                }
+                if (evaluate(S, &t) < INFINITY && better(&t, best))
+                    chain_copy(best, &t), improved = 1;
+            }
+        }
+        for (int i = 0; i < best->p && !improved && S->evals < budget; i++)
+            for (int j = i + 1; j < best->p && !improved; j++) {
+                chain_copy(&t, best);
+                t.order[i] = best->order[j];
+                t.order[j] = best->order[i];
+                if (evaluate(S, &t) < INFINITY && better(&t, best))
+                    chain_copy(best, &t), improved = 1;
+            }
+        /* reorder whole site blocks (every permutation of up to 5 blocks) */
+        if (!improved && S->evals < budget)
+            improved = permute_blocks(S, best, &t);
+        /* move one device to another position */
+        for (int i = 0; i < best->p && !improved && S->evals < budget; i++)
+            for (int j = 0; j < best->p && !improved; j++) {
+                if (j == i || j == i - 1)
+                    continue;
+                t.p = 0;
+                for (int k = 0; k < best->p; k++) {
+                    if (k != i)
+                        t.order[t.p++] = best->order[k];
+                    if (k == j)
+                        t.order[t.p++] = best->order[i];
+                }
+                if (evaluate(S, &t) < INFINITY && better(&t, best))
+                    chain_copy(best, &t), improved = 1;
+            }
     }
     free(in);
     chain_free(&t);
@@ -498,14 +669,24 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     int nso = site_orders(pb, so);
 
     unsigned char *use = sl_xcalloc((size_t)D, 1);
-    chain best, t;
+    chain best, t, var, pool[POOL];
     chain_init(&best, D);
     chain_init(&t, D);
+    chain_init(&var, D);
+    for (int i = 0; i < POOL; i++)
+        chain_init(&pool[i], D);
+    if (D <= 16) {
+        S.thorough = 1;
+        S.var = &var;
+        S.pool = pool;
+    }
     /* 1. site order, with the fastest min(D, n) devices */
     int kfull = D < n ? D : n;
     for (int j = 0; j < kfull; j++)
         use[byspeed[j]] = 1;
     int bs = 0;
+    if (!S.thorough && nso > 4) /* large inputs: place only the 4 best-ranked */
+        nso = 4;
     for (int i = 0; i < nso; i++) {
         build_order(pb, bysite, so[i].s, use, &t);
         if (evaluate(&S, &t) < INFINITY && (best.p == 0 || better(&t, &best))) {
@@ -551,27 +732,69 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
         goto out;
     }
     /* 3. local search */
-    if (D <= 64)
-        local_search(&S, &best, bysite, S.evals + (D <= 16 ? 300 : 60));
-    /* the winner placed to full precision */
-    S.tol = 1e-10;
-    evaluate(&S, &best);
+    if (S.thorough) {
+        /* climb from the best start, then from the other pool entries */
+        int budget = S.evals + (D <= 8 ? 3000 : 1200);
+        local_search_full(&S, &best, budget);
+        chain start;
+        chain_init(&start, D);
+        for (int r = 1; r < POOL && S.evals < budget; r++) {
+            if (r >= S.npool)
+                break;
+            chain_copy(&start, &pool[r]);
+            local_search_full(&S, &start, budget);
+            if (better(&start, &best))
+                chain_copy(&best, &start);
+        }
+        chain_free(&start);
+    }
+    else if (D <= 64)
+        local_search(&S, &best, bysite, S.evals + 60);
 
-    /* 4. micro-batch count, then the simulator judges the finalists */
-    bal_chain bc = spec(&S, &best, S.m_mem);
-    bc.m = bal_choose_m(pb, &bc, best.cuts, o);
-    int m = bc.m;
-    pl = bal_plan_build(pb, BAL_OPTIMAL, &bc, best.cuts);
-    double pm = (double)best.p * m;
-    if (pm <= 2e6) {
-        bal_timeline *tl = bal_simulate(pl, o->schedule, 0, NULL);
-        double tbest = tl ? tl->iteration_s : INFINITY;
+    /* 4. finalists (the winner, and on small inputs the pool) placed to full
+     * precision at the micro-batch count chosen for the winner; the simulator
+     * judges them together with the even and sky placements */
+    S.tol = 1e-10;
+    int nfin = 1 + (S.thorough ? S.npool : 0);
+    chain *fin = sl_xcalloc((size_t)nfin, sizeof(chain));
+    for (int i = 0; i < nfin; i++) {
+        chain_init(&fin[i], D);
+        chain_copy(&fin[i], i == 0 ? &best : &pool[i - 1]);
+    }
+    S.pool = NULL;
+    evaluate(&S, &fin[0]);
+    bal_chain bc = spec(&S, &fin[0], S.m_mem);
+    int m = bal_choose_m(pb, &bc, fin[0].cuts, o);
+    double tbest = INFINITY;
+    for (int i = 0; i < nfin; i++) {
+        if (i > 0 && (same_chain(&fin[i], &fin[0]) || evaluate(&S, &fin[i]) == INFINITY))
+            continue;
+        bc = spec(&S, &fin[i], m);
+        if (bal_plan_overflow(pb, &bc, fin[i].cuts) >= 0)
+            continue;
+        bal_plan *c = bal_plan_build(pb, BAL_OPTIMAL, &bc, fin[i].cuts);
+        bal_timeline *tl = (double)c->n_stages * m <= 2e6 ? bal_simulate(c, o->schedule, 0, NULL)
+                                                         : NULL;
+        double ti = tl ? tl->iteration_s : c->est_iter_s;
         bal_timeline_free(tl);
+        if (!pl || ti < tbest) {
+            bal_plan_free(pl);
+            pl = c;
+            tbest = ti;
+        } else
+            bal_plan_free(c);
+    }
+    for (int i = 0; i < nfin; i++)
+        chain_free(&fin[i]);
+    free(fin);
+    if (!pl) { /* cannot happen: the winner fit at m_mem >= m; a guard */
+        infeasible(pb, o, m, err);
+        goto out;
+    }
+    if ((double)pl->n_stages * m <= 2e6)
         for (int a = BAL_EVEN; a <= BAL_SKY; a++) {
             bal_plan *b = bal_plan_baseline(pb, a, o, m, NULL);
-            if (!b)
-                continue;
-            bal_timeline *tb = bal_simulate(b, o->schedule, 0, NULL);
+            bal_timeline *tb = b ? bal_simulate(b, o->schedule, 0, NULL) : NULL;
             if (tb && tb->iteration_s < tbest) {
                 tbest = tb->iteration_s;
                 b->algo = BAL_OPTIMAL;
@@ -582,7 +805,6 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
             bal_timeline_free(tb);
             bal_plan_free(b);
         }
-    }
     for (int k = 0; k < pl->n_dropped; k++)
         snprintf(pl->dropped[k].reason, sizeof pl->dropped[k].reason,
                  "the iteration is shorter without it (too slow, too far, or more "
@@ -592,6 +814,9 @@ out:
         free(so[i].s);
     chain_free(&best);
     chain_free(&t);
+    chain_free(&var);
+    for (int i = 0; i < POOL; i++)
+        chain_free(&pool[i]);
     free(use);
     free(byspeed);
     free(bysite);
