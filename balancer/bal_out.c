@@ -27,6 +27,7 @@ json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl)
                               (json_int_t)s->static_bytes, "stash_bytes",
                               (json_int_t)s->stash_bytes, "memory_bytes",
                               (json_int_t)s->mem_bytes, "max_inflight", s->max_inflight);
+        json_object_set_new(x, "warmup", json_integer(s->warmup));
         if (i + 1 < pl->n_stages)
             json_object_set_new(x, "link_next", json_pack("{s:f, s:f, s:f}", "latency_s",
                                                           s->lat_s, "activation_s", s->act_s,

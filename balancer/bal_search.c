@@ -512,6 +512,56 @@ static void local_search_full(search *S, chain *best, int budget)
     chain_free(&t);
 }
 
+/* Iterated local search: from every other order of the best chain's site
+ * blocks (up to 4 blocks), climb again; keeps whatever ends better. A block
+ * order and the orders inside the blocks often have to change together. */
+static void perturb_blocks(search *S, chain *best, int budget)
+{
+    int bs[4], bl[4], nb = 0;
+    for (int i = 0; i < best->p; i++) {
+        if (i == 0 || S->pb->site_of[best->order[i]] != S->pb->site_of[best->order[i - 1]]) {
+            if (nb == 4)
+                return;
+            bs[nb] = i;
+            bl[nb++] = 0;
+        }
+        bl[nb - 1]++;
+    }
+    chain base, t;
+    chain_init(&base, S->D);
+    chain_init(&t, S->D);
+    chain_copy(&base, best);
+    int total = 1;
+    for (int i = 2; i <= nb; i++)
+        total *= i;
+    for (int code = 1; code < total && S->evals < budget; code++) {
+        int perm[4], used[4] = {0}, c = code;
+        for (int k = 0; k < nb; k++) { /* the code-th permutation, factorial base */
+            int f = 1;
+            for (int i = 2; i < nb - k; i++)
+                f *= i;
+            int r = c / f, j = 0;
+            c %= f;
+            for (;; j++)
+                if (!used[j] && r-- == 0)
+                    break;
+            used[j] = 1;
+            perm[k] = j;
+        }
+        t.p = 0;
+        for (int k = 0; k < nb; k++)
+            for (int j = 0; j < bl[perm[k]]; j++)
+                t.order[t.p++] = base.order[bs[perm[k]] + j];
+        if (evaluate(S, &t) == INFINITY)
+            continue;
+        local_search_full(S, &t, budget);
+        if (better(&t, best))
+            chain_copy(best, &t);
+    }
+    chain_free(&base);
+    chain_free(&t);
+}
+
 /* ---- infeasible: shortfall and the largest model that fits ---- */
 
 /* Memory-only: can units with these prefixes be cut over the chain? Each
@@ -734,8 +784,9 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     /* 3. local search */
     if (S.thorough) {
         /* climb from the best start, then from the other pool entries */
-        int budget = S.evals + (D <= 8 ? 3000 : 1200);
+        int budget = S.evals + (D <= 8 ? 5000 : 1500);
         local_search_full(&S, &best, budget);
+        perturb_blocks(&S, &best, budget);
         chain start;
         chain_init(&start, D);
         for (int r = 1; r < POOL && S.evals < budget; r++) {
