@@ -856,10 +856,26 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
             bal_timeline_free(tb);
             bal_plan_free(b);
         }
-    for (int k = 0; k < pl->n_dropped; k++)
-        snprintf(pl->dropped[k].reason, sizeof pl->dropped[k].reason,
-                 "the iteration is shorter without it (too slow, too far, or more "
-                 "devices than units)");
+    for (int k = 0; k < pl->n_dropped; k++) {
+        int d = pl->dropped[k].device, site_used = 0;
+        double tmin = INFINITY;
+        for (int u = 0; u < n; u++)
+            tmin = fmin(tmin, bal_time(pb, d, u, u + 1));
+        for (int i = 0; i < pl->n_stages; i++)
+            site_used |= pb->site_of[pl->stage[i].device] == pb->site_of[d];
+        char *r = pl->dropped[k].reason;
+        size_t rn = sizeof pl->dropped[k].reason;
+        if (tmin > pl->cycle_s)
+            snprintf(r, rn, "too slow: its lightest unit takes %.1f ms, the chain's cycle is "
+                     "%.1f ms", 1e3 * tmin, 1e3 * pl->cycle_s);
+        else if (!site_used)
+            snprintf(r, rn, "too far: the link to site %s costs more than the device adds",
+                     pb->dev[d].site);
+        else if (pl->n_stages == n)
+            snprintf(r, rn, "more devices than units");
+        else
+            snprintf(r, rn, "the iteration is shorter without it");
+    }
 out:
     for (int i = 0; i < SITE_KEEP; i++)
         free(so[i].s);
