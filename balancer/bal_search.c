@@ -190,27 +190,41 @@ static int better(const chain *a, const chain *b)
 
 /* ---- device and site ordering ---- */
 
-static const bal_problem *g_pb; /* qsort comparators only; set before each sort */
+/* Device orders, sorted on keys (no global state: the coordinator may plan
+ * from several threads). */
+enum { BY_SPEED, BY_SITE, BY_MEM };
 
-static int cmp_speed(const void *x, const void *y)
+typedef struct dkey {
+    int mode, site, idx;
+    uint64_t mem;
+    double t; /* seconds for the whole model, one micro-batch */
+} dkey;
+
+static int cmp_dkey(const void *x, const void *y)
 {
-    int a = *(const int *)x, b = *(const int *)y, n = g_pb->n_units;
-    double ta = bal_time(g_pb, a, 0, n), tb = bal_time(g_pb, b, 0, n);
-    if (ta != tb)
-        return ta < tb ? -1 : 1;
-    if (g_pb->dev[a].mem_bytes != g_pb->dev[b].mem_bytes)
-        return g_pb->dev[a].mem_bytes > g_pb->dev[b].mem_bytes ? -1 : 1;
-    return a - b;
+    const dkey *a = x, *b = y;
+    if (a->mode == BY_SITE && a->site != b->site)
+        return a->site < b->site ? -1 : 1;
+    if (a->mode == BY_SPEED && a->t != b->t)
+        return a->t < b->t ? -1 : 1;
+    if (a->mem != b->mem)
+        return a->mem > b->mem ? -1 : 1;
+    if (a->mode == BY_SITE && a->t != b->t)
+        return a->t < b->t ? -1 : 1;
+    return a->idx - b->idx;
 }
 
-static int cmp_in_site(const void *x, const void *y)
+/* out[0..D): the devices fastest first, by site then memory, or by memory. */
+static void sort_devices(const bal_problem *pb, int mode, int *out)
 {
-    int a = *(const int *)x, b = *(const int *)y;
-    if (g_pb->site_of[a] != g_pb->site_of[b])
-        return g_pb->site_of[a] - g_pb->site_of[b];
-    if (g_pb->dev[a].mem_bytes != g_pb->dev[b].mem_bytes)
-        return g_pb->dev[a].mem_bytes > g_pb->dev[b].mem_bytes ? -1 : 1;
-    return cmp_speed(x, y);
+    dkey *k = sl_xmalloc((size_t)pb->n_dev * sizeof *k);
+    for (int d = 0; d < pb->n_dev; d++)
+        k[d] = (dkey){mode, pb->site_of[d], d, pb->dev[d].mem_bytes,
+                      bal_time(pb, d, 0, pb->n_units)};
+    qsort(k, (size_t)pb->n_dev, sizeof *k, cmp_dkey);
+    for (int d = 0; d < pb->n_dev; d++)
+        out[d] = k[d].idx;
+    free(k);
 }
 
 typedef struct site_order {
@@ -608,14 +622,6 @@ static int mem_feasible(const bal_problem *pb, const uint64_t *pst, const uint64
     return ok;
 }
 
-static int cmp_mem(const void *x, const void *y)
-{
-    int a = *(const int *)x, b = *(const int *)y;
-    if (g_pb->dev[a].mem_bytes != g_pb->dev[b].mem_bytes)
-        return g_pb->dev[a].mem_bytes > g_pb->dev[b].mem_bytes ? -1 : 1;
-    return a - b;
-}
-
 /* Does a model with `layers` encoder layers fit some prefix of the devices by memory? */
 static int model_fits(const bal_problem *pb, int layers, const int *bymem, int m, int schedule)
 {
@@ -640,14 +646,11 @@ static void infeasible(const bal_problem *pb, const bal_opts *o, int m, sl_err *
 {
     int n = pb->n_units, D = pb->n_dev;
     int *bymem = sl_xmalloc((size_t)D * sizeof(int));
-    for (int d = 0; d < D; d++)
-        bymem[d] = d;
-    g_pb = pb;
-    qsort(bymem, (size_t)D, sizeof(int), cmp_mem);
+    sort_devices(pb, BY_MEM, bymem);
     uint64_t need = pb->pstatic[n] + pb->pstash[n], have = 0;
     for (int d = 0; d < D; d++)
         have += pb->dev[d].mem_bytes;
-    char what[200];
+    char what[320];
     if (need > have)
         snprintf(what, sizeof what, "needs at least %llu bytes (weights, gradients and AdamW "
                  "state %llu + one stashed micro-batch %llu), the devices have %llu: short by "
@@ -708,11 +711,8 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     }
     int *byspeed = sl_xmalloc((size_t)D * sizeof(int));
     int *bysite = sl_xmalloc((size_t)D * sizeof(int));
-    for (int d = 0; d < D; d++)
-        byspeed[d] = bysite[d] = d;
-    g_pb = pb;
-    qsort(byspeed, (size_t)D, sizeof(int), cmp_speed);
-    qsort(bysite, (size_t)D, sizeof(int), cmp_in_site);
+    sort_devices(pb, BY_SPEED, byspeed);
+    sort_devices(pb, BY_SITE, bysite);
     site_order so[SITE_KEEP];
     for (int i = 0; i < SITE_KEEP; i++)
         so[i].s = sl_xmalloc((size_t)pb->n_sites * sizeof(int));
@@ -764,8 +764,7 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     }
     if (best.p == 0) { /* nothing fast fits: the devices with the most memory */
         int *bymem = sl_xmalloc((size_t)D * sizeof(int));
-        memcpy(bymem, bysite, (size_t)D * sizeof(int));
-        qsort(bymem, (size_t)D, sizeof(int), cmp_mem);
+        sort_devices(pb, BY_MEM, bymem);
         for (int k = kfull; k >= 1 && best.p == 0; k = k > 64 ? k - k / 16 : k - 1) {
             memset(use, 0, (size_t)D);
             for (int j = 0; j < k; j++)

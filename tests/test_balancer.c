@@ -314,6 +314,21 @@ static void test_closed_forms(void)
         }
 }
 
+/* Without --micro-batches: the smallest m with an estimated bubble <= 10%:
+ * homogeneous, free links, no optimizer cost: (p-1)/(m+p-1) <= 0.1, m = 9(p-1). */
+static void test_micro_batch_choice(void)
+{
+    sl_err err = {0};
+    bal_problem *pb = homogeneous(4, 8, 1e12, &err);
+    bal_plan *pl = bal_plan_make(pb, BAL_OPTIMAL, NULL, &err);
+    CHECK(pl && pl->n_stages == 4 && pl->micro_batches == 27);
+    bal_timeline *tl = pl ? bal_simulate(pl, BAL_1F1B, 0, &err) : NULL;
+    CHECK(tl && fabs(tl->bubble - 3.0 / 30) < 1e-9);
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+}
+
 /* A link's latency and bandwidth show up where they should. */
 static void test_link_in_simulator(void)
 {
@@ -612,6 +627,7 @@ int main(void)
     RUN(test_never_worse_and_memory);
     RUN(test_closed_forms);
     RUN(test_link_in_simulator);
+    RUN(test_micro_batch_choice);
     RUN(test_infeasible_message);
     RUN(test_malformed_json);
     RUN(test_slow_link_avoided);
