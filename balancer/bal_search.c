@@ -444,18 +444,25 @@ static int blocks_rec(search *S, chain *best, chain *t, const int *bs, const int
     return 0;
 }
 
-static int permute_blocks(search *S, chain *best, chain *t)
+/* The chain's maximal same-site blocks (start, length); -1 if more than max. */
+static int site_blocks(const bal_problem *pb, const chain *c, int *bs, int *bl, int max)
 {
-    int bs[5], bl[5], nb = 0, perm[5];
-    for (int i = 0; i < best->p; i++) {
-        if (i == 0 || S->pb->site_of[best->order[i]] != S->pb->site_of[best->order[i - 1]]) {
-            if (nb == 5)
-                return 0;
+    int nb = 0;
+    for (int i = 0; i < c->p; i++) {
+        if (i == 0 || pb->site_of[c->order[i]] != pb->site_of[c->order[i - 1]]) {
+            if (nb == max)
+                return -1;
             bs[nb] = i;
             bl[nb++] = 0;
         }
         bl[nb - 1]++;
     }
+    return nb;
+}
+
+static int permute_blocks(search *S, chain *best, chain *t)
+{
+    int bs[5], bl[5], perm[5], nb = site_blocks(S->pb, best, bs, bl, 5);
     return nb > 1 && blocks_rec(S, best, t, bs, bl, nb, perm, 0, 0);
 }
 
@@ -531,16 +538,9 @@ static void local_search_full(search *S, chain *best, int budget)
  * order and the orders inside the blocks often have to change together. */
 static void perturb_blocks(search *S, chain *best, int budget)
 {
-    int bs[4], bl[4], nb = 0;
-    for (int i = 0; i < best->p; i++) {
-        if (i == 0 || S->pb->site_of[best->order[i]] != S->pb->site_of[best->order[i - 1]]) {
-            if (nb == 4)
-                return;
-            bs[nb] = i;
-            bl[nb++] = 0;
-        }
-        bl[nb - 1]++;
-    }
+    int bs[4], bl[4], nb = site_blocks(S->pb, best, bs, bl, 4);
+    if (nb < 2)
+        return;
     chain base, t;
     chain_init(&base, S->D);
     chain_init(&t, S->D);
