@@ -27,5 +27,6 @@ typedef struct cli_opt {
  * in its value, advances *i and returns 1; 0 if it is not in the table; -1
  * after printing "skyloom CMD: OPT needs a value" (a usage error). */
 int cli_opt_take(const char *cmd, int argc, char **argv, int *i, const cli_opt *opts);
+int cmd_plan(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ static const command commands[] = {
     {"device", cmd_device, "run the agent on a device: enroll, heartbeat"},
     {"status", cmd_status, "list the devices a coordinator knows"},
     {"data", cmd_data, "corpus to WordPiece vocabulary and token shards; inspect shards"},
+    {"plan", cmd_plan, "place a model on devices and simulate the pipeline (balancer)"},
     {"profile", cmd_profile, "show this machine's topology and compute backends"},
     {"version", cmd_version, "show version, libraries and what this machine has"},
 };

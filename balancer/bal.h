@@ -1,0 +1,253 @@
+/* bal.h - the balancer: cost model, layer placement and pipeline simulation.
+ *
+ *   bal_problem *pb = bal_problem_load("config.json", 8, 128, "devices.json",
+ *                                      "network.json", &err);
+ *   bal_opts o = bal_opts_default();            (1F1B, micro-batch count chosen)
+ *   bal_plan *pl = bal_plan_make(pb, BAL_OPTIMAL, &o, &err);
+ *   bal_timeline *tl = bal_simulate(pl, BAL_1F1B, 1, &err);
+ *   ... pl->stage[i], tl->iteration_s ...
+ *   bal_timeline_free(tl); bal_plan_free(pl); bal_problem_free(pb);
+ *
+ * A plan does not point into its problem: it carries every number the
+ * simulator needs, so the coordinator can keep plans after freeing the
+ * problem. Pure C: no I/O besides reading the three JSON inputs. */
+#ifndef BAL_H
+#define BAL_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "sl_err.h"
+
+#define BAL_NAME_MAX 64
+
+/* ---- the model: a chain of layer units ---- */
+
+enum bal_unit_kind { BAL_UNIT_EMBED = 0, BAL_UNIT_ENCODER = 1, BAL_UNIT_HEAD = 2 };
+
+typedef struct bal_unit {
+    int kind;             /* enum bal_unit_kind */
+    double fwd_flops;     /* one micro-batch */
+    double bwd_flops;
+    uint64_t param_bytes; /* fp32 weights */
+    uint64_t optim_bytes; /* AdamW m and v (fp32) + fp32 gradients */
+    uint64_t out_bytes;   /* activation sent to the next unit (= gradient sent back) */
+    uint64_t stash_bytes; /* kept per in-flight micro-batch until its backward */
+} bal_unit;
+
+/* BERT config.json fields the cost model needs. */
+typedef struct bal_bert {
+    int hidden, layers, heads, intermediate, vocab, max_pos, type_vocab;
+} bal_bert;
+
+/* Units for `cfg` at micro-batch `batch` x sequence `seq`: 0 embeddings,
+ * 1..L encoder layers, L+1 MLM head + loss. *out is sl_xmalloc'd. */
+int bal_bert_units(const bal_bert *cfg, int batch, int seq, bal_unit **out, int *n_units,
+                   sl_err *err);
+
+/* ---- devices and network ---- */
+
+typedef struct bal_device {
+    char id[BAL_NAME_MAX];
+    char site[BAL_NAME_MAX];
+    char host[BAL_NAME_MAX]; /* "" = a host of its own */
+    char backend[16];        /* "cuda", "cpu", ... (informational) */
+    uint64_t mem_bytes;      /* usable memory */
+    double flops;            /* sustained FLOP/s; used when unit_fwd_s is NULL */
+    const double *unit_fwd_s; /* measured seconds per unit (n_units each) or NULL */
+    const double *unit_bwd_s;
+} bal_device;
+
+typedef struct bal_link {
+    double bw;  /* bytes per second (> 0) */
+    double lat; /* seconds */
+} bal_link;
+
+typedef struct bal_site_link {
+    char a[BAL_NAME_MAX], b[BAL_NAME_MAX]; /* symmetric */
+    bal_link link;
+} bal_site_link;
+
+typedef struct bal_site_inside {
+    char site[BAL_NAME_MAX];
+    bal_link link;
+} bal_site_inside;
+
+typedef struct bal_network {
+    bal_link same_host;    /* two devices with the same non-empty host */
+    bal_link inside_site;  /* default between hosts of one site */
+    bal_link between_sites; /* default between sites */
+    int n_inside;
+    const bal_site_inside *inside; /* per-site overrides */
+    int n_links;
+    const bal_site_link *links;    /* per site-pair overrides */
+} bal_network;
+
+/* Defaults: same host 200 Gbit/s 5 us, inside a site 10 Gbit/s 0.1 ms,
+ * between sites 1 Gbit/s 50 ms. */
+bal_network bal_network_default(void);
+
+typedef struct bal_problem bal_problem;
+
+/* Copies everything it is given. Sites named by links must exist. */
+bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_device *dev, int n_dev,
+                             const bal_network *net, sl_err *err);
+/* Reads the three JSON files (formats in docs/balancer.md). Errors name the
+ * file, the line and the field: "devices.json:7: devices[1].memory_gib: ...". */
+bal_problem *bal_problem_load(const char *config_path, int batch, int seq,
+                              const char *devices_path, const char *network_path, sl_err *err);
+/* The same from text already in memory; `*_name` is used in messages. */
+bal_problem *bal_problem_parse(const char *config_text, const char *config_name, int batch,
+                               int seq, const char *devices_text, const char *devices_name,
+                               const char *network_text, const char *network_name, sl_err *err);
+void bal_problem_free(bal_problem *pb);
+
+int bal_problem_n_units(const bal_problem *pb);
+int bal_problem_n_devices(const bal_problem *pb);
+const bal_unit *bal_problem_unit(const bal_problem *pb, int u);
+const bal_device *bal_problem_device(const bal_problem *pb, int d); /* unit_*_s point into pb */
+/* Seconds device d spends on unit u for one micro-batch. */
+double bal_unit_fwd_s(const bal_problem *pb, int d, int u);
+double bal_unit_bwd_s(const bal_problem *pb, int d, int u);
+/* Optimizer step seconds on device d for units [first, last). */
+double bal_optim_s(const bal_problem *pb, int d, int first, int last);
+/* The link between two devices (same host, same site, or between sites). */
+bal_link bal_problem_link(const bal_problem *pb, int d_from, int d_to);
+
+/* ---- plans ---- */
+
+enum bal_algo { BAL_EVEN = 0, BAL_SKY = 1, BAL_OPTIMAL = 2 };
+enum bal_schedule { BAL_1F1B = 0, BAL_GPIPE = 1 };
+
+const char *bal_algo_name(int algo);
+int bal_algo_parse(const char *s);     /* -1 if unknown */
+const char *bal_schedule_name(int s);
+int bal_schedule_parse(const char *s); /* -1 if unknown */
+
+typedef struct bal_opts {
+    int schedule;      /* enum bal_schedule; the memory model follows it */
+    int micro_batches; /* 0: the planner chooses */
+    int max_micro_batches; /* upper limit when choosing (default 1024) */
+    double target_bubble;  /* choose the smallest m whose estimated bubble is below (0.10) */
+    int window;        /* 1F1B: count round trips over runs of stages in the cycle (default 1) */
+} bal_opts;
+
+bal_opts bal_opts_default(void);
+
+typedef struct bal_stage {
+    int device;               /* index into the problem's devices */
+    char id[BAL_NAME_MAX];
+    char site[BAL_NAME_MAX];
+    int first, last;          /* units [first, last) */
+    double fwd_s, bwd_s;      /* per micro-batch */
+    double optim_s;           /* optimizer step */
+    uint64_t static_bytes;    /* weights + optimizer state + gradients */
+    uint64_t stash_bytes;     /* per in-flight micro-batch */
+    uint64_t mem_bytes;       /* the device's usable memory */
+    int max_inflight;         /* micro-batches stashed at most under the plan's schedule */
+    int warmup;               /* forwards before the first backward (1F1B) */
+    /* link to the next stage (unused on the last one) */
+    double lat_s;             /* latency of the link to the next stage */
+    double act_s, grad_s;     /* serialization time of one activation / gradient */
+} bal_stage;
+
+typedef struct bal_dropped {
+    int device;
+    char id[BAL_NAME_MAX];
+    char reason[160];
+} bal_dropped;
+
+typedef struct bal_plan {
+    int algo, schedule;
+    int micro_batches;
+    int n_units;
+    int n_stages;
+    bal_stage *stage;
+    int n_dropped;
+    bal_dropped *dropped;
+    double cycle_s;    /* steady-state seconds per micro-batch the planner predicts */
+    double est_iter_s; /* planner's closed-form estimate of one iteration */
+    double plan_s;     /* wall time the planner took (informational, not deterministic) */
+} bal_plan;
+
+/* Plans `algo` for pb. Infeasible memory fails with the shortfall in bytes
+ * and the largest model (encoder layers) that would fit. */
+bal_plan *bal_plan_make(const bal_problem *pb, int algo, const bal_opts *opts, sl_err *err);
+/* A chain: devices in pipeline order and how the schedule runs over them.
+ * 1F1B stage i warms up with p-i-1 forwards plus the extra micro-batches of
+ * every later link (a lookahead that hides a slow link's round trip), so it
+ * stashes min(m, p - i + sum of extra[l], l >= i) micro-batches; GPipe
+ * stashes m everywhere. extra == NULL is the textbook 1F1B (p - i). */
+typedef struct bal_chain {
+    int p;
+    const int *order; /* p device indices, each at most once */
+    const int *extra; /* p-1 entries >= 0, or NULL */
+    int m;            /* micro-batches per iteration */
+    int schedule;     /* enum bal_schedule */
+    int window;       /* 1F1B: count round trips over runs of stages in the cycle */
+} bal_chain;
+
+/* A plan for a given chain and cut points (cuts[0]=0 < ... < cuts[p]=n_units);
+ * validates the chain and memory. Used by tests, benchmarks and replanning. */
+bal_plan *bal_plan_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err);
+void bal_plan_free(bal_plan *pl);
+
+/* ---- the exact partition for one chain (exposed for tests and benchmarks) ---- */
+
+/* The objective ("cycle", seconds per micro-batch) of cuts over the chain:
+ * the largest of every stage's fwd+bwd time, every link's per-direction
+ * serialization time and, for 1F1B with `window`, every run of stages i..j:
+ * (compute + round trips, latency + serialization both ways, on the links
+ * inside it) / (j - i + 1 + the extra lookahead of those links). INFINITY
+ * when a stage's memory is exceeded. */
+double bal_chain_cycle(const bal_problem *pb, const bal_chain *c, const int *cuts);
+/* Minimum of bal_chain_cycle over all cuts (each stage non-empty), exact up to
+ * a relative 1e-9; fills cuts (p+1). INFINITY when nothing fits. */
+double bal_chain_best(const bal_problem *pb, const bal_chain *c, int *cuts);
+/* Lookahead that hides slow links at a given cycle: a link whose round trip
+ * exceeds half the cycle gets ceil(round trip / cycle) extra micro-batches. */
+void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double cycle, int m,
+                         int *extra);
+
+/* ---- the simulator ---- */
+
+enum bal_seg_kind { BAL_SEG_FWD = 0, BAL_SEG_BWD, BAL_SEG_OPT, BAL_SEG_SEND_ACT, BAL_SEG_SEND_GRAD };
+
+typedef struct bal_segment {
+    double start, end;
+    int stage; /* compute: the stage; sends: the sending stage */
+    int kind;  /* enum bal_seg_kind */
+    int mb;    /* micro-batch, -1 for the optimizer step */
+} bal_segment;
+
+typedef struct bal_stage_stats {
+    double fwd_s, bwd_s, optim_s; /* busy time by kind */
+    double send_s, recv_s;        /* link serialization time out of / into the stage */
+    double idle_s;                /* iteration - fwd - bwd - optim */
+    double end_s;                 /* when this stage's optimizer step ends */
+    int peak_inflight;
+    uint64_t peak_mem_bytes;
+} bal_stage_stats;
+
+typedef struct bal_timeline {
+    int schedule;
+    int n_stages, micro_batches;
+    double iteration_s;
+    double bubble; /* sum of idle / (stages x iteration) */
+    bal_stage_stats *stage;
+    int n_seg;
+    bal_segment *seg; /* NULL unless segments were asked for */
+} bal_timeline;
+
+/* Replays one iteration (m micro-batches, flush, optimizer step) event by event. */
+bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_err *err);
+void bal_timeline_free(bal_timeline *tl);
+
+/* ---- output ---- */
+
+/* The plan (and timeline if not NULL) as JSON; caller json_decref()s. */
+json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl);
+/* A Gantt chart of the timeline (needs segments) as an SVG document; free(). */
+char *bal_timeline_svg(const bal_plan *pl, const bal_timeline *tl);
+
+#endif

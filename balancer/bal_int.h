@@ -1,0 +1,84 @@
+/* bal_int.h - the balancer's internals shared between its .c files. */
+#ifndef BAL_INT_H
+#define BAL_INT_H
+
+#include <stdint.h>
+
+#include "bal.h"
+
+/* Optimizer step cost: AdamW touches every parameter a few times and is
+ * memory-bound; we charge this many FLOPs per parameter at the device's rate. */
+#define BAL_OPT_FLOPS_PER_PARAM 16.0
+
+struct bal_problem {
+    int n_units, n_dev;
+    bal_unit *unit;
+    bal_device *dev;
+    double *tf, *tb;      /* [d * n_units + u] seconds */
+    double *pre;          /* [d * (n_units + 1) + k] prefix of tf + tb */
+    double *rate;         /* effective FLOP/s per device (optimizer estimate) */
+    uint64_t *pstatic;    /* prefix of param + optim bytes, n_units + 1 */
+    uint64_t *pstash;     /* prefix of stash bytes */
+    uint64_t *pparam;     /* prefix of param bytes */
+    int *site_of, *host_of;
+    int n_sites;
+    char (*site)[BAL_NAME_MAX];
+    bal_link same_host;
+    bal_link *inside;  /* n_sites */
+    bal_link *between; /* n_sites * n_sites */
+};
+
+/* Stage time on device d for units [s, e). */
+static inline double bal_time(const bal_problem *pb, int d, int s, int e)
+{
+    const double *p = pb->pre + (size_t)d * (pb->n_units + 1);
+    return p[e] - p[s];
+}
+
+/* Stashed micro-batches per stage: k[i], i < c->p. */
+static inline void bal_inflight(const bal_chain *c, int *k)
+{
+    int x = 0;
+    for (int i = c->p - 1; i >= 0; i--) {
+        if (i < c->p - 1 && c->extra)
+            x += c->extra[i];
+        long v = c->schedule == BAL_GPIPE ? c->m : (long)c->p - i + x;
+        k[i] = v < c->m ? (int)v : c->m;
+    }
+}
+
+static inline int bal_fits(const bal_problem *pb, int d, int s, int e, int k)
+{
+    uint64_t st = pb->pstatic[e] - pb->pstatic[s];
+    uint64_t sh = pb->pstash[e] - pb->pstash[s];
+    uint64_t need;
+    if (__builtin_mul_overflow(sh, (uint64_t)k, &need) || __builtin_add_overflow(need, st, &need))
+        return 0;
+    return need <= pb->dev[d].mem_bytes;
+}
+
+/* Serialization seconds of the boundary after unit e-1 on a link. */
+static inline double bal_ser(const bal_problem *pb, bal_link l, int e)
+{
+    return (double)pb->unit[e - 1].out_bytes / l.bw;
+}
+
+/* bal_part.c: a plan from a chain without validating it (cuts must be valid). */
+bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, const int *cuts);
+/* First stage whose memory is exceeded, or -1. */
+int bal_plan_overflow(const bal_problem *pb, const bal_chain *c, const int *cuts);
+/* Closed-form estimate: fill (first micro-batch's round trip) + (m-1) cycles + optimizer. */
+double bal_estimate(const bal_problem *pb, const bal_chain *c, const int *cuts, double cycle);
+/* The micro-batch count for a chain (o->micro_batches if set); c->m is ignored. */
+int bal_choose_m(const bal_problem *pb, const bal_chain *c, const int *cuts, const bal_opts *o);
+/* even or sky at m micro-batches (0: chosen). */
+bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, int m,
+                            sl_err *err);
+
+/* bal_chain_best to a relative tolerance (the search ranks with a coarse one). */
+double bal_chain_best_tol(const bal_problem *pb, const bal_chain *c, int *cuts, double tol);
+
+/* bal_search.c */
+bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err);
+
+#endif

@@ -1,0 +1,676 @@
+/* bal_json.c - the three inputs (BERT config.json, devices, network) read
+ * with Jansson. Every error names the file, the line and the field:
+ *   "devices.json:7: devices[1].memory_gib: must be a number > 0".
+ * Jansson reports lines only for syntax errors, so for a bad field we walk
+ * the text again along the field's path to find the line it is on. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bal_int.h"
+#include "sl_mem.h"
+
+/* ---- finding a field's line in the raw text ---- */
+
+typedef struct scan {
+    const char *s;
+    size_t i, n;
+    int line;
+} scan;
+
+static void sc_ws(scan *c)
+{
+    while (c->i < c->n && strchr(" \t\r\n", c->s[c->i])) {
+        if (c->s[c->i] == '\n')
+            c->line++;
+        c->i++;
+    }
+}
+
+/* Skips a string at c->i; *a, *len: its raw contents. */
+static int sc_string(scan *c, const char **a, size_t *len)
+{
+    if (c->i >= c->n || c->s[c->i] != '"')
+        return -1;
+    size_t st = ++c->i;
+    while (c->i < c->n && c->s[c->i] != '"') {
+        if (c->s[c->i] == '\\')
+            c->i++;
+        else if (c->s[c->i] == '\n')
+            c->line++;
+        c->i++;
+    }
+    if (c->i >= c->n)
+        return -1;
+    *a = c->s + st;
+    *len = c->i - st;
+    c->i++;
+    return 0;
+}
+
+static int sc_value(scan *c, int depth)
+{
+    sc_ws(c);
+    if (c->i >= c->n || depth > 64)
+        return -1;
+    char ch = c->s[c->i];
+    if (ch == '"') {
+        const char *a;
+        size_t l;
+        return sc_string(c, &a, &l);
+    }
+    if (ch == '{' || ch == '[') {
+        char close = ch == '{' ? '}' : ']';
+        c->i++;
+        sc_ws(c);
+        if (c->i < c->n && c->s[c->i] == close) {
+            c->i++;
+            return 0;
+        }
+        for (;;) {
+            if (ch == '{') {
+                const char *a;
+                size_t l;
+                sc_ws(c);
+                if (sc_string(c, &a, &l))
+                    return -1;
+                sc_ws(c);
+                if (c->i >= c->n || c->s[c->i++] != ':')
+                    return -1;
+            }
+            if (sc_value(c, depth + 1))
+                return -1;
+            sc_ws(c);
+            if (c->i >= c->n)
+                return -1;
+            if (c->s[c->i] == ',') {
+                c->i++;
+                continue;
+            }
+            if (c->s[c->i] == close) {
+                c->i++;
+                return 0;
+            }
+            return -1;
+        }
+    }
+    while (c->i < c->n && !strchr(",}] \t\r\n", c->s[c->i]))
+        c->i++;
+    return 0;
+}
+
+/* Skips one value and the comma after it; -1 if no comma follows. */
+static int sc_skip_item(scan *c)
+{
+    if (sc_value(c, 0))
+        return -1;
+    sc_ws(c);
+    if (c->i >= c->n || c->s[c->i] != ',')
+        return -1;
+    c->i++;
+    return 0;
+}
+
+typedef struct jpath {
+    const char *key; /* NULL: array index */
+    int idx;
+} jpath;
+
+/* Line of the value at path (or of the deepest part of it that exists). */
+static int line_of(const char *text, size_t n, const jpath *path, int depth)
+{
+    scan c = {text, 0, n, 1};
+    sc_ws(&c);
+    int best = c.line;
+    for (int k = 0; k < depth; k++) {
+        sc_ws(&c);
+        if (c.i >= c.n)
+            return best;
+        char ch = c.s[c.i];
+        if (path[k].key && ch == '{') {
+            c.i++;
+            int found = 0;
+            for (;;) {
+                sc_ws(&c);
+                const char *a;
+                size_t l;
+                if (sc_string(&c, &a, &l))
+                    return best;
+                int kl = c.line;
+                sc_ws(&c);
+                if (c.i >= c.n || c.s[c.i++] != ':')
+                    return best;
+                if (l == strlen(path[k].key) && !memcmp(a, path[k].key, l)) {
+                    best = kl;
+                    found = 1;
+                    break;
+                }
+                if (sc_skip_item(&c))
+                    return best;
+            }
+            if (!found)
+                return best;
+        } else if (!path[k].key && ch == '[') {
+            c.i++;
+            for (int j = 0; j < path[k].idx; j++)
+                if (sc_skip_item(&c))
+                    return best;
+            sc_ws(&c);
+            best = c.line;
+        } else
+            return best;
+    }
+    return best;
+}
+
+/* ---- typed getters with path-aware errors ---- */
+
+typedef struct jctx {
+    const char *name, *text;
+    size_t len;
+    jpath path[8];
+    int depth;
+    sl_err *err;
+} jctx;
+
+static int jfail(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int jfail(jctx *c, const char *fmt, ...)
+{
+    char where[160] = "", msg[300];
+    size_t w = 0;
+    for (int k = 0; k < c->depth && w < sizeof where - 1; k++) {
+        if (c->path[k].key)
+            w += (size_t)snprintf(where + w, sizeof where - w, "%s%s", k ? "." : "",
+                                  c->path[k].key);
+        else
+            w += (size_t)snprintf(where + w, sizeof where - w, "[%d]", c->path[k].idx);
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int line = line_of(c->text, c->len, c->path, c->depth);
+    return sl_err_set(c->err, SL_EINVAL, "%s:%d: %s: %s", c->name, line,
+                      c->depth ? where : "(top level)", msg);
+}
+
+static void jpush_key(jctx *c, const char *k)
+{
+    c->path[c->depth].key = k;
+    c->path[c->depth++].idx = 0;
+}
+
+static void jpush_idx(jctx *c, int i)
+{
+    c->path[c->depth].key = NULL;
+    c->path[c->depth++].idx = i;
+}
+
+/* Looks up o[k] and puts k on the path (the caller pops it). NULL when
+ * absent: *r = 1, or an error if the field is required. */
+static json_t *field(jctx *c, json_t *o, const char *k, int required, const char *what, int *r)
+{
+    json_t *v = json_object_get(o, k);
+    jpush_key(c, k);
+    *r = 0;
+    if (!v)
+        *r = required ? jfail(c, "missing (%s is required)", what) : 1;
+    return v;
+}
+
+/* Typed fields: 0 ok, 1 absent (and not required), -1 error. */
+static int get_num(jctx *c, json_t *o, const char *k, int required, double lo, double hi,
+                   double *out)
+{
+    int r;
+    json_t *v = field(c, o, k, required, "a number", &r);
+    if (v && !json_is_number(v))
+        r = jfail(c, "must be a number");
+    else if (v && (!(json_number_value(v) >= lo && json_number_value(v) <= hi)))
+        r = jfail(c, "must be between %g and %g, got %g", lo, hi, json_number_value(v));
+    else if (v)
+        *out = json_number_value(v);
+    c->depth--;
+    return r;
+}
+
+static int get_int(jctx *c, json_t *o, const char *k, int required, long long lo, long long hi,
+                   long long *out)
+{
+    int r;
+    json_t *v = field(c, o, k, required, "an integer", &r);
+    if (v && !json_is_integer(v))
+        r = jfail(c, "must be an integer");
+    else if (v && (json_integer_value(v) < lo || json_integer_value(v) > hi))
+        r = jfail(c, "must be between %lld and %lld, got %lld", lo, hi,
+                  (long long)json_integer_value(v));
+    else if (v)
+        *out = json_integer_value(v);
+    c->depth--;
+    return r;
+}
+
+static int get_str(jctx *c, json_t *o, const char *k, int required, char *buf, size_t size)
+{
+    int r;
+    json_t *v = field(c, o, k, required, "a string", &r);
+    if (v && !json_is_string(v))
+        r = jfail(c, "must be a string");
+    else if (v && (json_string_length(v) == 0 || json_string_length(v) >= size))
+        r = jfail(c, "must be 1 to %zu characters", size - 1);
+    else if (v)
+        memcpy(buf, json_string_value(v), json_string_length(v) + 1);
+    c->depth--;
+    return r;
+}
+
+/* Unknown keys are errors in our own formats: a typo must not pass silently. */
+static int only_keys(jctx *c, json_t *o, const char *const *keys)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        int ok = 0;
+        for (int i = 0; keys[i]; i++)
+            ok |= !strcmp(k, keys[i]);
+        if (!ok) {
+            jpush_key(c, k);
+            jfail(c, "unknown field");
+            c->depth--;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static json_t *load(const char *text, const char *name, sl_err *err)
+{
+    json_error_t je;
+    json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    if (!j)
+        sl_err_set(err, SL_EINVAL, "%s:%d: column %d: %s", name, je.line, je.column, je.text);
+    else if (!json_is_object(j) && !json_is_array(j)) {
+        sl_err_set(err, SL_EINVAL, "%s:1: (top level): must be an object", name);
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
+}
+
+/* ---- the three formats ---- */
+
+static int parse_config(jctx *c, json_t *j, bal_bert *b)
+{
+    if (!json_is_object(j))
+        return jfail(c, "must be an object");
+    long long v[7] = {0, 0, 0, 0, 0, 512, 2};
+    static const char *const k[7] = {"hidden_size", "num_hidden_layers", "num_attention_heads",
+                                     "intermediate_size", "vocab_size",
+                                     "max_position_embeddings", "type_vocab_size"};
+    static const long long hi[7] = {65536, 100000, 4096, 262144, 4000000, 1000000, 1000};
+    for (int i = 0; i < 7; i++)
+        if (get_int(c, j, k[i], i < 5, i == 1 ? 0 : 1, hi[i], &v[i]) < 0)
+            return -1;
+    if (v[0] % v[2]) {
+        jpush_key(c, "num_attention_heads");
+        jfail(c, "hidden_size %lld is not a multiple of %lld heads", v[0], v[2]);
+        c->depth--;
+        return -1;
+    }
+    *b = (bal_bert){(int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6]};
+    return 0;
+}
+
+static int parse_pair(jctx *c, json_t *a, double *f, double *b)
+{
+    if (!json_is_array(a) || json_array_size(a) != 2 || !json_is_number(json_array_get(a, 0)) ||
+        !json_is_number(json_array_get(a, 1)))
+        return jfail(c, "must be [forward seconds, backward seconds]");
+    *f = json_number_value(json_array_get(a, 0));
+    *b = json_number_value(json_array_get(a, 1));
+    if (!(*f >= 0 && *b >= 0 && *f < 1e6 && *b < 1e6))
+        return jfail(c, "seconds must be between 0 and 1e6");
+    return 0;
+}
+
+static int parse_measured(jctx *c, json_t *us, const bal_unit *units, int n, double *tf,
+                          double *tb)
+{
+    if (json_is_array(us)) {
+        if ((int)json_array_size(us) != n)
+            return jfail(c, "has %zu entries, the model has %d units", json_array_size(us), n);
+        for (int u = 0; u < n; u++) {
+            jpush_idx(c, u);
+            int r = parse_pair(c, json_array_get(us, (size_t)u), &tf[u], &tb[u]);
+            c->depth--;
+            if (r)
+                return -1;
+        }
+        return 0;
+    }
+    if (!json_is_object(us))
+        return jfail(c, "must be an object {embeddings, encoder, head} or an array per unit");
+    static const char *const keys[] = {"embeddings", "encoder", "head", NULL};
+    if (only_keys(c, us, keys))
+        return -1;
+    double f[3], b[3];
+    for (int k = 0; k < 3; k++) {
+        jpush_key(c, keys[k]);
+        json_t *v = json_object_get(us, keys[k]);
+        int r = v ? parse_pair(c, v, &f[k], &b[k]) : jfail(c, "missing");
+        c->depth--;
+        if (r)
+            return -1;
+    }
+    for (int u = 0; u < n; u++) {
+        tf[u] = f[units[u].kind];
+        tb[u] = b[units[u].kind];
+    }
+    return 0;
+}
+
+static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_device **out,
+                         double **times, int *n_dev)
+{
+    json_t *arr = j;
+    if (json_is_object(j)) {
+        static const char *const keys[] = {"devices", NULL};
+        if (only_keys(c, j, keys))
+            return -1;
+        arr = json_object_get(j, "devices");
+        jpush_key(c, "devices");
+        if (!arr)
+            return jfail(c, "missing (an array of devices is required)");
+    }
+    if (!json_is_array(arr) || json_array_size(arr) == 0 || json_array_size(arr) > 100000)
+        return jfail(c, "must be an array of 1 to 100000 devices");
+    size_t nd = json_array_size(arr);
+    if ((double)nd * n > 5e7)
+        return jfail(c, "%zu devices x %d units is too large", nd, n);
+    bal_device *dev = sl_try_malloc(nd * sizeof *dev);
+    double *t = sl_try_malloc(nd * 2 * (size_t)n * sizeof(double));
+    if (!dev || !t) {
+        free(dev);
+        free(t);
+        return sl_err_set(c->err, SL_ENOMEM, "%s: out of memory for %zu devices", c->name, nd);
+    }
+    memset(dev, 0, nd * sizeof *dev);
+    static const char *const keys[] = {"id", "site", "host", "backend", "memory_bytes",
+                                       "memory_gib", "flops", "unit_seconds", NULL};
+    for (size_t i = 0; i < nd; i++) {
+        json_t *o = json_array_get(arr, i);
+        bal_device *d = &dev[i];
+        jpush_idx(c, (int)i);
+        if (!json_is_object(o)) {
+            jfail(c, "must be an object");
+            goto fail;
+        }
+        if (only_keys(c, o, keys) || get_str(c, o, "id", 1, d->id, sizeof d->id) < 0)
+            goto fail;
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(dev[k].id, d->id)) {
+                jpush_key(c, "id");
+                jfail(c, "'%s' is used twice", d->id);
+                goto fail;
+            }
+        int r = get_str(c, o, "site", 0, d->site, sizeof d->site);
+        if (r < 0)
+            goto fail;
+        if (r)
+            strcpy(d->site, "default");
+        if (get_str(c, o, "host", 0, d->host, sizeof d->host) < 0)
+            goto fail;
+        r = get_str(c, o, "backend", 0, d->backend, sizeof d->backend);
+        if (r < 0)
+            goto fail;
+        if (r)
+            strcpy(d->backend, "cpu");
+        long long mb = 0;
+        double gib = 0;
+        int rb = get_int(c, o, "memory_bytes", 0, 1, 1ll << 50, &mb);
+        int rg = get_num(c, o, "memory_gib", 0, 1e-9, 1 << 20, &gib);
+        if (rb < 0 || rg < 0)
+            goto fail;
+        if (rb == rg) {
+            jpush_key(c, rb ? "memory_bytes" : "memory_gib");
+            jfail(c, "give exactly one of memory_bytes and memory_gib");
+            goto fail;
+        }
+        d->mem_bytes = rb == 0 ? (uint64_t)mb : (uint64_t)(gib * 1073741824.0);
+        json_t *us = json_object_get(o, "unit_seconds");
+        r = get_num(c, o, "flops", 0, 1, 1e21, &d->flops);
+        if (r < 0)
+            goto fail;
+        if ((r == 0) == (us != NULL)) {
+            jpush_key(c, us ? "unit_seconds" : "flops");
+            jfail(c, "give exactly one of flops (sustained FLOP/s) and unit_seconds");
+            goto fail;
+        }
+        if (us) {
+            jpush_key(c, "unit_seconds");
+            double *tf = t + i * 2 * (size_t)n, *tb = tf + n;
+            if (parse_measured(c, us, units, n, tf, tb))
+                goto fail;
+            c->depth--;
+            d->unit_fwd_s = tf;
+            d->unit_bwd_s = tb;
+        }
+        c->depth--;
+    }
+    *out = dev;
+    *times = t;
+    *n_dev = (int)nd;
+    return 0;
+fail:
+    free(dev);
+    free(t);
+    return -1;
+}
+
+static int parse_link(jctx *c, json_t *o, bal_link *l)
+{
+    if (!json_is_object(o))
+        return jfail(c, "must be an object {bandwidth_gbps, latency_ms}");
+    static const char *const keys[] = {"bandwidth_gbps", "latency_ms", "a", "b", NULL};
+    if (only_keys(c, o, keys))
+        return -1;
+    double g = 0, ms = 0;
+    if (get_num(c, o, "bandwidth_gbps", 1, 1e-6, 1e6, &g) < 0 ||
+        get_num(c, o, "latency_ms", 1, 0, 1e6, &ms) < 0)
+        return -1;
+    l->bw = g * 1e9 / 8;
+    l->lat = ms * 1e-3;
+    return 0;
+}
+
+static int has_site(const bal_device *dev, int nd, const char *s)
+{
+    for (int i = 0; i < nd; i++)
+        if (!strcmp(dev[i].site, s))
+            return 1;
+    return 0;
+}
+
+static int parse_network(jctx *c, json_t *j, const bal_device *dev, int nd, bal_network *net,
+                         bal_site_inside **inside, bal_site_link **links)
+{
+    *net = bal_network_default();
+    *inside = NULL;
+    *links = NULL;
+    if (!json_is_object(j))
+        return jfail(c, "must be an object");
+    static const char *const keys[] = {"same_host", "inside_site", "between_sites", "sites",
+                                       "links", NULL};
+    if (only_keys(c, j, keys))
+        return -1;
+    bal_link *dst[3] = {&net->same_host, &net->inside_site, &net->between_sites};
+    for (int k = 0; k < 3; k++) {
+        json_t *v = json_object_get(j, keys[k]);
+        if (!v)
+            continue;
+        jpush_key(c, keys[k]);
+        if (parse_link(c, v, dst[k]))
+            return -1;
+        c->depth--;
+    }
+    json_t *sites = json_object_get(j, "sites");
+    if (sites) {
+        jpush_key(c, "sites");
+        if (!json_is_object(sites) || json_object_size(sites) > (size_t)nd)
+            return jfail(c, "must be an object of site name -> link (sites that have devices)");
+        *inside = sl_xcalloc(json_object_size(sites) + 1, sizeof **inside);
+        const char *k;
+        json_t *v;
+        int i = 0;
+        json_object_foreach(sites, k, v) {
+            jpush_key(c, k);
+            if (!has_site(dev, nd, k))
+                return jfail(c, "no device is at site '%s'", k);
+            if (strlen(k) >= BAL_NAME_MAX || parse_link(c, v, &(*inside)[i].link))
+                return strlen(k) >= BAL_NAME_MAX ? jfail(c, "site name too long") : -1;
+            strcpy((*inside)[i++].site, k);
+            c->depth--;
+        }
+        net->n_inside = i;
+        net->inside = *inside;
+        c->depth--;
+    }
+    json_t *ls = json_object_get(j, "links");
+    if (ls) {
+        jpush_key(c, "links");
+        if (!json_is_array(ls) || json_array_size(ls) > 100000)
+            return jfail(c, "must be an array of {a, b, bandwidth_gbps, latency_ms}");
+        size_t nl = json_array_size(ls);
+        *links = sl_xcalloc(nl + 1, sizeof **links);
+        for (size_t i = 0; i < nl; i++) {
+            json_t *o = json_array_get(ls, i);
+            bal_site_link *x = &(*links)[i];
+            jpush_idx(c, (int)i);
+            if (parse_link(c, o, &x->link) || get_str(c, o, "a", 1, x->a, sizeof x->a) < 0 ||
+                get_str(c, o, "b", 1, x->b, sizeof x->b) < 0)
+                return -1;
+            const char *bad = !has_site(dev, nd, x->a) ? "a" : !has_site(dev, nd, x->b) ? "b" : NULL;
+            if (bad) {
+                jpush_key(c, bad);
+                return jfail(c, "no device is at site '%s'", bad[0] == 'a' ? x->a : x->b);
+            }
+            if (!strcmp(x->a, x->b)) {
+                jpush_key(c, "b");
+                return jfail(c, "a link joins two different sites (use \"sites\" for inside one)");
+            }
+            c->depth--;
+        }
+        net->n_links = (int)nl;
+        net->links = *links;
+        c->depth--;
+    }
+    return 0;
+}
+
+bal_problem *bal_problem_parse(const char *config_text, const char *config_name, int batch,
+                               int seq, const char *devices_text, const char *devices_name,
+                               const char *network_text, const char *network_name, sl_err *err)
+{
+    bal_problem *pb = NULL;
+    bal_unit *units = NULL;
+    bal_device *dev = NULL;
+    double *times = NULL;
+    bal_site_inside *inside = NULL;
+    bal_site_link *links = NULL;
+    json_t *jc = NULL, *jd = NULL, *jn = NULL;
+    int n = 0, nd = 0;
+    bal_bert b;
+    bal_network net;
+    jctx c = {.name = config_name, .text = config_text, .len = strlen(config_text), .err = err};
+    if (!(jc = load(config_text, config_name, err)) || parse_config(&c, jc, &b))
+        goto out;
+    if (bal_bert_units(&b, batch, seq, &units, &n, err)) {
+        sl_err_wrap(err, "%s", config_name);
+        goto out;
+    }
+    c = (jctx){.name = devices_name, .text = devices_text, .len = strlen(devices_text), .err = err};
+    if (!(jd = load(devices_text, devices_name, err)) ||
+        parse_devices(&c, jd, units, n, &dev, &times, &nd))
+        goto out;
+    if (network_text) {
+        c = (jctx){.name = network_name, .text = network_text, .len = strlen(network_text),
+                   .err = err};
+        if (!(jn = load(network_text, network_name, err)) ||
+            parse_network(&c, jn, dev, nd, &net, &inside, &links))
+            goto out;
+    } else
+        net = bal_network_default();
+    pb = bal_problem_new(units, n, dev, nd, &net, err);
+out:
+    json_decref(jc);
+    json_decref(jd);
+    json_decref(jn);
+    free(units);
+    free(dev);
+    free(times);
+    free(inside);
+    free(links);
+    return pb;
+}
+
+/* Reads a whole file (at most 64 MiB) as a string. */
+static char *read_text(const char *path, sl_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        sl_err_set(err, SL_EIO, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = sl_xmalloc(cap);
+    for (;;) {
+        if (len + 1 >= cap) {
+            if (cap >= (64u << 20)) {
+                sl_err_set(err, SL_EINVAL, "%s: larger than 64 MiB", path);
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            cap *= 2;
+            buf = sl_xrealloc(buf, cap);
+        }
+        size_t r = fread(buf + len, 1, cap - 1 - len, f);
+        len += r;
+        if (r == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        sl_err_set(err, SL_EIO, "%s: read error", path);
+        free(buf);
+        return NULL;
+    }
+    buf[len] = 0;
+    if (strlen(buf) != len) {
+        sl_err_set(err, SL_EINVAL, "%s: contains a NUL byte", path);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+bal_problem *bal_problem_load(const char *config_path, int batch, int seq,
+                              const char *devices_path, const char *network_path, sl_err *err)
+{
+    char *ct = read_text(config_path, err), *dt = NULL, *nt = NULL;
+    bal_problem *pb = NULL;
+    if (!ct || !(dt = read_text(devices_path, err)))
+        goto out;
+    if (network_path && !(nt = read_text(network_path, err)))
+        goto out;
+    pb = bal_problem_parse(ct, config_path, batch, seq, dt, devices_path, nt, network_path, err);
+out:
+    free(ct);
+    free(dt);
+    free(nt);
+    return pb;
+}

@@ -1,0 +1,287 @@
+/* bal_model.c - the cost model (BERT units) and the problem: devices' per-unit
+ * times, memory prefixes and the network between devices. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bal_int.h"
+#include "sl_mem.h"
+
+/* Units of one BERT at micro-batch B x sequence T, N = B*T tokens (fp32).
+ *   embeddings: word+position+type tables and a LayerNorm
+ *   encoder:    QKV+O (4H^2), FFN (2HI), two LayerNorms; attention 2 x 2BT^2H
+ *   head:       transform (H^2) + LayerNorm + decoder (HV) + softmax/cross-entropy
+ * Backward costs twice the forward (two GEMMs per forward GEMM). The head's
+ * decoder is tied to the word embeddings in Hugging Face BERT; a stage that
+ * holds the head keeps its own copy, so it is counted on both. */
+int bal_bert_units(const bal_bert *c, int batch, int seq, bal_unit **out, int *n_units, sl_err *err)
+{
+    if (c->hidden <= 0 || c->layers < 0 || c->heads <= 0 || c->intermediate <= 0 ||
+        c->vocab <= 0 || c->max_pos <= 0 || c->type_vocab <= 0)
+        return sl_err_set(err, SL_EINVAL, "BERT config: sizes must be positive");
+    if (c->hidden % c->heads)
+        return sl_err_set(err, SL_EINVAL, "BERT config: hidden_size %d is not a multiple of "
+                          "num_attention_heads %d", c->hidden, c->heads);
+    if (c->hidden > 65536 || c->intermediate > 262144 || c->vocab > 4000000 ||
+        c->layers > 100000 || c->max_pos > 1000000 || c->type_vocab > 1000 || c->heads > 4096)
+        return sl_err_set(err, SL_EINVAL, "BERT config: sizes out of range");
+    if (batch <= 0 || batch > 65536 || seq <= 0 || seq > 1000000)
+        return sl_err_set(err, SL_EINVAL, "micro-batch size and sequence length must be positive");
+    if (seq > c->max_pos)
+        return sl_err_set(err, SL_EINVAL, "sequence length %d exceeds max_position_embeddings %d",
+                          seq, c->max_pos);
+    double H = c->hidden, I = c->intermediate, V = c->vocab, A = c->heads;
+    double B = batch, T = seq, N = B * T;
+    int n = c->layers + 2;
+    bal_unit *u = sl_xcalloc((size_t)n, sizeof *u);
+
+    double pe = (V + c->max_pos + c->type_vocab) * H + 2 * H;
+    u[0].kind = BAL_UNIT_EMBED;
+    u[0].fwd_flops = 11 * N * H; /* three adds and a LayerNorm */
+    u[0].bwd_flops = 2 * u[0].fwd_flops;
+    u[0].param_bytes = (uint64_t)(4 * pe);
+    u[0].out_bytes = (uint64_t)(4 * N * H);
+    u[0].stash_bytes = (uint64_t)(4 * 2 * N * H + 8 * N);
+
+    double pl = 4 * H * H + 2 * H * I + 9 * H + I;
+    double fl = 2 * N * (4 * H * H + 2 * H * I) + 4 * B * T * T * H + 5 * B * A * T * T +
+                20 * N * H + 8 * N * I;
+    /* saved for backward: input, Q, K, V, context, attention out, LN1 out, FFN
+     * out and LN stats (8H), GELU input and output (2I), probabilities (A T^2),
+     * and byte masks for the three dropouts */
+    double sl = 4 * (N * (8 * H + 2 * I) + B * A * T * T) + 2 * N * H + B * A * T * T;
+    for (int i = 1; i <= c->layers; i++) {
+        u[i].kind = BAL_UNIT_ENCODER;
+        u[i].fwd_flops = fl;
+        u[i].bwd_flops = 2 * fl;
+        u[i].param_bytes = (uint64_t)(4 * pl);
+        u[i].out_bytes = (uint64_t)(4 * N * H);
+        u[i].stash_bytes = (uint64_t)sl;
+    }
+    double ph = H * H + 3 * H + V * H + V;
+    bal_unit *h = &u[n - 1];
+    h->kind = BAL_UNIT_HEAD;
+    h->fwd_flops = 2 * N * (H * H + H * V) + 10 * N * H + 5 * N * V;
+    h->bwd_flops = 2 * h->fwd_flops;
+    h->param_bytes = (uint64_t)(4 * ph);
+    h->out_bytes = 0;
+    h->stash_bytes = (uint64_t)(4 * N * (3 * H + V));
+    for (int i = 0; i < n; i++)
+        u[i].optim_bytes = 3 * u[i].param_bytes; /* AdamW m, v and the gradient */
+    *out = u;
+    *n_units = n;
+    return 0;
+}
+
+bal_network bal_network_default(void)
+{
+    bal_network n;
+    memset(&n, 0, sizeof n);
+    n.same_host = (bal_link){200e9 / 8, 5e-6};
+    n.inside_site = (bal_link){10e9 / 8, 1e-4};
+    n.between_sites = (bal_link){1e9 / 8, 0.05};
+    return n;
+}
+
+static int link_ok(bal_link l)
+{
+    return isfinite(l.bw) && l.bw > 0 && isfinite(l.lat) && l.lat >= 0;
+}
+
+static int site_index(const bal_problem *pb, const char *s)
+{
+    for (int i = 0; i < pb->n_sites; i++)
+        if (!strcmp(pb->site[i], s))
+            return i;
+    return -1;
+}
+
+void bal_problem_free(bal_problem *pb)
+{
+    if (!pb)
+        return;
+    free(pb->unit);
+    free(pb->dev);
+    free(pb->tf);
+    free(pb->tb);
+    free(pb->pre);
+    free(pb->rate);
+    free(pb->pstatic);
+    free(pb->pstash);
+    free(pb->pparam);
+    free(pb->site_of);
+    free(pb->host_of);
+    free(pb->site);
+    free(pb->inside);
+    free(pb->between);
+    free(pb);
+}
+
+bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_device *dev, int n_dev,
+                             const bal_network *net, sl_err *err)
+{
+    if (n_units < 1 || n_units > 1000000 || n_dev < 1 || n_dev > 100000) {
+        sl_err_set(err, SL_EINVAL, "need 1..1000000 units and 1..100000 devices, got %d and %d",
+                   n_units, n_dev);
+        return NULL;
+    }
+    if ((double)n_units * n_dev > 5e7) {
+        sl_err_set(err, SL_EINVAL, "%d units x %d devices is too large", n_units, n_dev);
+        return NULL;
+    }
+    if (!link_ok(net->same_host) || !link_ok(net->inside_site) || !link_ok(net->between_sites)) {
+        sl_err_set(err, SL_EINVAL, "network: bandwidth must be positive, latency non-negative");
+        return NULL;
+    }
+    for (int u = 0; u < n_units; u++) {
+        const bal_unit *x = &units[u];
+        if (!(x->fwd_flops >= 0) || !(x->bwd_flops >= 0) || !isfinite(x->fwd_flops) ||
+            !isfinite(x->bwd_flops) || x->param_bytes > (1ull << 50) ||
+            x->optim_bytes > (1ull << 52) || x->stash_bytes > (1ull << 50)) {
+            sl_err_set(err, SL_EINVAL, "unit %d: FLOPs or bytes out of range", u);
+            return NULL;
+        }
+    }
+    bal_problem *pb = sl_xcalloc(1, sizeof *pb);
+    size_t nu = (size_t)n_units, nd = (size_t)n_dev;
+    pb->n_units = n_units;
+    pb->n_dev = n_dev;
+    pb->unit = sl_xmalloc(nu * sizeof *pb->unit);
+    memcpy(pb->unit, units, nu * sizeof *units);
+    pb->dev = sl_xmalloc(nd * sizeof *pb->dev);
+    memcpy(pb->dev, dev, nd * sizeof *dev);
+    pb->tf = sl_xmalloc(nd * nu * sizeof(double));
+    pb->tb = sl_xmalloc(nd * nu * sizeof(double));
+    pb->pre = sl_xmalloc(nd * (nu + 1) * sizeof(double));
+    pb->rate = sl_xmalloc(nd * sizeof(double));
+    pb->pstatic = sl_xmalloc((nu + 1) * sizeof(uint64_t));
+    pb->pstash = sl_xmalloc((nu + 1) * sizeof(uint64_t));
+    pb->pparam = sl_xmalloc((nu + 1) * sizeof(uint64_t));
+    pb->pstatic[0] = pb->pstash[0] = pb->pparam[0] = 0;
+    for (size_t u = 0; u < nu; u++) {
+        pb->pstatic[u + 1] = pb->pstatic[u] + units[u].param_bytes + units[u].optim_bytes;
+        pb->pstash[u + 1] = pb->pstash[u] + units[u].stash_bytes;
+        pb->pparam[u + 1] = pb->pparam[u] + units[u].param_bytes;
+    }
+    double total_fwd = 0;
+    for (size_t u = 0; u < nu; u++)
+        total_fwd += units[u].fwd_flops;
+    for (size_t d = 0; d < nd; d++) {
+        bal_device *x = &pb->dev[d];
+        x->id[BAL_NAME_MAX - 1] = x->site[BAL_NAME_MAX - 1] = x->host[BAL_NAME_MAX - 1] = 0;
+        x->backend[sizeof x->backend - 1] = 0;
+        double *tf = pb->tf + d * nu, *tb = pb->tb + d * nu, fsum = 0;
+        if (x->unit_fwd_s && x->unit_bwd_s) {
+            for (size_t u = 0; u < nu; u++) {
+                tf[u] = x->unit_fwd_s[u];
+                tb[u] = x->unit_bwd_s[u];
+                if (!(tf[u] >= 0) || !(tb[u] >= 0) || !isfinite(tf[u]) || !isfinite(tb[u])) {
+                    sl_err_set(err, SL_EINVAL, "device %s: unit %zu time must be >= 0", x->id, u);
+                    bal_problem_free(pb);
+                    return NULL;
+                }
+                fsum += tf[u];
+            }
+            pb->rate[d] = fsum > 0 && total_fwd > 0 ? total_fwd / fsum : 1e12;
+        } else {
+            if (!(x->flops > 0) || !isfinite(x->flops)) {
+                sl_err_set(err, SL_EINVAL, "device %s: needs flops > 0 or measured unit times",
+                           x->id);
+                bal_problem_free(pb);
+                return NULL;
+            }
+            for (size_t u = 0; u < nu; u++) {
+                tf[u] = units[u].fwd_flops / x->flops;
+                tb[u] = units[u].bwd_flops / x->flops;
+            }
+            pb->rate[d] = x->flops;
+        }
+        x->unit_fwd_s = tf; /* now points into pb */
+        x->unit_bwd_s = tb;
+        double *pre = pb->pre + d * (nu + 1);
+        pre[0] = 0;
+        for (size_t u = 0; u < nu; u++)
+            pre[u + 1] = pre[u] + tf[u] + tb[u];
+    }
+    /* sites in order of first appearance; hosts as indices (-1: own host) */
+    pb->site = sl_xcalloc(nd, sizeof *pb->site);
+    pb->site_of = sl_xmalloc(nd * sizeof(int));
+    pb->host_of = sl_xmalloc(nd * sizeof(int));
+    for (size_t d = 0; d < nd; d++) {
+        int s = site_index(pb, pb->dev[d].site);
+        if (s < 0) {
+            s = pb->n_sites++;
+            memcpy(pb->site[s], pb->dev[d].site, BAL_NAME_MAX);
+        }
+        pb->site_of[d] = s;
+        pb->host_of[d] = -1;
+        if (pb->dev[d].host[0])
+            for (size_t e = 0; e <= d; e++)
+                if (!strcmp(pb->dev[e].host, pb->dev[d].host) && pb->site_of[e] == s) {
+                    pb->host_of[d] = (int)e;
+                    break;
+                }
+    }
+    size_t ns = (size_t)pb->n_sites;
+    pb->same_host = net->same_host;
+    pb->inside = sl_xmalloc(ns * sizeof(bal_link));
+    pb->between = sl_xmalloc(ns * ns * sizeof(bal_link));
+    for (size_t s = 0; s < ns; s++)
+        pb->inside[s] = net->inside_site;
+    for (size_t s = 0; s < ns * ns; s++)
+        pb->between[s] = net->between_sites;
+    for (int i = 0; i < net->n_inside; i++) {
+        int s = site_index(pb, net->inside[i].site);
+        if (s < 0 || !link_ok(net->inside[i].link)) {
+            sl_err_set(err, SL_EINVAL, "network: site '%s' %s", net->inside[i].site,
+                       s < 0 ? "has no devices" : "has a bad link");
+            bal_problem_free(pb);
+            return NULL;
+        }
+        pb->inside[s] = net->inside[i].link;
+    }
+    for (int i = 0; i < net->n_links; i++) {
+        int a = site_index(pb, net->links[i].a), b = site_index(pb, net->links[i].b);
+        if (a < 0 || b < 0 || a == b || !link_ok(net->links[i].link)) {
+            sl_err_set(err, SL_EINVAL, "network: link %s-%s: %s", net->links[i].a,
+                       net->links[i].b,
+                       a < 0 || b < 0 ? "unknown site" : a == b ? "a site to itself"
+                                                            : "bad bandwidth or latency");
+            bal_problem_free(pb);
+            return NULL;
+        }
+        pb->between[(size_t)a * ns + b] = pb->between[(size_t)b * ns + a] = net->links[i].link;
+    }
+    return pb;
+}
+
+int bal_problem_n_units(const bal_problem *pb) { return pb->n_units; }
+int bal_problem_n_devices(const bal_problem *pb) { return pb->n_dev; }
+const bal_unit *bal_problem_unit(const bal_problem *pb, int u) { return &pb->unit[u]; }
+const bal_device *bal_problem_device(const bal_problem *pb, int d) { return &pb->dev[d]; }
+
+double bal_unit_fwd_s(const bal_problem *pb, int d, int u)
+{
+    return pb->tf[(size_t)d * pb->n_units + u];
+}
+
+double bal_unit_bwd_s(const bal_problem *pb, int d, int u)
+{
+    return pb->tb[(size_t)d * pb->n_units + u];
+}
+
+double bal_optim_s(const bal_problem *pb, int d, int first, int last)
+{
+    double params = (double)(pb->pparam[last] - pb->pparam[first]) / 4;
+    return BAL_OPT_FLOPS_PER_PARAM * params / pb->rate[d];
+}
+
+bal_link bal_problem_link(const bal_problem *pb, int a, int b)
+{
+    if (pb->host_of[a] >= 0 && pb->host_of[a] == pb->host_of[b])
+        return pb->same_host;
+    int sa = pb->site_of[a], sb = pb->site_of[b];
+    if (sa == sb)
+        return pb->inside[sa];
+    return pb->between[(size_t)sa * pb->n_sites + sb];
+}

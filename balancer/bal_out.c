@@ -1,0 +1,152 @@
+/* bal_out.c - a plan as JSON, a timeline as an SVG Gantt chart (strings in
+ * memory; the caller writes them where it wants). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bal_int.h"
+#include "sl_mem.h"
+
+json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "algo", json_string(bal_algo_name(pl->algo)));
+    json_object_set_new(o, "schedule", json_string(bal_schedule_name(pl->schedule)));
+    json_object_set_new(o, "micro_batches", json_integer(pl->micro_batches));
+    json_object_set_new(o, "units", json_integer(pl->n_units));
+    json_object_set_new(o, "cycle_s", json_real(pl->cycle_s));
+    json_object_set_new(o, "estimated_iteration_s", json_real(pl->est_iter_s));
+    json_t *st = json_array();
+    for (int i = 0; i < pl->n_stages; i++) {
+        const bal_stage *s = &pl->stage[i];
+        json_t *x = json_pack("{s:i, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:I, s:I, s:I, s:i}",
+                              "stage", i, "device", s->id, "site", s->site, "first_unit",
+                              s->first, "last_unit", s->last - 1, "fwd_s", s->fwd_s, "bwd_s",
+                              s->bwd_s, "optim_s", s->optim_s, "static_bytes",
+                              (json_int_t)s->static_bytes, "stash_bytes",
+                              (json_int_t)s->stash_bytes, "memory_bytes",
+                              (json_int_t)s->mem_bytes, "max_inflight", s->max_inflight);
+        json_object_set_new(x, "warmup", json_integer(s->warmup));
+        if (i + 1 < pl->n_stages)
+            json_object_set_new(x, "link_next", json_pack("{s:f, s:f, s:f}", "latency_s",
+                                                          s->lat_s, "activation_s", s->act_s,
+                                                          "gradient_s", s->grad_s));
+        if (tl) {
+            const bal_stage_stats *t = &tl->stage[i];
+            json_object_set_new(x, "simulated",
+                                json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:I}", "fwd_s",
+                                          t->fwd_s, "bwd_s", t->bwd_s, "optim_s", t->optim_s,
+                                          "send_s", t->send_s, "recv_s", t->recv_s, "idle_s",
+                                          t->idle_s, "peak_inflight", t->peak_inflight,
+                                          "peak_memory_bytes", (json_int_t)t->peak_mem_bytes));
+        }
+        json_array_append_new(st, x);
+    }
+    json_object_set_new(o, "stages", st);
+    json_t *dr = json_array();
+    for (int i = 0; i < pl->n_dropped; i++)
+        json_array_append_new(dr, json_pack("{s:s, s:s}", "device", pl->dropped[i].id, "reason",
+                                            pl->dropped[i].reason));
+    json_object_set_new(o, "left_out", dr);
+    if (tl) {
+        json_object_set_new(o, "iteration_s", json_real(tl->iteration_s));
+        json_object_set_new(o, "bubble", json_real(tl->bubble));
+    }
+    return o;
+}
+
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        if (k >= 0 && (size_t)k < b->cap - b->n) {
+            b->n += (size_t)k;
+            return;
+        }
+        b->cap = 2 * b->cap + (size_t)(k > 0 ? k : 0) + 64;
+        b->s = sl_xrealloc(b->s, b->cap);
+    }
+}
+
+static void xml_text(sbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '<')
+            sb_printf(b, "&lt;");
+        else if (*s == '>')
+            sb_printf(b, "&gt;");
+        else if (*s == '&')
+            sb_printf(b, "&amp;");
+        else if (*s == '"')
+            sb_printf(b, "&quot;");
+        else
+            sb_printf(b, "%c", *s);
+    }
+}
+
+char *bal_timeline_svg(const bal_plan *pl, const bal_timeline *tl)
+{
+    static const char *const color[] = {"#4e79a7", "#59a14f", "#b07aa1", "#f28e2b", "#e15759"};
+    static const char *const label[] = {"forward", "backward", "optimizer step",
+                                        "send activation", "send gradient"};
+    int p = tl->n_stages, left = 150, width = 1000, row = 28, top = 50;
+    int height = top + p * row + 70;
+    double T = tl->iteration_s > 0 ? tl->iteration_s : 1, sx = width / T;
+    sbuf b = {sl_xmalloc(4096), 0, 4096};
+    sb_printf(&b,
+              "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+              "font-family=\"sans-serif\" font-size=\"11\">\n"
+              "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+              left + width + 20, height);
+    sb_printf(&b, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s, %s, %d stages, %d micro-batches: "
+              "iteration %.4f s, bubble %.1f%%</text>\n", left, bal_algo_name(pl->algo),
+              bal_schedule_name(tl->schedule), p, tl->micro_batches, tl->iteration_s,
+              100 * tl->bubble);
+    for (int i = 0; i < p; i++) {
+        int y = top + i * row;
+        /* idle is the grey background; busy and send bars are drawn over it */
+        sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#e6e6e6\"/>\n",
+                  left, y, width, row - 6);
+        sb_printf(&b, "<text x=\"4\" y=\"%d\">%d ", y + 15, i);
+        xml_text(&b, pl->stage[i].id);
+        sb_printf(&b, "</text>\n");
+    }
+    for (int k = 0; k < tl->n_seg; k++) {
+        const bal_segment *s = &tl->seg[k];
+        int y = top + s->stage * row;
+        int send = s->kind >= BAL_SEG_SEND_ACT;
+        double x = left + s->start * sx, w = (s->end - s->start) * sx;
+        if (w < 0.3)
+            w = 0.3;
+        sb_printf(&b, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
+                  "<title>%s mb %d: %.6f-%.6f s</title></rect>\n", x, send ? y + row - 11 : y,
+                  w, send ? 4 : row - 12, color[s->kind], label[s->kind], s->mb, s->start, s->end);
+    }
+    int ya = top + p * row + 4;
+    for (int t = 0; t <= 10; t++) {
+        double x = left + width * t / 10.0;
+        sb_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#444\"/>"
+                  "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.3g s</text>\n", x, ya, x,
+                  ya + 5, x, ya + 17, T * t / 10);
+    }
+    int yl = ya + 35, xl = left;
+    for (int k = 0; k < 5; k++) {
+        sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                  "<text x=\"%d\" y=\"%d\">%s</text>\n", xl, yl, color[k], xl + 16, yl + 10,
+                  label[k]);
+        xl += 130;
+    }
+    sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e6e6e6\"/>"
+              "<text x=\"%d\" y=\"%d\">idle</text>\n</svg>\n", xl, yl, xl + 16, yl + 10);
+    return b.s;
+}

@@ -1,0 +1,620 @@
+/* bal_part.c - the objective of a chain, its exact minimum over cut points,
+ * the two baselines (even, sky) and turning cuts into a plan.
+ *
+ * The objective ("cycle", seconds per micro-batch in steady state) of a
+ * chain cut into stages: the largest of
+ *   - every stage's fwd+bwd time t_i and every link's serialization time;
+ *   - for 1F1B, every run of stages i..j: (sum of t_k + the round trips
+ *     rt_l = latency + serialization both ways on the links between them)
+ *     / (j - i + 1). Stage i runs one more micro-batch ahead than stage i+1,
+ *     so j-i+1 micro-batches must cover the round trip from i to j and back:
+ *     a slow link between two lightly loaded stages still stalls both.
+ * Exact minimum for a fixed chain: for a bound B let
+ *   h_i = max over j >= i of sum_{k=i..j} (t_k - B) + sum_{l=i..j-1} rt_l
+ *       = (t_i - B) + max(0, rt_i + h_{i+1}),
+ * so every run fits iff every h_i <= 0. h_i only grows with h_{i+1}, so the
+ * smallest h over the rest of the chain is always the best to extend:
+ *   g_i(s) = min over e of  t_i(s,e) - B + max(0, rt_i(e) + g_{i+1}(e))
+ * is exact, with g_i(s) = +inf when a constraint fails. Feasibility of
+ * [s,e) (time <= B, memory) is hereditary, so the admissible e form a window
+ * whose ends only grow with s, and the term inside the min does not depend
+ * on s: a monotone deque gives each stage in O(n). Feasibility is monotone in
+ * B and the optimum is one of finitely many values, so bisection on B, each
+ * step tightened to the cycle actually achieved, finds it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bal_int.h"
+#include "sl_mem.h"
+#include "sl_time.h"
+
+const char *bal_algo_name(int a)
+{
+    return a == BAL_EVEN ? "even" : a == BAL_SKY ? "sky" : a == BAL_OPTIMAL ? "optimal" : "?";
+}
+
+int bal_algo_parse(const char *s)
+{
+    for (int a = 0; a < 3; a++)
+        if (!strcmp(s, bal_algo_name(a)))
+            return a;
+    return -1;
+}
+
+const char *bal_schedule_name(int s) { return s == BAL_GPIPE ? "gpipe" : "1f1b"; }
+
+int bal_schedule_parse(const char *s)
+{
+    if (!strcmp(s, "1f1b"))
+        return BAL_1F1B;
+    if (!strcmp(s, "gpipe"))
+        return BAL_GPIPE;
+    return -1;
+}
+
+bal_opts bal_opts_default(void)
+{
+    bal_opts o = {.schedule = BAL_1F1B, .micro_batches = 0, .max_micro_batches = 1024,
+                  .target_bubble = 0.10, .window = 1};
+    return o;
+}
+
+/* Per-direction serialization of the boundary at cut e between two devices. */
+static void link_cost(const bal_problem *pb, int a, int b, int e, double *lat2, double *ser2,
+                      double *ser_max)
+{
+    bal_link f = bal_problem_link(pb, a, b), r = bal_problem_link(pb, b, a);
+    double sf = bal_ser(pb, f, e), sr = bal_ser(pb, r, e);
+    *lat2 = f.lat + r.lat;
+    *ser2 = sf + sr;
+    *ser_max = sf > sr ? sf : sr;
+}
+
+/* Round trip (latency + serialization both ways) and the larger one-way
+ * serialization of the boundary before unit e on the link a <-> b. */
+static double round_trip(const bal_problem *pb, int a, int b, int e, double *ser_max)
+{
+    double lat2, ser2;
+    link_cost(pb, a, b, e, &lat2, &ser2, ser_max);
+    return lat2 + ser2;
+}
+
+double bal_chain_cycle(const bal_problem *pb, const bal_chain *c, const int *cuts)
+{
+    int p = c->p;
+    double cyc = 0;
+    double *t = sl_xmalloc((size_t)p * sizeof(double)), *rt = sl_xmalloc((size_t)p * sizeof(double));
+    int *k = sl_xmalloc((size_t)p * sizeof(int));
+    bal_inflight(c, k);
+    for (int i = 0; i < p; i++) {
+        int d = c->order[i];
+        if (!bal_fits(pb, d, cuts[i], cuts[i + 1], k[i])) {
+            cyc = INFINITY;
+            goto out;
+        }
+        t[i] = bal_time(pb, d, cuts[i], cuts[i + 1]);
+        if (t[i] > cyc)
+            cyc = t[i];
+        rt[i] = 0;
+        if (i < p - 1) {
+            double smax;
+            rt[i] = round_trip(pb, d, c->order[i + 1], cuts[i + 1], &smax);
+            if (smax > cyc)
+                cyc = smax;
+        }
+    }
+    if (c->window && c->schedule == BAL_1F1B)
+        for (int i = 0; i < p; i++) {
+            double S = 0, slots = 0;
+            for (int j = i; j < p; j++) {
+                S += t[j];
+                slots += 1;
+                if (j > i) {
+                    S += rt[j - 1];
+                    slots += c->extra ? c->extra[j - 1] : 0;
+                }
+                if (S / slots > cyc)
+                    cyc = S / slots;
+            }
+        }
+out:
+    free(t);
+    free(rt);
+    free(k);
+    return cyc;
+}
+
+void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double cycle, int m,
+                         int *extra)
+{
+    int e = pb->n_units - 1; /* BERT boundaries all carry B x T x H; take the largest */
+    for (int u = 0; u + 1 < pb->n_units; u++)
+        if (pb->unit[u].out_bytes > pb->unit[e - 1].out_bytes)
+            e = u + 1;
+    for (int l = 0; l + 1 < p; l++) {
+        double smax, rt = round_trip(pb, order[l], order[l + 1], e, &smax);
+        double x = cycle > 0 && rt > 0.5 * cycle ? ceil(rt / cycle) : 0;
+        extra[l] = x > m ? m : (int)x;
+    }
+}
+
+typedef struct dp_ws {
+    double *g, *gn, *v;
+    int *nxt, *dq, *k;
+} dp_ws;
+
+/* One feasibility test at bound B; on success fills cuts. */
+static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_ws *w, int *cuts)
+{
+    int n = pb->n_units, p = c->p;
+    size_t n1 = (size_t)n + 1;
+    double *g = w->g, *gn = w->gn;
+    int runs = c->window && c->schedule == BAL_1F1B;
+    for (int i = p - 1; i >= 0; i--) {
+        int d = c->order[i], k = w->k[i];
+        int smin = i, smax = i == 0 ? 0 : n - (p - i), emax = n - (p - 1 - i);
+        const double *pre = pb->pre + (size_t)d * n1;
+        int *nxt = w->nxt + (size_t)i * n1;
+        if (i == p - 1) {
+            for (int s = smin; s <= smax; s++) {
+                double t = pre[n] - pre[s];
+                g[s] = (t <= B && bal_fits(pb, d, s, n, k)) ? t - B : INFINITY;
+                nxt[s] = n;
+            }
+        } else {
+            /* v(e) = prefix + max(0, round trip - lookahead slots + rest), e in [smin+1, emax] */
+            bal_link f = bal_problem_link(pb, d, c->order[i + 1]);
+            bal_link r = bal_problem_link(pb, c->order[i + 1], d);
+            double ahead = c->extra ? c->extra[i] * B : 0;
+            if (!isfinite(ahead))
+                ahead = 0;
+            for (int e = smin + 1; e <= emax; e++) {
+                double bytes = (double)pb->unit[e - 1].out_bytes;
+                double sf = bytes / f.bw, sr = bytes / r.bw;
+                if (gn[e] == INFINITY || sf > B || sr > B) {
+                    w->v[e] = INFINITY;
+                    continue;
+                }
+                double x = f.lat + r.lat + sf + sr - ahead + gn[e];
+                w->v[e] = pre[e] + (x > 0 ? x : 0);
+            }
+            int head = 0, tail = 0, eh = smin, push = smin + 1;
+            for (int s = smin; s <= smax; s++) {
+                if (eh < s)
+                    eh = s;
+                while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= B && bal_fits(pb, d, s, eh + 1, k))
+                    eh++;
+                if (push < s + 1)
+                    push = s + 1;
+                for (; push <= eh; push++) {
+                    if (w->v[push] == INFINITY)
+                        continue;
+                    while (tail > head && w->v[w->dq[tail - 1]] >= w->v[push])
+                        tail--;
+                    w->dq[tail++] = push;
+                }
+                while (tail > head && w->dq[head] < s + 1)
+                    head++;
+                g[s] = INFINITY;
+                if (tail > head) {
+                    int e = w->dq[head];
+                    double h = w->v[e] - pre[s] - B;
+                    nxt[s] = e;
+                    if (!runs || h <= 0)
+                        g[s] = h;
+                }
+            }
+        }
+        double *t = g;
+        g = gn;
+        gn = t;
+    }
+    /* gn now holds stage 0 */
+    if (!(gn[0] < INFINITY))
+        return 0;
+    cuts[0] = 0;
+    for (int i = 0; i < p; i++)
+        cuts[i + 1] = w->nxt[(size_t)i * n1 + cuts[i]];
+    return 1;
+}
+
+double bal_chain_best(const bal_problem *pb, const bal_chain *ch, int *cuts)
+{
+    return bal_chain_best_tol(pb, ch, cuts, 1e-10);
+}
+
+double bal_chain_best_tol(const bal_problem *pb, const bal_chain *ch, int *cuts, double tol)
+{
+    int n = pb->n_units, p = ch->p;
+    if (p < 1 || p > n)
+        return INFINITY;
+    size_t n1 = (size_t)n + 1;
+    dp_ws w;
+    w.g = sl_xmalloc(n1 * sizeof(double));
+    w.gn = sl_xmalloc(n1 * sizeof(double));
+    w.v = sl_xmalloc(n1 * sizeof(double));
+    w.dq = sl_xmalloc(n1 * sizeof(int));
+    w.nxt = sl_xmalloc((size_t)p * n1 * sizeof(int));
+    w.k = sl_xmalloc((size_t)p * sizeof(int));
+    bal_inflight(ch, w.k);
+    int *c = sl_xmalloc(((size_t)p + 1) * sizeof(int));
+    double hi = INFINITY, lo = 0;
+    if (dp_feasible(pb, ch, INFINITY, &w, c)) {
+        hi = bal_chain_cycle(pb, ch, c);
+        memcpy(cuts, c, ((size_t)p + 1) * sizeof(int));
+        /* the cycle a feasible cut achieves tightens hi below mid; on long
+         * chains (O(p^2) to evaluate) plain bisection is cheaper */
+        int tighten = p <= 128;
+        for (int it = 0; it < 200 && hi - lo > tol * hi; it++) {
+            double mid = lo > 0 && hi > 4 * lo ? sqrt(lo * hi) : 0.5 * (lo + hi);
+            if (dp_feasible(pb, ch, mid, &w, c)) {
+                double got = tighten ? bal_chain_cycle(pb, ch, c) : mid;
+                if (!(got < hi)) { /* rounding: the bound was met only to the last bit */
+                    hi = mid;
+                    continue;
+                }
+                hi = got;
+                memcpy(cuts, c, ((size_t)p + 1) * sizeof(int));
+            } else
+                lo = mid;
+        }
+        hi = bal_chain_cycle(pb, ch, cuts);
+    }
+    free(w.g);
+    free(w.gn);
+    free(w.v);
+    free(w.dq);
+    free(w.nxt);
+    free(w.k);
+    free(c);
+    return hi;
+}
+
+int bal_plan_overflow(const bal_problem *pb, const bal_chain *c, const int *cuts)
+{
+    int *k = sl_xmalloc((size_t)c->p * sizeof(int)), bad = -1;
+    bal_inflight(c, k);
+    for (int i = 0; i < c->p && bad < 0; i++)
+        if (!bal_fits(pb, c->order[i], cuts[i], cuts[i + 1], k[i]))
+            bad = i;
+    free(k);
+    return bad;
+}
+
+double bal_estimate(const bal_problem *pb, const bal_chain *c, const int *cuts, double cycle)
+{
+    /* fill and drain cost the first micro-batch's round trip under both schedules */
+    double R = 0, opt = 0;
+    for (int i = 0; i < c->p; i++) {
+        int d = c->order[i];
+        R += bal_time(pb, d, cuts[i], cuts[i + 1]);
+        double o = bal_optim_s(pb, d, cuts[i], cuts[i + 1]);
+        if (o > opt)
+            opt = o;
+        if (i < c->p - 1) {
+            double smax;
+            R += round_trip(pb, d, c->order[i + 1], cuts[i + 1], &smax);
+        }
+    }
+    return R + (c->m - 1) * cycle + opt;
+}
+
+bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, const int *cuts)
+{
+    int p = c->p;
+    bal_plan *pl = sl_xcalloc(1, sizeof *pl);
+    pl->algo = algo;
+    pl->schedule = c->schedule;
+    pl->micro_batches = c->m;
+    pl->n_units = pb->n_units;
+    pl->n_stages = p;
+    pl->stage = sl_xcalloc((size_t)p, sizeof *pl->stage);
+    int *k = sl_xmalloc((size_t)p * sizeof(int));
+    bal_inflight(c, k);
+    unsigned char *used = sl_xcalloc((size_t)pb->n_dev, 1);
+    for (int i = 0; i < p; i++) {
+        bal_stage *s = &pl->stage[i];
+        int d = c->order[i], a = cuts[i], b = cuts[i + 1];
+        used[d] = 1;
+        s->device = d;
+        memcpy(s->id, pb->dev[d].id, BAL_NAME_MAX);
+        memcpy(s->site, pb->dev[d].site, BAL_NAME_MAX);
+        s->first = a;
+        s->last = b;
+        for (int u = a; u < b; u++) {
+            s->fwd_s += bal_unit_fwd_s(pb, d, u);
+            s->bwd_s += bal_unit_bwd_s(pb, d, u);
+        }
+        s->optim_s = bal_optim_s(pb, d, a, b);
+        s->static_bytes = pb->pstatic[b] - pb->pstatic[a];
+        s->stash_bytes = pb->pstash[b] - pb->pstash[a];
+        s->mem_bytes = pb->dev[d].mem_bytes;
+        s->max_inflight = k[i];
+        s->warmup = c->schedule == BAL_GPIPE ? c->m : k[i] - 1;
+        if (i < p - 1) {
+            bal_link f = bal_problem_link(pb, d, c->order[i + 1]);
+            bal_link r = bal_problem_link(pb, c->order[i + 1], d);
+            s->lat_s = 0.5 * (f.lat + r.lat); /* links are symmetric in our inputs */
+            s->act_s = bal_ser(pb, f, b);
+            s->grad_s = bal_ser(pb, r, b);
+        }
+    }
+    free(k);
+    pl->n_dropped = 0;
+    pl->dropped = sl_xcalloc((size_t)pb->n_dev, sizeof *pl->dropped);
+    for (int d = 0; d < pb->n_dev; d++)
+        if (!used[d]) {
+            bal_dropped *x = &pl->dropped[pl->n_dropped++];
+            x->device = d;
+            memcpy(x->id, pb->dev[d].id, BAL_NAME_MAX);
+            snprintf(x->reason, sizeof x->reason, "not used");
+        }
+    free(used);
+    bal_chain cc = *c;
+    cc.window = c->schedule == BAL_1F1B;
+    pl->cycle_s = bal_chain_cycle(pb, &cc, cuts);
+    pl->est_iter_s = bal_estimate(pb, c, cuts, pl->cycle_s);
+    return pl;
+}
+
+void bal_plan_free(bal_plan *pl)
+{
+    if (!pl)
+        return;
+    free(pl->stage);
+    free(pl->dropped);
+    free(pl);
+}
+
+static int check_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err)
+{
+    int p = c->p;
+    if (p < 1 || p > pb->n_dev || p > pb->n_units || c->m < 1 ||
+        (c->schedule != BAL_1F1B && c->schedule != BAL_GPIPE))
+        return sl_err_set(err, SL_EINVAL, "chain: need 1..%d stages, m >= 1 and a schedule",
+                          pb->n_dev < pb->n_units ? pb->n_dev : pb->n_units);
+    if (cuts[0] != 0 || cuts[p] != pb->n_units)
+        return sl_err_set(err, SL_EINVAL, "chain: cuts must run from 0 to %d", pb->n_units);
+    for (int i = 0; i < p; i++) {
+        if (c->order[i] < 0 || c->order[i] >= pb->n_dev)
+            return sl_err_set(err, SL_EINVAL, "chain: device %d out of range", c->order[i]);
+        if (cuts[i + 1] <= cuts[i])
+            return sl_err_set(err, SL_EINVAL, "chain: stage %d is empty", i);
+        if (c->extra && i < p - 1 && (c->extra[i] < 0 || c->extra[i] > 1000000))
+            return sl_err_set(err, SL_EINVAL, "chain: extra[%d] out of range", i);
+        for (int j = 0; j < i; j++)
+            if (c->order[j] == c->order[i])
+                return sl_err_set(err, SL_EINVAL, "chain: device %d used twice", c->order[i]);
+    }
+    return 0;
+}
+
+static int overflow_err(const bal_problem *pb, const bal_chain *c, const int *cuts, int i,
+                        const char *algo, sl_err *err)
+{
+    int *kk = sl_xmalloc((size_t)c->p * sizeof(int));
+    bal_inflight(c, kk);
+    int d = c->order[i], k = kk[i];
+    free(kk);
+    uint64_t need = pb->pstatic[cuts[i + 1]] - pb->pstatic[cuts[i]] +
+                    (uint64_t)k * (pb->pstash[cuts[i + 1]] - pb->pstash[cuts[i]]);
+    return sl_err_set(err, SL_EINVAL,
+                      "%s: stage %d on %s (units %d-%d, %d micro-batches stashed) needs %llu "
+                      "bytes, the device has %llu: short by %llu bytes",
+                      algo, i, pb->dev[d].id, cuts[i], cuts[i + 1] - 1, k,
+                      (unsigned long long)need, (unsigned long long)pb->dev[d].mem_bytes,
+                      (unsigned long long)(need - pb->dev[d].mem_bytes));
+}
+
+bal_plan *bal_plan_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err)
+{
+    if (check_chain(pb, c, cuts, err))
+        return NULL;
+    int i = bal_plan_overflow(pb, c, cuts);
+    if (i >= 0) {
+        overflow_err(pb, c, cuts, i, "chain", err);
+        return NULL;
+    }
+    return bal_plan_build(pb, BAL_OPTIMAL, c, cuts);
+}
+
+/* The micro-batch count: the smallest m whose estimated bubble
+ * (1 - m cycle / estimate) is at most the target; for GPipe also the largest
+ * whose stash still fits. */
+int bal_choose_m(const bal_problem *pb, const bal_chain *c, const int *cuts, const bal_opts *o)
+{
+    if (o->micro_batches > 0)
+        return o->micro_batches;
+    int mmax = o->max_micro_batches > 0 ? o->max_micro_batches : 1024;
+    /* the cycle does not depend on m, only memory does; m = 1 fits whenever any m fits */
+    bal_chain cc = *c;
+    cc.m = 1;
+    double cyc = bal_chain_cycle(pb, &cc, cuts);
+    double est1 = bal_estimate(pb, &cc, cuts, cyc);
+    int best = 1;
+    for (int m = 1; m <= mmax && isfinite(cyc); m++) {
+        cc.m = m;
+        if (o->schedule == BAL_GPIPE && bal_plan_overflow(pb, &cc, cuts) >= 0)
+            break;
+        best = m;
+        if (1 - m * cyc / (est1 + (m - 1) * cyc) <= o->target_bubble)
+            break;
+    }
+    return best;
+}
+
+/* even: floor(n/D) units each in the given order, the first n mod D one more. */
+static int even_cuts(const bal_problem *pb, int *order, int *cuts)
+{
+    int n = pb->n_units, p = pb->n_dev < n ? pb->n_dev : n;
+    int q = n / p, r = n % p;
+    cuts[0] = 0;
+    for (int i = 0; i < p; i++) {
+        order[i] = i;
+        cuts[i + 1] = cuts[i] + q + (i < r);
+    }
+    return p;
+}
+
+/* sky: the paper's allocator as described. Load of a device = its seconds per
+ * forward FLOP x the forward FLOPs of its units (no backward, no links).
+ * Start from even, repair memory by moving boundary units to a neighbour,
+ * then move boundary units between neighbours, either way, while that lowers
+ * the larger of the two loads (at most 1000 passes). */
+static double sky_load(const bal_problem *pb, int d, int a, int b)
+{
+    double f = 0;
+    for (int u = a; u < b; u++)
+        f += pb->unit[u].fwd_flops;
+    return f / pb->rate[d];
+}
+
+static int sky_cuts(const bal_problem *pb, int *order, int *cuts, int m, int schedule)
+{
+    int p = even_cuts(pb, order, cuts);
+    bal_chain c = {.p = p, .order = order, .m = m, .schedule = schedule};
+    int *k = sl_xmalloc((size_t)p * sizeof(int));
+    bal_inflight(&c, k);
+#define FITS(i, a, b) bal_fits(pb, order[i], a, b, k[i])
+    for (int it = 0; it < 4 * pb->n_units * p + 4; it++) {
+        int bad = -1;
+        for (int i = 0; i < p && bad < 0; i++)
+            if (!FITS(i, cuts[i], cuts[i + 1]))
+                bad = i;
+        if (bad < 0)
+            break;
+        int i = bad;
+        if (cuts[i + 1] - cuts[i] < 2 || p == 1) {
+            p = -1;
+            goto out;
+        }
+        /* to the right neighbour if it takes the unit, else to the left, else
+         * push the excess along and let the neighbour repair next */
+        if (i + 1 < p && FITS(i + 1, cuts[i + 1] - 1, cuts[i + 2]))
+            cuts[i + 1]--;
+        else if (i > 0 && FITS(i - 1, cuts[i - 1], cuts[i] + 1))
+            cuts[i]++;
+        else if (i + 1 < p)
+            cuts[i + 1]--;
+        else
+            cuts[i]++;
+    }
+    if (bal_plan_overflow(pb, &c, cuts) >= 0) {
+        p = -1;
+        goto out;
+    }
+    for (int pass = 0; pass < 1000; pass++) {
+        int moved = 0;
+        for (int i = 0; i + 1 < p; i++) {
+            int a = cuts[i], x = cuts[i + 1], b = cuts[i + 2];
+            double li = sky_load(pb, order[i], a, x), lj = sky_load(pb, order[i + 1], x, b);
+            double old = li > lj ? li : lj;
+            if (li > lj && x - a >= 2) {
+                double ni = sky_load(pb, order[i], a, x - 1), nj = sky_load(pb, order[i + 1], x - 1, b);
+                if ((ni > nj ? ni : nj) < old && FITS(i + 1, x - 1, b)) {
+                    cuts[i + 1]--;
+                    moved = 1;
+                }
+            } else if (lj > li && b - x >= 2) {
+                double ni = sky_load(pb, order[i], a, x + 1), nj = sky_load(pb, order[i + 1], x + 1, b);
+                if ((ni > nj ? ni : nj) < old && FITS(i, a, x + 1)) {
+                    cuts[i + 1]++;
+                    moved = 1;
+                }
+            }
+        }
+        if (!moved)
+            break;
+    }
+#undef FITS
+out:
+    free(k);
+    return p;
+}
+
+/* The same schedule rule for every algorithm: a lookahead sized for the
+ * chain's own stage and link times, kept only if memory allows it. */
+static void baseline_extra(const bal_problem *pb, bal_chain *c, const int *cuts, int *extra)
+{
+    bal_chain plain = *c;
+    plain.extra = NULL;
+    plain.window = 0;
+    double cyc = bal_chain_cycle(pb, &plain, cuts);
+    c->extra = NULL;
+    if (c->schedule != BAL_1F1B || !isfinite(cyc))
+        return;
+    bal_chain_lookahead(pb, c->order, c->p, cyc, c->m, extra);
+    c->extra = extra;
+    if (bal_plan_overflow(pb, c, cuts) >= 0)
+        c->extra = NULL;
+}
+
+/* Baseline plans for the given m (0: choose). NULL with a message if memory fails. */
+bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, int m,
+                            sl_err *err)
+{
+    int n = pb->n_units;
+    int *order = sl_xmalloc((size_t)pb->n_dev * sizeof(int));
+    int *cuts = sl_xmalloc(((size_t)pb->n_dev + 1) * sizeof(int));
+    int *extra = sl_xcalloc((size_t)pb->n_dev, sizeof(int));
+    int m0 = m > 0 ? m : (o->schedule == BAL_GPIPE ? 1 : o->max_micro_batches);
+    int p;
+    bal_plan *pl = NULL;
+    if (algo == BAL_EVEN) {
+        p = even_cuts(pb, order, cuts);
+    } else if ((p = sky_cuts(pb, order, cuts, m0, o->schedule)) < 0) {
+        sl_err_set(err, SL_EINVAL, "sky: memory repair failed: the units do not fit on the "
+                   "devices in the given order");
+        goto out;
+    }
+    bal_chain c = {.p = p, .order = order, .m = m0, .schedule = o->schedule, .window = o->window};
+    bal_opts oo = *o;
+    oo.micro_batches = m;
+    c.m = bal_choose_m(pb, &c, cuts, &oo);
+    baseline_extra(pb, &c, cuts, extra);
+    int i = bal_plan_overflow(pb, &c, cuts);
+    if (i >= 0)
+        overflow_err(pb, &c, cuts, i, bal_algo_name(algo), err);
+    else {
+        pl = bal_plan_build(pb, algo, &c, cuts);
+        for (int k = 0; k < pl->n_dropped; k++)
+            snprintf(pl->dropped[k].reason, sizeof pl->dropped[k].reason,
+                     "more devices than the %d units", n);
+    }
+out:
+    free(order);
+    free(cuts);
+    free(extra);
+    return pl;
+}
+
+bal_plan *bal_plan_make(const bal_problem *pb, int algo, const bal_opts *opts, sl_err *err)
+{
+    bal_opts o = opts ? *opts : bal_opts_default();
+    if (o.schedule != BAL_1F1B && o.schedule != BAL_GPIPE) {
+        sl_err_set(err, SL_EINVAL, "unknown schedule %d", o.schedule);
+        return NULL;
+    }
+    if (o.micro_batches < 0 || o.micro_batches > 1000000 || o.max_micro_batches < 0 ||
+        o.max_micro_batches > 1000000) {
+        sl_err_set(err, SL_EINVAL, "micro-batch count out of range");
+        return NULL;
+    }
+    if (o.max_micro_batches == 0)
+        o.max_micro_batches = 1024;
+    double t0 = sl_now_s();
+    bal_plan *pl;
+    if (algo == BAL_EVEN || algo == BAL_SKY)
+        pl = bal_plan_baseline(pb, algo, &o, o.micro_batches, err);
+    else if (algo == BAL_OPTIMAL)
+        pl = bal_plan_optimal(pb, &o, err);
+    else {
+        sl_err_set(err, SL_EINVAL, "unknown algorithm %d", algo);
+        return NULL;
+    }
+    if (pl)
+        pl->plan_s = sl_now_s() - t0;
+    return pl;
+}

@@ -1,0 +1,890 @@
+/* bal_search.c - `optimal`: the exact partition (bal_part.c) inside a search
+ * over device order and subset, the micro-batch count, and the message for
+ * a model that does not fit.
+ *
+ * Order: sites stay contiguous, so a chain crosses each slow inter-site link
+ * at most once; site orders are ranked by their hops (slowest serialization,
+ * then the sum of latency + serialization) and the best few are placed
+ * exactly. Inside a site, devices go by memory, largest first, since early
+ * 1F1B stages stash the most micro-batches. Subset: the fastest k devices
+ * for every k (a grid of k past 64 devices), then local search: drop one
+ * device, add one back, swap neighbours, each accepted only if the
+ * estimated iteration gets shorter. The finalists, with the even and sky
+ * placements at the same micro-batch count, are replayed by the simulator
+ * and the fastest is returned, so `optimal` is never worse than either. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bal_int.h"
+#include "sl_mem.h"
+
+typedef struct search {
+    const bal_problem *pb;
+    const bal_opts *o;
+    int m_mem;  /* micro-batches assumed for memory while searching */
+    int m_eval; /* micro-batches for the estimate that ranks candidates */
+    int n, D;
+    double tol; /* relative precision of each placement while searching */
+    int evals;
+    int thorough; /* small inputs: try every lookahead variant, keep a pool */
+    struct chain *var, *pool;
+    int npool;
+} search;
+
+#define POOL 6
+
+typedef struct chain {
+    int *order, *cuts, *extra;
+    int p, has_extra;
+    double cycle, est;
+} chain;
+
+static void chain_init(chain *c, int D)
+{
+    c->order = sl_xmalloc((size_t)D * sizeof(int));
+    c->cuts = sl_xmalloc(((size_t)D + 1) * sizeof(int));
+    c->extra = sl_xcalloc((size_t)D, sizeof(int));
+    c->p = c->has_extra = 0;
+    c->cycle = c->est = INFINITY;
+}
+
+static void chain_free(chain *c)
+{
+    free(c->order);
+    free(c->cuts);
+    free(c->extra);
+}
+
+static void chain_copy(chain *dst, const chain *src)
+{
+    memcpy(dst->order, src->order, (size_t)src->p * sizeof(int));
+    memcpy(dst->cuts, src->cuts, ((size_t)src->p + 1) * sizeof(int));
+    memcpy(dst->extra, src->extra, (size_t)src->p * sizeof(int));
+    dst->p = src->p;
+    dst->has_extra = src->has_extra;
+    dst->cycle = src->cycle;
+    dst->est = src->est;
+}
+
+static bal_chain spec(const search *S, const chain *c, int m)
+{
+    bal_chain b = {.p = c->p, .order = c->order, .extra = c->has_extra ? c->extra : NULL,
+                   .m = m, .schedule = S->o->schedule, .window = S->o->window};
+    return b;
+}
+
+/* The chain's ideal seconds per micro-batch: its devices' speeds added up,
+ * or its slowest link's serialization if that is larger. */
+static double chain_floor(const bal_problem *pb, const chain *c)
+{
+    double inv = 0, ser = 0;
+    int e = pb->n_units > 1 ? 1 : 0;
+    for (int i = 0; i < c->p; i++) {
+        double t = bal_time(pb, c->order[i], 0, pb->n_units);
+        inv += t > 0 ? 1 / t : 1e30;
+        if (i + 1 < c->p && e) {
+            bal_link f = bal_problem_link(pb, c->order[i], c->order[i + 1]);
+            if (bal_ser(pb, f, e) > ser)
+                ser = bal_ser(pb, f, e);
+        }
+    }
+    double lb = inv > 0 ? 1 / inv : 0;
+    return lb > ser ? lb : ser;
+}
+
+/* Places c->order exactly with a lookahead sized at `ref` seconds per
+ * micro-batch (ref <= 0: textbook 1F1B). Returns the estimated iteration. */
+static double place(search *S, chain *c, double ref)
+{
+    c->has_extra = 0;
+    if (S->o->schedule == BAL_1F1B && c->p > 1 && ref > 0) {
+        bal_chain_lookahead(S->pb, c->order, c->p, ref, S->m_mem, c->extra);
+        for (int l = 0; l + 1 < c->p; l++)
+            c->has_extra |= c->extra[l] > 0;
+    }
+    bal_chain b = spec(S, c, S->m_mem);
+    c->cycle = bal_chain_best_tol(S->pb, &b, c->cuts, S->tol);
+    c->est = INFINITY;
+    if (c->cycle < INFINITY) {
+        b = spec(S, c, S->m_eval);
+        c->est = bal_estimate(S->pb, &b, c->cuts, c->cycle);
+        /* small inputs: the simulator itself ranks (a replay costs microseconds) */
+        if (S->thorough && bal_plan_overflow(S->pb, &b, c->cuts) < 0) {
+            bal_plan *pl = bal_plan_build(S->pb, BAL_OPTIMAL, &b, c->cuts);
+            bal_timeline *tl = bal_simulate(pl, S->o->schedule, 0, NULL);
+            if (tl)
+                c->est = tl->iteration_s;
+            bal_timeline_free(tl);
+            bal_plan_free(pl);
+        }
+    }
+    return c->est;
+}
+
+static int same_chain(const chain *a, const chain *b)
+{
+    if (a->p != b->p || a->has_extra != b->has_extra ||
+        memcmp(a->order, b->order, (size_t)a->p * sizeof(int)))
+        return 0;
+    return !a->has_extra || !memcmp(a->extra, b->extra, (size_t)a->p * sizeof(int));
+}
+
+/* Keeps the POOL best distinct chains by estimate for the simulator to judge. */
+static void pool_offer(search *S, const chain *c)
+{
+    if (!S->pool || !(c->est < INFINITY))
+        return;
+    for (int i = 0; i < S->npool; i++)
+        if (same_chain(&S->pool[i], c))
+            return;
+    int pos = S->npool;
+    while (pos > 0 && c->est < S->pool[pos - 1].est)
+        pos--;
+    if (pos >= POOL)
+        return;
+    int last = S->npool < POOL ? S->npool++ : POOL - 1;
+    chain keep = S->pool[last];
+    for (int i = last; i > pos; i--)
+        S->pool[i] = S->pool[i - 1];
+    S->pool[pos] = keep;
+    chain_copy(&S->pool[pos], c);
+}
+
+/* Places `order` exactly: for 1F1B with a lookahead that hides slow links,
+ * sized at the chain's speed floor, if memory allows, else textbook. Small
+ * inputs also try textbook and a lookahead sized at the textbook cycle.
+ * Returns the estimated iteration (INFINITY if nothing fits). */
+static double evaluate(search *S, chain *c)
+{
+    S->evals++;
+    c->est = c->cycle = INFINITY;
+    if (c->p < 1 || c->p > S->n)
+        return INFINITY;
+    if (S->o->schedule != BAL_1F1B || c->p == 1) {
+        place(S, c, 0);
+    } else if (!S->thorough) {
+        if (place(S, c, chain_floor(S->pb, c)) == INFINITY)
+            place(S, c, 0);
+    } else {
+        chain *v = S->var;
+        memcpy(v->order, c->order, (size_t)c->p * sizeof(int));
+        v->p = c->p;
+        place(S, c, chain_floor(S->pb, c));
+        double textbook = place(S, v, 0);
+        double tcycle = v->cycle;
+        if (textbook < c->est)
+            chain_copy(c, v);
+        if (tcycle < INFINITY && place(S, v, tcycle) < c->est)
+            chain_copy(c, v);
+    }
+    pool_offer(S, c);
+    return c->est;
+}
+
+static int better(const chain *a, const chain *b)
+{
+    return a->est < b->est * (1 - 1e-12);
+}
+
+/* ---- device and site ordering ---- */
+
+/* Device orders, sorted on keys (no global state: the coordinator may plan
+ * from several threads). */
+enum { BY_SPEED, BY_SITE, BY_MEM };
+
+typedef struct dkey {
+    int mode, site, idx;
+    uint64_t mem;
+    double t; /* seconds for the whole model, one micro-batch */
+} dkey;
+
+static int cmp_dkey(const void *x, const void *y)
+{
+    const dkey *a = x, *b = y;
+    if (a->mode == BY_SITE && a->site != b->site)
+        return a->site < b->site ? -1 : 1;
+    if (a->mode == BY_SPEED && a->t != b->t)
+        return a->t < b->t ? -1 : 1;
+    if (a->mem != b->mem)
+        return a->mem > b->mem ? -1 : 1;
+    if (a->mode == BY_SITE && a->t != b->t)
+        return a->t < b->t ? -1 : 1;
+    return a->idx - b->idx;
+}
+
+/* out[0..D): the devices fastest first, by site then memory, or by memory. */
+static void sort_devices(const bal_problem *pb, int mode, int *out)
+{
+    dkey *k = sl_xmalloc((size_t)pb->n_dev * sizeof *k);
+    for (int d = 0; d < pb->n_dev; d++)
+        k[d] = (dkey){mode, pb->site_of[d], d, pb->dev[d].mem_bytes,
+                      bal_time(pb, d, 0, pb->n_units)};
+    qsort(k, (size_t)pb->n_dev, sizeof *k, cmp_dkey);
+    for (int d = 0; d < pb->n_dev; d++)
+        out[d] = k[d].idx;
+    free(k);
+}
+
+typedef struct site_order {
+    int *s;
+    double worst, sum;
+} site_order;
+
+static double site_hop(const bal_problem *pb, int a, int b, double bytes, double *ser)
+{
+    const bal_link *f = &pb->between[(size_t)a * pb->n_sites + b];
+    const bal_link *r = &pb->between[(size_t)b * pb->n_sites + a];
+    double sf = bytes / f->bw, sr = bytes / r->bw;
+    *ser = sf > sr ? sf : sr;
+    return f->lat + r->lat + sf + sr;
+}
+
+static void score_sites(const bal_problem *pb, site_order *so, double bytes)
+{
+    so->worst = so->sum = 0;
+    for (int i = 0; i + 1 < pb->n_sites; i++) {
+        double ser, h = site_hop(pb, so->s[i], so->s[i + 1], bytes, &ser);
+        so->sum += h;
+        if (ser > so->worst)
+            so->worst = ser;
+    }
+}
+
+static int cmp_site_order(const site_order *a, const site_order *b)
+{
+    if (a->worst != b->worst)
+        return a->worst < b->worst ? -1 : 1;
+    if (a->sum != b->sum)
+        return a->sum < b->sum ? -1 : 1;
+    return 0;
+}
+
+/* Keeps the `keep` best orders in best[] (sorted); returns how many. */
+static void offer(site_order *best, int *nb, int keep, const int *s, int ns, const bal_problem *pb,
+                  double bytes)
+{
+    site_order t = {.s = (int *)s};
+    score_sites(pb, &t, bytes);
+    int pos = *nb;
+    while (pos > 0 && cmp_site_order(&t, &best[pos - 1]) < 0)
+        pos--;
+    if (pos >= keep)
+        return;
+    int last = *nb < keep ? *nb : keep - 1;
+    int *slot = best[last].s;
+    for (int i = last; i > pos; i--)
+        best[i] = best[i - 1];
+    best[pos].s = slot;
+    memcpy(slot, s, (size_t)ns * sizeof(int));
+    best[pos].worst = t.worst;
+    best[pos].sum = t.sum;
+    if (*nb < keep)
+        (*nb)++;
+}
+
+static void permute(int *a, int k, int ns, site_order *best, int *nb, int keep,
+                    const bal_problem *pb, double bytes)
+{
+    if (k == ns) {
+        offer(best, nb, keep, a, ns, pb, bytes);
+        return;
+    }
+    for (int i = k; i < ns; i++) {
+        int t = a[k];
+        a[k] = a[i];
+        a[i] = t;
+        permute(a, k + 1, ns, best, nb, keep, pb, bytes);
+        a[i] = a[k];
+        a[k] = t;
+    }
+}
+
+#define SITE_KEEP 24 /* site orders kept: all of them up to 4 sites */
+
+static int site_orders(const bal_problem *pb, site_order *best)
+{
+    int ns = pb->n_sites, nb = 0;
+    double bytes = 0;
+    for (int u = 0; u + 1 < pb->n_units; u++)
+        if ((double)pb->unit[u].out_bytes > bytes)
+            bytes = (double)pb->unit[u].out_bytes;
+    int *a = sl_xmalloc((size_t)ns * sizeof(int));
+    for (int i = 0; i < ns; i++)
+        a[i] = i;
+    if (ns <= 7) {
+        permute(a, 0, ns, best, &nb, SITE_KEEP, pb, bytes);
+    } else { /* nearest neighbour from every start */
+        unsigned char *used = sl_xmalloc((size_t)ns);
+        for (int st = 0; st < ns; st++) {
+            memset(used, 0, (size_t)ns);
+            a[0] = st;
+            used[st] = 1;
+            for (int i = 1; i < ns; i++) {
+                int bj = -1;
+                double bh = INFINITY, ser;
+                for (int j = 0; j < ns; j++)
+                    if (!used[j]) {
+                        double h = site_hop(pb, a[i - 1], j, bytes, &ser);
+                        if (h < bh) {
+                            bh = h;
+                            bj = j;
+                        }
+                    }
+                a[i] = bj;
+                used[bj] = 1;
+            }
+            offer(best, &nb, SITE_KEEP, a, ns, pb, bytes);
+        }
+        free(used);
+    }
+    free(a);
+    return nb;
+}
+
+/* Devices flagged in use[], grouped by site in site order, by memory inside. */
+static void build_order(const bal_problem *pb, const int *bysite, const int *so,
+                        const unsigned char *use, chain *c)
+{
+    c->p = 0;
+    for (int k = 0; k < pb->n_sites; k++)
+        for (int j = 0; j < pb->n_dev; j++) {
+            int d = bysite[j];
+            if (use[d] && pb->site_of[d] == so[k])
+                c->order[c->p++] = d;
+        }
+}
+
+/* ---- local search on one chain ---- */
+
+static void local_search(search *S, chain *best, const int *bysite_rank, int budget)
+{
+    const bal_problem *pb = S->pb;
+    chain t;
+    chain_init(&t, S->D);
+    unsigned char *in = sl_xmalloc((size_t)S->D);
+    int improved = 1;
+    while (improved && S->evals < budget) {
+        improved = 0;
+        /* drop one device, slowest first */
+        for (int i = best->p - 1; i >= 0 && best->p > 1 && S->evals < budget; i--) {
+            t.p = 0;
+            for (int j = 0; j < best->p; j++)
+                if (j != i)
+                    t.order[t.p++] = best->order[j];
+            if (evaluate(S, &t) < INFINITY && better(&t, best)) {
+                chain_copy(best, &t);
+                improved = 1;
+            }
+        }
+        /* add one back, at the end of its site's block */
+        memset(in, 0, (size_t)S->D);
+        for (int j = 0; j < best->p; j++)
+            in[best->order[j]] = 1;
+        for (int k = 0; k < S->D && best->p < S->n && S->evals < budget; k++) {
+            int d = bysite_rank[k];
+            if (in[d])
+                continue;
+            int pos = best->p;
+            for (int j = 0; j < best->p; j++)
+                if (pb->site_of[best->order[j]] == pb->site_of[d])
+                    pos = j + 1;
+            t.p = 0;
+            for (int j = 0; j < best->p; j++) {
+                if (j == pos)
+                    t.order[t.p++] = d;
+                t.order[t.p++] = best->order[j];
+            }
+            if (pos == best->p)
+                t.order[t.p++] = d;
+            if (evaluate(S, &t) < INFINITY && better(&t, best)) {
+                chain_copy(best, &t);
+                in[d] = 1;
+                improved = 1;
+            }
+        }
+        /* swap neighbours */
+        for (int i = 0; i + 1 < best->p && S->evals < budget; i++) {
+            chain_copy(&t, best);
+            int x = t.order[i];
+            t.order[i] = t.order[i + 1];
+            t.order[i + 1] = x;
+            if (evaluate(S, &t) < INFINITY && better(&t, best)) {
+                chain_copy(best, &t);
+                improved = 1;
+            }
+        }
+    }
+    free(in);
+    chain_free(&t);
+}
+
+/* Tries every order of the chain's maximal same-site blocks; 1 if one is better. */
+static int blocks_rec(search *S, chain *best, chain *t, const int *bs, const int *bl, int nb,
+                      int *perm, int k, unsigned used)
+{
+    if (k == nb) {
+        t->p = 0;
+        for (int i = 0; i < nb; i++)
+            for (int j = 0; j < bl[perm[i]]; j++)
+                t->order[t->p++] = best->order[bs[perm[i]] + j];
+        if (evaluate(S, t) < INFINITY && better(t, best)) {
+            chain_copy(best, t);
+            return 1;
+        }
+        return 0;
+    }
+    for (int b = 0; b < nb; b++)
+        if (!(used & (1u << b))) {
+            perm[k] = b;
+            if (blocks_rec(S, best, t, bs, bl, nb, perm, k + 1, used | (1u << b)))
+                return 1;
+        }
+    return 0;
+}
+
+/* The chain's maximal same-site blocks (start, length); -1 if more than max. */
+static int site_blocks(const bal_problem *pb, const chain *c, int *bs, int *bl, int max)
+{
+    int nb = 0;
+    for (int i = 0; i < c->p; i++) {
+        if (i == 0 || pb->site_of[c->order[i]] != pb->site_of[c->order[i - 1]]) {
+            if (nb == max)
+                return -1;
+            bs[nb] = i;
+            bl[nb++] = 0;
+        }
+        bl[nb - 1]++;
+    }
+    return nb;
+}
+
+static int permute_blocks(search *S, chain *best, chain *t)
+{
+    int bs[5], bl[5], perm[5], nb = site_blocks(S->pb, best, bs, bl, 5);
+    return nb > 1 && blocks_rec(S, best, t, bs, bl, nb, perm, 0, 0);
+}
+
+/* Small inputs: first-improvement hill climbing over every removal,
+ * insertion (any unused device, any position) and pair swap. */
+static void local_search_full(search *S, chain *best, int budget)
+{
+    chain t;
+    chain_init(&t, S->D);
+    unsigned char *in = sl_xmalloc((size_t)S->D);
+    int improved = 1;
+    while (improved && S->evals < budget) {
+        improved = 0;
+        memset(in, 0, (size_t)S->D);
+        for (int j = 0; j < best->p; j++)
+            in[best->order[j]] = 1;
+        for (int i = 0; i < best->p && best->p > 1 && !improved && S->evals < budget; i++) {
+            t.p = 0;
+            for (int j = 0; j < best->p; j++)
+                if (j != i)
+                    t.order[t.p++] = best->order[j];
+            if (evaluate(S, &t) < INFINITY && better(&t, best))
+                chain_copy(best, &t), improved = 1;
+        }
+        for (int d = 0; d < S->D && best->p < S->n && !improved && S->evals < budget; d++) {
+            if (in[d])
+                continue;
+            for (int pos = 0; pos <= best->p && !improved; pos++) {
+                t.p = 0;
+                for (int j = 0; j <= best->p; j++) {
+                    if (j == pos)
+                        t.order[t.p++] = d;
+                    if (j < best->p)
+                        t.order[t.p++] = best->order[j];
+                }
+                if (evaluate(S, &t) < INFINITY && better(&t, best))
+                    chain_copy(best, &t), improved = 1;
+            }
+        }
+        for (int i = 0; i < best->p && !improved && S->evals < budget; i++)
+            for (int j = i + 1; j < best->p && !improved; j++) {
+                chain_copy(&t, best);
+                t.order[i] = best->order[j];
+                t.order[j] = best->order[i];
+                if (evaluate(S, &t) < INFINITY && better(&t, best))
+                    chain_copy(best, &t), improved = 1;
+            }
+        /* reorder whole site blocks (every permutation of up to 5 blocks) */
+        if (!improved && S->evals < budget)
+            improved = permute_blocks(S, best, &t);
+        /* move one device to another position */
+        for (int i = 0; i < best->p && !improved && S->evals < budget; i++)
+            for (int j = 0; j < best->p && !improved; j++) {
+                if (j == i || j == i - 1)
+                    continue;
+                t.p = 0;
+                for (int k = 0; k < best->p; k++) {
+                    if (k != i)
+                        t.order[t.p++] = best->order[k];
+                    if (k == j)
+                        t.order[t.p++] = best->order[i];
+                }
+                if (evaluate(S, &t) < INFINITY && better(&t, best))
+                    chain_copy(best, &t), improved = 1;
+            }
+    }
+    free(in);
+    chain_free(&t);
+}
+
+/* Iterated local search: from every other order of the best chain's site
+ * blocks (up to 4 blocks), climb again; keeps whatever ends better. A block
+ * order and the orders inside the blocks often have to change together. */
+static void perturb_blocks(search *S, chain *best, int budget)
+{
+    int bs[4], bl[4], nb = site_blocks(S->pb, best, bs, bl, 4);
+    if (nb < 2)
+        return;
+    chain base, t;
+    chain_init(&base, S->D);
+    chain_init(&t, S->D);
+    chain_copy(&base, best);
+    int total = 1;
+    for (int i = 2; i <= nb; i++)
+        total *= i;
+    for (int code = 1; code < total && S->evals < budget; code++) {
+        int perm[4], used[4] = {0}, c = code;
+        for (int k = 0; k < nb; k++) { /* the code-th permutation, factorial base */
+            int f = 1;
+            for (int i = 2; i < nb - k; i++)
+                f *= i;
+            int r = c / f, j = 0;
+            c %= f;
+            for (;; j++)
+                if (!used[j] && r-- == 0)
+                    break;
+            used[j] = 1;
+            perm[k] = j;
+        }
+        t.p = 0;
+        for (int k = 0; k < nb; k++)
+            for (int j = 0; j < bl[perm[k]]; j++)
+                t.order[t.p++] = base.order[bs[perm[k]] + j];
+        if (evaluate(S, &t) == INFINITY)
+            continue;
+        local_search_full(S, &t, budget);
+        if (better(&t, best))
+            chain_copy(best, &t);
+    }
+    chain_free(&base);
+    chain_free(&t);
+}
+
+/* ---- infeasible: shortfall and the largest model that fits ---- */
+
+/* Memory-only: can units with these prefixes be cut over the chain? Each
+ * device gets `extra` more bytes. Reachable-set DP, exact. */
+static int mem_feasible(const bal_problem *pb, const uint64_t *pst, const uint64_t *psh, int n,
+                        const int *order, int p, int m, int schedule, uint64_t extra)
+{
+    if (p > n)
+        return 0;
+    unsigned char *A = sl_xcalloc((size_t)n + 1, 1), *E = sl_xcalloc((size_t)n + 1, 1);
+    int *cnt = sl_xmalloc(((size_t)n + 2) * sizeof(int));
+    A[0] = 1;
+    int *kk = sl_xmalloc((size_t)p * sizeof(int));
+    bal_chain ch = {.p = p, .order = order, .m = m, .schedule = schedule};
+    bal_inflight(&ch, kk);
+    for (int i = 0; i < p; i++) {
+        int k = kk[i];
+        uint64_t cap = pb->dev[order[i]].mem_bytes + extra;
+        cnt[0] = 0;
+        for (int s = 0; s <= n; s++)
+            cnt[s + 1] = cnt[s] + A[s];
+        memset(E, 0, (size_t)n + 1);
+        int lo = 0;
+        for (int e = 1; e <= n; e++) {
+            /* smallest s with [s,e) fitting; hereditary so lo only grows */
+            while (lo < e) {
+                uint64_t st = pst[e] - pst[lo], sh = psh[e] - psh[lo];
+                if (st <= cap && (sh == 0 || (uint64_t)k <= (cap - st) / sh))
+                    break;
+                lo++;
+            }
+            if (lo < e && cnt[e] - cnt[lo] > 0)
+                E[e] = 1;
+        }
+        unsigned char *x = A;
+        A = E;
+        E = x;
+    }
+    int ok = A[n];
+    free(kk);
+    free(A);
+    free(E);
+    free(cnt);
+    return ok;
+}
+
+/* Does a model with `layers` encoder layers fit some prefix of the devices by memory? */
+static int model_fits(const bal_problem *pb, int layers, const int *bymem, int m, int schedule)
+{
+    int n = layers + 2;
+    uint64_t *pst = sl_xmalloc(((size_t)n + 1) * sizeof(uint64_t));
+    uint64_t *psh = sl_xmalloc(((size_t)n + 1) * sizeof(uint64_t));
+    pst[0] = psh[0] = 0;
+    for (int u = 0; u < n; u++) {
+        const bal_unit *x = &pb->unit[u == 0 ? 0 : u == n - 1 ? pb->n_units - 1 : 1];
+        pst[u + 1] = pst[u] + x->param_bytes + x->optim_bytes;
+        psh[u + 1] = psh[u] + x->stash_bytes;
+    }
+    int ok = 0, pmax = pb->n_dev < n ? pb->n_dev : n;
+    for (int p = pmax; p >= 1 && !ok; p = p > 64 ? p - p / 16 : p - 1)
+        ok = mem_feasible(pb, pst, psh, n, bymem, p, m, schedule, 0);
+    free(pst);
+    free(psh);
+    return ok;
+}
+
+static void infeasible(const bal_problem *pb, const bal_opts *o, int m, sl_err *err)
+{
+    int n = pb->n_units, D = pb->n_dev;
+    int *bymem = sl_xmalloc((size_t)D * sizeof(int));
+    sort_devices(pb, BY_MEM, bymem);
+    uint64_t need = pb->pstatic[n] + pb->pstash[n], have = 0;
+    for (int d = 0; d < D; d++)
+        have += pb->dev[d].mem_bytes;
+    char what[320];
+    if (need > have)
+        snprintf(what, sizeof what, "needs at least %llu bytes (weights, gradients and AdamW "
+                 "state %llu + one stashed micro-batch %llu), the devices have %llu: short by "
+                 "%llu bytes", (unsigned long long)need, (unsigned long long)pb->pstatic[n],
+                 (unsigned long long)pb->pstash[n], (unsigned long long)have,
+                 (unsigned long long)(need - have));
+    else {
+        /* total memory suffices but no cut does: the smallest extra per device */
+        int p = D < n ? D : n;
+        uint64_t lo = 0, hi = need;
+        while (hi - lo > 1) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (mem_feasible(pb, pb->pstatic, pb->pstash, n, bymem, p, m, o->schedule, mid))
+                hi = mid;
+            else
+                lo = mid;
+        }
+        snprintf(what, sizeof what, "no cut fits although the devices have %llu bytes in all: "
+                 "short by %llu bytes on each of %d devices", (unsigned long long)have,
+                 (unsigned long long)hi, p);
+    }
+    int L = 0;
+    for (int u = 0; u < n; u++)
+        L += pb->unit[u].kind == BAL_UNIT_ENCODER;
+    int bert = n >= 2 && L == n - 2 && pb->unit[0].kind == BAL_UNIT_EMBED &&
+               pb->unit[n - 1].kind == BAL_UNIT_HEAD;
+    if (!bert) {
+        sl_err_set(err, SL_EINVAL, "model does not fit in the devices' memory: %s", what);
+    } else if (!model_fits(pb, 0, bymem, m, o->schedule)) {
+        sl_err_set(err, SL_EINVAL, "model does not fit in the devices' memory: %s; not even the "
+                   "embeddings and head alone fit (largest model that fits: none)", what);
+    } else {
+        int lo = 0, hi = L; /* lo fits, hi does not */
+        while (hi - lo > 1) {
+            int mid = lo + (hi - lo) / 2;
+            if (model_fits(pb, mid, bymem, m, o->schedule))
+                lo = mid;
+            else
+                hi = mid;
+        }
+        sl_err_set(err, SL_EINVAL, "model does not fit in the devices' memory: %s; the largest "
+                   "model that fits has %d encoder layers (this one has %d)", what, lo, L);
+    }
+    free(bymem);
+}
+
+/* ---- the search ---- */
+
+bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err)
+{
+    int n = pb->n_units, D = pb->n_dev;
+    search S = {.pb = pb, .o = o, .n = n, .D = D, .tol = 1e-3};
+    if (o->micro_batches > 0)
+        S.m_mem = S.m_eval = o->micro_batches;
+    else {
+        S.m_mem = o->schedule == BAL_GPIPE ? 4 : o->max_micro_batches;
+        S.m_eval = 4 * D < o->max_micro_batches ? 4 * D : o->max_micro_batches;
+    }
+    int *byspeed = sl_xmalloc((size_t)D * sizeof(int));
+    int *bysite = sl_xmalloc((size_t)D * sizeof(int));
+    sort_devices(pb, BY_SPEED, byspeed);
+    sort_devices(pb, BY_SITE, bysite);
+    site_order so[SITE_KEEP];
+    for (int i = 0; i < SITE_KEEP; i++)
+        so[i].s = sl_xmalloc((size_t)pb->n_sites * sizeof(int));
+    int nso = site_orders(pb, so);
+
+    unsigned char *use = sl_xcalloc((size_t)D, 1);
+    chain best, t, var, pool[POOL];
+    chain_init(&best, D);
+    chain_init(&t, D);
+    chain_init(&var, D);
+    for (int i = 0; i < POOL; i++)
+        chain_init(&pool[i], D);
+    if (D <= 16) {
+        S.thorough = 1;
+        S.var = &var;
+        S.pool = pool;
+    }
+    /* 1. site order, with the fastest min(D, n) devices */
+    int kfull = D < n ? D : n;
+    for (int j = 0; j < kfull; j++)
+        use[byspeed[j]] = 1;
+    int bs = 0;
+    if (!S.thorough && nso > 4) /* large inputs: place only the 4 best-ranked */
+        nso = 4;
+    for (int i = 0; i < nso; i++) {
+        build_order(pb, bysite, so[i].s, use, &t);
+        if (evaluate(&S, &t) < INFINITY && (best.p == 0 || better(&t, &best))) {
+            chain_copy(&best, &t);
+            bs = i;
+        }
+    }
+    /* 2. subsets: the fastest k devices, on a grid of about 16 k, then finer
+     * grids around the best (the estimate is close to unimodal in k) */
+    int step = (kfull + 15) / 16, k0 = 1, k1 = kfull;
+    for (;;) {
+        for (int k = k1; k >= k0; k -= step) {
+            memset(use, 0, (size_t)D);
+            for (int j = 0; j < k; j++)
+                use[byspeed[j]] = 1;
+            build_order(pb, bysite, so[bs].s, use, &t);
+            if (evaluate(&S, &t) < INFINITY && (best.p == 0 || better(&t, &best)))
+                chain_copy(&best, &t);
+        }
+        if (step == 1 || best.p == 0)
+            break;
+        k0 = best.p - step + 1 > 1 ? best.p - step + 1 : 1;
+        k1 = best.p + step - 1 < kfull ? best.p + step - 1 : kfull;
+        step = (step + 7) / 8;
+    }
+    if (best.p == 0) { /* nothing fast fits: the devices with the most memory */
+        int *bymem = sl_xmalloc((size_t)D * sizeof(int));
+        sort_devices(pb, BY_MEM, bymem);
+        for (int k = kfull; k >= 1 && best.p == 0; k = k > 64 ? k - k / 16 : k - 1) {
+            memset(use, 0, (size_t)D);
+            for (int j = 0; j < k; j++)
+                use[bymem[j]] = 1;
+            build_order(pb, bysite, so[bs].s, use, &t);
+            if (evaluate(&S, &t) < INFINITY)
+                chain_copy(&best, &t);
+        }
+        free(bymem);
+    }
+    bal_plan *pl = NULL;
+    if (best.p == 0) {
+        infeasible(pb, o, S.m_mem, err);
+        goto out;
+    }
+    /* 3. local search */
+    if (S.thorough) {
+        /* climb from the best start, then from the other pool entries */
+        int budget = S.evals + (D <= 8 ? 5000 : 1500);
+        local_search_full(&S, &best, budget);
+        perturb_blocks(&S, &best, budget);
+        chain start;
+        chain_init(&start, D);
+        for (int r = 1; r < POOL && S.evals < budget; r++) {
+            if (r >= S.npool)
+                break;
+            chain_copy(&start, &pool[r]);
+            local_search_full(&S, &start, budget);
+            if (better(&start, &best))
+                chain_copy(&best, &start);
+        }
+        chain_free(&start);
+    }
+    else if (D <= 64)
+        local_search(&S, &best, bysite, S.evals + 60);
+
+    /* 4. finalists (the winner, and on small inputs the pool) placed to full
+     * precision at the micro-batch count chosen for the winner; the simulator
+     * judges them together with the even and sky placements */
+    S.tol = 1e-10;
+    int nfin = 1 + (S.thorough ? S.npool : 0);
+    chain *fin = sl_xcalloc((size_t)nfin, sizeof(chain));
+    for (int i = 0; i < nfin; i++) {
+        chain_init(&fin[i], D);
+        chain_copy(&fin[i], i == 0 ? &best : &pool[i - 1]);
+    }
+    S.pool = NULL;
+    evaluate(&S, &fin[0]);
+    bal_chain bc = spec(&S, &fin[0], S.m_mem);
+    int m = bal_choose_m(pb, &bc, fin[0].cuts, o);
+    double tbest = INFINITY;
+    for (int i = 0; i < nfin; i++) {
+        if (i > 0 && (same_chain(&fin[i], &fin[0]) || evaluate(&S, &fin[i]) == INFINITY))
+            continue;
+        bc = spec(&S, &fin[i], m);
+        if (bal_plan_overflow(pb, &bc, fin[i].cuts) >= 0)
+            continue;
+        bal_plan *c = bal_plan_build(pb, BAL_OPTIMAL, &bc, fin[i].cuts);
+        bal_timeline *tl = (double)c->n_stages * m <= 2e6 ? bal_simulate(c, o->schedule, 0, NULL)
+                                                         : NULL;
+        double ti = tl ? tl->iteration_s : c->est_iter_s;
+        bal_timeline_free(tl);
+        if (!pl || ti < tbest) {
+            bal_plan_free(pl);
+            pl = c;
+            tbest = ti;
+        } else
+            bal_plan_free(c);
+    }
+    for (int i = 0; i < nfin; i++)
+        chain_free(&fin[i]);
+    free(fin);
+    if (!pl) { /* cannot happen: the winner fit at m_mem >= m; a guard */
+        infeasible(pb, o, m, err);
+        goto out;
+    }
+    if ((double)pl->n_stages * m <= 2e6)
+        for (int a = BAL_EVEN; a <= BAL_SKY; a++) {
+            bal_plan *b = bal_plan_baseline(pb, a, o, m, NULL);
+            bal_timeline *tb = b ? bal_simulate(b, o->schedule, 0, NULL) : NULL;
+            if (tb && tb->iteration_s < tbest) {
+                tbest = tb->iteration_s;
+                b->algo = BAL_OPTIMAL;
+                bal_plan_free(pl);
+                pl = b;
+                b = NULL;
+            }
+            bal_timeline_free(tb);
+            bal_plan_free(b);
+        }
+    for (int k = 0; k < pl->n_dropped; k++) {
+        int d = pl->dropped[k].device, site_used = 0;
+        double tmin = INFINITY;
+        for (int u = 0; u < n; u++)
+            tmin = fmin(tmin, bal_time(pb, d, u, u + 1));
+        for (int i = 0; i < pl->n_stages; i++)
+            site_used |= pb->site_of[pl->stage[i].device] == pb->site_of[d];
+        char *r = pl->dropped[k].reason;
+        size_t rn = sizeof pl->dropped[k].reason;
+        if (tmin > pl->cycle_s)
+            snprintf(r, rn, "too slow: its lightest unit takes %.1f ms, the chain's cycle is "
+                     "%.1f ms", 1e3 * tmin, 1e3 * pl->cycle_s);
+        else if (!site_used)
+            snprintf(r, rn, "too far: the link to site %s costs more than the device adds",
+                     pb->dev[d].site);
+        else if (pl->n_stages == n)
+            snprintf(r, rn, "more devices than units");
+        else
+            snprintf(r, rn, "the iteration is shorter without it");
+    }
+out:
+    for (int i = 0; i < SITE_KEEP; i++)
+        free(so[i].s);
+    chain_free(&best);
+    chain_free(&t);
+    chain_free(&var);
+    for (int i = 0; i < POOL; i++)
+        chain_free(&pool[i]);
+    free(use);
+    free(byspeed);
+    free(bysite);
+    return pl;
+}

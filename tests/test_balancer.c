@@ -1,0 +1,638 @@
+/* The balancer: exact partition vs brute force, never worse than the
+ * baselines under the simulator, memory, closed forms, messages. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bal.h"
+#include "sl_mem.h"
+#include "sl_rng.h"
+#include "sl_test.h"
+
+/* ---- random small instances ---- */
+
+typedef struct inst {
+    bal_problem *pb;
+    int n, D;
+} inst;
+
+static double urand(uint64_t seed, uint64_t *k) { return sl_rng_uniform(seed, 7, (*k)++); }
+
+static inst make_instance(uint64_t seed, int tight_memory)
+{
+    uint64_t k = 0;
+    int n = 2 + (int)(urand(seed, &k) * 11);  /* 2..12 units */
+    int D = 1 + (int)(urand(seed, &k) * 6);   /* 1..6 devices */
+    bal_unit *u = sl_xcalloc((size_t)n, sizeof *u);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        u[i].kind = i == 0 ? BAL_UNIT_EMBED : i == n - 1 ? BAL_UNIT_HEAD : BAL_UNIT_ENCODER;
+        u[i].fwd_flops = 1e9 * (0.2 + urand(seed, &k));
+        u[i].bwd_flops = u[i].fwd_flops * (1 + urand(seed, &k) * 2);
+        u[i].param_bytes = (uint64_t)(1e6 * (1 + 9 * urand(seed, &k)));
+        u[i].optim_bytes = 3 * u[i].param_bytes;
+        u[i].out_bytes = (uint64_t)(1e5 * (0.1 + 4 * urand(seed, &k)));
+        u[i].stash_bytes = (uint64_t)(1e6 * (0.5 + 4 * urand(seed, &k)));
+        total += u[i].param_bytes * 4 + u[i].stash_bytes * 3;
+    }
+    static const char *sites[] = {"a", "b", "c"};
+    int ns = 1 + (int)(urand(seed, &k) * 3);
+    bal_device *dv = sl_xcalloc((size_t)D, sizeof *dv);
+    double *times = sl_xmalloc((size_t)D * 2 * n * sizeof(double));
+    for (int d = 0; d < D; d++) {
+        snprintf(dv[d].id, sizeof dv[d].id, "d%d", d);
+        strcpy(dv[d].site, sites[(int)(urand(seed, &k) * ns)]);
+        if (urand(seed, &k) < 0.3)
+            snprintf(dv[d].host, sizeof dv[d].host, "h%d", (int)(urand(seed, &k) * 2));
+        double share = tight_memory ? 0.5 + urand(seed, &k) : 1 + 3 * urand(seed, &k);
+        dv[d].mem_bytes = (uint64_t)(share * (double)total / D);
+        double speed = 1e10 * (1 + 5 * urand(seed, &k));
+        if (urand(seed, &k) < 0.5) {
+            dv[d].flops = speed;
+        } else { /* measured: per unit, not proportional to FLOPs */
+            double *tf = times + (size_t)d * 2 * n, *tb = tf + n;
+            for (int i = 0; i < n; i++) {
+                tf[i] = u[i].fwd_flops / speed * (0.5 + urand(seed, &k));
+                tb[i] = u[i].bwd_flops / speed * (0.5 + urand(seed, &k));
+            }
+            dv[d].unit_fwd_s = tf;
+            dv[d].unit_bwd_s = tb;
+        }
+    }
+    bal_network net = bal_network_default();
+    net.inside_site = (bal_link){1e9 * (0.1 + urand(seed, &k)), 1e-3 * urand(seed, &k)};
+    net.between_sites = (bal_link){1e8 * (0.1 + urand(seed, &k)), 2e-2 * urand(seed, &k)};
+    bal_site_link links[1] = {{"a", "b", {1e7 * (0.1 + urand(seed, &k)), 1e-2}}};
+    int have_a = 0, have_b = 0;
+    for (int d = 0; d < D; d++) {
+        have_a |= !strcmp(dv[d].site, "a");
+        have_b |= !strcmp(dv[d].site, "b");
+    }
+    if (have_a && have_b) {
+        net.links = links;
+        net.n_links = 1;
+    }
+    sl_err err = {0};
+    inst r = {bal_problem_new(u, n, dv, D, &net, &err), n, D};
+    if (!r.pb)
+        fprintf(stderr, "instance %llu: %s\n", (unsigned long long)seed, err.msg);
+    free(u);
+    free(dv);
+    free(times);
+    return r;
+}
+
+/* The objective written again from the public accessors only: every run of
+ * stages i..j, its compute and round trips over its length. */
+static double bf_cycle(const bal_problem *pb, const int *order, const int *extra, int p,
+                       const int *cuts, int m, int schedule, int window)
+{
+    double cyc = 0, t[8], rt[8];
+    for (int i = 0; i < p; i++) {
+        int d = order[i];
+        uint64_t st = 0, sh = 0;
+        t[i] = 0;
+        for (int u = cuts[i]; u < cuts[i + 1]; u++) {
+            t[i] += bal_unit_fwd_s(pb, d, u) + bal_unit_bwd_s(pb, d, u);
+            st += bal_problem_unit(pb, u)->param_bytes + bal_problem_unit(pb, u)->optim_bytes;
+            sh += bal_problem_unit(pb, u)->stash_bytes;
+        }
+        int ahead = 0;
+        for (int l = i; l < p - 1 && extra; l++)
+            ahead += extra[l];
+        int k = schedule == BAL_GPIPE ? m : (p - i + ahead < m ? p - i + ahead : m);
+        if ((double)st + (double)k * (double)sh > (double)bal_problem_device(pb, d)->mem_bytes)
+            return INFINITY;
+        cyc = fmax(cyc, t[i]);
+        rt[i] = 0;
+        if (i < p - 1) {
+            bal_link f = bal_problem_link(pb, d, order[i + 1]), r = bal_problem_link(pb, order[i + 1], d);
+            double bytes = (double)bal_problem_unit(pb, cuts[i + 1] - 1)->out_bytes;
+            cyc = fmax(cyc, fmax(bytes / f.bw, bytes / r.bw));
+            rt[i] = f.lat + r.lat + bytes / f.bw + bytes / r.bw;
+        }
+    }
+    for (int i = 0; window && schedule == BAL_1F1B && i < p; i++)
+        for (int j = i; j < p; j++) {
+            double sum = 0, slots = j - i + 1;
+            for (int k = i; k <= j; k++)
+                sum += t[k] + (k < j ? rt[k] : 0);
+            for (int k = i; k < j && extra; k++)
+                slots += extra[k];
+            cyc = fmax(cyc, sum / slots);
+        }
+    return cyc;
+}
+
+static double brute(const bal_problem *pb, const int *order, const int *extra, int p, int n,
+                    int m, int sched, int window, int *cuts, int i)
+{
+    if (i == p - 1) {
+        cuts[p] = n;
+        return bf_cycle(pb, order, extra, p, cuts, m, sched, window);
+    }
+    double best = INFINITY;
+    for (int e = cuts[i] + 1; e <= n - (p - 1 - i); e++) {
+        cuts[i + 1] = e;
+        best = fmin(best, brute(pb, order, extra, p, n, m, sched, window, cuts, i + 1));
+    }
+    return best;
+}
+
+static void test_exact_vs_brute_force(void)
+{
+    int compared = 0, feasible = 0;
+    for (uint64_t seed = 1; seed <= 400; seed++) {
+        inst in = make_instance(seed, seed % 3 == 0);
+        CHECK(in.pb != NULL);
+        if (!in.pb)
+            continue;
+        uint64_t k = 1000;
+        int p = in.D < in.n ? in.D : in.n;
+        int order[8], cuts[9], bcuts[9];
+        for (int i = 0; i < in.D; i++)
+            order[i] = i;
+        for (int i = in.D - 1; i > 0; i--) { /* a random order of the devices */
+            int j = (int)(urand(seed, &k) * (i + 1)), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        int m = 1 + (int)(urand(seed, &k) * 8);
+        int sched = urand(seed, &k) < 0.3 ? BAL_GPIPE : BAL_1F1B;
+        int window = urand(seed, &k) < 0.7;
+        int extra[8], *ex = urand(seed, &k) < 0.4 ? extra : NULL;
+        for (int l = 0; l < 8; l++)
+            extra[l] = (int)(urand(seed, &k) * 3);
+        bal_chain ch = {p, order, ex, m, sched, window};
+        double got = bal_chain_best(in.pb, &ch, cuts);
+        bcuts[0] = 0;
+        double want = brute(in.pb, order, ex, p, in.n, m, sched, window, bcuts, 0);
+        if (getenv("BAL_TRACE"))
+            printf("seed %llu want %.17g got %.17g\n", (unsigned long long)seed, want, got);
+        compared++;
+        if (isinf(want)) {
+            CHECKF(isinf(got), "seed %llu: brute force infeasible, dp %g", (unsigned long long)seed, got);
+        } else {
+            feasible++;
+            CHECKF(fabs(got - want) <= 1e-9 * want, "seed %llu: dp %.12g brute %.12g",
+                   (unsigned long long)seed, got, want);
+            double again = bf_cycle(in.pb, order, ex, p, cuts, m, sched, window);
+            CHECK(fabs(bal_chain_cycle(in.pb, &ch, cuts) - got) <= 1e-12 * got);
+            CHECKF(fabs(again - got) <= 1e-9 * got, "seed %llu: cuts give %.12g, said %.12g",
+                   (unsigned long long)seed, again, got);
+        }
+        bal_problem_free(in.pb);
+    }
+    CHECK(compared >= 300);
+    CHECK(feasible >= 200);
+    printf("  %d instances, %d feasible\n", compared, feasible);
+}
+
+/* optimal <= even, sky under the simulator; memory never exceeded. */
+static void check_memory(const bal_plan *pl, const bal_timeline *tl)
+{
+    CHECK(pl->stage[0].first == 0 && pl->stage[pl->n_stages - 1].last == pl->n_units);
+    for (int i = 0; i + 1 < pl->n_stages; i++)
+        CHECK(pl->stage[i].last == pl->stage[i + 1].first && pl->stage[i].first < pl->stage[i].last);
+    for (int i = 0; i < pl->n_stages; i++) {
+        CHECK(tl->stage[i].peak_mem_bytes <= pl->stage[i].mem_bytes);
+        CHECK(tl->stage[i].peak_inflight <= pl->stage[i].max_inflight);
+        if (pl->schedule == BAL_1F1B)
+            CHECK(tl->stage[i].peak_inflight == pl->stage[i].max_inflight);
+    }
+}
+
+static void test_never_worse_and_memory(void)
+{
+    int wins = 0, runs = 0;
+    for (uint64_t seed = 1000; seed < 1300; seed++) {
+        inst in = make_instance(seed, 0);
+        if (!in.pb)
+            continue;
+        bal_opts o = bal_opts_default();
+        o.micro_batches = 1 + (int)(seed % 12);
+        o.schedule = seed % 4 == 0 ? BAL_GPIPE : BAL_1F1B;
+        double t[3] = {INFINITY, INFINITY, INFINITY};
+        for (int a = 0; a < 3; a++) {
+            sl_err err = {0};
+            bal_plan *pl = bal_plan_make(in.pb, a, &o, &err);
+            if (!pl)
+                continue;
+            bal_timeline *tl = bal_simulate(pl, o.schedule, 0, &err);
+            CHECK(tl != NULL);
+            if (tl) {
+                t[a] = tl->iteration_s;
+                check_memory(pl, tl);
+                CHECK(tl->bubble >= 0 && tl->bubble < 1);
+            }
+            bal_timeline_free(tl);
+            bal_plan_free(pl);
+        }
+        bal_problem_free(in.pb);
+        if (isinf(t[BAL_EVEN]) && isinf(t[BAL_SKY]))
+            continue;
+        runs++;
+        CHECKF(t[BAL_OPTIMAL] <= fmin(t[BAL_EVEN], t[BAL_SKY]) * (1 + 1e-12),
+               "seed %llu: optimal %g even %g sky %g", (unsigned long long)seed, t[2], t[0], t[1]);
+        wins += t[BAL_OPTIMAL] < fmin(t[BAL_EVEN], t[BAL_SKY]) * 0.999;
+    }
+    CHECK(runs >= 200);
+    CHECK(wins > runs / 2); /* and usually strictly better */
+    printf("  %d runs, optimal strictly faster in %d\n", runs, wins);
+}
+
+/* ---- homogeneous pipelines, free links: closed forms ---- */
+
+static bal_problem *homogeneous(int p, int n, double flops, sl_err *err)
+{
+    bal_unit *u = sl_xcalloc((size_t)n, sizeof *u);
+    for (int i = 0; i < n; i++) {
+        u[i].kind = BAL_UNIT_ENCODER;
+        u[i].fwd_flops = 1e9;
+        u[i].bwd_flops = 2e9;
+        u[i].out_bytes = 1000;
+        u[i].stash_bytes = 10;
+    }
+    bal_device *d = sl_xcalloc((size_t)p, sizeof *d);
+    for (int i = 0; i < p; i++) {
+        snprintf(d[i].id, sizeof d[i].id, "g%d", i);
+        strcpy(d[i].site, "s");
+        d[i].mem_bytes = 1ull << 30;
+        d[i].flops = flops;
+    }
+    bal_network net = bal_network_default();
+    net.inside_site = (bal_link){1e300, 0};
+    bal_problem *pb = bal_problem_new(u, n, d, p, &net, err);
+    free(u);
+    free(d);
+    return pb;
+}
+
+static void test_closed_forms(void)
+{
+    static const int ps[] = {1, 2, 3, 4, 7};
+    static const int ms[] = {1, 2, 3, 5, 8, 16};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 6; b++) {
+            int p = ps[a], m = ms[b], n = 2 * p;
+            sl_err err = {0};
+            bal_problem *pb = homogeneous(p, n, 1e12, &err);
+            CHECK(pb != NULL);
+            int order[8], cuts[9];
+            for (int i = 0; i < p; i++) {
+                order[i] = i;
+                cuts[i] = 2 * i;
+            }
+            cuts[p] = n;
+            double tf = 2e-3, tb = 4e-3; /* two units of 1 GFLOP fwd, 2 bwd at 1 TFLOP/s */
+            for (int s = 0; s < 2; s++) {
+                bal_chain ch = {p, order, NULL, m, s, 1};
+                bal_plan *pl = bal_plan_chain(pb, &ch, cuts, &err);
+                CHECK(pl != NULL);
+                bal_timeline *tl = bal_simulate(pl, s, 1, &err);
+                CHECK(tl != NULL);
+                double want = (m + p - 1) * (tf + tb);
+                CHECKF(fabs(tl->iteration_s - want) <= 1e-12,
+                       "%s p=%d m=%d: %.9g want %.9g", bal_schedule_name(s), p, m,
+                       tl->iteration_s, want);
+                if (s == BAL_GPIPE) { /* forward phase ends after (m+p-1) forward times */
+                    double fend = 0;
+                    for (int k = 0; k < tl->n_seg; k++)
+                        if (tl->seg[k].kind == BAL_SEG_FWD)
+                            fend = fmax(fend, tl->seg[k].end);
+                    CHECK(fabs(fend - (m + p - 1) * tf) <= 1e-12);
+                }
+                double bubble = (double)(p - 1) / (m + p - 1);
+                CHECK(fabs(tl->bubble - bubble) <= 1e-9);
+                for (int i = 0; i < p; i++)
+                    CHECK(tl->stage[i].peak_inflight ==
+                          (s == BAL_GPIPE ? m : (p - i < m ? p - i : m)));
+                bal_timeline_free(tl);
+                bal_plan_free(pl);
+            }
+            bal_problem_free(pb);
+        }
+}
+
+/* Without --micro-batches: the smallest m with an estimated bubble <= 10%:
+ * homogeneous, free links, no optimizer cost: (p-1)/(m+p-1) <= 0.1, m = 9(p-1). */
+static void test_micro_batch_choice(void)
+{
+    sl_err err = {0};
+    bal_problem *pb = homogeneous(4, 8, 1e12, &err);
+    bal_plan *pl = bal_plan_make(pb, BAL_OPTIMAL, NULL, &err);
+    CHECK(pl && pl->n_stages == 4 && pl->micro_batches == 27);
+    bal_timeline *tl = pl ? bal_simulate(pl, BAL_1F1B, 0, &err) : NULL;
+    CHECK(tl && fabs(tl->bubble - 3.0 / 30) < 1e-9);
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+}
+
+/* A link's latency and bandwidth show up where they should. */
+static void test_link_in_simulator(void)
+{
+    sl_err err = {0};
+    bal_unit u[2] = {{.kind = 1, .fwd_flops = 1e9, .bwd_flops = 1e9, .out_bytes = 1000000},
+                     {.kind = 1, .fwd_flops = 1e9, .bwd_flops = 1e9, .out_bytes = 1000000}};
+    bal_device d[2] = {{.id = "x", .site = "a", .mem_bytes = 1 << 30, .flops = 1e12},
+                       {.id = "y", .site = "b", .mem_bytes = 1 << 30, .flops = 1e12}};
+    bal_network net = bal_network_default();
+    net.between_sites = (bal_link){1e8, 0.01}; /* 1 MB: 10 ms + 10 ms latency */
+    bal_problem *pb = bal_problem_new(u, 2, d, 2, &net, &err);
+    int order[2] = {0, 1}, cuts[3] = {0, 1, 2};
+    bal_chain ch = {2, order, NULL, 1, BAL_1F1B, 1};
+    bal_plan *pl = bal_plan_chain(pb, &ch, cuts, &err);
+    bal_timeline *tl = bal_simulate(pl, BAL_1F1B, 0, &err);
+    /* F0 1ms, send 10+10, F1 1ms, B1 1ms, send 10+10, B0 1ms: 44 ms */
+    CHECK_NEAR(tl->iteration_s, 0.044, 1e-12);
+    CHECK_NEAR(tl->stage[0].send_s, 0.010, 1e-12);
+    CHECK_NEAR(tl->stage[1].recv_s, 0.010, 1e-12);
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+}
+
+/* ---- BERT cost model ---- */
+
+static void test_bert_units(void)
+{
+    bal_bert base = {768, 12, 12, 3072, 30522, 512, 2};
+    bal_unit *u;
+    int n;
+    sl_err err = {0};
+    CHECK(bal_bert_units(&base, 8, 128, &u, &n, &err) == 0);
+    CHECK(n == 14);
+    CHECK(u[0].param_bytes == 4ull * 23837184); /* Hugging Face bert-base embeddings */
+    CHECK(u[1].param_bytes == 4ull * 7087872);  /* one encoder layer */
+    CHECK(u[1].optim_bytes == 3 * u[1].param_bytes);
+    CHECK(u[5].out_bytes == 4ull * 8 * 128 * 768);
+    CHECK(u[13].out_bytes == 0);
+    CHECK(u[1].bwd_flops == 2 * u[1].fwd_flops);
+    /* encoder forward ~ 2 x tokens x params plus attention */
+    double gemm = 2.0 * 8 * 128 * 7087872;
+    CHECK(u[1].fwd_flops > gemm && u[1].fwd_flops < 1.2 * gemm);
+    free(u);
+    bal_bert bad = base;
+    bad.heads = 7;
+    CHECK(bal_bert_units(&bad, 8, 128, &u, &n, &err) == -1);
+    CHECK(strstr(err.msg, "multiple") != NULL);
+    CHECK(bal_bert_units(&base, 8, 1024, &u, &n, &err) == -1);
+}
+
+/* ---- messages ---- */
+
+static const char cfg_small[] = "{\n  \"hidden_size\": 256,\n  \"num_hidden_layers\": 8,\n"
+                                "  \"num_attention_heads\": 4,\n  \"intermediate_size\": 1024,\n"
+                                "  \"vocab_size\": 30522\n}\n";
+
+static void test_infeasible_message(void)
+{
+    sl_err err = {0};
+    const char *dev = "{\"devices\": [\n"
+                      "  {\"id\": \"a\", \"memory_bytes\": 200000000, \"flops\": 1e12},\n"
+                      "  {\"id\": \"b\", \"memory_bytes\": 200000000, \"flops\": 1e12}\n]}\n";
+    bal_problem *pb = bal_problem_parse(cfg_small, "config.json", 4, 128, dev, "devices.json",
+                                        "{}", "network.json", &err);
+    CHECK(pb != NULL);
+    bal_opts o = bal_opts_default();
+    o.micro_batches = 4;
+    bal_plan *pl = bal_plan_make(pb, BAL_OPTIMAL, &o, &err);
+    CHECK(pl == NULL);
+    CHECK(strstr(err.msg, "does not fit") != NULL);
+    CHECK(strstr(err.msg, "short by ") != NULL);
+    const char *lm = strstr(err.msg, "largest model that fits has ");
+    CHECK(lm != NULL);
+    printf("  %s\n", err.msg);
+    if (lm) {
+        int L = atoi(lm + strlen("largest model that fits has "));
+        CHECK(L >= 0 && L < 8);
+        /* that many layers fit; one more does not */
+        for (int extra = 0; extra < 2; extra++) {
+            char cfg[512];
+            snprintf(cfg, sizeof cfg, "{\"hidden_size\": 256, \"num_hidden_layers\": %d, "
+                     "\"num_attention_heads\": 4, \"intermediate_size\": 1024, "
+                     "\"vocab_size\": 30522}", L + extra);
+            bal_problem *q = bal_problem_parse(cfg, "c", 4, 128, dev, "d", "{}", "n", &err);
+            CHECK(q != NULL);
+            bal_plan *x = bal_plan_make(q, BAL_OPTIMAL, &o, &err);
+            CHECKF((x != NULL) == (extra == 0), "%d layers: %s", L + extra, x ? "fits" : err.msg);
+            bal_plan_free(x);
+            bal_problem_free(q);
+        }
+    }
+    /* the shortfall is the difference when total memory is short */
+    const char *tiny = "[{\"id\": \"a\", \"memory_bytes\": 1000, \"flops\": 1e12}]";
+    bal_problem *q = bal_problem_parse(cfg_small, "c", 4, 128, tiny, "d", NULL, NULL, &err);
+    CHECK(bal_plan_make(q, BAL_OPTIMAL, &o, &err) == NULL);
+    CHECK(strstr(err.msg, "short by") != NULL && strstr(err.msg, "none") != NULL);
+    bal_problem_free(q);
+    bal_problem_free(pb);
+}
+
+static void expect_parse_error(const char *cfg, const char *dev, const char *net, const char *want)
+{
+    sl_err err = {0};
+    bal_problem *pb = bal_problem_parse(cfg, "config.json", 2, 64, dev, "devices.json", net,
+                                        "network.json", &err);
+    CHECKF(pb == NULL && strstr(err.msg, want) != NULL, "want '%s', got '%s'", want,
+           pb ? "success" : err.msg);
+    bal_problem_free(pb);
+}
+
+static void test_malformed_json(void)
+{
+    const char *dev_ok = "{\"devices\": [{\"id\": \"a\", \"memory_gib\": 8, \"flops\": 1e12}]}";
+    /* syntax */
+    expect_parse_error(cfg_small, "{\"devices\": [\n {\"id\": \"a\",,}\n]}", "{}",
+                       "devices.json:2:");
+    expect_parse_error("{\n\"hidden_size\": 256\n", dev_ok, "{}", "config.json:3:");
+    /* a field of the wrong type, on its line */
+    expect_parse_error(cfg_small,
+                       "{\"devices\": [\n"
+                       "  {\"id\": \"a\", \"memory_gib\": 8, \"flops\": 1e12},\n"
+                       "  {\"id\": \"b\",\n"
+                       "   \"memory_gib\": \"lots\", \"flops\": 1e12}\n]}",
+                       "{}", "devices.json:4: devices[1].memory_gib: must be a number");
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"flops\": 1e12}]", "{}",
+                       "devices.json:1: [0].memory_bytes: give exactly one");
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flopz\": 1}]", "{}",
+                       "devices.json:1: [0].flopz: unknown field");
+    expect_parse_error(cfg_small,
+                       "[{\"id\": \"a\", \"memory_gib\": 1,\n \"unit_seconds\": {\"embeddings\": "
+                       "[1, 2],\n \"encoder\": [1],\n \"head\": [1, 2]}}]",
+                       "{}", "devices.json:3: [0].unit_seconds.encoder: must be [forward");
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1},\n"
+                       " {\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1}]", "{}",
+                       "devices.json:2: [1].id: 'a' is used twice");
+    expect_parse_error("{\"num_hidden_layers\": 2}", dev_ok, "{}",
+                       "config.json:1: hidden_size: missing");
+    expect_parse_error("{\n \"hidden_size\": 256,\n \"num_hidden_layers\": -2,\n"
+                       " \"num_attention_heads\": 4, \"intermediate_size\": 1, \"vocab_size\": 9}",
+                       dev_ok, "{}", "config.json:3: num_hidden_layers: must be between");
+    expect_parse_error(cfg_small, dev_ok,
+                       "{\n \"links\": [\n  {\"a\": \"default\",\n   \"b\": \"mars\", "
+                       "\"bandwidth_gbps\": 1, \"latency_ms\": 9}]}",
+                       "network.json:4: links[0].b: no device is at site 'mars'");
+    expect_parse_error(cfg_small, dev_ok,
+                       "{\"inside_site\": {\"bandwidth_gbps\": 0, \"latency_ms\": 1}}",
+                       "network.json:1: inside_site.bandwidth_gbps: must be between");
+    expect_parse_error(cfg_small, dev_ok, "[1, 2]", "network.json:1: (top level): must be an object");
+    expect_parse_error(cfg_small, "", "{}", "devices.json:");
+    /* and a good one parses */
+    sl_err err = {0};
+    bal_problem *pb = bal_problem_parse(cfg_small, "c", 2, 64, dev_ok, "d", "{}", "n", &err);
+    CHECKF(pb != NULL, "%s", err.msg);
+    bal_problem_free(pb);
+}
+
+/* ---- search behaviour ---- */
+
+/* Sites x, y, z; x-y is slow; the input order alternates x, y, z devices.
+ * The chain must not cross x-y. */
+static void test_slow_link_avoided(void)
+{
+    sl_err err = {0};
+    bal_bert c = {256, 12, 4, 1024, 2000, 512, 2};
+    bal_unit *u;
+    int n;
+    CHECK(bal_bert_units(&c, 4, 128, &u, &n, &err) == 0);
+    const char *site[6] = {"x", "y", "z", "x", "y", "z"};
+    bal_device d[6];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < 6; i++) {
+        snprintf(d[i].id, sizeof d[i].id, "%s%d", site[i], i);
+        strcpy(d[i].site, site[i]);
+        d[i].mem_bytes = 8ull << 30;
+        d[i].flops = 1e10; /* compute dominates: every device is worth using */
+    }
+    bal_site_link links[3] = {{"x", "y", {1e6, 0.2}}, {"y", "z", {1e9, 0.001}},
+                              {"x", "z", {1e9, 0.001}}};
+    bal_network net = bal_network_default();
+    net.links = links;
+    net.n_links = 3;
+    bal_problem *pb = bal_problem_new(u, n, d, 6, &net, &err);
+    bal_opts o = bal_opts_default();
+    o.micro_batches = 16;
+    bal_plan *pl = bal_plan_make(pb, BAL_OPTIMAL, &o, &err);
+    CHECK(pl != NULL);
+    int sites_used[3] = {0};
+    for (int i = 0; i < pl->n_stages; i++) {
+        sites_used[pl->stage[i].site[0] - 'x'] = 1;
+        if (i + 1 < pl->n_stages) {
+            char a = pl->stage[i].site[0], b = pl->stage[i + 1].site[0];
+            CHECKF(!((a == 'x' && b == 'y') || (a == 'y' && b == 'x')), "stage %d: %c-%c", i, a, b);
+        }
+    }
+    CHECK(pl->n_stages == 6 && sites_used[0] && sites_used[1] && sites_used[2]);
+    bal_plan_free(pl);
+    /* even keeps the input order and crosses it */
+    pl = bal_plan_make(pb, BAL_EVEN, &o, &err);
+    CHECK(pl && !strcmp(pl->stage[0].site, "x") && !strcmp(pl->stage[1].site, "y"));
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+    free(u);
+}
+
+/* The paper's example: 4 devices, 12 equal units, the first 4x slower. The
+ * intended allocator moves units off the slow device (the released code cannot). */
+static void test_sky_moves_both_ways(void)
+{
+    sl_err err = {0};
+    bal_unit u[12];
+    memset(u, 0, sizeof u);
+    for (int i = 0; i < 12; i++)
+        u[i] = (bal_unit){.kind = 1, .fwd_flops = 1e9, .bwd_flops = 2e9, .out_bytes = 100};
+    bal_device d[4];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < 4; i++) {
+        snprintf(d[i].id, sizeof d[i].id, "d%d", i);
+        d[i].mem_bytes = 1 << 30;
+        d[i].flops = i == 0 ? 0.25e12 : 1e12;
+    }
+    bal_network net = bal_network_default();
+    bal_problem *pb = bal_problem_new(u, 12, d, 4, &net, &err);
+    bal_opts o = bal_opts_default();
+    o.micro_batches = 8;
+    bal_plan *pl = bal_plan_make(pb, BAL_SKY, &o, &err);
+    CHECK(pl != NULL && pl->n_stages == 4);
+    CHECKF(pl && pl->stage[0].last - pl->stage[0].first < 3, "slow device keeps %d units",
+           pl ? pl->stage[0].last - pl->stage[0].first : -1);
+    bal_plan_free(pl);
+    pl = bal_plan_make(pb, BAL_EVEN, &o, &err);
+    CHECK(pl && pl->stage[0].last == 3);
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+}
+
+static void test_deterministic(void)
+{
+    for (uint64_t seed = 5000; seed < 5020; seed++) {
+        char *s[2];
+        for (int r = 0; r < 2; r++) {
+            inst in = make_instance(seed, 0);
+            sl_err err = {0};
+            bal_plan *pl = bal_plan_make(in.pb, BAL_OPTIMAL, NULL, &err);
+            bal_timeline *tl = pl ? bal_simulate(pl, pl->schedule, 1, &err) : NULL;
+            json_t *j = pl ? bal_plan_json(pl, tl) : json_string(err.msg);
+            s[r] = json_dumps(j, JSON_SORT_KEYS | JSON_ENCODE_ANY);
+            if (tl) {
+                char *svg = bal_timeline_svg(pl, tl);
+                CHECK(strstr(svg, "<svg") && strstr(svg, "backward") && strstr(svg, "idle"));
+                free(svg);
+            }
+            json_decref(j);
+            bal_timeline_free(tl);
+            bal_plan_free(pl);
+            bal_problem_free(in.pb);
+        }
+        CHECK(strcmp(s[0], s[1]) == 0);
+        free(s[0]);
+        free(s[1]);
+    }
+}
+
+/* bal_plan_chain refuses invalid chains and memory overflow. */
+static void test_chain_validation(void)
+{
+    sl_err err = {0};
+    bal_problem *pb = homogeneous(3, 6, 1e12, &err);
+    int order[3] = {0, 1, 2}, bad[3] = {0, 0, 2};
+    int cuts[4] = {0, 2, 4, 6}, empty[4] = {0, 2, 2, 6};
+    bal_chain cb = {3, bad, NULL, 4, BAL_1F1B, 1}, c = {3, order, NULL, 4, BAL_1F1B, 1};
+    CHECK(bal_plan_chain(pb, &cb, cuts, &err) == NULL);
+    CHECK(strstr(err.msg, "twice") != NULL);
+    CHECK(bal_plan_chain(pb, &c, empty, &err) == NULL);
+    CHECK(strstr(err.msg, "empty") != NULL);
+    bal_plan *pl = bal_plan_chain(pb, &c, cuts, &err);
+    CHECK(pl != NULL);
+    bal_plan_free(pl);
+    /* a lookahead of 2 before the first link: stage 0 warms up 2 further */
+    int extra[2] = {2, 0};
+    c.extra = extra;
+    c.m = 8;
+    pl = bal_plan_chain(pb, &c, cuts, &err);
+    CHECK(pl && pl->stage[0].warmup == 4 && pl->stage[1].warmup == 1 && pl->stage[0].max_inflight == 5);
+    bal_timeline *tl = pl ? bal_simulate(pl, BAL_1F1B, 0, &err) : NULL;
+    CHECK(tl && tl->stage[0].peak_inflight == 5 && tl->stage[1].peak_inflight == 2);
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+}
+
+int main(void)
+{
+    RUN(test_bert_units);
+    RUN(test_exact_vs_brute_force);
+    RUN(test_never_worse_and_memory);
+    RUN(test_closed_forms);
+    RUN(test_link_in_simulator);
+    RUN(test_micro_batch_choice);
+    RUN(test_infeasible_message);
+    RUN(test_malformed_json);
+    RUN(test_slow_link_avoided);
+    RUN(test_sky_moves_both_ways);
+    RUN(test_deterministic);
+    RUN(test_chain_validation);
+    return sl_test_done();
+}
