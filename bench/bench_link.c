@@ -16,6 +16,11 @@
  *
  *   bench_link [reps] [tensors]     (default 5 and 24)
  *
+ * CPU per tensor is split into the threads that encode (sender) and decode
+ * (receiver) and the rest of each process (gRPC, HTTP/2, TLS); "free-core
+ * bound" is the goodput if each of the four parts had a core of its own
+ * (one tensor per slowest part): a model, for machines with spare cores.
+ *
  * The receiver checks every frame (tags, window, codec) and the sender that
  * all were accepted; a refusal or a short count fails the benchmark. */
 #include <pthread.h>
