@@ -5,11 +5,14 @@
  * (4.19 MB), whatever the codec, so rows compare directly.
  *
  *   bench_frames [reps]      (default 15, at most 64) */
+#include <openssl/crypto.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
+#include "dev_aead.h"
 #include "dev_codec.h"
 #include "dev_frame.h"
 #include "sl_mem.h"
@@ -21,18 +24,6 @@
 #define D2 1024
 #define N ((size_t)D0 * D1 * D2)
 #define MAX_REPS 64
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static double mbps(double seconds)
 {
@@ -123,9 +114,9 @@ int main(int argc, char **argv)
         printf("| %s%s | %zu | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f / %.0f |\n",
                dev_codec_name(codec), codec == DEV_CODEC_TOPK ? " 1%" : "", wire_len[codec],
                (double)wire_len[DEV_CODEC_NONE] / (double)wire_len[codec],
-               mbps(median(t[codec][M_ENC], reps)), mbps(median(t[codec][M_DEC], reps)),
-               mbps(median(t[codec][M_SEAL], reps)), mbps(median(t[codec][M_OPEN], reps)),
-               mbps(median(t[codec][M_PENC], reps)), mbps(median(t[codec][M_PDEC], reps)));
+               mbps(bench_median(t[codec][M_ENC], reps)), mbps(bench_median(t[codec][M_DEC], reps)),
+               mbps(bench_median(t[codec][M_SEAL], reps)), mbps(bench_median(t[codec][M_OPEN], reps)),
+               mbps(bench_median(t[codec][M_PENC], reps)), mbps(bench_median(t[codec][M_PDEC], reps)));
         for (int sealed = 0; sealed <= 1; sealed++) {
             dev_link_tx_free(&tx[codec][sealed]);
             dev_link_rx_free(&rx[codec][sealed]);
@@ -133,29 +124,49 @@ int main(int argc, char **argv)
     }
     dev_topk_ef_free(&ef);
 
-    /* the AEAD alone on 4 MiB, for reference */
+    /* The AEAD alone on 4 MiB, for reference: dev_aead (what frames use:
+     * OpenSSL's ChaCha20-Poly1305 under an HChaCha20 subkey) and libsodium's
+     * XChaCha20-Poly1305, the same construction, interleaved per run. */
     uint8_t key[32] = {3}, nonce[24] = {0}, tag[16];
-    double t_seal[MAX_REPS], t_open[MAX_REPS];
+    double t_aead[2][2][MAX_REPS]; /* [dev_aead, libsodium][seal, open] */
+    dev_aead aead;
+    if (dev_aead_init(&aead, &err) < 0)
+        die("aead", &err);
     memcpy(payload, x, N * sizeof(float));
     for (int r = 0; r < reps; r++) {
         nonce[0] = (uint8_t)r;
-        uint64_t t0 = sl_now_ns();
-        crypto_aead_xchacha20poly1305_ietf_encrypt_detached(payload, tag, NULL, payload,
-                                                            N * sizeof(float), wire, 64, NULL,
-                                                            nonce, key);
-        uint64_t t1 = sl_now_ns();
-        if (crypto_aead_xchacha20poly1305_ietf_decrypt_detached(payload, NULL, payload,
-                                                                N * sizeof(float), tag, wire, 64,
-                                                                nonce, key) != 0) {
-            fprintf(stderr, "bench_frames: AEAD self-check failed\n");
-            return 1;
+        for (int lib = 0; lib < 2; lib++) {
+            int bad;
+            uint64_t t0 = sl_now_ns(), t1, t2;
+            if (lib == 0) {
+                if (dev_aead_seal(&aead, payload, tag, payload, N * sizeof(float), wire, 64, nonce,
+                                  key, &err) < 0)
+                    die("seal", &err);
+                t1 = sl_now_ns();
+                bad = dev_aead_open(&aead, payload, payload, N * sizeof(float), tag, wire, 64,
+                                    nonce, key, &err) != 0;
+            } else {
+                crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
+                    payload, tag, NULL, payload, N * sizeof(float), wire, 64, NULL, nonce, key);
+                t1 = sl_now_ns();
+                bad = crypto_aead_xchacha20poly1305_ietf_decrypt_detached(
+                          payload, NULL, payload, N * sizeof(float), tag, wire, 64, nonce, key) != 0;
+            }
+            t2 = sl_now_ns();
+            if (bad) {
+                fprintf(stderr, "bench_frames: AEAD self-check failed\n");
+                return 1;
+            }
+            t_aead[lib][0][r] = (double)(t1 - t0) * 1e-9;
+            t_aead[lib][1][r] = (double)(t2 - t1) * 1e-9;
         }
-        uint64_t t2 = sl_now_ns();
-        t_seal[r] = (double)(t1 - t0) * 1e-9;
-        t_open[r] = (double)(t2 - t1) * 1e-9;
     }
-    printf("\nXChaCha20-Poly1305 alone on 4 MiB (libsodium %s): seal %.0f MB/s, open %.0f MB/s\n",
-           sodium_version_string(), mbps(median(t_seal, reps)), mbps(median(t_open, reps)));
+    dev_aead_free(&aead);
+    printf("\nXChaCha20-Poly1305 alone on 4 MiB: dev_aead (%s) seal %.0f MB/s, open %.0f MB/s; "
+           "libsodium %s seal %.0f MB/s, open %.0f MB/s\n",
+           OpenSSL_version(OPENSSL_VERSION), mbps(bench_median(t_aead[0][0], reps)),
+           mbps(bench_median(t_aead[0][1], reps)), sodium_version_string(),
+           mbps(bench_median(t_aead[1][0], reps)), mbps(bench_median(t_aead[1][1], reps)));
     sl_aligned_free(x);
     sl_aligned_free(y);
     sl_aligned_free(wire);

@@ -16,6 +16,11 @@
  *
  *   bench_link [reps] [tensors]     (default 5 and 24)
  *
+ * CPU per tensor is split into the threads that encode (sender) and decode
+ * (receiver) and the rest of each process (gRPC, HTTP/2, TLS); "free-core
+ * bound" is the goodput if each of the four parts had a core of its own
+ * (one tensor per slowest part): a model, for machines with spare cores.
+ *
  * The receiver checks every frame (tags, window, codec) and the sender that
  * all were accepted; a refusal or a short count fails the benchmark. */
 #include <pthread.h>
@@ -27,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "cert.h"
 #include "dev_codec.h"
 #include "dev_frame.h"
@@ -44,6 +50,7 @@
 #define MAX_MSG (16u << 20)
 #define PREFIX 11 /* room for the StageFrame tag and length */
 #define WARM 2
+#define SUMMARY 40 /* the receiver's reply: counts, bytes, checksum, CPU seconds */
 
 enum { MODE_RAW = 0, MODE_FRAME = 1 };
 
@@ -165,6 +172,7 @@ typedef struct rx_job {
     uint64_t bytes;
     double checksum;
     double cpu0, cpu1; /* CPU seconds at READY and at the end */
+    double work;       /* CPU seconds of this thread decoding the timed tensors */
 } rx_job;
 
 static void *decoder(void *arg)
@@ -178,6 +186,8 @@ static void *decoder(void *arg)
             return NULL;
         }
         j->bytes += s->buf.len;
+        int timed = j->accepted + j->refused >= WARM;
+        double w0 = timed ? bench_thread_cpu_s() : 0;
         if (j->c.mode == MODE_RAW) {
             j->accepted += s->buf.len == TENSOR_BYTES;
             j->refused += s->buf.len != TENSOR_BYTES;
@@ -193,6 +203,8 @@ static void *decoder(void *arg)
                 j->checksum += j->y[N / 2];
             }
         }
+        if (timed)
+            j->work += bench_thread_cpu_s() - w0;
         rpc_buf_free(&s->buf);
         q_pop(&j->q);
         if (j->accepted + j->refused == WARM) {
@@ -249,13 +261,14 @@ static int exchange(void *ud, const rpc_peer *peer, rpc_stream *st, rpc_status *
         q_push(&j->q);
     }
     pthread_join(t, NULL);
-    uint8_t sum[32];
+    uint8_t sum[SUMMARY];
     double cpu = j->cpu1 - j->cpu0;
     put32(sum, j->accepted);
     put32(sum + 4, j->refused);
     memcpy(sum + 8, &j->bytes, 8);
     memcpy(sum + 16, &j->checksum, 8);
     memcpy(sum + 24, &cpu, 8);
+    memcpy(sum + 32, &j->work, 8);
     if (code == RPC_OK && rpc_stream_send(st, sum, sizeof sum, NULL) != 0)
         code = rpc_status_set(status, RPC_CANCELLED, "send failed");
     dev_link_rx_free(&j->rx);
@@ -306,6 +319,7 @@ typedef struct tx_job {
     dev_topk_ef ef;
     size_t cap;
     size_t wire; /* bytes of the last message */
+    double work; /* CPU seconds of this thread encoding the timed tensors */
 } tx_job;
 
 static void *encoder(void *arg)
@@ -314,6 +328,7 @@ static void *encoder(void *arg)
     for (uint32_t i = 0; i < WARM + j->c.count; i++) {
         slot *s = q_free_slot(&j->q);
         rpc_msg_alloc(&s->msg, PREFIX + j->cap);
+        double w0 = bench_thread_cpu_s();
         if (j->c.mode == MODE_RAW) {
             memcpy(s->msg.data, j->x, TENSOR_BYTES);
             s->off = 0;
@@ -334,13 +349,19 @@ static void *encoder(void *arg)
             s->off = PREFIX - hl;
             s->len = hl + len;
         }
+        if (i >= WARM)
+            j->work += bench_thread_cpu_s() - w0;
         q_push(&j->q);
     }
     return NULL;
 }
 
+/* CPU seconds over the timed part of one run: each process, and within it
+ * the thread that encodes (sender) or decodes (receiver) the tensors. */
+enum { CPU_SND, CPU_RCV, CPU_ENC, CPU_DEC, CPU_PARTS };
+
 /* One stream of c->count tensors; returns seconds, wire bytes per tensor in
- * *wire, CPU seconds of both processes during the timed part in *cpu. */
+ * *wire, CPU seconds in cpu[CPU_PARTS]. */
 static double run(rpc_channel *ch, const config *c, const float *x, size_t *wire, double *cpu)
 {
     sl_err err = {0};
@@ -374,7 +395,7 @@ static double run(rpc_channel *ch, const config *c, const float *x, size_t *wire
                 die("warm-up", "the receiver did not confirm");
             rpc_buf_free(&m);
             t0 = sl_now_s();
-            *cpu = -cpu_s();
+            cpu[CPU_SND] = -cpu_s();
         }
         slot *s = q_front(&j->q);
         *wire = s->len;
@@ -385,12 +406,13 @@ static double run(rpc_channel *ch, const config *c, const float *x, size_t *wire
     pthread_join(t, NULL);
     if (rpc_stream_close_send(st, &err))
         die("close", err.msg);
-    if (rpc_stream_recv(st, &m, &err) != 1 || m.len != 32)
+    if (rpc_stream_recv(st, &m, &err) != 1 || m.len != SUMMARY)
         die("summary", "the receiver sent no summary");
-    double secs = sl_now_s() - t0, rcpu;
-    *cpu += cpu_s();
-    memcpy(&rcpu, m.data + 24, 8);
-    *cpu += rcpu;
+    double secs = sl_now_s() - t0;
+    cpu[CPU_SND] += cpu_s();
+    memcpy(&cpu[CPU_RCV], m.data + 24, 8);
+    memcpy(&cpu[CPU_DEC], m.data + 32, 8);
+    cpu[CPU_ENC] = j->work;
     uint32_t accepted = get32(m.data), refused = get32(m.data + 4);
     rpc_buf_free(&m);
     rpc_status status;
@@ -403,18 +425,6 @@ static double run(rpc_channel *ch, const config *c, const float *x, size_t *wire
     q_destroy(&j->q);
     free(j);
     return secs;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int main(int argc, char **argv)
@@ -473,26 +483,35 @@ int main(int argc, char **argv)
     for (int s = 0; s < 2; s++)
         for (int k = 0; k < 5; k++)
             cfg[1 + s * 5 + k] = (config){MODE_FRAME, (uint8_t)k, (uint8_t)s, (uint32_t)count, 0};
-    double secs[NCFG][MAX_REPS], cpu[NCFG][MAX_REPS], dummy;
+    static double secs[NCFG][MAX_REPS], cpu[NCFG][CPU_PARTS][MAX_REPS], total[NCFG][MAX_REPS];
+    double one[CPU_PARTS];
     size_t wire[NCFG];
     uint32_t epoch = 1;
     config warm = cfg[6];
     warm.count = 2;
     warm.epoch = epoch++;
-    run(ch, &warm, x, &wire[0], &dummy); /* connection, TLS handshake, first allocations */
+    run(ch, &warm, x, &wire[0], one); /* connection, TLS handshake, first allocations */
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < NCFG; k++) {
             cfg[k].epoch = epoch++; /* fresh keys' nonces: never reuse (key, epoch) */
-            secs[k][r] = run(ch, &cfg[k], x, &wire[k], &cpu[k][r]);
+            secs[k][r] = run(ch, &cfg[k], x, &wire[k], one);
+            for (int i = 0; i < CPU_PARTS; i++)
+                cpu[k][i][r] = one[i] / count;
+            total[k][r] = (one[CPU_SND] + one[CPU_RCV]) / count;
+            /* what is not encoding or decoding: gRPC, HTTP/2, TLS, the hand-over */
+            cpu[k][CPU_SND][r] -= cpu[k][CPU_ENC][r];
+            cpu[k][CPU_RCV][r] -= cpu[k][CPU_DEC][r];
         }
 
     printf("bench_link: %d x %zu-byte tensors (8 x 128 x 1024 f32) per run, median of %d runs\n\n",
            count, TENSOR_BYTES, reps);
-    printf("| stream | wire bytes/tensor | fewer bytes than raw | goodput MB/s | vs raw | CPU ms/tensor (both ends) |\n");
-    printf("|---|---:|---:|---:|---:|---:|\n");
-    double raw = 0;
+    printf("| stream | wire bytes/tensor | fewer bytes than raw | goodput MB/s | vs raw | "
+           "CPU ms/tensor (both ends) | encode / decode ms | gRPC+TLS send / recv ms | "
+           "free-core bound MB/s | vs raw |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    double raw = 0, raw_bound = 0;
     for (int k = 0; k < NCFG; k++) {
-        double m = median(secs[k], reps);
+        double m = bench_median(secs[k], reps);
         double gp = (double)count * TENSOR_BYTES / m / 1e6;
         if (k == 0)
             raw = gp;
@@ -503,9 +522,21 @@ int main(int argc, char **argv)
             snprintf(name, sizeof name, "frames %s%s, %s", dev_codec_name(cfg[k].codec),
                      cfg[k].codec == DEV_CODEC_TOPK ? " 1%" : "",
                      cfg[k].sealed ? "sealed" : "plain");
-        printf("| %s | %zu | %.2fx | %.0f | %.0f%% | %.1f |\n", name, wire[k],
-               (double)wire[0] / (double)wire[k], gp, 100.0 * gp / raw,
-               1e3 * median(cpu[k], reps) / count);
+        double part[CPU_PARTS], slowest = 0;
+        for (int i = 0; i < CPU_PARTS; i++) {
+            part[i] = bench_median(cpu[k][i], reps);
+            slowest = part[i] > slowest ? part[i] : slowest;
+        }
+        /* Each part on a core of its own, each taking its CPU time: the
+         * pipeline moves one tensor per slowest part. */
+        double bound = TENSOR_BYTES / slowest / 1e6;
+        if (k == 0)
+            raw_bound = bound;
+        printf("| %s | %zu | %.2fx | %.0f | %.0f%% | %.1f | %.1f / %.1f | %.1f / %.1f | %.0f | "
+               "%.0f%% |\n",
+               name, wire[k], (double)wire[0] / (double)wire[k], gp, 100.0 * gp / raw,
+               1e3 * bench_median(total[k], reps), 1e3 * part[CPU_ENC], 1e3 * part[CPU_DEC],
+               1e3 * part[CPU_SND], 1e3 * part[CPU_RCV], bound, 100.0 * bound / raw_bound);
     }
     rpc_channel_destroy(ch);
     rpc_global_shutdown();

@@ -24,8 +24,8 @@
  *    64  16  header tag   sealed: keyed BLAKE2b-128 of bytes 0..63; else zeros
  *    80      payload
  *
- * The payload is sealed with XChaCha20-Poly1305 (bytes 0..63 as associated
- * data, nonce = seq). The separate header tag lets a receiver tell a forged
+ * The payload is sealed with XChaCha20-Poly1305 (dev_aead.h; bytes 0..63 as
+ * associated data, nonce = seq). The separate header tag lets a receiver tell a forged
  * header from a forged payload and refuse the former before any payload work.
  *
  * Usage (one dev_link_tx on the sender, one dev_link_rx on the receiver,
@@ -46,6 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dev_aead.h"
 #include "dev_codec.h"
 #include "sl_err.h"
 
@@ -129,6 +130,7 @@ typedef struct dev_link_tx {
     dev_link_cfg cfg;
     uint8_t key[32];      /* AEAD key, sender -> receiver */
     uint8_t hdr_key[32];  /* header tag key */
+    dev_aead aead;        /* sealed links: the cipher context, made once */
     uint64_t next_seq;
     uint64_t frames, bytes; /* sent */
 } dev_link_tx;
@@ -137,6 +139,7 @@ typedef struct dev_link_rx {
     dev_link_cfg cfg;
     uint8_t key[32];
     uint8_t hdr_key[32];
+    dev_aead aead;                       /* sealed links: the cipher context, made once */
     int have_top;                        /* a frame has been accepted */
     uint64_t top;                        /* newest accepted seq */
     uint64_t window[DEV_WINDOW_WORDS];   /* ring bitmap of accepted seqs */
@@ -153,7 +156,8 @@ int dev_link_tx_init(dev_link_tx *tx, const dev_link_cfg *cfg, const dev_kx_keyp
                      const uint8_t peer_pk[32], sl_err *err);
 int dev_link_rx_init(dev_link_rx *rx, const dev_link_cfg *cfg, const dev_kx_keypair *self,
                      const uint8_t peer_pk[32], sl_err *err);
-/* Wipes keys and frees scratch; the object may be initialised again. */
+/* Wipes keys, frees the cipher context and scratch; the object may be
+ * initialised again. A failed init leaves nothing to free. */
 void dev_link_tx_free(dev_link_tx *tx);
 void dev_link_rx_free(dev_link_rx *rx);
 
