@@ -1,0 +1,283 @@
+/* kn_body.h - the per-element and per-row math of every op, written once.
+ *
+ * SL_HD makes these static inline for the C compiler and __host__ __device__
+ * under nvcc: the CPU kernels (kernels/cpu/) and the CUDA kernels
+ * (kernels/cuda/) call the very same bodies, and tests/test_kn_bodies.c runs
+ * them over the index space of the CUDA launches to check that geometry on a
+ * machine without a GPU. Only loops and thread cooperation differ. */
+#ifndef KN_BODY_H
+#define KN_BODY_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_hd.h"
+#include "sl_rng.h"
+
+#define KN_SQRT1_2 0.70710678118654752440f
+#define KN_INV_SQRT_2PI 0.39894228040143267794f
+#define KN_SQRT_2_OVER_PI 0.79788456080286535588f
+#define KN_GELU_TANH_C 0.044715f
+
+/* ---- GELU ---------------------------------------------------------------
+ * erf form: 0.5 x (1 + erf(x/sqrt2)); tanh form: 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))),
+ * as torch.nn.functional.gelu(approximate='none' / 'tanh'). */
+SL_HD float kn_gelu_erf(float x)
+{
+    return 0.5f * x * (1.0f + erff(x * KN_SQRT1_2));
+}
+SL_HD float kn_gelu_erf_grad(float x)
+{
+    return 0.5f * (1.0f + erff(x * KN_SQRT1_2)) + x * KN_INV_SQRT_2PI * expf(-0.5f * x * x);
+}
+SL_HD float kn_gelu_tanh(float x)
+{
+    float u = KN_SQRT_2_OVER_PI * (x + KN_GELU_TANH_C * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+SL_HD float kn_gelu_tanh_grad(float x)
+{
+    float x2 = x * x;
+    float t = tanhf(KN_SQRT_2_OVER_PI * x * (1.0f + KN_GELU_TANH_C * x2));
+    float du = KN_SQRT_2_OVER_PI * (1.0f + 3.0f * KN_GELU_TANH_C * x2);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+/* kind: 0 = erf, 1 = tanh (enum kn_gelu_kind). */
+SL_HD float kn_gelu_fwd_elem(float x, int kind)
+{
+    return kind == 1 ? kn_gelu_tanh(x) : kn_gelu_erf(x);
+}
+SL_HD float kn_gelu_bwd_elem(float x, float dout, int kind)
+{
+    return dout * (kind == 1 ? kn_gelu_tanh_grad(x) : kn_gelu_erf_grad(x));
+}
+
+/* ---- dropout --------------------------------------------------------------
+ * Element with RNG index idx is kept when its uniform draw is >= p. The draw
+ * is sl_rng_uniform's: the top 24 bits of the Philox word, exactly
+ * representable in float, so the test is the same on every device. */
+SL_HD int kn_dropout_keep_word(uint32_t w, float p)
+{
+    return (float)(w >> 8) * (1.0f / 16777216.0f) >= p;
+}
+SL_HD int kn_dropout_keep(uint64_t seed, uint64_t stream, uint64_t idx, float p)
+{
+    return kn_dropout_keep_word(sl_rng_u32(seed, stream, idx), p);
+}
+/* The multiplier of a kept element: 1/(1-p) (0 when p >= 1, all dropped). */
+SL_HD float kn_dropout_scale(float p)
+{
+    return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+}
+/* The RNG index of element e of sequence s of a micro-batch starting at
+ * global sequence seq0 (kn_ops.h): independent of micro-batch splitting. */
+SL_HD uint64_t kn_dropout_index(uint64_t seq0, uint64_t s, uint64_t per_seq, uint64_t e)
+{
+    return (seq0 + s) * per_seq + e;
+}
+
+/* ---- embeddings -------------------------------------------------------------
+ * One output row r = b*T + t. Token ids outside [0,V) are the caller's bug;
+ * they are not checked here (device/ validates batches on load). */
+SL_HD void kn_embed_row_fwd(float *out, const float *wte, const float *wpe, const float *wse,
+                            int32_t tok, int t, int32_t seg, int C)
+{
+    const float *a = wte + (size_t)tok * C, *p = wpe + (size_t)t * C, *s = wse + (size_t)seg * C;
+    for (int c = 0; c < C; c++)
+        out[c] = a[c] + p[c] + s[c];
+}
+/* Column c of every embedding gradient, summed over all B*T rows in row
+ * order: one owner per column, so no two writers ever touch one address. */
+SL_HD void kn_embed_col_bwd(float *dwte, float *dwpe, float *dwse, const float *dout,
+                            const int32_t *tok, const int32_t *seg, int B, int T, int C, int c)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            size_t r = (size_t)b * T + t;
+            float d = dout[r * C + c];
+            if (dwte)
+                dwte[(size_t)tok[r] * C + c] += d;
+            if (dwpe)
+                dwpe[(size_t)t * C + c] += d;
+            if (dwse)
+                dwse[(size_t)(seg ? seg[r] : 0) * C + c] += d;
+        }
+}
+
+/* ---- layernorm ---------------------------------------------------------------
+ * Biased variance (as torch), two passes over the row for accuracy. */
+SL_HD void kn_layernorm_row_fwd(float *out, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, int C, float eps)
+{
+    float m = 0.0f;
+    for (int i = 0; i < C; i++)
+        m += x[i];
+    m /= (float)C;
+    float var = 0.0f;
+    for (int i = 0; i < C; i++) {
+        float d = x[i] - m;
+        var += d * d;
+    }
+    var /= (float)C;
+    float s = 1.0f / sqrtf(var + eps);
+    for (int i = 0; i < C; i++)
+        out[i] = (x[i] - m) * s * w[i] + (b ? b[i] : 0.0f);
+    *mean = m;
+    *rstd = s;
+}
+/* dinp of one row (accumulated). */
+SL_HD void kn_layernorm_row_bwd(float *dinp, const float *dout, const float *x, const float *w,
+                                float mean, float rstd, int C)
+{
+    float sum_d = 0.0f, sum_dx = 0.0f;
+    for (int i = 0; i < C; i++) {
+        float dn = dout[i] * w[i];
+        sum_d += dn;
+        sum_dx += dn * (x[i] - mean) * rstd;
+    }
+    sum_d /= (float)C;
+    sum_dx /= (float)C;
+    for (int i = 0; i < C; i++) {
+        float xhat = (x[i] - mean) * rstd;
+        dinp[i] += rstd * (dout[i] * w[i] - sum_d - xhat * sum_dx);
+    }
+}
+/* dw[c], db[c] of one column (accumulated), rows summed in order 0..N-1. */
+SL_HD void kn_layernorm_col_bwd(float *dw, float *db, const float *dout, const float *x,
+                                const float *mean, const float *rstd, int N, int C, int c)
+{
+    float sw = 0.0f, sb = 0.0f;
+    for (int n = 0; n < N; n++) {
+        float d = dout[(size_t)n * C + c];
+        sw += d * ((x[(size_t)n * C + c] - mean[n]) * rstd[n]);
+        sb += d;
+    }
+    if (dw)
+        dw[c] += sw;
+    if (db)
+        db[c] += sb;
+}
+
+/* ---- linear: bias gradient of column o, rows in order ------------------------ */
+SL_HD float kn_colsum(const float *x, int N, int ld, int c)
+{
+    float s = 0.0f;
+    for (int n = 0; n < N; n++)
+        s += x[(size_t)n * ld + c];
+    return s;
+}
+
+/* ---- attention rows ------------------------------------------------------------
+ * p = softmax(s) over keys j with valid[j] != 0 (valid NULL: all keys); masked
+ * keys get probability 0. A row with no valid key (a sequence that is all
+ * padding) gets all zeros instead of 0/0 = NaN. p may alias s. */
+SL_HD void kn_softmax_row_masked(float *p, const float *s, const int32_t *valid, int T)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < T; j++)
+        if ((!valid || valid[j]) && s[j] > mx)
+            mx = s[j];
+    if (!(mx > -INFINITY)) {
+        for (int j = 0; j < T; j++)
+            p[j] = 0.0f;
+        return;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < T; j++) {
+        float e = (!valid || valid[j]) ? expf(s[j] - mx) : 0.0f;
+        p[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < T; j++)
+        p[j] *= inv;
+}
+/* ds = scale * p * (dp - <p, dp>), the softmax backward of one row; ds may alias dp. */
+SL_HD void kn_softmax_row_bwd(float *ds, const float *p, const float *dp, int T, float scale)
+{
+    float dot = 0.0f;
+    for (int j = 0; j < T; j++)
+        dot += p[j] * dp[j];
+    for (int j = 0; j < T; j++)
+        ds[j] = scale * p[j] * (dp[j] - dot);
+}
+/* Applies attention dropout to one row of T probabilities (or their
+ * gradient), row index `row` = h*T + i within sequence s, in place:
+ * x[j] *= keep ? 1/(1-p) : 0. Draws index (seq0+s)*NH*T*T + row*T + j. */
+SL_HD void kn_attn_dropout_row(float *x, uint64_t seed, uint64_t stream, uint64_t seq0, int s,
+                               int NH, int T, int row, float p)
+{
+    float sc = kn_dropout_scale(p);
+    uint64_t base = kn_dropout_index(seq0, (uint64_t)s, (uint64_t)NH * T * T, (uint64_t)row * T);
+    for (int j = 0; j < T; j++)
+        x[j] = kn_dropout_keep(seed, stream, base + j, p) ? x[j] * sc : 0.0f;
+}
+
+/* ---- cross-entropy rows ------------------------------------------------------------
+ * probs = softmax(logits), returns -log probs[target]; a target outside
+ * [0, V) (ignore index -100) gives loss 0 and, in backward, no gradient. */
+SL_HD float kn_xent_row_fwd(float *probs, const float *logits, int32_t target, int V)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < V; j++)
+        mx = logits[j] > mx ? logits[j] : mx;
+    float sum = 0.0f;
+    for (int j = 0; j < V; j++) {
+        float e = expf(logits[j] - mx);
+        probs[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < V; j++)
+        probs[j] *= inv;
+    if (target < 0 || target >= V)
+        return 0.0f;
+    return logf(sum) - (logits[target] - mx);
+}
+SL_HD void kn_xent_row_bwd(float *dlogits, const float *probs, int32_t target, int V, float scale)
+{
+    if (target < 0 || target >= V)
+        return;
+    for (int j = 0; j < V; j++)
+        dlogits[j] += scale * (probs[j] - (j == target ? 1.0f : 0.0f));
+}
+
+/* ---- optimizers ------------------------------------------------------------------------
+ * bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (computed once per tensor in double).
+ * AdamW exactly as torch.optim.AdamW (foreach=False):
+ *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *   p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps). */
+SL_HD void kn_adamw_elem(float *p, float g, float *m, float *v, float lr, float beta1,
+                         float beta2, float eps, float wd, float bc1, float sqrt_bc2)
+{
+    float mm = beta1 * *m + (1.0f - beta1) * g;
+    float vv = beta2 * *v + (1.0f - beta2) * g * g;
+    *m = mm;
+    *v = vv;
+    float pp = *p * (1.0f - lr * wd);
+    *p = pp - (lr / bc1) * (mm / (sqrtf(vv) / sqrt_bc2 + eps));
+}
+/* LAMB moments of one element (as Adam's). */
+SL_HD void kn_lamb_moments(float g, float *m, float *v, float beta1, float beta2)
+{
+    *m = beta1 * *m + (1.0f - beta1) * g;
+    *v = beta2 * *v + (1.0f - beta2) * g * g;
+}
+/* The LAMB update direction u = mhat / (sqrt(vhat) + eps) + wd * p. */
+SL_HD float kn_lamb_dir(float p, float m, float v, float eps, float wd, float bc1, float bc2)
+{
+    return (m / bc1) / (sqrtf(v / bc2) + eps) + wd * p;
+}
+/* Trust ratio ||p|| / ||u||, 1 when either norm is 0 (or not finite). */
+SL_HD float kn_lamb_trust(double p_sumsq, double u_sumsq)
+{
+    if (p_sumsq > 0.0 && u_sumsq > 0.0) {
+        double r = sqrt(p_sumsq) / sqrt(u_sumsq);
+        if (r == r && r < 1e30)
+            return (float)r;
+    }
+    return 1.0f;
+}
+
+#endif
