@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,19 @@ struct dev_st {
     uint64_t size, data_start;
     dev_st_tensor *t;
     int n;
+    json_t *meta; /* __metadata__, or NULL */
 };
+
+/* Our files carry a BLAKE2b-128 of every tensor's bytes in __metadata__
+ * under "blake2b/<name>" (metadata is a free string map, so other readers
+ * ignore it); files from elsewhere have none and are read unchecked. */
+#define HASH_BYTES 16
+static void hash_hex(const void *p, size_t n, char out[2 * HASH_BYTES + 1])
+{
+    uint8_t h[HASH_BYTES];
+    crypto_generichash(h, sizeof h, p, n, NULL, 0);
+    sodium_bin2hex(out, 2 * HASH_BYTES + 1, h, sizeof h);
+}
 
 static int dtype_of(const char *s, size_t *esize)
 {
@@ -59,6 +72,7 @@ void dev_st_close(dev_st *st)
         free(st->t[i].name);
     free(st->t);
     free(st->path);
+    json_decref(st->meta);
     free(st);
 }
 
@@ -161,8 +175,11 @@ dev_st *dev_st_open(const char *path, sl_err *err)
     json_t *v;
     json_object_foreach(root, key, v)
     {
-        if (!strcmp(key, "__metadata__"))
+        if (!strcmp(key, "__metadata__")) {
+            if (json_is_object(v))
+                st->meta = json_incref(v);
             continue;
+        }
         if (parse_tensor(st, key, v, st->size - st->data_start, &st->t[st->n], err))
             goto fail;
         st->n++;
@@ -229,7 +246,18 @@ int dev_st_read_f32(dev_st *st, const dev_st_tensor *t, uint64_t first, size_t c
                 return sl_err_set(err, SL_EIO, "%s: tensor '%s': short read", st->path, t->name);
             got += (size_t)r;
         }
-        return 0; /* little-endian host (x86-64, aarch64) */
+        /* little-endian host (x86-64, aarch64): the bytes are the floats */
+        char key[160];
+        snprintf(key, sizeof key, "blake2b/%s", t->name);
+        const char *sum = st->meta ? json_string_value(json_object_get(st->meta, key)) : NULL;
+        if (sum && first == 0 && count == t->numel) {
+            char hex[2 * HASH_BYTES + 1];
+            hash_hex(dst, want, hex);
+            if (strcmp(hex, sum) != 0)
+                return sl_err_set(err, SL_ECORRUPT, "%s: tensor '%s': checksum mismatch (damaged file)",
+                                  st->path, t->name);
+        }
+        return 0;
     }
     uint16_t buf[4096];
     for (size_t done = 0; done < count;) {
@@ -251,10 +279,20 @@ int dev_st_read_f32(dev_st *st, const dev_st_tensor *t, uint64_t first, size_t c
 
 int dev_st_write(const char *path, const dev_st_out *t, int n, sl_err *err)
 {
+    if (sodium_init() < 0)
+        return sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
     json_t *root = json_object();
-    json_object_set_new(root, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    json_t *meta = json_pack("{s:s}", "format", "pt");
+    json_object_set_new(root, "__metadata__", meta);
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
+        size_t count = 1;
+        for (int d = 0; d < t[i].ndim; d++)
+            count *= (size_t)t[i].shape[d];
+        char key[160], hex[2 * HASH_BYTES + 1];
+        snprintf(key, sizeof key, "blake2b/%s", t[i].name);
+        hash_hex(t[i].data, count * 4, hex);
+        json_object_set_new(meta, key, json_string(hex));
         uint64_t numel = 1;
         json_t *shape = json_array();
         for (int d = 0; d < t[i].ndim; d++) {
