@@ -10,6 +10,7 @@
 #include "kn_body.h"
 #include "kn_gemm.h"
 #include "kn_ops.h"
+#include "kn_threads.h"
 
 #define KN_COLS 64
 /* Elementwise loops: below this many elements one thread is faster. */
@@ -39,7 +40,7 @@ void kn_embed_forward(float *out, const int32_t *tok, const int32_t *seg, const 
 {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < B * T; r++)
-        kn_embed_row_fwd(out + (size_t)r * C, wte, wpe, wse, tok[r], r % T, seg ? seg[r] : 0, C);
+        kn_t_embed_fwd((size_t)r, out, tok, seg, wte, wpe, wse, T, C);
 }
 
 void kn_embed_backward(float *dwte, float *dwpe, float *dwse, const float *dout,
@@ -72,8 +73,7 @@ void kn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
-        kn_layernorm_row_fwd(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, w, b, C,
-                             eps);
+        kn_t_ln_fwd((size_t)n, out, mean, rstd, inp, w, b, C, eps);
 }
 
 void kn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -85,8 +85,7 @@ void kn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
         if (dinp) {
 #pragma omp for schedule(static)
             for (int n = 0; n < N; n++)
-                kn_layernorm_row_bwd(dinp + (size_t)n * C, dout + (size_t)n * C,
-                                     inp + (size_t)n * C, w, mean[n], rstd[n], C);
+                kn_t_ln_bwd_row((size_t)n, dinp, dout, inp, w, mean, rstd, C);
         }
         if (dw || db) {
 #pragma omp for schedule(static)
@@ -143,32 +142,28 @@ void kn_gelu_forward(float *out, const float *inp, size_t N, int kind)
 {
 #pragma omp parallel for schedule(static) if (N >= KN_PAR_MIN)
     for (size_t i = 0; i < N; i++)
-        out[i] = kn_gelu_fwd_elem(inp[i], kind);
+        kn_t_gelu_fwd(i, out, inp, kind);
 }
 
 void kn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, int kind)
 {
 #pragma omp parallel for schedule(static) if (N >= KN_PAR_MIN)
     for (size_t i = 0; i < N; i++)
-        dinp[i] += kn_gelu_bwd_elem(inp[i], dout[i], kind);
+        kn_t_gelu_bwd(i, dinp, inp, dout, kind);
 }
 
 void kn_residual_forward(float *out, const float *a, const float *b, size_t N)
 {
 #pragma omp parallel for schedule(static) if (N >= KN_PAR_MIN)
     for (size_t i = 0; i < N; i++)
-        out[i] = a[i] + b[i];
+        kn_t_residual_fwd(i, out, a, b);
 }
 
 void kn_residual_backward(float *da, float *db, const float *dout, size_t N)
 {
 #pragma omp parallel for schedule(static) if (N >= KN_PAR_MIN)
-    for (size_t i = 0; i < N; i++) {
-        if (da)
-            da[i] += dout[i];
-        if (db)
-            db[i] += dout[i];
-    }
+    for (size_t i = 0; i < N; i++)
+        kn_t_residual_bwd(i, da, db, dout);
 }
 
 /* ---- dropout ----
@@ -225,7 +220,7 @@ void kn_crossentropy_forward(float *losses, float *probs, const float *logits,
 {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < M; i++)
-        losses[i] = kn_xent_row_fwd(probs + (size_t)i * V, logits + (size_t)i * V, targets[i], V);
+        kn_t_xent_fwd((size_t)i, losses, probs, logits, targets, V);
 }
 
 void kn_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, int M,
@@ -233,7 +228,7 @@ void kn_crossentropy_backward(float *dlogits, const float *probs, const int32_t 
 {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < M; i++)
-        kn_xent_row_bwd(dlogits + (size_t)i * V, probs + (size_t)i * V, targets[i], V, scale);
+        kn_t_xent_bwd((size_t)i, dlogits, probs, targets, V, scale);
 }
 
 /* ---- optimizers ---- */
@@ -244,7 +239,7 @@ void kn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, flo
     float sqrt_bc2 = (float)sqrt(1.0 - pow(beta2, t));
 #pragma omp parallel for schedule(static) if (n >= KN_PAR_MIN)
     for (size_t i = 0; i < n; i++)
-        kn_adamw_elem(&p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, wd, bc1, sqrt_bc2);
+        kn_t_adamw(i, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sqrt_bc2);
 }
 
 void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
@@ -255,15 +250,15 @@ void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, floa
     double psq = 0.0, usq = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : psq, usq) if (n >= KN_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        kn_lamb_moments(g[i], &m[i], &v[i], beta1, beta2);
-        float u = kn_lamb_dir(p[i], m[i], v[i], eps, wd, bc1, bc2);
-        psq += (double)p[i] * p[i];
-        usq += (double)u * u;
+        double p2, u2;
+        kn_t_lamb_moments(i, p, g, m, v, beta1, beta2, eps, wd, bc1, bc2, &p2, &u2);
+        psq += p2;
+        usq += u2;
     }
     float step = lr * kn_lamb_trust(psq, usq);
 #pragma omp parallel for schedule(static) if (n >= KN_PAR_MIN)
     for (size_t i = 0; i < n; i++)
-        p[i] -= step * kn_lamb_dir(p[i], m[i], v[i], eps, wd, bc1, bc2);
+        kn_t_lamb_apply(i, p, m, v, step, eps, wd, bc1, bc2);
 }
 
 double kn_sumsq(const float *x, size_t n)
@@ -279,5 +274,5 @@ void kn_scale(float *x, size_t n, float s)
 {
 #pragma omp parallel for schedule(static) if (n >= KN_PAR_MIN)
     for (size_t i = 0; i < n; i++)
-        x[i] *= s;
+        kn_t_scale(i, x, s);
 }
