@@ -10,50 +10,13 @@
 
 #include "dev_ckpt.h"
 #include "dev_safetensors.h"
+#include "dev_testutil.h"
 #include "dev_train.h"
 #include "kn_ops.h"
 #include "kn_testutil.h"
 #include "sl_config.h"
 
 static char g_dir[] = "/tmp/skyloom-model-XXXXXX";
-
-typedef struct batch {
-    int B, T;
-    int32_t *tok, *seg, *valid, *lab;
-} batch;
-
-/* Sequences of different lengths (padding), two segments, ~15% masked. */
-static void make_batch(batch *b, int B, int T, int V, uint64_t stream)
-{
-    size_t n = (size_t)B * T;
-    b->B = B;
-    b->T = T;
-    b->tok = calloc(n, 4);
-    b->seg = calloc(n, 4);
-    b->valid = calloc(n, 4);
-    b->lab = calloc(n, 4);
-    for (int s = 0; s < B; s++) {
-        int len = T - (s * 7) % (T / 2);
-        for (int t = 0; t < T; t++) {
-            size_t i = (size_t)s * T + t;
-            int in = t < len;
-            b->valid[i] = in;
-            b->tok[i] = in ? 5 + kt_randint(stream, i, V - 5) : 0;
-            b->seg[i] = in && t >= len / 2;
-            b->lab[i] = -100;
-            if (in && (t % 7 == 3 || kt_randint(stream + 1, i, 100) < 10))
-                b->lab[i] = 5 + kt_randint(stream + 2, i, V - 5);
-        }
-    }
-}
-
-static void free_batch(batch *b)
-{
-    free(b->tok);
-    free(b->seg);
-    free(b->valid);
-    free(b->lab);
-}
 
 static void write_i32(const char *name, const int32_t *x, size_t n)
 {
@@ -151,8 +114,8 @@ static void run_case(const char *label, int gelu, int L)
             for (size_t j = 0; j < t[k].numel; j++)
                 p[t[k].offset + j] += 0.1f * sl_rng_normal(7, (uint64_t)k, j);
 
-    batch b;
-    make_batch(&b, B, T, c.vocab, 40);
+    dt_batch b;
+    dt_make_batch(&b, B, T, c.vocab, 40);
     size_t n = (size_t)B * T;
     write_i32("tokens", b.tok, n);
     write_i32("segments", b.seg, n);
@@ -175,8 +138,7 @@ static void run_case(const char *label, int gelu, int L)
     if (rc != 0)
         goto out;
 
-    dev_batch db = {.B = B, .T = T, .tokens = b.tok, .segments = b.seg, .valid = b.valid,
-                    .labels = b.lab, .seq0 = 0};
+    dev_batch db = dt_view(&b, 0);
     dev_step_info info;
     CHECKF(dev_train_grads(tr, &db, 1, &info, &err) == 0, "%s", err.msg);
     double want = read_double("loss.txt");
@@ -211,7 +173,7 @@ static void run_case(const char *label, int gelu, int L)
     CHECK_NEAR(sum / masked, tl, 1e-5 * tl);
     dev_train_free(tr4);
 out:
-    free_batch(&b);
+    dt_free_batch(&b);
     dev_train_free(tr);
 }
 
