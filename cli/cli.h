@@ -7,5 +7,6 @@
 
 int cmd_version(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ typedef struct command {
 
 /* One row per subcommand; `skyloom help` prints them in this order. */
 static const command commands[] = {
+    {"data", cmd_data, "corpus to WordPiece vocabulary and token shards; inspect shards"},
     {"profile", cmd_profile, "show this machine's topology and compute backends"},
     {"version", cmd_version, "show version, libraries and what this machine has"},
 };

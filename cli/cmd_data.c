@@ -1,0 +1,527 @@
+/* skyloom data: corpus -> WordPiece vocabulary -> token shards.
+ *   skyloom data vocab --corpus FILE... --size N --out vocab.txt [--cased]
+ *   skyloom data prepare --vocab vocab.txt --in FILE_OR_DIR... --out SHARD --seq T [--cased]
+ *   skyloom data inspect SHARD [--json] [--show N] */
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "dev_file.h"
+#include "dev_shard.h"
+#include "dev_tok.h"
+#include "dev_vocab.h"
+#include "dev_vocab_build.h"
+#include "sl_log.h"
+#include "sl_mem.h"
+#include "sl_time.h"
+
+#define MAX_CORPUS_FILE ((uint64_t)4 << 30)
+
+static void usage_data(FILE *f)
+{
+    fprintf(f,
+            "usage: skyloom data vocab --corpus FILE... --size N --out vocab.txt [--cased]\n"
+            "                          [--min-freq K] [--json]\n"
+            "       skyloom data prepare --vocab vocab.txt --in FILE_OR_DIR... --out SHARD\n"
+            "                          --seq T [--cased] [--json]\n"
+            "       skyloom data inspect SHARD [--show N] [--json]\n\n"
+            "Turns UTF-8 text into what BERT pre-training reads.\n"
+            "  vocab    learns a WordPiece vocabulary (standard vocab.txt, '##' pieces)\n"
+            "  prepare  tokenizes (BERT BasicTokenizer + WordPiece) and packs documents into\n"
+            "           [CLS] ... [SEP] sequences of at most T tokens, written as one shard\n"
+            "  inspect  shows a shard's header, counts, vocabulary hash and first sequences\n\n"
+            "Corpus text: one sentence or paragraph per line, a blank line between documents;\n"
+            "a directory stands for all files under it (sorted). Text is lower-cased and\n"
+            "accent-stripped unless --cased. Invalid UTF-8 is an error naming file and offset.\n");
+}
+
+/* ---- corpus files ---- */
+typedef struct paths {
+    char **p;
+    size_t n, cap;
+} paths;
+
+static void paths_add(paths *ps, const char *p)
+{
+    if (ps->n == ps->cap) {
+        ps->cap = ps->cap ? ps->cap * 2 : 16;
+        ps->p = sl_xrealloc(ps->p, ps->cap * sizeof *ps->p);
+    }
+    ps->p[ps->n++] = sl_xstrdup(p);
+}
+
+static void paths_free(paths *ps)
+{
+    for (size_t i = 0; i < ps->n; i++)
+        free(ps->p[i]);
+    free(ps->p);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Adds path, or every regular file under it (sorted, dot files skipped). */
+static int expand(paths *out, const char *path, int depth, sl_err *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return sl_err_set(err, SL_EIO, "%s: no such file or directory", path);
+    if (!S_ISDIR(st.st_mode)) {
+        paths_add(out, path);
+        return 0;
+    }
+    if (depth > 32)
+        return sl_err_set(err, SL_EINVAL, "%s: directories nested too deep", path);
+    DIR *d = opendir(path);
+    if (!d)
+        return sl_err_set(err, SL_EIO, "%s: cannot open directory", path);
+    paths sub = {0};
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            size_t n = strlen(path) + strlen(e->d_name) + 2;
+            char *p = sl_xmalloc(n);
+            snprintf(p, n, "%s/%s", path, e->d_name);
+            paths_add(&sub, p);
+            free(p);
+        }
+    closedir(d);
+    qsort(sub.p, sub.n, sizeof *sub.p, cmp_str);
+    int rc = 0;
+    for (size_t i = 0; i < sub.n && !rc; i++)
+        rc = expand(out, sub.p[i], depth + 1, err);
+    paths_free(&sub);
+    return rc;
+}
+
+/* Reads a corpus file and checks it is UTF-8 (error: file, offset, line). */
+static int read_text(const char *path, char **buf, size_t *len, sl_err *err)
+{
+    if (dev_read_file(path, MAX_CORPUS_FILE, buf, len, err))
+        return -1;
+    size_t bad = dev_utf8_check(*buf, *len);
+    if (bad < *len) {
+        size_t line = 1;
+        for (size_t i = 0; i < bad; i++)
+            line += (*buf)[i] == '\n';
+        free(*buf);
+        return sl_err_set(err, SL_EINVAL, "%s: invalid UTF-8 at byte offset %zu (line %zu)", path,
+                          bad, line);
+    }
+    return 0;
+}
+
+/* Collects the values after an option until the next "--" argument. */
+static int take_list(int argc, char **argv, int *i, paths *out)
+{
+    int n = 0;
+    while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
+        paths_add(out, argv[++*i]);
+        n++;
+    }
+    return n;
+}
+
+static void print_json(json_t *o)
+{
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+    printf("%s\n", s);
+    free(s);
+    json_decref(o);
+}
+
+/* ---- vocab ---- */
+static int data_vocab(int argc, char **argv)
+{
+    paths corpus = {0};
+    const char *out = NULL;
+    int size = 0, min_freq = 2, cased = 0, json = 0;
+    sl_err err = {0};
+    int rc = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--corpus")) {
+            if (!take_list(argc, argv, &i, &corpus)) {
+                sl_cli_fail("data vocab", 2, "--corpus needs at least one file");
+                goto done;
+            }
+        } else if (!strcmp(a, "--size") && i + 1 < argc) {
+            if (sl_parse_int("--size", argv[++i], 6, DEV_VOCAB_MAX_SIZE, &size, &err)) {
+                sl_cli_fail("data vocab", 2, "%s", err.msg);
+                goto done;
+            }
+        } else if (!strcmp(a, "--min-freq") && i + 1 < argc) {
+            if (sl_parse_int("--min-freq", argv[++i], 1, 1 << 30, &min_freq, &err)) {
+                sl_cli_fail("data vocab", 2, "%s", err.msg);
+                goto done;
+            }
+        } else if (!strcmp(a, "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (!strcmp(a, "--cased")) {
+            cased = 1;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage_data(stdout);
+            rc = 0;
+            goto done;
+        } else {
+            sl_cli_fail("data vocab", 2, "unknown option '%s'", a);
+            goto done;
+        }
+    }
+    if (!corpus.n || !size || !out) {
+        sl_cli_fail("data vocab", 2, "--corpus, --size and --out are required");
+        goto done;
+    }
+    rc = 1;
+    double t0 = sl_now_s();
+    paths files = {0};
+    for (size_t i = 0; i < corpus.n; i++)
+        if (expand(&files, corpus.p[i], 0, &err)) {
+            paths_free(&files);
+            sl_cli_fail("data vocab", 1, "%s", err.msg);
+            goto done;
+        }
+    dev_wordcount *wc = dev_wordcount_new(cased);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < files.n; i++) {
+        char *buf = NULL;
+        size_t len = 0;
+        int bad = read_text(files.p[i], &buf, &len, &err);
+        if (!bad && dev_wordcount_add(wc, buf, len, &err)) {
+            sl_err_wrap(&err, "%s", files.p[i]);
+            bad = 1;
+            free(buf);
+        }
+        if (bad) {
+            sl_cli_fail("data vocab", 1, "%s", err.msg);
+            dev_wordcount_free(wc);
+            paths_free(&files);
+            goto done;
+        }
+        bytes += len;
+        free(buf);
+    }
+    dev_vocab_learned L;
+    if (dev_vocab_learn(wc, size, min_freq, &L, &err)) {
+        sl_cli_fail("data vocab", 1, "%s", err.msg);
+        dev_wordcount_free(wc);
+        paths_free(&files);
+        goto done;
+    }
+    dev_iov part = {L.text, L.len};
+    if (dev_write_file_atomic(out, &part, 1, &err)) {
+        sl_cli_fail("data vocab", 1, "%s", err.msg);
+    } else {
+        dev_vocab *v = dev_vocab_parse(L.text, L.len, out, &err);
+        uint8_t h[32];
+        char hex[65] = "";
+        if (v) {
+            dev_vocab_hash(v, h);
+            dev_hash_hex(h, hex);
+        }
+        double dt = sl_now_s() - t0;
+        if (json) {
+            print_json(json_pack("{s:s, s:i, s:i, s:i, s:I, s:I, s:I, s:s, s:b, s:f}", "out", out,
+                                 "tokens", L.ntokens, "alphabet", L.alphabet, "dropped_chars",
+                                 L.dropped_chars, "files", (json_int_t)files.n, "bytes",
+                                 (json_int_t)bytes, "unique_words",
+                                 (json_int_t)dev_wordcount_unique(wc), "vocab_hash", hex,
+                                 "cased", cased, "seconds", dt));
+        } else {
+            printf("wrote %s: %d tokens (%d characters, %d merges) from %zu file(s), %llu bytes, "
+                   "%zu distinct words in %.2f s\nvocabulary hash %s\n",
+                   out, L.ntokens, L.alphabet,
+                   L.ntokens - L.alphabet - (size >= DEV_VOCAB_BERT_LAYOUT_MIN ? 104 : 5),
+                   files.n, (unsigned long long)bytes, dev_wordcount_unique(wc), dt, hex);
+            if (L.ntokens < size)
+                printf("note: only %d tokens: no pair occurs %d times any more (--min-freq)\n",
+                       L.ntokens, min_freq);
+            if (L.dropped_chars)
+                printf("note: %d rare characters left out (they tokenize as [UNK])\n",
+                       L.dropped_chars);
+        }
+        dev_vocab_free(v);
+        rc = 0;
+    }
+    free(L.text);
+    dev_wordcount_free(wc);
+    paths_free(&files);
+done:
+    paths_free(&corpus);
+    return rc;
+}
+
+/* Warns when the vocabulary's case does not match the mode (a cased vocab
+ * used uncased never sees its capitalised tokens, and the reverse gives [UNK]s). */
+static void check_case(const dev_vocab *v, int cased)
+{
+    int upper = 0;
+    for (int i = 0; i < dev_vocab_size(v) && !upper; i++) {
+        const char *t = dev_vocab_token(v, i);
+        if (t[0] == '[')
+            continue;
+        for (const char *c = t; *c; c++)
+            if (*c >= 'A' && *c <= 'Z') {
+                upper = 1;
+                break;
+            }
+    }
+    if (upper && !cased)
+        sl_log_warn("vocabulary has upper-case tokens but --cased was not given", "%s", "");
+    if (!upper && cased)
+        sl_log_warn("--cased given but the vocabulary has no upper-case tokens", "%s", "");
+}
+
+/* ---- prepare ---- */
+static int prepare_file(dev_shard_writer *w, const dev_vocab *v, int cased, const char *path,
+                        uint64_t *bytes, sl_err *err)
+{
+    char *buf;
+    size_t len;
+    if (read_text(path, &buf, &len, err))
+        return -1;
+    dev_ids ids = {0};
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(buf + i, '\n', len - i);
+        size_t e = nl ? (size_t)(nl - buf) : len;
+        bool blank = true;
+        for (size_t k = i; k < e && blank; k++)
+            blank = buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\r';
+        if (blank) {
+            dev_shard_writer_end_doc(w);
+        } else {
+            ids.n = 0;
+            if (dev_tok_encode(v, cased, buf + i, e - i, &ids, err)) {
+                sl_err_wrap(err, "%s", path);
+                free(buf);
+                dev_ids_free(&ids);
+                return -1;
+            }
+            dev_shard_writer_sentence(w, ids.v, ids.n);
+        }
+        i = e + 1;
+    }
+    dev_shard_writer_end_doc(w);
+    *bytes += len;
+    dev_ids_free(&ids);
+    free(buf);
+    return 0;
+}
+
+static int data_prepare(int argc, char **argv)
+{
+    paths in = {0};
+    const char *out = NULL, *vpath = NULL;
+    int T = 0, cased = 0, json = 0, rc = 2;
+    sl_err err = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--in")) {
+            if (!take_list(argc, argv, &i, &in)) {
+                sl_cli_fail("data prepare", 2, "--in needs at least one file or directory");
+                goto done;
+            }
+        } else if (!strcmp(a, "--seq") && i + 1 < argc) {
+            if (sl_parse_int("--seq", argv[++i], 3, DEV_SHARD_MAX_SEQ, &T, &err)) {
+                sl_cli_fail("data prepare", 2, "%s", err.msg);
+                goto done;
+            }
+        } else if (!strcmp(a, "--vocab") && i + 1 < argc) {
+            vpath = argv[++i];
+        } else if (!strcmp(a, "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (!strcmp(a, "--cased")) {
+            cased = 1;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage_data(stdout);
+            rc = 0;
+            goto done;
+        } else {
+            sl_cli_fail("data prepare", 2, "unknown option '%s'", a);
+            goto done;
+        }
+    }
+    if (!in.n || !vpath || !out || !T) {
+        sl_cli_fail("data prepare", 2, "--vocab, --in, --out and --seq are required");
+        goto done;
+    }
+    rc = 1;
+    double t0 = sl_now_s();
+    dev_vocab *v = dev_vocab_load(vpath, &err);
+    if (!v) {
+        sl_cli_fail("data prepare", 1, "%s", err.msg);
+        goto done;
+    }
+    check_case(v, cased);
+    dev_shard_writer *w = dev_shard_writer_new(v, T, cased, &err);
+    paths files = {0};
+    uint64_t bytes = 0;
+    if (!w) {
+        sl_err_wrap(&err, "%s", vpath);
+        goto fail;
+    }
+    for (size_t i = 0; i < in.n; i++)
+        if (expand(&files, in.p[i], 0, &err))
+            goto fail;
+    for (size_t i = 0; i < files.n; i++)
+        if (prepare_file(w, v, cased, files.p[i], &bytes, &err))
+            goto fail;
+    uint64_t nseq = dev_shard_writer_count(w);
+    if (dev_shard_writer_finish(w, out, &err))
+        goto fail;
+    double dt = sl_now_s() - t0;
+    dev_shard *s = dev_shard_open(out, &err);
+    if (!s)
+        goto fail;
+    uint8_t h[32];
+    char hex[65];
+    dev_shard_vocab_hash(s, h);
+    dev_hash_hex(h, hex);
+    if (json)
+        print_json(json_pack("{s:s, s:I, s:I, s:I, s:I, s:i, s:I, s:s, s:f}", "out", out,
+                             "sequences", (json_int_t)dev_shard_count(s), "documents",
+                             (json_int_t)dev_shard_doc_count(s), "tokens",
+                             (json_int_t)dev_shard_token_count(s), "files", (json_int_t)files.n,
+                             "seq_len", T, "bytes", (json_int_t)bytes, "vocab_hash", hex,
+                             "seconds", dt));
+    else
+        printf("wrote %s: %llu sequences of at most %d tokens, %llu documents, %llu tokens from "
+               "%zu file(s), %llu bytes in %.2f s\nvocabulary hash %s\n",
+               out, (unsigned long long)nseq, T, (unsigned long long)dev_shard_doc_count(s),
+               (unsigned long long)dev_shard_token_count(s), files.n, (unsigned long long)bytes,
+               dt, hex);
+    dev_shard_close(s);
+    rc = 0;
+    goto cleanup;
+fail:
+    sl_cli_fail("data prepare", 1, "%s", err.msg);
+cleanup:
+    dev_shard_writer_free(w);
+    paths_free(&files);
+    dev_vocab_free(v);
+done:
+    paths_free(&in);
+    return rc;
+}
+
+/* ---- inspect ---- */
+static int data_inspect(int argc, char **argv)
+{
+    const char *path = NULL;
+    int json = 0, show = 3;
+    sl_err err = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--show") && i + 1 < argc) {
+            if (sl_parse_int("--show", argv[++i], 0, 1000000, &show, &err))
+                return sl_cli_fail("data inspect", 2, "%s", err.msg);
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage_data(stdout);
+            return 0;
+        } else if (a[0] == '-' && a[1])
+            return sl_cli_fail("data inspect", 2, "unknown option '%s'", a);
+        else if (path)
+            return sl_cli_fail("data inspect", 2, "one shard at a time ('%s' and '%s')", path, a);
+        else
+            path = a;
+    }
+    if (!path)
+        return sl_cli_fail("data inspect", 2, "which shard? usage: skyloom data inspect SHARD");
+    dev_shard *s = dev_shard_open(path, &err);
+    if (!s)
+        return sl_cli_fail("data inspect", 1, "%s", err.msg);
+    dev_vocab *v = dev_shard_vocab(s, &err);
+    if (!v) {
+        dev_shard_close(s);
+        return sl_cli_fail("data inspect", 1, "%s", err.msg);
+    }
+    int T = dev_shard_seq_len(s);
+    uint64_t n = dev_shard_count(s);
+    uint8_t h[32];
+    char hex[65];
+    dev_shard_vocab_hash(s, h);
+    dev_hash_hex(h, hex);
+    dev_special sp = dev_shard_special(s);
+    int width = dev_shard_vocab_size(s) <= 65536 ? 2 : 4;
+    double fill = (double)dev_shard_token_count(s) / ((double)n * T);
+    int32_t *tok = sl_xmalloc((size_t)T * sizeof *tok);
+    uint64_t nshow = (uint64_t)show < n ? (uint64_t)show : n;
+    if (json) {
+        json_t *seqs = json_array();
+        uint64_t doc = 0;
+        for (uint64_t i = 0; i < nshow; i++) {
+            int len = dev_shard_read(s, i, tok);
+            while (doc + 1 < dev_shard_doc_count(s) && dev_shard_doc_start(s, doc + 1) <= i)
+                doc++;
+            json_t *ids = json_array();
+            for (int t = 0; t < len; t++)
+                json_array_append_new(ids, json_integer(tok[t]));
+            char *text = dev_tok_decode(v, tok, (size_t)len);
+            json_array_append_new(seqs, json_pack("{s:I, s:I, s:i, s:o, s:s}", "index",
+                                                  (json_int_t)i, "document", (json_int_t)doc,
+                                                  "length", len, "ids", ids, "text", text));
+            free(text);
+        }
+        print_json(json_pack(
+            "{s:s, s:i, s:i, s:i, s:s, s:b, s:i, s:I, s:I, s:I, s:f, s:{s:i, s:i, s:i, s:i, s:i}, s:o}",
+            "path", path, "version", DEV_SHARD_VERSION, "token_width", width, "vocab_size",
+            dev_shard_vocab_size(s), "vocab_hash", hex, "cased", dev_shard_cased(s), "seq_len", T,
+            "sequences", (json_int_t)n, "documents", (json_int_t)dev_shard_doc_count(s), "tokens",
+            (json_int_t)dev_shard_token_count(s), "fill", fill, "special", "pad", sp.pad, "unk",
+            sp.unk, "cls", sp.cls, "sep", sp.sep, "mask", sp.mask, "first", seqs));
+    } else {
+        printf("shard:       %s\n", path);
+        printf("format:      version %d, %d-byte token ids, checksum ok\n", DEV_SHARD_VERSION,
+               width);
+        printf("vocabulary:  %d tokens, %s, hash %s\n", dev_shard_vocab_size(s),
+               dev_shard_cased(s) ? "cased" : "uncased", hex);
+        printf("sequences:   %llu of at most %d tokens (%llu tokens, %.1f%% full)\n",
+               (unsigned long long)n, T, (unsigned long long)dev_shard_token_count(s),
+               100.0 * fill);
+        printf("documents:   %llu\n", (unsigned long long)dev_shard_doc_count(s));
+        printf("special ids: [PAD]=%d [UNK]=%d [CLS]=%d [SEP]=%d [MASK]=%d\n", sp.pad, sp.unk,
+               sp.cls, sp.sep, sp.mask);
+        for (uint64_t i = 0; i < nshow; i++) {
+            int len = dev_shard_read(s, i, tok);
+            char *text = dev_tok_decode(v, tok, (size_t)len);
+            printf("sequence %llu (%d tokens): %s\n", (unsigned long long)i, len, text);
+            free(text);
+        }
+    }
+    free(tok);
+    dev_vocab_free(v);
+    dev_shard_close(s);
+    return 0;
+}
+
+int cmd_data(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage_data(stderr);
+        return 2;
+    }
+    const char *sub = argv[1];
+    if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
+        usage_data(stdout);
+        return 0;
+    }
+    if (!strcmp(sub, "vocab"))
+        return data_vocab(argc - 1, argv + 1);
+    if (!strcmp(sub, "prepare"))
+        return data_prepare(argc - 1, argv + 1);
+    if (!strcmp(sub, "inspect"))
+        return data_inspect(argc - 1, argv + 1);
+    return sl_cli_fail("data", 2, "unknown subcommand '%s' (vocab, prepare, inspect)", sub);
+}
