@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dev_io.h"
+#include "dev_file.h"
 #include "kn_ops.h"
 
 static int get_int(json_t *root, const char *key, int required, int def, int min, int max,
@@ -156,7 +156,8 @@ int dev_config_save(const dev_config *c, const char *path, sl_err *err)
         return sl_err_set(err, SL_ENOMEM, "config: cannot encode JSON");
     size_t n = strlen(s);
     s[n] = '\n'; /* json_dumps allocates n+1; replace the NUL, write n+1 bytes */
-    int rc = dev_write_atomic(path, s, n + 1, err);
+    dev_iov part = {s, n + 1};
+    int rc = dev_write_file_atomic(path, &part, 1, err);
     free(s);
     return rc;
 }

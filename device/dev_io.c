@@ -11,40 +11,6 @@
 
 #include "sl_mem.h"
 
-int dev_read_file(const char *path, size_t max, char **out, size_t *n, sl_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return sl_err_set(err, SL_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return sl_err_set(err, SL_EIO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > max) {
-        fclose(f);
-        return sl_err_set(err, SL_EINVAL, "%s: file too large (%lld bytes, limit %zu)", path,
-                          (long long)st.st_size, max);
-    }
-    size_t size = (size_t)st.st_size;
-    char *buf = sl_try_malloc(size + 1);
-    if (!buf) {
-        fclose(f);
-        return sl_err_set(err, SL_ENOMEM, "%s: cannot allocate %zu bytes", path, size);
-    }
-    size_t got = fread(buf, 1, size, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || got != size) {
-        free(buf);
-        return sl_err_set(err, SL_EIO, "%s: short read", path);
-    }
-    buf[size] = 0;
-    *out = buf;
-    *n = size;
-    return 0;
-}
-
 int dev_atomic_open(dev_atomic *a, const char *path, sl_err *err)
 {
     memset(a, 0, sizeof *a);
@@ -117,15 +83,6 @@ int dev_atomic_commit(dev_atomic *a, sl_err *err)
     fsync_dir(a->path);
     release(a);
     return 0;
-}
-
-int dev_write_atomic(const char *path, const void *data, size_t n, sl_err *err)
-{
-    dev_atomic a;
-    if (dev_atomic_open(&a, path, err))
-        return -1;
-    dev_atomic_write(&a, data, n);
-    return dev_atomic_commit(&a, err);
 }
 
 int dev_mkdir(const char *path, sl_err *err)
