@@ -8,5 +8,7 @@
 int cmd_version(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 #endif

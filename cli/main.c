@@ -14,6 +14,8 @@ typedef struct command {
 /* One row per subcommand; `skyloom help` prints them in this order. */
 static const command commands[] = {
     {"data", cmd_data, "corpus to WordPiece vocabulary and token shards; inspect shards"},
+    {"train", cmd_train, "train a BERT on this machine (the single-device reference)"},
+    {"eval", cmd_eval, "mean masked-LM loss of a model on a shard"},
     {"profile", cmd_profile, "show this machine's topology and compute backends"},
     {"version", cmd_version, "show version, libraries and what this machine has"},
 };

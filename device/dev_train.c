@@ -181,3 +181,18 @@ int dev_train_eval(dev_train *tr, const dev_batch *b, double *loss_sum, int *mas
     }
     return 0;
 }
+
+int dev_train_check_shard(const dev_config *c, const dev_shard *s, sl_err *err)
+{
+    if (dev_shard_vocab_size(s) > c->vocab)
+        return sl_err_set(err, SL_EINVAL,
+                          "the shard's vocabulary has %d tokens, the model's vocab_size is %d",
+                          dev_shard_vocab_size(s), c->vocab);
+    if (dev_shard_seq_len(s) > c->max_pos)
+        return sl_err_set(err, SL_EINVAL,
+                          "the shard's sequences are %d tokens, max_position_embeddings is %d",
+                          dev_shard_seq_len(s), c->max_pos);
+    if (dev_shard_count(s) == 0)
+        return sl_err_set(err, SL_EINVAL, "the shard holds no sequences");
+    return 0;
+}

@@ -11,6 +11,8 @@
 #ifndef DEV_TRAIN_H
 #define DEV_TRAIN_H
 
+#include "dev_mlm.h"
+#include "dev_shard.h"
 #include "dev_stage.h"
 
 typedef struct dev_batch {
@@ -45,5 +47,16 @@ int dev_train_step(dev_train *tr, const dev_batch *b, const dev_optim *o, dev_st
                    sl_err *err);
 /* Forward only, dropout off: sum of losses and number of masked tokens. */
 int dev_train_eval(dev_train *tr, const dev_batch *b, double *loss_sum, int *masked, sl_err *err);
+
+/* A batch from the data part (dev_mlm.h) seen as a dev_batch. */
+static inline dev_batch dev_batch_of(const dev_mlm_batch *m, uint64_t seq0)
+{
+    dev_batch b = {.B = m->B, .T = m->T, .tokens = m->tokens, .segments = m->segments,
+                   .valid = m->valid, .labels = m->labels, .seq0 = seq0};
+    return b;
+}
+/* Refuses a shard the model cannot read: ids beyond vocab_size, sequences
+ * longer than max_position_embeddings. */
+int dev_train_check_shard(const dev_config *c, const dev_shard *s, sl_err *err);
 
 #endif
