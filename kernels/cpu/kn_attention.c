@@ -8,7 +8,8 @@
  *   Pd = dropout(P)            per-thread scratch (only when p > 0)
  *   out = Pd V                 sgemm into the head's columns of out
  * Backward:
- *   dV += Pd^T dout            dPd = dout V^T      dP = dropout(dPd)
+ *   dPd = dout V^T     Pd, dP = dropout(P), dropout(dPd) (one pass over the mask)
+ *   dV += Pd^T dout
  *   dS = scale * P (dP - <P,dP>)                  dQ += dS K     dK += dS^T Q
  *
  * The one allocation: a scratch of 2*T*T floats per thread per call (the
@@ -33,6 +34,23 @@ static void drop_block(float *x, size_t n, const kn_dropout *d, uint64_t start)
         sl_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
         for (size_t i = 0; i < len; i++)
             x[i0 + i] = kn_dropout_keep_word(w[i], d->p) ? x[i0 + i] * sc : 0.0f;
+    }
+}
+
+/* Backward's one pass over the mask: pd = drop(p), dp = drop(dp). */
+static void drop_pair(float *pd, float *dp, const float *p, size_t n, const kn_dropout *d,
+                      uint64_t start)
+{
+    float sc = kn_dropout_scale(d->p);
+    uint32_t w[1024];
+    for (size_t i0 = 0; i0 < n; i0 += 1024) {
+        size_t len = n - i0 < 1024 ? n - i0 : 1024;
+        sl_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
+        for (size_t i = 0; i < len; i++) {
+            int keep = kn_dropout_keep_word(w[i], d->p);
+            pd[i0 + i] = keep ? p[i0 + i] * sc : 0.0f;
+            dp[i0 + i] = keep ? dp[i0 + i] * sc : 0.0f;
+        }
     }
 }
 
@@ -85,18 +103,15 @@ void kn_attention_backward(float *dqkv, const float *dout, const float *qkv, con
         const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
         const float *P = att + (size_t)bh * TT;
         float *dP = scratch + (size_t)omp_get_thread_num() * 2 * TT;
+        kn_sgemm(0, 1, T, T, hs, 1.0f, dO, C, v, 3 * C, 0.0f, dP, T);
         const float *Pd = P;
-        uint64_t start = kn_dropout_index(drop.seq0, (uint64_t)b, (uint64_t)NH * TT, (uint64_t)h * TT);
         if (use_drop) {
             float *buf = dP + TT;
-            memcpy(buf, P, TT * sizeof(float));
-            drop_block(buf, TT, &drop, start);
+            drop_pair(buf, dP, P, TT, &drop,
+                      kn_dropout_index(drop.seq0, (uint64_t)b, (uint64_t)NH * TT, (uint64_t)h * TT));
             Pd = buf;
         }
         kn_sgemm(1, 0, T, hs, T, 1.0f, Pd, T, dO, C, 1.0f, dv, 3 * C);
-        kn_sgemm(0, 1, T, T, hs, 1.0f, dO, C, v, 3 * C, 0.0f, dP, T);
-        if (use_drop)
-            drop_block(dP, TT, &drop, start);
         for (int i = 0; i < T; i++)
             kn_softmax_row_bwd(dP + (size_t)i * T, P + (size_t)i * T, dP + (size_t)i * T, T, scale);
         kn_sgemm(0, 0, T, hs, T, 1.0f, dP, T, k, 3 * C, 1.0f, dq, 3 * C);

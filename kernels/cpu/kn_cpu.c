@@ -138,18 +138,31 @@ void kn_matmul_backward(float *dinp, float *dw, float *db, const float *dout, co
 }
 
 /* ---- elementwise ---- */
+/* One loop per kind, so the kind is a constant in the vectorised body. */
 void kn_gelu_forward(float *out, const float *inp, size_t N, int kind)
 {
-#pragma omp parallel for schedule(static) if (N >= KN_PAR_MIN)
-    for (size_t i = 0; i < N; i++)
-        kn_t_gelu_fwd(i, out, inp, kind);
+    if (kind == KN_GELU_TANH) {
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
+        for (size_t i = 0; i < N; i++)
+            kn_t_gelu_fwd(i, out, inp, KN_GELU_TANH);
+    } else {
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
+        for (size_t i = 0; i < N; i++)
+            kn_t_gelu_fwd(i, out, inp, KN_GELU_ERF);
+    }
 }
 
 void kn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, int kind)
 {
-#pragma omp parallel for schedule(static) if (N >= KN_PAR_MIN)
-    for (size_t i = 0; i < N; i++)
-        kn_t_gelu_bwd(i, dinp, inp, dout, kind);
+    if (kind == KN_GELU_TANH) {
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
+        for (size_t i = 0; i < N; i++)
+            kn_t_gelu_bwd(i, dinp, inp, dout, KN_GELU_TANH);
+    } else {
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
+        for (size_t i = 0; i < N; i++)
+            kn_t_gelu_bwd(i, dinp, inp, dout, KN_GELU_ERF);
+    }
 }
 
 void kn_residual_forward(float *out, const float *a, const float *b, size_t N)
