@@ -12,6 +12,7 @@
 #include "kn_ops.h"
 #include "sl_mem.h"
 #include "sl_rng.h"
+#include "sl_time.h"
 
 /* Dropout sites (mixed with the unit index into the RNG stream). */
 enum { SITE_EMBED = 1, SITE_ATTN = 2, SITE_ATTN_OUT = 3, SITE_FFN_OUT = 4 };
@@ -56,7 +57,45 @@ struct dev_stage {
     int hcap;
     float *logits, *dl, *dg, *dd, *dxm;
     size_t bytes;
+    int prof;                  /* time the matrix multiplies (benchmarks) */
+    double mm_s, mm_flops;
 };
+
+/* The matrix multiplies, optionally timed: they are most of the work, and the
+ * benchmark reports their share and their speed against plain sgemm. */
+static void mm_fwd(dev_stage *s, float *out, const float *inp, const float *w, const float *b,
+                   int N, int IC, int OC)
+{
+    double t0 = s->prof ? sl_now_s() : 0;
+    kn_matmul_forward(out, inp, w, b, N, IC, OC);
+    if (s->prof) {
+        s->mm_s += sl_now_s() - t0;
+        s->mm_flops += 2.0 * N * IC * OC;
+    }
+}
+
+static void mm_bwd(dev_stage *s, float *dinp, float *dw, float *db, const float *dout,
+                   const float *inp, const float *w, int N, int IC, int OC)
+{
+    double t0 = s->prof ? sl_now_s() : 0;
+    kn_matmul_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
+    if (s->prof) {
+        s->mm_s += sl_now_s() - t0;
+        s->mm_flops += 4.0 * N * IC * OC;
+    }
+}
+
+void dev_stage_prof(dev_stage *s, int on)
+{
+    s->prof = on;
+    s->mm_s = s->mm_flops = 0;
+}
+
+void dev_stage_prof_get(const dev_stage *s, double *mm_seconds, double *mm_flops)
+{
+    *mm_seconds = s->mm_s;
+    *mm_flops = s->mm_flops;
+}
 
 void dev_optim_default(dev_optim *o)
 {
@@ -384,16 +423,16 @@ static void layer_forward(dev_stage *s, int u, layer_a *a, const float *x, const
     int B = mb->B, T = mb->T, C = s->c.hidden, F = s->c.intermediate, N = B * T;
     size_t NC = (size_t)N * C;
     float eps = s->c.ln_eps;
-    kn_matmul_forward(a->qkv, x, p[0], p[1], N, C, 3 * C);
+    mm_fwd(s, a->qkv, x, p[0], p[1], N, C, 3 * C);
     kn_attention_forward(a->atto, a->att, a->qkv, mb->valid, B, T, C, s->c.heads,
                          drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
-    kn_matmul_forward(s->T1, a->atto, p[2], p[3], N, C, C);
+    mm_fwd(s, s->T1, a->atto, p[2], p[3], N, C, C);
     kn_dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
     kn_residual_forward(a->res1, x, s->T1, NC);
     kn_layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, eps);
-    kn_matmul_forward(a->h, a->ln1, p[6], p[7], N, C, F);
+    mm_fwd(s, a->h, a->ln1, p[6], p[7], N, C, F);
     kn_gelu_forward(a->hg, a->h, (size_t)N * F, s->c.gelu);
-    kn_matmul_forward(s->T1, a->hg, p[8], p[9], N, F, C);
+    mm_fwd(s, s->T1, a->hg, p[8], p[9], N, F, C);
     kn_dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
     kn_residual_forward(a->res2, a->ln1, s->T1, NC);
     kn_layernorm_forward(a->out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C, eps);
@@ -412,22 +451,22 @@ static void layer_backward(dev_stage *s, int u, layer_a *a, const float *x, cons
     zero(T2, NC);
     kn_dropout_backward(T2, T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
     zero(s->F1, NF);
-    kn_matmul_backward(s->F1, g[8], g[9], T2, a->hg, p[8], N, F, C);
+    mm_bwd(s, s->F1, g[8], g[9], T2, a->hg, p[8], N, F, C);
     zero(s->F2, NF);
     kn_gelu_backward(s->F2, a->h, s->F1, NF, s->c.gelu);
     /* T1 holds d(res2), which is also the residual part of d(ln1). */
-    kn_matmul_backward(T1, g[6], g[7], s->F2, a->ln1, p[6], N, C, F);
+    mm_bwd(s, T1, g[6], g[7], s->F2, a->ln1, p[6], N, C, F);
     zero(T2, NC);
     kn_layernorm_backward(T2, g[4], g[5], T1, a->res1, p[4], a->mean1, a->rstd1, N, C);
     memcpy(dx, T2, NC * sizeof(float));
     zero(T1, NC);
     kn_dropout_backward(T1, T2, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
     zero(T2, NC);
-    kn_matmul_backward(T2, g[2], g[3], T1, a->atto, p[2], N, C, C);
+    mm_bwd(s, T2, g[2], g[3], T1, a->atto, p[2], N, C, C);
     zero(s->Q, 3 * NC);
     kn_attention_backward(s->Q, T2, a->qkv, a->att, B, T, C, s->c.heads,
                           drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
-    kn_matmul_backward(dx, g[0], g[1], s->Q, x, p[0], N, C, 3 * C);
+    mm_bwd(s, dx, g[0], g[1], s->Q, x, p[0], N, C, 3 * C);
 }
 
 /* ---- unit L+1: MLM head, only at the M masked positions ------------------
@@ -463,10 +502,10 @@ static int head_forward(dev_stage *s, slot *sl, const float *x, const dev_micro 
             memcpy(h->xm + (size_t)j * C, x + (size_t)i * C, (size_t)C * sizeof(float));
             j++;
         }
-    kn_matmul_forward(h->d, h->xm, p[0], p[1], M, C, C);
+    mm_fwd(s, h->d, h->xm, p[0], p[1], M, C, C);
     kn_gelu_forward(h->g, h->d, (size_t)M * C, s->c.gelu);
     kn_layernorm_forward(h->l, h->mean, h->rstd, h->g, p[2], p[3], M, C, s->c.ln_eps);
-    kn_matmul_forward(s->logits, h->l, s->head_wte, p[4], M, C, V);
+    mm_fwd(s, s->logits, h->l, s->head_wte, p[4], M, C, V);
     kn_crossentropy_forward(h->losses, h->probs, s->logits, h->tgt, M, V);
     double sum = 0;
     for (int j = 0; j < M; j++)
@@ -490,13 +529,13 @@ static void head_backward(dev_stage *s, slot *sl, const dev_micro *mb, float *dx
     zero(s->logits, (size_t)M * V);
     kn_crossentropy_backward(s->logits, h->probs, h->tgt, M, V, mb->loss_scale);
     zero(s->dl, MC);
-    kn_matmul_backward(s->dl, s->head_gwte, g[4], s->logits, h->l, s->head_wte, M, C, V);
+    mm_bwd(s, s->dl, s->head_gwte, g[4], s->logits, h->l, s->head_wte, M, C, V);
     zero(s->dg, MC);
     kn_layernorm_backward(s->dg, g[2], g[3], s->dl, h->g, p[2], h->mean, h->rstd, M, C);
     zero(s->dd, MC);
     kn_gelu_backward(s->dd, h->d, s->dg, MC, s->c.gelu);
     zero(s->dxm, MC);
-    kn_matmul_backward(s->dxm, g[0], g[1], s->dd, h->xm, p[0], M, C, C);
+    mm_bwd(s, s->dxm, g[0], g[1], s->dd, h->xm, p[0], M, C, C);
     for (int j = 0; j < M; j++)
         memcpy(dx + (size_t)h->idx[j] * C, s->dxm + (size_t)j * C, (size_t)C * sizeof(float));
 }

@@ -120,4 +120,8 @@ double dev_stage_grad_sumsq(dev_stage *s);
  * with the learning rate of the next step; increments the step. */
 void dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale);
 
+/* Benchmarks: time the matrix multiplies (on = 1 also resets the counters). */
+void dev_stage_prof(dev_stage *s, int on);
+void dev_stage_prof_get(const dev_stage *s, double *mm_seconds, double *mm_flops);
+
 #endif
