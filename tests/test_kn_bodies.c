@@ -5,6 +5,7 @@
  * op. This is how the CUDA code is checked on machines without a GPU: only
  * the `if (i < n)` launch wrapper and cuBLAS itself are left untested here.
  * Most comparisons are bitwise (same bodies, same summation order). */
+#include "cpu/kn_rng.h"
 #include "kn_gemm.h"
 #include "kn_ops.h"
 #include "kn_testutil.h"
@@ -262,8 +263,27 @@ static void test_fast_math(void)
     CHECK(kn_tanhf(50.0f) == 1.0f && kn_tanhf(-50.0f) == -1.0f && kn_erff(10.0f) == 1.0f);
 }
 
+/* The vectorised Philox of the CPU dropout gives sl_rng_u32's words exactly,
+ * for any alignment and length, including block counters above 2^32. */
+static void test_rng_fill(void)
+{
+    static const size_t lens[] = {0, 1, 3, 63, 64, 65, 1000, 4099};
+    static const uint64_t starts[] = {0, 1, 2, 3, 5, (1ull << 34) - 7, 0xFFFFFFFF0ull};
+    uint32_t out[4099];
+    int ok = 1;
+    for (size_t a = 0; a < sizeof starts / sizeof starts[0]; a++)
+        for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+            uint64_t seed = 0x0123456789ABCDEFull + a, stream = 0xFEDCBA9876543210ull - l;
+            kn_rng_fill_u32(seed, stream, starts[a], lens[l], out);
+            for (size_t i = 0; i < lens[l]; i++)
+                ok &= out[i] == sl_rng_u32(seed, stream, starts[a] + i);
+        }
+    CHECK(ok);
+}
+
 int main(void)
 {
+    RUN(test_rng_fill);
     RUN(test_fast_math);
     RUN(test_embed);
     RUN(test_layernorm);

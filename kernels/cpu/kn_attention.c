@@ -20,6 +20,7 @@
 
 #include "kn_body.h"
 #include "kn_gemm.h"
+#include "kn_rng.h"
 #include "kn_ops.h"
 #include "sl_mem.h"
 
@@ -31,7 +32,7 @@ static void drop_block(float *x, size_t n, const kn_dropout *d, uint64_t start)
     uint32_t w[1024];
     for (size_t i0 = 0; i0 < n; i0 += 1024) {
         size_t len = n - i0 < 1024 ? n - i0 : 1024;
-        sl_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
+        kn_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
         for (size_t i = 0; i < len; i++)
             x[i0 + i] = kn_dropout_keep_word(w[i], d->p) ? x[i0 + i] * sc : 0.0f;
     }
@@ -45,7 +46,7 @@ static void drop_pair(float *pd, float *dp, const float *p, size_t n, const kn_d
     uint32_t w[1024];
     for (size_t i0 = 0; i0 < n; i0 += 1024) {
         size_t len = n - i0 < 1024 ? n - i0 : 1024;
-        sl_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
+        kn_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
         for (size_t i = 0; i < len; i++) {
             int keep = kn_dropout_keep_word(w[i], d->p);
             pd[i0 + i] = keep ? p[i0 + i] * sc : 0.0f;

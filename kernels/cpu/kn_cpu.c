@@ -9,6 +9,7 @@
 
 #include "kn_body.h"
 #include "kn_gemm.h"
+#include "kn_rng.h"
 #include "kn_ops.h"
 #include "kn_threads.h"
 
@@ -195,7 +196,7 @@ static void dropout_apply(float *dst, const float *src, size_t n, const kn_dropo
     for (size_t k = 0; k < nchunk; k++) {
         uint32_t w[KN_DROP_CHUNK];
         size_t i0 = k * KN_DROP_CHUNK, len = n - i0 < KN_DROP_CHUNK ? n - i0 : KN_DROP_CHUNK;
-        sl_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
+        kn_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
         for (size_t i = 0; i < len; i++) {
             float y = kn_dropout_keep_word(w[i], d->p) ? src[i0 + i] * sc : 0.0f;
             if (accum)
