@@ -22,6 +22,7 @@ struct dev_st {
     dev_st_tensor *t;
     int n;
     json_t *meta; /* __metadata__, or NULL */
+    int checked;  /* the metadata holds checksums: every tensor must have one */
 };
 
 /* Our files carry a BLAKE2b-128 of every tensor's bytes in __metadata__
@@ -176,8 +177,12 @@ dev_st *dev_st_open(const char *path, sl_err *err)
     json_object_foreach(root, key, v)
     {
         if (!strcmp(key, "__metadata__")) {
-            if (json_is_object(v))
+            if (json_is_object(v)) {
                 st->meta = json_incref(v);
+                const char *mk;
+                json_t *mv;
+                json_object_foreach(v, mk, mv) st->checked |= !strncmp(mk, "blake2b/", 8);
+            }
             continue;
         }
         if (parse_tensor(st, key, v, st->size - st->data_start, &st->t[st->n], err))
@@ -250,6 +255,11 @@ int dev_st_read_f32(dev_st *st, const dev_st_tensor *t, uint64_t first, size_t c
         char key[160];
         snprintf(key, sizeof key, "blake2b/%s", t->name);
         const char *sum = st->meta ? json_string_value(json_object_get(st->meta, key)) : NULL;
+        if (!sum && st->checked && first == 0 && count == t->numel)
+            return sl_err_set(err, SL_ECORRUPT,
+                              "%s: tensor '%s' has no checksum in a checksummed file (damaged "
+                              "header?)",
+                              st->path, t->name);
         if (sum && first == 0 && count == t->numel) {
             char hex[2 * HASH_BYTES + 1];
             hash_hex(dst, want, hex);
