@@ -246,7 +246,8 @@ int cmd_train(int argc, char **argv)
         sl_cli_fail("train", 1, "%s: %s", path, strerror(errno));
         goto out;
     }
-    if (first == 1)
+    fseek(csv, 0, SEEK_END);
+    if (ftell(csv) == 0) /* a new file (a resumed run appends to its old one) */
         fprintf(csv, "step,loss,masked,grad_norm,lr,seconds,tokens_per_s\n");
     if (dev_mlm_batch_alloc(&mb, o.batch, T)) {
         sl_cli_fail("train", 1, "cannot allocate a batch of %dx%d", o.batch, T);
