@@ -220,6 +220,7 @@ static void test_crossentropy_optim(void)
 
 int main(void)
 {
+    (void)sl_test_case_failed; /* unused when built without CUDA */
     const kn_cuda_info *info = kn_cuda_probe();
     if (!info->compiled || info->device_count <= 0)
         sl_test_skip(info->reason);
