@@ -228,8 +228,10 @@ SL_HD float kn_colsum(const float *x, int N, int ld, int c)
 /* ---- attention rows ------------------------------------------------------------
  * p = softmax(s) over keys j with valid[j] != 0 (valid NULL: all keys); masked
  * keys get probability 0. A row with no valid key (a sequence that is all
- * padding) gets all zeros instead of 0/0 = NaN. p may alias s. */
-SL_HD void kn_softmax_row_masked(float *p, const float *s, const int32_t *valid, int T)
+ * padding) gets all zeros instead of 0/0 = NaN. p may alias s. The _lse form
+ * also returns the max and the sum of exp(s - max) (log-sum-exp = max + log sum). */
+SL_HD void kn_softmax_row_lse(float *p, const float *s, const int32_t *valid, int T, float *mx_out,
+                               float *sum_out)
 {
     float mx = -INFINITY;
     KN_SIMD_MAX(mx)
@@ -237,6 +239,8 @@ SL_HD void kn_softmax_row_masked(float *p, const float *s, const int32_t *valid,
         float v = (!valid || valid[j]) ? s[j] : -INFINITY;
         mx = v > mx ? v : mx;
     }
+    *mx_out = mx;
+    *sum_out = 0.0f;
     if (!(mx > -INFINITY)) {
         for (int j = 0; j < T; j++)
             p[j] = 0.0f;
@@ -253,6 +257,12 @@ SL_HD void kn_softmax_row_masked(float *p, const float *s, const int32_t *valid,
     KN_SIMD
     for (int j = 0; j < T; j++)
         p[j] *= inv;
+    *sum_out = sum;
+}
+SL_HD void kn_softmax_row_masked(float *p, const float *s, const int32_t *valid, int T)
+{
+    float mx, sum;
+    kn_softmax_row_lse(p, s, valid, T, &mx, &sum);
 }
 /* ds = scale * p * (dp - <p, dp>), the softmax backward of one row; ds may alias dp. */
 SL_HD void kn_softmax_row_bwd(float *ds, const float *p, const float *dp, int T, float scale)
@@ -282,21 +292,8 @@ SL_HD void kn_attn_dropout_row(float *x, uint64_t seed, uint64_t stream, uint64_
  * [0, V) (ignore index -100) gives loss 0 and, in backward, no gradient. */
 SL_HD float kn_xent_row_fwd(float *probs, const float *logits, int32_t target, int V)
 {
-    float mx = -INFINITY;
-    KN_SIMD_MAX(mx)
-    for (int j = 0; j < V; j++)
-        mx = logits[j] > mx ? logits[j] : mx;
-    float sum = 0.0f;
-    KN_SIMD_SUM(sum)
-    for (int j = 0; j < V; j++) {
-        float e = kn_expf(logits[j] - mx);
-        probs[j] = e;
-        sum += e;
-    }
-    float inv = 1.0f / sum;
-    KN_SIMD
-    for (int j = 0; j < V; j++)
-        probs[j] *= inv;
+    float mx, sum;
+    kn_softmax_row_lse(probs, logits, NULL, V, &mx, &sum);
     if (target < 0 || target >= V)
         return 0.0f;
     return logf(sum) - (logits[target] - mx);
