@@ -13,7 +13,7 @@ endif
 # meson finds nvcc only on PATH.
 export PATH := $(PATH):/usr/local/cuda/bin
 
-.PHONY: all deps build test test-asan test-cuda bench fuzz clean
+.PHONY: all deps build test test-asan test-cuda bench fuzz clean demo
 
 all: build
 
@@ -53,6 +53,10 @@ test-cuda: deps $(CUDA_BUILD)/build.ninja
 	@rm -f $(CUDA_BUILD)/meson-logs/testlog.json
 	@meson test -C $(CUDA_BUILD) --print-errorlogs --num-processes 2 || true
 	@$(PYTHON) scripts/test-summary.py $(CUDA_BUILD)/meson-logs/testlog.json
+
+# A small BERT trained on real text for about two minutes (scripts/demo.sh).
+demo: build
+	@scripts/demo.sh $(BUILD)
 
 bench: build
 	meson test -C $(BUILD) --benchmark --verbose --num-processes 1

@@ -24,7 +24,7 @@ static void usage(FILE *f)
             "                     [--warmup N] [--weight-decay X] [--clip X] [--mask-prob P]\n"
             "                     [--init model.safetensors] [--resume DIR] [--save DIR]\n"
             "                     [--save-every N] [--metrics FILE] [--seed S] [--threads N]\n"
-            "                     [--json]\n\n"
+            "                     [--max-time SECONDS] [--json]\n\n"
             "Trains a BERT (masked language model) on a token shard (skyloom data prepare).\n"
             "Each step reads B sequences, masks them (15%%), splits them into M micro-batches\n"
             "and accumulates their gradients: the step is the same for any M.\n\n"
@@ -49,12 +49,14 @@ static void usage(FILE *f)
             "                      metrics.csv)\n"
             "  --seed S            initialisation, masking and dropout seed (default 1)\n"
             "  --threads N         CPU threads (OpenMP and BLAS)\n"
+            "  --max-time S        stop (and save) after the step that passes S seconds\n"
             "  --json              print a JSON summary at the end\n");
 }
 
 typedef struct opts {
     const char *config, *data, *init, *resume, *save, *metrics;
     int steps, batch, micro, save_every, threads, json, warmup;
+    int64_t max_time;
     double lr, wd, clip, mask_prob;
     int64_t seed;
     int kind;
@@ -120,6 +122,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
             rc = sl_parse_double(a, v, 0.001, 0.999, &o->mask_prob, &err);
         else if (!strcmp(a, "--seed"))
             rc = sl_parse_i64(a, v, 0, INT64_MAX, &o->seed, &err);
+        else if (!strcmp(a, "--max-time"))
+            rc = sl_parse_duration(a, v, &o->max_time, &err);
         else if (!strcmp(a, "--optimizer")) {
             if (!strcmp(v, "adamw"))
                 o->kind = DEV_OPT_ADAMW;
@@ -262,6 +266,7 @@ int cmd_train(int argc, char **argv)
                 o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", (unsigned long long)count,
                 dev_stage_bytes(st) / 1048576.0);
     double t_start = sl_now_s(), first_loss = -1, last_loss = 0, tok_s = 0;
+    int last_step = first - 1;
     for (int step = first; step <= o.steps; step++) {
         uint64_t seq0 = (uint64_t)(step - 1) * (uint64_t)o.batch;
         double t0 = sl_now_s();
@@ -298,7 +303,10 @@ int cmd_train(int argc, char **argv)
                    step, info.loss, info.masked, info.grad_norm, (double)info.lr, tok_s, eta);
             fflush(stdout);
         }
-        if (o.save && ((o.save_every && step % o.save_every == 0) || step == o.steps)) {
+        int stop = o.max_time > 0 && elapsed >= (double)o.max_time && step < o.steps;
+        if (stop && tty)
+            printf("\n");
+        if (o.save && ((o.save_every && step % o.save_every == 0) || step == o.steps || stop)) {
             fflush(csv);
             if (save_step(st, o.kind, o.save, step, path, sizeof path, &err)) {
                 sl_cli_fail("train", 1, "saving: %s", err.msg);
@@ -306,10 +314,15 @@ int cmd_train(int argc, char **argv)
             }
             sl_log_info("checkpoint saved", "step=%d dir=%s", step, path);
         }
+        last_step = step;
+        if (stop) {
+            sl_log_info("time limit reached", "step=%d seconds=%.0f", step, elapsed);
+            break;
+        }
     }
     double total = sl_now_s() - t_start;
     if (o.json) {
-        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?}", "steps", o.steps, "first_loss",
+        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?}", "steps", last_step, "first_loss",
                               first_loss, "last_loss", last_loss, "seconds", total,
                               "tokens_per_s", tok_s, "checkpoint", o.save ? path : NULL);
         char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
