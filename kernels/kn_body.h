@@ -25,8 +25,10 @@
 #define KN_PRAGMA(x) _Pragma(#x)
 #define KN_SIMD KN_PRAGMA(omp simd)
 #define KN_SIMD_SUM(v) KN_PRAGMA(omp simd reduction(+ : v))
+#define KN_SIMD_SUM2(a, b) KN_PRAGMA(omp simd reduction(+ : a, b))
 #define KN_SIMD_MAX(v) KN_PRAGMA(omp simd reduction(max : v))
 #else
+#define KN_SIMD_SUM2(a, b)
 #define KN_SIMD
 #define KN_SIMD_SUM(v)
 #define KN_SIMD_MAX(v)
@@ -116,7 +118,7 @@ SL_HD float kn_gelu_bwd_elem(float x, float dout, int kind)
  * representable in float, so the test is the same on every device. */
 SL_HD int kn_dropout_keep_word(uint32_t w, float p)
 {
-    return (float)(w >> 8) * (1.0f / 16777216.0f) >= p;
+    return (float)(int32_t)(w >> 8) * (1.0f / 16777216.0f) >= p; /* < 2^24: exact */
 }
 SL_HD int kn_dropout_keep(uint64_t seed, uint64_t stream, uint64_t idx, float p)
 {
@@ -141,6 +143,7 @@ SL_HD void kn_embed_row_fwd(float *out, const float *wte, const float *wpe, cons
                             int32_t tok, int t, int32_t seg, int C)
 {
     const float *a = wte + (size_t)tok * C, *p = wpe + (size_t)t * C, *s = wse + (size_t)seg * C;
+    KN_SIMD
     for (int c = 0; c < C; c++)
         out[c] = a[c] + p[c] + s[c];
 }
@@ -168,18 +171,27 @@ SL_HD void kn_layernorm_row_fwd(float *out, float *mean, float *rstd, const floa
                                 const float *w, const float *b, int C, float eps)
 {
     float m = 0.0f;
+    KN_SIMD_SUM(m)
     for (int i = 0; i < C; i++)
         m += x[i];
     m /= (float)C;
     float var = 0.0f;
+    KN_SIMD_SUM(var)
     for (int i = 0; i < C; i++) {
         float d = x[i] - m;
         var += d * d;
     }
     var /= (float)C;
     float s = 1.0f / sqrtf(var + eps);
-    for (int i = 0; i < C; i++)
-        out[i] = (x[i] - m) * s * w[i] + (b ? b[i] : 0.0f);
+    if (b) {
+        KN_SIMD
+        for (int i = 0; i < C; i++)
+            out[i] = (x[i] - m) * s * w[i] + b[i];
+    } else {
+        KN_SIMD
+        for (int i = 0; i < C; i++)
+            out[i] = (x[i] - m) * s * w[i];
+    }
     *mean = m;
     *rstd = s;
 }
@@ -188,6 +200,7 @@ SL_HD void kn_layernorm_row_bwd(float *dinp, const float *dout, const float *x, 
                                 float mean, float rstd, int C)
 {
     float sum_d = 0.0f, sum_dx = 0.0f;
+    KN_SIMD_SUM2(sum_d, sum_dx)
     for (int i = 0; i < C; i++) {
         float dn = dout[i] * w[i];
         sum_d += dn;
@@ -195,6 +208,7 @@ SL_HD void kn_layernorm_row_bwd(float *dinp, const float *dout, const float *x, 
     }
     sum_d /= (float)C;
     sum_dx /= (float)C;
+    KN_SIMD
     for (int i = 0; i < C; i++) {
         float xhat = (x[i] - mean) * rstd;
         dinp[i] += rstd * (dout[i] * w[i] - sum_d - xhat * sum_dx);
@@ -233,11 +247,22 @@ SL_HD float kn_colsum(const float *x, int N, int ld, int c)
 SL_HD void kn_softmax_row_lse(float *p, const float *s, const int32_t *valid, int T, float *mx_out,
                                float *sum_out)
 {
+    /* Separate loops with and without a mask, every load unconditional, so
+     * both vectorise. */
     float mx = -INFINITY;
-    KN_SIMD_MAX(mx)
-    for (int j = 0; j < T; j++) {
-        float v = (!valid || valid[j]) ? s[j] : -INFINITY;
-        mx = v > mx ? v : mx;
+    if (valid) {
+        KN_SIMD_MAX(mx)
+        for (int j = 0; j < T; j++) {
+            float v = s[j];
+            v = valid[j] ? v : -INFINITY;
+            mx = v > mx ? v : mx;
+        }
+    } else {
+        KN_SIMD_MAX(mx)
+        for (int j = 0; j < T; j++) {
+            float v = s[j];
+            mx = v > mx ? v : mx;
+        }
     }
     *mx_out = mx;
     *sum_out = 0.0f;
@@ -247,11 +272,21 @@ SL_HD void kn_softmax_row_lse(float *p, const float *s, const int32_t *valid, in
         return;
     }
     float sum = 0.0f;
-    KN_SIMD_SUM(sum)
-    for (int j = 0; j < T; j++) {
-        float e = (!valid || valid[j]) ? kn_expf(s[j] - mx) : 0.0f;
-        p[j] = e;
-        sum += e;
+    if (valid) {
+        KN_SIMD_SUM(sum)
+        for (int j = 0; j < T; j++) {
+            float e = kn_expf(s[j] - mx);
+            e = valid[j] ? e : 0.0f;
+            p[j] = e;
+            sum += e;
+        }
+    } else {
+        KN_SIMD_SUM(sum)
+        for (int j = 0; j < T; j++) {
+            float e = kn_expf(s[j] - mx);
+            p[j] = e;
+            sum += e;
+        }
     }
     float inv = 1.0f / sum;
     KN_SIMD
@@ -277,14 +312,14 @@ SL_HD void kn_softmax_row_bwd(float *ds, const float *p, const float *dp, int T,
 }
 /* Applies attention dropout to one row of T probabilities (or their
  * gradient), row index `row` = h*T + i within sequence s, in place:
- * x[j] *= keep ? 1/(1-p) : 0. Draws index (seq0+s)*NH*T*T + row*T + j. */
+ * x[j] *= keep ? 1/(1-p) : 0 (a product, as torch: a dropped inf/NaN stays NaN). Draws index (seq0+s)*NH*T*T + row*T + j. */
 SL_HD void kn_attn_dropout_row(float *x, uint64_t seed, uint64_t stream, uint64_t seq0, int s,
                                int NH, int T, int row, float p)
 {
     float sc = kn_dropout_scale(p);
     uint64_t base = kn_dropout_index(seq0, (uint64_t)s, (uint64_t)NH * T * T, (uint64_t)row * T);
     for (int j = 0; j < T; j++)
-        x[j] = kn_dropout_keep(seed, stream, base + j, p) ? x[j] * sc : 0.0f;
+        x[j] *= kn_dropout_keep(seed, stream, base + j, p) ? sc : 0.0f;
 }
 
 /* ---- cross-entropy rows ------------------------------------------------------------

@@ -94,7 +94,7 @@ SL_HD void kn_t_dropout(size_t f, float *out, const float *inp, size_t per_seq, 
                         int accum)
 {
     uint64_t idx = kn_dropout_index(d.seq0, f / per_seq, per_seq, f % per_seq);
-    float y = kn_dropout_keep(d.seed, d.stream, idx, d.p) ? inp[f] * kn_dropout_scale(d.p) : 0.0f;
+    float y = inp[f] * (kn_dropout_keep(d.seed, d.stream, idx, d.p) ? kn_dropout_scale(d.p) : 0.0f);
     if (accum)
         out[f] += y;
     else

@@ -28,13 +28,14 @@
  * Philox blocks; the same mask as kn_attn_dropout_row element by element. */
 static void drop_block(float *x, size_t n, const kn_dropout *d, uint64_t start)
 {
-    float sc = kn_dropout_scale(d->p);
+    float p = d->p, sc = kn_dropout_scale(p);
     uint32_t w[1024];
     for (size_t i0 = 0; i0 < n; i0 += 1024) {
         size_t len = n - i0 < 1024 ? n - i0 : 1024;
         kn_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
+        KN_SIMD
         for (size_t i = 0; i < len; i++)
-            x[i0 + i] = kn_dropout_keep_word(w[i], d->p) ? x[i0 + i] * sc : 0.0f;
+            x[i0 + i] *= kn_dropout_keep_word(w[i], p) ? sc : 0.0f;
     }
 }
 
@@ -42,15 +43,16 @@ static void drop_block(float *x, size_t n, const kn_dropout *d, uint64_t start)
 static void drop_pair(float *pd, float *dp, const float *p, size_t n, const kn_dropout *d,
                       uint64_t start)
 {
-    float sc = kn_dropout_scale(d->p);
+    float pr = d->p, sc = kn_dropout_scale(pr);
     uint32_t w[1024];
     for (size_t i0 = 0; i0 < n; i0 += 1024) {
         size_t len = n - i0 < 1024 ? n - i0 : 1024;
         kn_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
+        KN_SIMD
         for (size_t i = 0; i < len; i++) {
-            int keep = kn_dropout_keep_word(w[i], d->p);
-            pd[i0 + i] = keep ? p[i0 + i] * sc : 0.0f;
-            dp[i0 + i] = keep ? dp[i0 + i] * sc : 0.0f;
+            float mul = kn_dropout_keep_word(w[i], pr) ? sc : 0.0f;
+            pd[i0 + i] = p[i0 + i] * mul;
+            dp[i0 + i] *= mul;
         }
     }
 }

@@ -27,6 +27,7 @@ static void colsum_add(float *dst, const float *x, int N, int ld, int C)
         float acc[KN_COLS] = {0};
         for (int n = 0; n < N; n++) {
             const float *row = x + (size_t)n * ld;
+            KN_SIMD
             for (int c = c0; c < c1; c++)
                 acc[c - c0] += row[c];
         }
@@ -96,6 +97,7 @@ void kn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                 for (int n = 0; n < N; n++) {
                     const float *d = dout + (size_t)n * C, *x = inp + (size_t)n * C;
                     float m = mean[n], s = rstd[n];
+                    KN_SIMD
                     for (int c = c0; c < c1; c++) {
                         aw[c - c0] += d[c] * ((x[c] - m) * s);
                         ab[c - c0] += d[c];
@@ -168,16 +170,23 @@ void kn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N
 
 void kn_residual_forward(float *out, const float *a, const float *b, size_t N)
 {
-#pragma omp parallel for schedule(static) if (N >= KN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
     for (size_t i = 0; i < N; i++)
         kn_t_residual_fwd(i, out, a, b);
 }
 
 void kn_residual_backward(float *da, float *db, const float *dout, size_t N)
 {
-#pragma omp parallel for schedule(static) if (N >= KN_PAR_MIN)
-    for (size_t i = 0; i < N; i++)
-        kn_t_residual_bwd(i, da, db, dout);
+    /* one pass per output: no per-element NULL tests, so both loops vectorise */
+    float *d[2] = {da, db};
+    for (int k = 0; k < 2; k++) {
+        float *g = d[k];
+        if (!g)
+            continue;
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
+        for (size_t i = 0; i < N; i++)
+            g[i] += dout[i];
+    }
 }
 
 /* ---- dropout ----
@@ -190,19 +199,23 @@ void kn_residual_backward(float *da, float *db, const float *dout, size_t N)
 static void dropout_apply(float *dst, const float *src, size_t n, const kn_dropout *d,
                           uint64_t start, int accum)
 {
-    float sc = kn_dropout_scale(d->p);
+    float p = d->p, sc = kn_dropout_scale(p);
     size_t nchunk = (n + KN_DROP_CHUNK - 1) / KN_DROP_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= KN_PAR_MIN)
     for (size_t k = 0; k < nchunk; k++) {
         uint32_t w[KN_DROP_CHUNK];
         size_t i0 = k * KN_DROP_CHUNK, len = n - i0 < KN_DROP_CHUNK ? n - i0 : KN_DROP_CHUNK;
         kn_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
-        for (size_t i = 0; i < len; i++) {
-            float y = kn_dropout_keep_word(w[i], d->p) ? src[i0 + i] * sc : 0.0f;
-            if (accum)
-                dst[i0 + i] += y;
-            else
-                dst[i0 + i] = y;
+        float *o = dst + i0;
+        const float *x = src + i0;
+        if (accum) {
+            KN_SIMD
+            for (size_t i = 0; i < len; i++)
+                o[i] += x[i] * (kn_dropout_keep_word(w[i], p) ? sc : 0.0f);
+        } else {
+            KN_SIMD
+            for (size_t i = 0; i < len; i++)
+                o[i] = x[i] * (kn_dropout_keep_word(w[i], p) ? sc : 0.0f);
         }
     }
 }
@@ -251,7 +264,7 @@ void kn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, flo
 {
     float bc1 = (float)(1.0 - pow(beta1, t));
     float sqrt_bc2 = (float)sqrt(1.0 - pow(beta2, t));
-#pragma omp parallel for schedule(static) if (n >= KN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= KN_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         kn_t_adamw(i, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sqrt_bc2);
 }
@@ -262,7 +275,7 @@ void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, floa
     float bc1 = (float)(1.0 - pow(beta1, t));
     float bc2 = (float)(1.0 - pow(beta2, t));
     double psq = 0.0, usq = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : psq, usq) if (n >= KN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) reduction(+ : psq, usq) if (n >= KN_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         double p2, u2;
         kn_t_lamb_moments(i, p, g, m, v, beta1, beta2, eps, wd, bc1, bc2, &p2, &u2);
@@ -270,7 +283,7 @@ void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, floa
         usq += u2;
     }
     float step = lr * kn_lamb_trust(psq, usq);
-#pragma omp parallel for schedule(static) if (n >= KN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= KN_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         kn_t_lamb_apply(i, p, m, v, step, eps, wd, bc1, bc2);
 }
@@ -278,7 +291,7 @@ void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, floa
 double kn_sumsq(const float *x, size_t n)
 {
     double s = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : s) if (n >= KN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) reduction(+ : s) if (n >= KN_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         s += (double)x[i] * x[i];
     return s;
@@ -286,7 +299,7 @@ double kn_sumsq(const float *x, size_t n)
 
 void kn_scale(float *x, size_t n, float s)
 {
-#pragma omp parallel for schedule(static) if (n >= KN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= KN_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         kn_t_scale(i, x, s);
 }
