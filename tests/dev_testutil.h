@@ -4,6 +4,7 @@
 #define DEV_TESTUTIL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +72,22 @@ static inline float *dt_find(dev_train *tr, const char *name, int grad, size_t *
             }
     }
     return NULL;
+}
+
+/* Runs a test program's cases inside a fresh temporary directory `dir`
+ * (a mkdtemp template), removed afterwards. */
+static inline int dt_in_tmpdir(char *dir, void (*cases)(void))
+{
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "mkdtemp failed\n");
+        return 1;
+    }
+    cases();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return 0;
 }
 
 #endif

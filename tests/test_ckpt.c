@@ -340,19 +340,17 @@ static void test_config(void)
     }
 }
 
-int main(void)
+static void all(void)
 {
-    if (!mkdtemp(g_dir)) {
-        fprintf(stderr, "mkdtemp failed\n");
-        return 1;
-    }
     RUN(test_config);
     RUN(test_round_trip_and_resume);
     RUN(test_damaged_model);
     RUN(test_damaged_optim);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+int main(void)
+{
+    if (dt_in_tmpdir(g_dir, all))
+        return 1;
     return sl_test_done();
 }

@@ -180,17 +180,15 @@ out:
 static void test_vs_torch_erf(void) { run_case("L=2 H=96 A=3 F=160 V=211 T=37, gelu erf", KN_GELU_ERF, 2); }
 static void test_vs_torch_tanh(void) { run_case("L=1, gelu tanh", KN_GELU_TANH, 1); }
 
-int main(void)
+static void all(void)
 {
-    if (!mkdtemp(g_dir)) {
-        fprintf(stderr, "mkdtemp failed\n");
-        return 1;
-    }
     RUN(test_vs_torch_erf);
     RUN(test_vs_torch_tanh);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+int main(void)
+{
+    if (dt_in_tmpdir(g_dir, all))
+        return 1;
     return sl_test_done();
 }
