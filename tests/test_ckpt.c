@@ -121,7 +121,8 @@ static void test_round_trip_and_resume(void)
     CHECKF(dev_ckpt_load_model(t, path("ck/model.safetensors"), &err) == 0, "%s", err.msg);
     CHECKF(dev_ckpt_load_optim(t, o.kind, path("ck/optim.bin"), &err) == 0, "%s", err.msg);
     size_t np;
-    CHECK(kt_bitwise_equal(dev_stage_params(s, &np), dev_stage_params(t, NULL), np));
+    const float *ps = dev_stage_params(s, &np);
+    CHECK(kt_bitwise_equal(ps, dev_stage_params(t, NULL), np));
     CHECK(kt_bitwise_equal(dev_stage_optim_state(s, NULL), dev_stage_optim_state(t, NULL), 2 * np));
     CHECK(dev_stage_get_step(t) == 3);
     dev_config back;
