@@ -104,6 +104,7 @@ static struct {
     float *qkv, *att_dout, *att_mask[2];
     kn_dropout att_drop[2];
     float *ge_x, *ge_dout;
+    float *res_a, *res_b, *res_dout;
     float *do_x, *do_dout, *do_mask;
     kn_dropout do_drop;
     float *xe_logits;
@@ -150,6 +151,9 @@ static void make_inputs(void)
     }
     in.ge_x = kt_randn((size_t)N * FF, 16, 2.0f);
     in.ge_dout = kt_randn((size_t)N * FF, 17, 1.0f);
+    in.res_a = kt_randn((size_t)N * C, 24, 1.0f);
+    in.res_b = kt_randn((size_t)N * C, 25, 1.0f);
+    in.res_dout = kt_randn((size_t)N * C, 26, 1.0f);
     in.do_x = kt_randn((size_t)N * C, 18, 1.0f);
     in.do_dout = kt_randn((size_t)N * C, 19, 1.0f);
     in.do_drop = (kn_dropout){.p = 0.1f, .seed = 99, .stream = 2, .seq0 = 5};
@@ -194,6 +198,8 @@ static void write_inputs(void)
         put_f(name, in.att_mask[k], (size_t)B * NH * T * T);
     }
     put_f("ge.x", in.ge_x, (size_t)N * FF), put_f("ge.dout", in.ge_dout, (size_t)N * FF);
+    put_f("res.a", in.res_a, (size_t)N * C), put_f("res.b", in.res_b, (size_t)N * C);
+    put_f("res.dout", in.res_dout, (size_t)N * C);
     put_f("do.x", in.do_x, (size_t)N * C), put_f("do.dout", in.do_dout, (size_t)N * C);
     put_f("do.mask", in.do_mask, (size_t)N * C);
     put_f("xe.logits", in.xe_logits, (size_t)M * V), put_i("xe.tgt", in.xtgt, M);
@@ -223,7 +229,13 @@ static void test_embed(void)
     cmp("emb.dwte", dwte, (size_t)V * C);
     cmp("emb.dwpe", dwpe, (size_t)TP * C);
     cmp("emb.dwse", dwse, 2 * C);
-    free(out), free(dwte), free(dwpe), free(dwse);
+    /* seg NULL is segment 0 everywhere */
+    int32_t zeros[N] = {0};
+    float *o2 = kt_alloc((size_t)N * C);
+    kn_embed_forward(out, in.tok, zeros, in.wte, in.wpe, in.wse, B, T, C);
+    kn_embed_forward(o2, in.tok, NULL, in.wte, in.wpe, in.wse, B, T, C);
+    CHECK(kt_bitwise_equal(out, o2, (size_t)N * C));
+    free(out), free(dwte), free(dwpe), free(dwse), free(o2);
 }
 
 static void test_layernorm(void)
@@ -238,6 +250,12 @@ static void test_layernorm(void)
     cmp("ln.dx", dx, (size_t)N * C);
     cmp("ln.dw", dw, C);
     cmp("ln.db", db, C);
+    /* b NULL is a zero bias */
+    float *zb = kt_alloc(C), *o2 = kt_alloc((size_t)N * C);
+    kn_layernorm_forward(out, mean, rstd, in.ln_x, in.ln_w, zb, N, C, EPS);
+    kn_layernorm_forward(o2, mean, rstd, in.ln_x, in.ln_w, NULL, N, C, EPS);
+    CHECK(kt_bitwise_equal(out, o2, (size_t)N * C));
+    free(zb), free(o2);
     free(out), free(mean), free(rstd), free(dx), free(dw), free(db);
 }
 
@@ -289,6 +307,18 @@ static void test_gelu(void)
     cmp("ge.out_tanh", out, n);
     cmp("ge.dx_tanh", dx, n);
     free(out), free(dx);
+}
+
+static void test_residual(void)
+{
+    size_t n = (size_t)N * C;
+    float *out = kt_alloc(n), *da = kt_alloc(n), *db = kt_alloc(n);
+    kn_residual_forward(out, in.res_a, in.res_b, n);
+    kn_residual_backward(da, db, in.res_dout, n);
+    cmp("res.out", out, n);
+    cmp("res.da", da, n);
+    cmp("res.db", db, n);
+    free(out), free(da), free(db);
 }
 
 static void test_dropout(void)
@@ -547,6 +577,7 @@ int main(void)
         RUN(test_matmul);
         RUN(test_attention);
         RUN(test_gelu);
+        RUN(test_residual);
         RUN(test_dropout);
         RUN(test_crossentropy);
         RUN(test_optimizers);
@@ -555,7 +586,7 @@ int main(void)
     free(in.wte), free(in.wpe), free(in.wse), free(in.emb_dout), free(in.ln_x), free(in.ln_w),
         free(in.ln_b), free(in.ln_dout), free(in.mm_x), free(in.mm_w), free(in.mm_b),
         free(in.mm_dout), free(in.qkv), free(in.att_dout), free(in.att_mask[0]),
-        free(in.att_mask[1]), free(in.ge_x), free(in.ge_dout), free(in.do_x), free(in.do_dout),
+        free(in.att_mask[1]), free(in.ge_x), free(in.ge_dout), free(in.res_a), free(in.res_b), free(in.res_dout), free(in.do_x), free(in.do_dout),
         free(in.do_mask), free(in.xe_logits), free(in.opt_p), free(in.opt_g);
     return sl_test_done();
 }

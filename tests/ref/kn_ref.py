@@ -92,6 +92,12 @@ for kind, approx in (("erf", "none"), ("tanh", "tanh")):
     out.backward(dout)
     put("ge.out_" + kind, out), put("ge.dx_" + kind, xl.grad)
 
+# residual
+a, b = leaf(f32("res.a", N, C)), leaf(f32("res.b", N, C))
+out = a + b
+out.backward(f32("res.dout", N, C))
+put("res.out", out), put("res.da", a.grad), put("res.db", b.grad)
+
 # hidden dropout with the C side's mask
 x = leaf(f32("do.x", B, T * C))
 out = x * f32("do.mask", B, T * C)
