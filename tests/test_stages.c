@@ -149,8 +149,27 @@ static void test_lamb(void)
     splits(&o);
 }
 
+/* The balancer's per-unit costs add up to the model. */
+static void test_unit_costs(void)
+{
+    size_t params = 0;
+    double flops = 0;
+    for (int u = 0; u < dev_unit_count(&cfg); u++) {
+        dev_unit_cost uc;
+        dev_unit_cost_of(&cfg, u, T, 0.15, &uc);
+        params += uc.param_bytes / 4;
+        CHECK(uc.optim_bytes == 2 * uc.param_bytes && uc.fwd_flops > 0 && uc.bwd_flops >= uc.fwd_flops);
+        CHECK(u == dev_unit_head(&cfg) ? uc.boundary_bytes == 0
+                                       : uc.boundary_bytes == (size_t)T * cfg.hidden * 4);
+        flops += uc.fwd_flops;
+    }
+    CHECK(params == dev_config_param_count(&cfg) + (size_t)cfg.vocab * cfg.hidden);
+    CHECK(flops > 2.0 * T * dev_config_param_count(&cfg) * 0.5);
+}
+
 int main(void)
 {
+    RUN(test_unit_costs);
     RUN(test_adamw);
     RUN(test_lamb);
     return sl_test_done();
