@@ -34,6 +34,25 @@
 #define KN_SIMD_MAX(v)
 #endif
 
+/* KN_CLONES: a CPU op compiled for AVX-512, AVX2 and baseline x86-64, the
+ * best chosen once at load time (GCC target_clones, an ifunc). The bodies
+ * inline into each clone; with -ffp-contract=off (kernels/meson.build) every
+ * element gets the same IEEE operations at any width, so elementwise ops are
+ * bitwise the same on every x86-64; only reductions (softmax sums) may
+ * differ in the last bits between machines. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
+#define KN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KN_CLONES
+#endif
+/* Row bodies are forced inline so that they land inside each clone (a call
+ * would go to the baseline version). */
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define KN_INLINE __attribute__((always_inline))
+#else
+#define KN_INLINE
+#endif
+
 /* ---- exp, erf, tanh without library calls ------------------------------------
  * libm's expf/erff/tanhf are scalar calls that stop the compiler from
  * vectorising softmax, cross-entropy and GELU loops (they were most of those
@@ -41,7 +60,7 @@
  * kn_expf: exp(x) = 2^k exp(r), k = rint(x/ln2), r = x - k ln2 (Cody-Waite),
  * exp(r) by its degree-7 Taylor polynomial on |r| <= ln2/2 (truncation 6e-9);
  * measured max relative error ~2 ulp. 0 below -87 (where exp is denormal). */
-SL_HD float kn_expf(float x)
+SL_HD KN_INLINE float kn_expf(float x)
 {
     float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
     float kf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -63,18 +82,23 @@ SL_HD float kn_expf(float x)
     return x < -87.0f ? 0.0f : p * sc.f;
 }
 /* erf by Abramowitz & Stegun 7.1.26: absolute error <= 1.5e-7 (about one
- * float ulp of 1), odd symmetric. */
-SL_HD float kn_erff(float x)
+ * float ulp of 1), odd symmetric. kn_erff_e takes exp(-x*x) precomputed
+ * (GELU's backward needs the same exponential for its density term). */
+SL_HD KN_INLINE float kn_erff_e(float x, float e)
 {
     float a = x < 0.0f ? -x : x;
     float t = 1.0f / (1.0f + 0.3275911f * a);
     float y = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
                0.254829592f) * t;
-    float e = 1.0f - y * kn_expf(-a * a);
-    return x < 0.0f ? -e : e;
+    float r = 1.0f - y * e;
+    return x < 0.0f ? -r : r;
+}
+SL_HD KN_INLINE float kn_erff(float x)
+{
+    return kn_erff_e(x, kn_expf(-x * x));
 }
 /* tanh(u) = 1 - 2 / (exp(2u) + 1); saturates cleanly at +-1. */
-SL_HD float kn_tanhf(float u)
+SL_HD KN_INLINE float kn_tanhf(float u)
 {
     return 1.0f - 2.0f / (kn_expf(2.0f * u) + 1.0f);
 }
@@ -88,7 +112,8 @@ SL_HD float kn_gelu_erf(float x)
 }
 SL_HD float kn_gelu_erf_grad(float x)
 {
-    return 0.5f * (1.0f + kn_erff(x * KN_SQRT1_2)) + x * KN_INV_SQRT_2PI * kn_expf(-0.5f * x * x);
+    float e = kn_expf(-0.5f * x * x); /* = exp(-(x/sqrt2)^2), shared by erf and the density */
+    return 0.5f * (1.0f + kn_erff_e(x * KN_SQRT1_2, e)) + x * KN_INV_SQRT_2PI * e;
 }
 SL_HD float kn_gelu_tanh(float x)
 {
@@ -244,7 +269,7 @@ SL_HD float kn_colsum(const float *x, int N, int ld, int c)
  * keys get probability 0. A row with no valid key (a sequence that is all
  * padding) gets all zeros instead of 0/0 = NaN. p may alias s. The _lse form
  * also returns the max and the sum of exp(s - max) (log-sum-exp = max + log sum). */
-SL_HD void kn_softmax_row_lse(float *p, const float *s, const int32_t *valid, int T, float *mx_out,
+SL_HD KN_INLINE void kn_softmax_row_lse(float *p, const float *s, const int32_t *valid, int T, float *mx_out,
                                float *sum_out)
 {
     /* Separate loops with and without a mask, every load unconditional, so
@@ -294,13 +319,13 @@ SL_HD void kn_softmax_row_lse(float *p, const float *s, const int32_t *valid, in
         p[j] *= inv;
     *sum_out = sum;
 }
-SL_HD void kn_softmax_row_masked(float *p, const float *s, const int32_t *valid, int T)
+SL_HD KN_INLINE void kn_softmax_row_masked(float *p, const float *s, const int32_t *valid, int T)
 {
     float mx, sum;
     kn_softmax_row_lse(p, s, valid, T, &mx, &sum);
 }
 /* ds = scale * p * (dp - <p, dp>), the softmax backward of one row; ds may alias dp. */
-SL_HD void kn_softmax_row_bwd(float *ds, const float *p, const float *dp, int T, float scale)
+SL_HD KN_INLINE void kn_softmax_row_bwd(float *ds, const float *p, const float *dp, int T, float scale)
 {
     float dot = 0.0f;
     KN_SIMD_SUM(dot)
@@ -325,7 +350,7 @@ SL_HD void kn_attn_dropout_row(float *x, uint64_t seed, uint64_t stream, uint64_
 /* ---- cross-entropy rows ------------------------------------------------------------
  * probs = softmax(logits), returns -log probs[target]; a target outside
  * [0, V) (ignore index -100) gives loss 0 and, in backward, no gradient. */
-SL_HD float kn_xent_row_fwd(float *probs, const float *logits, int32_t target, int V)
+SL_HD KN_INLINE float kn_xent_row_fwd(float *probs, const float *logits, int32_t target, int V)
 {
     float mx, sum;
     kn_softmax_row_lse(probs, logits, NULL, V, &mx, &sum);
@@ -333,7 +358,7 @@ SL_HD float kn_xent_row_fwd(float *probs, const float *logits, int32_t target, i
         return 0.0f;
     return logf(sum) - (logits[target] - mx);
 }
-SL_HD void kn_xent_row_bwd(float *dlogits, const float *probs, int32_t target, int V, float scale)
+SL_HD KN_INLINE void kn_xent_row_bwd(float *dlogits, const float *probs, int32_t target, int V, float scale)
 {
     if (target < 0 || target >= V)
         return;

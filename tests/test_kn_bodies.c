@@ -195,8 +195,9 @@ static void test_crossentropy(void)
           *d1 = kt_alloc((size_t)M * V), *d2 = kt_alloc((size_t)M * V);
     kn_crossentropy_forward(l1, p1, lg, tgt, M, V);
     FOR(i, M) kn_t_xent_fwd(i, l2, p2, lg, tgt, V);
-    check_same("xent loss", l1, l2, M);
-    check_same("xent probs", p1, p2, (size_t)M * V);
+    /* row reductions: the AVX-512/AVX2 clone of the CPU op sums in another order */
+    KT_CHECK_REL("xent loss", l2, l1, M, 1e-6);
+    KT_CHECK_REL("xent probs", p2, p1, (size_t)M * V, 1e-6);
     kn_crossentropy_backward(d1, p1, tgt, M, V, 0.25f);
     FOR(i, M) kn_t_xent_bwd(i, d2, p1, tgt, V, 0.25f);
     check_same("xent bwd", d1, d2, (size_t)M * V);

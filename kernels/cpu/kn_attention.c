@@ -57,7 +57,7 @@ static void drop_pair(float *pd, float *dp, const float *p, size_t n, const kn_d
     }
 }
 
-void kn_attention_forward(float *out, float *att, const float *qkv, const int32_t *valid,
+KN_CLONES void kn_attention_forward(float *out, float *att, const float *qkv, const int32_t *valid,
                           int B, int T, int C, int NH, kn_dropout drop)
 {
     int hs = C / NH;
@@ -89,7 +89,7 @@ void kn_attention_forward(float *out, float *att, const float *qkv, const int32_
     free(scratch);
 }
 
-void kn_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+KN_CLONES void kn_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                            int B, int T, int C, int NH, kn_dropout drop)
 {
     int hs = C / NH;

@@ -142,7 +142,7 @@ void kn_matmul_backward(float *dinp, float *dw, float *db, const float *dout, co
 
 /* ---- elementwise ---- */
 /* One loop per kind, so the kind is a constant in the vectorised body. */
-void kn_gelu_forward(float *out, const float *inp, size_t N, int kind)
+KN_CLONES void kn_gelu_forward(float *out, const float *inp, size_t N, int kind)
 {
     if (kind == KN_GELU_TANH) {
 #pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
@@ -155,7 +155,7 @@ void kn_gelu_forward(float *out, const float *inp, size_t N, int kind)
     }
 }
 
-void kn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, int kind)
+KN_CLONES void kn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, int kind)
 {
     if (kind == KN_GELU_TANH) {
 #pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
@@ -196,7 +196,7 @@ void kn_residual_backward(float *da, float *db, const float *dout, size_t N)
 #define KN_DROP_CHUNK 1024
 
 /* dst[i] = keep ? src[i]*scale : 0 (accum: dst[i] += ...), i in [0, n), RNG index start + i. */
-static void dropout_apply(float *dst, const float *src, size_t n, const kn_dropout *d,
+KN_CLONES static void dropout_apply(float *dst, const float *src, size_t n, const kn_dropout *d,
                           uint64_t start, int accum)
 {
     float p = d->p, sc = kn_dropout_scale(p);
@@ -242,7 +242,7 @@ void kn_dropout_backward(float *dinp, const float *dout, int B, size_t per_seq, 
 }
 
 /* ---- cross-entropy ---- */
-void kn_crossentropy_forward(float *losses, float *probs, const float *logits,
+KN_CLONES void kn_crossentropy_forward(float *losses, float *probs, const float *logits,
                              const int32_t *targets, int M, int V)
 {
 #pragma omp parallel for schedule(static)
