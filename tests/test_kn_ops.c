@@ -555,8 +555,49 @@ static void test_all_padding(void)
     free(out), free(att), free(dq);
 }
 
+/* Degenerate shapes: no rows, no masked positions, a single token, a single
+ * feature. Nothing may crash, print (BLAS's xerbla) or produce NaN. */
+static void test_edge_shapes(void)
+{
+    float w[6] = {1, 2, 3, 4, 5, 6}, b[3] = {0.5f, -1, 2}, dw[6] = {0}, db[3] = {0};
+    float x[2] = {1, 2}, dx[2] = {0}, o[3];
+    kn_matmul_forward(o, x, w, b, 0, 2, 3); /* N = 0 */
+    kn_matmul_backward(dx, dw, db, o, x, w, 0, 2, 3);
+    CHECK(dw[0] == 0.0f && db[2] == 0.0f);
+    kn_matmul_forward(o, x, w, b, 1, 0, 3); /* IC = 0: out = bias */
+    CHECK(o[0] == 0.5f && o[1] == -1.0f && o[2] == 2.0f);
+    kn_matmul_forward(o, x, w, NULL, 1, 0, 3); /* IC = 0, no bias: out = 0 */
+    CHECK(o[0] == 0.0f && o[2] == 0.0f);
+    kn_matmul_forward(o, x, w, b, 1, 2, 3);
+    CHECK(o[0] == 0.5f + 1 * 1 + 2 * 2 && o[2] == 2.0f + 5 * 1 + 6 * 2);
+
+    float loss[1], probs[1], dl[1] = {0};
+    int32_t tgt[1] = {0};
+    kn_crossentropy_forward(loss, probs, x, tgt, 0, 2); /* M = 0 */
+    kn_crossentropy_forward(loss, probs, x, tgt, 1, 1); /* V = 1: loss 0, prob 1 */
+    CHECK(loss[0] == 0.0f && probs[0] == 1.0f);
+    kn_crossentropy_backward(dl, probs, tgt, 1, 1, 1.0f);
+    CHECK(dl[0] == 0.0f);
+
+    /* T = 1: the token attends to itself; out = v */
+    float qkv[6] = {0.3f, -0.2f, 1.0f, 2.0f, 5.0f, -7.0f}, out[2], att[2], dq[6] = {0};
+    int32_t valid[1] = {1};
+    kn_dropout nod = {0};
+    kn_attention_forward(out, att, qkv, valid, 1, 1, 2, 2, nod);
+    CHECK(out[0] == 5.0f && out[1] == -7.0f && att[0] == 1.0f && att[1] == 1.0f);
+    float dout[2] = {1, 1};
+    kn_attention_backward(dq, dout, qkv, att, 1, 1, 2, 2, nod);
+    CHECK(dq[0] == 0.0f && dq[2] == 0.0f && dq[4] == 1.0f);
+
+    /* C = 1: the normalised value is 0, out = bias, finite */
+    float lx[2] = {3, -4}, lo[2], m[2], r[2], lw[1] = {2}, lb[1] = {0.25f};
+    kn_layernorm_forward(lo, m, r, lx, lw, lb, 2, 1, 1e-5f);
+    CHECK(lo[0] == 0.25f && lo[1] == 0.25f && isfinite(r[0]));
+}
+
 int main(void)
 {
+    RUN(test_edge_shapes);
     make_inputs();
     RUN(test_residual_sumsq_scale);
     RUN(test_sgemm_mapping);

@@ -152,6 +152,19 @@ extern "C" void kn_cuda_sgemm(int ta, int tb, int M, int N, int K, float alpha, 
 {
     if (M <= 0 || N <= 0)
         return;
+    if (K <= 0) { // no products: C = beta * C (cuBLAS would reject the leading dimensions)
+        if (beta == 0.0f) {
+            cudaError_t st = cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0,
+                                               (size_t)N * sizeof(float), (size_t)M);
+            note(st != cudaSuccess, (int)st, "cudaMemset2DAsync");
+        } else if (beta != 1.0f) {
+            for (int i = 0; i < M; i++) {
+                cublasStatus_t st = cublasSscal(g_blas, N, &beta, C + (size_t)i * ldc, 1);
+                note(st != CUBLAS_STATUS_SUCCESS, (int)st, "cublasSscal");
+            }
+        }
+        return;
+    }
     kn_gemm_cm g = kn_gemm_map(ta, tb, M, N, K, A, lda, B, ldb, ldc);
     cublasStatus_t st = cublasSgemm(g_blas, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     g.transb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &alpha,
