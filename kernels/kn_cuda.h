@@ -13,7 +13,9 @@
  * no GPU was available to tune (or run) them, see docs/kernels.md.
  *
  * Callers check kn_cuda_probe()->device_count > 0 (kn_backend.h) before
- * kn_cuda_init, and guard their use with `#if HAVE_CUDA` (sl_config.h). */
+ * kn_cuda_init, and guard their use with `#if HAVE_CUDA` (sl_config.h): a
+ * build without nvcc has no kn_cuda_* symbols at all. One cuBLAS handle and
+ * one scratch buffer per process: call this API from one thread at a time. */
 #ifndef KN_CUDA_H
 #define KN_CUDA_H
 
