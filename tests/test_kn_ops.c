@@ -424,9 +424,41 @@ static void test_sgemm_mapping(void)
         }
 }
 
+/* Runs `call` once on zeroed gradients g (n floats), keeps 2*g, runs it
+ * again without zeroing: the result must be 2*g (every backward is +=). */
+#define TWICE(what, g, n, call)                                                               \
+    do {                                                                                     \
+        memset((g), 0, (n) * sizeof(float));                                                 \
+        call;                                                                                \
+        float *twice_ = kt_alloc(n);                                                         \
+        for (size_t i_ = 0; i_ < (size_t)(n); i_++)                                          \
+            twice_[i_] = 2 * (g)[i_];                                                        \
+        call;                                                                                \
+        KT_CHECK_REL(what, (g), twice_, (n), 1e-6);                                          \
+        free(twice_);                                                                        \
+    } while (0)
+
 /* Backward accumulates: a second call on the same gradients doubles them. */
 static void test_accumulation(void)
 {
+    size_t nc = (size_t)N * C, nf = (size_t)N * FF;
+    float *g = kt_alloc((size_t)V * C + nf + (size_t)M * V);
+    float *mean = kt_alloc(N), *rstd = kt_alloc(N), *lo = kt_alloc(nc);
+    kn_layernorm_forward(lo, mean, rstd, in.ln_x, in.ln_w, in.ln_b, N, C, EPS);
+    TWICE("ln.dx,dw,db twice", g, nc + 2 * C,
+          kn_layernorm_backward(g, g + nc, g + nc + C, in.ln_dout, in.ln_x, in.ln_w, mean, rstd, N,
+                                C));
+    TWICE("emb.dwte twice", g, (size_t)V * C,
+          kn_embed_backward(g, NULL, NULL, in.emb_dout, in.tok, in.seg, B, T, C));
+    TWICE("gelu.dx twice", g, nf, kn_gelu_backward(g, in.ge_x, in.ge_dout, nf, KN_GELU_ERF));
+    TWICE("dropout.dx twice", g, nc, kn_dropout_backward(g, in.do_dout, B, (size_t)T * C, in.do_drop));
+    TWICE("residual twice", g, 2 * nc, kn_residual_backward(g, g + nc, in.do_dout, nc));
+    float *probs = kt_alloc((size_t)M * V), *loss = kt_alloc(M);
+    kn_crossentropy_forward(loss, probs, in.xe_logits, in.xtgt, M, V);
+    TWICE("xent.dlogits twice", g, (size_t)M * V,
+          kn_crossentropy_backward(g, probs, in.xtgt, M, V, 0.5f));
+    free(g), free(mean), free(rstd), free(lo), free(probs), free(loss);
+
     float *dx = kt_alloc((size_t)N * C), *dw = kt_alloc((size_t)FF * C), *db = kt_alloc(FF);
     float *dx1 = kt_alloc((size_t)N * C), *dw1 = kt_alloc((size_t)FF * C), *db1 = kt_alloc(FF);
     kn_matmul_backward(dx, dw, db, in.mm_dout, in.mm_x, in.mm_w, N, C, FF);
