@@ -16,7 +16,6 @@
  * dropped probabilities and dP), small next to the op's own work. */
 #include <omp.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "kn_body.h"
 #include "kn_gemm.h"
@@ -24,35 +23,29 @@
 #include "kn_ops.h"
 #include "sl_mem.h"
 
-/* x[0..n) *= keep ? 1/(1-p) : 0 for RNG indices start..start+n, drawing whole
- * Philox blocks; the same mask as kn_attn_dropout_row element by element. */
-static void drop_block(float *x, size_t n, const kn_dropout *d, uint64_t start)
-{
-    float p = d->p, sc = kn_dropout_scale(p);
-    uint32_t w[1024];
-    for (size_t i0 = 0; i0 < n; i0 += 1024) {
-        size_t len = n - i0 < 1024 ? n - i0 : 1024;
-        kn_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
-        KN_SIMD
-        for (size_t i = 0; i < len; i++)
-            x[i0 + i] *= kn_dropout_keep_word(w[i], p) ? sc : 0.0f;
-    }
-}
-
-/* Backward's one pass over the mask: pd = drop(p), dp = drop(dp). */
-static void drop_pair(float *pd, float *dp, const float *p, size_t n, const kn_dropout *d,
-                      uint64_t start)
+/* pd[i] = p[i] * (keep ? 1/(1-p) : 0) for RNG indices start..start+n, drawing
+ * whole Philox blocks; the same mask as kn_attn_dropout_row element by element.
+ * With dp != NULL also dp[i] *= the same multiplier (backward's one pass).
+ * Inline so that it is compiled into each KN_CLONES version of its caller. */
+static inline KN_INLINE void drop_apply(float *pd, float *dp, const float *p, size_t n,
+                                        const kn_dropout *d, uint64_t start)
 {
     float pr = d->p, sc = kn_dropout_scale(pr);
     uint32_t w[1024];
     for (size_t i0 = 0; i0 < n; i0 += 1024) {
         size_t len = n - i0 < 1024 ? n - i0 : 1024;
         kn_rng_fill_u32(d->seed, d->stream, start + i0, len, w);
-        KN_SIMD
-        for (size_t i = 0; i < len; i++) {
-            float mul = kn_dropout_keep_word(w[i], pr) ? sc : 0.0f;
-            pd[i0 + i] = p[i0 + i] * mul;
-            dp[i0 + i] *= mul;
+        if (dp) {
+            KN_SIMD
+            for (size_t i = 0; i < len; i++) {
+                float mul = kn_dropout_keep_word(w[i], pr) ? sc : 0.0f;
+                pd[i0 + i] = p[i0 + i] * mul;
+                dp[i0 + i] *= mul;
+            }
+        } else {
+            KN_SIMD
+            for (size_t i = 0; i < len; i++)
+                pd[i0 + i] = p[i0 + i] * (kn_dropout_keep_word(w[i], pr) ? sc : 0.0f);
         }
     }
 }
@@ -78,8 +71,7 @@ KN_CLONES void kn_attention_forward(float *out, float *att, const float *qkv, co
         const float *P = S;
         if (use_drop) {
             float *Pd = scratch + (size_t)omp_get_thread_num() * TT;
-            memcpy(Pd, S, TT * sizeof(float));
-            drop_block(Pd, TT, &drop,
+            drop_apply(Pd, NULL, S, TT, &drop,
                        kn_dropout_index(drop.seq0, (uint64_t)b, (uint64_t)NH * TT, (uint64_t)h * TT));
             P = Pd;
         }
@@ -110,7 +102,7 @@ KN_CLONES void kn_attention_backward(float *dqkv, const float *dout, const float
         const float *Pd = P;
         if (use_drop) {
             float *buf = dP + TT;
-            drop_pair(buf, dP, P, TT, &drop,
+            drop_apply(buf, dP, P, TT, &drop,
                       kn_dropout_index(drop.seq0, (uint64_t)b, (uint64_t)NH * TT, (uint64_t)h * TT));
             Pd = buf;
         }
