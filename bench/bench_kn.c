@@ -47,17 +47,17 @@ static int cmp_d(const void *a, const void *b)
 }
 
 /* Median seconds of g_reps runs of the statement (after one warm-up). */
-#define MEDIAN(out, stmt)                                                                         \
-    do {                                                                                          \
-        double t_[64];                                                                            \
-        stmt;                                                                                     \
-        for (int r_ = 0; r_ < g_reps; r_++) {                                                     \
-            double t0_ = now();                                                              \
-            stmt;                                                                                 \
-            t_[r_] = now() - t0_;                                                            \
-        }                                                                                         \
-        qsort(t_, (size_t)g_reps, sizeof t_[0], cmp_d);                                           \
-        (out) = t_[g_reps / 2];                                                                   \
+#define MEDIAN(out, stmt)                                                                          \
+    do {                                                                                           \
+        double t_[64];                                                                             \
+        stmt;                                                                                      \
+        for (int r_ = 0; r_ < g_reps; r_++) {                                                      \
+            double t0_ = now();                                                                    \
+            stmt;                                                                                  \
+            t_[r_] = now() - t0_;                                                                  \
+        }                                                                                          \
+        qsort(t_, (size_t)g_reps, sizeof t_[0], cmp_d);                                            \
+        (out) = t_[g_reps / 2];                                                                    \
     } while (0)
 
 static void gemm_row(const char *name, int N, int IC, int OC)
@@ -70,8 +70,8 @@ static void gemm_row(const char *name, int N, int IC, int OC)
                 kn_matmul_backward(dx, dw, db, dy, x, w, N, IC, OC)));
     MEDIAN(tb, (cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, x, IC, w, IC,
                             0.0f, y, OC),
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dy, OC, w, IC,
-                            1.0f, dx, IC),
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dy, OC, w,
+                            IC, 1.0f, dx, IC),
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dy, OC, x, IC,
                             1.0f, dw, IC)));
     double flop = 6.0 * N * IC * OC;
@@ -90,11 +90,13 @@ int main(int argc, char **argv)
     int B = 8, T = 128, C = base ? 768 : 128, NH = base ? 12 : 2, F = 4 * C,
         V = base ? 30522 : 8192, M = 160;
     int N = B * T;
-    printf("bench_kn: %s config, B=%d T=%d C=%d NH=%d F=%d V=%d masked=%d, %d threads, median of %d, %s time\n",
+    printf("bench_kn: %s config, B=%d T=%d C=%d NH=%d F=%d V=%d masked=%d, %d threads, median of "
+           "%d, %s time\n",
            base ? "BERT-base" : "small (a)", B, T, C, NH, F, V, M, omp_get_max_threads(), g_reps,
            g_cpu_time ? "CPU" : "wall");
     printf("\nLinear layers, forward + backward (3 products):\n");
-    printf("| layer                  | N x IC x OC           | kn ms    | sgemm ms | kn GF/s | sgemm GF/s | eff |\n");
+    printf("| layer                  | N x IC x OC           | kn ms    | sgemm ms | kn GF/s | "
+           "sgemm GF/s | eff |\n");
     printf("|---|---|---|---|---|---|---|\n");
     gemm_row("qkv", N, C, 3 * C);
     gemm_row("attention output", N, C, C);
@@ -120,10 +122,10 @@ int main(int argc, char **argv)
 
     printf("\nOther ops at one layer's size:\n| op | ms |\n|---|---|\n");
     double t;
-#define OP(name, stmt)                                                                           \
-    do {                                                                                         \
-        MEDIAN(t, stmt);                                                                         \
-        printf("| %-34s | %8.3f |\n", name, t * 1e3);                                            \
+#define OP(name, stmt)                                                                             \
+    do {                                                                                           \
+        MEDIAN(t, stmt);                                                                           \
+        printf("| %-34s | %8.3f |\n", name, t * 1e3);                                              \
     } while (0)
     OP("layernorm fwd", kn_layernorm_forward(y, mean, rstd, x, w, bb, N, C, 1e-12f));
     OP("layernorm bwd", kn_layernorm_backward(dy, dw, dw, y, x, w, mean, rstd, N, C));

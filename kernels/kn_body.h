@@ -89,7 +89,8 @@ SL_HD KN_INLINE float kn_erff_e(float x, float e)
     float a = x < 0.0f ? -x : x;
     float t = 1.0f / (1.0f + 0.3275911f * a);
     float y = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
-               0.254829592f) * t;
+               0.254829592f) *
+              t;
     float r = 1.0f - y * e;
     return x < 0.0f ? -r : r;
 }
@@ -269,8 +270,8 @@ SL_HD float kn_colsum(const float *x, int N, int ld, int c)
  * keys get probability 0. A row with no valid key (a sequence that is all
  * padding) gets all zeros instead of 0/0 = NaN. p may alias s. The _lse form
  * also returns the max and the sum of exp(s - max) (log-sum-exp = max + log sum). */
-SL_HD KN_INLINE void kn_softmax_row_lse(float *p, const float *s, const int32_t *valid, int T, float *mx_out,
-                               float *sum_out)
+SL_HD KN_INLINE void kn_softmax_row_lse(float *p, const float *s, const int32_t *valid, int T,
+                                        float *mx_out, float *sum_out)
 {
     /* Separate loops with and without a mask, every load unconditional, so
      * both vectorise. */
@@ -325,7 +326,8 @@ SL_HD KN_INLINE void kn_softmax_row_masked(float *p, const float *s, const int32
     kn_softmax_row_lse(p, s, valid, T, &mx, &sum);
 }
 /* ds = scale * p * (dp - <p, dp>), the softmax backward of one row; ds may alias dp. */
-SL_HD KN_INLINE void kn_softmax_row_bwd(float *ds, const float *p, const float *dp, int T, float scale)
+SL_HD KN_INLINE void kn_softmax_row_bwd(float *ds, const float *p, const float *dp, int T,
+                                        float scale)
 {
     float dot = 0.0f;
     KN_SIMD_SUM(dot)
@@ -337,7 +339,8 @@ SL_HD KN_INLINE void kn_softmax_row_bwd(float *ds, const float *p, const float *
 }
 /* Applies attention dropout to one row of T probabilities (or their
  * gradient), row index `row` = h*T + i within sequence s, in place:
- * x[j] *= keep ? 1/(1-p) : 0 (a product, as torch: a dropped inf/NaN stays NaN). Draws index (seq0+s)*NH*T*T + row*T + j. */
+ * x[j] *= keep ? 1/(1-p) : 0 (a product, as torch: a dropped inf/NaN stays NaN). Draws index
+ * (seq0+s)*NH*T*T + row*T + j. */
 SL_HD void kn_attn_dropout_row(float *x, uint64_t seed, uint64_t stream, uint64_t seq0, int s,
                                int NH, int T, int row, float p)
 {
@@ -358,7 +361,8 @@ SL_HD KN_INLINE float kn_xent_row_fwd(float *probs, const float *logits, int32_t
         return 0.0f;
     return logf(sum) - (logits[target] - mx);
 }
-SL_HD KN_INLINE void kn_xent_row_bwd(float *dlogits, const float *probs, int32_t target, int V, float scale)
+SL_HD KN_INLINE void kn_xent_row_bwd(float *dlogits, const float *probs, int32_t target, int V,
+                                     float scale)
 {
     if (target < 0 || target >= V)
         return;
@@ -373,8 +377,8 @@ SL_HD KN_INLINE void kn_xent_row_bwd(float *dlogits, const float *probs, int32_t
  * AdamW exactly as torch.optim.AdamW (foreach=False):
  *   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps). */
-SL_HD void kn_adamw_elem(float *p, float g, float *m, float *v, float lr, float beta1,
-                         float beta2, float eps, float wd, float bc1, float sqrt_bc2)
+SL_HD void kn_adamw_elem(float *p, float g, float *m, float *v, float lr, float beta1, float beta2,
+                         float eps, float wd, float bc1, float sqrt_bc2)
 {
     float mm = beta1 * *m + (1.0f - beta1) * g;
     float vv = beta2 * *v + (1.0f - beta2) * g * g;

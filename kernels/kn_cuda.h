@@ -55,18 +55,17 @@ void kn_cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *
                                 const float *rstd, int N, int C);
 void kn_cuda_matmul_forward(float *out, const float *inp, const float *w, const float *b, int N,
                             int IC, int OC);
-void kn_cuda_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, int N, int IC, int OC);
+void kn_cuda_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, int N, int IC, int OC);
 void kn_cuda_attention_forward(float *out, float *att, const float *qkv, const int32_t *valid,
                                int B, int T, int C, int NH, kn_dropout drop);
-void kn_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                const float *att, int B, int T, int C, int NH, kn_dropout drop);
+void kn_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                                int B, int T, int C, int NH, kn_dropout drop);
 void kn_cuda_gelu_forward(float *out, const float *inp, size_t N, int kind);
 void kn_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, int kind);
 void kn_cuda_residual_forward(float *out, const float *a, const float *b, size_t N);
 void kn_cuda_residual_backward(float *da, float *db, const float *dout, size_t N);
-void kn_cuda_dropout_forward(float *out, const float *inp, int B, size_t per_seq,
-                             kn_dropout drop);
+void kn_cuda_dropout_forward(float *out, const float *inp, int B, size_t per_seq, kn_dropout drop);
 void kn_cuda_dropout_backward(float *dinp, const float *dout, int B, size_t per_seq,
                               kn_dropout drop);
 void kn_cuda_crossentropy_forward(float *losses, float *probs, const float *logits,

@@ -15,29 +15,32 @@
 
 /* embeddings: one thread per output row r = b*T + t / per column c */
 SL_HD KN_INLINE void kn_t_embed_fwd(size_t r, float *out, const int32_t *tok, const int32_t *seg,
-                          const float *wte, const float *wpe, const float *wse, int T, int C)
+                                    const float *wte, const float *wpe, const float *wse, int T,
+                                    int C)
 {
     kn_embed_row_fwd(out + r * C, wte, wpe, wse, tok[r], (int)(r % T), seg ? seg[r] : 0, C);
 }
-SL_HD KN_INLINE void kn_t_embed_bwd(size_t c, float *dwte, float *dwpe, float *dwse, const float *dout,
-                          const int32_t *tok, const int32_t *seg, int B, int T, int C)
+SL_HD KN_INLINE void kn_t_embed_bwd(size_t c, float *dwte, float *dwpe, float *dwse,
+                                    const float *dout, const int32_t *tok, const int32_t *seg,
+                                    int B, int T, int C)
 {
     kn_embed_col_bwd(dwte, dwpe, dwse, dout, tok, seg, B, T, C, (int)c);
 }
 
 /* layernorm: one thread per row (forward, dinp) / per column (dw, db) */
 SL_HD KN_INLINE void kn_t_ln_fwd(size_t n, float *out, float *mean, float *rstd, const float *inp,
-                       const float *w, const float *b, int C, float eps)
+                                 const float *w, const float *b, int C, float eps)
 {
     kn_layernorm_row_fwd(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C, eps);
 }
 SL_HD KN_INLINE void kn_t_ln_bwd_row(size_t n, float *dinp, const float *dout, const float *inp,
-                           const float *w, const float *mean, const float *rstd, int C)
+                                     const float *w, const float *mean, const float *rstd, int C)
 {
     kn_layernorm_row_bwd(dinp + n * C, dout + n * C, inp + n * C, w, mean[n], rstd[n], C);
 }
-SL_HD KN_INLINE void kn_t_ln_bwd_col(size_t c, float *dw, float *db, const float *dout, const float *inp,
-                           const float *mean, const float *rstd, int N, int C)
+SL_HD KN_INLINE void kn_t_ln_bwd_col(size_t c, float *dw, float *db, const float *dout,
+                                     const float *inp, const float *mean, const float *rstd, int N,
+                                     int C)
 {
     kn_layernorm_col_bwd(dw, db, dout, inp, mean, rstd, N, C, (int)c);
 }
@@ -74,7 +77,8 @@ SL_HD KN_INLINE void kn_t_gelu_fwd(size_t i, float *out, const float *inp, int k
 {
     out[i] = kn_gelu_fwd_elem(inp[i], kind);
 }
-SL_HD KN_INLINE void kn_t_gelu_bwd(size_t i, float *dinp, const float *inp, const float *dout, int kind)
+SL_HD KN_INLINE void kn_t_gelu_bwd(size_t i, float *dinp, const float *inp, const float *dout,
+                                   int kind)
 {
     dinp[i] += kn_gelu_bwd_elem(inp[i], dout[i], kind);
 }
@@ -90,8 +94,8 @@ SL_HD KN_INLINE void kn_t_residual_bwd(size_t i, float *da, float *db, const flo
         db[i] += dout[i];
 }
 /* Hidden dropout of flat element f of a (B, per_seq) tensor; accum: += (backward). */
-SL_HD KN_INLINE void kn_t_dropout(size_t f, float *out, const float *inp, size_t per_seq, kn_dropout d,
-                        int accum)
+SL_HD KN_INLINE void kn_t_dropout(size_t f, float *out, const float *inp, size_t per_seq,
+                                  kn_dropout d, int accum)
 {
     uint64_t idx = kn_dropout_index(d.seq0, f / per_seq, per_seq, f % per_seq);
     float y = inp[f] * (kn_dropout_keep(d.seed, d.stream, idx, d.p) ? kn_dropout_scale(d.p) : 0.0f);
@@ -107,26 +111,27 @@ SL_HD KN_INLINE void kn_t_scale(size_t i, float *x, float s)
 
 /* cross-entropy: one thread per masked position */
 SL_HD KN_INLINE void kn_t_xent_fwd(size_t i, float *losses, float *probs, const float *logits,
-                         const int32_t *targets, int V)
+                                   const int32_t *targets, int V)
 {
     losses[i] = kn_xent_row_fwd(probs + i * V, logits + i * V, targets[i], V);
 }
-SL_HD KN_INLINE void kn_t_xent_bwd(size_t i, float *dlogits, const float *probs, const int32_t *targets,
-                         int V, float scale)
+SL_HD KN_INLINE void kn_t_xent_bwd(size_t i, float *dlogits, const float *probs,
+                                   const int32_t *targets, int V, float scale)
 {
     kn_xent_row_bwd(dlogits + i * V, probs + i * V, targets[i], V, scale);
 }
 
 /* optimizers: one thread per element */
-SL_HD KN_INLINE void kn_t_adamw(size_t i, float *p, const float *g, float *m, float *v, float lr, float beta1,
-                      float beta2, float eps, float wd, float bc1, float sqrt_bc2)
+SL_HD KN_INLINE void kn_t_adamw(size_t i, float *p, const float *g, float *m, float *v, float lr,
+                                float beta1, float beta2, float eps, float wd, float bc1,
+                                float sqrt_bc2)
 {
     kn_adamw_elem(&p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, wd, bc1, sqrt_bc2);
 }
 /* LAMB pass 1: moments; returns u_i^2 in *u2 and p_i^2 in *p2 for the norms. */
 SL_HD KN_INLINE void kn_t_lamb_moments(size_t i, const float *p, const float *g, float *m, float *v,
-                             float beta1, float beta2, float eps, float wd, float bc1, float bc2,
-                             double *p2, double *u2)
+                                       float beta1, float beta2, float eps, float wd, float bc1,
+                                       float bc2, double *p2, double *u2)
 {
     kn_lamb_moments(g[i], &m[i], &v[i], beta1, beta2);
     float u = kn_lamb_dir(p[i], m[i], v[i], eps, wd, bc1, bc2);
@@ -135,7 +140,7 @@ SL_HD KN_INLINE void kn_t_lamb_moments(size_t i, const float *p, const float *g,
 }
 /* LAMB pass 2: p -= lr * trust * u. */
 SL_HD KN_INLINE void kn_t_lamb_apply(size_t i, float *p, const float *m, const float *v, float step,
-                           float eps, float wd, float bc1, float bc2)
+                                     float eps, float wd, float bc1, float bc2)
 {
     p[i] -= step * kn_lamb_dir(p[i], m[i], v[i], eps, wd, bc1, bc2);
 }

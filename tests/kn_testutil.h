@@ -35,11 +35,11 @@ static inline double kt_rel(const float *a, const float *ref, size_t n)
 }
 
 /* CHECK that rel(a, ref) <= tol, printing the measured error either way. */
-#define KT_CHECK_REL(what, a, ref, n, tol)                                                  \
-    do {                                                                                   \
-        double kt_r_ = kt_rel((a), (ref), (n));                                            \
-        printf("    %-22s rel %.3g\n", (what), kt_r_);                                     \
-        CHECKF(kt_r_ <= (tol), "%s: rel error %.3g > %g", (what), kt_r_, (double)(tol)); \
+#define KT_CHECK_REL(what, a, ref, n, tol)                                                         \
+    do {                                                                                           \
+        double kt_r_ = kt_rel((a), (ref), (n));                                                    \
+        printf("    %-22s rel %.3g\n", (what), kt_r_);                                             \
+        CHECKF(kt_r_ <= (tol), "%s: rel error %.3g > %g", (what), kt_r_, (double)(tol));           \
     } while (0)
 
 static inline float *kt_alloc(size_t n)

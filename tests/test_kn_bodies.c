@@ -35,7 +35,8 @@ static void test_embed(void)
     check_same("embed fwd", o1, o2, (size_t)N * C);
     float *g1 = kt_alloc((size_t)(V + T + 2) * C), *g2 = kt_alloc((size_t)(V + T + 2) * C);
     kn_embed_backward(g1, g1 + (size_t)V * C, g1 + (size_t)(V + T) * C, dout, tok, seg, B, T, C);
-    FOR(c, C) kn_t_embed_bwd(c, g2, g2 + (size_t)V * C, g2 + (size_t)(V + T) * C, dout, tok, seg, B, T, C);
+    FOR(c, C)
+    kn_t_embed_bwd(c, g2, g2 + (size_t)V * C, g2 + (size_t)(V + T) * C, dout, tok, seg, B, T, C);
     check_same("embed bwd", g1, g2, (size_t)(V + T + 2) * C);
     free(wte), free(wpe), free(wse), free(dout), free(o1), free(o2), free(g1), free(g2);
 }
@@ -83,7 +84,8 @@ static void cuda_attention_fwd(float *out, float *att, float *Pd, const float *q
 {
     float scale = 1.0f / sqrtf((float)HS);
     size_t TT = (size_t)T * T, rows = (size_t)B * NH * T;
-    FOR(bh, B * NH) {
+    FOR(bh, B * NH)
+    {
         const float *q = qkv + (bh / NH) * T * 3 * C + (bh % NH) * HS;
         kn_sgemm(0, 1, T, T, HS, scale, q, 3 * C, q + C, 3 * C, 0.0f, att + bh * TT, T);
     }
@@ -91,10 +93,11 @@ static void cuda_attention_fwd(float *out, float *att, float *Pd, const float *q
     memcpy(Pd, att, rows * T * sizeof(float));
     if (d.p > 0.0f)
         FOR(r, rows) kn_t_attn_drop(r, Pd, d, T, NH);
-    FOR(bh, B * NH) {
+    FOR(bh, B * NH)
+    {
         size_t b = bh / NH, h = bh % NH;
-        kn_sgemm(0, 0, T, HS, T, 1.0f, Pd + bh * TT, T, qkv + b * T * 3 * C + h * HS + 2 * C,
-                 3 * C, 0.0f, out + b * T * C + h * HS, C);
+        kn_sgemm(0, 0, T, HS, T, 1.0f, Pd + bh * TT, T, qkv + b * T * 3 * C + h * HS + 2 * C, 3 * C,
+                 0.0f, out + b * T * C + h * HS, C);
     }
 }
 static void cuda_attention_bwd(float *dqkv, float *dP, const float *Pd, const float *dout,
@@ -102,7 +105,8 @@ static void cuda_attention_bwd(float *dqkv, float *dP, const float *Pd, const fl
 {
     float scale = 1.0f / sqrtf((float)HS);
     size_t TT = (size_t)T * T, rows = (size_t)B * NH * T;
-    FOR(bh, B * NH) {
+    FOR(bh, B * NH)
+    {
         size_t b = bh / NH, h = bh % NH, tok0 = b * T * 3 * C + h * HS;
         const float *dO = dout + b * T * C + h * HS;
         kn_sgemm(1, 0, T, HS, T, 1.0f, Pd + bh * TT, T, dO, C, 1.0f, dqkv + tok0 + 2 * C, 3 * C);
@@ -111,12 +115,13 @@ static void cuda_attention_bwd(float *dqkv, float *dP, const float *Pd, const fl
     if (d.p > 0.0f)
         FOR(r, rows) kn_t_attn_drop(r, dP, d, T, NH);
     FOR(r, rows) kn_t_softmax_bwd(r, dP, att, T, scale);
-    FOR(bh, B * NH) {
+    FOR(bh, B * NH)
+    {
         size_t b = bh / NH, h = bh % NH, tok0 = b * T * 3 * C + h * HS;
         kn_sgemm(0, 0, T, HS, T, 1.0f, dP + bh * TT, T, qkv + tok0 + C, 3 * C, 1.0f, dqkv + tok0,
                  3 * C);
-        kn_sgemm(1, 0, T, HS, T, 1.0f, dP + bh * TT, T, qkv + tok0, 3 * C, 1.0f,
-                 dqkv + tok0 + C, 3 * C);
+        kn_sgemm(1, 0, T, HS, T, 1.0f, dP + bh * TT, T, qkv + tok0, 3 * C, 1.0f, dqkv + tok0 + C,
+                 3 * C);
     }
 }
 
@@ -224,8 +229,10 @@ static void test_optimizers(void)
                 kn_lamb_update(s1, g, s1 + NP, s1 + 2 * NP, NP, lr, b1, b2, eps, wd, t);
                 float bc1 = (float)(1.0 - pow(b1, t)), bc2 = (float)(1.0 - pow(b2, t));
                 double ps = 0, us = 0, p2, u2;
-                FOR(i, NP) {
-                    kn_t_lamb_moments(i, s2, g, s2 + NP, s2 + 2 * NP, b1, b2, eps, wd, bc1, bc2, &p2, &u2);
+                FOR(i, NP)
+                {
+                    kn_t_lamb_moments(i, s2, g, s2 + NP, s2 + 2 * NP, b1, b2, eps, wd, bc1, bc2,
+                                      &p2, &u2);
                     ps += p2, us += u2;
                 }
                 float step = lr * kn_lamb_trust(ps, us);
@@ -233,7 +240,8 @@ static void test_optimizers(void)
             } else {
                 kn_adamw_update(s1, g, s1 + NP, s1 + 2 * NP, NP, lr, b1, b2, eps, wd, t);
                 float bc1 = (float)(1.0 - pow(b1, t)), sbc2 = (float)sqrt(1.0 - pow(b2, t));
-                FOR(i, NP) kn_t_adamw(i, s2, g, s2 + NP, s2 + 2 * NP, lr, b1, b2, eps, wd, bc1, sbc2);
+                FOR(i, NP)
+                kn_t_adamw(i, s2, g, s2 + NP, s2 + 2 * NP, lr, b1, b2, eps, wd, bc1, sbc2);
             }
         }
         KT_CHECK_REL(lamb ? "lamb p,m,v" : "adamw p,m,v", s2, s1, 3 * NP, 1e-6);

@@ -24,7 +24,10 @@ static void *up(const void *h, size_t bytes)
         CHECKF(kn_cuda_upload(d, h, bytes, &err) == 0, "%s", err.msg);
     return d;
 }
-static float *upf(const float *h, size_t n) { return up(h, n * sizeof(float)); }
+static float *upf(const float *h, size_t n)
+{
+    return up(h, n * sizeof(float));
+}
 /* A device copy of n floats of zeros. */
 static float *zeros(size_t n)
 {
@@ -82,8 +85,8 @@ static void test_embed_layernorm_matmul(void)
           *mdo = kt_randn(nf, 13, 1), *mo = kt_alloc(nf), *mg = kt_alloc(nc + (size_t)FF * C + FF);
     kn_matmul_forward(mo, ln, mw, mb, N, C, FF);
     kn_matmul_backward(mg, mg + nc, mg + nc + (size_t)FF * C, mdo, ln, mw, N, C, FF);
-    float *dmw = upf(mw, (size_t)FF * C), *dmb = upf(mb, FF), *dmdo = upf(mdo, nf), *dmo = zeros(nf),
-          *dmg = zeros(nc + (size_t)FF * C + FF), *dlnh = upf(ln, nc);
+    float *dmw = upf(mw, (size_t)FF * C), *dmb = upf(mb, FF), *dmdo = upf(mdo, nf),
+          *dmo = zeros(nf), *dmg = zeros(nc + (size_t)FF * C + FF), *dlnh = upf(ln, nc);
     kn_cuda_matmul_forward(dmo, dlnh, dmw, dmb, N, C, FF);
     kn_cuda_matmul_backward(dmg, dmg + nc, dmg + nc + (size_t)FF * C, dmdo, dlnh, dmw, N, C, FF);
     cmp("matmul fwd", dmo, mo, nf);
@@ -92,8 +95,8 @@ static void test_embed_layernorm_matmul(void)
     kn_cuda_matmul_forward(dmo, dlnh, dmw, NULL, N, C, FF);
     cmp("matmul fwd no bias", dmo, mo, nf);
 
-    void *devs[] = {dtok, dseg, dwte, dwpe, dwse, ddout, dout_, dg, dw_, db_, dln, dst, ddx,
-                    dmw, dmb, dmdo, dmo, dmg, dlnh};
+    void *devs[] = {dtok, dseg, dwte, dwpe, dwse, ddout, dout_, dg,  dw_, db_,
+                    dln,  dst,  ddx,  dmw,  dmb,  dmdo,  dmo,   dmg, dlnh};
     for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++)
         kn_cuda_free(devs[i]);
     free(wte), free(wpe), free(wse), free(dout), free(out), free(g), free(w), free(b), free(ln),

@@ -33,8 +33,14 @@ static void put_raw(const char *name, const void *p, size_t bytes)
     CHECK(fwrite(p, 1, bytes, f) == bytes);
     fclose(f);
 }
-static void put_f(const char *name, const float *p, size_t n) { put_raw(name, p, n * sizeof *p); }
-static void put_i(const char *name, const int32_t *p, size_t n) { put_raw(name, p, n * sizeof *p); }
+static void put_f(const char *name, const float *p, size_t n)
+{
+    put_raw(name, p, n * sizeof *p);
+}
+static void put_i(const char *name, const int32_t *p, size_t n)
+{
+    put_raw(name, p, n * sizeof *p);
+}
 
 /* The reference NAME.ref, which must hold exactly n floats. */
 static float *ref(const char *name, size_t n)
@@ -418,24 +424,24 @@ static void test_sgemm_mapping(void)
                     R[i * ldc + j] = (float)(1.5 * acc + 0.5 * R[i * ldc + j]);
                 }
             kn_sgemm(ta, tb, GM, GN, GK, 1.5f, A, lda, Bm, ldb, 0.5f, Cm, ldc);
-            KT_CHECK_REL(ta ? (tb ? "sgemm TT" : "sgemm TN") : (tb ? "sgemm NT" : "sgemm NN"), Cm, R,
-                         (size_t)GM * ldc, 1e-6);
+            KT_CHECK_REL(ta ? (tb ? "sgemm TT" : "sgemm TN") : (tb ? "sgemm NT" : "sgemm NN"), Cm,
+                         R, (size_t)GM * ldc, 1e-6);
             free(A), free(Bm), free(Cm), free(R);
         }
 }
 
 /* Runs `call` once on zeroed gradients g (n floats), keeps 2*g, runs it
  * again without zeroing: the result must be 2*g (every backward is +=). */
-#define TWICE(what, g, n, call)                                                               \
-    do {                                                                                     \
-        memset((g), 0, (n) * sizeof(float));                                                 \
-        call;                                                                                \
-        float *twice_ = kt_alloc(n);                                                         \
-        for (size_t i_ = 0; i_ < (size_t)(n); i_++)                                          \
-            twice_[i_] = 2 * (g)[i_];                                                        \
-        call;                                                                                \
-        KT_CHECK_REL(what, (g), twice_, (n), 1e-6);                                          \
-        free(twice_);                                                                        \
+#define TWICE(what, g, n, call)                                                                    \
+    do {                                                                                           \
+        memset((g), 0, (n) * sizeof(float));                                                       \
+        call;                                                                                      \
+        float *twice_ = kt_alloc(n);                                                               \
+        for (size_t i_ = 0; i_ < (size_t)(n); i_++)                                                \
+            twice_[i_] = 2 * (g)[i_];                                                              \
+        call;                                                                                      \
+        KT_CHECK_REL(what, (g), twice_, (n), 1e-6);                                                \
+        free(twice_);                                                                              \
     } while (0)
 
 /* Backward accumulates: a second call on the same gradients doubles them. */
@@ -451,7 +457,8 @@ static void test_accumulation(void)
     TWICE("emb.dwte twice", g, (size_t)V * C,
           kn_embed_backward(g, NULL, NULL, in.emb_dout, in.tok, in.seg, B, T, C));
     TWICE("gelu.dx twice", g, nf, kn_gelu_backward(g, in.ge_x, in.ge_dout, nf, KN_GELU_ERF));
-    TWICE("dropout.dx twice", g, nc, kn_dropout_backward(g, in.do_dout, B, (size_t)T * C, in.do_drop));
+    TWICE("dropout.dx twice", g, nc,
+          kn_dropout_backward(g, in.do_dout, B, (size_t)T * C, in.do_drop));
     TWICE("residual twice", g, 2 * nc, kn_residual_backward(g, g + nc, in.do_dout, nc));
     float *probs = kt_alloc((size_t)M * V), *loss = kt_alloc(M);
     kn_crossentropy_forward(loss, probs, in.xe_logits, in.xtgt, M, V);
@@ -659,7 +666,8 @@ int main(void)
     free(in.wte), free(in.wpe), free(in.wse), free(in.emb_dout), free(in.ln_x), free(in.ln_w),
         free(in.ln_b), free(in.ln_dout), free(in.mm_x), free(in.mm_w), free(in.mm_b),
         free(in.mm_dout), free(in.qkv), free(in.att_dout), free(in.att_mask[0]),
-        free(in.att_mask[1]), free(in.ge_x), free(in.ge_dout), free(in.res_a), free(in.res_b), free(in.res_dout), free(in.do_x), free(in.do_dout),
-        free(in.do_mask), free(in.xe_logits), free(in.opt_p), free(in.opt_g);
+        free(in.att_mask[1]), free(in.ge_x), free(in.ge_dout), free(in.res_a), free(in.res_b),
+        free(in.res_dout), free(in.do_x), free(in.do_dout), free(in.do_mask), free(in.xe_logits),
+        free(in.opt_p), free(in.opt_g);
     return sl_test_done();
 }

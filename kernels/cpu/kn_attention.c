@@ -51,13 +51,14 @@ static inline KN_INLINE void drop_apply(float *pd, float *dp, const float *p, si
 }
 
 KN_CLONES void kn_attention_forward(float *out, float *att, const float *qkv, const int32_t *valid,
-                          int B, int T, int C, int NH, kn_dropout drop)
+                                    int B, int T, int C, int NH, kn_dropout drop)
 {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t TT = (size_t)T * T;
     int use_drop = drop.p > 0.0f;
-    float *scratch = use_drop ? sl_xmalloc((size_t)omp_get_max_threads() * TT * sizeof(float)) : NULL;
+    float *scratch =
+        use_drop ? sl_xmalloc((size_t)omp_get_max_threads() * TT * sizeof(float)) : NULL;
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
@@ -71,18 +72,19 @@ KN_CLONES void kn_attention_forward(float *out, float *att, const float *qkv, co
         const float *P = S;
         if (use_drop) {
             float *Pd = scratch + (size_t)omp_get_thread_num() * TT;
-            drop_apply(Pd, NULL, S, TT, &drop,
-                       kn_dropout_index(drop.seq0, (uint64_t)b, (uint64_t)NH * TT, (uint64_t)h * TT));
+            drop_apply(
+                Pd, NULL, S, TT, &drop,
+                kn_dropout_index(drop.seq0, (uint64_t)b, (uint64_t)NH * TT, (uint64_t)h * TT));
             P = Pd;
         }
-        kn_sgemm(0, 0, T, hs, T, 1.0f, P, T, v, 3 * C, 0.0f, out + (size_t)b * T * C + (size_t)h * hs,
-                 C);
+        kn_sgemm(0, 0, T, hs, T, 1.0f, P, T, v, 3 * C, 0.0f,
+                 out + (size_t)b * T * C + (size_t)h * hs, C);
     }
     free(scratch);
 }
 
-KN_CLONES void kn_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                           int B, int T, int C, int NH, kn_dropout drop)
+KN_CLONES void kn_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                     const float *att, int B, int T, int C, int NH, kn_dropout drop)
 {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
@@ -102,8 +104,9 @@ KN_CLONES void kn_attention_backward(float *dqkv, const float *dout, const float
         const float *Pd = P;
         if (use_drop) {
             float *buf = dP + TT;
-            drop_apply(buf, dP, P, TT, &drop,
-                      kn_dropout_index(drop.seq0, (uint64_t)b, (uint64_t)NH * TT, (uint64_t)h * TT));
+            drop_apply(
+                buf, dP, P, TT, &drop,
+                kn_dropout_index(drop.seq0, (uint64_t)b, (uint64_t)NH * TT, (uint64_t)h * TT));
             Pd = buf;
         }
         kn_sgemm(1, 0, T, hs, T, 1.0f, Pd, T, dO, C, 1.0f, dv, 3 * C);

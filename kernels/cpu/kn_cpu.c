@@ -45,8 +45,8 @@ void kn_embed_forward(float *out, const int32_t *tok, const int32_t *seg, const 
         kn_t_embed_fwd((size_t)r, out, tok, seg, wte, wpe, wse, T, C);
 }
 
-void kn_embed_backward(float *dwte, float *dwpe, float *dwse, const float *dout,
-                       const int32_t *tok, const int32_t *seg, int B, int T, int C)
+void kn_embed_backward(float *dwte, float *dwpe, float *dwse, const float *dout, const int32_t *tok,
+                       const int32_t *seg, int B, int T, int C)
 {
     int nblk = (C + KN_COLS - 1) / KN_COLS;
 #pragma omp parallel for schedule(static)
@@ -115,8 +115,8 @@ void kn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 }
 
 /* ---- linear ---- */
-void kn_matmul_forward(float *out, const float *inp, const float *w, const float *b, int N,
-                       int IC, int OC)
+void kn_matmul_forward(float *out, const float *inp, const float *w, const float *b, int N, int IC,
+                       int OC)
 {
     if (b) {
 #pragma omp parallel for schedule(static) if ((size_t)N * OC >= KN_PAR_MIN)
@@ -155,7 +155,8 @@ KN_CLONES void kn_gelu_forward(float *out, const float *inp, size_t N, int kind)
     }
 }
 
-KN_CLONES void kn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, int kind)
+KN_CLONES void kn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N,
+                                int kind)
 {
     if (kind == KN_GELU_TANH) {
 #pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
@@ -197,7 +198,7 @@ void kn_residual_backward(float *da, float *db, const float *dout, size_t N)
 
 /* dst[i] = keep ? src[i]*scale : 0 (accum: dst[i] += ...), i in [0, n), RNG index start + i. */
 KN_CLONES static void dropout_apply(float *dst, const float *src, size_t n, const kn_dropout *d,
-                          uint64_t start, int accum)
+                                    uint64_t start, int accum)
 {
     float p = d->p, sc = kn_dropout_scale(p);
     size_t nchunk = (n + KN_DROP_CHUNK - 1) / KN_DROP_CHUNK;
@@ -243,7 +244,7 @@ void kn_dropout_backward(float *dinp, const float *dout, int B, size_t per_seq, 
 
 /* ---- cross-entropy ---- */
 KN_CLONES void kn_crossentropy_forward(float *losses, float *probs, const float *logits,
-                             const int32_t *targets, int M, int V)
+                                       const int32_t *targets, int M, int V)
 {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < M; i++)
@@ -259,8 +260,8 @@ void kn_crossentropy_backward(float *dlogits, const float *probs, const int32_t 
 }
 
 /* ---- optimizers ---- */
-void kn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                     float beta1, float beta2, float eps, float wd, int t)
+void kn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                     float beta2, float eps, float wd, int t)
 {
     float bc1 = (float)(1.0 - pow(beta1, t));
     float sqrt_bc2 = (float)sqrt(1.0 - pow(beta2, t));

@@ -8,7 +8,8 @@
 #define KN_RNG_LANES 16
 
 /* The 4 * KN_RNG_LANES words of blocks block0 .. block0 + KN_RNG_LANES - 1. */
-static inline __attribute__((always_inline)) void philox_lanes(uint64_t seed, uint64_t stream, uint64_t block0, uint32_t *out)
+static inline __attribute__((always_inline)) void philox_lanes(uint64_t seed, uint64_t stream,
+                                                               uint64_t block0, uint32_t *out)
 {
     uint32_t c0[KN_RNG_LANES], c1[KN_RNG_LANES], c2[KN_RNG_LANES], c3[KN_RNG_LANES];
 #pragma omp simd
@@ -42,7 +43,8 @@ static inline __attribute__((always_inline)) void philox_lanes(uint64_t seed, ui
     }
 }
 
-KN_CLONES void kn_rng_fill_u32(uint64_t seed, uint64_t stream, uint64_t start, size_t n, uint32_t *out)
+KN_CLONES void kn_rng_fill_u32(uint64_t seed, uint64_t stream, uint64_t start, size_t n,
+                               uint32_t *out)
 {
     size_t i = 0;
     while (i < n && ((start + i) & 3) != 0) {

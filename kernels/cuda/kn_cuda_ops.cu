@@ -22,11 +22,11 @@ enum { KN_TPB = 256 };
 
 static cublasHandle_t g_blas;
 static bool g_ready;
-static int g_first_error;          // first cudaError_t / cuBLAS failure since the last sync
+static int g_first_error; // first cudaError_t / cuBLAS failure since the last sync
 static char g_first_what[128];
-static float *g_scratch;           // attention scratch, grown on demand
+static float *g_scratch; // attention scratch, grown on demand
 static size_t g_scratch_floats;
-static double *g_acc;              // 2 doubles for norms (LAMB, sumsq)
+static double *g_acc; // 2 doubles for norms (LAMB, sumsq)
 
 static void note(int failed, int code, const char *what)
 {
@@ -173,132 +173,68 @@ extern "C" void kn_cuda_sgemm(int ta, int tb, int M, int N, int K, float alpha, 
 }
 
 // ---- kernels: index -> kn_t_* -------------------------------------------------------------
-__global__ static void k_embed_fwd(size_t n, float *out, const int32_t *tok, const int32_t *seg,
-                                   const float *wte, const float *wpe, const float *wse, int T, int C)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_embed_fwd(i, out, tok, seg, wte, wpe, wse, T, C);
-}
-__global__ static void k_embed_bwd(size_t n, float *dwte, float *dwpe, float *dwse,
-                                   const float *dout, const int32_t *tok, const int32_t *seg, int B,
-                                   int T, int C)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_embed_bwd(i, dwte, dwpe, dwse, dout, tok, seg, B, T, C);
-}
-__global__ static void k_ln_fwd(size_t n, float *out, float *mean, float *rstd, const float *inp,
-                                const float *w, const float *b, int C, float eps)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_ln_fwd(i, out, mean, rstd, inp, w, b, C, eps);
-}
-__global__ static void k_ln_bwd_row(size_t n, float *dinp, const float *dout, const float *inp,
-                                    const float *w, const float *mean, const float *rstd, int C)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_ln_bwd_row(i, dinp, dout, inp, w, mean, rstd, C);
-}
-__global__ static void k_ln_bwd_col(size_t n, float *dw, float *db, const float *dout,
-                                    const float *inp, const float *mean, const float *rstd, int N,
-                                    int C)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_ln_bwd_col(i, dw, db, dout, inp, mean, rstd, N, C);
-}
-__global__ static void k_bias_fill(size_t n, float *out, const float *b, int OC)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_bias_fill(i, out, b, OC);
-}
-__global__ static void k_bias_bwd(size_t n, float *db, const float *dout, int N, int OC)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_bias_bwd(i, db, dout, N, OC);
-}
-__global__ static void k_softmax(size_t n, float *att, const int32_t *valid, int T, int NH)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_softmax(i, att, valid, T, NH);
-}
-__global__ static void k_attn_drop(size_t n, float *x, kn_dropout d, int T, int NH)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_attn_drop(i, x, d, T, NH);
-}
-__global__ static void k_softmax_bwd(size_t n, float *dp, const float *att, int T, float scale)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_softmax_bwd(i, dp, att, T, scale);
-}
-__global__ static void k_gelu_fwd(size_t n, float *out, const float *inp, int kind)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_gelu_fwd(i, out, inp, kind);
-}
-__global__ static void k_gelu_bwd(size_t n, float *dinp, const float *inp, const float *dout,
-                                  int kind)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_gelu_bwd(i, dinp, inp, dout, kind);
-}
-__global__ static void k_residual_fwd(size_t n, float *out, const float *a, const float *b)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_residual_fwd(i, out, a, b);
-}
-__global__ static void k_residual_bwd(size_t n, float *da, float *db, const float *dout)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_residual_bwd(i, da, db, dout);
-}
-__global__ static void k_dropout(size_t n, float *out, const float *inp, size_t per_seq,
-                                 kn_dropout d, int accum)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_dropout(i, out, inp, per_seq, d, accum);
-}
-__global__ static void k_scale(size_t n, float *x, float s)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_scale(i, x, s);
-}
-__global__ static void k_xent_fwd(size_t n, float *losses, float *probs, const float *logits,
-                                  const int32_t *targets, int V)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_xent_fwd(i, losses, probs, logits, targets, V);
-}
-__global__ static void k_xent_bwd(size_t n, float *dlogits, const float *probs,
-                                  const int32_t *targets, int V, float scale)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_xent_bwd(i, dlogits, probs, targets, V, scale);
-}
-__global__ static void k_adamw(size_t n, float *p, const float *g, float *m, float *v, float lr,
-                               float b1, float b2, float eps, float wd, float bc1, float sbc2)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_adamw(i, p, g, m, v, lr, b1, b2, eps, wd, bc1, sbc2);
-}
+// Each kernel is one thread per index i < n doing one kn_t_* call (kn_threads.h).
+#define KN_KERNEL(name, params, call)                                                              \
+    __global__ static void name params                                                             \
+    {                                                                                              \
+        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                                  \
+        if (i < n)                                                                                 \
+            call;                                                                                  \
+    }
+KN_KERNEL(k_embed_fwd,
+          (size_t n, float *out, const int32_t *tok, const int32_t *seg, const float *wte,
+           const float *wpe, const float *wse, int T, int C),
+          kn_t_embed_fwd(i, out, tok, seg, wte, wpe, wse, T, C))
+KN_KERNEL(k_embed_bwd,
+          (size_t n, float *dwte, float *dwpe, float *dwse, const float *dout, const int32_t *tok,
+           const int32_t *seg, int B, int T, int C),
+          kn_t_embed_bwd(i, dwte, dwpe, dwse, dout, tok, seg, B, T, C))
+KN_KERNEL(k_ln_fwd,
+          (size_t n, float *out, float *mean, float *rstd, const float *inp, const float *w,
+           const float *b, int C, float eps),
+          kn_t_ln_fwd(i, out, mean, rstd, inp, w, b, C, eps))
+KN_KERNEL(k_ln_bwd_row,
+          (size_t n, float *dinp, const float *dout, const float *inp, const float *w,
+           const float *mean, const float *rstd, int C),
+          kn_t_ln_bwd_row(i, dinp, dout, inp, w, mean, rstd, C))
+KN_KERNEL(k_ln_bwd_col,
+          (size_t n, float *dw, float *db, const float *dout, const float *inp, const float *mean,
+           const float *rstd, int N, int C),
+          kn_t_ln_bwd_col(i, dw, db, dout, inp, mean, rstd, N, C))
+KN_KERNEL(k_bias_fill, (size_t n, float *out, const float *b, int OC),
+          kn_t_bias_fill(i, out, b, OC))
+KN_KERNEL(k_bias_bwd, (size_t n, float *db, const float *dout, int N, int OC),
+          kn_t_bias_bwd(i, db, dout, N, OC))
+KN_KERNEL(k_softmax, (size_t n, float *att, const int32_t *valid, int T, int NH),
+          kn_t_softmax(i, att, valid, T, NH))
+KN_KERNEL(k_attn_drop, (size_t n, float *x, kn_dropout d, int T, int NH),
+          kn_t_attn_drop(i, x, d, T, NH))
+KN_KERNEL(k_softmax_bwd, (size_t n, float *dp, const float *att, int T, float scale),
+          kn_t_softmax_bwd(i, dp, att, T, scale))
+KN_KERNEL(k_gelu_fwd, (size_t n, float *out, const float *inp, int kind),
+          kn_t_gelu_fwd(i, out, inp, kind))
+KN_KERNEL(k_gelu_bwd, (size_t n, float *dinp, const float *inp, const float *dout, int kind),
+          kn_t_gelu_bwd(i, dinp, inp, dout, kind))
+KN_KERNEL(k_residual_fwd, (size_t n, float *out, const float *a, const float *b),
+          kn_t_residual_fwd(i, out, a, b))
+KN_KERNEL(k_residual_bwd, (size_t n, float *da, float *db, const float *dout),
+          kn_t_residual_bwd(i, da, db, dout))
+KN_KERNEL(k_dropout,
+          (size_t n, float *out, const float *inp, size_t per_seq, kn_dropout d, int accum),
+          kn_t_dropout(i, out, inp, per_seq, d, accum))
+KN_KERNEL(k_scale, (size_t n, float *x, float s), kn_t_scale(i, x, s))
+KN_KERNEL(k_xent_fwd,
+          (size_t n, float *losses, float *probs, const float *logits, const int32_t *targets,
+           int V),
+          kn_t_xent_fwd(i, losses, probs, logits, targets, V))
+KN_KERNEL(k_xent_bwd,
+          (size_t n, float *dlogits, const float *probs, const int32_t *targets, int V,
+           float scale),
+          kn_t_xent_bwd(i, dlogits, probs, targets, V, scale))
+KN_KERNEL(k_adamw,
+          (size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
+           float eps, float wd, float bc1, float sbc2),
+          kn_t_adamw(i, p, g, m, v, lr, b1, b2, eps, wd, bc1, sbc2))
 
 // Block sums of two doubles (shared-memory tree), added to acc[0], acc[1].
 __device__ static void block_add2(double a, double b, double *acc)
@@ -329,13 +265,10 @@ __global__ static void k_lamb_moments(size_t n, const float *p, const float *g, 
         kn_t_lamb_moments(i, p, g, m, v, b1, b2, eps, wd, bc1, bc2, &p2, &u2);
     block_add2(p2, u2, acc);
 }
-__global__ static void k_lamb_apply(size_t n, float *p, const float *m, const float *v, float lr,
-                                    float eps, float wd, float bc1, float bc2, const double *acc)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        kn_t_lamb_apply(i, p, m, v, lr * kn_lamb_trust(acc[0], acc[1]), eps, wd, bc1, bc2);
-}
+KN_KERNEL(k_lamb_apply,
+          (size_t n, float *p, const float *m, const float *v, float lr, float eps, float wd,
+           float bc1, float bc2, const double *acc),
+          kn_t_lamb_apply(i, p, m, v, lr *kn_lamb_trust(acc[0], acc[1]), eps, wd, bc1, bc2))
 __global__ static void k_sumsq(size_t n, const float *x, double *acc)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -343,12 +276,12 @@ __global__ static void k_sumsq(size_t n, const float *x, double *acc)
     block_add2(s, 0.0, acc);
 }
 
-#define LAUNCH(kernel, n, ...)                                                                 \
-    do {                                                                                       \
-        if ((n) > 0) {                                                                         \
-            kernel<<<blocks(n), KN_TPB>>>((size_t)(n), __VA_ARGS__);                           \
-            note_launch(#kernel);                                                              \
-        }                                                                                      \
+#define LAUNCH(kernel, n, ...)                                                                     \
+    do {                                                                                           \
+        if ((n) > 0) {                                                                             \
+            kernel<<<blocks(n), KN_TPB>>>((size_t)(n), __VA_ARGS__);                               \
+            note_launch(#kernel);                                                                  \
+        }                                                                                          \
     } while (0)
 
 // ---- ops ----------------------------------------------------------------------------------
@@ -377,8 +310,8 @@ extern "C" void kn_cuda_layernorm_backward(float *dinp, float *dw, float *db, co
     if (dw || db)
         LAUNCH(k_ln_bwd_col, (size_t)C, dw, db, dout, inp, mean, rstd, N, C);
 }
-extern "C" void kn_cuda_matmul_forward(float *out, const float *inp, const float *w,
-                                       const float *b, int N, int IC, int OC)
+extern "C" void kn_cuda_matmul_forward(float *out, const float *inp, const float *w, const float *b,
+                                       int N, int IC, int OC)
 {
     if (b)
         LAUNCH(k_bias_fill, (size_t)N * OC, out, b, OC);
@@ -421,8 +354,8 @@ extern "C" void kn_cuda_attention_forward(float *out, float *att, const float *q
     for (int bh = 0; bh < B * NH; bh++) {
         size_t b = (size_t)(bh / NH), h = (size_t)(bh % NH);
         const float *v = qkv + b * T * 3 * C + h * hs + 2 * C;
-        kn_cuda_sgemm(0, 0, T, hs, T, 1.0f, P + bh * TT, T, v, 3 * C, 0.0f, out + b * T * C + h * hs,
-                      C);
+        kn_cuda_sgemm(0, 0, T, hs, T, 1.0f, P + bh * TT, T, v, 3 * C, 0.0f,
+                      out + b * T * C + h * hs, C);
     }
 }
 
@@ -446,8 +379,10 @@ extern "C" void kn_cuda_attention_backward(float *dqkv, const float *dout, const
     for (int bh = 0; bh < B * NH; bh++) {
         size_t b = (size_t)(bh / NH), h = (size_t)(bh % NH), tok0 = b * T * 3 * C + h * hs;
         const float *dO = dout + b * T * C + h * hs;
-        kn_cuda_sgemm(1, 0, T, hs, T, 1.0f, P + bh * TT, T, dO, C, 1.0f, dqkv + tok0 + 2 * C, 3 * C);
-        kn_cuda_sgemm(0, 1, T, T, hs, 1.0f, dO, C, qkv + tok0 + 2 * C, 3 * C, 0.0f, dP + bh * TT, T);
+        kn_cuda_sgemm(1, 0, T, hs, T, 1.0f, P + bh * TT, T, dO, C, 1.0f, dqkv + tok0 + 2 * C,
+                      3 * C);
+        kn_cuda_sgemm(0, 1, T, T, hs, 1.0f, dO, C, qkv + tok0 + 2 * C, 3 * C, 0.0f, dP + bh * TT,
+                      T);
     }
     if (drop.p > 0.0f)
         LAUNCH(k_attn_drop, rows, dP, drop, T, NH);
