@@ -124,9 +124,9 @@ int main(int argc, char **argv)
     }
     double mm_med_flops = flops;
     double step = median(dt, steps), mms = median(mm, steps);
-    double plain = plain_sgemm(&c, (int)n, M, 3);
-    struct rusage ru;
+    struct rusage ru; /* before plain_sgemm's own buffers */
     getrusage(RUSAGE_SELF, &ru);
+    double plain = plain_sgemm(&c, (int)n, M, 3);
     printf("{\"impl\": \"skyloom\", \"config\": \"%s\", \"params\": %zu, \"step_s\": %.4f, "
            "\"tokens_per_s\": %.1f, \"sgemm_share\": %.3f, \"sgemm_gflops\": %.1f, "
            "\"plain_sgemm_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f, \"steps\": %d, "

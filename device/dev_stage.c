@@ -21,7 +21,8 @@ typedef struct embed_a {
     float *emb, *mean, *rstd, *ln, *out;
 } embed_a;
 typedef struct layer_a {
-    float *qkv, *atto, *att, *res1, *mean1, *rstd1, *ln1, *h, *hg, *res2, *mean2, *rstd2, *out;
+    /* gelu(h) is not kept: backward recomputes it (saves F floats per token) */
+    float *qkv, *atto, *att, *res1, *mean1, *rstd1, *ln1, *h, *res2, *mean2, *rstd2, *out;
 } layer_a;
 typedef struct head_a {
     int M, cap;
@@ -164,7 +165,6 @@ static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
         a->rstd1 = carve(base, &cur, N);
         a->ln1 = carve(base, &cur, N * C);
         a->h = carve(base, &cur, N * F);
-        a->hg = carve(base, &cur, N * F);
         a->res2 = carve(base, &cur, N * C);
         a->mean2 = carve(base, &cur, N);
         a->rstd2 = carve(base, &cur, N);
@@ -431,8 +431,8 @@ static void layer_forward(dev_stage *s, int u, layer_a *a, const float *x, const
     kn_residual_forward(a->res1, x, s->T1, NC);
     kn_layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, eps);
     mm_fwd(s, a->h, a->ln1, p[6], p[7], N, C, F);
-    kn_gelu_forward(a->hg, a->h, (size_t)N * F, s->c.gelu);
-    mm_fwd(s, s->T1, a->hg, p[8], p[9], N, F, C);
+    kn_gelu_forward(s->F1, a->h, (size_t)N * F, s->c.gelu);
+    mm_fwd(s, s->T1, s->F1, p[8], p[9], N, F, C);
     kn_dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
     kn_residual_forward(a->res2, a->ln1, s->T1, NC);
     kn_layernorm_forward(a->out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C, eps);
@@ -450,8 +450,9 @@ static void layer_backward(dev_stage *s, int u, layer_a *a, const float *x, cons
     kn_layernorm_backward(T1, g[10], g[11], dout, a->res2, p[10], a->mean2, a->rstd2, N, C);
     zero(T2, NC);
     kn_dropout_backward(T2, T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
+    kn_gelu_forward(s->F2, a->h, NF, s->c.gelu);
     zero(s->F1, NF);
-    mm_bwd(s, s->F1, g[8], g[9], T2, a->hg, p[8], N, F, C);
+    mm_bwd(s, s->F1, g[8], g[9], T2, s->F2, p[8], N, F, C);
     zero(s->F2, NF);
     kn_gelu_backward(s->F2, a->h, s->F1, NF, s->c.gelu);
     /* T1 holds d(res2), which is also the residual part of d(ln1). */
