@@ -117,15 +117,56 @@ static int read_text(const char *path, char **buf, size_t *len, sl_err *err)
     return 0;
 }
 
-/* Collects the values after an option until the next "--" argument. */
-static int take_list(int argc, char **argv, int *i, paths *out)
+/* Options of the data subcommands, parsed from a table. */
+typedef struct dopt {
+    const char *name;
+    char kind; /* 'f' flag, 'i' integer in [min, max], 's' string, 'l' one or more values */
+    void *dst; /* int*, int*, const char**, paths* */
+    int min, max;
+} dopt;
+
+/* Returns 0, or the exit status to return now: 0 after --help, 2 after a
+ * usage error (printed). Arguments that are not options go to *pos. */
+static int parse_opts(const char *cmd, int argc, char **argv, const dopt *opts, paths *pos,
+                      int *done)
 {
-    int n = 0;
-    while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
-        paths_add(out, argv[++*i]);
-        n++;
+    *done = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage_data(stdout);
+            return 0;
+        }
+        const dopt *o = opts;
+        while (o->name && strcmp(o->name, a))
+            o++;
+        if (!o->name) {
+            if (a[0] == '-' && a[1])
+                return sl_cli_fail(cmd, 2, "unknown option '%s'", a);
+            if (!pos)
+                return sl_cli_fail(cmd, 2, "unexpected argument '%s'", a);
+            paths_add(pos, a);
+            continue;
+        }
+        if (o->kind == 'f') {
+            *(int *)o->dst = 1;
+            continue;
+        }
+        if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))
+            return sl_cli_fail(cmd, 2, "%s needs a value", a);
+        if (o->kind == 'l') {
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                paths_add(o->dst, argv[++i]);
+        } else if (o->kind == 's') {
+            *(const char **)o->dst = argv[++i];
+        } else {
+            sl_err err = {0};
+            if (sl_parse_int(a, argv[++i], o->min, o->max, o->dst, &err))
+                return sl_cli_fail(cmd, 2, "%s", err.msg);
+        }
     }
-    return n;
+    *done = 0;
+    return 0;
 }
 
 static void print_json(json_t *o)
@@ -143,39 +184,17 @@ static int data_vocab(int argc, char **argv)
     const char *out = NULL;
     int size = 0, min_freq = 2, cased = 0, json = 0;
     sl_err err = {0};
-    int rc = 2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--corpus")) {
-            if (!take_list(argc, argv, &i, &corpus)) {
-                sl_cli_fail("data vocab", 2, "--corpus needs at least one file");
-                goto done;
-            }
-        } else if (!strcmp(a, "--size") && i + 1 < argc) {
-            if (sl_parse_int("--size", argv[++i], 6, DEV_VOCAB_MAX_SIZE, &size, &err)) {
-                sl_cli_fail("data vocab", 2, "%s", err.msg);
-                goto done;
-            }
-        } else if (!strcmp(a, "--min-freq") && i + 1 < argc) {
-            if (sl_parse_int("--min-freq", argv[++i], 1, 1 << 30, &min_freq, &err)) {
-                sl_cli_fail("data vocab", 2, "%s", err.msg);
-                goto done;
-            }
-        } else if (!strcmp(a, "--out") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(a, "--cased")) {
-            cased = 1;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage_data(stdout);
-            rc = 0;
-            goto done;
-        } else {
-            sl_cli_fail("data vocab", 2, "unknown option '%s'", a);
-            goto done;
-        }
-    }
+    const dopt opts[] = {{"--corpus", 'l', &corpus, 0, 0},
+                         {"--size", 'i', &size, 6, DEV_VOCAB_MAX_SIZE},
+                         {"--min-freq", 'i', &min_freq, 1, 1 << 30},
+                         {"--out", 's', &out, 0, 0},
+                         {"--cased", 'f', &cased, 0, 0},
+                         {"--json", 'f', &json, 0, 0},
+                         {NULL, 0, NULL, 0, 0}};
+    int stop, rc = parse_opts("data vocab", argc, argv, opts, NULL, &stop);
+    if (stop)
+        goto done;
+    rc = 2;
     if (!corpus.n || !size || !out) {
         sl_cli_fail("data vocab", 2, "--corpus, --size and --out are required");
         goto done;
@@ -320,37 +339,19 @@ static int data_prepare(int argc, char **argv)
 {
     paths in = {0};
     const char *out = NULL, *vpath = NULL;
-    int T = 0, cased = 0, json = 0, rc = 2;
+    int T = 0, cased = 0, json = 0;
     sl_err err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--in")) {
-            if (!take_list(argc, argv, &i, &in)) {
-                sl_cli_fail("data prepare", 2, "--in needs at least one file or directory");
-                goto done;
-            }
-        } else if (!strcmp(a, "--seq") && i + 1 < argc) {
-            if (sl_parse_int("--seq", argv[++i], 3, DEV_SHARD_MAX_SEQ, &T, &err)) {
-                sl_cli_fail("data prepare", 2, "%s", err.msg);
-                goto done;
-            }
-        } else if (!strcmp(a, "--vocab") && i + 1 < argc) {
-            vpath = argv[++i];
-        } else if (!strcmp(a, "--out") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(a, "--cased")) {
-            cased = 1;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage_data(stdout);
-            rc = 0;
-            goto done;
-        } else {
-            sl_cli_fail("data prepare", 2, "unknown option '%s'", a);
-            goto done;
-        }
-    }
+    const dopt opts[] = {{"--in", 'l', &in, 0, 0},
+                         {"--seq", 'i', &T, 3, DEV_SHARD_MAX_SEQ},
+                         {"--vocab", 's', &vpath, 0, 0},
+                         {"--out", 's', &out, 0, 0},
+                         {"--cased", 'f', &cased, 0, 0},
+                         {"--json", 'f', &json, 0, 0},
+                         {NULL, 0, NULL, 0, 0}};
+    int stop, rc = parse_opts("data prepare", argc, argv, opts, NULL, &stop);
+    if (stop)
+        goto done;
+    rc = 2;
     if (!in.n || !vpath || !out || !T) {
         sl_cli_fail("data prepare", 2, "--vocab, --in, --out and --seq are required");
         goto done;
@@ -417,28 +418,21 @@ done:
 /* ---- inspect ---- */
 static int data_inspect(int argc, char **argv)
 {
-    const char *path = NULL;
     int json = 0, show = 3;
     sl_err err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--json"))
-            json = 1;
-        else if (!strcmp(a, "--show") && i + 1 < argc) {
-            if (sl_parse_int("--show", argv[++i], 0, 1000000, &show, &err))
-                return sl_cli_fail("data inspect", 2, "%s", err.msg);
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage_data(stdout);
-            return 0;
-        } else if (a[0] == '-' && a[1])
-            return sl_cli_fail("data inspect", 2, "unknown option '%s'", a);
-        else if (path)
-            return sl_cli_fail("data inspect", 2, "one shard at a time ('%s' and '%s')", path, a);
-        else
-            path = a;
-    }
-    if (!path)
-        return sl_cli_fail("data inspect", 2, "which shard? usage: skyloom data inspect SHARD");
+    paths pos = {0};
+    const dopt opts[] = {{"--json", 'f', &json, 0, 0},
+                         {"--show", 'i', &show, 0, 1000000},
+                         {NULL, 0, NULL, 0, 0}};
+    int stop, rc = parse_opts("data inspect", argc, argv, opts, &pos, &stop);
+    if (!stop && pos.n != 1)
+        rc = sl_cli_fail("data inspect", 2, pos.n ? "one shard at a time" :
+                         "which shard? usage: skyloom data inspect SHARD");
+    char path[4096];
+    snprintf(path, sizeof path, "%s", pos.n ? pos.p[0] : "");
+    paths_free(&pos);
+    if (stop || rc)
+        return rc;
     dev_shard *s = dev_shard_open(path, &err);
     if (!s)
         return sl_cli_fail("data inspect", 1, "%s", err.msg);

@@ -283,17 +283,27 @@ void dev_ids_free(dev_ids *a)
 void dev_tok_wordpiece(const dev_vocab *v, const char *word, size_t len, int nchars, dev_ids *out)
 {
     int unk = dev_vocab_special(v).unk;
-    if (nchars > DEV_TOK_MAX_WORD_CHARS || nchars <= 0) {
+    if (nchars > DEV_TOK_MAX_WORD_CHARS || nchars <= 0 || len > 4 * DEV_TOK_MAX_WORD_CHARS) {
         dev_ids_push(out, unk);
         return;
     }
-    /* Byte offset of each character boundary. */
+    /* Byte offset of each character boundary (counted here, not trusted
+     * from nchars, so a bad caller cannot overrun off[]). */
     uint16_t off[DEV_TOK_MAX_WORD_CHARS + 1];
     int nc = 0;
     for (size_t b = 0; b < len; b++)
-        if (((unsigned char)word[b] & 0xC0) != 0x80)
+        if (((unsigned char)word[b] & 0xC0) != 0x80) {
+            if (nc == DEV_TOK_MAX_WORD_CHARS) { /* a 101st character */
+                dev_ids_push(out, unk);
+                return;
+            }
             off[nc++] = (uint16_t)b;
+        }
     off[nc] = (uint16_t)len;
+    if (nc == 0 || off[0] != 0) { /* empty, or starts inside a character */
+        dev_ids_push(out, unk);
+        return;
+    }
     size_t max_init, max_cont;
     dev_vocab_max_len(v, &max_init, &max_cont);
     size_t mark = out->n;

@@ -1,6 +1,7 @@
 #include "dev_vocab.h"
 
 #include <sodium.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,19 +10,27 @@
 #include "dev_file.h"
 #include "sl_mem.h"
 
-/* Open-addressing table of token ids, keyed by bytes. */
+/* Open-addressing table of token ids, keyed by bytes. A slot keeps 32 bits
+ * of the hash (most misses never touch token text) and where the key's bytes
+ * are, so a hit costs two memory accesses: the slot and the text. */
+typedef struct vslot {
+    uint32_t tag;
+    int32_t id;   /* -1: empty */
+    uint32_t off; /* key bytes at names + off */
+    uint32_t len;
+} vslot;
 typedef struct vtab {
-    int32_t *slot; /* id, or -1 */
+    vslot *slot;
     size_t mask;
 } vtab;
 
 struct dev_vocab {
     int n;
-    char *text;        /* "tok\n" per token; tokens point into it (the '\n' made '\0' in names) */
+    char *text;        /* "tok\n" per token: what the hash covers */
     size_t text_len;
-    char *names;       /* copy of text with '\n' -> '\0' */
-    const char **tok;  /* n pointers into names */
-    uint32_t *len;     /* n byte lengths */
+    char *names;       /* the same with '\n' -> '\0'; tok[] points into it */
+    const char **tok;
+    uint32_t *len;
     vtab init, cont;   /* all tokens; "##" tokens keyed without the prefix */
     size_t max_init, max_cont;
     uint8_t hash[32];
@@ -30,12 +39,22 @@ struct dev_vocab {
 
 static inline uint64_t hash_bytes(const char *s, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
     }
-    return h ^ (h >> 29);
+    uint64_t w = 0;
+    for (size_t i = 0; i < n; i++)
+        w |= (uint64_t)(unsigned char)s[i] << (8 * i);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 29;
+    h *= 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 32);
 }
 
 static void vtab_init(vtab *t, int n)
@@ -44,34 +63,42 @@ static void vtab_init(vtab *t, int n)
     while (cap < (size_t)n * 2)
         cap <<= 1;
     t->slot = sl_xmalloc(cap * sizeof *t->slot);
-    memset(t->slot, 0xff, cap * sizeof *t->slot);
+    for (size_t i = 0; i < cap; i++)
+        t->slot[i] = (vslot){0, -1, 0, 0};
     t->mask = cap - 1;
+}
+
+static inline bool same(const dev_vocab *v, vslot e, uint32_t tag, const char *s, size_t n)
+{
+    return e.tag == tag && e.len == n && memcmp(v->names + e.off, s, n) == 0;
 }
 
 /* Returns the existing id for the key, or inserts id and returns -1. */
 static int vtab_put(vtab *t, const dev_vocab *v, const char *s, size_t n, size_t skip, int id)
 {
-    size_t i = hash_bytes(s, n) & t->mask;
-    for (;; i = (i + 1) & t->mask) {
-        int32_t e = t->slot[i];
-        if (e < 0) {
-            t->slot[i] = id;
+    uint64_t h = hash_bytes(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        vslot e = t->slot[i];
+        if (e.id < 0) {
+            t->slot[i] = (vslot){tag, id, (uint32_t)(v->tok[id] + skip - v->names), (uint32_t)n};
             return -1;
         }
-        if (v->len[e] - skip == n && memcmp(v->tok[e] + skip, s, n) == 0)
-            return e;
+        if (same(v, e, tag, s, n))
+            return e.id;
     }
 }
 
-static inline int vtab_get(const vtab *t, const dev_vocab *v, const char *s, size_t n, size_t skip)
+static inline int vtab_get(const vtab *t, const dev_vocab *v, const char *s, size_t n)
 {
-    size_t i = hash_bytes(s, n) & t->mask;
-    for (;; i = (i + 1) & t->mask) {
-        int32_t e = t->slot[i];
-        if (e < 0)
+    uint64_t h = hash_bytes(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        vslot e = t->slot[i];
+        if (e.id < 0)
             return -1;
-        if (v->len[e] - skip == n && memcmp(v->tok[e] + skip, s, n) == 0)
-            return e;
+        if (same(v, e, tag, s, n))
+            return e.id;
     }
 }
 
@@ -205,7 +232,7 @@ int dev_vocab_size(const dev_vocab *v) { return v->n; }
 
 int dev_vocab_id(const dev_vocab *v, const char *token)
 {
-    return vtab_get(&v->init, v, token, strlen(token), 0);
+    return vtab_get(&v->init, v, token, strlen(token));
 }
 
 const char *dev_vocab_token(const dev_vocab *v, int id)
@@ -225,12 +252,12 @@ const char *dev_vocab_text(const dev_vocab *v, size_t *len)
 
 int dev_vocab_find(const dev_vocab *v, const char *s, size_t n)
 {
-    return vtab_get(&v->init, v, s, n, 0);
+    return vtab_get(&v->init, v, s, n);
 }
 
 int dev_vocab_find_cont(const dev_vocab *v, const char *s, size_t n)
 {
-    return vtab_get(&v->cont, v, s, n, 2);
+    return vtab_get(&v->cont, v, s, n);
 }
 
 void dev_vocab_max_len(const dev_vocab *v, size_t *initial, size_t *cont)

@@ -7,14 +7,49 @@
 #include "dev_tok.h"
 #include "sl_mem.h"
 
+/* ---- an open-addressing index over an array of items ----
+ * Slots hold item numbers (-1: empty); items keep their hash, so the index
+ * can grow without looking at the keys. */
+typedef struct oindex {
+    int32_t *slot;
+    size_t mask;
+} oindex;
+
+static void oindex_init(oindex *x, size_t cap)
+{
+    x->slot = sl_xmalloc(cap * sizeof *x->slot);
+    memset(x->slot, 0xff, cap * sizeof *x->slot);
+    x->mask = cap - 1;
+}
+
+static void oindex_put(oindex *x, uint64_t h, int32_t k)
+{
+    size_t i = h & x->mask;
+    while (x->slot[i] >= 0)
+        i = (i + 1) & x->mask;
+    x->slot[i] = k;
+}
+
+/* Before adding item number n: keeps the index at most half full. */
+static void oindex_reserve(oindex *x, size_t n, const uint64_t *hash)
+{
+    if ((n + 1) * 2 <= x->mask + 1)
+        return;
+    size_t cap = (x->mask + 1) * 2;
+    free(x->slot);
+    oindex_init(x, cap);
+    for (size_t k = 0; k < n; k++)
+        oindex_put(x, hash[k], (int32_t)k);
+}
+
 /* ---- a string -> int64 map (keys copied) ---- */
 typedef struct smap {
     char **key;
     uint32_t *klen;
     int64_t *val;
+    uint64_t *hash;
     size_t n, cap;
-    int32_t *slot;
-    size_t mask;
+    oindex ix;
 } smap;
 
 static uint64_t str_hash(const char *s, size_t n)
@@ -30,9 +65,7 @@ static uint64_t str_hash(const char *s, size_t n)
 static void smap_init(smap *m)
 {
     memset(m, 0, sizeof *m);
-    m->mask = 1023;
-    m->slot = sl_xmalloc(1024 * sizeof *m->slot);
-    memset(m->slot, 0xff, 1024 * sizeof *m->slot);
+    oindex_init(&m->ix, 1024);
 }
 
 static void smap_free(smap *m)
@@ -42,43 +75,47 @@ static void smap_free(smap *m)
     free(m->key);
     free(m->klen);
     free(m->val);
-    free(m->slot);
+    free(m->hash);
+    free(m->ix.slot);
 }
 
-static int64_t smap_find(const smap *m, const char *s, size_t n)
+static int64_t smap_find_h(const smap *m, const char *s, size_t n, uint64_t h)
 {
-    for (size_t i = str_hash(s, n) & m->mask;; i = (i + 1) & m->mask) {
-        int32_t e = m->slot[i];
+    for (size_t i = h & m->ix.mask;; i = (i + 1) & m->ix.mask) {
+        int32_t e = m->ix.slot[i];
         if (e < 0)
             return -1;
-        if (m->klen[e] == n && memcmp(m->key[e], s, n) == 0)
+        if (m->hash[e] == h && m->klen[e] == n && memcmp(m->key[e], s, n) == 0)
             return e;
     }
 }
 
+static int64_t smap_find(const smap *m, const char *s, size_t n)
+{
+    return smap_find_h(m, s, n, str_hash(s, n));
+}
+
+static size_t smap_add(smap *m, const char *s, size_t n);
+
+static void smap_set(smap *m, const char *s, size_t n, int64_t v)
+{
+    size_t k = smap_add(m, s, n);
+    m->val[k] = v;
+}
+
 static size_t smap_add(smap *m, const char *s, size_t n)
 {
-    int64_t f = smap_find(m, s, n);
+    uint64_t h = str_hash(s, n);
+    int64_t f = smap_find_h(m, s, n, h);
     if (f >= 0)
         return (size_t)f;
-    if ((m->n + 1) * 2 > m->mask + 1) {
-        size_t cap = (m->mask + 1) * 2;
-        free(m->slot);
-        m->slot = sl_xmalloc(cap * sizeof *m->slot);
-        memset(m->slot, 0xff, cap * sizeof *m->slot);
-        m->mask = cap - 1;
-        for (size_t k = 0; k < m->n; k++) {
-            size_t i = str_hash(m->key[k], m->klen[k]) & m->mask;
-            while (m->slot[i] >= 0)
-                i = (i + 1) & m->mask;
-            m->slot[i] = (int32_t)k;
-        }
-    }
+    oindex_reserve(&m->ix, m->n, m->hash);
     if (m->n == m->cap) {
         m->cap = m->cap ? m->cap * 2 : 1024;
         m->key = sl_xrealloc(m->key, m->cap * sizeof *m->key);
         m->klen = sl_xrealloc(m->klen, m->cap * sizeof *m->klen);
         m->val = sl_xrealloc(m->val, m->cap * sizeof *m->val);
+        m->hash = sl_xrealloc(m->hash, m->cap * sizeof *m->hash);
     }
     size_t k = m->n++;
     m->key[k] = sl_xmalloc(n + 1);
@@ -86,10 +123,8 @@ static size_t smap_add(smap *m, const char *s, size_t n)
     m->key[k][n] = '\0';
     m->klen[k] = (uint32_t)n;
     m->val[k] = 0;
-    size_t i = str_hash(s, n) & m->mask;
-    while (m->slot[i] >= 0)
-        i = (i + 1) & m->mask;
-    m->slot[i] = (int32_t)k;
+    m->hash[k] = h;
+    oindex_put(&m->ix, h, (int32_t)k);
     return k;
 }
 
@@ -146,9 +181,9 @@ typedef struct pair {
 
 typedef struct ptab {
     pair *p;
+    uint64_t *hash;
     size_t n, cap;
-    int32_t *slot;
-    size_t mask;
+    oindex ix;
 } ptab;
 
 static uint64_t pkey_hash(int32_t a, int32_t b)
@@ -162,8 +197,8 @@ static uint64_t pkey_hash(int32_t a, int32_t b)
 
 static int64_t ptab_find(const ptab *t, int32_t a, int32_t b)
 {
-    for (size_t i = pkey_hash(a, b) & t->mask;; i = (i + 1) & t->mask) {
-        int32_t e = t->slot[i];
+    for (size_t i = pkey_hash(a, b) & t->ix.mask;; i = (i + 1) & t->ix.mask) {
+        int32_t e = t->ix.slot[i];
         if (e < 0)
             return -1;
         if (t->p[e].a == a && t->p[e].b == b)
@@ -176,31 +211,18 @@ static size_t ptab_get(ptab *t, int32_t a, int32_t b)
     int64_t f = ptab_find(t, a, b);
     if (f >= 0)
         return (size_t)f;
-    if ((t->n + 1) * 2 > t->mask + 1) {
-        size_t cap = (t->mask + 1) * 2;
-        free(t->slot);
-        t->slot = sl_xmalloc(cap * sizeof *t->slot);
-        memset(t->slot, 0xff, cap * sizeof *t->slot);
-        t->mask = cap - 1;
-        for (size_t k = 0; k < t->n; k++) {
-            size_t i = pkey_hash(t->p[k].a, t->p[k].b) & t->mask;
-            while (t->slot[i] >= 0)
-                i = (i + 1) & t->mask;
-            t->slot[i] = (int32_t)k;
-        }
-    }
+    oindex_reserve(&t->ix, t->n, t->hash);
     if (t->n == t->cap) {
         t->cap = t->cap ? t->cap * 2 : 4096;
         t->p = sl_xrealloc(t->p, t->cap * sizeof *t->p);
+        t->hash = sl_xrealloc(t->hash, t->cap * sizeof *t->hash);
     }
     size_t k = t->n++;
     memset(&t->p[k], 0, sizeof t->p[k]);
     t->p[k].a = a;
     t->p[k].b = b;
-    size_t i = pkey_hash(a, b) & t->mask;
-    while (t->slot[i] >= 0)
-        i = (i + 1) & t->mask;
-    t->slot[i] = (int32_t)k;
+    t->hash[k] = pkey_hash(a, b);
+    oindex_put(&t->ix, t->hash[k], (int32_t)k);
     return k;
 }
 
@@ -324,6 +346,19 @@ static size_t char_len(unsigned char c)
     return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
 }
 
+/* The initial symbol of the character at byte i of a word: "c" for the
+ * first character, "##c" after it. Returns its length in buf. */
+static size_t piece_at(const char *word, size_t i, char buf[8])
+{
+    size_t bl = 0, cl = char_len((unsigned char)word[i]);
+    if (i > 0) {
+        buf[0] = buf[1] = '#';
+        bl = 2;
+    }
+    memcpy(buf + bl, word + i, cl);
+    return bl + cl;
+}
+
 int dev_vocab_learn(const dev_wordcount *wc, int size, int min_freq, dev_vocab_learned *out,
                     sl_err *err)
 {
@@ -357,23 +392,11 @@ int dev_vocab_learn(const dev_wordcount *wc, int size, int min_freq, dev_vocab_l
     smap alpha;
     smap_init(&alpha);
     char buf[8];
-    for (size_t w = 0; w < W->n; w++) {
-        const char *s = W->key[w];
-        for (size_t i = 0; i < W->klen[w];) {
-            size_t cl = char_len((unsigned char)s[i]);
-            size_t bl = 0;
-            if (i > 0) {
-                buf[0] = buf[1] = '#';
-                bl = 2;
-            }
-            memcpy(buf + bl, s + i, cl);
-            {
-        size_t k_ = smap_add(&alpha, buf, bl + cl);
-        alpha.val[k_] += W->val[w];
-    }
-            i += cl;
+    for (size_t w = 0; w < W->n; w++)
+        for (size_t i = 0; i < W->klen[w]; i += char_len((unsigned char)W->key[w][i])) {
+            size_t k = smap_add(&alpha, buf, piece_at(W->key[w], i, buf));
+            alpha.val[k] += W->val[w];
         }
-    }
     achar *ac = sl_xmalloc((alpha.n ? alpha.n : 1) * sizeof *ac);
     for (size_t i = 0; i < alpha.n; i++)
         ac[i] = (achar){alpha.key[i], alpha.klen[i], alpha.val[i]};
@@ -384,15 +407,9 @@ int dev_vocab_learn(const dev_wordcount *wc, int size, int min_freq, dev_vocab_l
     }
     qsort(ac, keep, sizeof *ac, achar_by_layout);
     for (int i = 0; i < vt.n; i++)
-        {
-        size_t k_ = smap_add(&sym, vt.s[i], strlen(vt.s[i]));
-        sym.val[k_] = i;
-    }
+        smap_set(&sym, vt.s[i], strlen(vt.s[i]), i);
     for (size_t i = 0; i < keep; i++) {
-        {
-        size_t k_ = smap_add(&sym, ac[i].s, ac[i].len);
-        sym.val[k_] = vt.n;
-    }
+        smap_set(&sym, ac[i].s, ac[i].len, vt.n);
         toks_add(&vt, ac[i].s, ac[i].len);
     }
     out->alphabet = (int)keep;
@@ -409,28 +426,17 @@ int dev_vocab_learn(const dev_wordcount *wc, int size, int min_freq, dev_vocab_l
     size_t pos = 0;
     for (size_t w = 0; w < W->n; w++) {
         woff[w] = pos;
-        const char *s = W->key[w];
         uint32_t n = 0;
-        for (size_t i = 0; i < W->klen[w];) {
-            size_t cl = char_len((unsigned char)s[i]);
-            size_t bl = 0;
-            if (i > 0) {
-                buf[0] = buf[1] = '#';
-                bl = 2;
-            }
-            memcpy(buf + bl, s + i, cl);
-            int64_t f = smap_find(&sym, buf, bl + cl);
+        for (size_t i = 0; i < W->klen[w]; i += char_len((unsigned char)W->key[w][i])) {
+            int64_t f = smap_find(&sym, buf, piece_at(W->key[w], i, buf));
             seq[pos + n++] = f >= 0 ? (int32_t)sym.val[f] : -1;
-            i += cl;
         }
         wlen[w] = n;
         pos += n;
     }
 
     ptab pt = {0};
-    pt.mask = 4095;
-    pt.slot = sl_xmalloc(4096 * sizeof *pt.slot);
-    memset(pt.slot, 0xff, 4096 * sizeof *pt.slot);
+    oindex_init(&pt.ix, 4096);
     for (size_t w = 0; w < W->n; w++) {
         const int32_t *q = seq + woff[w];
         for (uint32_t i = 0; i + 1 < wlen[w]; i++) {
@@ -477,10 +483,7 @@ int dev_vocab_learn(const dev_wordcount *wc, int size, int min_freq, dev_vocab_l
             c = (int32_t)sym.val[cf];
         } else {
             c = vt.n;
-            {
-        size_t k_ = smap_add(&sym, merged, la + lb);
-        sym.val[k_] = c;
-    }
+            smap_set(&sym, merged, la + lb, c);
             toks_add(&vt, merged, la + lb);
         }
         iter++;
@@ -566,7 +569,8 @@ int dev_vocab_learn(const dev_wordcount *wc, int size, int min_freq, dev_vocab_l
     for (size_t k = 0; k < pt.n; k++)
         free(pt.p[k].where);
     free(pt.p);
-    free(pt.slot);
+    free(pt.hash);
+    free(pt.ix.slot);
     free(seq);
     free(woff);
     free(wlen);

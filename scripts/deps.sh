@@ -10,6 +10,7 @@ pkgs=(
   libssl-dev libsodium-dev libhwloc-dev
   libopenblas-openmp-dev libopenblas0-openmp
   libsqlite3-dev libjansson-dev libutf8proc-dev
+  fortunes
   python3-torch python3-numpy
   fortunes
   clang libclang-rt-14-dev
