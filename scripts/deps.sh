@@ -12,7 +12,6 @@ pkgs=(
   libsqlite3-dev libjansson-dev libutf8proc-dev
   fortunes
   python3-torch python3-numpy
-  fortunes
   clang libclang-rt-14-dev
 )
 
