@@ -14,14 +14,18 @@
 #include "kn_threads.h"
 
 #define KN_COLS 64
-/* Elementwise loops: below this many elements one thread is faster. */
-#define KN_PAR_MIN 16384
+/* Below these many elements a loop runs on one thread: memory-bound loops
+ * (adds, dropout, optimizers, row normalisation) finish in well under 100 us
+ * there, less than a fork/join costs once a core is shared with other work;
+ * compute-bound ones (GELU's erf, exp rows) pay off much earlier. */
+#define KN_PAR_MIN (1 << 18)
+#define KN_PAR_MIN_HEAVY (1 << 14)
 
 /* dst[c] += sum over rows n of x[n*ld + c], c in [0, C). */
 static void colsum_add(float *dst, const float *x, int N, int ld, int C)
 {
     int nblk = (C + KN_COLS - 1) / KN_COLS;
-#pragma omp parallel for schedule(static) if (N * C >= KN_PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= KN_PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * KN_COLS, c1 = c0 + KN_COLS < C ? c0 + KN_COLS : C;
         float acc[KN_COLS] = {0};
@@ -40,7 +44,7 @@ static void colsum_add(float *dst, const float *x, int N, int ld, int C)
 void kn_embed_forward(float *out, const int32_t *tok, const int32_t *seg, const float *wte,
                       const float *wpe, const float *wse, int B, int T, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)B * T * C >= KN_PAR_MIN)
     for (int r = 0; r < B * T; r++)
         kn_t_embed_fwd((size_t)r, out, tok, seg, wte, wpe, wse, T, C);
 }
@@ -49,7 +53,7 @@ void kn_embed_backward(float *dwte, float *dwpe, float *dwse, const float *dout,
                        const int32_t *seg, int B, int T, int C)
 {
     int nblk = (C + KN_COLS - 1) / KN_COLS;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)B * T * C >= KN_PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * KN_COLS, c1 = c0 + KN_COLS < C ? c0 + KN_COLS : C;
         for (int r = 0; r < B * T; r++) {
@@ -73,7 +77,7 @@ void kn_embed_backward(float *dwte, float *dwpe, float *dwse, const float *dout,
 void kn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                           const float *b, int N, int C, float eps)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= KN_PAR_MIN)
     for (int n = 0; n < N; n++)
         kn_t_ln_fwd((size_t)n, out, mean, rstd, inp, w, b, C, eps);
 }
@@ -82,7 +86,7 @@ void kn_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                            const float *w, const float *mean, const float *rstd, int N, int C)
 {
     int nblk = (C + KN_COLS - 1) / KN_COLS;
-#pragma omp parallel
+#pragma omp parallel if ((size_t)N * C >= KN_PAR_MIN)
     {
         if (dinp) {
 #pragma omp for schedule(static)
@@ -145,11 +149,11 @@ void kn_matmul_backward(float *dinp, float *dw, float *db, const float *dout, co
 KN_CLONES void kn_gelu_forward(float *out, const float *inp, size_t N, int kind)
 {
     if (kind == KN_GELU_TANH) {
-#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN_HEAVY)
         for (size_t i = 0; i < N; i++)
             kn_t_gelu_fwd(i, out, inp, KN_GELU_TANH);
     } else {
-#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN_HEAVY)
         for (size_t i = 0; i < N; i++)
             kn_t_gelu_fwd(i, out, inp, KN_GELU_ERF);
     }
@@ -159,11 +163,11 @@ KN_CLONES void kn_gelu_backward(float *dinp, const float *inp, const float *dout
                                 int kind)
 {
     if (kind == KN_GELU_TANH) {
-#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN_HEAVY)
         for (size_t i = 0; i < N; i++)
             kn_t_gelu_bwd(i, dinp, inp, dout, KN_GELU_TANH);
     } else {
-#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN_HEAVY)
         for (size_t i = 0; i < N; i++)
             kn_t_gelu_bwd(i, dinp, inp, dout, KN_GELU_ERF);
     }
@@ -246,7 +250,7 @@ void kn_dropout_backward(float *dinp, const float *dout, int B, size_t per_seq, 
 KN_CLONES void kn_crossentropy_forward(float *losses, float *probs, const float *logits,
                                        const int32_t *targets, int M, int V)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)M * V >= KN_PAR_MIN_HEAVY)
     for (int i = 0; i < M; i++)
         kn_t_xent_fwd((size_t)i, losses, probs, logits, targets, V);
 }
@@ -254,7 +258,7 @@ KN_CLONES void kn_crossentropy_forward(float *losses, float *probs, const float 
 void kn_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, int M,
                               int V, float scale)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)M * V >= KN_PAR_MIN)
     for (int i = 0; i < M; i++)
         kn_t_xent_bwd((size_t)i, dlogits, probs, targets, V, scale);
 }
