@@ -278,15 +278,20 @@ static void test_rng_fill(void)
 {
     static const size_t lens[] = {0, 1, 3, 63, 64, 65, 1000, 4099};
     static const uint64_t starts[] = {0, 1, 2, 3, 5, (1ull << 34) - 7, 0xFFFFFFFF0ull};
-    uint32_t out[4099];
+    uint32_t out[4099], out2[4099];
     int ok = 1;
     for (size_t a = 0; a < sizeof starts / sizeof starts[0]; a++)
         for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
             uint64_t seed = 0x0123456789ABCDEFull + a, stream = 0xFEDCBA9876543210ull - l;
             kn_rng_fill_u32(seed, stream, starts[a], lens[l], out);
-            for (size_t i = 0; i < lens[l]; i++)
-                ok &= out[i] == sl_rng_u32(seed, stream, starts[a] + i);
+            kn_rng_fill_u32_portable(seed, stream, starts[a], lens[l], out2);
+            for (size_t i = 0; i < lens[l]; i++) {
+                uint32_t want = sl_rng_u32(seed, stream, starts[a] + i);
+                ok &= out[i] == want && out2[i] == want;
+            }
         }
+    printf("    kn_rng_fill_u32 uses %s\n",
+           kn_rng_have_avx512() ? "AVX-512 intrinsics" : "the portable code");
     CHECK(ok);
 }
 
