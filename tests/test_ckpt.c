@@ -341,8 +341,42 @@ static void test_config(void)
     }
 }
 
+/* F16 and BF16 tensors (as torch users often save) are widened to F32. */
+static void test_half_precision(void)
+{
+    const char *hdr = "{\"h\":{\"dtype\":\"F16\",\"shape\":[6],\"data_offsets\":[0,12]},"
+                      "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[12,16]},"
+                      "\"i\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[16,24]}}";
+    uint16_t h[6] = {0x3C00, 0xC000, 0x3800, 0x0001, 0x7C00, 0x0000};
+    uint16_t b[2] = {0x3F80, 0xC0A0};
+    uint64_t n = strlen(hdr);
+    FILE *f = fopen(path("half.safetensors"), "wb");
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)(n >> (8 * i));
+    int64_t one = 1;
+    CHECK(f && fwrite(len, 1, 8, f) == 8 && fwrite(hdr, 1, n, f) == n && fwrite(h, 2, 6, f) == 6 &&
+          fwrite(b, 2, 2, f) == 2 && fwrite(&one, 8, 1, f) == 1);
+    if (f)
+        fclose(f);
+    sl_err err = {0};
+    dev_st *st = dev_st_open(path("half.safetensors"), &err);
+    CHECKF(st != NULL, "%s", err.msg);
+    if (!st)
+        return;
+    float x[6];
+    CHECK(dev_st_read_f32(st, dev_st_find(st, "h"), 0, 6, x, &err) == 0);
+    CHECK(x[0] == 1.0f && x[1] == -2.0f && x[2] == 0.5f && x[3] == 0x1p-24f && isinf(x[4]) &&
+          x[5] == 0.0f);
+    CHECK(dev_st_read_f32(st, dev_st_find(st, "b"), 0, 2, x, &err) == 0);
+    CHECK(x[0] == 1.0f && x[1] == -5.0f);
+    CHECK(dev_st_read_f32(st, dev_st_find(st, "i"), 0, 1, x, &err) == -1 && strstr(err.msg, "I64"));
+    dev_st_close(st);
+}
+
 static void all(void)
 {
+    RUN(test_half_precision);
     RUN(test_config);
     RUN(test_round_trip_and_resume);
     RUN(test_damaged_model);
