@@ -31,12 +31,20 @@ def med(impl, cfg, key):
     v = [r[key] for r in rows if r["impl"] == impl and r["config"] == cfg and key in r]
     return statistics.median(v) if v else float("nan")
 names = {"a": "L2 H128 A2 F512 V8192", "b": "L4 H256 A4 F1024 V8192", "c": "BERT-base"}
-print("| config | skyloom tok/s | torch tok/s | ratio | skyloom step | torch step | sgemm share | sgemm GFLOP/s (plain) | skyloom RSS | torch RSS |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+def round_ratios(cfg):
+    """skyloom/torch tokens/s of each round: the two runs of a round are
+    adjacent in time, so their ratio is robust to the host's load drifting."""
+    s = [r["tokens_per_s"] for r in rows if r["impl"] == "skyloom" and r["config"] == cfg]
+    t = [r["tokens_per_s"] for r in rows if r["impl"] == "torch" and r["config"] == cfg]
+    return [a / b for a, b in zip(s, t)]
+print("| config | skyloom tok/s | torch tok/s | ratio of medians | per-round ratio: median [min–max] | skyloom step | torch step | sgemm share | sgemm GFLOP/s (plain) | skyloom RSS | torch RSS |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for cfg in sorted({r["config"] for r in rows}):
     st, tt = med("skyloom", cfg, "tokens_per_s"), med("torch", cfg, "tokens_per_s")
-    print("| %s | %.0f | %.0f | %.2f× | %.3f s | %.3f s | %.0f%% | %.0f (%.0f) | %.0f MiB | %.0f MiB |" % (
-        names.get(cfg, cfg), st, tt, st / tt, med("skyloom", cfg, "step_s"), med("torch", cfg, "step_s"),
+    rr = round_ratios(cfg) or [float("nan")]
+    print("| %s | %.0f | %.0f | %.2f× | %.2f× [%.2f–%.2f] | %.3f s | %.3f s | %.0f%% | %.0f (%.0f) | %.0f MiB | %.0f MiB |" % (
+        names.get(cfg, cfg), st, tt, st / tt, statistics.median(rr), min(rr), max(rr),
+        med("skyloom", cfg, "step_s"), med("torch", cfg, "step_s"),
         100 * med("skyloom", cfg, "sgemm_share"), med("skyloom", cfg, "sgemm_gflops"),
         med("skyloom", cfg, "plain_sgemm_gflops"), med("skyloom", cfg, "peak_rss_mb"),
         med("torch", cfg, "peak_rss_mb")))
