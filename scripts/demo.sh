@@ -25,11 +25,13 @@ echo "== corpus, vocabulary and shard"
 "$sk" data inspect "$dir/demo.shard" | sed -n '1,6p'
 
 echo "== model: $config (batch $batch x $seq tokens, $threads threads)"
-# Calibrate: how many steps fit in the time budget on this machine now.
-tps=$("$sk" -q train --config "$config" --data "$dir/demo.shard" --steps 4 --batch "$batch" \
+# Calibrate: how many steps fit in the time budget on this machine now (80%
+# of the measured speed, so the learning-rate schedule usually completes;
+# --max-time stops a run that is slower than measured).
+tps=$("$sk" -q train --config "$config" --data "$dir/demo.shard" --steps 8 --batch "$batch" \
       --threads "$threads" --metrics "$dir/calibrate.csv" --json |
       sed -n 's/.*"tokens_per_s": *\([0-9.]*\).*/\1/p')
-steps=$(awk -v t="$tps" -v s="$secs" -v n=$((batch * seq)) 'BEGIN { k = int(0.9 * t * s / n); print (k < 20 ? 20 : k) }')
+steps=$(awk -v t="$tps" -v s="$secs" -v n=$((batch * seq)) 'BEGIN { k = int(0.8 * t * s / n); print (k < 20 ? 20 : k) }')
 echo "== training: about $secs s at ~${tps%.*} tokens/s -> $steps steps"
 rm -rf "$dir/run"
 "$sk" -q train --config "$config" --data "$dir/demo.shard" --steps "$steps" --batch "$batch" \
