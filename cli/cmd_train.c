@@ -324,7 +324,9 @@ int cmd_train(int argc, char **argv)
     if (o.json) {
         json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?}", "steps", last_step, "first_loss",
                               first_loss, "last_loss", last_loss, "seconds", total,
-                              "tokens_per_s", tok_s, "checkpoint", o.save ? path : NULL);
+                              "tokens_per_s",
+                              total > 0 ? (double)(last_step - first + 1) * o.batch * T / total : 0.0,
+                              "checkpoint", o.save ? path : NULL);
         char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
         printf("%s\n", s);
         free(s);
