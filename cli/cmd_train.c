@@ -214,17 +214,9 @@ int cmd_train(int argc, char **argv)
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
     }
-    if (o.resume) {
-        snprintf(path, sizeof path, "%s/model.safetensors", o.resume);
-        if (dev_ckpt_load_model(st, path, &err)) {
-            sl_cli_fail("train", 1, "%s", err.msg);
-            goto out;
-        }
-        snprintf(path, sizeof path, "%s/optim.bin", o.resume);
-        if (dev_ckpt_load_optim(st, o.kind, path, &err)) {
-            sl_cli_fail("train", 1, "%s", err.msg);
-            goto out;
-        }
+    if (o.resume && dev_ckpt_load_dir(st, o.kind, o.resume, &err)) {
+        sl_cli_fail("train", 1, "%s", err.msg);
+        goto out;
     }
     dev_optim opt;
     dev_optim_default(&opt);

@@ -66,7 +66,14 @@ int dev_ckpt_save_model(dev_stage *s, const char *path, sl_err *err)
             out[n].data = p + t[k].offset + parts[i].offset;
         }
     }
-    int rc = dev_st_write(path, out, n, err);
+    /* The step ties the model to the optimizer state saved with it. */
+    char step[24], units[32];
+    int u0, u1;
+    dev_stage_units(s, &u0, &u1);
+    snprintf(step, sizeof step, "%d", dev_stage_get_step(s));
+    snprintf(units, sizeof units, "%d..%d", u0, u1);
+    const char *meta[] = {"skyloom.step", step, "skyloom.units", units, NULL};
+    int rc = dev_st_write(path, out, n, meta, err);
     free(out);
     return rc;
 }
@@ -383,6 +390,32 @@ short_read:
     sl_err_set(err, SL_ECORRUPT, "%s: truncated", path);
 out:
     fclose(f);
+    return rc;
+}
+
+int dev_ckpt_load_dir(dev_stage *s, int kind, const char *dir, sl_err *err)
+{
+    size_t n = strlen(dir) + 32;
+    char *p = sl_xmalloc(n);
+    snprintf(p, n, "%s/model.safetensors", dir);
+    int rc = -1, step = -1;
+    dev_st *st = dev_st_open(p, err);
+    if (st) {
+        const char *v = dev_st_meta(st, "skyloom.step");
+        step = v ? atoi(v) : -1;
+        dev_st_close(st);
+        rc = dev_ckpt_load_model(s, p, err);
+    }
+    if (!rc) {
+        snprintf(p, n, "%s/optim.bin", dir);
+        rc = dev_ckpt_load_optim(s, kind, p, err);
+    }
+    if (!rc && step != dev_stage_get_step(s))
+        rc = sl_err_set(err, SL_EINVAL,
+                        "%s: model.safetensors is of step %d, optim.bin of step %d (files of "
+                        "different saves)",
+                        dir, step, dev_stage_get_step(s));
+    free(p);
     return rc;
 }
 

@@ -25,7 +25,12 @@ int dev_ckpt_save_optim(dev_stage *s, int optim_kind, const char *path, sl_err *
 /* Restores moments and step; refuses a file of another optimizer kind. */
 int dev_ckpt_load_optim(dev_stage *s, int optim_kind, const char *path, sl_err *err);
 
-/* DIR/model.safetensors, DIR/optim.bin, DIR/config.json, each atomic. */
+/* DIR/model.safetensors, DIR/optim.bin, DIR/config.json, each atomic. The
+ * model's __metadata__ carries "skyloom.step" and "skyloom.units". */
 int dev_ckpt_save_dir(dev_stage *s, int optim_kind, const char *dir, sl_err *err);
+/* Loads model and optimizer state of DIR and refuses a pair whose steps
+ * differ (files of different saves). On failure the stage may hold the new
+ * weights with its old optimizer state: callers stop (or reload). */
+int dev_ckpt_load_dir(dev_stage *s, int optim_kind, const char *dir, sl_err *err);
 
 #endif

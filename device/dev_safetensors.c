@@ -287,13 +287,21 @@ int dev_st_read_f32(dev_st *st, const dev_st_tensor *t, uint64_t first, size_t c
     return 0;
 }
 
-int dev_st_write(const char *path, const dev_st_out *t, int n, sl_err *err)
+const char *dev_st_meta(const dev_st *st, const char *key)
+{
+    return st->meta ? json_string_value(json_object_get(st->meta, key)) : NULL;
+}
+
+int dev_st_write(const char *path, const dev_st_out *t, int n, const char *const *extra,
+                 sl_err *err)
 {
     if (sodium_init() < 0)
         return sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
     json_t *root = json_object();
     json_t *meta = json_pack("{s:s}", "format", "pt");
     json_object_set_new(root, "__metadata__", meta);
+    for (int i = 0; extra && extra[i] && extra[i + 1]; i += 2)
+        json_object_set_new(meta, extra[i], json_string(extra[i + 1]));
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         size_t count = 1;

@@ -45,7 +45,11 @@ typedef struct dev_st_out {
     int64_t shape[2];
     const float *data;
 } dev_st_out;
-/* Writes the file atomically (temp, fsync, rename). */
-int dev_st_write(const char *path, const dev_st_out *t, int n, sl_err *err);
+/* Writes the file atomically (temp, fsync, rename). meta: NULL or a
+ * NULL-terminated list of key, value strings added to __metadata__. */
+int dev_st_write(const char *path, const dev_st_out *t, int n, const char *const *meta,
+                 sl_err *err);
+/* A __metadata__ string, or NULL. */
+const char *dev_st_meta(const dev_st *st, const char *key);
 
 #endif

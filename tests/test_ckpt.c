@@ -32,6 +32,29 @@ static const char *path(const char *name)
     return buf[i];
 }
 
+static void copy_file(const char *from, const char *to, long truncate_to, long flip_at)
+{
+    FILE *f = fopen(from, "rb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)n);
+    CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    if (flip_at >= 0 && flip_at < n)
+        buf[flip_at] ^= 0x10;
+    if (truncate_to >= 0 && truncate_to < n)
+        n = truncate_to;
+    f = fopen(to, "wb");
+    CHECK(f && fwrite(buf, 1, (size_t)n, f) == (size_t)n);
+    if (f)
+        fclose(f);
+    free(buf);
+}
+
 static dev_train *trained(int steps, const dev_optim *o)
 {
     sl_err err = {0};
@@ -59,29 +82,6 @@ static double next_loss(dev_train *tr, const dev_optim *o)
     CHECKF(dev_train_step(tr, &db, o, &info, &err) == 0, "%s", err.msg);
     dt_free_batch(&b);
     return info.loss;
-}
-
-static void copy_file(const char *from, const char *to, long truncate_to, long flip_at)
-{
-    FILE *f = fopen(from, "rb");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)n);
-    CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    if (flip_at >= 0 && flip_at < n)
-        buf[flip_at] ^= 0x10;
-    if (truncate_to >= 0 && truncate_to < n)
-        n = truncate_to;
-    f = fopen(to, "wb");
-    CHECK(f && fwrite(buf, 1, (size_t)n, f) == (size_t)n);
-    if (f)
-        fclose(f);
-    free(buf);
 }
 
 static long file_size(const char *p)
@@ -118,8 +118,7 @@ static void test_round_trip_and_resume(void)
     CHECKF(dev_ckpt_save_dir(s, o.kind, path("ck"), &err) == 0, "%s", err.msg);
     dev_train *b = trained(0, &o);
     dev_stage *t = dev_train_stage(b, 0);
-    CHECKF(dev_ckpt_load_model(t, path("ck/model.safetensors"), &err) == 0, "%s", err.msg);
-    CHECKF(dev_ckpt_load_optim(t, o.kind, path("ck/optim.bin"), &err) == 0, "%s", err.msg);
+    CHECKF(dev_ckpt_load_dir(t, o.kind, path("ck"), &err) == 0, "%s", err.msg);
     size_t np;
     const float *ps = dev_stage_params(s, &np);
     CHECK(kt_bitwise_equal(ps, dev_stage_params(t, NULL), np));
@@ -131,6 +130,13 @@ static void test_round_trip_and_resume(void)
           back.ln_eps == cfg.ln_eps && back.hidden_dropout == cfg.hidden_dropout);
     double la = next_loss(a, &o), lb = next_loss(b, &o);
     CHECKF(la == lb, "resumed run: loss %.17g vs %.17g", lb, la);
+    /* model and optimizer state of different saves are refused */
+    CHECKF(dev_ckpt_save_dir(s, o.kind, path("ck5"), &err) == 0, "%s", err.msg);
+    copy_file(path("ck5/optim.bin"), path("ck/optim.bin"), -1, -1);
+    sl_err e = {0};
+    CHECKF(dev_ckpt_load_dir(t, o.kind, path("ck"), &e) == -1 &&
+               strstr(e.msg, "model.safetensors is of step 3, optim.bin of step 5"),
+           "mixed saves: '%s'", e.msg);
     /* The full model loads into the slices of a 2-stage split (the head's
      * decoder copy from the word embeddings) and evaluates identically. */
     int bounds[3] = {0, 2, 4};
@@ -248,7 +254,7 @@ static void test_damaged_model(void)
         k++;
     }
     dev_st_close(st);
-    CHECKF(dev_st_write(path("missing.safetensors"), outs, k, &err) == 0, "%s", err.msg);
+    CHECKF(dev_st_write(path("missing.safetensors"), outs, k, NULL, &err) == 0, "%s", err.msg);
     char want[200];
     snprintf(want, sizeof want, "missing tensor '%s'", last_name);
     refused(t, path("missing.safetensors"), want, "missing tensor");
