@@ -3,7 +3,9 @@
  * batches, dropout on, AdamW and LAMB, clipping); 4 micro-batches instead of
  * 1 give the same within 1e-6 (the sums are grouped differently). The two
  * copies of the tied word embeddings stay identical. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dev_testutil.h"
@@ -149,6 +151,127 @@ static void test_lamb(void)
     splits(&o);
 }
 
+/* Stages driven directly with several micro-batches in flight (one stash slot
+ * each), in a GPipe order (all forwards, then all backwards) and an
+ * interleaved 1F1B-like order, give bit for bit what the sequential trainer
+ * gives: the stash keeps each micro-batch's activations apart. */
+static void pipelined(const int *bounds, int n, int order, const dev_optim *o, run *r)
+{
+    enum { MICRO = 4, BM = B / MICRO };
+    sl_err err = {0};
+    dev_stage *st[8];
+    float *act[8][MICRO], *grad[8][MICRO];
+    size_t nc = (size_t)BM * T * cfg.hidden;
+    for (int i = 0; i < n; i++) {
+        st[i] = dev_stage_create(&cfg, bounds[i], bounds[i + 1] - 1, BM, T, MICRO, 7, &err);
+        for (int m = 0; m < MICRO; m++) {
+            act[i][m] = kt_alloc(nc);
+            grad[i][m] = kt_alloc(nc);
+        }
+    }
+    r->steps = STEPS;
+    for (int s = 0; s < STEPS; s++) {
+        dt_batch b;
+        dt_make_batch(&b, B, T, cfg.vocab, 100 + 10 * (uint64_t)s);
+        int total = 0;
+        for (int k = 0; k < B * T; k++)
+            total += b.lab[k] != -100;
+        dev_micro mb[MICRO];
+        for (int m = 0; m < MICRO; m++) {
+            size_t off = (size_t)m * BM * T;
+            dev_micro x = {.B = BM, .T = T, .tokens = b.tok + off, .segments = b.seg + off,
+                           .valid = b.valid + off, .labels = b.lab + off,
+                           .seq0 = (uint64_t)s * B + (uint64_t)m * BM, .step = (uint64_t)s + 1,
+                           .seed = 7, .loss_scale = 1.0f / (float)total, .train = 1};
+            mb[m] = x;
+        }
+        for (int i = 0; i < n; i++)
+            dev_stage_zero_grad(st[i]);
+        double loss = 0;
+        /* the global order of micro-batch operations: +m+1 forward, -(m+1) backward */
+        static const int gpipe[] = {1, 2, 3, 4, -1, -2, -3, -4};
+        static const int ofob[] = {1, 2, -1, 3, -2, 4, -3, -4};
+        const int *ops = order ? ofob : gpipe;
+        for (int k = 0; k < 2 * MICRO; k++) {
+            int m = abs(ops[k]) - 1;
+            if (ops[k] > 0) {
+                for (int i = 0; i < n; i++) {
+                    double l = 0;
+                    int msk = 0;
+                    CHECKF(dev_stage_forward(st[i], m, &mb[m], i ? act[i - 1][m] : NULL,
+                                             i + 1 < n ? act[i][m] : NULL, &l, &msk, &err) == 0,
+                           "%s", err.msg);
+                    loss += l;
+                }
+            } else {
+                for (int i = n - 1; i >= 0; i--)
+                    CHECKF(dev_stage_backward(st[i], m, &mb[m], i + 1 < n ? grad[i][m] : NULL,
+                                              i ? grad[i - 1][m] : NULL, &err) == 0,
+                           "%s", err.msg);
+            }
+        }
+        for (int i = 0; i < n; i++)
+            dev_stage_grad_finish(st[i]);
+        if (n > 1) { /* the exchange protocol, as two devices would run it */
+            size_t ne, nh;
+            float *ge = dev_stage_tied_grad(st[0], &ne), *gh = dev_stage_tied_grad(st[n - 1], &nh);
+            float *sent_e = kt_alloc(ne), *sent_h = kt_alloc(nh);
+            memcpy(sent_e, ge, ne * sizeof(float));
+            memcpy(sent_h, gh, nh * sizeof(float));
+            dev_stage_tied_add(st[0], sent_h);
+            dev_stage_tied_add(st[n - 1], sent_e);
+            free(sent_e);
+            free(sent_h);
+        }
+        double sumsq = 0;
+        for (int i = 0; i < n; i++)
+            sumsq += dev_stage_grad_sumsq(st[i]);
+        r->loss[s] = loss / total;
+        if (s + 1 < STEPS)
+            for (int i = 0; i < n; i++)
+                dev_stage_step(st[i], o, dev_clip_scale(sqrt(sumsq), o->clip));
+        dt_free_batch(&b);
+    }
+    /* hand the stages over in a dev_train shell for compare(): copy into one */
+    r->tr = dev_train_create(&cfg, bounds, n, B, T, MICRO, 7, &err);
+    for (int i = 0; i < n; i++) {
+        size_t np;
+        float *p = dev_stage_params(st[i], &np);
+        memcpy(dev_stage_params(dev_train_stage(r->tr, i), NULL), p, np * sizeof(float));
+        memcpy(dev_stage_grads(dev_train_stage(r->tr, i), NULL), dev_stage_grads(st[i], NULL),
+               np * sizeof(float));
+        dev_stage_free(st[i]);
+        for (int m = 0; m < MICRO; m++) {
+            free(act[i][m]);
+            free(grad[i][m]);
+        }
+    }
+}
+
+static void test_in_flight(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    o.clip = 0.5f;
+    static const int one[] = {0, 5}, three[] = {0, 2, 4, 5};
+    run ref = {0}; /* one stage, so compare() sees every tensor */
+    train(&ref, one, 1, 4, &o, STEPS);
+    for (int order = 0; order < 2; order++) {
+        run r = {0};
+        pipelined(three, 3, order, &o, &r);
+        if (ref.tr && r.tr)
+            compare(&ref, &r, 1, order ? "3 stages, 4 in flight, 1F1B" : "3 stages, 4 in flight, GPipe");
+        dev_train_free(r.tr);
+        run r1 = {0};
+        pipelined(one, 1, order, &o, &r1);
+        if (ref.tr && r1.tr)
+            compare(&ref, &r1, 1, order ? "1 stage, 4 in flight, 1F1B" : "1 stage, 4 in flight, GPipe");
+        dev_train_free(r1.tr);
+    }
+    dev_train_free(ref.tr);
+}
+
 /* The balancer's per-unit costs add up to the model. */
 static void test_unit_costs(void)
 {
@@ -170,6 +293,7 @@ static void test_unit_costs(void)
 int main(void)
 {
     RUN(test_unit_costs);
+    RUN(test_in_flight);
     RUN(test_adamw);
     RUN(test_lamb);
     return sl_test_done();
