@@ -9,7 +9,9 @@
  *
  * One optimizer step of a pipeline, per stage:
  *   dev_stage_zero_grad
- *   for each micro-batch (any 1F1B/GPipe order): forward(slot), backward(slot)
+ *   for each micro-batch (1F1B or GPipe; a slot per micro-batch in flight):
+ *     forward(slot), later backward(slot); backwards in micro-batch order,
+ *     as gradients accumulate in the order they run
  *   dev_stage_grad_finish                      (local tied-embedding sum)
  *   tied exchange between the embed and head stages (see below)
  *   partial = dev_stage_grad_sumsq; global norm = sqrt(sum of partials)
