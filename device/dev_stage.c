@@ -58,6 +58,7 @@ struct dev_stage {
     int hcap;
     float *logits, *dl, *dg, *dd, *dxm;
     size_t bytes;
+    int oom;                   /* an allocation failed (sizes come from the config) */
     int prof;                  /* time the matrix multiplies (benchmarks) */
     double mm_s, mm_flops;
 };
@@ -134,6 +135,16 @@ float dev_clip_scale(double norm, float max_norm)
 
 /* Hands out 64-byte aligned pieces of a slot's block; with base NULL it only
  * counts. */
+/* Sizes follow from the config (user input): allocation failure is an error,
+ * not an exit. */
+static float *falloc(dev_stage *s, size_t n)
+{
+    float *p = sl_try_aligned_alloc(n * sizeof(float));
+    if (!p)
+        s->oom = 1;
+    return p;
+}
+
 static float *carve(float *base, size_t *cur, size_t n)
 {
     size_t o = *cur;
@@ -208,13 +219,16 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
 
     size_t V = c->vocab, C = c->hidden;
     size_t gtotal = s->np + (s->has_embed && s->has_head ? V * C : 0);
-    s->params = sl_xaligned_alloc(s->np * sizeof(float));
-    s->grads = sl_xaligned_alloc(gtotal * sizeof(float));
-    s->mv = sl_xaligned_alloc(2 * s->np * sizeof(float));
-    memset(s->params, 0, s->np * sizeof(float));
-    memset(s->grads, 0, gtotal * sizeof(float));
-    memset(s->mv, 0, 2 * s->np * sizeof(float));
+    s->params = falloc(s, s->np);
+    s->grads = falloc(s, gtotal);
+    s->mv = falloc(s, 2 * s->np);
     s->bytes = (s->np * 3 + gtotal) * sizeof(float);
+    if (s->oom) {
+        sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB of parameters, gradients and optimizer state for units %d..%d",
+                   (double)s->bytes / 1048576.0, u0, u1);
+        dev_stage_free(s);
+        return NULL;
+    }
     if (s->has_embed && s->has_head)
         s->gtail = s->grads + s->np;
     s->pp = sl_xcalloc((size_t)s->nt, sizeof *s->pp);
@@ -225,7 +239,6 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
         s->gp[k] = s->grads + s->t[k].offset;
         s->first[s->t[k].unit - u0] = k;
     }
-    dev_model_init(s->t, s->nt, s->params, seed, c->init_range);
     if (s->has_head) {
         int k = s->first[head - u0];
         if (s->has_embed) {
@@ -243,26 +256,36 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
         sl->l = sl_xcalloc((size_t)(s->nl ? s->nl : 1), sizeof *sl->l);
         slot tmp = *sl;
         size_t n = slot_floats(s, &tmp, NULL);
-        sl->base = sl_xaligned_alloc((n ? n : 1) * sizeof(float));
+        sl->base = falloc(s, n ? n : 1);
         slot_floats(s, sl, sl->base);
         s->bytes += n * sizeof(float);
     }
     size_t N = (size_t)max_B * T, F = c->intermediate;
-    s->G0 = sl_xaligned_alloc(N * C * sizeof(float));
-    s->G1 = sl_xaligned_alloc(N * C * sizeof(float));
-    s->T1 = sl_xaligned_alloc(N * C * sizeof(float));
-    s->T2 = sl_xaligned_alloc(N * C * sizeof(float));
-    s->F1 = sl_xaligned_alloc(N * F * sizeof(float));
-    s->F2 = sl_xaligned_alloc(N * F * sizeof(float));
-    s->Q = sl_xaligned_alloc(N * 3 * C * sizeof(float));
+    s->G0 = falloc(s, N * C);
+    s->G1 = falloc(s, N * C);
+    s->T1 = falloc(s, N * C);
+    s->T2 = falloc(s, N * C);
+    s->F1 = falloc(s, N * F);
+    s->F2 = falloc(s, N * F);
+    s->Q = falloc(s, N * 3 * C);
     s->bytes += (N * C * 4 + N * F * 2 + N * 3 * C) * sizeof(float);
+    if (s->oom) {
+        sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB for units %d..%d (B=%d, T=%d)",
+                   (double)s->bytes / 1048576.0, u0, u1, max_B, T);
+        dev_stage_free(s);
+        return NULL;
+    }
+    memset(s->params, 0, s->np * sizeof(float));
+    memset(s->grads, 0, gtotal * sizeof(float));
+    memset(s->mv, 0, 2 * s->np * sizeof(float));
+    dev_model_init(s->t, s->nt, s->params, seed, c->init_range);
     return s;
 }
 
 static void head_free(head_a *h)
 {
-    free(h->idx);
-    free(h->tgt);
+    sl_aligned_free(h->idx);
+    sl_aligned_free(h->tgt);
     sl_aligned_free(h->xm);
     sl_aligned_free(h->d);
     sl_aligned_free(h->g);
@@ -277,7 +300,7 @@ void dev_stage_free(dev_stage *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < s->nslots; i++) {
+    for (int i = 0; s->slots && i < s->nslots; i++) {
         sl_aligned_free(s->slots[i].base);
         free(s->slots[i].l);
         head_free(&s->slots[i].h);
@@ -351,43 +374,52 @@ static kn_dropout drop_of(const dev_micro *mb, float p, int site, int unit)
 static void zero(float *p, size_t n) { memset(p, 0, n * sizeof *p); }
 
 /* Grows the head's stash of a slot to M masked rows. */
-static void head_reserve(dev_stage *s, head_a *h, int M)
+static int head_reserve(dev_stage *s, head_a *h, int M)
 {
     if (M <= h->cap)
-        return;
+        return 0;
     size_t C = s->c.hidden, V = s->c.vocab, m = (size_t)M;
     head_free(h);
-    h->idx = sl_xmalloc(m * sizeof(int32_t));
-    h->tgt = sl_xmalloc(m * sizeof(int32_t));
-    h->xm = sl_xaligned_alloc(m * C * sizeof(float));
-    h->d = sl_xaligned_alloc(m * C * sizeof(float));
-    h->g = sl_xaligned_alloc(m * C * sizeof(float));
-    h->l = sl_xaligned_alloc(m * C * sizeof(float));
-    h->mean = sl_xaligned_alloc(m * sizeof(float));
-    h->rstd = sl_xaligned_alloc(m * sizeof(float));
-    h->probs = sl_xaligned_alloc(m * V * sizeof(float));
-    h->losses = sl_xaligned_alloc(m * sizeof(float));
-    s->bytes += (size_t)(M - h->cap) * (4 * C + V + 5) * sizeof(float);
+    memset(h, 0, sizeof *h);
+    s->oom = 0;
+    h->idx = (int32_t *)falloc(s, m);
+    h->tgt = (int32_t *)falloc(s, m);
+    h->xm = falloc(s, m * C);
+    h->d = falloc(s, m * C);
+    h->g = falloc(s, m * C);
+    h->l = falloc(s, m * C);
+    h->mean = falloc(s, m);
+    h->rstd = falloc(s, m);
+    h->probs = falloc(s, m * V);
+    h->losses = falloc(s, m);
+    if (s->oom) {
+        head_free(h);
+        memset(h, 0, sizeof *h);
+        return -1;
+    }
+    s->bytes += (size_t)(M - h->cap) * (4 * C + V + 6) * sizeof(float);
     h->cap = M;
+    return 0;
 }
 
-static void scratch_reserve(dev_stage *s, int M)
+static int scratch_reserve(dev_stage *s, int M)
 {
     if (M <= s->hcap)
-        return;
+        return 0;
     size_t C = s->c.hidden, V = s->c.vocab, m = (size_t)M;
-    sl_aligned_free(s->logits);
-    sl_aligned_free(s->dl);
-    sl_aligned_free(s->dg);
-    sl_aligned_free(s->dd);
-    sl_aligned_free(s->dxm);
-    s->logits = sl_xaligned_alloc(m * V * sizeof(float));
-    s->dl = sl_xaligned_alloc(m * C * sizeof(float));
-    s->dg = sl_xaligned_alloc(m * C * sizeof(float));
-    s->dd = sl_xaligned_alloc(m * C * sizeof(float));
-    s->dxm = sl_xaligned_alloc(m * C * sizeof(float));
-    s->bytes += (size_t)(M - s->hcap) * (V + 4 * C) * sizeof(float);
-    s->hcap = M;
+    float **bufs[5] = {&s->logits, &s->dl, &s->dg, &s->dd, &s->dxm};
+    for (int i = 0; i < 5; i++) {
+        sl_aligned_free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    s->oom = 0;
+    s->logits = falloc(s, m * V);
+    for (int i = 1; i < 5; i++)
+        *bufs[i] = falloc(s, m * C);
+    s->bytes -= (size_t)s->hcap * (V + 4 * C) * sizeof(float);
+    s->hcap = s->oom ? 0 : M;
+    s->bytes += (size_t)s->hcap * (V + 4 * C) * sizeof(float);
+    return s->oom ? -1 : 0;
 }
 
 /* ---- unit 0: embeddings ------------------------------------------------
@@ -489,13 +521,15 @@ static int head_forward(dev_stage *s, slot *sl, const float *x, const dev_micro 
                               y, i, V);
         M++;
     }
-    h->M = M;
     *masked = M;
     *loss_sum = 0;
+    h->M = 0;
     if (M == 0)
         return 0;
-    head_reserve(s, h, M);
-    scratch_reserve(s, M);
+    if (head_reserve(s, h, M) || scratch_reserve(s, M))
+        return sl_err_set(err, SL_ENOMEM, "cannot allocate the MLM head's buffers for %d masked positions",
+                          M);
+    h->M = M;
     for (int i = 0, j = 0; i < N; i++)
         if (mb->labels[i] != -100) {
             h->idx[j] = i;

@@ -380,8 +380,29 @@ static void test_half_precision(void)
     dev_st_close(st);
 }
 
+/* Under ASan, a failed huge allocation must return NULL like malloc does. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+
+/* A config too large for memory is an error, not an exit. */
+static void test_too_big(void)
+{
+    dev_config c = cfg;
+    c.hidden = 16384;
+    c.heads = 16;
+    c.vocab = 1 << 22;
+    sl_err err = {0};
+    int bounds[2] = {0, 4};
+    dev_train *tr = dev_train_create(&c, bounds, 1, 2, 8, 1, 1, &err);
+    CHECKF(tr == NULL && err.code == SL_ENOMEM && strstr(err.msg, "cannot allocate"), "'%s'",
+           err.msg);
+    printf("    %s\n", err.msg);
+    dev_train_free(tr);
+}
+
 static void all(void)
 {
+    RUN(test_too_big);
     RUN(test_half_precision);
     RUN(test_config);
     RUN(test_round_trip_and_resume);
