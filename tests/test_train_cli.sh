@@ -35,6 +35,9 @@ check "eval exits 0 with a loss" bash -c 'test $0 -eq 0 && grep -q "\"loss\":" <
 "$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 --batch 16 --lr 3e-3 --warmup 20 --threads 1 --resume "$d/run/step-150" --save "$d/run2" >/dev/null; rc=$?
 check "resume continues at step 151" bash -c 'test $0 -eq 0 && [ "$(sed -n 2p "$1/metrics.csv" | cut -d, -f1)" = 151 ]' "$rc" "$d/run2"
 check "a resumed step equals the original run's step" bash -c '[ "$(sed -n 152p "$0/run/metrics.csv" | cut -d, -f2)" = "$(sed -n 2p "$0/run2/metrics.csv" | cut -d, -f2)" ]' "$d"
+out=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 3 --batch 16 --threads 1 --init "$d/run/step-300/model.safetensors" --metrics "$d/init.csv" --json); rc=$?
+echo "     --init: first loss $(sed -n 2p "$d/init.csv" | cut -d, -f2) (rc $rc)"
+check "--init starts from a trained model (lower first loss than a fresh one)" bash -c 'test $0 -eq 0 && awk -v a="$(sed -n 2p "$1" | cut -d, -f2)" -v b="$2" "BEGIN{exit !(a < b - 0.25)}"' "$rc" "$d/init.csv" "$first"
 head -c 1000 "$d/run/step-300/model.safetensors" > "$d/cut.safetensors"
 err=$("$sk" -q eval --config "$d/tiny.json" --model "$d/cut.safetensors" --data "$d/text.shard" 2>&1); rc=$?
 check "a truncated model: exit 1, one line naming the problem" bash -c 'test $0 -eq 1 && [ $(wc -l <<<"$1") -eq 1 ] && grep -q "^skyloom eval: .*cut.safetensors" <<<"$1"' "$rc" "$err"
