@@ -15,7 +15,7 @@ endif
 # meson finds nvcc only on PATH.
 export PATH := $(PATH):/usr/local/cuda/bin
 
-.PHONY: all deps build test test-asan test-cuda bench fuzz clean
+.PHONY: all deps build test test-asan test-cuda bench fuzz clean demo
 
 all: build
 
@@ -83,6 +83,9 @@ fuzz: deps $(FUZZ_BUILD)/build.ninja
 	    echo "fuzz_$$name: crash; the input is in $(FUZZ_BUILD)/crashes/"; exit 1; \
 	  fi; \
 	done
+# A small BERT trained on real text for about two minutes (scripts/demo.sh).
+demo: build
+	@scripts/demo.sh $(BUILD)
 
 bench: build
 	meson test -C $(BUILD) --benchmark --verbose --num-processes 1

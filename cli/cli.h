@@ -28,5 +28,7 @@ typedef struct cli_opt {
  * after printing "skyloom CMD: OPT needs a value" (a usage error). */
 int cli_opt_take(const char *cmd, int argc, char **argv, int *i, const cli_opt *opts);
 int cmd_plan(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 #endif

@@ -5,7 +5,7 @@
 
 #include "cli.h"
 #include "dev_agent.h"
-#include "dev_stage.h"
+#include "dev_stagesvc.h"
 #include "sl_log.h"
 
 int cmd_device(int argc, char **argv)
@@ -53,12 +53,12 @@ int cmd_device(int argc, char **argv)
     sl_err err = {0};
     int status = 0;
     dev_agent *a = dev_agent_open(&o, &err);
-    dev_stage *stage = NULL;
+    dev_stagesvc *stage = NULL;
     if (a && stage_listen) {
-        dev_stage_opts so = {.listen = stage_listen, .state = o.state,
+        dev_stagesvc_opts so = {.listen = stage_listen, .state = o.state,
                              .revoked = dev_agent_is_revoked, .revoked_ud = a};
         int port = 0;
-        if (!(stage = dev_stage_start(&so, &port, &err))) {
+        if (!(stage = dev_stagesvc_start(&so, &port, &err))) {
             status = sl_cli_fail("device", 1, "Stage service: %s", err.msg);
             dev_agent_close(a);
             a = NULL;
@@ -102,7 +102,7 @@ int cmd_device(int argc, char **argv)
         }
         dev_agent_close(a);
     }
-    dev_stage_stop(stage);
+    dev_stagesvc_stop(stage);
     rpc_global_shutdown();
     return status;
 }

@@ -19,6 +19,8 @@ static const command commands[] = {
     {"status", cmd_status, "list the devices a coordinator knows"},
     {"data", cmd_data, "corpus to WordPiece vocabulary and token shards; inspect shards"},
     {"plan", cmd_plan, "place a model on devices and simulate the pipeline (balancer)"},
+    {"train", cmd_train, "train a BERT on this machine (the single-device reference)"},
+    {"eval", cmd_eval, "mean masked-LM loss of a model on a shard"},
     {"profile", cmd_profile, "show this machine's topology and compute backends"},
     {"version", cmd_version, "show version, libraries and what this machine has"},
 };

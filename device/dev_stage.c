@@ -1,120 +1,756 @@
-/* dev_stage.c - the Stage service of a device and its client side. */
+/* dev_stage.c - forward and backward of a stage's units, llm.c style: one
+ * block per layer, activations in one flat allocation per stash slot,
+ * gradients of activations in scratch shared by all slots (backward runs one
+ * micro-batch at a time). Every kn_* backward accumulates, so the scratch it
+ * writes into is zeroed first. */
+#include "dev_stage.h"
+
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cert.h"
-#include "dev_agent.h"
-#include "dev_stage.h"
-#include "skyloom.pb-c.h"
+#include "kn_ops.h"
 #include "sl_mem.h"
+#include "sl_rng.h"
+#include "sl_time.h"
 
-#define STAGE_DEFAULT_MAX_MESSAGE (64u << 20)
+/* Dropout sites (mixed with the unit index into the RNG stream). */
+enum { SITE_EMBED = 1, SITE_ATTN = 2, SITE_ATTN_OUT = 3, SITE_FFN_OUT = 4 };
+
+typedef struct embed_a {
+    float *emb, *mean, *rstd, *ln, *out;
+} embed_a;
+typedef struct layer_a {
+    /* gelu(h) is not kept: backward recomputes it (saves F floats per token) */
+    float *qkv, *atto, *att, *res1, *mean1, *rstd1, *ln1, *h, *res2, *mean2, *rstd2, *out;
+} layer_a;
+typedef struct head_a {
+    int M, cap;
+    int32_t *idx, *tgt;
+    float *xm, *d, *g, *l, *mean, *rstd, *probs, *losses;
+} head_a;
+
+typedef struct slot {
+    float *base;
+    float *in; /* copy of the input boundary activation (u0 > 0) */
+    embed_a e;
+    layer_a *l; /* indexed by unit - first layer unit of the stage */
+    head_a h;
+    int B;      /* micro-batch size of the forward in this slot; 0 = empty */
+} slot;
 
 struct dev_stage {
-    dev_stage_opts o;
-    rpc_server *srv;
+    dev_config c;
+    int u0, u1, maxB, T, nslots, step;
+    int has_embed, has_head, l0, nl; /* layer units l0 .. l0+nl-1 */
+    dev_tensor *t;
+    int nt;
+    size_t np;
+    float *params, *grads, *mv;
+    float *gtail; /* LOCAL role: the head's part of the word-embedding gradient */
+    /* per-unit parameter and gradient pointers, in layout order */
+    float **pp, **gp; /* pp[k] for tensor k */
+    int *first;       /* first[u - u0] = index of the unit's first tensor */
+    float *head_wte, *head_gwte;
+    slot *slots;
+    /* scratch */
+    float *G0, *G1, *T1, *T2, *F1, *F2, *Q;
+    int hcap;
+    float *logits, *dl, *dg, *dd, *dxm;
+    size_t bytes;
+    int oom;                   /* an allocation failed (sizes come from the config) */
+    int prof;                  /* time the matrix multiplies (benchmarks) */
+    double mm_s, mm_flops;
 };
 
-/* The caller must be a device the coordinator has not revoked. */
-static int check_peer(dev_stage *d, const rpc_peer *peer, rpc_status *st)
+/* The matrix multiplies, optionally timed: they are most of the work, and the
+ * benchmark reports their share and their speed against plain sgemm. */
+static void mm_fwd(dev_stage *s, float *out, const float *inp, const float *w, const float *b,
+                   int N, int IC, int OC)
 {
-    if (!cert_valid_device_id(peer->identity))
-        return rpc_status_set(st, RPC_PERMISSION_DENIED,
-                              "certificate identity '%s' is not a device", peer->identity);
-    if (d->o.revoked && d->o.revoked(d->o.revoked_ud, peer->identity))
-        return rpc_status_set(st, RPC_UNAUTHENTICATED, "device %s is revoked", peer->identity);
-    return RPC_OK;
-}
-
-static int ping(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, rpc_buf *resp,
-                rpc_status *st)
-{
-    Skyloom__V1__PingRequest *r = rpc_unpack(&skyloom__v1__ping_request__descriptor, req, len);
-    if (!r)
-        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed PingRequest");
-    int code = check_peer(ud, peer, st);
-    if (code == RPC_OK && strcmp(peer->identity, r->device_id) != 0)
-        code = rpc_status_set(st, RPC_PERMISSION_DENIED,
-                              "certificate is for device %s but the request claims device '%s'",
-                              peer->identity, r->device_id);
-    if (code == RPC_OK) {
-        Skyloom__V1__PingResponse out = SKYLOOM__V1__PING_RESPONSE__INIT;
-        out.payload = r->payload;
-        rpc_pack(&out, resp);
+    double t0 = s->prof ? sl_now_s() : 0;
+    kn_matmul_forward(out, inp, w, b, N, IC, OC);
+    if (s->prof) {
+        s->mm_s += sl_now_s() - t0;
+        s->mm_flops += 2.0 * N * IC * OC;
     }
-    rpc_unpacked_free(r);
-    return code;
 }
 
-static int exchange(void *ud, const rpc_peer *peer, rpc_stream *s, rpc_status *st)
+static void mm_bwd(dev_stage *s, float *dinp, float *dw, float *db, const float *dout,
+                   const float *inp, const float *w, int N, int IC, int OC)
 {
-    dev_stage *d = ud;
-    int code = check_peer(d, peer, st);
-    if (code != RPC_OK)
-        return code;
-    if (!d->o.exchange)
-        return rpc_status_set(st, RPC_FAILED_PRECONDITION, "this device has no stage assigned");
-    return d->o.exchange(d->o.ud, peer->identity, s, st);
+    double t0 = s->prof ? sl_now_s() : 0;
+    kn_matmul_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
+    if (s->prof) {
+        s->mm_s += sl_now_s() - t0;
+        s->mm_flops += 4.0 * N * IC * OC;
+    }
 }
 
-dev_stage *dev_stage_start(const dev_stage_opts *o, int *port, sl_err *err)
+void dev_stage_prof(dev_stage *s, int on)
 {
-    dev_identity_files f;
-    if (dev_identity_files_init(&f, o->state, err))
+    s->prof = on;
+    s->mm_s = s->mm_flops = 0;
+}
+
+void dev_stage_prof_get(const dev_stage *s, double *mm_seconds, double *mm_flops)
+{
+    *mm_seconds = s->mm_s;
+    *mm_flops = s->mm_flops;
+}
+
+void dev_optim_default(dev_optim *o)
+{
+    memset(o, 0, sizeof *o);
+    o->kind = DEV_OPT_ADAMW;
+    o->lr = 1e-4f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->eps = 1e-6f;
+    o->wd = 0.01f;
+    o->clip = 1.0f;
+    o->warmup = 0;
+    o->total = 0;
+}
+
+float dev_optim_lr(const dev_optim *o, int t)
+{
+    if (o->warmup > 0 && t <= o->warmup)
+        return o->lr * (float)t / (float)o->warmup;
+    if (o->total > o->warmup && t > o->warmup) {
+        if (t >= o->total)
+            return 0.0f;
+        return o->lr * (float)(o->total - t) / (float)(o->total - o->warmup);
+    }
+    return o->lr;
+}
+
+float dev_clip_scale(double norm, float max_norm)
+{
+    if (max_norm <= 0 || !(norm >= 0))
+        return 1.0f;
+    double s = (double)max_norm / (norm + 1e-6);
+    return s < 1.0 ? (float)s : 1.0f;
+}
+
+/* Hands out 64-byte aligned pieces of a slot's block; with base NULL it only
+ * counts. */
+/* Sizes follow from the config (user input): allocation failure is an error,
+ * not an exit. */
+static float *falloc(dev_stage *s, size_t n)
+{
+    float *p = sl_try_aligned_alloc(n * sizeof(float));
+    if (!p)
+        s->oom = 1;
+    return p;
+}
+
+static float *carve(float *base, size_t *cur, size_t n)
+{
+    size_t o = *cur;
+    *cur += (n + 15) & ~(size_t)15;
+    return base ? base + o : NULL;
+}
+
+static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
+{
+    size_t N = (size_t)s->maxB * s->T, C = s->c.hidden, F = s->c.intermediate;
+    size_t att = (size_t)s->maxB * s->c.heads * s->T * s->T;
+    size_t cur = 0;
+    if (s->u0 > 0)
+        sl->in = carve(base, &cur, N * C);
+    if (s->has_embed) {
+        sl->e.emb = carve(base, &cur, N * C);
+        sl->e.mean = carve(base, &cur, N);
+        sl->e.rstd = carve(base, &cur, N);
+        sl->e.ln = carve(base, &cur, N * C);
+        sl->e.out = carve(base, &cur, N * C);
+    }
+    for (int i = 0; i < s->nl; i++) {
+        layer_a *a = &sl->l[i];
+        a->qkv = carve(base, &cur, N * 3 * C);
+        a->atto = carve(base, &cur, N * C);
+        a->att = carve(base, &cur, att);
+        a->res1 = carve(base, &cur, N * C);
+        a->mean1 = carve(base, &cur, N);
+        a->rstd1 = carve(base, &cur, N);
+        a->ln1 = carve(base, &cur, N * C);
+        a->h = carve(base, &cur, N * F);
+        a->res2 = carve(base, &cur, N * C);
+        a->mean2 = carve(base, &cur, N);
+        a->rstd2 = carve(base, &cur, N);
+        a->out = carve(base, &cur, N * C);
+    }
+    return cur;
+}
+
+dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int T, int slots,
+                            uint64_t seed, sl_err *err)
+{
+    if (dev_config_validate(c, err))
         return NULL;
-    dev_stage *d = sl_xcalloc(1, sizeof *d);
-    d->o = *o;
-    rpc_server_opts so = {.listen = o->listen,
-                          .tls = {f.ca, f.crt, f.key},
-                          .client_auth = RPC_CLIENT_CERT_REQUIRED,
-                          .max_message = o->max_message ? o->max_message : STAGE_DEFAULT_MAX_MESSAGE};
-    if (!(d->srv = rpc_server_create(&so, err)) ||
-        rpc_server_add_unary(d->srv, RPC_M_STAGE_PING, ping, d, err) ||
-        rpc_server_add_stream(d->srv, RPC_M_STAGE_EXCHANGE, exchange, d, err) ||
-        (*port = rpc_server_start(d->srv, err)) < 0) {
-        dev_stage_stop(d);
+    if (max_B < 1 || T < 1 || slots < 1 || slots > 1024) {
+        sl_err_set(err, SL_EINVAL, "stage: bad micro-batch shape B=%d T=%d slots=%d", max_B, T,
+                   slots);
         return NULL;
     }
+    if (T > c->max_pos) {
+        sl_err_set(err, SL_EINVAL, "sequence length %d exceeds max_position_embeddings %d", T,
+                   c->max_pos);
+        return NULL;
+    }
+    dev_stage *s = sl_xcalloc(1, sizeof *s);
+    s->c = *c;
+    s->u0 = u0;
+    s->u1 = u1;
+    s->maxB = max_B;
+    s->T = T;
+    s->nslots = slots;
+    if (dev_model_layout(c, u0, u1, &s->t, &s->nt, &s->np, err)) {
+        free(s);
+        return NULL;
+    }
+    int head = dev_unit_head(c);
+    s->has_embed = u0 == 0;
+    s->has_head = u1 == head;
+    s->l0 = u0 > 0 ? u0 : 1;
+    int lend = u1 < head ? u1 : c->layers;
+    s->nl = lend >= s->l0 ? lend - s->l0 + 1 : 0;
+
+    size_t V = c->vocab, C = c->hidden;
+    size_t gtotal = s->np + (s->has_embed && s->has_head ? V * C : 0);
+    s->params = falloc(s, s->np);
+    s->grads = falloc(s, gtotal);
+    s->mv = falloc(s, 2 * s->np);
+    s->bytes = (s->np * 3 + gtotal) * sizeof(float);
+    if (s->oom) {
+        sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB of parameters, gradients and optimizer state for units %d..%d",
+                   (double)s->bytes / 1048576.0, u0, u1);
+        dev_stage_free(s);
+        return NULL;
+    }
+    if (s->has_embed && s->has_head)
+        s->gtail = s->grads + s->np;
+    s->pp = sl_xcalloc((size_t)s->nt, sizeof *s->pp);
+    s->gp = sl_xcalloc((size_t)s->nt, sizeof *s->gp);
+    s->first = sl_xcalloc((size_t)(u1 - u0 + 1), sizeof *s->first);
+    for (int k = s->nt - 1; k >= 0; k--) {
+        s->pp[k] = s->params + s->t[k].offset;
+        s->gp[k] = s->grads + s->t[k].offset;
+        s->first[s->t[k].unit - u0] = k;
+    }
+    if (s->has_head) {
+        int k = s->first[head - u0];
+        if (s->has_embed) {
+            s->head_wte = s->pp[0];
+            s->head_gwte = s->gtail;
+        } else {
+            s->head_wte = s->pp[k + 5];
+            s->head_gwte = s->gp[k + 5];
+        }
+    }
+
+    s->slots = sl_xcalloc((size_t)slots, sizeof *s->slots);
+    for (int i = 0; i < slots; i++) {
+        slot *sl = &s->slots[i];
+        sl->l = sl_xcalloc((size_t)(s->nl ? s->nl : 1), sizeof *sl->l);
+        slot tmp = *sl;
+        size_t n = slot_floats(s, &tmp, NULL);
+        sl->base = falloc(s, n ? n : 1);
+        slot_floats(s, sl, sl->base);
+        s->bytes += n * sizeof(float);
+    }
+    size_t N = (size_t)max_B * T, F = c->intermediate;
+    s->G0 = falloc(s, N * C);
+    s->G1 = falloc(s, N * C);
+    s->T1 = falloc(s, N * C);
+    s->T2 = falloc(s, N * C);
+    s->F1 = falloc(s, N * F);
+    s->F2 = falloc(s, N * F);
+    s->Q = falloc(s, N * 3 * C);
+    s->bytes += (N * C * 4 + N * F * 2 + N * 3 * C) * sizeof(float);
+    if (s->oom) {
+        sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB for units %d..%d (B=%d, T=%d)",
+                   (double)s->bytes / 1048576.0, u0, u1, max_B, T);
+        dev_stage_free(s);
+        return NULL;
+    }
+    memset(s->params, 0, s->np * sizeof(float));
+    memset(s->grads, 0, gtotal * sizeof(float));
+    memset(s->mv, 0, 2 * s->np * sizeof(float));
+    dev_model_init(s->t, s->nt, s->params, seed, c->init_range);
+    return s;
+}
+
+static void head_free(head_a *h)
+{
+    sl_aligned_free(h->idx);
+    sl_aligned_free(h->tgt);
+    sl_aligned_free(h->xm);
+    sl_aligned_free(h->d);
+    sl_aligned_free(h->g);
+    sl_aligned_free(h->l);
+    sl_aligned_free(h->mean);
+    sl_aligned_free(h->rstd);
+    sl_aligned_free(h->probs);
+    sl_aligned_free(h->losses);
+}
+
+void dev_stage_free(dev_stage *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; s->slots && i < s->nslots; i++) {
+        sl_aligned_free(s->slots[i].base);
+        free(s->slots[i].l);
+        head_free(&s->slots[i].h);
+    }
+    free(s->slots);
+    sl_aligned_free(s->params);
+    sl_aligned_free(s->grads);
+    sl_aligned_free(s->mv);
+    sl_aligned_free(s->G0);
+    sl_aligned_free(s->G1);
+    sl_aligned_free(s->T1);
+    sl_aligned_free(s->T2);
+    sl_aligned_free(s->F1);
+    sl_aligned_free(s->F2);
+    sl_aligned_free(s->Q);
+    sl_aligned_free(s->logits);
+    sl_aligned_free(s->dl);
+    sl_aligned_free(s->dg);
+    sl_aligned_free(s->dd);
+    sl_aligned_free(s->dxm);
+    free(s->pp);
+    free(s->gp);
+    free(s->first);
+    free(s->t);
+    free(s);
+}
+
+const dev_config *dev_stage_config(const dev_stage *s) { return &s->c; }
+void dev_stage_units(const dev_stage *s, int *u0, int *u1)
+{
+    *u0 = s->u0;
+    *u1 = s->u1;
+}
+const dev_tensor *dev_stage_tensors(const dev_stage *s, int *n)
+{
+    *n = s->nt;
+    return s->t;
+}
+float *dev_stage_params(dev_stage *s, size_t *n)
+{
+    if (n)
+        *n = s->np;
+    return s->params;
+}
+float *dev_stage_grads(dev_stage *s, size_t *n)
+{
+    if (n)
+        *n = s->np;
+    return s->grads;
+}
+float *dev_stage_optim_state(dev_stage *s, size_t *n)
+{
+    if (n)
+        *n = s->np;
+    return s->mv;
+}
+int dev_stage_get_step(const dev_stage *s) { return s->step; }
+void dev_stage_set_step(dev_stage *s, int step) { s->step = step; }
+size_t dev_stage_bytes(const dev_stage *s) { return s->bytes; }
+
+static kn_dropout drop_of(const dev_micro *mb, float p, int site, int unit)
+{
+    kn_dropout d;
+    d.p = mb->train ? p : 0.0f;
+    d.seed = sl_rng_stream(mb->seed, mb->step);
+    d.stream = sl_rng_stream((uint64_t)site, (uint64_t)unit);
+    d.seq0 = mb->seq0;
     return d;
 }
 
-void dev_stage_stop(dev_stage *d)
+static void zero(float *p, size_t n) { memset(p, 0, n * sizeof *p); }
+
+/* Grows the head's stash of a slot to M masked rows. */
+static int head_reserve(dev_stage *s, head_a *h, int M)
 {
-    if (!d)
-        return;
-    rpc_server_destroy(d->srv);
-    free(d);
+    if (M <= h->cap)
+        return 0;
+    size_t C = s->c.hidden, V = s->c.vocab, m = (size_t)M;
+    head_free(h);
+    memset(h, 0, sizeof *h);
+    s->oom = 0;
+    h->idx = (int32_t *)falloc(s, m);
+    h->tgt = (int32_t *)falloc(s, m);
+    h->xm = falloc(s, m * C);
+    h->d = falloc(s, m * C);
+    h->g = falloc(s, m * C);
+    h->l = falloc(s, m * C);
+    h->mean = falloc(s, m);
+    h->rstd = falloc(s, m);
+    h->probs = falloc(s, m * V);
+    h->losses = falloc(s, m);
+    if (s->oom) {
+        head_free(h);
+        memset(h, 0, sizeof *h);
+        return -1;
+    }
+    s->bytes += (size_t)(M - h->cap) * (4 * C + V + 6) * sizeof(float);
+    h->cap = M;
+    return 0;
 }
 
-rpc_channel *dev_stage_connect(const char *state, const char *target, const char *peer_id,
-                               size_t max_message, sl_err *err)
+static int scratch_reserve(dev_stage *s, int M)
 {
-    dev_identity_files f;
-    if (dev_identity_files_init(&f, state, err))
-        return NULL;
-    if (!cert_valid_device_id(peer_id)) {
-        sl_err_set(err, SL_EINVAL, "'%s' is not a device id", peer_id);
+    if (M <= s->hcap)
+        return 0;
+    size_t C = s->c.hidden, V = s->c.vocab, m = (size_t)M;
+    float **bufs[5] = {&s->logits, &s->dl, &s->dg, &s->dd, &s->dxm};
+    for (int i = 0; i < 5; i++) {
+        sl_aligned_free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    s->oom = 0;
+    s->logits = falloc(s, m * V);
+    for (int i = 1; i < 5; i++)
+        *bufs[i] = falloc(s, m * C);
+    s->bytes -= (size_t)s->hcap * (V + 4 * C) * sizeof(float);
+    s->hcap = s->oom ? 0 : M;
+    s->bytes += (size_t)s->hcap * (V + 4 * C) * sizeof(float);
+    return s->oom ? -1 : 0;
+}
+
+/* ---- unit 0: embeddings ------------------------------------------------
+ * tokens, segments (B,T) -> out (B,T,C) = dropout(LN(wte[tok] + wpe[t] + wse[seg])) */
+static void embed_forward(dev_stage *s, slot *sl, const dev_micro *mb)
+{
+    float **p = s->pp + s->first[0];
+    int B = mb->B, T = mb->T, C = s->c.hidden, N = B * T;
+    embed_a *a = &sl->e;
+    kn_embed_forward(a->emb, mb->tokens, mb->segments, p[0], p[1], p[2], B, T, C);
+    kn_layernorm_forward(a->ln, a->mean, a->rstd, a->emb, p[3], p[4], N, C, s->c.ln_eps);
+    kn_dropout_forward(a->out, a->ln, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
+}
+
+static void embed_backward(dev_stage *s, slot *sl, const dev_micro *mb, const float *dout)
+{
+    float **p = s->pp + s->first[0], **g = s->gp + s->first[0];
+    int B = mb->B, T = mb->T, C = s->c.hidden, N = B * T;
+    embed_a *a = &sl->e;
+    zero(s->T1, (size_t)N * C);
+    kn_dropout_backward(s->T1, dout, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
+    zero(s->T2, (size_t)N * C);
+    kn_layernorm_backward(s->T2, g[3], g[4], s->T1, a->emb, p[3], a->mean, a->rstd, N, C);
+    kn_embed_backward(g[0], g[1], g[2], s->T2, mb->tokens, mb->segments, B, T, C);
+}
+
+/* ---- units 1..L: encoder layer (post-LN) ---------------------------------
+ * x (B,T,C) -> qkv = x Wqkv^T + b; a = attention(qkv); r1 = x + drop(a Wo^T + bo);
+ * l1 = LN1(r1); h = l1 Wfc^T + bfc; r2 = l1 + drop(gelu(h) Wfo^T + bfo); out = LN2(r2) */
+static void layer_forward(dev_stage *s, int u, layer_a *a, const float *x, const dev_micro *mb)
+{
+    float **p = s->pp + s->first[u - s->u0];
+    int B = mb->B, T = mb->T, C = s->c.hidden, F = s->c.intermediate, N = B * T;
+    size_t NC = (size_t)N * C;
+    float eps = s->c.ln_eps;
+    mm_fwd(s, a->qkv, x, p[0], p[1], N, C, 3 * C);
+    kn_attention_forward(a->atto, a->att, a->qkv, mb->valid, B, T, C, s->c.heads,
+                         drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
+    mm_fwd(s, s->T1, a->atto, p[2], p[3], N, C, C);
+    kn_dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
+    kn_residual_forward(a->res1, x, s->T1, NC);
+    kn_layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, eps);
+    mm_fwd(s, a->h, a->ln1, p[6], p[7], N, C, F);
+    kn_gelu_forward(s->F1, a->h, (size_t)N * F, s->c.gelu);
+    mm_fwd(s, s->T1, s->F1, p[8], p[9], N, F, C);
+    kn_dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
+    kn_residual_forward(a->res2, a->ln1, s->T1, NC);
+    kn_layernorm_forward(a->out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C, eps);
+}
+
+/* dout (B,T,C) -> dx (B,T,C) (overwritten), parameter gradients accumulated. */
+static void layer_backward(dev_stage *s, int u, layer_a *a, const float *x, const dev_micro *mb,
+                           const float *dout, float *dx)
+{
+    float **p = s->pp + s->first[u - s->u0], **g = s->gp + s->first[u - s->u0];
+    int B = mb->B, T = mb->T, C = s->c.hidden, F = s->c.intermediate, N = B * T;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    float *T1 = s->T1, *T2 = s->T2;
+    zero(T1, NC);
+    kn_layernorm_backward(T1, g[10], g[11], dout, a->res2, p[10], a->mean2, a->rstd2, N, C);
+    zero(T2, NC);
+    kn_dropout_backward(T2, T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
+    kn_gelu_forward(s->F2, a->h, NF, s->c.gelu);
+    zero(s->F1, NF);
+    mm_bwd(s, s->F1, g[8], g[9], T2, s->F2, p[8], N, F, C);
+    zero(s->F2, NF);
+    kn_gelu_backward(s->F2, a->h, s->F1, NF, s->c.gelu);
+    /* T1 holds d(res2), which is also the residual part of d(ln1). */
+    mm_bwd(s, T1, g[6], g[7], s->F2, a->ln1, p[6], N, C, F);
+    zero(T2, NC);
+    kn_layernorm_backward(T2, g[4], g[5], T1, a->res1, p[4], a->mean1, a->rstd1, N, C);
+    memcpy(dx, T2, NC * sizeof(float));
+    zero(T1, NC);
+    kn_dropout_backward(T1, T2, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
+    zero(T2, NC);
+    mm_bwd(s, T2, g[2], g[3], T1, a->atto, p[2], N, C, C);
+    zero(s->Q, 3 * NC);
+    kn_attention_backward(s->Q, T2, a->qkv, a->att, B, T, C, s->c.heads,
+                          drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
+    mm_bwd(s, dx, g[0], g[1], s->Q, x, p[0], N, C, 3 * C);
+}
+
+/* ---- unit L+1: MLM head, only at the M masked positions ------------------
+ * xm (M,C) = x[masked]; d = xm Wd^T + bd; g = gelu(d); l = LN(g);
+ * logits (M,V) = l wte^T + bias; loss = sum of cross-entropies. */
+static int head_forward(dev_stage *s, slot *sl, const float *x, const dev_micro *mb,
+                        double *loss_sum, int *masked, sl_err *err)
+{
+    int B = mb->B, T = mb->T, C = s->c.hidden, V = s->c.vocab, N = B * T;
+    float **p = s->pp + s->first[dev_unit_head(&s->c) - s->u0];
+    head_a *h = &sl->h;
+    int M = 0;
+    for (int i = 0; i < N; i++) {
+        int32_t y = mb->labels[i];
+        if (y == -100)
+            continue;
+        if (y < 0 || y >= V)
+            return sl_err_set(err, SL_EINVAL, "label %d at position %d outside the vocabulary (%d)",
+                              y, i, V);
+        M++;
+    }
+    *masked = M;
+    *loss_sum = 0;
+    h->M = 0;
+    if (M == 0)
+        return 0;
+    if (head_reserve(s, h, M) || scratch_reserve(s, M))
+        return sl_err_set(err, SL_ENOMEM, "cannot allocate the MLM head's buffers for %d masked positions",
+                          M);
+    h->M = M;
+    for (int i = 0, j = 0; i < N; i++)
+        if (mb->labels[i] != -100) {
+            h->idx[j] = i;
+            h->tgt[j] = mb->labels[i];
+            memcpy(h->xm + (size_t)j * C, x + (size_t)i * C, (size_t)C * sizeof(float));
+            j++;
+        }
+    mm_fwd(s, h->d, h->xm, p[0], p[1], M, C, C);
+    kn_gelu_forward(h->g, h->d, (size_t)M * C, s->c.gelu);
+    kn_layernorm_forward(h->l, h->mean, h->rstd, h->g, p[2], p[3], M, C, s->c.ln_eps);
+    mm_fwd(s, s->logits, h->l, s->head_wte, p[4], M, C, V);
+    kn_crossentropy_forward(h->losses, h->probs, s->logits, h->tgt, M, V);
+    double sum = 0;
+    for (int j = 0; j < M; j++)
+        sum += h->losses[j];
+    *loss_sum = sum;
+    return 0;
+}
+
+/* -> dx (B,T,C) overwritten: the head's gradient at masked rows, 0 elsewhere. */
+static void head_backward(dev_stage *s, slot *sl, const dev_micro *mb, float *dx)
+{
+    int C = s->c.hidden, V = s->c.vocab, N = mb->B * mb->T;
+    int k = s->first[dev_unit_head(&s->c) - s->u0];
+    float **p = s->pp + k, **g = s->gp + k;
+    head_a *h = &sl->h;
+    int M = h->M;
+    zero(dx, (size_t)N * C);
+    if (M == 0)
+        return;
+    size_t MC = (size_t)M * C;
+    zero(s->logits, (size_t)M * V);
+    kn_crossentropy_backward(s->logits, h->probs, h->tgt, M, V, mb->loss_scale);
+    zero(s->dl, MC);
+    mm_bwd(s, s->dl, s->head_gwte, g[4], s->logits, h->l, s->head_wte, M, C, V);
+    zero(s->dg, MC);
+    kn_layernorm_backward(s->dg, g[2], g[3], s->dl, h->g, p[2], h->mean, h->rstd, M, C);
+    zero(s->dd, MC);
+    kn_gelu_backward(s->dd, h->d, s->dg, MC, s->c.gelu);
+    zero(s->dxm, MC);
+    mm_bwd(s, s->dxm, g[0], g[1], s->dd, h->xm, p[0], M, C, C);
+    for (int j = 0; j < M; j++)
+        memcpy(dx + (size_t)h->idx[j] * C, s->dxm + (size_t)j * C, (size_t)C * sizeof(float));
+}
+
+static int check_micro(const dev_stage *s, int slot_i, const dev_micro *mb, sl_err *err)
+{
+    if (slot_i < 0 || slot_i >= s->nslots)
+        return sl_err_set(err, SL_EINVAL, "stash slot %d outside 0..%d", slot_i, s->nslots - 1);
+    if (mb->B < 1 || mb->B > s->maxB || mb->T != s->T)
+        return sl_err_set(err, SL_EINVAL, "micro-batch %dx%d does not fit the stage (%dx%d)",
+                          mb->B, mb->T, s->maxB, s->T);
+    if (s->nl > 0 && !mb->valid)
+        return sl_err_set(err, SL_EINVAL, "micro-batch without a valid mask");
+    if (s->has_head && !mb->labels)
+        return sl_err_set(err, SL_EINVAL, "micro-batch without labels");
+    return 0;
+}
+
+static const float *layer_input(dev_stage *s, slot *sl, int i)
+{
+    if (i > 0)
+        return sl->l[i - 1].out;
+    return s->has_embed ? sl->e.out : sl->in;
+}
+
+int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float *in, float *out,
+                      double *loss_sum, int *masked, sl_err *err)
+{
+    if (check_micro(s, slot_i, mb, err))
+        return -1;
+    slot *sl = &s->slots[slot_i];
+    size_t N = (size_t)mb->B * mb->T, C = s->c.hidden;
+    if (s->has_embed) {
+        if (!mb->tokens)
+            return sl_err_set(err, SL_EINVAL, "micro-batch without tokens");
+        for (size_t i = 0; i < N; i++) {
+            if (mb->tokens[i] < 0 || mb->tokens[i] >= s->c.vocab)
+                return sl_err_set(err, SL_EINVAL, "token %d at position %zu outside the vocabulary (%d)",
+                                  mb->tokens[i], i, s->c.vocab);
+            if (mb->segments && (mb->segments[i] < 0 || mb->segments[i] >= s->c.type_vocab))
+                return sl_err_set(err, SL_EINVAL, "segment %d at position %zu outside 0..%d",
+                                  mb->segments[i], i, s->c.type_vocab - 1);
+        }
+        embed_forward(s, sl, mb);
+    } else {
+        if (!in)
+            return sl_err_set(err, SL_EINVAL, "stage starting at unit %d needs an input", s->u0);
+        memcpy(sl->in, in, N * C * sizeof(float));
+    }
+    for (int i = 0; i < s->nl; i++)
+        layer_forward(s, s->l0 + i, &sl->l[i], layer_input(s, sl, i), mb);
+    const float *last = layer_input(s, sl, s->nl);
+    sl->B = mb->B;
+    if (s->has_head) {
+        if (head_forward(s, sl, last, mb, loss_sum, masked, err)) {
+            sl->B = 0;
+            return -1;
+        }
+    } else if (out) {
+        memcpy(out, last, N * C * sizeof(float));
+    }
+    return 0;
+}
+
+int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const float *dout, float *din,
+                       sl_err *err)
+{
+    if (check_micro(s, slot_i, mb, err))
+        return -1;
+    slot *sl = &s->slots[slot_i];
+    if (sl->B != mb->B)
+        return sl_err_set(err, SL_ESTATE, "stash slot %d holds no forward of this micro-batch", slot_i);
+    size_t NC = (size_t)mb->B * mb->T * s->c.hidden;
+    float *cur = s->G0, *nxt = s->G1;
+    if (s->has_head) {
+        head_backward(s, sl, mb, cur);
+    } else {
+        if (!dout)
+            return sl_err_set(err, SL_EINVAL, "stage ending at unit %d needs an output gradient", s->u1);
+        memcpy(cur, dout, NC * sizeof(float));
+    }
+    for (int i = s->nl - 1; i >= 0; i--) {
+        layer_backward(s, s->l0 + i, &sl->l[i], layer_input(s, sl, i), mb, cur, nxt);
+        float *t = cur;
+        cur = nxt;
+        nxt = t;
+    }
+    if (s->has_embed)
+        embed_backward(s, sl, mb, cur);
+    else if (din)
+        memcpy(din, cur, NC * sizeof(float));
+    sl->B = 0;
+    return 0;
+}
+
+void dev_stage_zero_grad(dev_stage *s)
+{
+    size_t n = s->np + (s->gtail ? (size_t)s->c.vocab * s->c.hidden : 0);
+    memset(s->grads, 0, n * sizeof(float));
+}
+
+int dev_stage_tied_role(const dev_stage *s)
+{
+    if (s->has_embed && s->has_head)
+        return DEV_TIED_LOCAL;
+    if (s->has_embed)
+        return DEV_TIED_EMBED;
+    if (s->has_head)
+        return DEV_TIED_HEAD;
+    return DEV_TIED_NONE;
+}
+
+float *dev_stage_tied_grad(dev_stage *s, size_t *n)
+{
+    *n = (size_t)s->c.vocab * s->c.hidden;
+    switch (dev_stage_tied_role(s)) {
+    case DEV_TIED_EMBED:
+        return s->gp[0];
+    case DEV_TIED_HEAD:
+        return s->head_gwte;
+    default:
         return NULL;
     }
-    rpc_channel_opts co = {.target = target,
-                           .tls = {f.ca, f.crt, f.key},
-                           .server_name = peer_id,
-                           .max_message = max_message ? max_message : STAGE_DEFAULT_MAX_MESSAGE};
-    return rpc_channel_create(&co, err);
 }
 
-int dev_stage_ping(rpc_channel *ch, const char *self_id, const void *payload, size_t len,
-                   int64_t timeout_ms, rpc_status *st)
+static void add_into(float *g, const float *other, size_t n)
 {
-    Skyloom__V1__PingRequest req = SKYLOOM__V1__PING_REQUEST__INIT;
-    req.device_id = (char *)self_id;
-    req.payload.data = (uint8_t *)payload;
-    req.payload.len = len;
-    Skyloom__V1__PingResponse *r = NULL;
-    int code = rpc_call_pb(ch, RPC_M_STAGE_PING, &req, &skyloom__v1__ping_response__descriptor,
-                           (void **)&r, timeout_ms, st);
-    if (code == RPC_OK && (r->payload.len != len || (len && memcmp(r->payload.data, payload, len))))
-        code = rpc_status_set(st, RPC_DATA_LOSS, "ping payload came back changed");
-    rpc_unpacked_free(r);
-    return code;
+    for (size_t i = 0; i < n; i++)
+        g[i] += other[i];
+}
+
+void dev_stage_tied_add(dev_stage *s, const float *other)
+{
+    size_t n;
+    float *g = dev_stage_tied_grad(s, &n);
+    if (g)
+        add_into(g, other, n);
+}
+
+void dev_stage_tied_exchange(dev_stage *embed, dev_stage *head)
+{
+    size_t n;
+    float *ge = dev_stage_tied_grad(embed, &n), *gh = dev_stage_tied_grad(head, &n);
+    if (!ge || !gh)
+        return;
+    /* embed + head on both sides: the embed side adds, the head side copies
+     * the (identical) sum. */
+    add_into(ge, gh, n);
+    memcpy(gh, ge, n * sizeof(float));
+}
+
+void dev_stage_grad_finish(dev_stage *s)
+{
+    if (s->gtail)
+        add_into(s->gp[0], s->gtail, (size_t)s->c.vocab * s->c.hidden);
+}
+
+double dev_stage_grad_sumsq(dev_stage *s)
+{
+    double sum = 0;
+    for (int k = 0; k < s->nt; k++)
+        if (!(s->t[k].flags & DEV_T_TIED))
+            sum += kn_sumsq(s->gp[k], s->t[k].numel);
+    return sum;
+}
+
+void dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale)
+{
+    int t = s->step + 1;
+    float lr = dev_optim_lr(o, t);
+    if (grad_scale != 1.0f)
+        kn_scale(s->grads, s->np, grad_scale);
+    for (int k = 0; k < s->nt; k++) {
+        const dev_tensor *x = &s->t[k];
+        float wd = (x->flags & DEV_T_DECAY) ? o->wd : 0.0f;
+        float *m = s->mv + x->offset, *v = s->mv + s->np + x->offset;
+        if (o->kind == DEV_OPT_LAMB)
+            kn_lamb_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
+        else
+            kn_adamw_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
+    }
+    s->step = t;
 }

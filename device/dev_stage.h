@@ -1,46 +1,129 @@
-/* dev_stage.h - the Stage service a device serves to its pipeline
- * neighbours (skyloom.v1.Stage), over mutual TLS with its own certificate.
+/* dev_stage.h - a stage: a contiguous range of model units with its
+ * parameters, gradients and optimizer state (each ONE flat allocation) and an
+ * activation stash per in-flight micro-batch.
  *
- * Every call must come from a device certificate of the project CA (the TLS
- * handshake refuses anything else); Ping additionally checks that the
- * device id it claims is the caller's. A caller checks the server's identity
- * by naming the device it expects (server_name = its id, which every device
- * certificate carries as a DNS name), so a neighbour cannot be impersonated
- * by another enrolled device. */
+ * The single-device trainer is one stage owning units 0..L+1. A pipeline runs
+ * one stage per device: forward takes the boundary activation (B,T,C) from
+ * the previous stage and gives one to the next; backward takes the gradient
+ * of its output and gives the gradient of its input.
+ *
+ * One optimizer step of a pipeline, per stage:
+ *   dev_stage_zero_grad
+ *   for each micro-batch (1F1B or GPipe; a slot per micro-batch in flight):
+ *     forward(slot), later backward(slot); backwards in micro-batch order,
+ *     as gradients accumulate in the order they run
+ *   dev_stage_grad_finish                      (local tied-embedding sum)
+ *   tied exchange between the embed and head stages (see below)
+ *   partial = dev_stage_grad_sumsq; global norm = sqrt(sum of partials)
+ *   dev_stage_step(lr, dev_clip_scale(norm, max_norm))
+ * With the same micro-batches, any split gives bit-for-bit the same result as
+ * one stage (tests/test_stages.c proves it).
+ *
+ * Every stage needs the micro-batch's `valid` mask (attention padding); the
+ * stage holding unit 0 needs tokens and segments, the one holding the head
+ * needs labels. */
 #ifndef DEV_STAGE_H
 #define DEV_STAGE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-#include "rpc.h"
+#include "dev_config.h"
+#include "dev_model.h"
 #include "sl_err.h"
 
-/* The Exchange stream of a caller whose identity passed the checks. */
-typedef int (*dev_exchange_fn)(void *ud, const char *peer_id, rpc_stream *s, rpc_status *st);
+/* What a stage needs to know about one micro-batch besides its input. */
+typedef struct dev_micro {
+    int B, T;
+    const int32_t *tokens, *segments, *valid, *labels; /* (B,T); segments may be NULL */
+    uint64_t seq0;    /* global index of the micro-batch's first sequence (dropout keys) */
+    uint64_t step;    /* optimizer step (dropout keys) */
+    uint64_t seed;    /* run seed (dropout keys) */
+    float loss_scale; /* 1 / masked tokens in the WHOLE batch */
+    int train;        /* 0: dropout off (evaluation) */
+} dev_micro;
 
-typedef struct dev_stage_opts {
-    const char *listen;      /* "0.0.0.0:7500"; port 0 picks one */
-    const char *state;       /* the device's state directory (device.crt, device.key, ca.crt) */
-    size_t max_message;      /* 0: 64 MiB (frames of large tensors) */
-    dev_exchange_fn exchange; /* NULL: Exchange answers FAILED_PRECONDITION */
-    void *ud;
-    /* Revocations the coordinator announced (dev_agent_is_revoked with the
-     * agent); NULL: none are checked. */
-    int (*revoked)(void *revoked_ud, const char *id);
-    void *revoked_ud;
-} dev_stage_opts;
+enum dev_optim_kind { DEV_OPT_ADAMW = 0, DEV_OPT_LAMB = 1 };
+typedef struct dev_optim {
+    int kind;
+    float lr, beta1, beta2, eps, wd;
+    float clip;        /* global-norm clip; 0 disables */
+    int warmup, total; /* linear warm-up for `warmup` steps, then linear decay to 0 at `total` */
+} dev_optim;
+/* Defaults: AdamW, lr 1e-4, betas 0.9/0.999, eps 1e-6, wd 0.01, clip 1.0. */
+void dev_optim_default(dev_optim *o);
+/* Learning rate at 1-based step t. */
+float dev_optim_lr(const dev_optim *o, int t);
+/* torch.nn.utils.clip_grad_norm_'s factor: min(1, max / (norm + 1e-6)). */
+float dev_clip_scale(double norm, float max_norm);
 
 typedef struct dev_stage dev_stage;
 
-dev_stage *dev_stage_start(const dev_stage_opts *o, int *port, sl_err *err);
-void dev_stage_stop(dev_stage *s);
+/* Units [u0, u1] inclusive; micro-batches of at most max_B sequences of
+ * length T; `slots` in-flight micro-batches (1 for plain accumulation). The
+ * parameters are initialised from `seed` (dev_model_init). */
+dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int T, int slots,
+                            uint64_t seed, sl_err *err);
+void dev_stage_free(dev_stage *s);
 
-/* A channel from this device (state dir) to the neighbour expected to be
- * device `peer_id` at target. */
-rpc_channel *dev_stage_connect(const char *state, const char *target, const char *peer_id,
-                               size_t max_message, sl_err *err);
-/* Ping: sends payload, expects it back; returns the rpc code. */
-int dev_stage_ping(rpc_channel *ch, const char *self_id, const void *payload, size_t len,
-                   int64_t timeout_ms, rpc_status *st);
+const dev_config *dev_stage_config(const dev_stage *s);
+void dev_stage_units(const dev_stage *s, int *u0, int *u1);
+const dev_tensor *dev_stage_tensors(const dev_stage *s, int *n);
+float *dev_stage_params(dev_stage *s, size_t *n);
+float *dev_stage_grads(dev_stage *s, size_t *n);
+/* m then v, 2n floats. */
+float *dev_stage_optim_state(dev_stage *s, size_t *n);
+int dev_stage_get_step(const dev_stage *s);
+void dev_stage_set_step(dev_stage *s, int step);
+/* Bytes held (parameters, gradients, optimizer state, stash, scratch). */
+size_t dev_stage_bytes(const dev_stage *s);
+
+/* Forward of one micro-batch into stash `slot`. `in` is the boundary
+ * activation (B,T,C) (NULL when the stage starts at unit 0); `out` receives
+ * the boundary activation (NULL when the stage ends with the head). When the
+ * stage holds the head, *loss_sum gets the sum of the per-token losses and
+ * *masked the number of masked positions of this micro-batch. */
+int dev_stage_forward(dev_stage *s, int slot, const dev_micro *mb, const float *in, float *out,
+                      double *loss_sum, int *masked, sl_err *err);
+/* Backward of the micro-batch in `slot` (same mb as its forward). `dout` is
+ * the gradient of the output (NULL with the head); `din` receives the
+ * gradient of the input (NULL with unit 0). Gradients accumulate. */
+int dev_stage_backward(dev_stage *s, int slot, const dev_micro *mb, const float *dout, float *din,
+                       sl_err *err);
+
+void dev_stage_zero_grad(dev_stage *s);
+/* After the last backward of a step: when the stage holds both unit 0 and the
+ * head, adds the head's part of the tied word-embedding gradient into the
+ * embedding gradient. */
+void dev_stage_grad_finish(dev_stage *s);
+
+/* Tied word embeddings across two stages. */
+enum dev_tied_role {
+    DEV_TIED_NONE = 0,  /* holds neither unit 0 nor the head */
+    DEV_TIED_LOCAL = 1, /* holds both: dev_stage_grad_finish does it */
+    DEV_TIED_EMBED = 2, /* holds unit 0 only */
+    DEV_TIED_HEAD = 3,  /* holds the head only: its copy is cls.predictions.decoder.weight */
+};
+int dev_stage_tied_role(const dev_stage *s);
+/* The stage's partial gradient of the word embeddings (V*C floats) for the
+ * EMBED and HEAD roles, else NULL. Exchange protocol: each side sends its
+ * partial and calls dev_stage_tied_add(s, other's partial): both then hold
+ * embed + head, bit-identical (addition is commutative), and both optimizer
+ * copies stay identical. */
+float *dev_stage_tied_grad(dev_stage *s, size_t *n);
+void dev_stage_tied_add(dev_stage *s, const float *other);
+/* In-process exchange (sequential runs and tests). */
+void dev_stage_tied_exchange(dev_stage *embed, dev_stage *head);
+
+/* Sum of squares of this stage's gradients; the HEAD role's copy of the word
+ * embeddings is left out so the global norm counts it once. */
+double dev_stage_grad_sumsq(dev_stage *s);
+/* Scales the gradients by grad_scale (clipping), then one optimizer update
+ * with the learning rate of the next step; increments the step. */
+void dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale);
+
+/* Benchmarks: time the matrix multiplies (on = 1 also resets the counters). */
+void dev_stage_prof(dev_stage *s, int on);
+void dev_stage_prof_get(const dev_stage *s, double *mm_seconds, double *mm_flops);
 
 #endif

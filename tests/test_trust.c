@@ -3,7 +3,7 @@
  * in-process coordinator on 127.0.0.1 with a free port. */
 #include "coord.h"
 #include "dev_agent.h"
-#include "dev_stage.h"
+#include "dev_stagesvc.h"
 #include "rpc.h"
 #include "skyloom.pb-c.h"
 #include "sl_log.h"
@@ -255,10 +255,10 @@ static void test_wire_refusals(void)
 static void test_stage_service(void)
 {
     const char *d1 = newdir("dev1"), *d2 = newdir("dev2");
-    dev_stage_opts so = {.listen = "127.0.0.1:0", .state = d2};
+    dev_stagesvc_opts so = {.listen = "127.0.0.1:0", .state = d2};
     sl_err err = {0};
     int port = 0;
-    dev_stage *stage = dev_stage_start(&so, &port, &err);
+    dev_stagesvc *stage = dev_stagesvc_start(&so, &port, &err);
     CHECKF(stage != NULL, "%s", err.msg);
     if (!stage)
         return;
@@ -266,10 +266,10 @@ static void test_stage_service(void)
     snprintf(t, sizeof t, "127.0.0.1:%d", port);
     rpc_status st;
     /* a neighbour that expects device 2 reaches it */
-    rpc_channel *c = dev_stage_connect(d1, t, id2, 0, &err);
-    CHECK(dev_stage_ping(c, id1, "ping", 4, T_MS, &st) == RPC_OK);
+    rpc_channel *c = dev_stagesvc_connect(d1, t, id2, 0, &err);
+    CHECK(dev_stagesvc_ping(c, id1, "ping", 4, T_MS, &st) == RPC_OK);
     /* claiming to be someone else */
-    CHECK(dev_stage_ping(c, id2, "ping", 4, T_MS, &st) == RPC_PERMISSION_DENIED);
+    CHECK(dev_stagesvc_ping(c, id2, "ping", 4, T_MS, &st) == RPC_PERMISSION_DENIED);
     CHECKF(strstr(st.details, "but the request claims device"), "%s", st.details);
     /* Exchange without a stage assigned */
     rpc_stream *s = rpc_stream_open(c, RPC_M_STAGE_EXCHANGE, T_MS, &err);
@@ -278,8 +278,8 @@ static void test_stage_service(void)
     CHECK(s && rpc_stream_finish(s, &st) == RPC_FAILED_PRECONDITION);
     rpc_channel_destroy(c);
     /* expecting device 1 at device 2's address: the name check fails */
-    c = dev_stage_connect(d1, t, id1, 0, &err);
-    CHECK(dev_stage_ping(c, id1, "ping", 4, T_MS, &st) == RPC_UNAVAILABLE);
+    c = dev_stagesvc_connect(d1, t, id1, 0, &err);
+    CHECK(dev_stagesvc_ping(c, id1, "ping", 4, T_MS, &st) == RPC_UNAVAILABLE);
     rpc_channel_destroy(c);
     /* the admin certificate is from our CA but is not a device */
     rpc_channel_opts co = {.target = t,
@@ -287,20 +287,20 @@ static void test_stage_service(void)
                                    tu_path(pki, "admin.key")},
                            .server_name = id2};
     c = rpc_channel_create(&co, &err);
-    CHECK(dev_stage_ping(c, CERT_ADMIN_CN, "x", 1, T_MS, &st) == RPC_PERMISSION_DENIED);
+    CHECK(dev_stagesvc_ping(c, CERT_ADMIN_CN, "x", 1, T_MS, &st) == RPC_PERMISSION_DENIED);
     CHECKF(strstr(st.details, "is not a device"), "%s", st.details);
     rpc_channel_destroy(c);
     /* another CA, and no certificate at all: the handshake fails */
     co.tls.cert = tu_path(other, "admin.crt");
     co.tls.key = tu_path(other, "admin.key");
     c = rpc_channel_create(&co, &err);
-    CHECK(dev_stage_ping(c, id1, "x", 1, T_MS, &st) == RPC_UNAVAILABLE);
+    CHECK(dev_stagesvc_ping(c, id1, "x", 1, T_MS, &st) == RPC_UNAVAILABLE);
     rpc_channel_destroy(c);
     co.tls.cert = co.tls.key = NULL;
     c = rpc_channel_create(&co, &err);
-    CHECK(dev_stage_ping(c, id1, "x", 1, T_MS, &st) == RPC_UNAVAILABLE);
+    CHECK(dev_stagesvc_ping(c, id1, "x", 1, T_MS, &st) == RPC_UNAVAILABLE);
     rpc_channel_destroy(c);
-    dev_stage_stop(stage);
+    dev_stagesvc_stop(stage);
 }
 
 static void test_revocation_and_restart(void)
@@ -338,18 +338,18 @@ static void test_revocation_and_restart(void)
     /* the heartbeat reply announced the revocation: device 2's Stage server,
      * fed by its agent, now refuses device 1 */
     CHECK(a && dev_agent_is_revoked(a, id1) && !dev_agent_is_revoked(a, id2));
-    dev_stage_opts so = {.listen = "127.0.0.1:0", .state = newdir("dev2"),
+    dev_stagesvc_opts so = {.listen = "127.0.0.1:0", .state = newdir("dev2"),
                          .revoked = dev_agent_is_revoked, .revoked_ud = a};
     int port = 0;
-    dev_stage *stage = a ? dev_stage_start(&so, &port, &err) : NULL;
+    dev_stagesvc *stage = a ? dev_stagesvc_start(&so, &port, &err) : NULL;
     CHECKF(stage != NULL, "%s", err.msg);
     char t2[64];
     snprintf(t2, sizeof t2, "127.0.0.1:%d", port);
-    c = dev_stage_connect(d1, t2, id2, 0, &err);
-    CHECK(c && dev_stage_ping(c, id1, "x", 1, T_MS, &st) == RPC_UNAUTHENTICATED);
+    c = dev_stagesvc_connect(d1, t2, id2, 0, &err);
+    CHECK(c && dev_stagesvc_ping(c, id1, "x", 1, T_MS, &st) == RPC_UNAUTHENTICATED);
     CHECKF(!strcmp(st.details, want), "%s", st.details);
     rpc_channel_destroy(c);
-    dev_stage_stop(stage);
+    dev_stagesvc_stop(stage);
     dev_agent_close(a);
     /* a revoked key cannot come back with a fresh token */
     const char *t = token(pki, "lab", 3600);

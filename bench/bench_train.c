@@ -1,0 +1,144 @@
+/* bench_train: one full training step (forward, backward, clipping, AdamW)
+ * of BERT MLM on this CPU, in tokens/s, for the issue #4 configurations:
+ *   a: L2 H128 A2 F512 V8192   b: L4 H256 A4 F1024 V8192   c: BERT-base
+ * seq 128, batch 8, dropout 0.1, 15% of positions masked (decoder only at
+ * those). Prints one JSON line: median step, tokens/s, share of the step in
+ * the matrix multiplies and their GFLOP/s against plain cblas_sgemm on the
+ * same shapes, peak RSS. bench/run.sh puts it side by side with PyTorch. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "dev_train.h"
+#include "kn_backend.h"
+#include "sl_mem.h"
+#include "sl_time.h"
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Plain sgemm on the step's shapes: per linear (N, IC, OC) one forward and
+ * two backward products, as kn_matmul_* does them. Returns GFLOP/s. */
+static double plain_sgemm(const dev_config *c, int N, int M, int reps)
+{
+    int C = c->hidden, F = c->intermediate, V = c->vocab;
+    int shapes[6][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, F}, {N, F, C}, {M, C, C}, {M, C, V}};
+    int count[6] = {c->layers, c->layers, c->layers, c->layers, 1, 1};
+    size_t big = (size_t)(N > M ? N : M) * (size_t)(F > V ? (F > 3 * C ? F : 3 * C) : V);
+    float *a = sl_xaligned_alloc(big * 4), *b = sl_xaligned_alloc(big * 4),
+          *o = sl_xaligned_alloc(big * 4);
+    for (size_t i = 0; i < big; i++)
+        a[i] = b[i] = o[i] = 0.01f * (float)(i % 97);
+    double flops = 0, t0 = sl_now_s();
+    for (int r = 0; r < reps; r++)
+        for (int s = 0; s < 6; s++)
+            for (int k = 0; k < count[s]; k++) {
+                int n = shapes[s][0], ic = shapes[s][1], oc = shapes[s][2];
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, oc, ic, 1, a, ic, b, ic, 0,
+                            o, oc);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, ic, oc, 1, a, oc, b, ic,
+                            0, o, ic);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, ic, n, 1, a, oc, b, ic, 1,
+                            o, ic);
+                flops += 6.0 * n * ic * oc;
+            }
+    double dt = sl_now_s() - t0;
+    sl_aligned_free(a);
+    sl_aligned_free(b);
+    sl_aligned_free(o);
+    return flops / dt / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    const char *which = argc > 1 ? argv[1] : "a";
+    int steps = argc > 2 ? atoi(argv[2]) : 10, threads = argc > 3 ? atoi(argv[3]) : 2;
+    dev_config c = {.max_pos = 512, .type_vocab = 2, .ln_eps = 1e-12f, .gelu = 0,
+                    .hidden_dropout = 0.1f, .attn_dropout = 0.1f, .init_range = 0.02f};
+    if (!strcmp(which, "a")) {
+        c.layers = 2, c.hidden = 128, c.heads = 2, c.intermediate = 512, c.vocab = 8192;
+    } else if (!strcmp(which, "b")) {
+        c.layers = 4, c.hidden = 256, c.heads = 4, c.intermediate = 1024, c.vocab = 8192;
+    } else if (!strcmp(which, "c")) {
+        c.layers = 12, c.hidden = 768, c.heads = 12, c.intermediate = 3072, c.vocab = 30522;
+    } else {
+        fprintf(stderr, "usage: bench_train a|b|c [steps] [threads]\n");
+        return 2;
+    }
+    if (steps < 1 || threads < 1) {
+        fprintf(stderr, "steps and threads must be positive\n");
+        return 2;
+    }
+    omp_set_num_threads(threads);
+    kn_blas_set_threads(threads);
+    enum { B = 8, T = 128 };
+    size_t n = (size_t)B * T;
+    int32_t *tok = sl_xmalloc(n * 4), *seg = sl_xcalloc(n, 4), *valid = sl_xmalloc(n * 4),
+            *lab = sl_xmalloc(n * 4);
+    int M = 0;
+    for (size_t i = 0; i < n; i++) {
+        tok[i] = 5 + (int32_t)((i * 2654435761u) % (uint32_t)(c.vocab - 5));
+        valid[i] = 1;
+        int r = (int)(i % 20);
+        lab[i] = (r == 0 || r == 7 || r == 13) ? 5 + (int32_t)((i * 40503u) % (uint32_t)(c.vocab - 5)) : -100;
+        M += lab[i] != -100;
+    }
+    sl_err err = {0};
+    int bounds[2] = {0, dev_unit_count(&c)};
+    dev_train *tr = dev_train_create(&c, bounds, 1, B, T, 1, 1, &err);
+    if (!tr) {
+        fprintf(stderr, "bench_train: %s\n", err.msg);
+        return 1;
+    }
+    dev_optim o;
+    dev_optim_default(&o);
+    dev_batch b = {.B = B, .T = T, .tokens = tok, .segments = seg, .valid = valid, .labels = lab};
+    dev_step_info info;
+    dev_stage *st = dev_train_stage(tr, 0);
+    double *dt = sl_xmalloc((size_t)steps * sizeof *dt), *mm = sl_xmalloc((size_t)steps * sizeof *mm);
+    double flops = 0;
+    for (int s = -1; s < steps; s++) { /* s = -1: warm-up */
+        dev_stage_prof(st, 1);
+        double t0 = sl_now_s();
+        if (dev_train_step(tr, &b, &o, &info, &err)) {
+            fprintf(stderr, "bench_train: %s\n", err.msg);
+            return 1;
+        }
+        double t = sl_now_s() - t0;
+        if (s >= 0) {
+            dt[s] = t;
+            dev_stage_prof_get(st, &mm[s], &flops);
+        }
+    }
+    double mm_med_flops = flops;
+    double step = median(dt, steps), mms = median(mm, steps);
+    struct rusage ru; /* before plain_sgemm's own buffers */
+    getrusage(RUSAGE_SELF, &ru);
+    double plain = plain_sgemm(&c, (int)n, M, 3);
+    printf("{\"impl\": \"skyloom\", \"config\": \"%s\", \"params\": %zu, \"step_s\": %.4f, "
+           "\"tokens_per_s\": %.1f, \"sgemm_share\": %.3f, \"sgemm_gflops\": %.1f, "
+           "\"plain_sgemm_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f, \"steps\": %d, "
+           "\"threads\": %d}\n",
+           which, dev_config_param_count(&c), step, (double)n / step, mms / step,
+           mm_med_flops / mms / 1e9, plain, ru.ru_maxrss / 1024.0, info.loss, steps, threads);
+    dev_train_free(tr);
+    free(dt);
+    free(mm);
+    free(tok);
+    free(seg);
+    free(valid);
+    free(lab);
+    return 0;
+}

@@ -1,0 +1,129 @@
+/* skyloom eval: the mean MLM loss of a model on a shard (dropout off). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "dev_ckpt.h"
+#include "dev_train.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: skyloom eval --config config.json --model model.safetensors --data SHARD\n"
+               "                    [--batches K] [--batch B] [--first N] [--mask-prob P]\n"
+               "                    [--seed S] [--json]\n\n"
+               "Prints the mean masked-LM loss (and perplexity) of the model over K batches of\n"
+               "B sequences starting at sequence N of the shard (defaults: K 10, B 8, N 0),\n"
+               "masked as training masks them (15%%, seed S, default 1), dropout off.\n");
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    const char *config = NULL, *model = NULL, *data = NULL;
+    int batches = 10, B = 8, json = 0;
+    int64_t first = 0, seed = 1;
+    double mask_prob = 0.15;
+    sl_err err = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return sl_cli_fail("eval", 2, "%s needs a value (see --help)", a);
+        const char *v = argv[++i];
+        int rc = 0;
+        if (!strcmp(a, "--config"))
+            config = v;
+        else if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--data"))
+            data = v;
+        else if (!strcmp(a, "--batches"))
+            rc = sl_parse_int(a, v, 1, 1 << 24, &batches, &err);
+        else if (!strcmp(a, "--batch"))
+            rc = sl_parse_int(a, v, 1, 1 << 16, &B, &err);
+        else if (!strcmp(a, "--first"))
+            rc = sl_parse_i64(a, v, 0, INT64_MAX, &first, &err);
+        else if (!strcmp(a, "--seed"))
+            rc = sl_parse_i64(a, v, 0, INT64_MAX, &seed, &err);
+        else if (!strcmp(a, "--mask-prob"))
+            rc = sl_parse_double(a, v, 0.001, 0.999, &mask_prob, &err);
+        else
+            return sl_cli_fail("eval", 2, "unknown option '%s'", a);
+        if (rc)
+            return sl_cli_fail("eval", 2, "%s", err.msg);
+    }
+    if (!config || !model || !data)
+        return sl_cli_fail("eval", 2, "--config, --model and --data are required (see --help)");
+    dev_config cfg;
+    if (dev_config_load(&cfg, config, &err))
+        return sl_cli_fail("eval", 1, "%s", err.msg);
+    dev_shard *shard = dev_shard_open(data, &err);
+    if (!shard)
+        return sl_cli_fail("eval", 1, "%s", err.msg);
+    int status = 1;
+    dev_train *tr = NULL;
+    dev_mlm_batch mb = {0};
+    if (dev_train_check_shard(&cfg, shard, &err)) {
+        sl_cli_fail("eval", 1, "%s: %s", data, err.msg);
+        goto out;
+    }
+    int T = dev_shard_seq_len(shard);
+    int bounds[2] = {0, dev_unit_count(&cfg)};
+    tr = dev_train_create(&cfg, bounds, 1, B, T, 1, (uint64_t)seed, &err);
+    if (!tr || dev_ckpt_load_model(dev_train_stage(tr, 0), model, &err)) {
+        sl_cli_fail("eval", 1, "%s", err.msg);
+        goto out;
+    }
+    if (dev_mlm_batch_alloc(&mb, B, T)) {
+        sl_cli_fail("eval", 1, "cannot allocate a batch of %dx%d", B, T);
+        goto out;
+    }
+    dev_special sp = dev_shard_special(shard);
+    uint64_t count = dev_shard_count(shard);
+    double sum = 0;
+    long masked = 0;
+    for (int k = 0; k < batches; k++) {
+        uint64_t seq0 = (uint64_t)first + (uint64_t)k * B;
+        double s;
+        int m;
+        if (dev_mlm_make_batch(shard, &sp, cfg.vocab, (float)mask_prob, (uint64_t)seed,
+                               seq0 / count, seq0 % count, &mb, &err)) {
+            sl_cli_fail("eval", 1, "%s", err.msg);
+            goto out;
+        }
+        dev_batch b = dev_batch_of(&mb, seq0);
+        if (dev_train_eval(tr, &b, &s, &m, &err)) {
+            sl_cli_fail("eval", 1, "%s", err.msg);
+            goto out;
+        }
+        sum += s;
+        masked += m;
+    }
+    double loss = masked ? sum / (double)masked : 0;
+    if (json) {
+        json_t *j = json_pack("{s:f, s:f, s:I, s:i, s:i}", "loss", loss, "perplexity", exp(loss),
+                              "masked_tokens", (json_int_t)masked, "batches", batches, "batch", B);
+        char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(8));
+        printf("%s\n", s);
+        free(s);
+        json_decref(j);
+    } else {
+        printf("loss %.4f  perplexity %.2f  (%ld masked tokens, %d batches of %d)\n", loss,
+               exp(loss), masked, batches, B);
+    }
+    status = 0;
+out:
+    dev_mlm_batch_free(&mb);
+    dev_train_free(tr);
+    dev_shard_close(shard);
+    return status;
+}

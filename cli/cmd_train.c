@@ -1,0 +1,335 @@
+/* skyloom train: BERT MLM training on this machine, the whole model as one
+ * stage (the single-device reference every distributed run must match). */
+#include <errno.h>
+#include <jansson.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "dev_ckpt.h"
+#include "dev_file.h"
+#include "dev_io.h"
+#include "dev_train.h"
+#include "kn_backend.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: skyloom train --config config.json --data SHARD --steps N --batch B\n"
+            "                     [--micro-batches M] [--optimizer adamw|lamb] [--lr X]\n"
+            "                     [--warmup N] [--weight-decay X] [--clip X] [--mask-prob P]\n"
+            "                     [--init model.safetensors] [--resume DIR] [--save DIR]\n"
+            "                     [--save-every N] [--metrics FILE] [--seed S] [--threads N]\n"
+            "                     [--max-time SECONDS] [--json]\n\n"
+            "Trains a BERT (masked language model) on a token shard (skyloom data prepare).\n"
+            "Each step reads B sequences, masks them (15%%), splits them into M micro-batches\n"
+            "and accumulates their gradients: the step is the same for any M.\n\n"
+            "  --config FILE       BERT config.json (hidden_size, num_hidden_layers, ...)\n"
+            "  --data SHARD        token shard; its vocabulary must fit vocab_size\n"
+            "  --steps N           train until step N\n"
+            "  --batch B           sequences per step (default 8)\n"
+            "  --micro-batches M   B/M sequences per forward/backward (default 1)\n"
+            "  --optimizer O       adamw (default) or lamb\n"
+            "  --lr X              peak learning rate (default 1e-4 adamw, 1e-3 lamb)\n"
+            "  --warmup N          linear warm-up steps, then linear decay to 0 at --steps\n"
+            "                      (default 10%% of the steps)\n"
+            "  --weight-decay X    decoupled weight decay (default 0.01; never on biases\n"
+            "                      and LayerNorm)\n"
+            "  --clip X            global gradient-norm clip (default 1.0; 0 disables)\n"
+            "  --init FILE         start from these weights (safetensors, HF BERT names)\n"
+            "  --resume DIR        continue a run saved with --save (weights, optimizer, step)\n"
+            "  --save DIR          write DIR/step-N/{model.safetensors,optim.bin,config.json}\n"
+            "                      at the end (and every --save-every steps); DIR/latest\n"
+            "                      names the newest\n"
+            "  --metrics FILE      per-step CSV (default DIR/metrics.csv with --save, else\n"
+            "                      metrics.csv)\n"
+            "  --seed S            initialisation, masking and dropout seed (default 1)\n"
+            "  --threads N         CPU threads (OpenMP and BLAS)\n"
+            "  --max-time S        stop (and save) after the step that passes S seconds\n"
+            "  --json              print a JSON summary at the end\n");
+}
+
+typedef struct opts {
+    const char *config, *data, *init, *resume, *save, *metrics;
+    int steps, batch, micro, save_every, threads, json, warmup;
+    int64_t max_time;
+    double lr, wd, clip, mask_prob;
+    int64_t seed;
+    int kind;
+} opts;
+
+static int parse(opts *o, int argc, char **argv, int *help)
+{
+    sl_err err = {0};
+    memset(o, 0, sizeof *o);
+    o->batch = 8;
+    o->micro = 1;
+    o->lr = -1;
+    o->wd = 0.01;
+    o->clip = 1.0;
+    o->mask_prob = 0.15;
+    o->seed = 1;
+    o->warmup = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            *help = 1;
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return sl_cli_fail("train", 2, "%s needs a value (see --help)", a);
+        const char *v = argv[++i];
+        int rc = 0;
+        if (!strcmp(a, "--config"))
+            o->config = v;
+        else if (!strcmp(a, "--data"))
+            o->data = v;
+        else if (!strcmp(a, "--init"))
+            o->init = v;
+        else if (!strcmp(a, "--resume"))
+            o->resume = v;
+        else if (!strcmp(a, "--save"))
+            o->save = v;
+        else if (!strcmp(a, "--metrics"))
+            o->metrics = v;
+        else if (!strcmp(a, "--steps"))
+            rc = sl_parse_int(a, v, 1, 1 << 30, &o->steps, &err);
+        else if (!strcmp(a, "--batch"))
+            rc = sl_parse_int(a, v, 1, 1 << 16, &o->batch, &err);
+        else if (!strcmp(a, "--micro-batches"))
+            rc = sl_parse_int(a, v, 1, 1 << 16, &o->micro, &err);
+        else if (!strcmp(a, "--save-every"))
+            rc = sl_parse_int(a, v, 1, 1 << 30, &o->save_every, &err);
+        else if (!strcmp(a, "--threads"))
+            rc = sl_parse_int(a, v, 1, 1024, &o->threads, &err);
+        else if (!strcmp(a, "--warmup"))
+            rc = sl_parse_int(a, v, 0, 1 << 30, &o->warmup, &err);
+        else if (!strcmp(a, "--lr"))
+            rc = sl_parse_double(a, v, 0, 10, &o->lr, &err);
+        else if (!strcmp(a, "--weight-decay"))
+            rc = sl_parse_double(a, v, 0, 10, &o->wd, &err);
+        else if (!strcmp(a, "--clip"))
+            rc = sl_parse_double(a, v, 0, 1e9, &o->clip, &err);
+        else if (!strcmp(a, "--mask-prob"))
+            rc = sl_parse_double(a, v, 0.001, 0.999, &o->mask_prob, &err);
+        else if (!strcmp(a, "--seed"))
+            rc = sl_parse_i64(a, v, 0, INT64_MAX, &o->seed, &err);
+        else if (!strcmp(a, "--max-time"))
+            rc = sl_parse_duration(a, v, &o->max_time, &err);
+        else if (!strcmp(a, "--optimizer")) {
+            if (!strcmp(v, "adamw"))
+                o->kind = DEV_OPT_ADAMW;
+            else if (!strcmp(v, "lamb"))
+                o->kind = DEV_OPT_LAMB;
+            else
+                return sl_cli_fail("train", 2, "--optimizer must be adamw or lamb, got '%s'", v);
+        } else
+            return sl_cli_fail("train", 2, "unknown option '%s'", a);
+        if (rc)
+            return sl_cli_fail("train", 2, "%s", err.msg);
+    }
+    if (!o->config || !o->data || !o->steps)
+        return sl_cli_fail("train", 2, "--config, --data and --steps are required (see --help)");
+    if (o->batch % o->micro)
+        return sl_cli_fail("train", 2, "--batch (%d) must be a multiple of --micro-batches (%d)",
+                           o->batch, o->micro);
+    if (o->init && o->resume)
+        return sl_cli_fail("train", 2, "--init and --resume exclude each other");
+    return 0;
+}
+
+static void fmt_eta(char *buf, size_t n, double s)
+{
+    if (s < 0 || s > 1e8)
+        snprintf(buf, n, "?");
+    else if (s >= 3600)
+        snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else
+        snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+}
+
+static int save_step(dev_stage *s, int kind, const char *dir, int step, char *out, size_t outn,
+                     sl_err *err)
+{
+    char sub[64];
+    snprintf(sub, sizeof sub, "step-%d", step);
+    snprintf(out, outn, "%s/%s", dir, sub);
+    if (dev_mkdir(dir, err) || dev_ckpt_save_dir(s, kind, out, err))
+        return -1;
+    char latest[4096];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    size_t n = strlen(sub);
+    sub[n] = '\n';
+    dev_iov part = {sub, n + 1};
+    return dev_write_file_atomic(latest, &part, 1, err);
+}
+
+int cmd_train(int argc, char **argv)
+{
+    opts o;
+    int help = 0, rc = parse(&o, argc, argv, &help);
+    if (help) {
+        usage(stdout);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    if (o.threads) {
+        omp_set_num_threads(o.threads);
+        kn_blas_set_threads(o.threads);
+    }
+    sl_err err = {0};
+    dev_config cfg;
+    if (dev_config_load(&cfg, o.config, &err))
+        return sl_cli_fail("train", 1, "%s", err.msg);
+    dev_shard *shard = dev_shard_open(o.data, &err);
+    if (!shard)
+        return sl_cli_fail("train", 1, "%s", err.msg);
+    int status = 1;
+    dev_train *tr = NULL;
+    FILE *csv = NULL;
+    dev_mlm_batch mb = {0};
+    if (dev_train_check_shard(&cfg, shard, &err)) {
+        sl_cli_fail("train", 1, "%s: %s", o.data, err.msg);
+        goto out;
+    }
+    int T = dev_shard_seq_len(shard);
+    int bounds[2] = {0, dev_unit_count(&cfg)};
+    tr = dev_train_create(&cfg, bounds, 1, o.batch, T, o.micro, (uint64_t)o.seed, &err);
+    if (!tr) {
+        sl_cli_fail("train", 1, "%s", err.msg);
+        goto out;
+    }
+    dev_stage *st = dev_train_stage(tr, 0);
+    char path[4096];
+    if (o.init && dev_ckpt_load_model(st, o.init, &err)) {
+        sl_cli_fail("train", 1, "%s", err.msg);
+        goto out;
+    }
+    if (o.resume && dev_ckpt_load_dir(st, o.kind, o.resume, &err)) {
+        sl_cli_fail("train", 1, "%s", err.msg);
+        goto out;
+    }
+    dev_optim opt;
+    dev_optim_default(&opt);
+    opt.kind = o.kind;
+    opt.lr = (float)(o.lr >= 0 ? o.lr : o.kind == DEV_OPT_LAMB ? 1e-3 : 1e-4);
+    opt.wd = (float)o.wd;
+    opt.clip = (float)o.clip;
+    opt.total = o.steps;
+    opt.warmup = o.warmup >= 0 ? o.warmup : o.steps / 10;
+    if (o.metrics)
+        snprintf(path, sizeof path, "%s", o.metrics);
+    else if (o.save) {
+        if (dev_mkdir(o.save, &err)) {
+            sl_cli_fail("train", 1, "%s", err.msg);
+            goto out;
+        }
+        snprintf(path, sizeof path, "%s/metrics.csv", o.save);
+    } else
+        snprintf(path, sizeof path, "metrics.csv");
+    int first = dev_stage_get_step(st) + 1;
+    csv = fopen(path, first > 1 ? "a" : "w");
+    if (!csv) {
+        sl_cli_fail("train", 1, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    fseek(csv, 0, SEEK_END);
+    if (ftell(csv) == 0) /* a new file (a resumed run appends to its old one) */
+        fprintf(csv, "step,loss,masked,grad_norm,lr,seconds,tokens_per_s\n");
+    if (dev_mlm_batch_alloc(&mb, o.batch, T)) {
+        sl_cli_fail("train", 1, "cannot allocate a batch of %dx%d", o.batch, T);
+        goto out;
+    }
+    dev_special sp = dev_shard_special(shard);
+    uint64_t count = dev_shard_count(shard);
+    int tty = sl_cli_stdout_is_tty();
+    sl_log_info("train", "params=%zu units=%d batch=%d micro=%d seq=%d steps=%d optimizer=%s "
+                "sequences=%llu stage_mb=%.1f",
+                dev_config_param_count(&cfg), dev_unit_count(&cfg), o.batch, o.micro, T, o.steps,
+                o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", (unsigned long long)count,
+                dev_stage_bytes(st) / 1048576.0);
+    double t_start = sl_now_s(), first_loss = -1, last_loss = 0, tok_s = 0;
+    int last_step = first - 1;
+    for (int step = first; step <= o.steps; step++) {
+        uint64_t seq0 = (uint64_t)(step - 1) * (uint64_t)o.batch;
+        double t0 = sl_now_s();
+        if (dev_mlm_make_batch(shard, &sp, cfg.vocab, (float)o.mask_prob, (uint64_t)o.seed,
+                               seq0 / count, seq0 % count, &mb, &err)) {
+            sl_cli_fail("train", 1, "%s", err.msg);
+            goto out;
+        }
+        dev_batch b = dev_batch_of(&mb, seq0);
+        dev_step_info info;
+        if (dev_train_step(tr, &b, &opt, &info, &err)) {
+            sl_cli_fail("train", 1, "step %d: %s", step, err.msg);
+            goto out;
+        }
+        double dt = sl_now_s() - t0;
+        tok_s = (double)o.batch * T / dt;
+        if (first_loss < 0)
+            first_loss = info.loss;
+        last_loss = info.loss;
+        fprintf(csv, "%d,%.6f,%d,%.6f,%.6g,%.4f,%.1f\n", step, info.loss, info.masked,
+                info.grad_norm, (double)info.lr, dt, tok_s);
+        double elapsed = sl_now_s() - t_start;
+        char eta[32];
+        fmt_eta(eta, sizeof eta, elapsed / (step - first + 1) * (o.steps - step));
+        if (tty) {
+            printf("\rstep %d/%d  loss %.4f  %.0f tok/s  ETA %s   ", step, o.steps, info.loss,
+                   tok_s, eta);
+            if (step == o.steps)
+                printf("\n");
+            fflush(stdout);
+        } else if (!o.json) {
+            printf("step=%d loss=%.4f masked=%d grad_norm=%.4f lr=%.3g tokens_per_s=%.0f "
+                   "eta=%s\n",
+                   step, info.loss, info.masked, info.grad_norm, (double)info.lr, tok_s, eta);
+            fflush(stdout);
+        }
+        int stop = o.max_time > 0 && elapsed >= (double)o.max_time && step < o.steps;
+        if (stop && tty)
+            printf("\n");
+        if (o.save && ((o.save_every && step % o.save_every == 0) || step == o.steps || stop)) {
+            fflush(csv);
+            if (save_step(st, o.kind, o.save, step, path, sizeof path, &err)) {
+                sl_cli_fail("train", 1, "saving: %s", err.msg);
+                goto out;
+            }
+            sl_log_info("checkpoint saved", "step=%d dir=%s", step, path);
+        }
+        last_step = step;
+        if (stop) {
+            sl_log_info("time limit reached", "step=%d seconds=%.0f", step, elapsed);
+            break;
+        }
+    }
+    double total = sl_now_s() - t_start;
+    if (o.json) {
+        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?}", "steps", last_step, "first_loss",
+                              first_loss, "last_loss", last_loss, "seconds", total,
+                              "tokens_per_s",
+                              total > 0 ? (double)(last_step - first + 1) * o.batch * T / total : 0.0,
+                              "checkpoint", o.save ? path : NULL);
+        char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+        printf("%s\n", s);
+        free(s);
+        json_decref(j);
+    }
+    status = 0;
+out:
+    if (csv)
+        fclose(csv);
+    dev_mlm_batch_free(&mb);
+    dev_train_free(tr);
+    dev_shard_close(shard);
+    return status;
+}

@@ -1,0 +1,46 @@
+/* dev_stagesvc.h - the Stage service a device serves to its pipeline
+ * neighbours (skyloom.v1.Stage), over mutual TLS with its own certificate.
+ *
+ * Every call must come from a device certificate of the project CA (the TLS
+ * handshake refuses anything else); Ping additionally checks that the
+ * device id it claims is the caller's. A caller checks the server's identity
+ * by naming the device it expects (server_name = its id, which every device
+ * certificate carries as a DNS name), so a neighbour cannot be impersonated
+ * by another enrolled device. */
+#ifndef DEV_STAGESVC_H
+#define DEV_STAGESVC_H
+
+#include <stddef.h>
+
+#include "rpc.h"
+#include "sl_err.h"
+
+/* The Exchange stream of a caller whose identity passed the checks. */
+typedef int (*dev_exchange_fn)(void *ud, const char *peer_id, rpc_stream *s, rpc_status *st);
+
+typedef struct dev_stagesvc_opts {
+    const char *listen;      /* "0.0.0.0:7500"; port 0 picks one */
+    const char *state;       /* the device's state directory (device.crt, device.key, ca.crt) */
+    size_t max_message;      /* 0: 64 MiB (frames of large tensors) */
+    dev_exchange_fn exchange; /* NULL: Exchange answers FAILED_PRECONDITION */
+    void *ud;
+    /* Revocations the coordinator announced (dev_agent_is_revoked with the
+     * agent); NULL: none are checked. */
+    int (*revoked)(void *revoked_ud, const char *id);
+    void *revoked_ud;
+} dev_stagesvc_opts;
+
+typedef struct dev_stagesvc dev_stagesvc;
+
+dev_stagesvc *dev_stagesvc_start(const dev_stagesvc_opts *o, int *port, sl_err *err);
+void dev_stagesvc_stop(dev_stagesvc *s);
+
+/* A channel from this device (state dir) to the neighbour expected to be
+ * device `peer_id` at target. */
+rpc_channel *dev_stagesvc_connect(const char *state, const char *target, const char *peer_id,
+                               size_t max_message, sl_err *err);
+/* Ping: sends payload, expects it back; returns the rpc code. */
+int dev_stagesvc_ping(rpc_channel *ch, const char *self_id, const void *payload, size_t len,
+                   int64_t timeout_ms, rpc_status *st);
+
+#endif

@@ -1,0 +1,86 @@
+/* kn_cuda.h - the ops of kn_ops.h on a CUDA GPU (built only when HAVE_CUDA).
+ *
+ * kn_cuda_<op> takes exactly the arguments of kn_<op> in kn_ops.h, with every
+ * pointer a device pointer (from kn_cuda_alloc), and the same semantics:
+ * backward accumulates, NULL bias means no bias, dropout masks from the same
+ * Philox indices (so CPU and GPU drop the same elements). Calls are
+ * asynchronous on the default stream; kn_cuda_sync waits and reports the
+ * first error. kn_cuda_sumsq is synchronous (it returns a value).
+ *
+ * Kernels are launch geometry around kn_threads.h (one thread per element,
+ * row or column as named there); products go to cuBLAS through kn_cuda_sgemm,
+ * which uses kn_gemm_map like the CPU's kn_sgemm. Simple rather than fast:
+ * no GPU was available to tune (or run) them, see docs/kernels.md.
+ *
+ * Callers check kn_cuda_probe()->device_count > 0 (kn_backend.h) before
+ * kn_cuda_init, and guard their use with `#if HAVE_CUDA` (sl_config.h): a
+ * build without nvcc has no kn_cuda_* symbols at all. One cuBLAS handle and
+ * one scratch buffer per process: call this API from one thread at a time. */
+#ifndef KN_CUDA_H
+#define KN_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "kn_ops.h"
+#include "sl_err.h"
+
+/* Device 0 and a cuBLAS handle; idempotent. -1 (SL_ENOTSUP) without a GPU. */
+int kn_cuda_init(sl_err *err);
+/* Frees the handle and the ops' scratch buffers. */
+void kn_cuda_shutdown(void);
+void *kn_cuda_alloc(size_t bytes, sl_err *err);
+void kn_cuda_free(void *p);
+int kn_cuda_upload(void *dst, const void *src, size_t bytes, sl_err *err);
+int kn_cuda_download(void *dst, const void *src, size_t bytes, sl_err *err);
+int kn_cuda_zero(void *p, size_t bytes, sl_err *err);
+int kn_cuda_sync(sl_err *err);
+
+/* Row-major C = alpha op(A) op(B) + beta C on device pointers (cuBLAS). */
+void kn_cuda_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc);
+
+void kn_cuda_embed_forward(float *out, const int32_t *tok, const int32_t *seg, const float *wte,
+                           const float *wpe, const float *wse, int B, int T, int C);
+void kn_cuda_embed_backward(float *dwte, float *dwpe, float *dwse, const float *dout,
+                            const int32_t *tok, const int32_t *seg, int B, int T, int C);
+void kn_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                               const float *w, const float *b, int N, int C, float eps);
+void kn_cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                                const float *inp, const float *w, const float *mean,
+                                const float *rstd, int N, int C);
+void kn_cuda_matmul_forward(float *out, const float *inp, const float *w, const float *b, int N,
+                            int IC, int OC);
+void kn_cuda_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, int N, int IC, int OC);
+void kn_cuda_attention_forward(float *out, float *att, const float *qkv, const int32_t *valid,
+                               int B, int T, int C, int NH, kn_dropout drop);
+void kn_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                                int B, int T, int C, int NH, kn_dropout drop);
+void kn_cuda_gelu_forward(float *out, const float *inp, size_t N, int kind);
+void kn_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, int kind);
+void kn_cuda_residual_forward(float *out, const float *a, const float *b, size_t N);
+void kn_cuda_residual_backward(float *da, float *db, const float *dout, size_t N);
+void kn_cuda_dropout_forward(float *out, const float *inp, int B, size_t per_seq, kn_dropout drop);
+void kn_cuda_dropout_backward(float *dinp, const float *dout, int B, size_t per_seq,
+                              kn_dropout drop);
+void kn_cuda_crossentropy_forward(float *losses, float *probs, const float *logits,
+                                  const int32_t *targets, int M, int V);
+void kn_cuda_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                                   int M, int V, float scale);
+void kn_cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                          float beta1, float beta2, float eps, float wd, int t);
+void kn_cuda_lamb_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float wd, int t);
+double kn_cuda_sumsq(const float *x, size_t n);
+void kn_cuda_scale(float *x, size_t n, float s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,418 @@
+/* Checkpoints and configs: save/load round trips bit for bit (weights,
+ * optimizer moments, step; resuming continues exactly), a full model loads
+ * into the slices of a split, and damaged or mismatched files are refused
+ * with the tensor's name: truncated, flipped bytes (header and data), wrong
+ * shape, missing tensor, extra layer, wrong optimizer, wrong unit range. A
+ * refused load leaves the stage untouched. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dev_ckpt.h"
+#include "dev_config.h"
+#include "dev_safetensors.h"
+#include "dev_testutil.h"
+#include "kn_testutil.h"
+
+static char g_dir[] = "/tmp/skyloom-ckpt-XXXXXX";
+static const dev_config cfg = {.hidden = 32, .layers = 2, .heads = 2, .intermediate = 48,
+                               .vocab = 61, .max_pos = 16, .type_vocab = 2, .ln_eps = 1e-12f,
+                               .gelu = 0, .hidden_dropout = 0.1f, .attn_dropout = 0.0f,
+                               .init_range = 0.02f};
+enum { B = 2, T = 12 };
+
+/* g_dir/name in one of 16 rotating buffers (callers keep what they need longer). */
+static const char *path(const char *name)
+{
+    static char buf[16][256];
+    static int i;
+    i = (i + 1) % 16;
+    snprintf(buf[i], sizeof buf[i], "%s/%s", g_dir, name);
+    return buf[i];
+}
+
+static void copy_file(const char *from, const char *to, long truncate_to, long flip_at)
+{
+    FILE *f = fopen(from, "rb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)n);
+    CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    if (flip_at >= 0 && flip_at < n)
+        buf[flip_at] ^= 0x10;
+    if (truncate_to >= 0 && truncate_to < n)
+        n = truncate_to;
+    f = fopen(to, "wb");
+    CHECK(f && fwrite(buf, 1, (size_t)n, f) == (size_t)n);
+    if (f)
+        fclose(f);
+    free(buf);
+}
+
+static dev_train *trained(int steps, const dev_optim *o)
+{
+    sl_err err = {0};
+    int bounds[2] = {0, 4};
+    dev_train *tr = dev_train_create(&cfg, bounds, 1, B, T, 1, 3, &err);
+    for (int s = 0; s < steps; s++) {
+        dt_batch b;
+        dt_make_batch(&b, B, T, cfg.vocab, 500 + (uint64_t)s);
+        dev_batch db = dt_view(&b, (uint64_t)s * B);
+        dev_step_info info;
+        CHECKF(dev_train_step(tr, &db, o, &info, &err) == 0, "%s", err.msg);
+        dt_free_batch(&b);
+    }
+    return tr;
+}
+
+static double next_loss(dev_train *tr, const dev_optim *o)
+{
+    dt_batch b;
+    dt_make_batch(&b, B, T, cfg.vocab, 900);
+    dev_batch db = dt_view(&b, 100);
+    dev_step_info info = {0};
+    sl_err err = {0};
+    CHECKF(dev_train_step(tr, &db, o, &info, &err) == 0, "%s", err.msg);
+    CHECKF(dev_train_step(tr, &db, o, &info, &err) == 0, "%s", err.msg);
+    dt_free_batch(&b);
+    return info.loss;
+}
+
+static long file_size(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) ? -1 : (long)st.st_size;
+}
+
+/* Loading `file` must fail with a message containing `want`, leaving the
+ * stage's weights as they were. */
+static void refused(dev_stage *s, const char *file, const char *want, const char *what)
+{
+    size_t np;
+    float *p = dev_stage_params(s, &np);
+    float *before = kt_alloc(np);
+    memcpy(before, p, np * sizeof(float));
+    sl_err err = {0};
+    int rc = dev_ckpt_load_model(s, file, &err);
+    CHECKF(rc == -1, "%s: loaded", what);
+    CHECKF(strstr(err.msg, want) != NULL, "%s: message '%s' lacks '%s'", what, err.msg, want);
+    CHECKF(kt_bitwise_equal(before, p, np), "%s: a refused load changed the weights", what);
+    printf("    %-28s -> %s\n", what, err.msg + (strncmp(err.msg, g_dir, strlen(g_dir)) ? 0 : strlen(g_dir) + 1));
+    free(before);
+}
+
+static void test_round_trip_and_resume(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    dev_train *a = trained(3, &o);
+    dev_stage *s = dev_train_stage(a, 0);
+    sl_err err = {0};
+    CHECKF(dev_ckpt_save_dir(s, o.kind, path("ck"), &err) == 0, "%s", err.msg);
+    dev_train *b = trained(0, &o);
+    dev_stage *t = dev_train_stage(b, 0);
+    CHECKF(dev_ckpt_load_dir(t, o.kind, path("ck"), &err) == 0, "%s", err.msg);
+    size_t np;
+    const float *ps = dev_stage_params(s, &np);
+    CHECK(kt_bitwise_equal(ps, dev_stage_params(t, NULL), np));
+    CHECK(kt_bitwise_equal(dev_stage_optim_state(s, NULL), dev_stage_optim_state(t, NULL), 2 * np));
+    CHECK(dev_stage_get_step(t) == 3);
+    dev_config back;
+    CHECKF(dev_config_load(&back, path("ck/config.json"), &err) == 0, "%s", err.msg);
+    CHECK(back.hidden == cfg.hidden && back.layers == cfg.layers && back.vocab == cfg.vocab &&
+          back.ln_eps == cfg.ln_eps && back.hidden_dropout == cfg.hidden_dropout);
+    double la = next_loss(a, &o), lb = next_loss(b, &o);
+    CHECKF(la == lb, "resumed run: loss %.17g vs %.17g", lb, la);
+    /* model and optimizer state of different saves are refused */
+    CHECKF(dev_ckpt_save_dir(s, o.kind, path("ck5"), &err) == 0, "%s", err.msg);
+    copy_file(path("ck5/optim.bin"), path("ck/optim.bin"), -1, -1);
+    sl_err e = {0};
+    CHECKF(dev_ckpt_load_dir(t, o.kind, path("ck"), &e) == -1 &&
+               strstr(e.msg, "model.safetensors is of step 3, optim.bin of step 5"),
+           "mixed saves: '%s'", e.msg);
+    /* The full model loads into the slices of a 2-stage split (the head's
+     * decoder copy from the word embeddings) and evaluates identically. */
+    int bounds[3] = {0, 2, 4};
+    dev_train *split = dev_train_create(&cfg, bounds, 2, B, T, 1, 77, &err);
+    CHECKF(dev_ckpt_save_model(s, path("full.safetensors"), &err) == 0, "%s", err.msg);
+    for (int i = 0; i < 2; i++)
+        CHECKF(dev_ckpt_load_model(dev_train_stage(split, i), path("full.safetensors"), &err) == 0,
+               "%s", err.msg);
+    dt_batch bt;
+    dt_make_batch(&bt, B, T, cfg.vocab, 1234);
+    dev_batch db = dt_view(&bt, 0);
+    double l1, l2;
+    int m1, m2;
+    CHECK(dev_train_eval(a, &db, &l1, &m1, &err) == 0);
+    CHECK(dev_train_eval(split, &db, &l2, &m2, &err) == 0);
+    CHECKF(l1 == l2 && m1 == m2, "split eval %.17g vs %.17g", l2, l1);
+    /* and a slice saves the head's copy as cls.predictions.decoder.weight */
+    CHECKF(dev_ckpt_save_model(dev_train_stage(split, 1), path("slice.safetensors"), &err) == 0,
+           "%s", err.msg);
+    dev_st *st = dev_st_open(path("slice.safetensors"), &err);
+    CHECK(st && dev_st_find(st, "cls.predictions.decoder.weight") &&
+          !dev_st_find(st, "bert.embeddings.word_embeddings.weight") &&
+          dev_st_find(st, "bert.encoder.layer.1.attention.self.value.bias"));
+    dev_st_close(st);
+    dt_free_batch(&bt);
+    dev_train_free(split);
+    dev_train_free(a);
+    dev_train_free(b);
+}
+
+static void test_damaged_model(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    dev_train *a = trained(1, &o);
+    dev_stage *s = dev_train_stage(a, 0);
+    sl_err err = {0};
+    char good[256];
+    snprintf(good, sizeof good, "%s", path("good.safetensors"));
+    CHECKF(dev_ckpt_save_model(s, good, &err) == 0, "%s", err.msg);
+    long n = file_size(good);
+    dev_st *st = dev_st_open(good, &err);
+    const dev_st_tensor *last = dev_st_at(st, dev_st_count(st) - 1);
+    const dev_st_tensor *wte = dev_st_find(st, "bert.embeddings.word_embeddings.weight");
+    long data_flip = (long)(wte->offset + 100);
+    char last_name[128];
+    snprintf(last_name, sizeof last_name, "%s", last->name);
+    dev_st_close(st);
+
+    dev_train *fresh = trained(0, &o);
+    dev_stage *t = dev_train_stage(fresh, 0);
+    copy_file(good, path("trunc.safetensors"), n - 40, -1);
+    refused(t, path("trunc.safetensors"), "truncated", "truncated");
+    copy_file(good, path("trunc2.safetensors"), 5, -1);
+    refused(t, path("trunc2.safetensors"), "too short", "truncated to 5 bytes");
+    copy_file(good, path("flip.safetensors"), -1, data_flip);
+    refused(t, path("flip.safetensors"), "word_embeddings.weight': checksum mismatch",
+            "flipped data byte");
+    copy_file(good, path("len.safetensors"), -1, 6);
+    refused(t, path("len.safetensors"), "bad header length", "flipped header length");
+    /* flip a byte inside a checksum's key, then inside a tensor's name */
+    FILE *f = fopen(good, "rb");
+    static char hdr[16384];
+    size_t got = f ? fread(hdr, 1, sizeof hdr, f) : 0;
+    CHECK(got == sizeof hdr);
+    if (f)
+        fclose(f);
+    char *q = memmem(hdr, got, "blake2b/bert.embeddings.LayerNorm.bias", 38);
+    CHECK(q != NULL);
+    copy_file(good, path("key.safetensors"), -1, q ? (long)(q - hdr) + 12 : 20);
+    refused(t, path("key.safetensors"), "bert.embeddings.LayerNorm.bias' has no checksum",
+            "flipped byte in a checksum key");
+    q = memmem(hdr, got, "\"bert.embeddings.LayerNorm.bias\":{", 33);
+    CHECK(q != NULL);
+    copy_file(good, path("name.safetensors"), -1, q ? (long)(q - hdr) + 12 : 20);
+    refused(t, path("name.safetensors"), "tensor '", "flipped byte in a name");
+
+    /* wrong shape: a model of another width */
+    dev_config wide = cfg;
+    wide.hidden = 48;
+    wide.heads = 3;
+    int b4[2] = {0, 4};
+    dev_train *w = dev_train_create(&wide, b4, 1, B, T, 1, 3, &err);
+    CHECKF(dev_ckpt_save_model(dev_train_stage(w, 0), path("wide.safetensors"), &err) == 0, "%s",
+           err.msg);
+    refused(t, path("wide.safetensors"), "bert.embeddings.word_embeddings.weight' has shape [61, 48], the config needs [61, 32]",
+            "wrong shape");
+    dev_train_free(w);
+    /* an extra layer */
+    dev_config deep = cfg;
+    deep.layers = 3;
+    int b5[2] = {0, 5};
+    dev_train *d = dev_train_create(&deep, b5, 1, B, T, 1, 3, &err);
+    CHECKF(dev_ckpt_save_model(dev_train_stage(d, 0), path("deep.safetensors"), &err) == 0, "%s",
+           err.msg);
+    refused(t, path("deep.safetensors"), "has layer 2 but the config has 2 layers", "extra layer");
+    dev_train_free(d);
+    /* a missing tensor: rewrite the file without its last tensor */
+    st = dev_st_open(good, &err);
+    int cnt = dev_st_count(st);
+    dev_st_out *outs = calloc((size_t)cnt, sizeof *outs);
+    float **bufs = calloc((size_t)cnt, sizeof *bufs);
+    int k = 0;
+    for (int i = 0; i < cnt; i++) {
+        const dev_st_tensor *x = dev_st_at(st, i);
+        if (!strcmp(x->name, last_name))
+            continue;
+        bufs[k] = kt_alloc(x->numel);
+        CHECK(dev_st_read_f32(st, x, 0, x->numel, bufs[k], &err) == 0);
+        snprintf(outs[k].name, sizeof outs[k].name, "%s", x->name);
+        outs[k].ndim = x->ndim;
+        outs[k].shape[0] = x->shape[0];
+        outs[k].shape[1] = x->ndim > 1 ? x->shape[1] : 0;
+        outs[k].data = bufs[k];
+        k++;
+    }
+    dev_st_close(st);
+    CHECKF(dev_st_write(path("missing.safetensors"), outs, k, NULL, &err) == 0, "%s", err.msg);
+    char want[200];
+    snprintf(want, sizeof want, "missing tensor '%s'", last_name);
+    refused(t, path("missing.safetensors"), want, "missing tensor");
+    for (int i = 0; i < k; i++)
+        free(bufs[i]);
+    free(bufs);
+    free(outs);
+    refused(t, path("does-not-exist"), "No such file", "no file");
+    dev_train_free(fresh);
+    dev_train_free(a);
+}
+
+static void test_damaged_optim(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    dev_train *a = trained(2, &o);
+    dev_stage *s = dev_train_stage(a, 0);
+    sl_err err = {0};
+    char good[256];
+    snprintf(good, sizeof good, "%s", path("optim.bin"));
+    CHECKF(dev_ckpt_save_optim(s, DEV_OPT_ADAMW, good, &err) == 0, "%s", err.msg);
+    long n = file_size(good);
+    dev_train *fresh = trained(0, &o);
+    dev_stage *t = dev_train_stage(fresh, 0);
+    struct {
+        long trunc, flip;
+        int kind;
+        const char *want, *what;
+    } cases[] = {
+        {n - 1, -1, DEV_OPT_ADAMW, "checksum mismatch", "truncated by one byte"},
+        {40, -1, DEV_OPT_ADAMW, "too short", "truncated to 40 bytes"},
+        {-1, n / 2, DEV_OPT_ADAMW, "checksum mismatch", "flipped moment byte"},
+        {-1, 3, DEV_OPT_ADAMW, "checksum mismatch", "flipped magic byte"},
+        {-1, -1, DEV_OPT_LAMB, "state of optimizer adamw, this run uses lamb", "wrong optimizer"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        copy_file(good, path("bad.bin"), cases[i].trunc, cases[i].flip);
+        sl_err e = {0};
+        int rc = dev_ckpt_load_optim(t, cases[i].kind, path("bad.bin"), &e);
+        CHECKF(rc == -1 && strstr(e.msg, cases[i].want), "%s: '%s'", cases[i].what, e.msg);
+        CHECK(dev_stage_get_step(t) == 0);
+        printf("    %-28s -> %s\n", cases[i].what, strstr(e.msg, "bad.bin") ? strstr(e.msg, "bad.bin") : e.msg);
+    }
+    /* the state of another unit range */
+    int bounds[3] = {0, 2, 4};
+    dev_train *split = dev_train_create(&cfg, bounds, 2, B, T, 1, 3, &err);
+    sl_err e = {0};
+    CHECK(dev_ckpt_load_optim(dev_train_stage(split, 0), DEV_OPT_ADAMW, good, &e) == -1 &&
+          strstr(e.msg, "units 0..3") && strstr(e.msg, "units 0..1"));
+    printf("    %-28s -> %s\n", "other unit range", strstr(e.msg, "saved") ? strstr(e.msg, "saved") : e.msg);
+    dev_train_free(split);
+    dev_train_free(fresh);
+    dev_train_free(a);
+}
+
+static void test_config(void)
+{
+    dev_config c;
+    sl_err err = {0};
+    CHECK(dev_config_parse(&c, "{\"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                               "\"num_attention_heads\": 4, \"intermediate_size\": 128, "
+                               "\"vocab_size\": 100, \"hidden_act\": \"gelu_new\"}", &err) == 0);
+    CHECK(c.max_pos == 512 && c.type_vocab == 2 && c.gelu == 1 && c.ln_eps == 1e-12f &&
+          c.hidden_dropout == 0.1f && c.attn_dropout == 0.1f);
+    static const struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 128, "
+         "\"vocab_size\": 100}", "missing field 'hidden_size'"},
+        {"{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 5, "
+         "\"intermediate_size\": 128, \"vocab_size\": 100}", "multiple of num_attention_heads"},
+        {"{\"hidden_size\": \"64\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+         "\"intermediate_size\": 128, \"vocab_size\": 100}", "'hidden_size' must be an integer"},
+        {"{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+         "\"intermediate_size\": 128, \"vocab_size\": 100, \"hidden_act\": \"relu\"}",
+         "hidden_act 'relu' is not supported"},
+        {"{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+         "\"intermediate_size\": 128, \"vocab_size\": 100, \"hidden_dropout_prob\": 1.5}",
+         "'hidden_dropout_prob' must be between"},
+        {"{\"hidden_size\": 64, \"num_hidden_layers\": -1, \"num_attention_heads\": 4, "
+         "\"intermediate_size\": 128, \"vocab_size\": 100}", "'num_hidden_layers' must be between"},
+        {"[1, 2]", "top level must be a JSON object"},
+        {"{\"hidden_size\": 64,", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sl_err e = {0};
+        CHECKF(dev_config_parse(&c, bad[i].json, &e) == -1 && strstr(e.msg, bad[i].want),
+               "config %zu: '%s'", i, e.msg);
+    }
+}
+
+/* F16 and BF16 tensors (as torch users often save) are widened to F32. */
+static void test_half_precision(void)
+{
+    const char *hdr = "{\"h\":{\"dtype\":\"F16\",\"shape\":[6],\"data_offsets\":[0,12]},"
+                      "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[12,16]},"
+                      "\"i\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[16,24]}}";
+    uint16_t h[6] = {0x3C00, 0xC000, 0x3800, 0x0001, 0x7C00, 0x0000};
+    uint16_t b[2] = {0x3F80, 0xC0A0};
+    uint64_t n = strlen(hdr);
+    FILE *f = fopen(path("half.safetensors"), "wb");
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)(n >> (8 * i));
+    int64_t one = 1;
+    CHECK(f && fwrite(len, 1, 8, f) == 8 && fwrite(hdr, 1, n, f) == n && fwrite(h, 2, 6, f) == 6 &&
+          fwrite(b, 2, 2, f) == 2 && fwrite(&one, 8, 1, f) == 1);
+    if (f)
+        fclose(f);
+    sl_err err = {0};
+    dev_st *st = dev_st_open(path("half.safetensors"), &err);
+    CHECKF(st != NULL, "%s", err.msg);
+    if (!st)
+        return;
+    float x[6];
+    CHECK(dev_st_read_f32(st, dev_st_find(st, "h"), 0, 6, x, &err) == 0);
+    CHECK(x[0] == 1.0f && x[1] == -2.0f && x[2] == 0.5f && x[3] == 0x1p-24f && isinf(x[4]) &&
+          x[5] == 0.0f);
+    CHECK(dev_st_read_f32(st, dev_st_find(st, "b"), 0, 2, x, &err) == 0);
+    CHECK(x[0] == 1.0f && x[1] == -5.0f);
+    CHECK(dev_st_read_f32(st, dev_st_find(st, "i"), 0, 1, x, &err) == -1 && strstr(err.msg, "I64"));
+    dev_st_close(st);
+}
+
+/* Under ASan, a failed huge allocation must return NULL like malloc does. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+
+/* A config too large for memory is an error, not an exit. */
+static void test_too_big(void)
+{
+    dev_config c = cfg;
+    c.hidden = 16384;
+    c.heads = 16;
+    c.vocab = 1 << 22;
+    sl_err err = {0};
+    int bounds[2] = {0, 4};
+    dev_train *tr = dev_train_create(&c, bounds, 1, 2, 8, 1, 1, &err);
+    CHECKF(tr == NULL && err.code == SL_ENOMEM && strstr(err.msg, "cannot allocate"), "'%s'",
+           err.msg);
+    printf("    %s\n", err.msg);
+    dev_train_free(tr);
+}
+
+static void all(void)
+{
+    RUN(test_too_big);
+    RUN(test_half_precision);
+    RUN(test_config);
+    RUN(test_round_trip_and_resume);
+    RUN(test_damaged_model);
+    RUN(test_damaged_optim);
+}
+
+int main(void)
+{
+    if (dt_in_tmpdir(g_dir, all))
+        return 1;
+    return sl_test_done();
+}

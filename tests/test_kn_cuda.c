@@ -1,0 +1,244 @@
+/* Every CUDA op (kn_cuda.h) against the CPU op on the same inputs, when a GPU
+ * exists; otherwise prints why (kn_cuda_probe: not compiled in, no driver,
+ * no device) and exits 77 (skip). Tolerance 1e-5 in the metric of
+ * kn_testutil.h: the GPU contracts to FMA and has its own expf/erff, and
+ * cuBLAS sums in another order; dropout masks must match exactly. */
+#include "kn_backend.h"
+#include "kn_ops.h"
+#include "kn_testutil.h"
+#include "sl_config.h"
+#if HAVE_CUDA
+#include "kn_cuda.h"
+#endif
+
+#if HAVE_CUDA
+enum { B = 2, T = 37, C = 96, NH = 3, FF = 384, V = 997, M = 11, N = B * T };
+static const double TOL = 1e-5;
+
+static void *up(const void *h, size_t bytes)
+{
+    sl_err err;
+    void *d = kn_cuda_alloc(bytes, &err);
+    CHECKF(d != NULL, "%s", err.msg);
+    if (d)
+        CHECKF(kn_cuda_upload(d, h, bytes, &err) == 0, "%s", err.msg);
+    return d;
+}
+static float *upf(const float *h, size_t n)
+{
+    return up(h, n * sizeof(float));
+}
+/* A device copy of n floats of zeros. */
+static float *zeros(size_t n)
+{
+    float *h = kt_alloc(n), *d = upf(h, n);
+    free(h);
+    return d;
+}
+/* Downloads n floats of d (after syncing) and compares with the CPU's ref. */
+static void cmp(const char *what, const float *d, const float *ref, size_t n)
+{
+    sl_err err;
+    CHECKF(kn_cuda_sync(&err) == 0, "%s: %s", what, err.msg);
+    float *h = kt_alloc(n);
+    CHECKF(kn_cuda_download(h, d, n * sizeof(float), &err) == 0, "%s", err.msg);
+    KT_CHECK_REL(what, h, ref, n, TOL);
+    free(h);
+}
+
+static void test_embed_layernorm_matmul(void)
+{
+    int32_t tok[N], seg[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = kt_randint(1, i, V), seg[i] = i % 2;
+    size_t nc = (size_t)N * C;
+    float *wte = kt_randn((size_t)V * C, 2, 1), *wpe = kt_randn((size_t)T * C, 3, 1),
+          *wse = kt_randn(2 * C, 4, 1), *dout = kt_randn(nc, 5, 1);
+    float *out = kt_alloc(nc), *g = kt_alloc((size_t)(V + T + 2) * C);
+    kn_embed_forward(out, tok, seg, wte, wpe, wse, B, T, C);
+    kn_embed_backward(g, g + (size_t)V * C, g + (size_t)(V + T) * C, dout, tok, seg, B, T, C);
+    int32_t *dtok = up(tok, sizeof tok), *dseg = up(seg, sizeof seg);
+    float *dwte = upf(wte, (size_t)V * C), *dwpe = upf(wpe, (size_t)T * C), *dwse = upf(wse, 2 * C),
+          *ddout = upf(dout, nc), *dout_ = zeros(nc), *dg = zeros((size_t)(V + T + 2) * C);
+    kn_cuda_embed_forward(dout_, dtok, dseg, dwte, dwpe, dwse, B, T, C);
+    kn_cuda_embed_backward(dg, dg + (size_t)V * C, dg + (size_t)(V + T) * C, ddout, dtok, dseg, B,
+                           T, C);
+    cmp("embed fwd", dout_, out, nc);
+    cmp("embed bwd", dg, g, (size_t)(V + T + 2) * C);
+
+    /* layernorm on the embedding output */
+    float *w = kt_randn(C, 7, 1), *b = kt_randn(C, 8, 1), *ln = kt_alloc(nc), *st = kt_alloc(2 * N),
+          *dx = kt_alloc(nc + 2 * C);
+    kn_layernorm_forward(ln, st, st + N, out, w, b, N, C, 1e-12f);
+    kn_layernorm_backward(dx, dx + nc, dx + nc + C, dout, out, w, st, st + N, N, C);
+    float *dw_ = upf(w, C), *db_ = upf(b, C), *dln = zeros(nc), *dst = zeros(2 * N),
+          *ddx = zeros(nc + 2 * C);
+    kn_cuda_layernorm_forward(dln, dst, dst + N, dout_, dw_, db_, N, C, 1e-12f);
+    kn_cuda_layernorm_backward(ddx, ddx + nc, ddx + nc + C, ddout, dout_, dw_, dst, dst + N, N, C);
+    cmp("layernorm fwd", dln, ln, nc);
+    cmp("layernorm mean/rstd", dst, st, 2 * N);
+    cmp("layernorm bwd", ddx, dx, nc + 2 * C);
+
+    /* linear C -> FF */
+    size_t nf = (size_t)N * FF;
+    float *mw = kt_randn((size_t)FF * C, 11, 0.1f), *mb = kt_randn(FF, 12, 1),
+          *mdo = kt_randn(nf, 13, 1), *mo = kt_alloc(nf), *mg = kt_alloc(nc + (size_t)FF * C + FF);
+    kn_matmul_forward(mo, ln, mw, mb, N, C, FF);
+    kn_matmul_backward(mg, mg + nc, mg + nc + (size_t)FF * C, mdo, ln, mw, N, C, FF);
+    float *dmw = upf(mw, (size_t)FF * C), *dmb = upf(mb, FF), *dmdo = upf(mdo, nf),
+          *dmo = zeros(nf), *dmg = zeros(nc + (size_t)FF * C + FF), *dlnh = upf(ln, nc);
+    kn_cuda_matmul_forward(dmo, dlnh, dmw, dmb, N, C, FF);
+    kn_cuda_matmul_backward(dmg, dmg + nc, dmg + nc + (size_t)FF * C, dmdo, dlnh, dmw, N, C, FF);
+    cmp("matmul fwd", dmo, mo, nf);
+    cmp("matmul bwd", dmg, mg, nc + (size_t)FF * C + FF);
+    kn_matmul_forward(mo, ln, mw, NULL, N, C, FF);
+    kn_cuda_matmul_forward(dmo, dlnh, dmw, NULL, N, C, FF);
+    cmp("matmul fwd no bias", dmo, mo, nf);
+
+    void *devs[] = {dtok, dseg, dwte, dwpe, dwse, ddout, dout_, dg,  dw_, db_,
+                    dln,  dst,  ddx,  dmw,  dmb,  dmdo,  dmo,   dmg, dlnh};
+    for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++)
+        kn_cuda_free(devs[i]);
+    free(wte), free(wpe), free(wse), free(dout), free(out), free(g), free(w), free(b), free(ln),
+        free(st), free(dx), free(mw), free(mb), free(mdo), free(mo), free(mg);
+}
+
+static void test_attention(void)
+{
+    int32_t valid[N];
+    for (int i = 0; i < N; i++)
+        valid[i] = i < T || (i - T) < 30;
+    size_t nq = (size_t)N * 3 * C, na = (size_t)B * NH * T * T, no = (size_t)N * C;
+    float *qkv = kt_randn(nq, 14, 1), *dout = kt_randn(no, 15, 1);
+    float *o = kt_alloc(no), *a = kt_alloc(na), *g = kt_alloc(nq);
+    int32_t *dvalid = up(valid, sizeof valid);
+    float *dqkv = upf(qkv, nq), *ddout = upf(dout, no), *dout_ = zeros(no), *da = zeros(na);
+    for (int k = 0; k < 2; k++) {
+        kn_dropout d = {.p = k ? 0.1f : 0.0f, .seed = 3, .stream = 4, .seq0 = 6};
+        float *dg = zeros(nq);
+        memset(g, 0, nq * sizeof *g);
+        kn_attention_forward(o, a, qkv, valid, B, T, C, NH, d);
+        kn_attention_backward(g, dout, qkv, a, B, T, C, NH, d);
+        kn_cuda_attention_forward(dout_, da, dqkv, dvalid, B, T, C, NH, d);
+        kn_cuda_attention_backward(dg, ddout, dqkv, da, B, T, C, NH, d);
+        cmp(k ? "attention out p=.1" : "attention out", dout_, o, no);
+        cmp(k ? "attention att p=.1" : "attention att", da, a, na);
+        cmp(k ? "attention dqkv p=.1" : "attention dqkv", dg, g, nq);
+        kn_cuda_free(dg);
+    }
+    kn_cuda_free(dvalid), kn_cuda_free(dqkv), kn_cuda_free(ddout), kn_cuda_free(dout_),
+        kn_cuda_free(da);
+    free(qkv), free(dout), free(o), free(a), free(g);
+}
+
+static void test_elementwise(void)
+{
+    size_t n = (size_t)N * FF;
+    float *x = kt_randn(n, 16, 2), *y = kt_randn(n, 17, 1), *o = kt_alloc(n), *g = kt_alloc(n);
+    float *dx = upf(x, n), *dy = upf(y, n), *d_o = zeros(n), *dg = zeros(n);
+    for (int kind = 0; kind < 2; kind++) {
+        memset(g, 0, n * sizeof *g);
+        kn_cuda_zero(dg, n * sizeof(float), NULL);
+        kn_gelu_forward(o, x, n, kind);
+        kn_gelu_backward(g, x, y, n, kind);
+        kn_cuda_gelu_forward(d_o, dx, n, kind);
+        kn_cuda_gelu_backward(dg, dx, dy, n, kind);
+        cmp(kind ? "gelu tanh fwd" : "gelu erf fwd", d_o, o, n);
+        cmp(kind ? "gelu tanh bwd" : "gelu erf bwd", dg, g, n);
+    }
+    kn_residual_forward(o, x, y, n);
+    kn_cuda_residual_forward(d_o, dx, dy, n);
+    cmp("residual fwd", d_o, o, n);
+    kn_residual_backward(g, NULL, y, n);
+    kn_cuda_residual_backward(dg, NULL, dy, n);
+    cmp("residual bwd", dg, g, n);
+    kn_scale(g, n, 0.37f);
+    kn_cuda_scale(dg, n, 0.37f);
+    cmp("scale", dg, g, n);
+    double s = kn_sumsq(x, n), sd = kn_cuda_sumsq(dx, n);
+    CHECKF(fabs(s - sd) <= 1e-9 * s, "sumsq %.17g vs %.17g", sd, s);
+    /* dropout: the masks must agree exactly (zero patterns compared below) */
+    kn_dropout d = {.p = 0.1f, .seed = 8, .stream = 9, .seq0 = 3};
+    kn_dropout_forward(o, y, B, n / B, d);
+    kn_cuda_dropout_forward(d_o, dy, B, n / B, d);
+    cmp("dropout fwd", d_o, o, n);
+    float *h = kt_alloc(n);
+    kn_cuda_download(h, d_o, n * sizeof(float), NULL);
+    int same = 1;
+    for (size_t i = 0; i < n; i++)
+        same &= (h[i] == 0.0f) == (o[i] == 0.0f);
+    CHECKF(same, "dropout masks differ between CPU and GPU");
+    kn_dropout_backward(g, y, B, n / B, d);
+    kn_cuda_dropout_backward(dg, dy, B, n / B, d);
+    cmp("dropout bwd", dg, g, n);
+    kn_cuda_free(dx), kn_cuda_free(dy), kn_cuda_free(d_o), kn_cuda_free(dg);
+    free(x), free(y), free(o), free(g), free(h);
+}
+
+static void test_crossentropy_optim(void)
+{
+    int32_t tgt[M];
+    for (int i = 0; i < M; i++)
+        tgt[i] = kt_randint(21, i, V);
+    tgt[3] = -100;
+    size_t mv = (size_t)M * V;
+    float *lg = kt_randn(mv, 20, 3), *l = kt_alloc(M), *p = kt_alloc(mv), *dl = kt_alloc(mv);
+    kn_crossentropy_forward(l, p, lg, tgt, M, V);
+    kn_crossentropy_backward(dl, p, tgt, M, V, 0.25f);
+    int32_t *dtgt = up(tgt, sizeof tgt);
+    float *dlg = upf(lg, mv), *dl_ = zeros(M), *dp = zeros(mv), *ddl = zeros(mv);
+    kn_cuda_crossentropy_forward(dl_, dp, dlg, dtgt, M, V);
+    kn_cuda_crossentropy_backward(ddl, dp, dtgt, M, V, 0.25f);
+    cmp("xent loss", dl_, l, M);
+    cmp("xent probs", dp, p, mv);
+    cmp("xent bwd", ddl, dl, mv);
+    kn_cuda_free(dtgt), kn_cuda_free(dlg), kn_cuda_free(dl_), kn_cuda_free(dp), kn_cuda_free(ddl);
+    free(lg), free(l), free(p), free(dl);
+
+    enum { NP = 70001 };
+    float *g = kt_randn(NP, 30, 1), *s = kt_alloc(3 * NP);
+    for (int lamb = 0; lamb < 2; lamb++) {
+        float *p0 = kt_randn(NP, 31, 1);
+        memset(s, 0, 3 * NP * sizeof(float));
+        memcpy(s, p0, NP * sizeof(float));
+        float *ds = upf(s, 3 * NP), *dgr = upf(g, NP);
+        for (int t = 1; t <= 3; t++) {
+            if (lamb) {
+                kn_lamb_update(s, g, s + NP, s + 2 * NP, NP, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t);
+                kn_cuda_lamb_update(ds, dgr, ds + NP, ds + 2 * NP, NP, 1e-3f, 0.9f, 0.999f, 1e-6f,
+                                    0.01f, t);
+            } else {
+                kn_adamw_update(s, g, s + NP, s + 2 * NP, NP, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t);
+                kn_cuda_adamw_update(ds, dgr, ds + NP, ds + 2 * NP, NP, 1e-3f, 0.9f, 0.999f, 1e-6f,
+                                     0.01f, t);
+            }
+        }
+        cmp(lamb ? "lamb p,m,v" : "adamw p,m,v", ds, s, 3 * NP);
+        kn_cuda_free(ds), kn_cuda_free(dgr);
+        free(p0);
+    }
+    free(g), free(s);
+}
+#endif
+
+int main(void)
+{
+    (void)sl_test_case_failed; /* unused when built without CUDA */
+    const kn_cuda_info *info = kn_cuda_probe();
+    if (!info->compiled || info->device_count <= 0)
+        sl_test_skip(info->reason);
+#if HAVE_CUDA
+    sl_err err;
+    if (kn_cuda_init(&err) != 0) {
+        CHECKF(0, "kn_cuda_init: %s", err.msg);
+        return sl_test_done();
+    }
+    printf("GPU: %s\n", info->reason);
+    RUN(test_embed_layernorm_matmul);
+    RUN(test_attention);
+    RUN(test_elementwise);
+    RUN(test_crossentropy_optim);
+    kn_cuda_shutdown();
+#endif
+    return sl_test_done();
+}

@@ -1,0 +1,300 @@
+/* Splitting the model into 2, 3 and 5 stages run in sequence gives bit for
+ * bit the loss, gradients and updated weights of one stage (same micro-
+ * batches, dropout on, AdamW and LAMB, clipping); 4 micro-batches instead of
+ * 1 give the same within 1e-6 (the sums are grouped differently). The two
+ * copies of the tied word embeddings stay identical. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dev_testutil.h"
+#include "kn_testutil.h"
+
+static const dev_config cfg = {.hidden = 48, .layers = 3, .heads = 3, .intermediate = 80,
+                               .vocab = 97, .max_pos = 32, .type_vocab = 2, .ln_eps = 1e-12f,
+                               .gelu = 0, .hidden_dropout = 0.1f, .attn_dropout = 0.1f,
+                               .init_range = 0.02f};
+enum { B = 4, T = 24, STEPS = 2 };
+
+typedef struct run {
+    dev_train *tr;
+    int steps;
+    double loss[STEPS];
+} run;
+
+/* `steps` steps; the last leaves its gradients without updating. */
+static void train(run *r, const int *bounds, int n, int micro, const dev_optim *o, int steps)
+{
+    r->steps = steps;
+    sl_err err = {0};
+    r->tr = dev_train_create(&cfg, bounds, n, B, T, micro, 7, &err);
+    CHECKF(r->tr != NULL, "%s", err.msg);
+    dt_batch b;
+    for (int s = 0; s < steps && r->tr; s++) {
+        dt_make_batch(&b, B, T, cfg.vocab, 100 + 10 * (uint64_t)s);
+        dev_batch db = dt_view(&b, (uint64_t)s * B);
+        dev_step_info info;
+        /* the last step leaves its gradients for comparison, before the update */
+        int rc = s + 1 < steps ? dev_train_step(r->tr, &db, o, &info, &err)
+                               : dev_train_grads(r->tr, &db, (uint64_t)s + 1, &info, &err);
+        CHECKF(rc == 0, "%s", err.msg);
+        r->loss[s] = info.loss;
+        dt_free_batch(&b);
+    }
+}
+
+/* Every tensor of `ref` (one stage) against the same name in `r`: values and
+ * gradients bitwise, or gradients within 1e-6 (then on the first step only,
+ * from the same weights: after an update the runs differ by more than the
+ * gradients did, since Adam's first steps are about sign(g) and an element
+ * whose gradient is ~0 may move either way by lr). */
+static void compare(run *ref, run *r, int bitwise, const char *what)
+{
+    dev_stage *s = dev_train_stage(ref->tr, 0);
+    int nt;
+    const dev_tensor *t = dev_stage_tensors(s, &nt);
+    double worst = 0;
+    int same = 1;
+    for (int k = 0; k < nt; k++)
+        for (int grad = bitwise ? 0 : 1; grad < 2; grad++) {
+            size_t n;
+            float *x = dt_find(r->tr, t[k].name, grad, &n);
+            CHECKF(x && n == t[k].numel, "%s: %s missing", what, t[k].name);
+            if (!x)
+                continue;
+            const float *want = (grad ? dev_stage_grads(s, NULL) : dev_stage_params(s, NULL)) +
+                                t[k].offset;
+            if (bitwise) {
+                int eq = kt_bitwise_equal(x, want, n);
+                CHECKF(eq, "%s: %s of %s differs", what, grad ? "gradient" : "value", t[k].name);
+                same &= eq;
+            } else {
+                double e = kt_rel(x, want, n);
+                worst = e > worst ? e : worst;
+                CHECKF(e <= 1e-6, "%s: %s of %s: rel error %.3g", what,
+                       grad ? "gradient" : "value", t[k].name, e);
+            }
+        }
+    for (int i = 0; i < r->steps; i++) {
+        if (bitwise)
+            CHECKF(ref->loss[i] == r->loss[i], "%s: loss %.17g vs %.17g", what, r->loss[i],
+                   ref->loss[i]);
+        else
+            CHECK_NEAR(r->loss[i], ref->loss[i], 1e-6 * ref->loss[i]);
+    }
+    /* The head's copy of the word embeddings equals the embeddings. */
+    size_t n1 = 0, n2 = 0;
+    float *a = dt_find(r->tr, "bert.embeddings.word_embeddings.weight", 0, &n1);
+    float *c = dt_find(r->tr, "cls.predictions.decoder.weight", 0, &n2);
+    if (a && c && n1 == n2)
+        CHECKF(kt_bitwise_equal(a, c, n1), "%s: tied copies differ", what);
+    if (bitwise)
+        printf("    %-34s %s\n", what, same ? "bitwise equal" : "DIFFERENT");
+    else
+        printf("    %-34s worst rel %.3g\n", what, worst);
+}
+
+static void splits(const dev_optim *o)
+{
+    static const int one[] = {0, 5}, two[] = {0, 3, 5}, three[] = {0, 2, 4, 5},
+                     five[] = {0, 1, 2, 3, 4, 5};
+    static const struct {
+        const int *b;
+        int n;
+        const char *name;
+    } sp[] = {{two, 2, "2 stages"}, {three, 3, "3 stages"}, {five, 5, "5 stages"}};
+    for (int mi = 0; mi < 2; mi++) {
+        int micro = mi ? 4 : 1;
+        run ref = {0};
+        train(&ref, one, 1, micro, o, STEPS);
+        for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+            run r = {0};
+            train(&r, sp[i].b, sp[i].n, micro, o, STEPS);
+            char what[64];
+            snprintf(what, sizeof what, "%s, %d micro-batch%s", sp[i].name, micro,
+                     micro > 1 ? "es" : "");
+            if (ref.tr && r.tr)
+                compare(&ref, &r, 1, what);
+            dev_train_free(r.tr);
+        }
+        if (micro == 4) {
+            run r1 = {0}, r4 = {0};
+            train(&r1, one, 1, 1, o, 1);
+            train(&r4, one, 1, 4, o, 1);
+            if (r1.tr && r4.tr)
+                compare(&r1, &r4, 0, "1 stage, 4 vs 1 micro-batches");
+            dev_train_free(r1.tr);
+            dev_train_free(r4.tr);
+        }
+        dev_train_free(ref.tr);
+    }
+}
+
+static void test_adamw(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    o.clip = 0.5f; /* small enough to clip */
+    splits(&o);
+}
+
+static void test_lamb(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    o.kind = DEV_OPT_LAMB;
+    o.lr = 1e-3f;
+    o.warmup = 1;
+    o.total = 10;
+    splits(&o);
+}
+
+/* Stages driven directly with several micro-batches in flight (one stash slot
+ * each), in a GPipe order (all forwards, then all backwards) and an
+ * interleaved 1F1B-like order, give bit for bit what the sequential trainer
+ * gives: the stash keeps each micro-batch's activations apart. */
+static void pipelined(const int *bounds, int n, int order, const dev_optim *o, run *r)
+{
+    enum { MICRO = 4, BM = B / MICRO };
+    sl_err err = {0};
+    dev_stage *st[8];
+    float *act[8][MICRO], *grad[8][MICRO];
+    size_t nc = (size_t)BM * T * cfg.hidden;
+    for (int i = 0; i < n; i++) {
+        st[i] = dev_stage_create(&cfg, bounds[i], bounds[i + 1] - 1, BM, T, MICRO, 7, &err);
+        for (int m = 0; m < MICRO; m++) {
+            act[i][m] = kt_alloc(nc);
+            grad[i][m] = kt_alloc(nc);
+        }
+    }
+    r->steps = STEPS;
+    for (int s = 0; s < STEPS; s++) {
+        dt_batch b;
+        dt_make_batch(&b, B, T, cfg.vocab, 100 + 10 * (uint64_t)s);
+        int total = 0;
+        for (int k = 0; k < B * T; k++)
+            total += b.lab[k] != -100;
+        dev_micro mb[MICRO];
+        for (int m = 0; m < MICRO; m++) {
+            size_t off = (size_t)m * BM * T;
+            dev_micro x = {.B = BM, .T = T, .tokens = b.tok + off, .segments = b.seg + off,
+                           .valid = b.valid + off, .labels = b.lab + off,
+                           .seq0 = (uint64_t)s * B + (uint64_t)m * BM, .step = (uint64_t)s + 1,
+                           .seed = 7, .loss_scale = 1.0f / (float)total, .train = 1};
+            mb[m] = x;
+        }
+        for (int i = 0; i < n; i++)
+            dev_stage_zero_grad(st[i]);
+        double loss = 0;
+        /* the global order of micro-batch operations: +m+1 forward, -(m+1) backward */
+        static const int gpipe[] = {1, 2, 3, 4, -1, -2, -3, -4};
+        static const int ofob[] = {1, 2, -1, 3, -2, 4, -3, -4};
+        const int *ops = order ? ofob : gpipe;
+        for (int k = 0; k < 2 * MICRO; k++) {
+            int m = abs(ops[k]) - 1;
+            if (ops[k] > 0) {
+                for (int i = 0; i < n; i++) {
+                    double l = 0;
+                    int msk = 0;
+                    CHECKF(dev_stage_forward(st[i], m, &mb[m], i ? act[i - 1][m] : NULL,
+                                             i + 1 < n ? act[i][m] : NULL, &l, &msk, &err) == 0,
+                           "%s", err.msg);
+                    loss += l;
+                }
+            } else {
+                for (int i = n - 1; i >= 0; i--)
+                    CHECKF(dev_stage_backward(st[i], m, &mb[m], i + 1 < n ? grad[i][m] : NULL,
+                                              i ? grad[i - 1][m] : NULL, &err) == 0,
+                           "%s", err.msg);
+            }
+        }
+        for (int i = 0; i < n; i++)
+            dev_stage_grad_finish(st[i]);
+        if (n > 1) { /* the exchange protocol, as two devices would run it */
+            size_t ne, nh;
+            float *ge = dev_stage_tied_grad(st[0], &ne), *gh = dev_stage_tied_grad(st[n - 1], &nh);
+            float *sent_e = kt_alloc(ne), *sent_h = kt_alloc(nh);
+            memcpy(sent_e, ge, ne * sizeof(float));
+            memcpy(sent_h, gh, nh * sizeof(float));
+            dev_stage_tied_add(st[0], sent_h);
+            dev_stage_tied_add(st[n - 1], sent_e);
+            free(sent_e);
+            free(sent_h);
+        }
+        double sumsq = 0;
+        for (int i = 0; i < n; i++)
+            sumsq += dev_stage_grad_sumsq(st[i]);
+        r->loss[s] = loss / total;
+        if (s + 1 < STEPS)
+            for (int i = 0; i < n; i++)
+                dev_stage_step(st[i], o, dev_clip_scale(sqrt(sumsq), o->clip));
+        dt_free_batch(&b);
+    }
+    /* hand the stages over in a dev_train shell for compare(): copy into one */
+    r->tr = dev_train_create(&cfg, bounds, n, B, T, MICRO, 7, &err);
+    for (int i = 0; i < n; i++) {
+        size_t np;
+        float *p = dev_stage_params(st[i], &np);
+        memcpy(dev_stage_params(dev_train_stage(r->tr, i), NULL), p, np * sizeof(float));
+        memcpy(dev_stage_grads(dev_train_stage(r->tr, i), NULL), dev_stage_grads(st[i], NULL),
+               np * sizeof(float));
+        dev_stage_free(st[i]);
+        for (int m = 0; m < MICRO; m++) {
+            free(act[i][m]);
+            free(grad[i][m]);
+        }
+    }
+}
+
+static void test_in_flight(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    o.clip = 0.5f;
+    static const int one[] = {0, 5}, three[] = {0, 2, 4, 5};
+    run ref = {0}; /* one stage, so compare() sees every tensor */
+    train(&ref, one, 1, 4, &o, STEPS);
+    for (int order = 0; order < 2; order++) {
+        run r = {0};
+        pipelined(three, 3, order, &o, &r);
+        if (ref.tr && r.tr)
+            compare(&ref, &r, 1, order ? "3 stages, 4 in flight, 1F1B" : "3 stages, 4 in flight, GPipe");
+        dev_train_free(r.tr);
+        run r1 = {0};
+        pipelined(one, 1, order, &o, &r1);
+        if (ref.tr && r1.tr)
+            compare(&ref, &r1, 1, order ? "1 stage, 4 in flight, 1F1B" : "1 stage, 4 in flight, GPipe");
+        dev_train_free(r1.tr);
+    }
+    dev_train_free(ref.tr);
+}
+
+/* The balancer's per-unit costs add up to the model. */
+static void test_unit_costs(void)
+{
+    size_t params = 0;
+    double flops = 0;
+    for (int u = 0; u < dev_unit_count(&cfg); u++) {
+        dev_unit_cost uc;
+        dev_unit_cost_of(&cfg, u, T, 0.15, &uc);
+        params += uc.param_bytes / 4;
+        CHECK(uc.optim_bytes == 2 * uc.param_bytes && uc.fwd_flops > 0 && uc.bwd_flops >= uc.fwd_flops);
+        CHECK(u == dev_unit_head(&cfg) ? uc.boundary_bytes == 0
+                                       : uc.boundary_bytes == (size_t)T * cfg.hidden * 4);
+        flops += uc.fwd_flops;
+    }
+    CHECK(params == dev_config_param_count(&cfg) + (size_t)cfg.vocab * cfg.hidden);
+    CHECK(flops > 2.0 * T * dev_config_param_count(&cfg) * 0.5);
+}
+
+int main(void)
+{
+    RUN(test_unit_costs);
+    RUN(test_in_flight);
+    RUN(test_adamw);
+    RUN(test_lamb);
+    return sl_test_done();
+}

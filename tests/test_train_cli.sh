@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# skyloom train / eval end to end on real text (this repository's own
+# documentation as the corpus): a tiny BERT's loss falls within 300 steps;
+# checkpoints are written atomically and resume; eval reads them; bad input
+# gives one line and the right exit status.
+set -u
+sk="$1"; src="$2"
+fail=0
+check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
+d=$(mktemp -d /tmp/skyloom-train-XXXXXX)
+trap 'rm -rf "$d"' EXIT
+cat "$src"/README.md "$src"/docs/*.md > "$d/corpus.txt"
+"$sk" -q data vocab --corpus "$d/corpus.txt" --size 600 --out "$d/vocab.txt" >/dev/null
+"$sk" -q data prepare --vocab "$d/vocab.txt" --in "$d/corpus.txt" --out "$d/text.shard" --seq 32 >/dev/null
+check "a shard from real text" test -s "$d/text.shard"
+V=$(wc -l < "$d/vocab.txt")
+cat > "$d/tiny.json" <<JSON
+{"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+ "vocab_size": $V, "max_position_embeddings": 32, "hidden_dropout_prob": 0.0,
+ "attention_probs_dropout_prob": 0.0}
+JSON
+out=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 300 --batch 16 \
+      --lr 3e-3 --warmup 20 --threads 1 --save "$d/run" --save-every 150 --json); rc=$?
+check "train exits 0" test $rc -eq 0
+check "metrics.csv has a header and 300 steps" bash -c '[ "$(head -1 "$0")" = "step,loss,masked,grad_norm,lr,seconds,tokens_per_s" ] && [ $(wc -l < "$0") -eq 301 ]' "$d/run/metrics.csv"
+# mean loss of the first and the last 20 steps
+read -r first last < <(awk -F, 'NR>1 && NR<=21 {a+=$2} NR>281 {b+=$2} END {printf "%.4f %.4f\n", a/20, b/20}' "$d/run/metrics.csv")
+echo "     loss: first 20 steps $first, last 20 steps $last (ln V = $(awk -v v="$V" 'BEGIN{printf "%.2f", log(v)}'))"
+check "loss falls by at least 0.5 on real text" awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.5)}'
+check "the JSON summary names the checkpoint" grep -q "\"checkpoint\": \"$d/run/step-300\"" <<<"$out"
+check "checkpoints at 150 and 300, latest names 300" bash -c 'test -s "$0/step-150/model.safetensors" && test -s "$0/step-300/optim.bin" && test -s "$0/step-300/config.json" && [ "$(cat "$0/latest")" = step-300 ]' "$d/run"
+check "no temporary files left" bash -c '! ls "$0"/*.tmp* "$0"/*/*.tmp* 2>/dev/null | grep -q .' "$d/run"
+ev=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --batches 4 --json); rc=$?
+check "eval exits 0 with a loss" bash -c 'test $0 -eq 0 && grep -q "\"loss\":" <<<"$1"' "$rc" "$ev"
+"$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 --batch 16 --lr 3e-3 --warmup 20 --threads 1 --resume "$d/run/step-150" --save "$d/run2" >/dev/null; rc=$?
+check "resume continues at step 151" bash -c 'test $0 -eq 0 && [ "$(sed -n 2p "$1/metrics.csv" | cut -d, -f1)" = 151 ]' "$rc" "$d/run2"
+check "a resumed step equals the original run's step" bash -c '[ "$(sed -n 152p "$0/run/metrics.csv" | cut -d, -f2)" = "$(sed -n 2p "$0/run2/metrics.csv" | cut -d, -f2)" ]' "$d"
+out=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 3 --batch 16 --threads 1 --init "$d/run/step-300/model.safetensors" --metrics "$d/init.csv" --json); rc=$?
+echo "     --init: first loss $(sed -n 2p "$d/init.csv" | cut -d, -f2) (rc $rc)"
+check "--init starts from a trained model (lower first loss than a fresh one)" bash -c 'test $0 -eq 0 && awk -v a="$(sed -n 2p "$1" | cut -d, -f2)" -v b="$2" "BEGIN{exit !(a < b - 0.25)}"' "$rc" "$d/init.csv" "$first"
+head -c 1000 "$d/run/step-300/model.safetensors" > "$d/cut.safetensors"
+err=$("$sk" -q eval --config "$d/tiny.json" --model "$d/cut.safetensors" --data "$d/text.shard" 2>&1); rc=$?
+check "a truncated model: exit 1, one line naming the problem" bash -c 'test $0 -eq 1 && [ $(wc -l <<<"$1") -eq 1 ] && grep -q "^skyloom eval: .*cut.safetensors" <<<"$1"' "$rc" "$err"
+err=$("$sk" train --config "$d/tiny.json" --data "$d/text.shard" --steps 10 --batch 6 --micro-batches 4 2>&1); rc=$?
+check "--batch not a multiple of --micro-batches: exit 2" bash -c 'test $0 -eq 2 && grep -q "multiple of --micro-batches" <<<"$1"' "$rc" "$err"
+err=$("$sk" train --config "$d/tiny.json" --data "$d/text.shard" 2>&1); rc=$?
+check "missing --steps: exit 2" test $rc -eq 2
+sed 's/"vocab_size": [0-9]*/"vocab_size": 50/' "$d/tiny.json" > "$d/small.json"
+err=$("$sk" -q train --config "$d/small.json" --data "$d/text.shard" --steps 1 2>&1); rc=$?
+check "a vocabulary larger than the model's: exit 1, named" bash -c 'test $0 -eq 1 && grep -q "vocab_size is 50" <<<"$1"' "$rc" "$err"
+"$sk" train --help | grep -q 'usage: skyloom train'; check "train --help" test $? -eq 0
+"$sk" help eval | grep -q 'usage: skyloom eval'; check "help eval" test $? -eq 0
+exit $fail
