@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bal_int.h"
+#include "sl_file.h"
 #include "sl_mem.h"
 
 /* ---- finding a field's line in the raw text ---- */
@@ -619,37 +620,10 @@ out:
 /* Reads a whole file (at most 64 MiB) as a string. */
 static char *read_text(const char *path, sl_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        sl_err_set(err, SL_EIO, "%s: %s", path, strerror(errno));
+    char *buf;
+    size_t len;
+    if (sl_read_file(path, 64u << 20, &buf, &len, err))
         return NULL;
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = sl_xmalloc(cap);
-    for (;;) {
-        if (len + 1 >= cap) {
-            if (cap >= (64u << 20)) {
-                sl_err_set(err, SL_EINVAL, "%s: larger than 64 MiB", path);
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            cap *= 2;
-            buf = sl_xrealloc(buf, cap);
-        }
-        size_t r = fread(buf + len, 1, cap - 1 - len, f);
-        len += r;
-        if (r == 0)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        sl_err_set(err, SL_EIO, "%s: read error", path);
-        free(buf);
-        return NULL;
-    }
-    buf[len] = 0;
     if (strlen(buf) != len) {
         sl_err_set(err, SL_EINVAL, "%s: contains a NUL byte", path);
         free(buf);

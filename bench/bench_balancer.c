@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "bal.h"
 #include "sl_mem.h"
 #include "sl_rng.h"
@@ -85,12 +86,6 @@ static bal_problem *build(const setting *s, double *total_flops)
     return pb;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* CPU seconds of this process: the build machine is shared, so wall time
  * measures the neighbours as much as the planner. */
 static double cpu_s(void)
@@ -118,7 +113,7 @@ static double plan_median(const bal_problem *pb, int algo, const bal_opts *o, in
         bal_plan_free(*out);
         *out = pl;
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    qsort(t, (size_t)reps, sizeof(double), bench_cmp_double);
     return t[reps / 2];
 }
 

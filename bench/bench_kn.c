@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "kn_backend.h"
 #include "kn_ops.h"
 #include "sl_mem.h"
@@ -40,12 +41,6 @@ static float *randn(size_t n, uint64_t s)
     return x;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median seconds of g_reps runs of the statement (after one warm-up). */
 #define MEDIAN(out, stmt)                                                                          \
     do {                                                                                           \
@@ -56,8 +51,7 @@ static int cmp_d(const void *a, const void *b)
             stmt;                                                                                  \
             t_[r_] = now() - t0_;                                                                  \
         }                                                                                          \
-        qsort(t_, (size_t)g_reps, sizeof t_[0], cmp_d);                                            \
-        (out) = t_[g_reps / 2];                                                                    \
+        (out) = bench_median(t_, g_reps);                                                          \
     } while (0)
 
 static void gemm_row(const char *name, int N, int IC, int OC)

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev_file.h"
+#include "bench_util.h"
+#include "sl_file.h"
 #include "dev_tok.h"
 #include "dev_vocab.h"
 #include "dev_vocab_build.h"
@@ -30,18 +31,6 @@ static int count_word(void *ctx, const char *w, size_t n, int nc)
     (void)nc;
     ++*(size_t *)ctx;
     return 0;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
 }
 
 static dev_vocab *learn(const char *text, size_t len, int cased, int size, double *secs)
@@ -74,7 +63,7 @@ int main(int argc, char **argv)
     char *text;
     size_t len;
     sl_err err = {0};
-    if (dev_read_file(argv[1], (uint64_t)1 << 32, &text, &len, &err)) {
+    if (sl_read_file(argv[1], (uint64_t)1 << 32, &text, &len, &err)) {
         fprintf(stderr, "bench_tok: %s\n", err.msg);
         return 1;
     }
@@ -92,7 +81,7 @@ int main(int argc, char **argv)
             c[r] = cpu_s() - c0;
         }
         printf("basic tokenizer   %-7s %7.1f (%5.1f) MB/s  (%zu words)\n",
-               cased ? "cased" : "uncased", mb / median(t, runs), mb / median(c, runs), words);
+               cased ? "cased" : "uncased", mb / bench_median(t, runs), mb / bench_median(c, runs), words);
     }
     static const int sizes[] = {8192, 30522};
     for (int cased = 0; cased <= 1; cased++)
@@ -112,7 +101,7 @@ int main(int argc, char **argv)
                 unk += ids.v[i] == dev_vocab_special(v).unk;
             printf("basic + wordpiece %-7s %7.1f (%5.1f) MB/s  (vocab %d learned in %.2f s, "
                    "%zu tokens, %zu [UNK])\n",
-                   cased ? "cased" : "uncased", mb / median(t, runs), mb / median(c, runs),
+                   cased ? "cased" : "uncased", mb / bench_median(t, runs), mb / bench_median(c, runs),
                    dev_vocab_size(v), ls, ids.n, unk);
             dev_ids_free(&ids);
             dev_vocab_free(v);

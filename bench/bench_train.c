@@ -12,22 +12,11 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "bench_util.h"
 #include "dev_train.h"
 #include "kn_backend.h"
 #include "sl_mem.h"
 #include "sl_time.h"
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Plain sgemm on the step's shapes: per linear (N, IC, OC) one forward and
  * two backward products, as kn_matmul_* does them. Returns GFLOP/s. */
@@ -123,7 +112,7 @@ int main(int argc, char **argv)
         }
     }
     double mm_med_flops = flops;
-    double step = median(dt, steps), mms = median(mm, steps);
+    double step = bench_median(dt, steps), mms = bench_median(mm, steps);
     struct rusage ru; /* before plain_sgemm's own buffers */
     getrusage(RUSAGE_SELF, &ru);
     double plain = plain_sgemm(&c, (int)n, M, 3);

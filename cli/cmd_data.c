@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "dev_file.h"
+#include "sl_file.h"
 #include "dev_shard.h"
 #include "dev_tok.h"
 #include "dev_vocab.h"
@@ -103,7 +103,7 @@ static int expand(paths *out, const char *path, int depth, sl_err *err)
 /* Reads a corpus file and checks it is UTF-8 (error: file, offset, line). */
 static int read_text(const char *path, char **buf, size_t *len, sl_err *err)
 {
-    if (dev_read_file(path, MAX_CORPUS_FILE, buf, len, err))
+    if (sl_read_file(path, MAX_CORPUS_FILE, buf, len, err))
         return -1;
     size_t bad = dev_utf8_check(*buf, *len);
     if (bad < *len) {
@@ -235,8 +235,7 @@ static int data_vocab(int argc, char **argv)
         paths_free(&files);
         goto done;
     }
-    dev_iov part = {L.text, L.len};
-    if (dev_write_file_atomic(out, &part, 1, &err)) {
+    if (sl_write_file_atomic(out, L.text, L.len, &err)) {
         sl_cli_fail("data vocab", 1, "%s", err.msg);
     } else {
         dev_vocab *v = dev_vocab_parse(L.text, L.len, out, &err);

@@ -9,8 +9,8 @@
 
 #include "cli.h"
 #include "dev_ckpt.h"
-#include "dev_file.h"
-#include "dev_io.h"
+#include "sl_file.h"
+#include "sl_file.h"
 #include "dev_train.h"
 #include "kn_backend.h"
 #include "sl_log.h"
@@ -162,14 +162,13 @@ static int save_step(dev_stage *s, int kind, const char *dir, int step, char *ou
     char sub[64];
     snprintf(sub, sizeof sub, "step-%d", step);
     snprintf(out, outn, "%s/%s", dir, sub);
-    if (dev_mkdir(dir, err) || dev_ckpt_save_dir(s, kind, out, err))
+    if (sl_mkdir(dir, err) || dev_ckpt_save_dir(s, kind, out, err))
         return -1;
     char latest[4096];
     snprintf(latest, sizeof latest, "%s/latest", dir);
     size_t n = strlen(sub);
     sub[n] = '\n';
-    dev_iov part = {sub, n + 1};
-    return dev_write_file_atomic(latest, &part, 1, err);
+    return sl_write_file_atomic(latest, sub, n + 1, err);
 }
 
 int cmd_train(int argc, char **argv)
@@ -229,7 +228,7 @@ int cmd_train(int argc, char **argv)
     if (o.metrics)
         snprintf(path, sizeof path, "%s", o.metrics);
     else if (o.save) {
-        if (dev_mkdir(o.save, &err)) {
+        if (sl_mkdir(o.save, &err)) {
             sl_cli_fail("train", 1, "%s", err.msg);
             goto out;
         }

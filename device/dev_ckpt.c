@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dev_io.h"
+#include "sl_file.h"
 #include "dev_safetensors.h"
 #include "sl_mem.h"
 
@@ -237,14 +237,14 @@ static void header_of(dev_stage *s, int kind, uint8_t h[OPT_HEADER])
 }
 
 typedef struct hashed_out {
-    dev_atomic a;
+    sl_atomic a;
     crypto_generichash_state h;
 } hashed_out;
 
 static void hwrite(hashed_out *o, const void *p, size_t n)
 {
     crypto_generichash_update(&o->h, p, n);
-    dev_atomic_write(&o->a, p, n);
+    sl_atomic_write(&o->a, p, n);
 }
 
 int dev_ckpt_save_optim(dev_stage *s, int kind, const char *path, sl_err *err)
@@ -252,7 +252,7 @@ int dev_ckpt_save_optim(dev_stage *s, int kind, const char *path, sl_err *err)
     if (sodium_init() < 0)
         return sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
     hashed_out o;
-    if (dev_atomic_open(&o.a, path, err))
+    if (sl_atomic_open(&o.a, path, err))
         return -1;
     crypto_generichash_init(&o.h, NULL, 0, OPT_HASH);
     uint8_t h[OPT_HEADER];
@@ -277,8 +277,8 @@ int dev_ckpt_save_optim(dev_stage *s, int kind, const char *path, sl_err *err)
             hwrite(&o, mv + (size_t)which * np + t[k].offset, t[k].numel * sizeof(float));
     uint8_t sum[OPT_HASH];
     crypto_generichash_final(&o.h, sum, sizeof sum);
-    dev_atomic_write(&o.a, sum, sizeof sum);
-    return dev_atomic_commit(&o.a, err);
+    sl_atomic_write(&o.a, sum, sizeof sum);
+    return sl_atomic_commit(&o.a, err);
 }
 
 /* Pass 1: the checksum over the whole file, before anything is trusted. */
@@ -421,7 +421,7 @@ int dev_ckpt_load_dir(dev_stage *s, int kind, const char *dir, sl_err *err)
 
 int dev_ckpt_save_dir(dev_stage *s, int kind, const char *dir, sl_err *err)
 {
-    if (dev_mkdir(dir, err))
+    if (sl_mkdir(dir, err))
         return -1;
     size_t n = strlen(dir) + 32;
     char *p = sl_xmalloc(n);

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dev_file.h"
+#include "sl_file.h"
 #include "kn_ops.h"
 
 static int get_int(json_t *root, const char *key, int required, int def, int min, int max,
@@ -129,7 +129,7 @@ int dev_config_load(dev_config *c, const char *path, sl_err *err)
 {
     char *text = NULL;
     size_t n = 0;
-    if (dev_read_file(path, 1 << 20, &text, &n, err))
+    if (sl_read_file(path, 1 << 20, &text, &n, err))
         return -1;
     int rc = dev_config_parse(c, text, err);
     free(text);
@@ -156,8 +156,7 @@ int dev_config_save(const dev_config *c, const char *path, sl_err *err)
         return sl_err_set(err, SL_ENOMEM, "config: cannot encode JSON");
     size_t n = strlen(s);
     s[n] = '\n'; /* json_dumps allocates n+1; replace the NUL, write n+1 bytes */
-    dev_iov part = {s, n + 1};
-    int rc = dev_write_file_atomic(path, &part, 1, err);
+    int rc = sl_write_file_atomic(path, s, n + 1, err);
     free(s);
     return rc;
 }

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dev_io.h"
+#include "sl_file.h"
 #include "sl_mem.h"
 
 #define MAX_HEADER (100u << 20) /* the format's own limit */
@@ -328,23 +328,23 @@ int dev_st_write(const char *path, const dev_st_out *t, int n, const char *const
     if (!h)
         return sl_err_set(err, SL_ENOMEM, "%s: cannot encode the header", path);
     size_t hl = strlen(h), padded = (hl + 7) & ~(size_t)7;
-    dev_atomic a;
-    if (dev_atomic_open(&a, path, err)) {
+    sl_atomic a;
+    if (sl_atomic_open(&a, path, err)) {
         free(h);
         return -1;
     }
     uint8_t lenb[8];
     for (int i = 0; i < 8; i++)
         lenb[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    dev_atomic_write(&a, lenb, 8);
-    dev_atomic_write(&a, h, hl);
-    dev_atomic_write(&a, "        ", padded - hl); /* the format pads with spaces */
+    sl_atomic_write(&a, lenb, 8);
+    sl_atomic_write(&a, h, hl);
+    sl_atomic_write(&a, "        ", padded - hl); /* the format pads with spaces */
     free(h);
     for (int i = 0; i < n; i++) {
         size_t numel = 1;
         for (int d = 0; d < t[i].ndim; d++)
             numel *= (size_t)t[i].shape[d];
-        dev_atomic_write(&a, t[i].data, numel * 4);
+        sl_atomic_write(&a, t[i].data, numel * 4);
     }
-    return dev_atomic_commit(&a, err);
+    return sl_atomic_commit(&a, err);
 }

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dev_file.h"
+#include "sl_file.h"
 #include "dev_tok.h"
 #include "sl_mem.h"
 
@@ -420,8 +420,7 @@ int dev_shard_writer_finish(dev_shard_writer *w, const char *path, sl_err *err)
         return sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
     }
     crypto_generichash(f + off_sum, 32, f, off_sum, NULL, 0);
-    dev_iov part = {f, off_sum + 32};
-    int rc = dev_write_file_atomic(path, &part, 1, err);
+    int rc = sl_write_file_atomic(path, f, off_sum + 32, err);
     free(f);
     return rc;
 }

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "dev_file.h"
+#include "sl_file.h"
 #include "sl_mem.h"
 
 /* Open-addressing table of token ids, keyed by bytes. A slot keeps 32 bits
@@ -221,7 +221,7 @@ dev_vocab *dev_vocab_load(const char *path, sl_err *err)
 {
     char *buf;
     size_t len;
-    if (dev_read_file(path, (uint64_t)1 << 30, &buf, &len, err))
+    if (sl_read_file(path, (uint64_t)1 << 30, &buf, &len, err))
         return NULL;
     dev_vocab *v = dev_vocab_parse(buf, len, path, err);
     free(buf);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "data_gen.h"
-#include "dev_file.h"
+#include "sl_file.h"
 #include "dev_mlm.h"
 #include "dev_shard.h"
 #include "dev_tok.h"
@@ -100,7 +100,7 @@ static void test_shard_corruption(void)
     sl_err err = {0};
     char *good;
     size_t n;
-    if (dev_read_file(path, 1 << 30, &good, &n, &err))
+    if (sl_read_file(path, 1 << 30, &good, &n, &err))
         return;
     uint8_t *b = malloc(n);
     uint64_t k = 1 << 24;

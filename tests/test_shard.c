@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "data_gen.h"
-#include "dev_file.h"
+#include "sl_file.h"
 #include "dev_shard.h"
 #include "dev_tok.h"
 #include "dev_vocab.h"
@@ -158,7 +158,7 @@ static void test_damage(void)
 {
     sl_err err = {0};
     char *buf;
-    if (dev_read_file(tmp_path("a.shard"), 1 << 30, &buf, &good_len, &err)) {
+    if (sl_read_file(tmp_path("a.shard"), 1 << 30, &buf, &good_len, &err)) {
         CHECKF(0, "%s", err.msg);
         return;
     }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev_file.h"
+#include "sl_file.h"
 #include "dev_tok.h"
 
 static const dev_vocab *vocab;
@@ -39,7 +39,7 @@ int main(int argc, char **argv)
         return 1;
     }
     vocab = v;
-    if (dev_read_file(argv[1], (uint64_t)1 << 32, &buf, &n, &err) ||
+    if (sl_read_file(argv[1], (uint64_t)1 << 32, &buf, &n, &err) ||
         dev_tok_basic(buf, n, strcmp(argv[2], "cased") == 0, put_word, NULL, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;

@@ -1,0 +1,150 @@
+#include "sl_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sl_mem.h"
+
+int sl_read_file(const char *path, uint64_t max_bytes, char **buf, size_t *len, sl_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl_err_set(err, SL_EIO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return sl_err_set(err, SL_EIO, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return sl_err_set(err, SL_EINVAL, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max_bytes) {
+        close(fd);
+        return sl_err_set(err, SL_EINVAL, "%s: %lld bytes, more than the limit of %llu", path,
+                          (long long)st.st_size, (unsigned long long)max_bytes);
+    }
+    size_t n = (size_t)st.st_size;
+    char *b = sl_try_malloc(n + 1);
+    if (!b) {
+        close(fd);
+        return sl_err_set(err, SL_ENOMEM, "%s: cannot allocate %zu bytes", path, n + 1);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, b + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            free(b);
+            close(fd);
+            return sl_err_set(err, SL_EIO, "%s: %s", path, e ? strerror(e) : "file shrank while reading");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+int sl_atomic_open(sl_atomic *a, const char *path, sl_err *err)
+{
+    memset(a, 0, sizeof *a);
+    size_t n = strlen(path);
+    a->path = sl_xstrdup(path);
+    a->tmp = sl_xmalloc(n + 32);
+    snprintf(a->tmp, n + 32, "%s.tmp.%ld", path, (long)getpid());
+    a->f = fopen(a->tmp, "wb");
+    if (!a->f) {
+        sl_err_set(err, SL_EIO, "%s: %s", a->tmp, strerror(errno));
+        free(a->path);
+        free(a->tmp);
+        memset(a, 0, sizeof *a);
+        return -1;
+    }
+    return 0;
+}
+
+void sl_atomic_write(sl_atomic *a, const void *p, size_t n)
+{
+    if (!a->failed && n && fwrite(p, 1, n, a->f) != n)
+        a->failed = errno ? errno : EIO;
+}
+
+static void release(sl_atomic *a)
+{
+    free(a->path);
+    free(a->tmp);
+    memset(a, 0, sizeof *a);
+}
+
+void sl_atomic_abort(sl_atomic *a)
+{
+    if (a->f)
+        fclose(a->f);
+    if (a->tmp)
+        unlink(a->tmp);
+    release(a);
+}
+
+static void fsync_dir(const char *path)
+{
+    char *d = sl_xstrdup(path);
+    int fd = open(dirname(d), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(d);
+}
+
+int sl_atomic_commit(sl_atomic *a, sl_err *err)
+{
+    int e = a->failed;
+    if (!e && fflush(a->f))
+        e = errno;
+    if (!e && fsync(fileno(a->f)))
+        e = errno;
+    if (fclose(a->f) && !e)
+        e = errno;
+    a->f = NULL;
+    if (!e && rename(a->tmp, a->path))
+        e = errno;
+    if (e) {
+        sl_err_set(err, SL_EIO, "writing %s: %s", a->path, strerror(e));
+        unlink(a->tmp);
+        release(a);
+        return -1;
+    }
+    fsync_dir(a->path);
+    release(a);
+    return 0;
+}
+
+int sl_mkdir(const char *path, sl_err *err)
+{
+    if (mkdir(path, 0755) && errno != EEXIST)
+        return sl_err_set(err, SL_EIO, "mkdir %s: %s", path, strerror(errno));
+    struct stat st;
+    if (stat(path, &st) || !S_ISDIR(st.st_mode))
+        return sl_err_set(err, SL_EIO, "%s: not a directory", path);
+    return 0;
+}
+
+int sl_write_file_atomic(const char *path, const void *p, size_t n, sl_err *err)
+{
+    sl_atomic a;
+    if (sl_atomic_open(&a, path, err))
+        return -1;
+    sl_atomic_write(&a, p, n);
+    return sl_atomic_commit(&a, err);
+}

@@ -1,0 +1,41 @@
+/* sl_file.h - whole-file reads and crash-safe file writes.
+ *
+ * Writes go to a temporary file in the same directory, are fsynced, renamed
+ * over the target and the directory fsynced, so a crash leaves either the old
+ * file or the new one, never a torn one. */
+#ifndef SL_FILE_H
+#define SL_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sl_err.h"
+
+/* Reads all of `path` into a fresh buffer (NUL-terminated, *len excludes the
+ * NUL). Refuses non-regular files and files larger than max_bytes. Free with
+ * free(). */
+int sl_read_file(const char *path, uint64_t max_bytes, char **buf, size_t *len, sl_err *err);
+
+/* Streaming atomic write, for files written piece by piece (checkpoints). */
+typedef struct sl_atomic {
+    FILE *f;
+    char *path, *tmp;
+    int failed;
+} sl_atomic;
+
+int sl_atomic_open(sl_atomic *a, const char *path, sl_err *err);
+/* Buffered write; errors are remembered and reported by commit. */
+void sl_atomic_write(sl_atomic *a, const void *p, size_t n);
+/* fflush + fsync + rename + directory fsync; on any failure removes the temp
+ * file and returns -1. Always releases a. */
+int sl_atomic_commit(sl_atomic *a, sl_err *err);
+void sl_atomic_abort(sl_atomic *a);
+
+/* The whole buffer, atomically. */
+int sl_write_file_atomic(const char *path, const void *p, size_t n, sl_err *err);
+
+/* mkdir for one level (an existing directory is fine). */
+int sl_mkdir(const char *path, sl_err *err);
+
+#endif
