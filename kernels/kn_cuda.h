@@ -37,6 +37,7 @@ void *kn_cuda_alloc(size_t bytes, sl_err *err);
 void kn_cuda_free(void *p);
 int kn_cuda_upload(void *dst, const void *src, size_t bytes, sl_err *err);
 int kn_cuda_download(void *dst, const void *src, size_t bytes, sl_err *err);
+int kn_cuda_copy(void *dst, const void *src, size_t bytes, sl_err *err); /* device to device */
 int kn_cuda_zero(void *p, size_t bytes, sl_err *err);
 int kn_cuda_sync(sl_err *err);
 
@@ -68,6 +69,8 @@ void kn_cuda_residual_backward(float *da, float *db, const float *dout, size_t N
 void kn_cuda_dropout_forward(float *out, const float *inp, int B, size_t per_seq, kn_dropout drop);
 void kn_cuda_dropout_backward(float *dinp, const float *dout, int B, size_t per_seq,
                               kn_dropout drop);
+void kn_cuda_gather_rows(float *out, const float *x, const int32_t *idx, int M, int C);
+void kn_cuda_scatter_rows(float *out, const float *x, const int32_t *idx, int M, int C);
 void kn_cuda_crossentropy_forward(float *losses, float *probs, const float *logits,
                                   const int32_t *targets, int M, int V);
 void kn_cuda_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,

@@ -74,6 +74,13 @@ void kn_residual_backward(float *da, float *db, const float *dout, size_t N);
 void kn_dropout_forward(float *out, const float *inp, int B, size_t per_seq, kn_dropout drop);
 void kn_dropout_backward(float *dinp, const float *dout, int B, size_t per_seq, kn_dropout drop);
 
+/* ---- rows -------------------------------------------------------------
+ * gather: out (M,C) = x[idx[j]] for j < M (x has at least max(idx)+1 rows);
+ * scatter: out[idx[j]] = x[j] (M,C); rows of out not in idx are untouched.
+ * The MLM head runs only at the M masked positions of a micro-batch. */
+void kn_gather_rows(float *out, const float *x, const int32_t *idx, int M, int C);
+void kn_scatter_rows(float *out, const float *x, const int32_t *idx, int M, int C);
+
 /* ---- MLM loss ---------------------------------------------------------
  * logits (M,V) for the M masked positions; targets (M).
  * losses (M) = -log softmax(logits)[target]; probs (M,V) saved.

@@ -93,6 +93,15 @@ SL_HD KN_INLINE void kn_t_residual_bwd(size_t i, float *da, float *db, const flo
     if (db)
         db[i] += dout[i];
 }
+/* rows: one thread per element i of the (M,C) gathered tensor */
+SL_HD KN_INLINE void kn_t_gather(size_t i, float *out, const float *x, const int32_t *idx, int C)
+{
+    out[i] = x[(size_t)idx[i / C] * C + i % C];
+}
+SL_HD KN_INLINE void kn_t_scatter(size_t i, float *out, const float *x, const int32_t *idx, int C)
+{
+    out[(size_t)idx[i / C] * C + i % C] = x[i];
+}
 /* Hidden dropout of flat element f of a (B, per_seq) tensor; accum: += (backward). */
 SL_HD KN_INLINE void kn_t_dropout(size_t f, float *out, const float *inp, size_t per_seq,
                                   kn_dropout d, int accum)

@@ -190,6 +190,27 @@ static void test_elementwise(void)
     free(x), free(y), free(o1), free(o2), free(da1), free(db1), free(da2), free(db2);
 }
 
+/* rows: the MLM head's gather of masked positions and scatter of their gradient */
+static void test_rows(void)
+{
+    int32_t idx[M];
+    FOR(j, M) idx[j] = (int32_t)((j * 7 + 3) % N); /* distinct rows, out of order */
+    float *x = kt_randn((size_t)N * C, 50, 1), *r = kt_randn((size_t)M * C, 51, 1);
+    float *o1 = kt_alloc((size_t)M * C), *o2 = kt_alloc((size_t)M * C);
+    kn_gather_rows(o1, x, idx, M, C);
+    FOR(i, (size_t)M * C) kn_t_gather(i, o2, x, idx, C);
+    check_same("gather rows", o1, o2, (size_t)M * C);
+    FOR(j, M) CHECK(!memcmp(o1 + j * C, x + (size_t)idx[j] * C, C * sizeof(float)));
+    float *s1 = kt_alloc((size_t)N * C), *s2 = kt_alloc((size_t)N * C);
+    kn_scatter_rows(s1, r, idx, M, C);
+    FOR(i, (size_t)M * C) kn_t_scatter(i, s2, r, idx, C);
+    check_same("scatter rows", s1, s2, (size_t)N * C);
+    size_t nonzero = 0;
+    FOR(i, (size_t)N * C) nonzero += s1[i] != 0.0f;
+    CHECK(nonzero == (size_t)M * C); /* rows not in idx untouched (zero) */
+    free(x), free(r), free(o1), free(o2), free(s1), free(s2);
+}
+
 static void test_crossentropy(void)
 {
     int32_t tgt[M];
@@ -304,6 +325,7 @@ int main(void)
     RUN(test_matmul);
     RUN(test_attention);
     RUN(test_elementwise);
+    RUN(test_rows);
     RUN(test_crossentropy);
     RUN(test_optimizers);
     return sl_test_done();

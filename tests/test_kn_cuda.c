@@ -175,6 +175,25 @@ static void test_elementwise(void)
     free(x), free(y), free(o), free(g), free(h);
 }
 
+static void test_rows(void)
+{
+    int32_t idx[M];
+    for (int j = 0; j < M; j++)
+        idx[j] = (int32_t)((j * 7 + 3) % N);
+    float *x = kt_randn((size_t)N * C, 50, 1), *o = kt_alloc((size_t)M * C),
+          *s = kt_alloc((size_t)N * C);
+    float *dx = upf(x, (size_t)N * C), *d_o = zeros((size_t)M * C), *ds = zeros((size_t)N * C);
+    int32_t *didx = up(idx, sizeof idx);
+    kn_gather_rows(o, x, idx, M, C);
+    kn_cuda_gather_rows(d_o, dx, didx, M, C);
+    cmp("gather rows", d_o, o, (size_t)M * C);
+    kn_scatter_rows(s, o, idx, M, C);
+    kn_cuda_scatter_rows(ds, d_o, didx, M, C);
+    cmp("scatter rows", ds, s, (size_t)N * C);
+    kn_cuda_free(dx), kn_cuda_free(d_o), kn_cuda_free(ds), kn_cuda_free(didx);
+    free(x), free(o), free(s);
+}
+
 static void test_crossentropy_optim(void)
 {
     int32_t tgt[M];
@@ -237,6 +256,7 @@ int main(void)
     RUN(test_embed_layernorm_matmul);
     RUN(test_attention);
     RUN(test_elementwise);
+    RUN(test_rows);
     RUN(test_crossentropy_optim);
     kn_cuda_shutdown();
 #endif

@@ -246,6 +246,19 @@ void kn_dropout_backward(float *dinp, const float *dout, int B, size_t per_seq, 
     dropout_apply(dinp, dout, n, &drop, drop.seq0 * per_seq, 1);
 }
 
+/* ---- rows ---- */
+void kn_gather_rows(float *out, const float *x, const int32_t *idx, int M, int C)
+{
+    for (int j = 0; j < M; j++)
+        memcpy(out + (size_t)j * C, x + (size_t)idx[j] * C, (size_t)C * sizeof(float));
+}
+
+void kn_scatter_rows(float *out, const float *x, const int32_t *idx, int M, int C)
+{
+    for (int j = 0; j < M; j++)
+        memcpy(out + (size_t)idx[j] * C, x + (size_t)j * C, (size_t)C * sizeof(float));
+}
+
 /* ---- cross-entropy ---- */
 KN_CLONES void kn_crossentropy_forward(float *losses, float *probs, const float *logits,
                                        const int32_t *targets, int M, int V)

@@ -127,6 +127,10 @@ extern "C" int kn_cuda_download(void *dst, const void *src, size_t bytes, sl_err
 {
     return copy(dst, src, bytes, cudaMemcpyDeviceToHost, err);
 }
+extern "C" int kn_cuda_copy(void *dst, const void *src, size_t bytes, sl_err *err)
+{
+    return copy(dst, src, bytes, cudaMemcpyDeviceToDevice, err);
+}
 extern "C" int kn_cuda_zero(void *p, size_t bytes, sl_err *err)
 {
     cudaError_t st = cudaMemset(p, 0, bytes);
@@ -223,6 +227,10 @@ KN_KERNEL(k_dropout,
           (size_t n, float *out, const float *inp, size_t per_seq, kn_dropout d, int accum),
           kn_t_dropout(i, out, inp, per_seq, d, accum))
 KN_KERNEL(k_scale, (size_t n, float *x, float s), kn_t_scale(i, x, s))
+KN_KERNEL(k_gather, (size_t n, float *out, const float *x, const int32_t *idx, int C),
+          kn_t_gather(i, out, x, idx, C))
+KN_KERNEL(k_scatter, (size_t n, float *out, const float *x, const int32_t *idx, int C),
+          kn_t_scatter(i, out, x, idx, C))
 KN_KERNEL(k_xent_fwd,
           (size_t n, float *losses, float *probs, const float *logits, const int32_t *targets,
            int V),
@@ -433,6 +441,14 @@ extern "C" void kn_cuda_dropout_backward(float *dinp, const float *dout, int B, 
         return;
     }
     LAUNCH(k_dropout, n, dinp, dout, per_seq, drop, 1);
+}
+extern "C" void kn_cuda_gather_rows(float *out, const float *x, const int32_t *idx, int M, int C)
+{
+    LAUNCH(k_gather, (size_t)M * C, out, x, idx, C);
+}
+extern "C" void kn_cuda_scatter_rows(float *out, const float *x, const int32_t *idx, int M, int C)
+{
+    LAUNCH(k_scatter, (size_t)M * C, out, x, idx, C);
 }
 extern "C" void kn_cuda_crossentropy_forward(float *losses, float *probs, const float *logits,
                                              const int32_t *targets, int M, int V)

@@ -1,0 +1,40 @@
+/* The CUDA backend: device memory and the ops of kn_cuda.h. */
+#include "kn_be.h"
+#include "kn_cuda.h"
+
+static const kn_be cuda_be = {
+    .name = "cuda",
+    .resident = 1,
+    .init = kn_cuda_init,
+    .alloc = kn_cuda_alloc,
+    .free = kn_cuda_free,
+    .upload = kn_cuda_upload,
+    .download = kn_cuda_download,
+    .copy = kn_cuda_copy,
+    .zero = kn_cuda_zero,
+    .sync = kn_cuda_sync,
+    .embed_forward = kn_cuda_embed_forward,
+    .embed_backward = kn_cuda_embed_backward,
+    .layernorm_forward = kn_cuda_layernorm_forward,
+    .layernorm_backward = kn_cuda_layernorm_backward,
+    .matmul_forward = kn_cuda_matmul_forward,
+    .matmul_backward = kn_cuda_matmul_backward,
+    .attention_forward = kn_cuda_attention_forward,
+    .attention_backward = kn_cuda_attention_backward,
+    .gelu_forward = kn_cuda_gelu_forward,
+    .gelu_backward = kn_cuda_gelu_backward,
+    .residual_forward = kn_cuda_residual_forward,
+    .residual_backward = kn_cuda_residual_backward,
+    .dropout_forward = kn_cuda_dropout_forward,
+    .dropout_backward = kn_cuda_dropout_backward,
+    .gather_rows = kn_cuda_gather_rows,
+    .scatter_rows = kn_cuda_scatter_rows,
+    .crossentropy_forward = kn_cuda_crossentropy_forward,
+    .crossentropy_backward = kn_cuda_crossentropy_backward,
+    .adamw_update = kn_cuda_adamw_update,
+    .lamb_update = kn_cuda_lamb_update,
+    .sumsq = kn_cuda_sumsq,
+    .scale = kn_cuda_scale,
+};
+
+const kn_be *kn_be_cuda(void) { return &cuda_be; }

@@ -1,0 +1,94 @@
+/* kn_be.h - a compute backend: where a stage's tensors live and which code
+ * runs the ops of kn_ops.h on them.
+ *
+ * The stage (device/dev_stage.c) calls every op through a kn_be, never
+ * kn_<op> or kn_cuda_<op> directly, and moves data between the host and its
+ * buffers only with upload/download. So one stage implementation runs on:
+ *   kn_be_cpu()   host memory, the CPU ops (kn_ops.h); resident = 0, so the
+ *                 stage may read its buffers directly and skips the copies;
+ *   kn_be_cuda()  device memory, the CUDA ops (kn_cuda.h); NULL in a build
+ *                 without nvcc.
+ * tests/kn_shadow.c adds a third, resident backend whose buffers cannot be
+ * dereferenced on the host (tagged pointers) but whose ops are the CPU's: it
+ * proves, without a GPU, that the stage never touches a resident buffer
+ * except through this table, and gives bit-identical results.
+ *
+ * Every op has exactly the signature and semantics of kn_ops.h. Ops may be
+ * asynchronous (CUDA): `sync` waits and reports the first failure since the
+ * last sync; upload/download/copy/zero are ordered with the ops. sumsq
+ * returns a value, so it waits. Use a backend from one thread at a time. */
+#ifndef KN_BE_H
+#define KN_BE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kn_ops.h"
+#include "sl_err.h"
+
+typedef struct kn_be {
+    const char *name; /* "cpu", "cuda", ... */
+    int resident;     /* 1: buffers are not host memory (use upload/download) */
+
+    int (*init)(sl_err *err); /* NULL: nothing to set up (kn_be_open calls it) */
+
+    void *(*alloc)(size_t bytes, sl_err *err); /* zero bytes allowed; NULL + err on failure */
+    void (*free)(void *p);                     /* NULL allowed */
+    int (*upload)(void *dst, const void *src, size_t bytes, sl_err *err);   /* host -> buffer */
+    int (*download)(void *dst, const void *src, size_t bytes, sl_err *err); /* buffer -> host */
+    int (*copy)(void *dst, const void *src, size_t bytes, sl_err *err);     /* buffer -> buffer */
+    int (*zero)(void *p, size_t bytes, sl_err *err);
+    int (*sync)(sl_err *err);
+
+    void (*embed_forward)(float *out, const int32_t *tok, const int32_t *seg, const float *wte,
+                          const float *wpe, const float *wse, int B, int T, int C);
+    void (*embed_backward)(float *dwte, float *dwpe, float *dwse, const float *dout,
+                           const int32_t *tok, const int32_t *seg, int B, int T, int C);
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C, float eps);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *b, int N,
+                           int IC, int OC);
+    void (*matmul_backward)(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, int N, int IC, int OC);
+    void (*attention_forward)(float *out, float *att, const float *qkv, const int32_t *valid,
+                              int B, int T, int C, int NH, kn_dropout drop);
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH, kn_dropout drop);
+    void (*gelu_forward)(float *out, const float *inp, size_t N, int kind);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t N, int kind);
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t N);
+    void (*residual_backward)(float *da, float *db, const float *dout, size_t N);
+    void (*dropout_forward)(float *out, const float *inp, int B, size_t per_seq, kn_dropout drop);
+    void (*dropout_backward)(float *dinp, const float *dout, int B, size_t per_seq,
+                             kn_dropout drop);
+    void (*gather_rows)(float *out, const float *x, const int32_t *idx, int M, int C);
+    void (*scatter_rows)(float *out, const float *x, const int32_t *idx, int M, int C);
+    void (*crossentropy_forward)(float *losses, float *probs, const float *logits,
+                                 const int32_t *targets, int M, int V);
+    void (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
+                                  int M, int V, float scale);
+    void (*adamw_update)(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float wd, int t);
+    void (*lamb_update)(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                        float beta1, float beta2, float eps, float wd, int t);
+    double (*sumsq)(const float *x, size_t n);
+    void (*scale)(float *x, size_t n, float s);
+} kn_be;
+
+/* Host memory and the CPU ops. Never NULL. */
+const kn_be *kn_be_cpu(void);
+/* GPU 0 and the CUDA ops; NULL in a build without CUDA. Call kn_be_open (or
+ * kn_cuda_init) before using it. */
+const kn_be *kn_be_cuda(void);
+
+/* Chooses a backend by name: "cpu", "cuda", or "auto" (CUDA when this build
+ * has it and a GPU answers, else the CPU). `why` (may be NULL) receives one
+ * line saying what was chosen and why, e.g. "cpu (no GPU: CUDA driver
+ * missing: ...)". An explicit "cuda" that cannot be had is an error with the
+ * reason, never a silent fall-back. */
+const kn_be *kn_be_open(const char *name, char *why, size_t why_n, sl_err *err);
+
+#endif
