@@ -52,6 +52,8 @@ int dev_ckpt_save_model(dev_stage *s, const char *path, sl_err *err)
 {
     int nt;
     const dev_tensor *t = dev_stage_tensors(s, &nt);
+    if (dev_stage_pull(s, err))
+        return -1;
     float *p = dev_stage_params(s, NULL);
     dev_st_out *out = sl_xcalloc((size_t)nt * 3, sizeof *out);
     int n = 0;
@@ -147,6 +149,8 @@ int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err)
     if (!st)
         return -1;
     int rc = check_unknown(dev_stage_config(s), st, path, err);
+    if (!rc)
+        rc = dev_stage_pull(s, err); /* the host view is the base of the copy below */
     int nt;
     const dev_tensor *t = dev_stage_tensors(s, &nt);
     size_t np;
@@ -182,8 +186,10 @@ int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err)
             rc = dev_st_read_f32(st, f, 0, parts[i].numel, tmp + t[k].offset + parts[i].offset, err);
         }
     }
-    if (rc == 0)
+    if (rc == 0) {
         memcpy(p, tmp, np * sizeof(float));
+        rc = dev_stage_push(s, err);
+    }
     sl_aligned_free(tmp);
     dev_st_close(st);
     return rc;
@@ -251,6 +257,8 @@ int dev_ckpt_save_optim(dev_stage *s, int kind, const char *path, sl_err *err)
 {
     if (sodium_init() < 0)
         return sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
+    if (dev_stage_pull(s, err))
+        return -1;
     hashed_out o;
     if (sl_atomic_open(&o.a, path, err))
         return -1;
@@ -369,6 +377,8 @@ int dev_ckpt_load_optim(dev_stage *s, int kind, const char *path, sl_err *err)
         }
     }
     size_t np;
+    if (dev_stage_pull(s, err)) /* the parameters' host view goes back with the push below */
+        goto out;
     float *mv = dev_stage_optim_state(s, &np);
     uint64_t pos = (uint64_t)ftell(f), need = 0;
     for (int k = 0; k < nt; k++)
@@ -383,6 +393,8 @@ int dev_ckpt_load_optim(dev_stage *s, int kind, const char *path, sl_err *err)
             if (fread(mv + (size_t)which * np + t[k].offset, sizeof(float), t[k].numel, f) !=
                 t[k].numel)
                 goto short_read;
+    if (dev_stage_push(s, err))
+        goto out;
     dev_stage_set_step(s, (int)step);
     rc = 0;
     goto out;

@@ -2,14 +2,20 @@
  * block per layer, activations in one flat allocation per stash slot,
  * gradients of activations in scratch shared by all slots (backward runs one
  * micro-batch at a time). Every kn_* backward accumulates, so the scratch it
- * writes into is zeroed first. */
+ * writes into is zeroed first.
+ *
+ * Every op goes through the stage's backend (kn_be.h) and every buffer the
+ * ops touch is the backend's: on the CPU that is host memory, on CUDA device
+ * memory. Host data (tokens, labels, boundary activations, the losses) cross
+ * over only with upload/download, which on the CPU are plain copies or are
+ * skipped (`res` is 0: the stage then reads its buffers directly). */
 #include "dev_stage.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_ops.h"
+#include "kn_be.h"
 #include "sl_mem.h"
 #include "sl_rng.h"
 #include "sl_time.h"
@@ -26,7 +32,9 @@ typedef struct layer_a {
 } layer_a;
 typedef struct head_a {
     int M, cap;
-    int32_t *idx, *tgt;
+    int32_t *idx, *tgt;   /* host: masked positions and their labels */
+    int32_t *didx, *dtgt; /* the backend's copies (the host arrays when !res) */
+    float *hloss;         /* host copy of losses (losses itself when !res) */
     float *xm, *d, *g, *l, *mean, *rstd, *probs, *losses;
 } head_a;
 
@@ -37,9 +45,18 @@ typedef struct slot {
     layer_a *l; /* indexed by unit - first layer unit of the stage */
     head_a h;
     int B;      /* micro-batch size of the forward in this slot; 0 = empty */
+    /* the micro-batch's int inputs as the ops read them: uploaded copies
+     * (dtok, dseg, dvalid: maxB*T each) on a resident backend, else the
+     * caller's arrays */
+    const int32_t *tok, *seg, *valid;
+    int32_t *dtok, *dseg, *dvalid;
 } slot;
 
 struct dev_stage {
+    const kn_be *be;
+    int res; /* be->resident: host views are copies (pull/push) */
+    sl_err fault; /* first failed buffer operation (zero/copy) since the last check */
+    int faulted;
     dev_config c;
     int u0, u1, maxB, T, nslots, step;
     int has_embed, has_head, l0, nl; /* layer units l0 .. l0+nl-1 */
@@ -47,6 +64,8 @@ struct dev_stage {
     int nt;
     size_t np;
     float *params, *grads, *mv;
+    float *hparams, *hgrads, *hmv; /* host views: the same pointers when !res */
+    float *htied, *dtied;          /* res: host view of the tied gradient, upload scratch */
     float *gtail; /* LOCAL role: the head's part of the word-embedding gradient */
     /* per-unit parameter and gradient pointers, in layout order */
     float **pp, **gp; /* pp[k] for tensor k */
@@ -69,7 +88,7 @@ static void mm_fwd(dev_stage *s, float *out, const float *inp, const float *w, c
                    int N, int IC, int OC)
 {
     double t0 = s->prof ? sl_now_s() : 0;
-    kn_matmul_forward(out, inp, w, b, N, IC, OC);
+    s->be->matmul_forward(out, inp, w, b, N, IC, OC);
     if (s->prof) {
         s->mm_s += sl_now_s() - t0;
         s->mm_flops += 2.0 * N * IC * OC;
@@ -80,7 +99,7 @@ static void mm_bwd(dev_stage *s, float *dinp, float *dw, float *db, const float 
                    const float *inp, const float *w, int N, int IC, int OC)
 {
     double t0 = s->prof ? sl_now_s() : 0;
-    kn_matmul_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
+    s->be->matmul_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
     if (s->prof) {
         s->mm_s += sl_now_s() - t0;
         s->mm_flops += 4.0 * N * IC * OC;
@@ -139,10 +158,50 @@ float dev_clip_scale(double norm, float max_norm)
  * not an exit. */
 static float *falloc(dev_stage *s, size_t n)
 {
-    float *p = sl_try_aligned_alloc(n * sizeof(float));
+    float *p = s->be->alloc(n * sizeof(float), NULL);
     if (!p)
         s->oom = 1;
     return p;
+}
+
+static void bfree(const dev_stage *s, void *p)
+{
+    if (p)
+        s->be->free(p);
+}
+
+/* Host memory for the host views of a resident stage. */
+static float *halloc(dev_stage *s, size_t n)
+{
+    float *p = sl_try_aligned_alloc((n ? n : 1) * sizeof(float));
+    if (!p)
+        s->oom = 1;
+    return p;
+}
+
+/* Buffer operations whose failure is reported by the next check_fault. */
+static void zero(dev_stage *s, void *p, size_t floats)
+{
+    if (s->be->zero(p, floats * sizeof(float), s->faulted ? NULL : &s->fault))
+        s->faulted = 1;
+}
+static void dcopy(dev_stage *s, void *dst, const void *src, size_t floats)
+{
+    if (s->be->copy(dst, src, floats * sizeof(float), s->faulted ? NULL : &s->fault))
+        s->faulted = 1;
+}
+
+/* Waits for the backend and reports the first failure since the last call. */
+static int check_fault(dev_stage *s, sl_err *err)
+{
+    int rc = s->be->sync(err);
+    if (s->faulted) {
+        if (err)
+            *err = s->fault;
+        s->faulted = 0;
+        return -1;
+    }
+    return rc;
 }
 
 static float *carve(float *base, size_t *cur, size_t n)
@@ -185,7 +244,7 @@ static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
 }
 
 dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int T, int slots,
-                            uint64_t seed, sl_err *err)
+                            uint64_t seed, const kn_be *be, sl_err *err)
 {
     if (dev_config_validate(c, err))
         return NULL;
@@ -200,6 +259,8 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
         return NULL;
     }
     dev_stage *s = sl_xcalloc(1, sizeof *s);
+    s->be = be ? be : kn_be_cpu();
+    s->res = s->be->resident;
     s->c = *c;
     s->u0 = u0;
     s->u1 = u1;
@@ -222,6 +283,15 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     s->params = falloc(s, s->np);
     s->grads = falloc(s, gtotal);
     s->mv = falloc(s, 2 * s->np);
+    if (s->res) {
+        s->hparams = halloc(s, s->np);
+        s->hgrads = halloc(s, s->np);
+        s->hmv = halloc(s, 2 * s->np);
+    } else {
+        s->hparams = s->params;
+        s->hgrads = s->grads;
+        s->hmv = s->mv;
+    }
     s->bytes = (s->np * 3 + gtotal) * sizeof(float);
     if (s->oom) {
         sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB of parameters, gradients and optimizer state for units %d..%d",
@@ -257,8 +327,16 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
         slot tmp = *sl;
         size_t n = slot_floats(s, &tmp, NULL);
         sl->base = falloc(s, n ? n : 1);
-        slot_floats(s, sl, sl->base);
+        if (sl->base)
+            slot_floats(s, sl, sl->base);
         s->bytes += n * sizeof(float);
+        if (s->res) {
+            size_t NT = (size_t)max_B * T;
+            sl->dtok = (int32_t *)falloc(s, NT);
+            sl->dseg = (int32_t *)falloc(s, NT);
+            sl->dvalid = (int32_t *)falloc(s, NT);
+            s->bytes += 3 * NT * sizeof(int32_t);
+        }
     }
     size_t N = (size_t)max_B * T, F = c->intermediate;
     s->G0 = falloc(s, N * C);
@@ -275,25 +353,56 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
         dev_stage_free(s);
         return NULL;
     }
-    memset(s->params, 0, s->np * sizeof(float));
-    memset(s->grads, 0, gtotal * sizeof(float));
-    memset(s->mv, 0, 2 * s->np * sizeof(float));
-    dev_model_init(s->t, s->nt, s->params, seed, c->init_range);
+    memset(s->hparams, 0, s->np * sizeof(float));
+    memset(s->hgrads, 0, s->np * sizeof(float));
+    memset(s->hmv, 0, 2 * s->np * sizeof(float));
+    dev_model_init(s->t, s->nt, s->hparams, seed, c->init_range);
+    zero(s, s->grads, gtotal);
+    if (dev_stage_push(s, err) || check_fault(s, err)) {
+        sl_err_wrap(err, "units %d..%d on %s", u0, u1, s->be->name);
+        dev_stage_free(s);
+        return NULL;
+    }
     return s;
 }
 
-static void head_free(head_a *h)
+int dev_stage_pull(dev_stage *s, sl_err *err)
+{
+    if (!s->res)
+        return 0;
+    size_t b = s->np * sizeof(float);
+    if (s->be->download(s->hparams, s->params, b, err) ||
+        s->be->download(s->hgrads, s->grads, b, err) ||
+        s->be->download(s->hmv, s->mv, 2 * b, err))
+        return sl_err_wrap(err, "copying the stage to the host");
+    return 0;
+}
+
+int dev_stage_push(dev_stage *s, sl_err *err)
+{
+    if (!s->res)
+        return 0;
+    size_t b = s->np * sizeof(float);
+    if (s->be->upload(s->params, s->hparams, b, err) || s->be->upload(s->mv, s->hmv, 2 * b, err))
+        return sl_err_wrap(err, "copying the stage to %s", s->be->name);
+    return 0;
+}
+
+const char *dev_stage_backend(const dev_stage *s) { return s->be->name; }
+
+static void head_free(const dev_stage *s, head_a *h)
 {
     sl_aligned_free(h->idx);
     sl_aligned_free(h->tgt);
-    sl_aligned_free(h->xm);
-    sl_aligned_free(h->d);
-    sl_aligned_free(h->g);
-    sl_aligned_free(h->l);
-    sl_aligned_free(h->mean);
-    sl_aligned_free(h->rstd);
-    sl_aligned_free(h->probs);
-    sl_aligned_free(h->losses);
+    if (s->res) {
+        bfree(s, h->didx);
+        bfree(s, h->dtgt);
+        sl_aligned_free(h->hloss);
+    }
+    float *b[8] = {h->xm, h->d, h->g, h->l, h->mean, h->rstd, h->probs, h->losses};
+    for (int i = 0; i < 8; i++)
+        bfree(s, b[i]);
+    memset(h, 0, sizeof *h);
 }
 
 void dev_stage_free(dev_stage *s)
@@ -301,26 +410,25 @@ void dev_stage_free(dev_stage *s)
     if (!s)
         return;
     for (int i = 0; s->slots && i < s->nslots; i++) {
-        sl_aligned_free(s->slots[i].base);
-        free(s->slots[i].l);
-        head_free(&s->slots[i].h);
+        slot *sl = &s->slots[i];
+        bfree(s, sl->base);
+        bfree(s, sl->dtok);
+        bfree(s, sl->dseg);
+        bfree(s, sl->dvalid);
+        free(sl->l);
+        head_free(s, &sl->h);
     }
     free(s->slots);
-    sl_aligned_free(s->params);
-    sl_aligned_free(s->grads);
-    sl_aligned_free(s->mv);
-    sl_aligned_free(s->G0);
-    sl_aligned_free(s->G1);
-    sl_aligned_free(s->T1);
-    sl_aligned_free(s->T2);
-    sl_aligned_free(s->F1);
-    sl_aligned_free(s->F2);
-    sl_aligned_free(s->Q);
-    sl_aligned_free(s->logits);
-    sl_aligned_free(s->dl);
-    sl_aligned_free(s->dg);
-    sl_aligned_free(s->dd);
-    sl_aligned_free(s->dxm);
+    float *b[] = {s->params, s->grads, s->mv, s->dtied, s->G0, s->G1, s->T1, s->T2, s->F1,
+                  s->F2, s->Q, s->logits, s->dl, s->dg, s->dd, s->dxm};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        bfree(s, b[i]);
+    if (s->res) {
+        sl_aligned_free(s->hparams);
+        sl_aligned_free(s->hgrads);
+        sl_aligned_free(s->hmv);
+        sl_aligned_free(s->htied);
+    }
     free(s->pp);
     free(s->gp);
     free(s->first);
@@ -343,19 +451,19 @@ float *dev_stage_params(dev_stage *s, size_t *n)
 {
     if (n)
         *n = s->np;
-    return s->params;
+    return s->hparams;
 }
 float *dev_stage_grads(dev_stage *s, size_t *n)
 {
     if (n)
         *n = s->np;
-    return s->grads;
+    return s->hgrads;
 }
 float *dev_stage_optim_state(dev_stage *s, size_t *n)
 {
     if (n)
         *n = s->np;
-    return s->mv;
+    return s->hmv;
 }
 int dev_stage_get_step(const dev_stage *s) { return s->step; }
 void dev_stage_set_step(dev_stage *s, int step) { s->step = step; }
@@ -371,19 +479,24 @@ static kn_dropout drop_of(const dev_micro *mb, float p, int site, int unit)
     return d;
 }
 
-static void zero(float *p, size_t n) { memset(p, 0, n * sizeof *p); }
-
 /* Grows the head's stash of a slot to M masked rows. */
 static int head_reserve(dev_stage *s, head_a *h, int M)
 {
     if (M <= h->cap)
         return 0;
     size_t C = s->c.hidden, V = s->c.vocab, m = (size_t)M;
-    head_free(h);
-    memset(h, 0, sizeof *h);
+    s->bytes -= (size_t)h->cap * (4 * C + V + 6) * sizeof(float);
+    head_free(s, h);
     s->oom = 0;
-    h->idx = (int32_t *)falloc(s, m);
-    h->tgt = (int32_t *)falloc(s, m);
+    h->idx = sl_try_aligned_alloc(m * sizeof(int32_t));
+    h->tgt = sl_try_aligned_alloc(m * sizeof(int32_t));
+    if (!h->idx || !h->tgt)
+        s->oom = 1;
+    if (s->res) {
+        h->didx = (int32_t *)falloc(s, m);
+        h->dtgt = (int32_t *)falloc(s, m);
+        h->hloss = halloc(s, m);
+    }
     h->xm = falloc(s, m * C);
     h->d = falloc(s, m * C);
     h->g = falloc(s, m * C);
@@ -393,11 +506,15 @@ static int head_reserve(dev_stage *s, head_a *h, int M)
     h->probs = falloc(s, m * V);
     h->losses = falloc(s, m);
     if (s->oom) {
-        head_free(h);
-        memset(h, 0, sizeof *h);
+        head_free(s, h);
         return -1;
     }
-    s->bytes += (size_t)(M - h->cap) * (4 * C + V + 6) * sizeof(float);
+    if (!s->res) {
+        h->didx = h->idx;
+        h->dtgt = h->tgt;
+        h->hloss = h->losses;
+    }
+    s->bytes += m * (4 * C + V + 6) * sizeof(float);
     h->cap = M;
     return 0;
 }
@@ -409,7 +526,7 @@ static int scratch_reserve(dev_stage *s, int M)
     size_t C = s->c.hidden, V = s->c.vocab, m = (size_t)M;
     float **bufs[5] = {&s->logits, &s->dl, &s->dg, &s->dd, &s->dxm};
     for (int i = 0; i < 5; i++) {
-        sl_aligned_free(*bufs[i]);
+        bfree(s, *bufs[i]);
         *bufs[i] = NULL;
     }
     s->oom = 0;
@@ -429,9 +546,9 @@ static void embed_forward(dev_stage *s, slot *sl, const dev_micro *mb)
     float **p = s->pp + s->first[0];
     int B = mb->B, T = mb->T, C = s->c.hidden, N = B * T;
     embed_a *a = &sl->e;
-    kn_embed_forward(a->emb, mb->tokens, mb->segments, p[0], p[1], p[2], B, T, C);
-    kn_layernorm_forward(a->ln, a->mean, a->rstd, a->emb, p[3], p[4], N, C, s->c.ln_eps);
-    kn_dropout_forward(a->out, a->ln, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
+    s->be->embed_forward(a->emb, sl->tok, sl->seg, p[0], p[1], p[2], B, T, C);
+    s->be->layernorm_forward(a->ln, a->mean, a->rstd, a->emb, p[3], p[4], N, C, s->c.ln_eps);
+    s->be->dropout_forward(a->out, a->ln, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
 }
 
 static void embed_backward(dev_stage *s, slot *sl, const dev_micro *mb, const float *dout)
@@ -439,35 +556,36 @@ static void embed_backward(dev_stage *s, slot *sl, const dev_micro *mb, const fl
     float **p = s->pp + s->first[0], **g = s->gp + s->first[0];
     int B = mb->B, T = mb->T, C = s->c.hidden, N = B * T;
     embed_a *a = &sl->e;
-    zero(s->T1, (size_t)N * C);
-    kn_dropout_backward(s->T1, dout, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
-    zero(s->T2, (size_t)N * C);
-    kn_layernorm_backward(s->T2, g[3], g[4], s->T1, a->emb, p[3], a->mean, a->rstd, N, C);
-    kn_embed_backward(g[0], g[1], g[2], s->T2, mb->tokens, mb->segments, B, T, C);
+    zero(s, s->T1, (size_t)N * C);
+    s->be->dropout_backward(s->T1, dout, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
+    zero(s, s->T2, (size_t)N * C);
+    s->be->layernorm_backward(s->T2, g[3], g[4], s->T1, a->emb, p[3], a->mean, a->rstd, N, C);
+    s->be->embed_backward(g[0], g[1], g[2], s->T2, sl->tok, sl->seg, B, T, C);
 }
 
 /* ---- units 1..L: encoder layer (post-LN) ---------------------------------
  * x (B,T,C) -> qkv = x Wqkv^T + b; a = attention(qkv); r1 = x + drop(a Wo^T + bo);
  * l1 = LN1(r1); h = l1 Wfc^T + bfc; r2 = l1 + drop(gelu(h) Wfo^T + bfo); out = LN2(r2) */
-static void layer_forward(dev_stage *s, int u, layer_a *a, const float *x, const dev_micro *mb)
+static void layer_forward(dev_stage *s, int u, layer_a *a, const float *x, const int32_t *valid,
+                          const dev_micro *mb)
 {
     float **p = s->pp + s->first[u - s->u0];
     int B = mb->B, T = mb->T, C = s->c.hidden, F = s->c.intermediate, N = B * T;
     size_t NC = (size_t)N * C;
     float eps = s->c.ln_eps;
     mm_fwd(s, a->qkv, x, p[0], p[1], N, C, 3 * C);
-    kn_attention_forward(a->atto, a->att, a->qkv, mb->valid, B, T, C, s->c.heads,
+    s->be->attention_forward(a->atto, a->att, a->qkv, valid, B, T, C, s->c.heads,
                          drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
     mm_fwd(s, s->T1, a->atto, p[2], p[3], N, C, C);
-    kn_dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
-    kn_residual_forward(a->res1, x, s->T1, NC);
-    kn_layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, eps);
+    s->be->dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
+    s->be->residual_forward(a->res1, x, s->T1, NC);
+    s->be->layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, eps);
     mm_fwd(s, a->h, a->ln1, p[6], p[7], N, C, F);
-    kn_gelu_forward(s->F1, a->h, (size_t)N * F, s->c.gelu);
+    s->be->gelu_forward(s->F1, a->h, (size_t)N * F, s->c.gelu);
     mm_fwd(s, s->T1, s->F1, p[8], p[9], N, F, C);
-    kn_dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
-    kn_residual_forward(a->res2, a->ln1, s->T1, NC);
-    kn_layernorm_forward(a->out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C, eps);
+    s->be->dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
+    s->be->residual_forward(a->res2, a->ln1, s->T1, NC);
+    s->be->layernorm_forward(a->out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C, eps);
 }
 
 /* dout (B,T,C) -> dx (B,T,C) (overwritten), parameter gradients accumulated. */
@@ -478,26 +596,26 @@ static void layer_backward(dev_stage *s, int u, layer_a *a, const float *x, cons
     int B = mb->B, T = mb->T, C = s->c.hidden, F = s->c.intermediate, N = B * T;
     size_t NC = (size_t)N * C, NF = (size_t)N * F;
     float *T1 = s->T1, *T2 = s->T2;
-    zero(T1, NC);
-    kn_layernorm_backward(T1, g[10], g[11], dout, a->res2, p[10], a->mean2, a->rstd2, N, C);
-    zero(T2, NC);
-    kn_dropout_backward(T2, T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
-    kn_gelu_forward(s->F2, a->h, NF, s->c.gelu);
-    zero(s->F1, NF);
+    zero(s, T1, NC);
+    s->be->layernorm_backward(T1, g[10], g[11], dout, a->res2, p[10], a->mean2, a->rstd2, N, C);
+    zero(s, T2, NC);
+    s->be->dropout_backward(T2, T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
+    s->be->gelu_forward(s->F2, a->h, NF, s->c.gelu);
+    zero(s, s->F1, NF);
     mm_bwd(s, s->F1, g[8], g[9], T2, s->F2, p[8], N, F, C);
-    zero(s->F2, NF);
-    kn_gelu_backward(s->F2, a->h, s->F1, NF, s->c.gelu);
+    zero(s, s->F2, NF);
+    s->be->gelu_backward(s->F2, a->h, s->F1, NF, s->c.gelu);
     /* T1 holds d(res2), which is also the residual part of d(ln1). */
     mm_bwd(s, T1, g[6], g[7], s->F2, a->ln1, p[6], N, C, F);
-    zero(T2, NC);
-    kn_layernorm_backward(T2, g[4], g[5], T1, a->res1, p[4], a->mean1, a->rstd1, N, C);
-    memcpy(dx, T2, NC * sizeof(float));
-    zero(T1, NC);
-    kn_dropout_backward(T1, T2, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
-    zero(T2, NC);
+    zero(s, T2, NC);
+    s->be->layernorm_backward(T2, g[4], g[5], T1, a->res1, p[4], a->mean1, a->rstd1, N, C);
+    dcopy(s, dx, T2, NC);
+    zero(s, T1, NC);
+    s->be->dropout_backward(T1, T2, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
+    zero(s, T2, NC);
     mm_bwd(s, T2, g[2], g[3], T1, a->atto, p[2], N, C, C);
-    zero(s->Q, 3 * NC);
-    kn_attention_backward(s->Q, T2, a->qkv, a->att, B, T, C, s->c.heads,
+    zero(s, s->Q, 3 * NC);
+    s->be->attention_backward(s->Q, T2, a->qkv, a->att, B, T, C, s->c.heads,
                           drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
     mm_bwd(s, dx, g[0], g[1], s->Q, x, p[0], N, C, 3 * C);
 }
@@ -527,24 +645,29 @@ static int head_forward(dev_stage *s, slot *sl, const float *x, const dev_micro 
     if (M == 0)
         return 0;
     if (head_reserve(s, h, M) || scratch_reserve(s, M))
-        return sl_err_set(err, SL_ENOMEM, "cannot allocate the MLM head's buffers for %d masked positions",
-                          M);
+        return sl_err_set(err, SL_ENOMEM, "cannot allocate the MLM head's buffers for %d masked positions on %s",
+                          M, s->be->name);
     h->M = M;
     for (int i = 0, j = 0; i < N; i++)
         if (mb->labels[i] != -100) {
             h->idx[j] = i;
             h->tgt[j] = mb->labels[i];
-            memcpy(h->xm + (size_t)j * C, x + (size_t)i * C, (size_t)C * sizeof(float));
             j++;
         }
+    size_t mi = (size_t)M * sizeof(int32_t);
+    if (s->res && (s->be->upload(h->didx, h->idx, mi, err) || s->be->upload(h->dtgt, h->tgt, mi, err)))
+        return -1;
+    s->be->gather_rows(h->xm, x, h->didx, M, C);
     mm_fwd(s, h->d, h->xm, p[0], p[1], M, C, C);
-    kn_gelu_forward(h->g, h->d, (size_t)M * C, s->c.gelu);
-    kn_layernorm_forward(h->l, h->mean, h->rstd, h->g, p[2], p[3], M, C, s->c.ln_eps);
+    s->be->gelu_forward(h->g, h->d, (size_t)M * C, s->c.gelu);
+    s->be->layernorm_forward(h->l, h->mean, h->rstd, h->g, p[2], p[3], M, C, s->c.ln_eps);
     mm_fwd(s, s->logits, h->l, s->head_wte, p[4], M, C, V);
-    kn_crossentropy_forward(h->losses, h->probs, s->logits, h->tgt, M, V);
+    s->be->crossentropy_forward(h->losses, h->probs, s->logits, h->dtgt, M, V);
+    if (s->res && s->be->download(h->hloss, h->losses, (size_t)M * sizeof(float), err))
+        return -1;
     double sum = 0;
     for (int j = 0; j < M; j++)
-        sum += h->losses[j];
+        sum += h->hloss[j];
     *loss_sum = sum;
     return 0;
 }
@@ -557,22 +680,21 @@ static void head_backward(dev_stage *s, slot *sl, const dev_micro *mb, float *dx
     float **p = s->pp + k, **g = s->gp + k;
     head_a *h = &sl->h;
     int M = h->M;
-    zero(dx, (size_t)N * C);
+    zero(s, dx, (size_t)N * C);
     if (M == 0)
         return;
     size_t MC = (size_t)M * C;
-    zero(s->logits, (size_t)M * V);
-    kn_crossentropy_backward(s->logits, h->probs, h->tgt, M, V, mb->loss_scale);
-    zero(s->dl, MC);
+    zero(s, s->logits, (size_t)M * V);
+    s->be->crossentropy_backward(s->logits, h->probs, h->dtgt, M, V, mb->loss_scale);
+    zero(s, s->dl, MC);
     mm_bwd(s, s->dl, s->head_gwte, g[4], s->logits, h->l, s->head_wte, M, C, V);
-    zero(s->dg, MC);
-    kn_layernorm_backward(s->dg, g[2], g[3], s->dl, h->g, p[2], h->mean, h->rstd, M, C);
-    zero(s->dd, MC);
-    kn_gelu_backward(s->dd, h->d, s->dg, MC, s->c.gelu);
-    zero(s->dxm, MC);
+    zero(s, s->dg, MC);
+    s->be->layernorm_backward(s->dg, g[2], g[3], s->dl, h->g, p[2], h->mean, h->rstd, M, C);
+    zero(s, s->dd, MC);
+    s->be->gelu_backward(s->dd, h->d, s->dg, MC, s->c.gelu);
+    zero(s, s->dxm, MC);
     mm_bwd(s, s->dxm, g[0], g[1], s->dd, h->xm, p[0], M, C, C);
-    for (int j = 0; j < M; j++)
-        memcpy(dx + (size_t)h->idx[j] * C, s->dxm + (size_t)j * C, (size_t)C * sizeof(float));
+    s->be->scatter_rows(dx, s->dxm, h->didx, M, C);
 }
 
 static int check_micro(const dev_stage *s, int slot_i, const dev_micro *mb, sl_err *err)
@@ -586,6 +708,32 @@ static int check_micro(const dev_stage *s, int slot_i, const dev_micro *mb, sl_e
         return sl_err_set(err, SL_EINVAL, "micro-batch without a valid mask");
     if (s->has_head && !mb->labels)
         return sl_err_set(err, SL_EINVAL, "micro-batch without labels");
+    return 0;
+}
+
+/* Points the slot at the micro-batch's int inputs as the ops read them. On a
+ * resident backend the forward uploads them and the backward reuses those
+ * copies (same micro-batch); on the host the caller's arrays are used. */
+static int bind_micro(dev_stage *s, slot *sl, const dev_micro *mb, int upload, sl_err *err)
+{
+    if (!s->res) {
+        sl->tok = mb->tokens;
+        sl->seg = mb->segments;
+        sl->valid = mb->valid;
+        return 0;
+    }
+    if (!upload)
+        return 0;
+    size_t b = (size_t)mb->B * mb->T * sizeof(int32_t);
+    const int32_t *src[3] = {s->has_embed ? mb->tokens : NULL, s->has_embed ? mb->segments : NULL,
+                             s->nl > 0 ? mb->valid : NULL};
+    int32_t *dst[3] = {sl->dtok, sl->dseg, sl->dvalid};
+    const int32_t **view[3] = {&sl->tok, &sl->seg, &sl->valid};
+    for (int i = 0; i < 3; i++) {
+        *view[i] = src[i] ? dst[i] : NULL;
+        if (src[i] && s->be->upload(dst[i], src[i], b, err))
+            return -1;
+    }
     return 0;
 }
 
@@ -603,6 +751,7 @@ int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float
         return -1;
     slot *sl = &s->slots[slot_i];
     size_t N = (size_t)mb->B * mb->T, C = s->c.hidden;
+    sl->B = 0;
     if (s->has_embed) {
         if (!mb->tokens)
             return sl_err_set(err, SL_EINVAL, "micro-batch without tokens");
@@ -614,24 +763,27 @@ int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float
                 return sl_err_set(err, SL_EINVAL, "segment %d at position %zu outside 0..%d",
                                   mb->segments[i], i, s->c.type_vocab - 1);
         }
+    } else if (!in) {
+        return sl_err_set(err, SL_EINVAL, "stage starting at unit %d needs an input", s->u0);
+    }
+    if (bind_micro(s, sl, mb, 1, err))
+        return -1;
+    if (s->has_embed)
         embed_forward(s, sl, mb);
-    } else {
-        if (!in)
-            return sl_err_set(err, SL_EINVAL, "stage starting at unit %d needs an input", s->u0);
-        memcpy(sl->in, in, N * C * sizeof(float));
-    }
+    else if (s->be->upload(sl->in, in, N * C * sizeof(float), err))
+        return -1;
     for (int i = 0; i < s->nl; i++)
-        layer_forward(s, s->l0 + i, &sl->l[i], layer_input(s, sl, i), mb);
+        layer_forward(s, s->l0 + i, &sl->l[i], layer_input(s, sl, i), sl->valid, mb);
     const float *last = layer_input(s, sl, s->nl);
-    sl->B = mb->B;
     if (s->has_head) {
-        if (head_forward(s, sl, last, mb, loss_sum, masked, err)) {
-            sl->B = 0;
+        if (head_forward(s, sl, last, mb, loss_sum, masked, err))
             return -1;
-        }
-    } else if (out) {
-        memcpy(out, last, N * C * sizeof(float));
+    } else if (out && s->be->download(out, last, N * C * sizeof(float), err)) {
+        return -1;
     }
+    if (check_fault(s, err))
+        return -1;
+    sl->B = mb->B;
     return 0;
 }
 
@@ -645,13 +797,14 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
         return sl_err_set(err, SL_ESTATE, "stash slot %d holds no forward of this micro-batch", slot_i);
     size_t NC = (size_t)mb->B * mb->T * s->c.hidden;
     float *cur = s->G0, *nxt = s->G1;
-    if (s->has_head) {
+    if (!s->has_head && !dout)
+        return sl_err_set(err, SL_EINVAL, "stage ending at unit %d needs an output gradient", s->u1);
+    bind_micro(s, sl, mb, 0, err);
+    sl->B = 0;
+    if (s->has_head)
         head_backward(s, sl, mb, cur);
-    } else {
-        if (!dout)
-            return sl_err_set(err, SL_EINVAL, "stage ending at unit %d needs an output gradient", s->u1);
-        memcpy(cur, dout, NC * sizeof(float));
-    }
+    else if (s->be->upload(cur, dout, NC * sizeof(float), err))
+        return -1;
     for (int i = s->nl - 1; i >= 0; i--) {
         layer_backward(s, s->l0 + i, &sl->l[i], layer_input(s, sl, i), mb, cur, nxt);
         float *t = cur;
@@ -660,16 +813,15 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
     }
     if (s->has_embed)
         embed_backward(s, sl, mb, cur);
-    else if (din)
-        memcpy(din, cur, NC * sizeof(float));
-    sl->B = 0;
-    return 0;
+    else if (din && s->be->download(din, cur, NC * sizeof(float), err))
+        return -1;
+    return check_fault(s, err);
 }
 
-void dev_stage_zero_grad(dev_stage *s)
+int dev_stage_zero_grad(dev_stage *s, sl_err *err)
 {
-    size_t n = s->np + (s->gtail ? (size_t)s->c.vocab * s->c.hidden : 0);
-    memset(s->grads, 0, n * sizeof(float));
+    zero(s, s->grads, s->np + (s->gtail ? (size_t)s->c.vocab * s->c.hidden : 0));
+    return check_fault(s, err);
 }
 
 int dev_stage_tied_role(const dev_stage *s)
@@ -683,9 +835,9 @@ int dev_stage_tied_role(const dev_stage *s)
     return DEV_TIED_NONE;
 }
 
-float *dev_stage_tied_grad(dev_stage *s, size_t *n)
+/* The backend's tied gradient (EMBED and HEAD roles), else NULL. */
+static float *tied_buf(dev_stage *s)
 {
-    *n = (size_t)s->c.vocab * s->c.hidden;
     switch (dev_stage_tied_role(s)) {
     case DEV_TIED_EMBED:
         return s->gp[0];
@@ -696,61 +848,93 @@ float *dev_stage_tied_grad(dev_stage *s, size_t *n)
     }
 }
 
-static void add_into(float *g, const float *other, size_t n)
+int dev_stage_tied_grad(dev_stage *s, const float **g, size_t *n, sl_err *err)
 {
-    for (size_t i = 0; i < n; i++)
-        g[i] += other[i];
+    *n = (size_t)s->c.vocab * s->c.hidden;
+    *g = NULL;
+    float *b = tied_buf(s);
+    if (!b)
+        return 0;
+    if (!s->res) {
+        *g = b;
+        return 0;
+    }
+    if (!s->htied && !(s->htied = sl_try_aligned_alloc(*n * sizeof(float))))
+        return sl_err_set(err, SL_ENOMEM, "cannot allocate the tied gradient's host copy");
+    if (s->be->download(s->htied, b, *n * sizeof(float), err))
+        return -1;
+    *g = s->htied;
+    return 0;
 }
 
-void dev_stage_tied_add(dev_stage *s, const float *other)
+int dev_stage_tied_add(dev_stage *s, const float *other, sl_err *err)
 {
-    size_t n;
-    float *g = dev_stage_tied_grad(s, &n);
-    if (g)
-        add_into(g, other, n);
+    float *g = tied_buf(s);
+    size_t n = (size_t)s->c.vocab * s->c.hidden;
+    if (!g)
+        return 0;
+    const float *src = other;
+    if (s->res) {
+        if (!s->dtied && !(s->dtied = s->be->alloc(n * sizeof(float), err)))
+            return -1;
+        if (s->be->upload(s->dtied, other, n * sizeof(float), err))
+            return -1;
+        src = s->dtied;
+    }
+    s->be->residual_backward(g, NULL, src, n);
+    return check_fault(s, err);
 }
 
-void dev_stage_tied_exchange(dev_stage *embed, dev_stage *head)
+int dev_stage_tied_exchange(dev_stage *embed, dev_stage *head, sl_err *err)
 {
-    size_t n;
-    float *ge = dev_stage_tied_grad(embed, &n), *gh = dev_stage_tied_grad(head, &n);
-    if (!ge || !gh)
-        return;
-    /* embed + head on both sides: the embed side adds, the head side copies
+    if (!tied_buf(embed) || !tied_buf(head))
+        return 0;
+    /* embed + head on both sides: the embed side adds, the head side takes
      * the (identical) sum. */
-    add_into(ge, gh, n);
-    memcpy(gh, ge, n * sizeof(float));
+    const float *gh, *ge;
+    size_t n;
+    if (dev_stage_tied_grad(head, &gh, &n, err) || dev_stage_tied_add(embed, gh, err) ||
+        dev_stage_tied_grad(embed, &ge, &n, err))
+        return -1;
+    if (head->be->upload(head->head_gwte, ge, n * sizeof(float), err))
+        return -1;
+    return check_fault(head, err);
 }
 
-void dev_stage_grad_finish(dev_stage *s)
+int dev_stage_grad_finish(dev_stage *s, sl_err *err)
 {
     if (s->gtail)
-        add_into(s->gp[0], s->gtail, (size_t)s->c.vocab * s->c.hidden);
+        s->be->residual_backward(s->gp[0], NULL, s->gtail, (size_t)s->c.vocab * s->c.hidden);
+    return check_fault(s, err);
 }
 
-double dev_stage_grad_sumsq(dev_stage *s)
+int dev_stage_grad_sumsq(dev_stage *s, double *sumsq, sl_err *err)
 {
     double sum = 0;
     for (int k = 0; k < s->nt; k++)
         if (!(s->t[k].flags & DEV_T_TIED))
-            sum += kn_sumsq(s->gp[k], s->t[k].numel);
-    return sum;
+            sum += s->be->sumsq(s->gp[k], s->t[k].numel);
+    *sumsq = sum;
+    return check_fault(s, err);
 }
 
-void dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale)
+int dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale, sl_err *err)
 {
     int t = s->step + 1;
     float lr = dev_optim_lr(o, t);
     if (grad_scale != 1.0f)
-        kn_scale(s->grads, s->np, grad_scale);
+        s->be->scale(s->grads, s->np, grad_scale);
     for (int k = 0; k < s->nt; k++) {
         const dev_tensor *x = &s->t[k];
         float wd = (x->flags & DEV_T_DECAY) ? o->wd : 0.0f;
         float *m = s->mv + x->offset, *v = s->mv + s->np + x->offset;
         if (o->kind == DEV_OPT_LAMB)
-            kn_lamb_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
+            s->be->lamb_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
         else
-            kn_adamw_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
+            s->be->adamw_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
     }
+    if (check_fault(s, err))
+        return sl_err_wrap(err, "optimizer step %d", t);
     s->step = t;
+    return 0;
 }

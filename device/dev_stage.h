@@ -30,6 +30,7 @@
 
 #include "dev_config.h"
 #include "dev_model.h"
+#include "kn_be.h"
 #include "sl_err.h"
 
 /* What a stage needs to know about one micro-batch besides its input. */
@@ -61,18 +62,27 @@ typedef struct dev_stage dev_stage;
 
 /* Units [u0, u1] inclusive; micro-batches of at most max_B sequences of
  * length T; `slots` in-flight micro-batches (1 for plain accumulation). The
- * parameters are initialised from `seed` (dev_model_init). */
+ * parameters are initialised from `seed` (dev_model_init). Tensors live on
+ * backend `be` (kn_be.h; NULL = the CPU). */
 dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int T, int slots,
-                            uint64_t seed, sl_err *err);
+                            uint64_t seed, const kn_be *be, sl_err *err);
 void dev_stage_free(dev_stage *s);
 
 const dev_config *dev_stage_config(const dev_stage *s);
 void dev_stage_units(const dev_stage *s, int *u0, int *u1);
 const dev_tensor *dev_stage_tensors(const dev_stage *s, int *n);
+const char *dev_stage_backend(const dev_stage *s);
+/* Host views of the parameters, gradients and optimizer state (m then v, 2n
+ * floats). On the CPU they ARE the stage's tensors. On a resident backend
+ * (CUDA) they are host copies: dev_stage_pull refreshes all three from the
+ * backend, and after changing parameters or optimizer state through them
+ * (loading a checkpoint) dev_stage_push sends both back. On the CPU both
+ * calls do nothing, so callers always make them. */
 float *dev_stage_params(dev_stage *s, size_t *n);
 float *dev_stage_grads(dev_stage *s, size_t *n);
-/* m then v, 2n floats. */
 float *dev_stage_optim_state(dev_stage *s, size_t *n);
+int dev_stage_pull(dev_stage *s, sl_err *err);
+int dev_stage_push(dev_stage *s, sl_err *err);
 int dev_stage_get_step(const dev_stage *s);
 void dev_stage_set_step(dev_stage *s, int step);
 /* Bytes held (parameters, gradients, optimizer state, stash, scratch). */
@@ -91,11 +101,11 @@ int dev_stage_forward(dev_stage *s, int slot, const dev_micro *mb, const float *
 int dev_stage_backward(dev_stage *s, int slot, const dev_micro *mb, const float *dout, float *din,
                        sl_err *err);
 
-void dev_stage_zero_grad(dev_stage *s);
+int dev_stage_zero_grad(dev_stage *s, sl_err *err);
 /* After the last backward of a step: when the stage holds both unit 0 and the
  * head, adds the head's part of the tied word-embedding gradient into the
  * embedding gradient. */
-void dev_stage_grad_finish(dev_stage *s);
+int dev_stage_grad_finish(dev_stage *s, sl_err *err);
 
 /* Tied word embeddings across two stages. */
 enum dev_tied_role {
@@ -105,24 +115,27 @@ enum dev_tied_role {
     DEV_TIED_HEAD = 3,  /* holds the head only: its copy is cls.predictions.decoder.weight */
 };
 int dev_stage_tied_role(const dev_stage *s);
-/* The stage's partial gradient of the word embeddings (V*C floats) for the
- * EMBED and HEAD roles, else NULL. Exchange protocol: each side sends its
- * partial and calls dev_stage_tied_add(s, other's partial): both then hold
+/* *g: a host view of the stage's partial gradient of the word embeddings
+ * (V*C floats) for the EMBED and HEAD roles, else NULL; valid until the next
+ * call on this stage. Exchange protocol: each side sends its partial and
+ * calls dev_stage_tied_add(s, other's partial, err): both then hold
  * embed + head, bit-identical (addition is commutative), and both optimizer
  * copies stay identical. */
-float *dev_stage_tied_grad(dev_stage *s, size_t *n);
-void dev_stage_tied_add(dev_stage *s, const float *other);
+int dev_stage_tied_grad(dev_stage *s, const float **g, size_t *n, sl_err *err);
+int dev_stage_tied_add(dev_stage *s, const float *other, sl_err *err);
 /* In-process exchange (sequential runs and tests). */
-void dev_stage_tied_exchange(dev_stage *embed, dev_stage *head);
+int dev_stage_tied_exchange(dev_stage *embed, dev_stage *head, sl_err *err);
 
 /* Sum of squares of this stage's gradients; the HEAD role's copy of the word
  * embeddings is left out so the global norm counts it once. */
-double dev_stage_grad_sumsq(dev_stage *s);
+int dev_stage_grad_sumsq(dev_stage *s, double *sumsq, sl_err *err);
 /* Scales the gradients by grad_scale (clipping), then one optimizer update
  * with the learning rate of the next step; increments the step. */
-void dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale);
+int dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale, sl_err *err);
 
-/* Benchmarks: time the matrix multiplies (on = 1 also resets the counters). */
+/* Benchmarks: time the matrix multiplies (on = 1 also resets the counters).
+ * Host time around each call: meaningful on the CPU only (CUDA ops are
+ * asynchronous). */
 void dev_stage_prof(dev_stage *s, int on);
 void dev_stage_prof_get(const dev_stage *s, double *mm_seconds, double *mm_flops);
 

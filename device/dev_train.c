@@ -17,6 +17,12 @@ struct dev_train {
 dev_train *dev_train_create(const dev_config *c, const int *bounds, int nstages, int B, int T,
                             int micro, uint64_t seed, sl_err *err)
 {
+    return dev_train_create_on(c, bounds, nstages, B, T, micro, seed, NULL, err);
+}
+
+dev_train *dev_train_create_on(const dev_config *c, const int *bounds, int nstages, int B, int T,
+                               int micro, uint64_t seed, const kn_be *be, sl_err *err)
+{
     if (nstages < 1 || bounds[0] != 0 || bounds[nstages] != dev_unit_count(c)) {
         sl_err_set(err, SL_EINVAL, "stages must cover units 0..%d", dev_unit_count(c) - 1);
         return NULL;
@@ -43,7 +49,8 @@ dev_train *dev_train_create(const dev_config *c, const int *bounds, int nstages,
     tr->grad = sl_xcalloc((size_t)nstages, sizeof *tr->grad);
     size_t nc = (size_t)(B / micro) * T * c->hidden;
     for (int i = 0; i < nstages; i++) {
-        tr->st[i] = dev_stage_create(c, bounds[i], bounds[i + 1] - 1, B / micro, T, 1, seed, err);
+        tr->st[i] = dev_stage_create(c, bounds[i], bounds[i + 1] - 1, B / micro, T, 1, seed, be,
+                                     err);
         if (!tr->st[i]) {
             dev_train_free(tr);
             return NULL;
@@ -123,7 +130,8 @@ int dev_train_grads(dev_train *tr, const dev_batch *b, uint64_t step, dev_step_i
         total += b->labels[i] != -100;
     float scale = total ? 1.0f / (float)total : 0.0f;
     for (int i = 0; i < tr->n; i++)
-        dev_stage_zero_grad(tr->st[i]);
+        if (dev_stage_zero_grad(tr->st[i], err))
+            return sl_err_wrap(err, "stage %d", i);
     double loss = 0;
     for (int m = 0; m < tr->micro; m++) {
         dev_micro mb = micro_of(tr, b, m, step, scale, 1);
@@ -138,12 +146,17 @@ int dev_train_grads(dev_train *tr, const dev_batch *b, uint64_t step, dev_step_i
                 return sl_err_wrap(err, "stage %d backward", i);
     }
     for (int i = 0; i < tr->n; i++)
-        dev_stage_grad_finish(tr->st[i]);
-    if (tr->n > 1)
-        dev_stage_tied_exchange(tr->st[0], tr->st[tr->n - 1]);
+        if (dev_stage_grad_finish(tr->st[i], err))
+            return sl_err_wrap(err, "stage %d", i);
+    if (tr->n > 1 && dev_stage_tied_exchange(tr->st[0], tr->st[tr->n - 1], err))
+        return sl_err_wrap(err, "tied embeddings");
     double sumsq = 0;
-    for (int i = 0; i < tr->n; i++)
-        sumsq += dev_stage_grad_sumsq(tr->st[i]);
+    for (int i = 0; i < tr->n; i++) {
+        double part;
+        if (dev_stage_grad_sumsq(tr->st[i], &part, err))
+            return sl_err_wrap(err, "stage %d", i);
+        sumsq += part;
+    }
     info->loss = total ? loss / total : 0.0;
     info->masked = total;
     info->grad_norm = sqrt(sumsq);
@@ -160,7 +173,8 @@ int dev_train_step(dev_train *tr, const dev_batch *b, const dev_optim *o, dev_st
     float clip = dev_clip_scale(info->grad_norm, o->clip);
     info->lr = dev_optim_lr(o, (int)step);
     for (int i = 0; i < tr->n; i++)
-        dev_stage_step(tr->st[i], o, clip);
+        if (dev_stage_step(tr->st[i], o, clip, err))
+            return sl_err_wrap(err, "stage %d", i);
     return 0;
 }
 

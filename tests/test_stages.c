@@ -163,7 +163,7 @@ static void pipelined(const int *bounds, int n, int order, const dev_optim *o, r
     float *act[8][MICRO], *grad[8][MICRO];
     size_t nc = (size_t)BM * T * cfg.hidden;
     for (int i = 0; i < n; i++) {
-        st[i] = dev_stage_create(&cfg, bounds[i], bounds[i + 1] - 1, BM, T, MICRO, 7, &err);
+        st[i] = dev_stage_create(&cfg, bounds[i], bounds[i + 1] - 1, BM, T, MICRO, 7, NULL, &err);
         for (int m = 0; m < MICRO; m++) {
             act[i][m] = kt_alloc(nc);
             grad[i][m] = kt_alloc(nc);
@@ -186,7 +186,7 @@ static void pipelined(const int *bounds, int n, int order, const dev_optim *o, r
             mb[m] = x;
         }
         for (int i = 0; i < n; i++)
-            dev_stage_zero_grad(st[i]);
+            CHECK(dev_stage_zero_grad(st[i], &err) == 0);
         double loss = 0;
         /* the global order of micro-batch operations: +m+1 forward, -(m+1) backward */
         static const int gpipe[] = {1, 2, 3, 4, -1, -2, -3, -4};
@@ -211,25 +211,30 @@ static void pipelined(const int *bounds, int n, int order, const dev_optim *o, r
             }
         }
         for (int i = 0; i < n; i++)
-            dev_stage_grad_finish(st[i]);
+            CHECK(dev_stage_grad_finish(st[i], &err) == 0);
         if (n > 1) { /* the exchange protocol, as two devices would run it */
             size_t ne, nh;
-            float *ge = dev_stage_tied_grad(st[0], &ne), *gh = dev_stage_tied_grad(st[n - 1], &nh);
+            const float *ge, *gh;
+            CHECK(dev_stage_tied_grad(st[0], &ge, &ne, &err) == 0 && ge);
+            CHECK(dev_stage_tied_grad(st[n - 1], &gh, &nh, &err) == 0 && gh);
             float *sent_e = kt_alloc(ne), *sent_h = kt_alloc(nh);
             memcpy(sent_e, ge, ne * sizeof(float));
             memcpy(sent_h, gh, nh * sizeof(float));
-            dev_stage_tied_add(st[0], sent_h);
-            dev_stage_tied_add(st[n - 1], sent_e);
+            CHECK(dev_stage_tied_add(st[0], sent_h, &err) == 0);
+            CHECK(dev_stage_tied_add(st[n - 1], sent_e, &err) == 0);
             free(sent_e);
             free(sent_h);
         }
         double sumsq = 0;
-        for (int i = 0; i < n; i++)
-            sumsq += dev_stage_grad_sumsq(st[i]);
+        for (int i = 0; i < n; i++) {
+            double part = 0;
+            CHECK(dev_stage_grad_sumsq(st[i], &part, &err) == 0);
+            sumsq += part;
+        }
         r->loss[s] = loss / total;
         if (s + 1 < STEPS)
             for (int i = 0; i < n; i++)
-                dev_stage_step(st[i], o, dev_clip_scale(sqrt(sumsq), o->clip));
+                CHECK(dev_stage_step(st[i], o, dev_clip_scale(sqrt(sumsq), o->clip), &err) == 0);
         dt_free_batch(&b);
     }
     /* hand the stages over in a dev_train shell for compare(): copy into one */

@@ -48,6 +48,19 @@ check "missing --steps: exit 2" test $rc -eq 2
 sed 's/"vocab_size": [0-9]*/"vocab_size": 50/' "$d/tiny.json" > "$d/small.json"
 err=$("$sk" -q train --config "$d/small.json" --data "$d/text.shard" --steps 1 2>&1); rc=$?
 check "a vocabulary larger than the model's: exit 1, named" bash -c 'test $0 -eq 1 && grep -q "vocab_size is 50" <<<"$1"' "$rc" "$err"
+# --device: cpu always works; cuda is either used (a GPU here) or refused
+# with the probe's reason, never silently replaced by the CPU.
+out=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --batch 4 --threads 1 --device cpu --metrics "$d/dev.csv" --json); rc=$?
+check "--device cpu trains on the cpu" bash -c 'test $0 -eq 0 && grep -q "\"device\": \"cpu\"" <<<"$1"' "$rc" "$out"
+out=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --batch 4 --threads 1 --device cuda --metrics "$d/dev.csv" --json 2>&1); rc=$?
+if [ $rc -eq 0 ]; then
+  check "--device cuda with a GPU trains on it" grep -q '"device": "cuda"' <<<"$out"
+else
+  echo "     --device cuda here: $out"
+  check "--device cuda without a GPU: exit 1, one line with the reason" bash -c 'test $0 -eq 1 && [ $(wc -l <<<"$1") -eq 1 ] && grep -q "^skyloom train: --device cuda: .*\(CUDA\|cuda\|GPU\)" <<<"$1"' "$rc" "$out"
+fi
+err=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --device tpu 2>&1); rc=$?
+check "--device tpu: exit 2, named" bash -c 'test $0 -eq 2 && grep -q "auto, cpu or cuda" <<<"$1"' "$rc" "$err"
 "$sk" train --help | grep -q 'usage: skyloom train'; check "train --help" test $? -eq 0
 "$sk" help eval | grep -q 'usage: skyloom eval'; check "help eval" test $? -eq 0
 exit $fail

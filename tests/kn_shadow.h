@@ -1,0 +1,229 @@
+/* kn_shadow.h - a resident backend for tests on machines without a GPU.
+ *
+ * Its buffers are host memory, but the pointers it hands out carry bit 62
+ * (a non-canonical x86-64 / AArch64 address): any host code that reads or
+ * writes one instead of going through upload/download/copy faults at once,
+ * as it would silently misbehave with CUDA device memory. Every op checks
+ * that each of its pointer arguments is such a buffer (a host pointer given
+ * to an op is what a CUDA kernel could not read) and then runs the CPU op on
+ * the real addresses, so results must equal the CPU backend's bit for bit.
+ * kn_shadow_violation() names the first misuse seen. */
+#ifndef KN_SHADOW_H
+#define KN_SHADOW_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kn_be.h"
+#include "sl_mem.h"
+
+#define KN_SHADOW_TAG ((uintptr_t)1 << 62)
+
+static char kn_shadow_bad[160];
+
+static inline const char *kn_shadow_violation(void) { return kn_shadow_bad[0] ? kn_shadow_bad : NULL; }
+
+static inline void kn_shadow_reset(void) { kn_shadow_bad[0] = 0; }
+
+static inline int kn_shadow_is(const void *p) { return ((uintptr_t)p & KN_SHADOW_TAG) != 0; }
+
+/* The real address of a buffer pointer (NULL stays NULL); a pointer that is
+ * not one of ours is recorded as a violation of `what`. */
+static inline void *kn_shadow_real(const void *p, const char *what)
+{
+    if (!p)
+        return NULL;
+    if (!kn_shadow_is(p) && !kn_shadow_bad[0])
+        snprintf(kn_shadow_bad, sizeof kn_shadow_bad, "%s got host pointer %p", what, p);
+    return (void *)((uintptr_t)p & ~KN_SHADOW_TAG);
+}
+#define R(p) kn_shadow_real((p), __func__)
+
+static inline void *kn_shadow_tag(void *p) { return p ? (void *)((uintptr_t)p | KN_SHADOW_TAG) : NULL; }
+
+static void *sh_alloc(size_t bytes, sl_err *err)
+{
+    void *p = sl_try_aligned_alloc(bytes ? bytes : 1);
+    if (!p) {
+        sl_err_set(err, SL_ENOMEM, "shadow: cannot allocate %zu bytes", bytes);
+        return NULL;
+    }
+    memset(p, 0xA5, bytes ? bytes : 1); /* like device memory: garbage until written */
+    return kn_shadow_tag(p);
+}
+static void sh_free(void *p) { sl_aligned_free(R(p)); }
+static void sh_host(const void *p, const char *what)
+{
+    if (p && kn_shadow_is(p) && !kn_shadow_bad[0])
+        snprintf(kn_shadow_bad, sizeof kn_shadow_bad, "%s got a buffer where host memory belongs", what);
+}
+static int sh_upload(void *dst, const void *src, size_t bytes, sl_err *err)
+{
+    (void)err;
+    sh_host(src, __func__);
+    if (bytes)
+        memcpy(R(dst), src, bytes);
+    return 0;
+}
+static int sh_download(void *dst, const void *src, size_t bytes, sl_err *err)
+{
+    (void)err;
+    sh_host(dst, __func__);
+    if (bytes)
+        memcpy(dst, R(src), bytes);
+    return 0;
+}
+static int sh_copy(void *dst, const void *src, size_t bytes, sl_err *err)
+{
+    (void)err;
+    if (bytes)
+        memmove(R(dst), R(src), bytes);
+    return 0;
+}
+static int sh_zero(void *p, size_t bytes, sl_err *err)
+{
+    (void)err;
+    memset(R(p), 0, bytes);
+    return 0;
+}
+static int sh_sync(sl_err *err)
+{
+    (void)err;
+    return 0;
+}
+
+static void sh_embed_forward(float *out, const int32_t *tok, const int32_t *seg, const float *wte,
+                             const float *wpe, const float *wse, int B, int T, int C)
+{
+    kn_embed_forward(R(out), R(tok), R(seg), R(wte), R(wpe), R(wse), B, T, C);
+}
+static void sh_embed_backward(float *dwte, float *dwpe, float *dwse, const float *dout,
+                              const int32_t *tok, const int32_t *seg, int B, int T, int C)
+{
+    kn_embed_backward(R(dwte), R(dwpe), R(dwse), R(dout), R(tok), R(seg), B, T, C);
+}
+static void sh_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, int N, int C, float eps)
+{
+    kn_layernorm_forward(R(out), R(mean), R(rstd), R(inp), R(w), R(b), N, C, eps);
+}
+static void sh_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *w, const float *mean,
+                                  const float *rstd, int N, int C)
+{
+    kn_layernorm_backward(R(dinp), R(dw), R(db), R(dout), R(inp), R(w), R(mean), R(rstd), N, C);
+}
+static void sh_matmul_forward(float *out, const float *inp, const float *w, const float *b, int N,
+                              int IC, int OC)
+{
+    kn_matmul_forward(R(out), R(inp), R(w), R(b), N, IC, OC);
+}
+static void sh_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, int N, int IC, int OC)
+{
+    kn_matmul_backward(R(dinp), R(dw), R(db), R(dout), R(inp), R(w), N, IC, OC);
+}
+static void sh_attention_forward(float *out, float *att, const float *qkv, const int32_t *valid,
+                                 int B, int T, int C, int NH, kn_dropout drop)
+{
+    kn_attention_forward(R(out), R(att), R(qkv), R(valid), B, T, C, NH, drop);
+}
+static void sh_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                  const float *att, int B, int T, int C, int NH, kn_dropout drop)
+{
+    kn_attention_backward(R(dqkv), R(dout), R(qkv), R(att), B, T, C, NH, drop);
+}
+static void sh_gelu_forward(float *out, const float *inp, size_t N, int kind)
+{
+    kn_gelu_forward(R(out), R(inp), N, kind);
+}
+static void sh_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, int kind)
+{
+    kn_gelu_backward(R(dinp), R(inp), R(dout), N, kind);
+}
+static void sh_residual_forward(float *out, const float *a, const float *b, size_t N)
+{
+    kn_residual_forward(R(out), R(a), R(b), N);
+}
+static void sh_residual_backward(float *da, float *db, const float *dout, size_t N)
+{
+    kn_residual_backward(R(da), R(db), R(dout), N);
+}
+static void sh_dropout_forward(float *out, const float *inp, int B, size_t per_seq, kn_dropout d)
+{
+    kn_dropout_forward(R(out), R(inp), B, per_seq, d);
+}
+static void sh_dropout_backward(float *dinp, const float *dout, int B, size_t per_seq,
+                                kn_dropout d)
+{
+    kn_dropout_backward(R(dinp), R(dout), B, per_seq, d);
+}
+static void sh_gather_rows(float *out, const float *x, const int32_t *idx, int M, int C)
+{
+    kn_gather_rows(R(out), R(x), R(idx), M, C);
+}
+static void sh_scatter_rows(float *out, const float *x, const int32_t *idx, int M, int C)
+{
+    kn_scatter_rows(R(out), R(x), R(idx), M, C);
+}
+static void sh_xent_forward(float *losses, float *probs, const float *logits,
+                            const int32_t *targets, int M, int V)
+{
+    kn_crossentropy_forward(R(losses), R(probs), R(logits), R(targets), M, V);
+}
+static void sh_xent_backward(float *dlogits, const float *probs, const int32_t *targets, int M,
+                             int V, float scale)
+{
+    kn_crossentropy_backward(R(dlogits), R(probs), R(targets), M, V, scale);
+}
+static void sh_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                     float b2, float eps, float wd, int t)
+{
+    kn_adamw_update(R(p), R(g), R(m), R(v), n, lr, b1, b2, eps, wd, t);
+}
+static void sh_lamb(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                    float b2, float eps, float wd, int t)
+{
+    kn_lamb_update(R(p), R(g), R(m), R(v), n, lr, b1, b2, eps, wd, t);
+}
+static double sh_sumsq(const float *x, size_t n) { return kn_sumsq(R(x), n); }
+static void sh_scale(float *x, size_t n, float s) { kn_scale(R(x), n, s); }
+#undef R
+
+static const kn_be kn_shadow_be = {
+    .name = "shadow",
+    .resident = 1,
+    .init = NULL,
+    .alloc = sh_alloc,
+    .free = sh_free,
+    .upload = sh_upload,
+    .download = sh_download,
+    .copy = sh_copy,
+    .zero = sh_zero,
+    .sync = sh_sync,
+    .embed_forward = sh_embed_forward,
+    .embed_backward = sh_embed_backward,
+    .layernorm_forward = sh_layernorm_forward,
+    .layernorm_backward = sh_layernorm_backward,
+    .matmul_forward = sh_matmul_forward,
+    .matmul_backward = sh_matmul_backward,
+    .attention_forward = sh_attention_forward,
+    .attention_backward = sh_attention_backward,
+    .gelu_forward = sh_gelu_forward,
+    .gelu_backward = sh_gelu_backward,
+    .residual_forward = sh_residual_forward,
+    .residual_backward = sh_residual_backward,
+    .dropout_forward = sh_dropout_forward,
+    .dropout_backward = sh_dropout_backward,
+    .gather_rows = sh_gather_rows,
+    .scatter_rows = sh_scatter_rows,
+    .crossentropy_forward = sh_xent_forward,
+    .crossentropy_backward = sh_xent_backward,
+    .adamw_update = sh_adamw,
+    .lamb_update = sh_lamb,
+    .sumsq = sh_sumsq,
+    .scale = sh_scale,
+};
+
+#endif

@@ -1,0 +1,38 @@
+/* Training on the GPU (the CUDA backend) against the CPU: the same steps,
+ * splits, optimizers, checkpoints and in-flight slots as test_backend.c,
+ * within tolerances (cuBLAS sums in another order than OpenBLAS). Skips with
+ * the probe's reason when this build has no CUDA or the machine no GPU. */
+#include "be_testutil.h"
+#include "kn_backend.h"
+
+/* fp32 on both sides; measured differences are reported, the bounds leave
+ * room for cuBLAS's summation order growing through three steps of Adam. */
+static const be_tol gpu_tol = {.loss = 1e-5, .params = 1e-5, .grads = 1e-3, .moments = 1e-3};
+static const kn_be *gpu;
+static char tmpdir[] = "/tmp/skyloom-devcuda-XXXXXX";
+
+static void test_training(void) { be_check_training(gpu, &gpu_tol); }
+static void test_slots(void) { be_check_slots(gpu, &gpu_tol); }
+static void test_ckpt(void) { be_check_ckpt(gpu, &gpu_tol, tmpdir); }
+
+static void cases(void)
+{
+    RUN(test_training);
+    RUN(test_slots);
+    RUN(test_ckpt);
+}
+
+int main(void)
+{
+    sl_err err = {0};
+    char why[512];
+    gpu = kn_be_open("auto", why, sizeof why, &err);
+    if (!gpu || !gpu->resident) {
+        snprintf(why, sizeof why, "no GPU: %s", kn_cuda_probe()->reason);
+        sl_test_skip(why);
+    }
+    printf("backend: %s\n", why);
+    if (dt_in_tmpdir(tmpdir, cases))
+        return 1;
+    return sl_test_done();
+}
