@@ -8,12 +8,13 @@
 #include "cli.h"
 #include "dev_ckpt.h"
 #include "dev_train.h"
+#include "sl_log.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: skyloom eval --config config.json --model model.safetensors --data SHARD\n"
                "                    [--batches K] [--batch B] [--first N] [--mask-prob P]\n"
-               "                    [--seed S] [--json]\n\n"
+               "                    [--seed S] [--device auto|cpu|cuda] [--json]\n\n"
                "Prints the mean masked-LM loss (and perplexity) of the model over K batches of\n"
                "B sequences starting at sequence N of the shard (defaults: K 10, B 8, N 0),\n"
                "masked as training masks them (15%%, seed S, default 1), dropout off.\n");
@@ -21,7 +22,7 @@ static void usage(FILE *f)
 
 int cmd_eval(int argc, char **argv)
 {
-    const char *config = NULL, *model = NULL, *data = NULL;
+    const char *config = NULL, *model = NULL, *data = NULL, *device = "auto";
     int batches = 10, B = 8, json = 0;
     int64_t first = 0, seed = 1;
     double mask_prob = 0.15;
@@ -46,6 +47,8 @@ int cmd_eval(int argc, char **argv)
             model = v;
         else if (!strcmp(a, "--data"))
             data = v;
+        else if (!strcmp(a, "--device"))
+            device = v;
         else if (!strcmp(a, "--batches"))
             rc = sl_parse_int(a, v, 1, 1 << 24, &batches, &err);
         else if (!strcmp(a, "--batch"))
@@ -63,6 +66,8 @@ int cmd_eval(int argc, char **argv)
     }
     if (!config || !model || !data)
         return sl_cli_fail("eval", 2, "--config, --model and --data are required (see --help)");
+    if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda"))
+        return sl_cli_fail("eval", 2, "--device must be auto, cpu or cuda, got '%s'", device);
     dev_config cfg;
     if (dev_config_load(&cfg, config, &err))
         return sl_cli_fail("eval", 1, "%s", err.msg);
@@ -78,7 +83,14 @@ int cmd_eval(int argc, char **argv)
     }
     int T = dev_shard_seq_len(shard);
     int bounds[2] = {0, dev_unit_count(&cfg)};
-    tr = dev_train_create(&cfg, bounds, 1, B, T, 1, (uint64_t)seed, &err);
+    char why[512];
+    const kn_be *be = kn_be_open(device, why, sizeof why, &err);
+    if (!be) {
+        sl_cli_fail("eval", 1, "%s", err.msg);
+        goto out;
+    }
+    sl_log_info("eval", "device: %s", why);
+    tr = dev_train_create_on(&cfg, bounds, 1, B, T, 1, (uint64_t)seed, be, &err);
     if (!tr || dev_ckpt_load_model(dev_train_stage(tr, 0), model, &err)) {
         sl_cli_fail("eval", 1, "%s", err.msg);
         goto out;

@@ -10,7 +10,6 @@
 #include "cli.h"
 #include "dev_ckpt.h"
 #include "sl_file.h"
-#include "sl_file.h"
 #include "dev_train.h"
 #include "kn_backend.h"
 #include "sl_log.h"
@@ -24,7 +23,7 @@ static void usage(FILE *f)
             "                     [--warmup N] [--weight-decay X] [--clip X] [--mask-prob P]\n"
             "                     [--init model.safetensors] [--resume DIR] [--save DIR]\n"
             "                     [--save-every N] [--metrics FILE] [--seed S] [--threads N]\n"
-            "                     [--max-time SECONDS] [--json]\n\n"
+            "                     [--max-time SECONDS] [--device auto|cpu|cuda] [--json]\n\n"
             "Trains a BERT (masked language model) on a token shard (skyloom data prepare).\n"
             "Each step reads B sequences, masks them (15%%), splits them into M micro-batches\n"
             "and accumulates their gradients: the step is the same for any M.\n\n"
@@ -50,11 +49,13 @@ static void usage(FILE *f)
             "  --seed S            initialisation, masking and dropout seed (default 1)\n"
             "  --threads N         CPU threads (OpenMP and BLAS)\n"
             "  --max-time S        stop (and save) after the step that passes S seconds\n"
+            "  --device D          auto (default: the GPU when one answers, else the CPU),\n"
+            "                      cpu, or cuda (an error without a usable GPU)\n"
             "  --json              print a JSON summary at the end\n");
 }
 
 typedef struct opts {
-    const char *config, *data, *init, *resume, *save, *metrics;
+    const char *config, *data, *init, *resume, *save, *metrics, *device;
     int steps, batch, micro, save_every, threads, json, warmup;
     int64_t max_time;
     double lr, wd, clip, mask_prob;
@@ -74,6 +75,7 @@ static int parse(opts *o, int argc, char **argv, int *help)
     o->mask_prob = 0.15;
     o->seed = 1;
     o->warmup = -1;
+    o->device = "auto";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -98,6 +100,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
             o->resume = v;
         else if (!strcmp(a, "--save"))
             o->save = v;
+        else if (!strcmp(a, "--device"))
+            o->device = v;
         else if (!strcmp(a, "--metrics"))
             o->metrics = v;
         else if (!strcmp(a, "--steps"))
@@ -143,6 +147,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
                            o->batch, o->micro);
     if (o->init && o->resume)
         return sl_cli_fail("train", 2, "--init and --resume exclude each other");
+    if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+        return sl_cli_fail("train", 2, "--device must be auto, cpu or cuda, got '%s'", o->device);
     return 0;
 }
 
@@ -202,7 +208,14 @@ int cmd_train(int argc, char **argv)
     }
     int T = dev_shard_seq_len(shard);
     int bounds[2] = {0, dev_unit_count(&cfg)};
-    tr = dev_train_create(&cfg, bounds, 1, o.batch, T, o.micro, (uint64_t)o.seed, &err);
+    char why[512];
+    const kn_be *be = kn_be_open(o.device, why, sizeof why, &err);
+    if (!be) {
+        sl_cli_fail("train", 1, "%s", err.msg);
+        goto out;
+    }
+    sl_log_info("train", "device: %s", why);
+    tr = dev_train_create_on(&cfg, bounds, 1, o.batch, T, o.micro, (uint64_t)o.seed, be, &err);
     if (!tr) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
@@ -313,11 +326,12 @@ int cmd_train(int argc, char **argv)
     }
     double total = sl_now_s() - t_start;
     if (o.json) {
-        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?}", "steps", last_step, "first_loss",
+        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?, s:s}", "steps", last_step, "first_loss",
                               first_loss, "last_loss", last_loss, "seconds", total,
                               "tokens_per_s",
                               total > 0 ? (double)(last_step - first + 1) * o.batch * T / total : 0.0,
-                              "checkpoint", o.save ? path : NULL);
+                              "checkpoint", o.save ? path : NULL, "device",
+                              dev_stage_backend(st));
         char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
         printf("%s\n", s);
         free(s);
