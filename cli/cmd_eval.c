@@ -90,7 +90,7 @@ int cmd_eval(int argc, char **argv)
         goto out;
     }
     sl_log_info("eval", "device: %s", why);
-    tr = dev_train_create_on(&cfg, bounds, 1, B, T, 1, (uint64_t)seed, be, &err);
+    tr = dev_train_create_on(&cfg, bounds, 1, B, T, 1, (uint64_t)seed, be, 0, &err);
     if (!tr || dev_ckpt_load_model(dev_train_stage(tr, 0), model, &err)) {
         sl_cli_fail("eval", 1, "%s", err.msg);
         goto out;

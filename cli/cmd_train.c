@@ -23,7 +23,8 @@ static void usage(FILE *f)
             "                     [--warmup N] [--weight-decay X] [--clip X] [--mask-prob P]\n"
             "                     [--init model.safetensors] [--resume DIR] [--save DIR]\n"
             "                     [--save-every N] [--metrics FILE] [--seed S] [--threads N]\n"
-            "                     [--max-time SECONDS] [--device auto|cpu|cuda] [--json]\n\n"
+            "                     [--max-time SECONDS] [--device auto|cpu|cuda] [--recompute]\n"
+            "                     [--json]\n\n"
             "Trains a BERT (masked language model) on a token shard (skyloom data prepare).\n"
             "Each step reads B sequences, masks them (15%%), splits them into M micro-batches\n"
             "and accumulates their gradients: the step is the same for any M.\n\n"
@@ -51,12 +52,14 @@ static void usage(FILE *f)
             "  --max-time S        stop (and save) after the step that passes S seconds\n"
             "  --device D          auto (default: the GPU when one answers, else the CPU),\n"
             "                      cpu, or cuda (an error without a usable GPU)\n"
+            "  --recompute         keep only each layer's output for backward and recompute\n"
+            "                      the rest (less memory, one more forward; same results)\n"
             "  --json              print a JSON summary at the end\n");
 }
 
 typedef struct opts {
     const char *config, *data, *init, *resume, *save, *metrics, *device;
-    int steps, batch, micro, save_every, threads, json, warmup;
+    int steps, batch, micro, save_every, threads, json, warmup, recompute;
     int64_t max_time;
     double lr, wd, clip, mask_prob;
     int64_t seed;
@@ -81,6 +84,10 @@ static int parse(opts *o, int argc, char **argv, int *help)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             *help = 1;
             return 0;
+        }
+        if (!strcmp(a, "--recompute")) {
+            o->recompute = 1;
+            continue;
         }
         if (!strcmp(a, "--json")) {
             o->json = 1;
@@ -215,7 +222,8 @@ int cmd_train(int argc, char **argv)
         goto out;
     }
     sl_log_info("train", "device: %s", why);
-    tr = dev_train_create_on(&cfg, bounds, 1, o.batch, T, o.micro, (uint64_t)o.seed, be, &err);
+    tr = dev_train_create_on(&cfg, bounds, 1, o.batch, T, o.micro, (uint64_t)o.seed, be,
+                             o.recompute ? DEV_STAGE_RECOMPUTE : 0, &err);
     if (!tr) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;

@@ -55,6 +55,8 @@ typedef struct slot {
 struct dev_stage {
     const kn_be *be;
     int res; /* be->resident: host views are copies (pull/push) */
+    int recompute; /* slots keep layer outputs only; backward re-runs each layer's forward */
+    float *wbase;  /* recompute: one layer's full stash (`work`) */
     sl_err fault; /* first failed buffer operation (zero/copy) since the last check */
     int faulted;
     dev_config c;
@@ -66,6 +68,7 @@ struct dev_stage {
     float *params, *grads, *mv;
     float *hparams, *hgrads, *hmv; /* host views: the same pointers when !res */
     float *htied, *dtied;          /* res: host view of the tied gradient, upload scratch */
+    layer_a work;  /* recompute: views into wbase */
     float *gtail; /* LOCAL role: the head's part of the word-embedding gradient */
     /* per-unit parameter and gradient pointers, in layout order */
     float **pp, **gp; /* pp[k] for tensor k */
@@ -211,10 +214,32 @@ static float *carve(float *base, size_t *cur, size_t n)
     return base ? base + o : NULL;
 }
 
-static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
+/* One encoder layer's stash; with out_only just its output (the next
+ * layer's input), which is all a recomputing stage keeps per layer. */
+static void layer_carve(const dev_stage *s, layer_a *a, float *base, size_t *cur, int out_only)
 {
     size_t N = (size_t)s->maxB * s->T, C = s->c.hidden, F = s->c.intermediate;
     size_t att = (size_t)s->maxB * s->c.heads * s->T * s->T;
+    memset(a, 0, sizeof *a);
+    if (!out_only) {
+        a->qkv = carve(base, cur, N * 3 * C);
+        a->atto = carve(base, cur, N * C);
+        a->att = carve(base, cur, att);
+        a->res1 = carve(base, cur, N * C);
+        a->mean1 = carve(base, cur, N);
+        a->rstd1 = carve(base, cur, N);
+        a->ln1 = carve(base, cur, N * C);
+        a->h = carve(base, cur, N * F);
+        a->res2 = carve(base, cur, N * C);
+        a->mean2 = carve(base, cur, N);
+        a->rstd2 = carve(base, cur, N);
+    }
+    a->out = carve(base, cur, N * C);
+}
+
+static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
+{
+    size_t N = (size_t)s->maxB * s->T, C = s->c.hidden;
     size_t cur = 0;
     if (s->u0 > 0)
         sl->in = carve(base, &cur, N * C);
@@ -225,26 +250,13 @@ static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
         sl->e.ln = carve(base, &cur, N * C);
         sl->e.out = carve(base, &cur, N * C);
     }
-    for (int i = 0; i < s->nl; i++) {
-        layer_a *a = &sl->l[i];
-        a->qkv = carve(base, &cur, N * 3 * C);
-        a->atto = carve(base, &cur, N * C);
-        a->att = carve(base, &cur, att);
-        a->res1 = carve(base, &cur, N * C);
-        a->mean1 = carve(base, &cur, N);
-        a->rstd1 = carve(base, &cur, N);
-        a->ln1 = carve(base, &cur, N * C);
-        a->h = carve(base, &cur, N * F);
-        a->res2 = carve(base, &cur, N * C);
-        a->mean2 = carve(base, &cur, N);
-        a->rstd2 = carve(base, &cur, N);
-        a->out = carve(base, &cur, N * C);
-    }
+    for (int i = 0; i < s->nl; i++)
+        layer_carve(s, &sl->l[i], base, &cur, s->recompute);
     return cur;
 }
 
 dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int T, int slots,
-                            uint64_t seed, const kn_be *be, sl_err *err)
+                            uint64_t seed, const kn_be *be, unsigned flags, sl_err *err)
 {
     if (dev_config_validate(c, err))
         return NULL;
@@ -261,6 +273,7 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     dev_stage *s = sl_xcalloc(1, sizeof *s);
     s->be = be ? be : kn_be_cpu();
     s->res = s->be->resident;
+    s->recompute = (flags & DEV_STAGE_RECOMPUTE) != 0;
     s->c = *c;
     s->u0 = u0;
     s->u1 = u1;
@@ -347,6 +360,15 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     s->F2 = falloc(s, N * F);
     s->Q = falloc(s, N * 3 * C);
     s->bytes += (N * C * 4 + N * F * 2 + N * 3 * C) * sizeof(float);
+    if (s->recompute && s->nl > 0) { /* one layer's full stash, shared by all layers and slots */
+        size_t n = 0;
+        layer_carve(s, &s->work, NULL, &n, 0);
+        s->wbase = falloc(s, n);
+        n = 0;
+        if (s->wbase)
+            layer_carve(s, &s->work, s->wbase, &n, 0);
+        s->bytes += n * sizeof(float);
+    }
     if (s->oom) {
         sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB for units %d..%d (B=%d, T=%d)",
                    (double)s->bytes / 1048576.0, u0, u1, max_B, T);
@@ -419,7 +441,7 @@ void dev_stage_free(dev_stage *s)
         head_free(s, &sl->h);
     }
     free(s->slots);
-    float *b[] = {s->params, s->grads, s->mv, s->dtied, s->G0, s->G1, s->T1, s->T2, s->F1,
+    float *b[] = {s->params, s->grads, s->mv, s->dtied, s->wbase, s->G0, s->G1, s->T1, s->T2, s->F1,
                   s->F2, s->Q, s->logits, s->dl, s->dg, s->dd, s->dxm};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         bfree(s, b[i]);
@@ -772,8 +794,14 @@ int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float
         embed_forward(s, sl, mb);
     else if (s->be->upload(sl->in, in, N * C * sizeof(float), err))
         return -1;
-    for (int i = 0; i < s->nl; i++)
-        layer_forward(s, s->l0 + i, &sl->l[i], layer_input(s, sl, i), sl->valid, mb);
+    for (int i = 0; i < s->nl; i++) {
+        layer_a a = sl->l[i];
+        if (s->recompute) { /* the work area, but the output into the slot */
+            a = s->work;
+            a.out = sl->l[i].out;
+        }
+        layer_forward(s, s->l0 + i, &a, layer_input(s, sl, i), sl->valid, mb);
+    }
     const float *last = layer_input(s, sl, s->nl);
     if (s->has_head) {
         if (head_forward(s, sl, last, mb, loss_sum, masked, err))
@@ -806,7 +834,15 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
     else if (s->be->upload(cur, dout, NC * sizeof(float), err))
         return -1;
     for (int i = s->nl - 1; i >= 0; i--) {
-        layer_backward(s, s->l0 + i, &sl->l[i], layer_input(s, sl, i), mb, cur, nxt);
+        layer_a *a = &sl->l[i];
+        if (s->recompute) {
+            /* The same inputs, weights and dropout keys give bit for bit the
+             * activations the forward had; its output lands in the work
+             * area, leaving the slot's copy (the next layer's input) alone. */
+            a = &s->work;
+            layer_forward(s, s->l0 + i, a, layer_input(s, sl, i), sl->valid, mb);
+        }
+        layer_backward(s, s->l0 + i, a, layer_input(s, sl, i), mb, cur, nxt);
         float *t = cur;
         cur = nxt;
         nxt = t;

@@ -60,12 +60,19 @@ float dev_clip_scale(double norm, float max_norm);
 
 typedef struct dev_stage dev_stage;
 
+/* Creation flags. RECOMPUTE: a slot keeps only each encoder layer's output
+ * and backward re-runs the layer's forward into one shared work area first
+ * (activation checkpointing per layer): the stash shrinks from ~10.5 C + 
+ * NH T floats per token and layer to C, for one more forward of the layers.
+ * Results are bit-identical (same ops, inputs and dropout keys). */
+enum { DEV_STAGE_RECOMPUTE = 1u };
+
 /* Units [u0, u1] inclusive; micro-batches of at most max_B sequences of
  * length T; `slots` in-flight micro-batches (1 for plain accumulation). The
  * parameters are initialised from `seed` (dev_model_init). Tensors live on
  * backend `be` (kn_be.h; NULL = the CPU). */
 dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int T, int slots,
-                            uint64_t seed, const kn_be *be, sl_err *err);
+                            uint64_t seed, const kn_be *be, unsigned flags, sl_err *err);
 void dev_stage_free(dev_stage *s);
 
 const dev_config *dev_stage_config(const dev_stage *s);

@@ -17,11 +17,12 @@ struct dev_train {
 dev_train *dev_train_create(const dev_config *c, const int *bounds, int nstages, int B, int T,
                             int micro, uint64_t seed, sl_err *err)
 {
-    return dev_train_create_on(c, bounds, nstages, B, T, micro, seed, NULL, err);
+    return dev_train_create_on(c, bounds, nstages, B, T, micro, seed, NULL, 0, err);
 }
 
 dev_train *dev_train_create_on(const dev_config *c, const int *bounds, int nstages, int B, int T,
-                               int micro, uint64_t seed, const kn_be *be, sl_err *err)
+                               int micro, uint64_t seed, const kn_be *be, unsigned flags,
+                               sl_err *err)
 {
     if (nstages < 1 || bounds[0] != 0 || bounds[nstages] != dev_unit_count(c)) {
         sl_err_set(err, SL_EINVAL, "stages must cover units 0..%d", dev_unit_count(c) - 1);
@@ -50,7 +51,7 @@ dev_train *dev_train_create_on(const dev_config *c, const int *bounds, int nstag
     size_t nc = (size_t)(B / micro) * T * c->hidden;
     for (int i = 0; i < nstages; i++) {
         tr->st[i] = dev_stage_create(c, bounds[i], bounds[i + 1] - 1, B / micro, T, 1, seed, be,
-                                     err);
+                                     flags, err);
         if (!tr->st[i]) {
             dev_train_free(tr);
             return NULL;

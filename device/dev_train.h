@@ -34,9 +34,11 @@ typedef struct dev_train dev_train;
  * bounds[n] = L+2. B must be a multiple of micro. */
 dev_train *dev_train_create(const dev_config *c, const int *bounds, int nstages, int B, int T,
                             int micro, uint64_t seed, sl_err *err);
-/* The same with every stage's tensors on backend `be` (kn_be.h; NULL = CPU). */
+/* The same with every stage's tensors on backend `be` (kn_be.h; NULL = CPU)
+ * and dev_stage_create's `flags` (DEV_STAGE_RECOMPUTE). */
 dev_train *dev_train_create_on(const dev_config *c, const int *bounds, int nstages, int B, int T,
-                               int micro, uint64_t seed, const kn_be *be, sl_err *err);
+                               int micro, uint64_t seed, const kn_be *be, unsigned flags,
+                               sl_err *err);
 void dev_train_free(dev_train *tr);
 int dev_train_nstages(const dev_train *tr);
 dev_stage *dev_train_stage(dev_train *tr, int i);

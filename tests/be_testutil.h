@@ -88,13 +88,13 @@ static void be_one_step(dev_train *tr, const dev_optim *o, int s, dev_step_info 
 
 /* BE_STEPS steps on the CPU and on `be` with `n` stages and `micro`
  * micro-batches; then evaluation; returns both trainers for more checks. */
-static void be_train_pair(const kn_be *be, const be_tol *tol, const int *bounds, int n, int micro,
-                          const dev_optim *o, const char *what, dev_train **cpu_out,
-                          dev_train **be_out)
+static void be_train_pair(const kn_be *be, unsigned flags, const be_tol *tol, const int *bounds,
+                          int n, int micro, const dev_optim *o, const char *what,
+                          dev_train **cpu_out, dev_train **be_out)
 {
     sl_err err = {0};
-    dev_train *c = dev_train_create_on(&be_cfg, bounds, n, BE_B, BE_T, micro, 7, NULL, &err);
-    dev_train *g = dev_train_create_on(&be_cfg, bounds, n, BE_B, BE_T, micro, 7, be, &err);
+    dev_train *c = dev_train_create_on(&be_cfg, bounds, n, BE_B, BE_T, micro, 7, NULL, 0, &err);
+    dev_train *g = dev_train_create_on(&be_cfg, bounds, n, BE_B, BE_T, micro, 7, be, flags, &err);
     CHECKF(c && g, "%s: %s", what, err.msg);
     *cpu_out = c;
     *be_out = g;
@@ -135,11 +135,13 @@ static void be_check_training(const kn_be *be, const be_tol *tol)
     static const struct {
         const int *b;
         int n, micro, lamb;
+        unsigned flags; /* of the backend's side; the CPU's never recomputes */
         const char *name;
     } cases[] = {
-        {one, 1, 1, 0, "1 stage, adamw"},
-        {one, 1, 2, 1, "1 stage, 2 micro-batches, lamb"},
-        {three, 3, 2, 0, "3 stages, 2 micro-batches, adamw"},
+        {one, 1, 1, 0, 0, "1 stage, adamw"},
+        {one, 1, 2, 1, 0, "1 stage, 2 micro-batches, lamb"},
+        {three, 3, 2, 0, 0, "3 stages, 2 micro-batches, adamw"},
+        {three, 3, 2, 1, DEV_STAGE_RECOMPUTE, "3 stages, 2 micro, lamb, recompute"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dev_optim o;
@@ -153,7 +155,8 @@ static void be_check_training(const kn_be *be, const be_tol *tol)
         }
         dev_train *c = NULL, *g = NULL;
         int before = sl_test_failures;
-        be_train_pair(be, tol, cases[i].b, cases[i].n, cases[i].micro, &o, cases[i].name, &c, &g);
+        be_train_pair(be, cases[i].flags, tol, cases[i].b, cases[i].n, cases[i].micro, &o,
+                      cases[i].name, &c, &g);
         printf("    %-36s %s on %s\n", cases[i].name,
                sl_test_failures == before ? (tol->params == 0 ? "bitwise equal" : "within tolerance")
                                           : "DIFFERENT",
@@ -172,7 +175,7 @@ static void be_check_ckpt(const kn_be *be, const be_tol *tol, const char *dir)
     dev_optim_default(&o);
     o.lr = 1e-3f;
     dev_train *c = NULL, *g = NULL;
-    be_train_pair(be, tol, one, 1, 1, &o, "checkpoint source", &c, &g);
+    be_train_pair(be, 0, tol, one, 1, 1, &o, "checkpoint source", &c, &g);
     if (!c || !g) {
         dev_train_free(c);
         dev_train_free(g);
@@ -185,8 +188,8 @@ static void be_check_ckpt(const kn_be *be, const be_tol *tol, const char *dir)
     CHECKF(dev_ckpt_save_dir(dev_train_stage(c, 0), DEV_OPT_ADAMW, dc, &err) == 0, "%s", err.msg);
     /* Fresh trainers (same seed: it also keys dropout) whose weights and
      * moments are then scrambled, then loaded with the other backend's file. */
-    dev_train *c2 = dev_train_create_on(&be_cfg, one, 1, BE_B, BE_T, 1, 7, NULL, &err);
-    dev_train *g2 = dev_train_create_on(&be_cfg, one, 1, BE_B, BE_T, 1, 7, be, &err);
+    dev_train *c2 = dev_train_create_on(&be_cfg, one, 1, BE_B, BE_T, 1, 7, NULL, 0, &err);
+    dev_train *g2 = dev_train_create_on(&be_cfg, one, 1, BE_B, BE_T, 1, 7, be, 0, &err);
     CHECKF(c2 && g2, "%s", err.msg);
     for (int k = 0; k < 2 && c2 && g2; k++) {
         dev_stage *s = dev_train_stage(k ? g2 : c2, 0);
@@ -225,7 +228,7 @@ static void be_check_ckpt(const kn_be *be, const be_tol *tol, const char *dir)
 
 /* Two stages driven directly, two micro-batches in flight (one stash slot
  * each, 1F1B order) and the tied-embedding exchange as two devices run it. */
-static void be_run_slots(const kn_be *be, double *loss, dev_stage *st[2])
+static void be_run_slots(const kn_be *be, unsigned flags, double *loss, dev_stage *st[2])
 {
     enum { MICRO = 2, BM = BE_B / MICRO };
     static const int bounds[] = {0, 2, 5};
@@ -234,7 +237,7 @@ static void be_run_slots(const kn_be *be, double *loss, dev_stage *st[2])
     float *act[MICRO], *grad[MICRO];
     for (int i = 0; i < 2; i++) {
         st[i] = dev_stage_create(&be_cfg, bounds[i], bounds[i + 1] - 1, BM, BE_T, MICRO, 7, be,
-                                 &err);
+                                 flags, &err);
         CHECKF(st[i] != NULL, "%s", err.msg);
     }
     for (int m = 0; m < MICRO; m++) {
@@ -298,8 +301,8 @@ static void be_check_slots(const kn_be *be, const be_tol *tol)
 {
     dev_stage *c[2] = {0}, *g[2] = {0};
     double lc, lg;
-    be_run_slots(NULL, &lc, c);
-    be_run_slots(be, &lg, g);
+    be_run_slots(NULL, 0, &lc, c);
+    be_run_slots(be, DEV_STAGE_RECOMPUTE, &lg, g); /* two slots share one work area */
     be_same_scalar("two slots in flight: loss", lg, lc, tol->loss);
     sl_err err = {0};
     for (int i = 0; i < 2 && c[i] && g[i]; i++) {
@@ -322,7 +325,7 @@ static void be_check_slots(const kn_be *be, const be_tol *tol)
             free(copy);
         }
     }
-    printf("    %-36s %s\n", "2 stages, 2 slots in flight, tied", "compared");
+    printf("    %-36s %s\n", "2 stages, 2 in flight, recompute, tied", "compared");
     for (int i = 0; i < 2; i++) {
         dev_stage_free(c[i]);
         dev_stage_free(g[i]);
