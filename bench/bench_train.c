@@ -53,17 +53,22 @@ static double plain_sgemm(const dev_config *c, int N, int M, int reps)
 int main(int argc, char **argv)
 {
     const char *which = argc > 1 ? argv[1] : "a";
+    /* "c+r": config c on a recomputing stage (DEV_STAGE_RECOMPUTE) */
+    size_t wl = strlen(which);
+    unsigned flags = wl > 2 && !strcmp(which + wl - 2, "+r") ? DEV_STAGE_RECOMPUTE : 0;
+    char base[8];
+    snprintf(base, sizeof base, "%.*s", (int)(flags ? wl - 2 : wl), which);
     int steps = argc > 2 ? atoi(argv[2]) : 10, threads = argc > 3 ? atoi(argv[3]) : 2;
     dev_config c = {.max_pos = 512, .type_vocab = 2, .ln_eps = 1e-12f, .gelu = 0,
                     .hidden_dropout = 0.1f, .attn_dropout = 0.1f, .init_range = 0.02f};
-    if (!strcmp(which, "a")) {
+    if (!strcmp(base, "a")) {
         c.layers = 2, c.hidden = 128, c.heads = 2, c.intermediate = 512, c.vocab = 8192;
-    } else if (!strcmp(which, "b")) {
+    } else if (!strcmp(base, "b")) {
         c.layers = 4, c.hidden = 256, c.heads = 4, c.intermediate = 1024, c.vocab = 8192;
-    } else if (!strcmp(which, "c")) {
+    } else if (!strcmp(base, "c")) {
         c.layers = 12, c.hidden = 768, c.heads = 12, c.intermediate = 3072, c.vocab = 30522;
     } else {
-        fprintf(stderr, "usage: bench_train a|b|c [steps] [threads]\n");
+        fprintf(stderr, "usage: bench_train a|b|c[+r] [steps] [threads]  (+r: recompute)\n");
         return 2;
     }
     if (steps < 1 || threads < 1) {
@@ -86,7 +91,7 @@ int main(int argc, char **argv)
     }
     sl_err err = {0};
     int bounds[2] = {0, dev_unit_count(&c)};
-    dev_train *tr = dev_train_create(&c, bounds, 1, B, T, 1, 1, &err);
+    dev_train *tr = dev_train_create_on(&c, bounds, 1, B, T, 1, 1, NULL, flags, &err);
     if (!tr) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         return 1;

@@ -56,7 +56,7 @@ struct dev_stage {
     const kn_be *be;
     int res; /* be->resident: host views are copies (pull/push) */
     int recompute; /* slots keep layer outputs only; backward re-runs each layer's forward */
-    float *wbase;  /* recompute: one layer's full stash (`work`) */
+    float *wbase;  /* `work`: one P_CHEAP block, or (recompute) one layer's full stash */
     sl_err fault; /* first failed buffer operation (zero/copy) since the last check */
     int faulted;
     dev_config c;
@@ -68,7 +68,7 @@ struct dev_stage {
     float *params, *grads, *mv;
     float *hparams, *hgrads, *hmv; /* host views: the same pointers when !res */
     float *htied, *dtied;          /* res: host view of the tied gradient, upload scratch */
-    layer_a work;  /* recompute: views into wbase */
+    layer_a work;  /* views into wbase */
     float *gtail; /* LOCAL role: the head's part of the word-embedding gradient */
     /* per-unit parameter and gradient pointers, in layout order */
     float **pp, **gp; /* pp[k] for tensor k */
@@ -214,27 +214,39 @@ static float *carve(float *base, size_t *cur, size_t n)
     return base ? base + o : NULL;
 }
 
-/* One encoder layer's stash; with out_only just its output (the next
- * layer's input), which is all a recomputing stage keeps per layer. */
-static void layer_carve(const dev_stage *s, layer_a *a, float *base, size_t *cur, int out_only)
+/* Which parts of an encoder layer's activations a block holds:
+ *   P_KEEP   what only a matrix multiply could give back: qkv, r1 and its
+ *            statistics, h, r2 and its statistics;
+ *   P_CHEAP  what backward recomputes from P_KEEP for a few per cent of a
+ *            layer's FLOPs: the attention probabilities and output (from
+ *            qkv: the T x T products and softmax) and l1 = LN1(r1). They are
+ *            ~29% of a BERT layer's stash (B=8, T=128), so slots keep P_KEEP
+ *            and the stage holds one P_CHEAP block for all layers and slots;
+ *   P_OUT    the layer's output, the next layer's input.
+ * A recomputing stage's slots keep P_OUT only, and its work area all three. */
+enum { P_KEEP = 1, P_CHEAP = 2, P_OUT = 4 };
+static void layer_carve(const dev_stage *s, layer_a *a, float *base, size_t *cur, int parts)
 {
     size_t N = (size_t)s->maxB * s->T, C = s->c.hidden, F = s->c.intermediate;
     size_t att = (size_t)s->maxB * s->c.heads * s->T * s->T;
     memset(a, 0, sizeof *a);
-    if (!out_only) {
+    if (parts & P_KEEP) {
         a->qkv = carve(base, cur, N * 3 * C);
-        a->atto = carve(base, cur, N * C);
-        a->att = carve(base, cur, att);
         a->res1 = carve(base, cur, N * C);
         a->mean1 = carve(base, cur, N);
         a->rstd1 = carve(base, cur, N);
-        a->ln1 = carve(base, cur, N * C);
         a->h = carve(base, cur, N * F);
         a->res2 = carve(base, cur, N * C);
         a->mean2 = carve(base, cur, N);
         a->rstd2 = carve(base, cur, N);
     }
-    a->out = carve(base, cur, N * C);
+    if (parts & P_CHEAP) {
+        a->atto = carve(base, cur, N * C);
+        a->att = carve(base, cur, att);
+        a->ln1 = carve(base, cur, N * C);
+    }
+    if (parts & P_OUT)
+        a->out = carve(base, cur, N * C);
 }
 
 static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
@@ -251,7 +263,7 @@ static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
         sl->e.out = carve(base, &cur, N * C);
     }
     for (int i = 0; i < s->nl; i++)
-        layer_carve(s, &sl->l[i], base, &cur, s->recompute);
+        layer_carve(s, &sl->l[i], base, &cur, s->recompute ? P_OUT : P_KEEP | P_OUT);
     return cur;
 }
 
@@ -360,14 +372,22 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     s->F2 = falloc(s, N * F);
     s->Q = falloc(s, N * 3 * C);
     s->bytes += (N * C * 4 + N * F * 2 + N * 3 * C) * sizeof(float);
-    if (s->recompute && s->nl > 0) { /* one layer's full stash, shared by all layers and slots */
+    if (s->nl > 0) { /* the shared part of every layer's stash (see layer_carve) */
+        int parts = s->recompute ? P_KEEP | P_CHEAP | P_OUT : P_CHEAP;
         size_t n = 0;
-        layer_carve(s, &s->work, NULL, &n, 0);
+        layer_carve(s, &s->work, NULL, &n, parts);
         s->wbase = falloc(s, n);
         n = 0;
         if (s->wbase)
-            layer_carve(s, &s->work, s->wbase, &n, 0);
+            layer_carve(s, &s->work, s->wbase, &n, parts);
         s->bytes += n * sizeof(float);
+        for (int i = 0; !s->recompute && i < slots; i++)
+            for (int l = 0; l < s->nl; l++) {
+                layer_a *a = &s->slots[i].l[l];
+                a->atto = s->work.atto;
+                a->att = s->work.att;
+                a->ln1 = s->work.ln1;
+            }
     }
     if (s->oom) {
         sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB for units %d..%d (B=%d, T=%d)",
@@ -610,6 +630,18 @@ static void layer_forward(dev_stage *s, int u, layer_a *a, const float *x, const
     s->be->layernorm_forward(a->out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C, eps);
 }
 
+/* Recomputes the P_CHEAP activations of layer u (attention probabilities and
+ * output, l1) from its P_KEEP ones, as layer_forward computed them. */
+static void layer_refresh(dev_stage *s, int u, layer_a *a, const int32_t *valid,
+                          const dev_micro *mb)
+{
+    float **p = s->pp + s->first[u - s->u0];
+    int B = mb->B, T = mb->T, C = s->c.hidden, N = B * T;
+    s->be->attention_forward(a->atto, a->att, a->qkv, valid, B, T, C, s->c.heads,
+                             drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
+    s->be->layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, s->c.ln_eps);
+}
+
 /* dout (B,T,C) -> dx (B,T,C) (overwritten), parameter gradients accumulated. */
 static void layer_backward(dev_stage *s, int u, layer_a *a, const float *x, const dev_micro *mb,
                            const float *dout, float *dx)
@@ -835,12 +867,15 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
         return -1;
     for (int i = s->nl - 1; i >= 0; i--) {
         layer_a *a = &sl->l[i];
+        /* The same inputs, weights and dropout keys give bit for bit the
+         * activations the forward had. */
         if (s->recompute) {
-            /* The same inputs, weights and dropout keys give bit for bit the
-             * activations the forward had; its output lands in the work
-             * area, leaving the slot's copy (the next layer's input) alone. */
+            /* the whole layer, into the work area (its output too, leaving
+             * the slot's copy, the next layer's input, alone) */
             a = &s->work;
             layer_forward(s, s->l0 + i, a, layer_input(s, sl, i), sl->valid, mb);
+        } else {
+            layer_refresh(s, s->l0 + i, a, sl->valid, mb);
         }
         layer_backward(s, s->l0 + i, a, layer_input(s, sl, i), mb, cur, nxt);
         float *t = cur;
