@@ -12,9 +12,9 @@
  * which uses kn_gemm_map like the CPU's kn_sgemm. Simple rather than fast:
  * no GPU was available to tune (or run) them, see docs/kernels.md.
  *
- * Callers check kn_cuda_probe()->device_count > 0 (kn_backend.h) before
- * kn_cuda_init, and guard their use with `#if HAVE_CUDA` (sl_config.h): a
- * build without nvcc has no kn_cuda_* symbols at all. One cuBLAS handle and
+ * Callers outside the module use kn_be_open / kn_be_cuda (kn_be.h), which
+ * load it; only tests/test_kn_cuda.c links it directly. A build without nvcc
+ * has no module and no kn_cuda_* symbols at all. One cuBLAS handle and
  * one scratch buffer per process: call this API from one thread at a time. */
 #ifndef KN_CUDA_H
 #define KN_CUDA_H
@@ -28,6 +28,27 @@ extern "C" {
 
 #include "kn_ops.h"
 #include "sl_err.h"
+
+/* ---- the CUDA module (libskyloom_cuda.so) ------------------------------
+ * Everything that needs the CUDA runtime or cuBLAS lives in this shared
+ * library, which the rest of Skyloom never links: kernels/cpu/kn_cuda_load.c
+ * opens it on the first kn_cuda_probe() of a machine that has the NVIDIA
+ * driver, so a CPU-only run of a CUDA build does not map cuBLAS (~210 MiB of
+ * resident memory at start-up). Its one exported entry point: */
+#include "kn_backend.h"
+#include "kn_be.h"
+
+#define KN_CUDA_MODULE_ABI 1
+typedef struct kn_cuda_module {
+    int abi; /* KN_CUDA_MODULE_ABI */
+    const kn_cuda_info *(*probe)(void);
+    int (*selftest)(char *reason, size_t n);
+    const kn_be *be;
+} kn_cuda_module;
+const kn_cuda_module *skyloom_cuda_module(void);
+/* The module's own probe and self-test, behind kn_cuda_probe/selftest. */
+const kn_cuda_info *kn_cudart_probe(void);
+int kn_cudart_selftest(char *reason, size_t n);
 
 /* Device 0 and a cuBLAS handle; idempotent. -1 (SL_ENOTSUP) without a GPU. */
 int kn_cuda_init(sl_err *err);

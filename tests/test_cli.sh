@@ -14,9 +14,20 @@ check "--version names the BLAS" grep -q 'cpu blas:.*OpenBLAS.*threads' <<<"$out
 check "--version tells whether CUDA is compiled in" grep -Eq 'cuda: +(compiled in|not compiled in)' <<<"$out"
 check "--version names gRPC, OpenSSL, libsodium" bash -c 'grep -q "grpc core: [0-9]" <<<"$1" && grep -q "openssl:   OpenSSL" <<<"$1" && grep -q "libsodium: [0-9]" <<<"$1"' _ "$out"
 if grep -q 'compiled in$' <<<"$(grep 'cuda:' <<<"$out")" && ! grep -q 'not compiled' <<<"$out"; then
-    check "--version tells why there is no GPU, or names it" grep -Eq 'cudaGetDeviceCount returned|gpu: +[^n]' <<<"$out"
+    check "--version tells why there is no GPU, or names it" grep -Eq 'CUDA driver missing|cudaGetDeviceCount returned|gpu: +[^n]' <<<"$out"
 fi
 "$sk" help >/dev/null; check "help exits 0" test $? -eq 0
+# The CUDA module (libskyloom_cuda.so) is opened only where the NVIDIA driver
+# is; SKYLOOM_CUDA_FORCE_LOAD=1 opens it anyway, so its loading and its probe
+# run here even without a GPU.
+if grep -q 'cuda: *compiled in' <<<"$out"; then
+  if grep -q 'libcuda.so.1 not loadable' <<<"$out"; then
+    f=$(SKYLOOM_CUDA_FORCE_LOAD=1 "$sk" --version)
+    check "the CUDA module loads and probes (forced, no driver)" grep -q 'cudaGetDeviceCount returned' <<<"$f"
+  fi
+  f=$(SKYLOOM_CUDA_FORCE_LOAD=1 SKYLOOM_CUDA_MODULE=/nonexistent/libskyloom_cuda.so "$sk" --version)
+  check "a missing CUDA module is named, not fatal" grep -q 'CUDA module not loadable: /nonexistent/libskyloom_cuda.so' <<<"$f"
+fi
 "$sk" help version | grep -q 'usage: skyloom version'; check "help <command>" test $? -eq 0
 err=$("$sk" frobnicate 2>&1); rc=$?
 check "unknown command exits 2" test $rc -eq 2

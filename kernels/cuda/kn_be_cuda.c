@@ -1,4 +1,5 @@
-/* The CUDA backend: device memory and the ops of kn_cuda.h. */
+/* The CUDA backend: device memory and the ops of kn_cuda.h, and the entry
+ * point of the CUDA module (libskyloom_cuda.so) that kn_cuda_load.c opens. */
 #include "kn_be.h"
 #include "kn_cuda.h"
 
@@ -37,4 +38,14 @@ static const kn_be cuda_be = {
     .scale = kn_cuda_scale,
 };
 
-const kn_be *kn_be_cuda(void) { return &cuda_be; }
+static const kn_cuda_module module = {
+    .abi = KN_CUDA_MODULE_ABI,
+    .probe = kn_cudart_probe,
+    .selftest = kn_cudart_selftest,
+    .be = &cuda_be,
+};
+
+__attribute__((visibility("default"))) const kn_cuda_module *skyloom_cuda_module(void)
+{
+    return &module;
+}

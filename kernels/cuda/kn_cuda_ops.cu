@@ -63,7 +63,7 @@ extern "C" int kn_cuda_init(sl_err *err)
 {
     if (g_ready)
         return 0;
-    const kn_cuda_info *info = kn_cuda_probe();
+    const kn_cuda_info *info = kn_cudart_probe();
     if (info->device_count <= 0)
         return sl_err_set(err, SL_ENOTSUP, "%s", info->reason);
     cudaError_t st = cudaSetDevice(0);

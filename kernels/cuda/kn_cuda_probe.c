@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "kn_backend.h"
+#include "kn_cuda.h"
 
 static kn_cuda_info g_info;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -38,7 +39,7 @@ static void probe_once(void)
     }
 }
 
-const kn_cuda_info *kn_cuda_probe(void)
+const kn_cuda_info *kn_cudart_probe(void)
 {
     pthread_once(&g_once, probe_once);
     return &g_info;

@@ -5,6 +5,7 @@
 
 extern "C" {
 #include "kn_backend.h"
+#include "kn_cuda.h"
 }
 
 __global__ static void saxpy_kernel(int n, float a, const float *x, float *y)
@@ -14,9 +15,9 @@ __global__ static void saxpy_kernel(int n, float a, const float *x, float *y)
         y[i] = a * x[i] + y[i];
 }
 
-extern "C" int kn_cuda_selftest(char *reason, size_t n)
+extern "C" int kn_cudart_selftest(char *reason, size_t n)
 {
-    const kn_cuda_info *info = kn_cuda_probe();
+    const kn_cuda_info *info = kn_cudart_probe();
     if (info->device_count <= 0) {
         snprintf(reason, n, "%s", info->reason);
         return -1;
