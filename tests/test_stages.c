@@ -279,6 +279,32 @@ static void test_in_flight(void)
     dev_train_free(ref.tr);
 }
 
+/* dev_unit_cost_of's stash per sequence is what a stage really allocates per
+ * in-flight slot (a middle stage: its input copy plus the layers' stash). */
+static void test_stash_cost(void)
+{
+    sl_err err = {0};
+    enum { BM = 2 };
+    dev_stage *s1 = dev_stage_create(&cfg, 1, cfg.layers, BM, T, 1, 7, NULL, 0, &err);
+    dev_stage *s3 = dev_stage_create(&cfg, 1, cfg.layers, BM, T, 3, 7, NULL, 0, &err);
+    CHECKF(s1 && s3, "%s", err.msg);
+    if (s1 && s3) {
+        double per_slot = (double)(dev_stage_bytes(s3) - dev_stage_bytes(s1)) / 2;
+        double model = (double)BM * T * cfg.hidden * 4; /* the input copy */
+        for (int u = 1; u <= cfg.layers; u++) {
+            dev_unit_cost uc;
+            dev_unit_cost_of(&cfg, u, T, 0.15, &uc);
+            model += (double)BM * uc.act_bytes;
+        }
+        printf("    stash per slot: stage %.0f bytes, cost model %.0f\n", per_slot, model);
+        /* (the stage pads every tensor to 16 floats) */
+        CHECKF(per_slot >= model && per_slot <= model * 1.02, "stage %.0f vs model %.0f",
+               per_slot, model);
+    }
+    dev_stage_free(s1);
+    dev_stage_free(s3);
+}
+
 /* The balancer's per-unit costs add up to the model. */
 static void test_unit_costs(void)
 {
@@ -300,6 +326,7 @@ static void test_unit_costs(void)
 int main(void)
 {
     RUN(test_unit_costs);
+    RUN(test_stash_cost);
     RUN(test_in_flight);
     RUN(test_adamw);
     RUN(test_lamb);
