@@ -215,13 +215,14 @@ static float *carve(float *base, size_t *cur, size_t n)
 }
 
 /* Which parts of an encoder layer's activations a block holds:
- *   P_KEEP   what only a matrix multiply could give back: qkv, r1 and its
- *            statistics, h, r2 and its statistics;
- *   P_CHEAP  what backward recomputes from P_KEEP for a few per cent of a
- *            layer's FLOPs: the attention probabilities and output (from
- *            qkv: the T x T products and softmax) and l1 = LN1(r1). They are
- *            ~29% of a BERT layer's stash (B=8, T=128), so slots keep P_KEEP
- *            and the stage holds one P_CHEAP block for all layers and slots;
+ *   P_KEEP   what is worth keeping: qkv, the attention probabilities and
+ *            output, r1 and its statistics, h, r2 and its statistics.
+ *            (Recomputing the attention from qkv would save another 22% of
+ *            the stash, but measured 25% slower steps on config (b): the
+ *            attention-dropout draws and softmax are not cheap on a CPU.)
+ *   P_CHEAP  l1 = LN1(r1), which backward recomputes in one elementwise
+ *            pass (7% of a BERT layer's stash): slots keep P_KEEP and the
+ *            stage holds one P_CHEAP block for all layers and slots;
  *   P_OUT    the layer's output, the next layer's input.
  * A recomputing stage's slots keep P_OUT only, and its work area all three. */
 enum { P_KEEP = 1, P_CHEAP = 2, P_OUT = 4 };
@@ -232,6 +233,8 @@ static void layer_carve(const dev_stage *s, layer_a *a, float *base, size_t *cur
     memset(a, 0, sizeof *a);
     if (parts & P_KEEP) {
         a->qkv = carve(base, cur, N * 3 * C);
+        a->atto = carve(base, cur, N * C);
+        a->att = carve(base, cur, att);
         a->res1 = carve(base, cur, N * C);
         a->mean1 = carve(base, cur, N);
         a->rstd1 = carve(base, cur, N);
@@ -240,11 +243,8 @@ static void layer_carve(const dev_stage *s, layer_a *a, float *base, size_t *cur
         a->mean2 = carve(base, cur, N);
         a->rstd2 = carve(base, cur, N);
     }
-    if (parts & P_CHEAP) {
-        a->atto = carve(base, cur, N * C);
-        a->att = carve(base, cur, att);
+    if (parts & P_CHEAP)
         a->ln1 = carve(base, cur, N * C);
-    }
     if (parts & P_OUT)
         a->out = carve(base, cur, N * C);
 }
@@ -382,12 +382,8 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
             layer_carve(s, &s->work, s->wbase, &n, parts);
         s->bytes += n * sizeof(float);
         for (int i = 0; !s->recompute && i < slots; i++)
-            for (int l = 0; l < s->nl; l++) {
-                layer_a *a = &s->slots[i].l[l];
-                a->atto = s->work.atto;
-                a->att = s->work.att;
-                a->ln1 = s->work.ln1;
-            }
+            for (int l = 0; l < s->nl; l++)
+                s->slots[i].l[l].ln1 = s->work.ln1;
     }
     if (s->oom) {
         sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB for units %d..%d (B=%d, T=%d)",
@@ -630,15 +626,12 @@ static void layer_forward(dev_stage *s, int u, layer_a *a, const float *x, const
     s->be->layernorm_forward(a->out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C, eps);
 }
 
-/* Recomputes the P_CHEAP activations of layer u (attention probabilities and
- * output, l1) from its P_KEEP ones, as layer_forward computed them. */
-static void layer_refresh(dev_stage *s, int u, layer_a *a, const int32_t *valid,
-                          const dev_micro *mb)
+/* Recomputes the P_CHEAP activations of layer u (l1) from its P_KEEP ones,
+ * as layer_forward computed them. */
+static void layer_refresh(dev_stage *s, int u, layer_a *a, const dev_micro *mb)
 {
     float **p = s->pp + s->first[u - s->u0];
-    int B = mb->B, T = mb->T, C = s->c.hidden, N = B * T;
-    s->be->attention_forward(a->atto, a->att, a->qkv, valid, B, T, C, s->c.heads,
-                             drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
+    int N = mb->B * mb->T, C = s->c.hidden;
     s->be->layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, s->c.ln_eps);
 }
 
@@ -875,7 +868,7 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
             a = &s->work;
             layer_forward(s, s->l0 + i, a, layer_input(s, sl, i), sl->valid, mb);
         } else {
-            layer_refresh(s, s->l0 + i, a, sl->valid, mb);
+            layer_refresh(s, s->l0 + i, a, mb);
         }
         layer_backward(s, s->l0 + i, a, layer_input(s, sl, i), mb, cur, nxt);
         float *t = cur;
