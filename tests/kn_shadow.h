@@ -22,6 +22,22 @@
 
 static char kn_shadow_bad[160];
 
+/* Fault injection: every buffer operation (alloc, upload, download, copy,
+ * zero, sync) is counted in kn_shadow_ops; the one whose 1-based number is
+ * kn_shadow_fail_at fails (0: none does). */
+static long kn_shadow_ops, kn_shadow_fail_at;
+
+static int sh_fault(sl_err *err, const char *what)
+{
+    kn_shadow_ops++;
+    if (kn_shadow_fail_at && kn_shadow_ops == kn_shadow_fail_at) {
+        sl_err_set(err, SL_EIO, "shadow: injected failure of %s (operation %ld)", what,
+                   kn_shadow_ops);
+        return 1;
+    }
+    return 0;
+}
+
 static inline const char *kn_shadow_violation(void) { return kn_shadow_bad[0] ? kn_shadow_bad : NULL; }
 
 static inline void kn_shadow_reset(void) { kn_shadow_bad[0] = 0; }
@@ -44,6 +60,8 @@ static inline void *kn_shadow_tag(void *p) { return p ? (void *)((uintptr_t)p | 
 
 static void *sh_alloc(size_t bytes, sl_err *err)
 {
+    if (sh_fault(err, "alloc"))
+        return NULL;
     void *p = sl_try_aligned_alloc(bytes ? bytes : 1);
     if (!p) {
         sl_err_set(err, SL_ENOMEM, "shadow: cannot allocate %zu bytes", bytes);
@@ -60,7 +78,8 @@ static void sh_host(const void *p, const char *what)
 }
 static int sh_upload(void *dst, const void *src, size_t bytes, sl_err *err)
 {
-    (void)err;
+    if (sh_fault(err, "upload"))
+        return -1;
     sh_host(src, __func__);
     if (bytes)
         memcpy(R(dst), src, bytes);
@@ -68,7 +87,8 @@ static int sh_upload(void *dst, const void *src, size_t bytes, sl_err *err)
 }
 static int sh_download(void *dst, const void *src, size_t bytes, sl_err *err)
 {
-    (void)err;
+    if (sh_fault(err, "download"))
+        return -1;
     sh_host(dst, __func__);
     if (bytes)
         memcpy(dst, R(src), bytes);
@@ -76,21 +96,22 @@ static int sh_download(void *dst, const void *src, size_t bytes, sl_err *err)
 }
 static int sh_copy(void *dst, const void *src, size_t bytes, sl_err *err)
 {
-    (void)err;
+    if (sh_fault(err, "copy"))
+        return -1;
     if (bytes)
         memmove(R(dst), R(src), bytes);
     return 0;
 }
 static int sh_zero(void *p, size_t bytes, sl_err *err)
 {
-    (void)err;
+    if (sh_fault(err, "zero"))
+        return -1;
     memset(R(p), 0, bytes);
     return 0;
 }
 static int sh_sync(sl_err *err)
 {
-    (void)err;
-    return 0;
+    return sh_fault(err, "sync") ? -1 : 0;
 }
 
 static void sh_embed_forward(float *out, const int32_t *tok, const int32_t *seg, const float *wte,
