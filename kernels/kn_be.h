@@ -6,8 +6,8 @@
  * buffers only with upload/download. So one stage implementation runs on:
  *   kn_be_cpu()   host memory, the CPU ops (kn_ops.h); resident = 0, so the
  *                 stage may read its buffers directly and skips the copies;
- *   kn_be_cuda()  device memory, the CUDA ops (kn_cuda.h); NULL in a build
- *                 without nvcc.
+ *   kn_be_cuda()  device memory, the CUDA ops (kn_cuda.h), from the module
+ *                 libskyloom_cuda.so; NULL without it.
  * tests/kn_shadow.c adds a third, resident backend whose buffers cannot be
  * dereferenced on the host (tagged pointers) but whose ops are the CPU's: it
  * proves, without a GPU, that the stage never touches a resident buffer
@@ -80,8 +80,9 @@ typedef struct kn_be {
 
 /* Host memory and the CPU ops. Never NULL. */
 const kn_be *kn_be_cpu(void);
-/* GPU 0 and the CUDA ops; NULL in a build without CUDA. Call kn_be_open (or
- * kn_cuda_init) before using it. */
+/* GPU 0 and the CUDA ops, from the CUDA module (kn_cuda.h); NULL in a build
+ * without CUDA or where the module was not opened (no NVIDIA driver). Get it
+ * through kn_be_open, which also runs its init. */
 const kn_be *kn_be_cuda(void);
 
 /* Chooses a backend by name: "cpu", "cuda", or "auto" (CUDA when this build
