@@ -69,7 +69,16 @@ struct dev_stage {
     float *hparams, *hgrads, *hmv; /* host views: the same pointers when !res */
     float *htied, *dtied;          /* res: host view of the tied gradient, upload scratch */
     layer_a work;  /* views into wbase */
-    float *gtail; /* LOCAL role: the head's part of the word-embedding gradient */
+    /* LOCAL role (unit 0 and the head): the embeddings' part of the word-
+     * embedding gradient is kept apart from the head's (which accumulates in
+     * the gradient itself) and added in dev_stage_grad_finish, so the sum is
+     * the split's embed + head bit for bit. It lives only at the rows of the
+     * tokens seen this step: etail row j is token erows[j]. */
+    float *etail, *etmp;    /* backend, ecap x C each */
+    int32_t *erow_of;       /* host, V: compact row of a token id, -1 if none */
+    int32_t *erows, *derows; /* host / backend (the same when !res), ecap */
+    int32_t *hetok, *detok; /* a micro-batch's tokens as compact rows, host / backend */
+    int ecap, en;
     /* per-unit parameter and gradient pointers, in layout order */
     float **pp, **gp; /* pp[k] for tensor k */
     int *first;       /* first[u - u0] = index of the unit's first tensor */
@@ -267,6 +276,8 @@ static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
     return cur;
 }
 
+static int etail_reserve(dev_stage *s, int need, sl_err *err);
+
 dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int T, int slots,
                             uint64_t seed, const kn_be *be, unsigned flags, sl_err *err)
 {
@@ -304,7 +315,7 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     s->nl = lend >= s->l0 ? lend - s->l0 + 1 : 0;
 
     size_t V = c->vocab, C = c->hidden;
-    size_t gtotal = s->np + (s->has_embed && s->has_head ? V * C : 0);
+    size_t gtotal = s->np;
     s->params = falloc(s, s->np);
     s->grads = falloc(s, gtotal);
     s->mv = falloc(s, 2 * s->np);
@@ -324,8 +335,6 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
         dev_stage_free(s);
         return NULL;
     }
-    if (s->has_embed && s->has_head)
-        s->gtail = s->grads + s->np;
     s->pp = sl_xcalloc((size_t)s->nt, sizeof *s->pp);
     s->gp = sl_xcalloc((size_t)s->nt, sizeof *s->gp);
     s->first = sl_xcalloc((size_t)(u1 - u0 + 1), sizeof *s->first);
@@ -338,7 +347,7 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
         int k = s->first[head - u0];
         if (s->has_embed) {
             s->head_wte = s->pp[0];
-            s->head_gwte = s->gtail;
+            s->head_gwte = s->gp[0];
         } else {
             s->head_wte = s->pp[k + 5];
             s->head_gwte = s->gp[k + 5];
@@ -390,6 +399,20 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
                    (double)s->bytes / 1048576.0, u0, u1, max_B, T);
         dev_stage_free(s);
         return NULL;
+    }
+    if (s->has_embed && s->has_head) {
+        size_t NT = (size_t)max_B * T;
+        s->erow_of = sl_xmalloc(V * sizeof(int32_t));
+        for (size_t i = 0; i < V; i++)
+            s->erow_of[i] = -1;
+        s->hetok = sl_xmalloc(NT * sizeof(int32_t));
+        s->detok = s->res ? (int32_t *)falloc(s, NT) : s->hetok;
+        if (!s->detok || etail_reserve(s, NT < V ? (int)NT : (int)V, err)) {
+            if (!s->detok)
+                sl_err_set(err, SL_ENOMEM, "cannot allocate the token rows for units %d..%d", u0, u1);
+            dev_stage_free(s);
+            return NULL;
+        }
     }
     memset(s->hparams, 0, s->np * sizeof(float));
     memset(s->hgrads, 0, s->np * sizeof(float));
@@ -457,10 +480,17 @@ void dev_stage_free(dev_stage *s)
         head_free(s, &sl->h);
     }
     free(s->slots);
-    float *b[] = {s->params, s->grads, s->mv, s->dtied, s->wbase, s->G0, s->G1, s->T1, s->T2, s->F1,
+    float *b[] = {s->params, s->grads, s->mv, s->dtied, s->wbase, s->etail, s->etmp, s->G0, s->G1, s->T1, s->T2, s->F1,
                   s->F2, s->Q, s->logits, s->dl, s->dg, s->dd, s->dxm};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         bfree(s, b[i]);
+    free(s->erow_of);
+    free(s->erows);
+    free(s->hetok);
+    if (s->res) {
+        bfree(s, s->detok);
+        bfree(s, s->derows);
+    }
     if (s->res) {
         sl_aligned_free(s->hparams);
         sl_aligned_free(s->hgrads);
@@ -589,7 +619,51 @@ static void embed_forward(dev_stage *s, slot *sl, const dev_micro *mb)
     s->be->dropout_forward(a->out, a->ln, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
 }
 
-static void embed_backward(dev_stage *s, slot *sl, const dev_micro *mb, const float *dout)
+/* LOCAL role: room for `need` compact rows of the embeddings' tail (new
+ * rows zeroed, used ones kept). */
+static int etail_reserve(dev_stage *s, int need, sl_err *err)
+{
+    if (need <= s->ecap)
+        return 0;
+    size_t C = s->c.hidden;
+    int cap = s->ecap * 2 > need ? s->ecap * 2 : need;
+    if (cap > s->c.vocab)
+        cap = s->c.vocab;
+    float *t = s->be->alloc((size_t)cap * C * sizeof(float), err);
+    float *x = t ? s->be->alloc((size_t)cap * C * sizeof(float), err) : NULL;
+    int32_t *d = s->res && x ? s->be->alloc((size_t)cap * sizeof(int32_t), err) : NULL;
+    int32_t *h = t && x && (d || !s->res) ? realloc(s->erows, (size_t)cap * sizeof(int32_t)) : NULL;
+    if (h)
+        s->erows = h;
+    if (!h) { /* the backend's allocation said why, or the host's realloc failed */
+        if (t && x && (d || !s->res))
+            sl_err_set(err, SL_ENOMEM, "cannot grow the embedding gradient to %d rows", cap);
+        bfree(s, t);
+        bfree(s, x);
+        bfree(s, d);
+        return -1;
+    }
+    if (s->etail && s->be->copy(t, s->etail, (size_t)s->en * C * sizeof(float), err)) {
+        bfree(s, t);
+        bfree(s, x);
+        bfree(s, d);
+        return -1;
+    }
+    zero(s, t + (size_t)s->en * C, (size_t)(cap - s->en) * C);
+    bfree(s, s->etail);
+    bfree(s, s->etmp);
+    if (s->res)
+        bfree(s, s->derows);
+    s->etail = t;
+    s->etmp = x;
+    s->derows = s->res ? d : s->erows;
+    s->bytes += (size_t)(cap - s->ecap) * (2 * C * sizeof(float) + (s->res ? sizeof(int32_t) : 0));
+    s->ecap = cap;
+    return 0;
+}
+
+static int embed_backward(dev_stage *s, slot *sl, const dev_micro *mb, const float *dout,
+                          sl_err *err)
 {
     float **p = s->pp + s->first[0], **g = s->gp + s->first[0];
     int B = mb->B, T = mb->T, C = s->c.hidden, N = B * T;
@@ -598,7 +672,26 @@ static void embed_backward(dev_stage *s, slot *sl, const dev_micro *mb, const fl
     s->be->dropout_backward(s->T1, dout, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
     zero(s, s->T2, (size_t)N * C);
     s->be->layernorm_backward(s->T2, g[3], g[4], s->T1, a->emb, p[3], a->mean, a->rstd, N, C);
-    s->be->embed_backward(g[0], g[1], g[2], s->T2, sl->tok, sl->seg, B, T, C);
+    if (!s->has_head) {
+        s->be->embed_backward(g[0], g[1], g[2], s->T2, sl->tok, sl->seg, B, T, C);
+        return 0;
+    }
+    /* LOCAL: the word-embedding part into the compact tail */
+    int most = s->en + N < s->c.vocab ? s->en + N : s->c.vocab;
+    if (etail_reserve(s, most, err))
+        return -1;
+    for (int i = 0; i < N; i++) {
+        int32_t t = mb->tokens[i];
+        if (s->erow_of[t] < 0) {
+            s->erow_of[t] = s->en;
+            s->erows[s->en++] = t;
+        }
+        s->hetok[i] = s->erow_of[t];
+    }
+    if (s->res && s->be->upload(s->detok, s->hetok, (size_t)N * sizeof(int32_t), err))
+        return -1;
+    s->be->embed_backward(s->etail, g[1], g[2], s->T2, s->detok, sl->seg, B, T, C);
+    return 0;
 }
 
 /* ---- units 1..L: encoder layer (post-LN) ---------------------------------
@@ -875,16 +968,24 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
         cur = nxt;
         nxt = t;
     }
-    if (s->has_embed)
-        embed_backward(s, sl, mb, cur);
-    else if (din && s->be->download(din, cur, NC * sizeof(float), err))
+    if (s->has_embed) {
+        if (embed_backward(s, sl, mb, cur, err))
+            return -1;
+    } else if (din && s->be->download(din, cur, NC * sizeof(float), err)) {
         return -1;
+    }
     return check_fault(s, err);
 }
 
 int dev_stage_zero_grad(dev_stage *s, sl_err *err)
 {
-    zero(s, s->grads, s->np + (s->gtail ? (size_t)s->c.vocab * s->c.hidden : 0));
+    zero(s, s->grads, s->np);
+    if (s->en > 0) {
+        zero(s, s->etail, (size_t)s->en * s->c.hidden);
+        for (int j = 0; j < s->en; j++)
+            s->erow_of[s->erows[j]] = -1;
+        s->en = 0;
+    }
     return check_fault(s, err);
 }
 
@@ -967,8 +1068,16 @@ int dev_stage_tied_exchange(dev_stage *embed, dev_stage *head, sl_err *err)
 
 int dev_stage_grad_finish(dev_stage *s, sl_err *err)
 {
-    if (s->gtail)
-        s->be->residual_backward(s->gp[0], NULL, s->gtail, (size_t)s->c.vocab * s->c.hidden);
+    int n = s->en, C = s->c.hidden;
+    if (s->etail && n > 0) {
+        /* wte[erows] = head + embed, row by row (addition commutes, so this
+         * is the split's embed + head bit for bit) */
+        if (s->res && s->be->upload(s->derows, s->erows, (size_t)n * sizeof(int32_t), err))
+            return -1;
+        s->be->gather_rows(s->etmp, s->gp[0], s->derows, n, C);
+        s->be->residual_backward(s->etmp, NULL, s->etail, (size_t)n * C);
+        s->be->scatter_rows(s->gp[0], s->etmp, s->derows, n, C);
+    }
     return check_fault(s, err);
 }
 
