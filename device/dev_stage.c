@@ -203,6 +203,15 @@ static void dcopy(dev_stage *s, void *dst, const void *src, size_t floats)
         s->faulted = 1;
 }
 
+/* An error return after ops were issued: waits for them and drops any
+ * failure they latched, so it is not reported again by the next call. */
+static int bail(dev_stage *s)
+{
+    s->be->sync(NULL);
+    s->faulted = 0;
+    return -1;
+}
+
 /* Waits for the backend and reports the first failure since the last call. */
 static int check_fault(dev_stage *s, sl_err *err)
 {
@@ -907,11 +916,11 @@ int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float
         return sl_err_set(err, SL_EINVAL, "stage starting at unit %d needs an input", s->u0);
     }
     if (bind_micro(s, sl, mb, 1, err))
-        return -1;
+        return bail(s);
     if (s->has_embed)
         embed_forward(s, sl, mb);
     else if (s->be->upload(sl->in, in, N * C * sizeof(float), err))
-        return -1;
+        return bail(s);
     for (int i = 0; i < s->nl; i++) {
         layer_a a = sl->l[i];
         if (s->recompute) { /* the work area, but the output into the slot */
@@ -923,12 +932,12 @@ int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float
     const float *last = layer_input(s, sl, s->nl);
     if (s->has_head) {
         if (head_forward(s, sl, last, mb, loss_sum, masked, err))
-            return -1;
+            return bail(s);
     } else if (out && s->be->download(out, last, N * C * sizeof(float), err)) {
-        return -1;
+        return bail(s);
     }
     if (check_fault(s, err))
-        return -1;
+        return bail(s);
     sl->B = mb->B;
     return 0;
 }
@@ -950,7 +959,7 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
     if (s->has_head)
         head_backward(s, sl, mb, cur);
     else if (s->be->upload(cur, dout, NC * sizeof(float), err))
-        return -1;
+        return bail(s);
     for (int i = s->nl - 1; i >= 0; i--) {
         layer_a *a = &sl->l[i];
         /* The same inputs, weights and dropout keys give bit for bit the
@@ -970,9 +979,9 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
     }
     if (s->has_embed) {
         if (embed_backward(s, sl, mb, cur, err))
-            return -1;
+            return bail(s);
     } else if (din && s->be->download(din, cur, NC * sizeof(float), err)) {
-        return -1;
+        return bail(s);
     }
     return check_fault(s, err);
 }
