@@ -286,6 +286,7 @@ int dev_ckpt_save_optim(dev_stage *s, int kind, const char *path, sl_err *err)
     uint8_t sum[OPT_HASH];
     crypto_generichash_final(&o.h, sum, sizeof sum);
     sl_atomic_write(&o.a, sum, sizeof sum);
+    dev_stage_drop_views(s);
     return sl_atomic_commit(&o.a, err);
 }
 
@@ -402,6 +403,7 @@ short_read:
     sl_err_set(err, SL_ECORRUPT, "%s: truncated", path);
 out:
     fclose(f);
+    dev_stage_drop_views(s);
     return rc;
 }
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kn_be.h"
+#include "kn_body.h"
 #include "sl_mem.h"
 #include "sl_rng.h"
 #include "sl_time.h"
@@ -56,6 +57,10 @@ struct dev_stage {
     const kn_be *be;
     int res; /* be->resident: host views are copies (pull/push) */
     int recompute; /* slots keep layer outputs only; backward re-runs each layer's forward */
+    int bf16;      /* optimizer moments stored as bf16 (mv holds 2*np uint16) */
+    uint64_t seed; /* run seed: keys the stochastic rounding of bf16 moments */
+    uint64_t *tkey; /* per tensor: its RNG stream (a hash of the tensor's name) */
+    uint16_t *hmv16; /* bf16 + res: host staging of the moments for pull/push */
     float *wbase;  /* `work`: one P_CHEAP block, or (recompute) one layer's full stash */
     sl_err fault; /* first failed buffer operation (zero/copy) since the last check */
     int faulted;
@@ -306,6 +311,8 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     s->be = be ? be : kn_be_cpu();
     s->res = s->be->resident;
     s->recompute = (flags & DEV_STAGE_RECOMPUTE) != 0;
+    s->bf16 = (flags & DEV_STAGE_BF16_STATE) != 0;
+    s->seed = seed;
     s->c = *c;
     s->u0 = u0;
     s->u1 = u1;
@@ -327,17 +334,19 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     size_t gtotal = s->np;
     s->params = falloc(s, s->np);
     s->grads = falloc(s, gtotal);
-    s->mv = falloc(s, 2 * s->np);
+    s->mv = falloc(s, s->bf16 ? s->np : 2 * s->np); /* bf16: 2*np uint16 */
     if (s->res) {
         s->hparams = halloc(s, s->np);
         s->hgrads = halloc(s, s->np);
-        s->hmv = halloc(s, 2 * s->np);
     } else {
         s->hparams = s->params;
         s->hgrads = s->grads;
-        s->hmv = s->mv;
     }
-    s->bytes = (s->np * 3 + gtotal) * sizeof(float);
+    /* the moments' host view: the moments themselves for fp32 on the host,
+     * else a copy made by the first dev_stage_pull (dev_stage_drop_views) */
+    if (!s->bf16 && !s->res)
+        s->hmv = s->mv;
+    s->bytes = (s->np * (s->bf16 ? 2 : 3) + gtotal) * sizeof(float);
     if (s->oom) {
         sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB of parameters, gradients and optimizer state for units %d..%d",
                    (double)s->bytes / 1048576.0, u0, u1);
@@ -425,10 +434,21 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     }
     memset(s->hparams, 0, s->np * sizeof(float));
     memset(s->hgrads, 0, s->np * sizeof(float));
-    memset(s->hmv, 0, 2 * s->np * sizeof(float));
+    s->tkey = sl_xcalloc((size_t)s->nt, sizeof *s->tkey);
+    for (int k = 0; k < s->nt; k++) {
+        /* the tied copy draws as the embeddings do, so both stay equal */
+        const char *name = (s->t[k].flags & DEV_T_TIED) ? "bert.embeddings.word_embeddings.weight"
+                                                       : s->t[k].name;
+        uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+        for (const char *q = name; *q; q++)
+            h = (h ^ (uint8_t)*q) * 0x100000001b3ull;
+        s->tkey[k] = h;
+    }
     dev_model_init(s->t, s->nt, s->hparams, seed, c->init_range);
     zero(s, s->grads, gtotal);
-    if (dev_stage_push(s, err) || check_fault(s, err)) {
+    zero(s, s->mv, s->bf16 ? s->np : 2 * s->np);
+    if ((s->res && s->be->upload(s->params, s->hparams, s->np * sizeof(float), err)) ||
+        check_fault(s, err)) {
         sl_err_wrap(err, "units %d..%d on %s", u0, u1, s->be->name);
         dev_stage_free(s);
         return NULL;
@@ -436,26 +456,67 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     return s;
 }
 
+/* The moments' host view (fp32, m then v) and, for bf16 on a resident
+ * backend, the staging buffer; allocated on first use. */
+static int views_alloc(dev_stage *s, sl_err *err)
+{
+    size_t n2 = 2 * s->np;
+    if (!s->hmv && !(s->hmv = sl_try_aligned_alloc(n2 * sizeof(float))))
+        return sl_err_set(err, SL_ENOMEM, "cannot allocate the optimizer state's host view");
+    if (s->bf16 && s->res && !s->hmv16 &&
+        !(s->hmv16 = sl_try_aligned_alloc(n2 * sizeof(uint16_t))))
+        return sl_err_set(err, SL_ENOMEM, "cannot allocate the optimizer state's host view");
+    return 0;
+}
+
 int dev_stage_pull(dev_stage *s, sl_err *err)
 {
-    if (!s->res)
-        return 0;
-    size_t b = s->np * sizeof(float);
-    if (s->be->download(s->hparams, s->params, b, err) ||
-        s->be->download(s->hgrads, s->grads, b, err) ||
-        s->be->download(s->hmv, s->mv, 2 * b, err))
+    size_t b = s->np * sizeof(float), n2 = 2 * s->np;
+    if (s->res && (s->be->download(s->hparams, s->params, b, err) ||
+                   s->be->download(s->hgrads, s->grads, b, err)))
         return sl_err_wrap(err, "copying the stage to the host");
+    if (s->hmv == s->mv)
+        return 0;
+    if (views_alloc(s, err))
+        return -1;
+    if (!s->bf16)
+        return s->be->download(s->hmv, s->mv, 2 * b, err) ? sl_err_wrap(err, "copying the stage to the host") : 0;
+    const uint16_t *m16 = (const uint16_t *)s->mv;
+    if (s->res) {
+        if (s->be->download(s->hmv16, s->mv, n2 * sizeof(uint16_t), err))
+            return sl_err_wrap(err, "copying the stage to the host");
+        m16 = s->hmv16;
+    }
+    for (size_t i = 0; i < n2; i++)
+        s->hmv[i] = kn_bf16_to_f32(m16[i]);
     return 0;
 }
 
 int dev_stage_push(dev_stage *s, sl_err *err)
 {
-    if (!s->res)
+    size_t b = s->np * sizeof(float), n2 = 2 * s->np;
+    if (s->res && s->be->upload(s->params, s->hparams, b, err))
+        return sl_err_wrap(err, "copying the stage to %s", s->be->name);
+    if (s->hmv == s->mv || !s->hmv) /* the moments are their own view, or were never viewed */
         return 0;
-    size_t b = s->np * sizeof(float);
-    if (s->be->upload(s->params, s->hparams, b, err) || s->be->upload(s->mv, s->hmv, 2 * b, err))
+    if (!s->bf16)
+        return s->be->upload(s->mv, s->hmv, 2 * b, err) ? sl_err_wrap(err, "copying the stage to %s", s->be->name) : 0;
+    uint16_t *m16 = s->res ? s->hmv16 : (uint16_t *)s->mv;
+    for (size_t i = 0; i < n2; i++) /* round to nearest: what was saved comes back unbiased */
+        m16[i] = kn_f32_to_bf16_rne(s->hmv[i]);
+    if (s->res && s->be->upload(s->mv, s->hmv16, n2 * sizeof(uint16_t), err))
         return sl_err_wrap(err, "copying the stage to %s", s->be->name);
     return 0;
+}
+
+void dev_stage_drop_views(dev_stage *s)
+{
+    if (s->hmv != s->mv) {
+        sl_aligned_free(s->hmv);
+        s->hmv = NULL;
+    }
+    sl_aligned_free(s->hmv16);
+    s->hmv16 = NULL;
 }
 
 const char *dev_stage_backend(const dev_stage *s) { return s->be->name; }
@@ -503,9 +564,10 @@ void dev_stage_free(dev_stage *s)
     if (s->res) {
         sl_aligned_free(s->hparams);
         sl_aligned_free(s->hgrads);
-        sl_aligned_free(s->hmv);
         sl_aligned_free(s->htied);
     }
+    dev_stage_drop_views(s);
+    free(s->tkey);
     free(s->pp);
     free(s->gp);
     free(s->first);
@@ -1104,11 +1166,20 @@ int dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale, sl_err *e
 {
     int t = s->step + 1;
     float lr = dev_optim_lr(o, t);
+    if (s->bf16 && o->kind != DEV_OPT_ADAMW)
+        return sl_err_set(err, SL_ENOTSUP, "bf16 optimizer state is implemented for AdamW only");
     if (grad_scale != 1.0f)
         s->be->scale(s->grads, s->np, grad_scale);
     for (int k = 0; k < s->nt; k++) {
         const dev_tensor *x = &s->t[k];
         float wd = (x->flags & DEV_T_DECAY) ? o->wd : 0.0f;
+        if (s->bf16) {
+            uint16_t *m16 = (uint16_t *)s->mv + x->offset, *v16 = (uint16_t *)s->mv + s->np + x->offset;
+            s->be->adamw_update_bf16(s->pp[k], s->gp[k], m16, v16, x->numel, lr, o->beta1, o->beta2,
+                                     o->eps, wd, t, sl_rng_stream(s->seed ^ 0x4F50543153524E44ull, (uint64_t)t),
+                                     s->tkey[k]);
+            continue;
+        }
         float *m = s->mv + x->offset, *v = s->mv + s->np + x->offset;
         if (o->kind == DEV_OPT_LAMB)
             s->be->lamb_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);

@@ -65,7 +65,11 @@ typedef struct dev_stage dev_stage;
  * (activation checkpointing per layer): the stash shrinks from ~10.5 C + 
  * NH T floats per token and layer to C, for one more forward of the layers.
  * Results are bit-identical (same ops, inputs and dropout keys). */
-enum { DEV_STAGE_RECOMPUTE = 1u };
+/* BF16_STATE: the AdamW moments are stored as bf16 with stochastic rounding
+ * (half the optimizer memory; the update itself is computed in fp32). The
+ * rounding draws from the counter RNG keyed by (seed, step, tensor name,
+ * element), so any split gives the same result. AdamW only. */
+enum { DEV_STAGE_RECOMPUTE = 1u, DEV_STAGE_BF16_STATE = 2u };
 
 /* Units [u0, u1] inclusive; micro-batches of at most max_B sequences of
  * length T; `slots` in-flight micro-batches (1 for plain accumulation). The
@@ -83,13 +87,19 @@ const char *dev_stage_backend(const dev_stage *s);
  * floats). On the CPU they ARE the stage's tensors. On a resident backend
  * (CUDA) they are host copies: dev_stage_pull refreshes all three from the
  * backend, and after changing parameters or optimizer state through them
- * (loading a checkpoint) dev_stage_push sends both back. On the CPU both
- * calls do nothing, so callers always make them. */
+ * (loading a checkpoint) dev_stage_push sends both back. On the CPU (fp32
+ * moments) both calls do nothing, so callers always make them. With bf16
+ * moments the optimizer state's view is fp32 (widened by pull, rounded to
+ * nearest by push). */
 float *dev_stage_params(dev_stage *s, size_t *n);
 float *dev_stage_grads(dev_stage *s, size_t *n);
 float *dev_stage_optim_state(dev_stage *s, size_t *n);
 int dev_stage_pull(dev_stage *s, sl_err *err);
 int dev_stage_push(dev_stage *s, sl_err *err);
+/* Frees host copies that only pull/push need (the moments' view of a bf16 or
+ * resident stage: 8 bytes per parameter); the next pull makes them again.
+ * dev_stage_optim_state is NULL until then. */
+void dev_stage_drop_views(dev_stage *s);
 int dev_stage_get_step(const dev_stage *s);
 void dev_stage_set_step(dev_stage *s, int step);
 /* Bytes held (parameters, gradients, optimizer state, stash, scratch). */

@@ -72,6 +72,9 @@ typedef struct kn_be {
                                   int M, int V, float scale);
     void (*adamw_update)(float *p, const float *g, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float wd, int t);
+    void (*adamw_update_bf16)(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+                              float lr, float beta1, float beta2, float eps, float wd, int t,
+                              uint64_t seed, uint64_t stream);
     void (*lamb_update)(float *p, const float *g, float *m, float *v, size_t n, float lr,
                         float beta1, float beta2, float eps, float wd, int t);
     double (*sumsq)(const float *x, size_t n);

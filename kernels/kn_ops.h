@@ -100,6 +100,13 @@ void kn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, flo
                      float beta1, float beta2, float eps, float wd, int t);
 void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                     float beta2, float eps, float wd, int t);
+/* AdamW with m and v stored as bf16 (half the optimizer memory), stochastic
+ * rounding keyed by (seed, stream, element index): give every tensor its
+ * own stream and every step its own seed. The step itself is computed in
+ * fp32 as kn_adamw_update does. */
+void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n, float lr,
+                          float beta1, float beta2, float eps, float wd, int t, uint64_t seed,
+                          uint64_t stream);
 /* Sum of squares (double accumulation) for global-norm clipping. */
 double kn_sumsq(const float *x, size_t n);
 void kn_scale(float *x, size_t n, float s);

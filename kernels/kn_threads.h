@@ -137,6 +137,15 @@ SL_HD KN_INLINE void kn_t_adamw(size_t i, float *p, const float *g, float *m, fl
 {
     kn_adamw_elem(&p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, wd, bc1, sqrt_bc2);
 }
+/* AdamW with bf16 moments: one thread per element, its random word drawn by
+ * index (the CPU op draws the same words a block at a time). */
+SL_HD KN_INLINE void kn_t_adamw_bf16(size_t i, float *p, const float *g, uint16_t *m, uint16_t *v,
+                                     float lr, float beta1, float beta2, float eps, float wd,
+                                     float bc1, float sqrt_bc2, uint64_t seed, uint64_t stream)
+{
+    kn_adamw_bf16_elem(&p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, wd, bc1, sqrt_bc2,
+                       sl_rng_u32(seed, stream, i));
+}
 /* LAMB pass 1: moments; returns u_i^2 in *u2 and p_i^2 in *p2 for the norms. */
 SL_HD KN_INLINE void kn_t_lamb_moments(size_t i, const float *p, const float *g, float *m, float *v,
                                        float beta1, float beta2, float eps, float wd, float bc1,

@@ -208,6 +208,12 @@ static void sh_lamb(float *p, const float *g, float *m, float *v, size_t n, floa
 {
     kn_lamb_update(R(p), R(g), R(m), R(v), n, lr, b1, b2, eps, wd, t);
 }
+static void sh_adamw_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n, float lr,
+                          float b1, float b2, float eps, float wd, int t, uint64_t seed,
+                          uint64_t stream)
+{
+    kn_adamw_update_bf16(R(p), R(g), R(m), R(v), n, lr, b1, b2, eps, wd, t, seed, stream);
+}
 static double sh_sumsq(const float *x, size_t n) { return kn_sumsq(R(x), n); }
 static void sh_scale(float *x, size_t n, float s) { kn_scale(R(x), n, s); }
 #undef R
@@ -242,6 +248,7 @@ static const kn_be kn_shadow_be = {
     .crossentropy_forward = sh_xent_forward,
     .crossentropy_backward = sh_xent_backward,
     .adamw_update = sh_adamw,
+    .adamw_update_bf16 = sh_adamw_bf16,
     .lamb_update = sh_lamb,
     .sumsq = sh_sumsq,
     .scale = sh_scale,

@@ -20,15 +20,17 @@ enum { B = 4, T = 24, STEPS = 2 };
 typedef struct run {
     dev_train *tr;
     int steps;
-    double loss[STEPS];
+    double loss[4]; /* STEPS, or 3 for test_bf16_state */
 } run;
+
+static unsigned train_flags; /* dev_stage_create flags of train() */
 
 /* `steps` steps; the last leaves its gradients without updating. */
 static void train(run *r, const int *bounds, int n, int micro, const dev_optim *o, int steps)
 {
     r->steps = steps;
     sl_err err = {0};
-    r->tr = dev_train_create(&cfg, bounds, n, B, T, micro, 7, &err);
+    r->tr = dev_train_create_on(&cfg, bounds, n, B, T, micro, 7, NULL, train_flags, &err);
     CHECKF(r->tr != NULL, "%s", err.msg);
     dt_batch b;
     for (int s = 0; s < steps && r->tr; s++) {
@@ -279,6 +281,46 @@ static void test_in_flight(void)
     dev_train_free(ref.tr);
 }
 
+/* bf16 moments with stochastic rounding keyed by tensor name, step and
+ * element: every split still gives bit for bit the one-stage result (three
+ * steps: two updates, the second from rounded moments, then gradients). */
+static void test_bf16_state(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    o.clip = 0.5f;
+    static const int one[] = {0, 5}, two[] = {0, 3, 5}, five[] = {0, 1, 2, 3, 4, 5};
+    train_flags = DEV_STAGE_BF16_STATE;
+    run ref = {0}, r2 = {0}, r5 = {0};
+    train(&ref, one, 1, 1, &o, 3);
+    train(&r2, two, 2, 1, &o, 3);
+    train(&r5, five, 5, 4, &o, 3);
+    run ref4 = {0};
+    train(&ref4, one, 1, 4, &o, 3);
+    if (ref.tr && r2.tr)
+        compare(&ref, &r2, 1, "bf16 state, 2 stages");
+    if (ref4.tr && r5.tr)
+        compare(&ref4, &r5, 1, "bf16 state, 5 stages, 4 micro");
+    /* and LAMB is refused, not run with fp32 semantics */
+    dev_optim l = o;
+    l.kind = DEV_OPT_LAMB;
+    dt_batch b;
+    dt_make_batch(&b, B, T, cfg.vocab, 100);
+    dev_batch db = dt_view(&b, 0);
+    dev_step_info info;
+    sl_err err = {0};
+    if (ref.tr)
+        CHECK(dev_train_step(ref.tr, &db, &l, &info, &err) == -1 && err.code == SL_ENOTSUP &&
+              strstr(err.msg, "AdamW only"));
+    dt_free_batch(&b);
+    train_flags = 0;
+    dev_train_free(ref.tr);
+    dev_train_free(r2.tr);
+    dev_train_free(r5.tr);
+    dev_train_free(ref4.tr);
+}
+
 /* dev_unit_cost_of's stash per sequence is what a stage really allocates per
  * in-flight slot (a middle stage: its input copy plus the layers' stash). */
 static void test_stash_cost(void)
@@ -327,6 +369,7 @@ int main(void)
 {
     RUN(test_unit_costs);
     RUN(test_stash_cost);
+    RUN(test_bf16_state);
     RUN(test_in_flight);
     RUN(test_adamw);
     RUN(test_lamb);

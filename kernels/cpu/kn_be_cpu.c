@@ -66,6 +66,7 @@ static const kn_be cpu_be = {
     .crossentropy_forward = kn_crossentropy_forward,
     .crossentropy_backward = kn_crossentropy_backward,
     .adamw_update = kn_adamw_update,
+    .adamw_update_bf16 = kn_adamw_update_bf16,
     .lamb_update = kn_lamb_update,
     .sumsq = kn_sumsq,
     .scale = kn_scale,

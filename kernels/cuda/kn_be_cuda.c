@@ -33,6 +33,7 @@ static const kn_be cuda_be = {
     .crossentropy_forward = kn_cuda_crossentropy_forward,
     .crossentropy_backward = kn_cuda_crossentropy_backward,
     .adamw_update = kn_cuda_adamw_update,
+    .adamw_update_bf16 = kn_cuda_adamw_update_bf16,
     .lamb_update = kn_cuda_lamb_update,
     .sumsq = kn_cuda_sumsq,
     .scale = kn_cuda_scale,

@@ -244,6 +244,11 @@ KN_KERNEL(k_adamw,
            float eps, float wd, float bc1, float sbc2),
           kn_t_adamw(i, p, g, m, v, lr, b1, b2, eps, wd, bc1, sbc2))
 
+KN_KERNEL(k_adamw_bf16,
+          (size_t n, float *p, const float *g, uint16_t *m, uint16_t *v, float lr, float b1,
+           float b2, float eps, float wd, float bc1, float sbc2, uint64_t seed, uint64_t stream),
+          kn_t_adamw_bf16(i, p, g, m, v, lr, b1, b2, eps, wd, bc1, sbc2, seed, stream))
+
 // Block sums of two doubles (shared-memory tree), added to acc[0], acc[1].
 __device__ static void block_add2(double a, double b, double *acc)
 {
@@ -465,6 +470,13 @@ extern "C" void kn_cuda_adamw_update(float *p, const float *g, float *m, float *
 {
     float bc1 = (float)(1.0 - pow(beta1, t)), sbc2 = (float)sqrt(1.0 - pow(beta2, t));
     LAUNCH(k_adamw, n, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sbc2);
+}
+extern "C" void kn_cuda_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v,
+                                          size_t n, float lr, float beta1, float beta2, float eps,
+                                          float wd, int t, uint64_t seed, uint64_t stream)
+{
+    float bc1 = (float)(1.0 - pow(beta1, t)), sbc2 = (float)sqrt(1.0 - pow(beta2, t));
+    LAUNCH(k_adamw_bf16, n, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sbc2, seed, stream);
 }
 extern "C" void kn_cuda_lamb_update(float *p, const float *g, float *m, float *v, size_t n,
                                     float lr, float beta1, float beta2, float eps, float wd, int t)
