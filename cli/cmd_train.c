@@ -24,7 +24,7 @@ static void usage(FILE *f)
             "                     [--init model.safetensors] [--resume DIR] [--save DIR]\n"
             "                     [--save-every N] [--metrics FILE] [--seed S] [--threads N]\n"
             "                     [--max-time SECONDS] [--device auto|cpu|cuda] [--recompute]\n"
-            "                     [--json]\n\n"
+            "                     [--optim-state fp32|bf16] [--json]\n\n"
             "Trains a BERT (masked language model) on a token shard (skyloom data prepare).\n"
             "Each step reads B sequences, masks them (15%%), splits them into M micro-batches\n"
             "and accumulates their gradients: the step is the same for any M.\n\n"
@@ -54,11 +54,14 @@ static void usage(FILE *f)
             "                      cpu, or cuda (an error without a usable GPU)\n"
             "  --recompute         keep only each layer's output for backward and recompute\n"
             "                      the rest (less memory, one more forward; same results)\n"
+            "  --optim-state S     fp32 (default) or bf16: AdamW moments in bf16 with\n"
+            "                      stochastic rounding (half the optimizer memory; the\n"
+            "                      results differ from fp32 within rounding)\n"
             "  --json              print a JSON summary at the end\n");
 }
 
 typedef struct opts {
-    const char *config, *data, *init, *resume, *save, *metrics, *device;
+    const char *config, *data, *init, *resume, *save, *metrics, *device, *optim_state;
     int steps, batch, micro, save_every, threads, json, warmup, recompute;
     int64_t max_time;
     double lr, wd, clip, mask_prob;
@@ -79,6 +82,7 @@ static int parse(opts *o, int argc, char **argv, int *help)
     o->seed = 1;
     o->warmup = -1;
     o->device = "auto";
+    o->optim_state = "fp32";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -109,6 +113,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
             o->save = v;
         else if (!strcmp(a, "--device"))
             o->device = v;
+        else if (!strcmp(a, "--optim-state"))
+            o->optim_state = v;
         else if (!strcmp(a, "--metrics"))
             o->metrics = v;
         else if (!strcmp(a, "--steps"))
@@ -156,6 +162,10 @@ static int parse(opts *o, int argc, char **argv, int *help)
         return sl_cli_fail("train", 2, "--init and --resume exclude each other");
     if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
         return sl_cli_fail("train", 2, "--device must be auto, cpu or cuda, got '%s'", o->device);
+    if (strcmp(o->optim_state, "fp32") && strcmp(o->optim_state, "bf16"))
+        return sl_cli_fail("train", 2, "--optim-state must be fp32 or bf16, got '%s'", o->optim_state);
+    if (!strcmp(o->optim_state, "bf16") && o->kind != DEV_OPT_ADAMW)
+        return sl_cli_fail("train", 2, "--optim-state bf16 is implemented for adamw only");
     return 0;
 }
 
@@ -223,7 +233,9 @@ int cmd_train(int argc, char **argv)
     }
     sl_log_info("train", "device: %s", why);
     tr = dev_train_create_on(&cfg, bounds, 1, o.batch, T, o.micro, (uint64_t)o.seed, be,
-                             o.recompute ? DEV_STAGE_RECOMPUTE : 0, &err);
+                             (o.recompute ? DEV_STAGE_RECOMPUTE : 0) |
+                                 (!strcmp(o.optim_state, "bf16") ? DEV_STAGE_BF16_STATE : 0),
+                             &err);
     if (!tr) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
@@ -273,10 +285,10 @@ int cmd_train(int argc, char **argv)
     uint64_t count = dev_shard_count(shard);
     int tty = sl_cli_stdout_is_tty();
     sl_log_info("train", "params=%zu units=%d batch=%d micro=%d seq=%d steps=%d optimizer=%s "
-                "sequences=%llu stage_mb=%.1f",
+                "optim_state=%s recompute=%d sequences=%llu stage_mb=%.1f",
                 dev_config_param_count(&cfg), dev_unit_count(&cfg), o.batch, o.micro, T, o.steps,
-                o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", (unsigned long long)count,
-                dev_stage_bytes(st) / 1048576.0);
+                o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", o.optim_state, o.recompute,
+                (unsigned long long)count, dev_stage_bytes(st) / 1048576.0);
     double t_start = sl_now_s(), first_loss = -1, last_loss = 0, tok_s = 0;
     int last_step = first - 1;
     for (int step = first; step <= o.steps; step++) {
@@ -334,12 +346,12 @@ int cmd_train(int argc, char **argv)
     }
     double total = sl_now_s() - t_start;
     if (o.json) {
-        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?, s:s}", "steps", last_step, "first_loss",
+        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?, s:s, s:s}", "steps", last_step, "first_loss",
                               first_loss, "last_loss", last_loss, "seconds", total,
                               "tokens_per_s",
                               total > 0 ? (double)(last_step - first + 1) * o.batch * T / total : 0.0,
                               "checkpoint", o.save ? path : NULL, "device",
-                              dev_stage_backend(st));
+                              dev_stage_backend(st), "optim_state", o.optim_state);
         char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
         printf("%s\n", s);
         free(s);

@@ -48,6 +48,17 @@ check "missing --steps: exit 2" test $rc -eq 2
 sed 's/"vocab_size": [0-9]*/"vocab_size": 50/' "$d/tiny.json" > "$d/small.json"
 err=$("$sk" -q train --config "$d/small.json" --data "$d/text.shard" --steps 1 2>&1); rc=$?
 check "a vocabulary larger than the model's: exit 1, named" bash -c 'test $0 -eq 1 && grep -q "vocab_size is 50" <<<"$1"' "$rc" "$err"
+# --optim-state bf16: the same run with AdamW's moments in bf16 (stochastic
+# rounding) learns as well; its checkpoints resume exactly.
+"$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 300 --batch 16 \
+      --lr 3e-3 --warmup 20 --threads 1 --optim-state bf16 --save "$d/bf" --save-every 150 >/dev/null; rc=$?
+read -r bfirst blast < <(awk -F, 'NR>1 && NR<=21 {a+=$2} NR>281 {b+=$2} END {printf "%.4f %.4f\n", a/20, b/20}' "$d/bf/metrics.csv")
+echo "     bf16 state: first 20 steps $bfirst, last 20 steps $blast (fp32: $first, $last)"
+check "bf16 state: trains, and ends within 0.15 of fp32's loss" bash -c 'test $0 -eq 0 && awk -v a="$1" -v b="$2" "BEGIN{d=a-b; if (d<0) d=-d; exit !(d < 0.15)}"' "$rc" "$blast" "$last"
+"$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 300 --batch 16 --lr 3e-3 --warmup 20 --threads 1 --optim-state bf16 --resume "$d/bf/step-150" --save "$d/bf2" >/dev/null; rc=$?
+check "bf16 state: resumed at 150, steps 151..300 repeat the original's losses" bash -c 'test $0 -eq 0 && [ "$(sed -n 152,301p "$1/bf/metrics.csv" | cut -d, -f2 | md5sum)" = "$(sed -n 2,151p "$1/bf2/metrics.csv" | cut -d, -f2 | md5sum)" ]' "$rc" "$d"
+err=$("$sk" train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --optimizer lamb --optim-state bf16 2>&1); rc=$?
+check "--optim-state bf16 with lamb: exit 2, named" bash -c 'test $0 -eq 2 && grep -q "adamw only" <<<"$1"' "$rc" "$err"
 # --device: cpu always works; cuda is either used (a GPU here) or refused
 # with the probe's reason, never silently replaced by the CPU.
 out=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --batch 4 --threads 1 --device cpu --metrics "$d/dev.csv" --json); rc=$?
