@@ -53,11 +53,16 @@ static double plain_sgemm(const dev_config *c, int N, int M, int reps)
 int main(int argc, char **argv)
 {
     const char *which = argc > 1 ? argv[1] : "a";
-    /* "c+r": config c on a recomputing stage (DEV_STAGE_RECOMPUTE) */
-    size_t wl = strlen(which);
-    unsigned flags = wl > 2 && !strcmp(which + wl - 2, "+r") ? DEV_STAGE_RECOMPUTE : 0;
+    /* "c+r": config c on a recomputing stage (DEV_STAGE_RECOMPUTE); "+b":
+     * bf16 optimizer moments (DEV_STAGE_BF16_STATE); "+rb": both */
+    const char *plus = strchr(which, '+');
+    unsigned flags = 0;
+    for (const char *q = plus ? plus + 1 : ""; *q; q++)
+        flags |= *q == 'r' ? DEV_STAGE_RECOMPUTE : *q == 'b' ? DEV_STAGE_BF16_STATE : 0x100;
     char base[8];
-    snprintf(base, sizeof base, "%.*s", (int)(flags ? wl - 2 : wl), which);
+    snprintf(base, sizeof base, "%.*s", (int)(plus ? (size_t)(plus - which) : strlen(which)), which);
+    if (flags & 0x100)
+        base[0] = 0; /* an unknown suffix: usage */
     int steps = argc > 2 ? atoi(argv[2]) : 10, threads = argc > 3 ? atoi(argv[3]) : 2;
     dev_config c = {.max_pos = 512, .type_vocab = 2, .ln_eps = 1e-12f, .gelu = 0,
                     .hidden_dropout = 0.1f, .attn_dropout = 0.1f, .init_range = 0.02f};
@@ -68,7 +73,8 @@ int main(int argc, char **argv)
     } else if (!strcmp(base, "c")) {
         c.layers = 12, c.hidden = 768, c.heads = 12, c.intermediate = 3072, c.vocab = 30522;
     } else {
-        fprintf(stderr, "usage: bench_train a|b|c[+r] [steps] [threads]  (+r: recompute)\n");
+        fprintf(stderr, "usage: bench_train a|b|c[+r|+b|+rb] [steps] [threads]  (+r: recompute, "
+                        "+b: bf16 optimizer state)\n");
         return 2;
     }
     if (steps < 1 || threads < 1) {

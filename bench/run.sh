@@ -3,8 +3,8 @@
 # torch_bert.py): for each config, ROUNDS alternating runs of each (the host
 # is shared, so alternate and take medians), then a markdown table.
 # Usage: bench/run.sh BENCH_TRAIN_EXE [configs...]   (default configs: a b;
-# a config with the suffix +r runs skyloom with --recompute against torch's
-# plain run of the base config;
+# a config with the suffix +r runs skyloom with --recompute, +b with bf16
+# optimizer state, +rb with both, against torch's plain run of the base config;
 # env ROUNDS (3), STEPS (10), THREADS (2), PYTHON (/usr/bin/python3))
 set -euo pipefail
 exe=${1:?usage: run.sh BENCH_TRAIN_EXE [a b c]}
@@ -17,7 +17,7 @@ blas=/usr/lib/x86_64-linux-gnu/openblas-openmp
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for c in "${configs[@]}"; do
-  s=$steps base=${c%+r}
+  s=$steps base=${c%%+*}
   [ "$base" = c ] && s=$(( steps < 5 ? steps : 5 ))
   for r in $(seq "$rounds"); do
     OMP_NUM_THREADS=$threads "$exe" "$c" "$s" "$threads" >>"$out"
@@ -34,7 +34,9 @@ def med(impl, cfg, key):
     v = [r[key] for r in rows if r["impl"] == impl and r["config"] == cfg and key in r]
     return statistics.median(v) if v else float("nan")
 names = {"a": "L2 H128 A2 F512 V8192", "b": "L4 H256 A4 F1024 V8192", "c": "BERT-base"}
-names.update({k + "+r": v + ", --recompute" for k, v in list(names.items())})
+for k, v in list(names.items()):
+    names.update({k + "+r": v + ", --recompute", k + "+b": v + ", --optim-state bf16",
+                  k + "+rb": v + ", --recompute --optim-state bf16"})
 def round_ratios(cfg):
     """skyloom/torch tokens/s of each round: the two runs of a round are
     adjacent in time, so their ratio is robust to the host's load drifting."""
