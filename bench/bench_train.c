@@ -53,12 +53,16 @@ static double plain_sgemm(const dev_config *c, int N, int M, int reps)
 int main(int argc, char **argv)
 {
     const char *which = argc > 1 ? argv[1] : "a";
-    /* "c+r": config c on a recomputing stage (DEV_STAGE_RECOMPUTE); "+b":
-     * bf16 optimizer moments (DEV_STAGE_BF16_STATE); "+rb": both */
+    /* "c+r": config c on a recomputing stage (DEV_STAGE_RECOMPUTE); "+a":
+     * attention recomputed (DEV_STAGE_RECOMPUTE_ATTN); "+b": bf16 optimizer
+     * moments (DEV_STAGE_BF16_STATE); combined as in "+ab" */
     const char *plus = strchr(which, '+');
     unsigned flags = 0;
     for (const char *q = plus ? plus + 1 : ""; *q; q++)
-        flags |= *q == 'r' ? DEV_STAGE_RECOMPUTE : *q == 'b' ? DEV_STAGE_BF16_STATE : 0x100;
+        flags |= *q == 'r'   ? DEV_STAGE_RECOMPUTE
+                 : *q == 'a' ? DEV_STAGE_RECOMPUTE_ATTN
+                 : *q == 'b' ? DEV_STAGE_BF16_STATE
+                             : 0x100;
     char base[8];
     snprintf(base, sizeof base, "%.*s", (int)(plus ? (size_t)(plus - which) : strlen(which)), which);
     if (flags & 0x100)
@@ -73,8 +77,8 @@ int main(int argc, char **argv)
     } else if (!strcmp(base, "c")) {
         c.layers = 12, c.hidden = 768, c.heads = 12, c.intermediate = 3072, c.vocab = 30522;
     } else {
-        fprintf(stderr, "usage: bench_train a|b|c[+r|+b|+rb] [steps] [threads]  (+r: recompute, "
-                        "+b: bf16 optimizer state)\n");
+        fprintf(stderr, "usage: bench_train a|b|c[+{r,a,b}...] [steps] [threads]  (r: recompute, "
+                        "a: recompute attention, b: bf16 optimizer state)\n");
         return 2;
     }
     if (steps < 1 || threads < 1) {

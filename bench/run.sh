@@ -3,8 +3,9 @@
 # torch_bert.py): for each config, ROUNDS alternating runs of each (the host
 # is shared, so alternate and take medians), then a markdown table.
 # Usage: bench/run.sh BENCH_TRAIN_EXE [configs...]   (default configs: a b;
-# a config with the suffix +r runs skyloom with --recompute, +b with bf16
-# optimizer state, +rb with both, against torch's plain run of the base config;
+# a config with a suffix +FLAGS runs skyloom with r --recompute, a
+# --recompute-attention, b --optim-state bf16 (e.g. c+ab), against torch's
+# plain run of the base config;
 # env ROUNDS (3), STEPS (10), THREADS (2), PYTHON (/usr/bin/python3))
 set -euo pipefail
 exe=${1:?usage: run.sh BENCH_TRAIN_EXE [a b c]}
@@ -34,9 +35,10 @@ def med(impl, cfg, key):
     v = [r[key] for r in rows if r["impl"] == impl and r["config"] == cfg and key in r]
     return statistics.median(v) if v else float("nan")
 names = {"a": "L2 H128 A2 F512 V8192", "b": "L4 H256 A4 F1024 V8192", "c": "BERT-base"}
-for k, v in list(names.items()):
-    names.update({k + "+r": v + ", --recompute", k + "+b": v + ", --optim-state bf16",
-                  k + "+rb": v + ", --recompute --optim-state bf16"})
+flag = {"r": "--recompute", "a": "--recompute-attention", "b": "--optim-state bf16"}
+def name(cfg):
+    base, _, fl = cfg.partition("+")
+    return ", ".join([names.get(base, base)] + [flag.get(f, f) for f in fl])
 def round_ratios(cfg):
     """skyloom/torch tokens/s of each round: the two runs of a round are
     adjacent in time, so their ratio is robust to the host's load drifting."""
@@ -49,7 +51,7 @@ for cfg in sorted({r["config"] for r in rows}):
     st, tt = med("skyloom", cfg, "tokens_per_s"), med("torch", cfg, "tokens_per_s")
     rr = round_ratios(cfg) or [float("nan")]
     print("| %s | %.0f | %.0f | %.2f× | %.2f× [%.2f–%.2f] | %.3f s | %.3f s | %.0f%% | %.0f (%.0f) | %.0f MiB | %.0f MiB |" % (
-        names.get(cfg, cfg), st, tt, st / tt, statistics.median(rr), min(rr), max(rr),
+        name(cfg), st, tt, st / tt, statistics.median(rr), min(rr), max(rr),
         med("skyloom", cfg, "step_s"), med("torch", cfg, "step_s"),
         100 * med("skyloom", cfg, "sgemm_share"), med("skyloom", cfg, "sgemm_gflops"),
         med("skyloom", cfg, "plain_sgemm_gflops"), med("skyloom", cfg, "peak_rss_mb"),

@@ -24,7 +24,7 @@ static void usage(FILE *f)
             "                     [--init model.safetensors] [--resume DIR] [--save DIR]\n"
             "                     [--save-every N] [--metrics FILE] [--seed S] [--threads N]\n"
             "                     [--max-time SECONDS] [--device auto|cpu|cuda] [--recompute]\n"
-            "                     [--optim-state fp32|bf16] [--json]\n\n"
+            "                     [--recompute-attention] [--optim-state fp32|bf16] [--json]\n\n"
             "Trains a BERT (masked language model) on a token shard (skyloom data prepare).\n"
             "Each step reads B sequences, masks them (15%%), splits them into M micro-batches\n"
             "and accumulates their gradients: the step is the same for any M.\n\n"
@@ -54,6 +54,8 @@ static void usage(FILE *f)
             "                      cpu, or cuda (an error without a usable GPU)\n"
             "  --recompute         keep only each layer's output for backward and recompute\n"
             "                      the rest (less memory, one more forward; same results)\n"
+            "  --recompute-attention  only the attention probabilities and output are\n"
+            "                      recomputed (a few per cent slower; same results)\n"
             "  --optim-state S     fp32 (default) or bf16: AdamW moments in bf16 with\n"
             "                      stochastic rounding (half the optimizer memory; the\n"
             "                      results differ from fp32 within rounding)\n"
@@ -62,7 +64,7 @@ static void usage(FILE *f)
 
 typedef struct opts {
     const char *config, *data, *init, *resume, *save, *metrics, *device, *optim_state;
-    int steps, batch, micro, save_every, threads, json, warmup, recompute;
+    int steps, batch, micro, save_every, threads, json, warmup, recompute, recompute_attn;
     int64_t max_time;
     double lr, wd, clip, mask_prob;
     int64_t seed;
@@ -91,6 +93,10 @@ static int parse(opts *o, int argc, char **argv, int *help)
         }
         if (!strcmp(a, "--recompute")) {
             o->recompute = 1;
+            continue;
+        }
+        if (!strcmp(a, "--recompute-attention")) {
+            o->recompute_attn = 1;
             continue;
         }
         if (!strcmp(a, "--json")) {
@@ -234,6 +240,7 @@ int cmd_train(int argc, char **argv)
     sl_log_info("train", "device: %s", why);
     tr = dev_train_create_on(&cfg, bounds, 1, o.batch, T, o.micro, (uint64_t)o.seed, be,
                              (o.recompute ? DEV_STAGE_RECOMPUTE : 0) |
+                                 (o.recompute_attn ? DEV_STAGE_RECOMPUTE_ATTN : 0) |
                                  (!strcmp(o.optim_state, "bf16") ? DEV_STAGE_BF16_STATE : 0),
                              &err);
     if (!tr) {
@@ -285,9 +292,10 @@ int cmd_train(int argc, char **argv)
     uint64_t count = dev_shard_count(shard);
     int tty = sl_cli_stdout_is_tty();
     sl_log_info("train", "params=%zu units=%d batch=%d micro=%d seq=%d steps=%d optimizer=%s "
-                "optim_state=%s recompute=%d sequences=%llu stage_mb=%.1f",
+                "optim_state=%s recompute=%s sequences=%llu stage_mb=%.1f",
                 dev_config_param_count(&cfg), dev_unit_count(&cfg), o.batch, o.micro, T, o.steps,
-                o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", o.optim_state, o.recompute,
+                o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", o.optim_state,
+                o.recompute ? "layer" : o.recompute_attn ? "attention" : "no",
                 (unsigned long long)count, dev_stage_bytes(st) / 1048576.0);
     double t_start = sl_now_s(), first_loss = -1, last_loss = 0, tok_s = 0;
     int last_step = first - 1;

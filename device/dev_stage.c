@@ -57,6 +57,7 @@ struct dev_stage {
     const kn_be *be;
     int res; /* be->resident: host views are copies (pull/push) */
     int recompute; /* slots keep layer outputs only; backward re-runs each layer's forward */
+    int recompute_attn; /* backward recomputes the attention probabilities and output */
     int bf16;      /* optimizer moments stored as bf16 (mv holds 2*np uint16) */
     uint64_t seed; /* run seed: keys the stochastic rounding of bf16 moments */
     uint64_t *tkey; /* per tensor: its RNG stream (a hash of the tensor's name) */
@@ -239,13 +240,14 @@ static float *carve(float *base, size_t *cur, size_t n)
 
 /* Which parts of an encoder layer's activations a block holds:
  *   P_KEEP   what is worth keeping: qkv, the attention probabilities and
- *            output, r1 and its statistics, h, r2 and its statistics.
- *            (Recomputing the attention from qkv would save another 22% of
- *            the stash, but measured 25% slower steps on config (b): the
- *            attention-dropout draws and softmax are not cheap on a CPU.)
- *   P_CHEAP  l1 = LN1(r1), which backward recomputes in one elementwise
- *            pass (7% of a BERT layer's stash): slots keep P_KEEP and the
- *            stage holds one P_CHEAP block for all layers and slots;
+ *            output (unless recompute_attn), r1 and its statistics, h, r2
+ *            and its statistics;
+ *   P_CHEAP  what backward recomputes from P_KEEP before the layer's
+ *            backward: l1 = LN1(r1), one elementwise pass (7% of a BERT
+ *            layer's stash), and with recompute_attn the attention
+ *            probabilities and output from qkv (22% more; it made config
+ *            (b) 25% slower on the CPU, so it is an option). Slots keep
+ *            P_KEEP and the stage holds one P_CHEAP block for all of them;
  *   P_OUT    the layer's output, the next layer's input.
  * A recomputing stage's slots keep P_OUT only, and its work area all three. */
 enum { P_KEEP = 1, P_CHEAP = 2, P_OUT = 4 };
@@ -254,10 +256,13 @@ static void layer_carve(const dev_stage *s, layer_a *a, float *base, size_t *cur
     size_t N = (size_t)s->maxB * s->T, C = s->c.hidden, F = s->c.intermediate;
     size_t att = (size_t)s->maxB * s->c.heads * s->T * s->T;
     memset(a, 0, sizeof *a);
+    int attn_cheap = s->recompute_attn && !s->recompute;
     if (parts & P_KEEP) {
         a->qkv = carve(base, cur, N * 3 * C);
-        a->atto = carve(base, cur, N * C);
-        a->att = carve(base, cur, att);
+        if (!attn_cheap) {
+            a->atto = carve(base, cur, N * C);
+            a->att = carve(base, cur, att);
+        }
         a->res1 = carve(base, cur, N * C);
         a->mean1 = carve(base, cur, N);
         a->rstd1 = carve(base, cur, N);
@@ -266,8 +271,13 @@ static void layer_carve(const dev_stage *s, layer_a *a, float *base, size_t *cur
         a->mean2 = carve(base, cur, N);
         a->rstd2 = carve(base, cur, N);
     }
-    if (parts & P_CHEAP)
+    if (parts & P_CHEAP) {
         a->ln1 = carve(base, cur, N * C);
+        if (attn_cheap) {
+            a->atto = carve(base, cur, N * C);
+            a->att = carve(base, cur, att);
+        }
+    }
     if (parts & P_OUT)
         a->out = carve(base, cur, N * C);
 }
@@ -311,6 +321,7 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     s->be = be ? be : kn_be_cpu();
     s->res = s->be->resident;
     s->recompute = (flags & DEV_STAGE_RECOMPUTE) != 0;
+    s->recompute_attn = (flags & DEV_STAGE_RECOMPUTE_ATTN) && !s->recompute;
     s->bf16 = (flags & DEV_STAGE_BF16_STATE) != 0;
     s->seed = seed;
     s->c = *c;
@@ -409,8 +420,14 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
             layer_carve(s, &s->work, s->wbase, &n, parts);
         s->bytes += n * sizeof(float);
         for (int i = 0; !s->recompute && i < slots; i++)
-            for (int l = 0; l < s->nl; l++)
-                s->slots[i].l[l].ln1 = s->work.ln1;
+            for (int l = 0; l < s->nl; l++) {
+                layer_a *a = &s->slots[i].l[l];
+                a->ln1 = s->work.ln1;
+                if (s->recompute_attn) {
+                    a->atto = s->work.atto;
+                    a->att = s->work.att;
+                }
+            }
     }
     if (s->oom) {
         sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB for units %d..%d (B=%d, T=%d)",
@@ -790,12 +807,16 @@ static void layer_forward(dev_stage *s, int u, layer_a *a, const float *x, const
     s->be->layernorm_forward(a->out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C, eps);
 }
 
-/* Recomputes the P_CHEAP activations of layer u (l1) from its P_KEEP ones,
- * as layer_forward computed them. */
-static void layer_refresh(dev_stage *s, int u, layer_a *a, const dev_micro *mb)
+/* Recomputes the P_CHEAP activations of layer u (l1, and the attention's
+ * with recompute_attn) from its P_KEEP ones, as layer_forward computed them. */
+static void layer_refresh(dev_stage *s, int u, layer_a *a, const int32_t *valid,
+                          const dev_micro *mb)
 {
     float **p = s->pp + s->first[u - s->u0];
-    int N = mb->B * mb->T, C = s->c.hidden;
+    int B = mb->B, T = mb->T, N = B * T, C = s->c.hidden;
+    if (s->recompute_attn)
+        s->be->attention_forward(a->atto, a->att, a->qkv, valid, B, T, C, s->c.heads,
+                                 drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
     s->be->layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, s->c.ln_eps);
 }
 
@@ -1032,7 +1053,7 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
             a = &s->work;
             layer_forward(s, s->l0 + i, a, layer_input(s, sl, i), sl->valid, mb);
         } else {
-            layer_refresh(s, s->l0 + i, a, mb);
+            layer_refresh(s, s->l0 + i, a, sl->valid, mb);
         }
         layer_backward(s, s->l0 + i, a, layer_input(s, sl, i), mb, cur, nxt);
         float *t = cur;

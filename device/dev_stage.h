@@ -69,7 +69,11 @@ typedef struct dev_stage dev_stage;
  * (half the optimizer memory; the update itself is computed in fp32). The
  * rounding draws from the counter RNG keyed by (seed, step, tensor name,
  * element), so any split gives the same result. AdamW only. */
-enum { DEV_STAGE_RECOMPUTE = 1u, DEV_STAGE_BF16_STATE = 2u };
+/* RECOMPUTE_ATTN: slots do not keep the attention probabilities and output
+ * (B NH T^2 + B T C floats per layer); backward recomputes them from qkv.
+ * Cheaper than RECOMPUTE (a few per cent of a BERT-base step, more for small
+ * hidden sizes), bit-identical too. Implied by RECOMPUTE. */
+enum { DEV_STAGE_RECOMPUTE = 1u, DEV_STAGE_BF16_STATE = 2u, DEV_STAGE_RECOMPUTE_ATTN = 4u };
 
 /* Units [u0, u1] inclusive; micro-batches of at most max_B sequences of
  * length T; `slots` in-flight micro-batches (1 for plain accumulation). The

@@ -156,7 +156,8 @@ static void test_lamb(void)
 /* Stages driven directly with several micro-batches in flight (one stash slot
  * each), in a GPipe order (all forwards, then all backwards) and an
  * interleaved 1F1B-like order (there with DEV_STAGE_RECOMPUTE: stash only the
- * layer outputs, recompute the rest in backward), give bit for bit what the sequential trainer
+ * layer outputs, recompute the rest in backward; GPipe with
+ * DEV_STAGE_RECOMPUTE_ATTN), give bit for bit what the sequential trainer
  * gives: the stash keeps each micro-batch's activations apart. */
 static void pipelined(const int *bounds, int n, int order, const dev_optim *o, run *r)
 {
@@ -167,7 +168,7 @@ static void pipelined(const int *bounds, int n, int order, const dev_optim *o, r
     size_t nc = (size_t)BM * T * cfg.hidden;
     for (int i = 0; i < n; i++) {
         st[i] = dev_stage_create(&cfg, bounds[i], bounds[i + 1] - 1, BM, T, MICRO, 7, NULL,
-                                 order ? DEV_STAGE_RECOMPUTE : 0, &err);
+                                 order ? DEV_STAGE_RECOMPUTE : DEV_STAGE_RECOMPUTE_ATTN, &err);
         for (int m = 0; m < MICRO; m++) {
             act[i][m] = kt_alloc(nc);
             grad[i][m] = kt_alloc(nc);
@@ -270,12 +271,12 @@ static void test_in_flight(void)
         run r = {0};
         pipelined(three, 3, order, &o, &r);
         if (ref.tr && r.tr)
-            compare(&ref, &r, 1, order ? "3 stages, 4 in flight, 1F1B, recompute" : "3 stages, 4 in flight, GPipe");
+            compare(&ref, &r, 1, order ? "3 stages, 4 in flight, 1F1B, recompute" : "3 stages, 4 in flight, GPipe, attn");
         dev_train_free(r.tr);
         run r1 = {0};
         pipelined(one, 1, order, &o, &r1);
         if (ref.tr && r1.tr)
-            compare(&ref, &r1, 1, order ? "1 stage, 4 in flight, 1F1B, recompute" : "1 stage, 4 in flight, GPipe");
+            compare(&ref, &r1, 1, order ? "1 stage, 4 in flight, 1F1B, recompute" : "1 stage, 4 in flight, GPipe, attn");
         dev_train_free(r1.tr);
     }
     dev_train_free(ref.tr);
