@@ -133,10 +133,11 @@ int main(int argc, char **argv)
     double plain = plain_sgemm(&c, (int)n, M, 3);
     printf("{\"impl\": \"skyloom\", \"config\": \"%s\", \"params\": %zu, \"step_s\": %.4f, "
            "\"tokens_per_s\": %.1f, \"sgemm_share\": %.3f, \"sgemm_gflops\": %.1f, "
-           "\"plain_sgemm_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f, \"steps\": %d, "
-           "\"threads\": %d}\n",
+           "\"plain_sgemm_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"stage_mb\": %.1f, "
+           "\"loss\": %.4f, \"steps\": %d, \"threads\": %d}\n",
            which, dev_config_param_count(&c), step, (double)n / step, mms / step,
-           mm_med_flops / mms / 1e9, plain, ru.ru_maxrss / 1024.0, info.loss, steps, threads);
+           mm_med_flops / mms / 1e9, plain, ru.ru_maxrss / 1024.0, dev_stage_bytes(st) / 1048576.0,
+           info.loss, steps, threads);
     dev_train_free(tr);
     free(dt);
     free(mm);
