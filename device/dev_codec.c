@@ -113,7 +113,7 @@ static int encode_int8(const float *x, size_t n, size_t cols, uint8_t *out, sl_e
         if (bad)
             return sl_err_set(err, SL_EINVAL, "codec int8: non-finite value in row %zu", r);
         float scale = dev_q8_scale(amax);
-        dev_st32(out + 4 * r, dev_f32_bits(scale));
+        dev_st32(out + 4 * r, sl_f32_bits(scale));
         for (size_t j = 0; j < cols; j++)
             q[r * cols + j] = (uint8_t)dev_q8(row[j], scale);
     }
@@ -125,7 +125,7 @@ static int decode_int8(const uint8_t *in, size_t n, size_t cols, float *y, sl_er
     size_t rows = n / cols;
     const uint8_t *q = in + 4 * rows;
     for (size_t r = 0; r < rows; r++) {
-        float scale = dev_bits_f32(dev_ld32(in + 4 * r));
+        float scale = sl_bits_f32(dev_ld32(in + 4 * r));
         if (!(scale >= 0.0f && scale <= 3.402823466e+38f))
             return sl_err_set(err, SL_ECORRUPT, "codec int8: row %zu has scale %g", r,
                               (double)scale);
@@ -159,11 +159,11 @@ static int encode_topk(const float *x, size_t n, size_t k, float *residual, uint
         if (p == 0 && residual) { /* error feedback: residual += x, in the first pass */
             for (size_t i = 0; i < n; i++) {
                 residual[i] += x[i];
-                hist[(dev_f32_bits(residual[i]) & 0x7fffffffu) >> 20]++;
+                hist[(sl_f32_bits(residual[i]) & 0x7fffffffu) >> 20]++;
             }
         } else {
             for (size_t i = 0; i < n; i++) {
-                uint32_t u = dev_f32_bits(src[i]) & 0x7fffffffu;
+                uint32_t u = sl_f32_bits(src[i]) & 0x7fffffffu;
                 if ((u & mask) == prefix)
                     hist[(u >> shift[p]) & width[p]]++;
             }
@@ -189,7 +189,7 @@ static int encode_topk(const float *x, size_t n, size_t k, float *residual, uint
     uint8_t *vals = out + 4 * k;
     size_t j = 0;
     for (size_t i = 0; i < n && j < k; i++) {
-        uint32_t u = dev_f32_bits(src[i]) & 0x7fffffffu;
+        uint32_t u = sl_f32_bits(src[i]) & 0x7fffffffu;
         int take = u > thr;
         if (u == thr && need > 0) {
             need--;
@@ -197,7 +197,7 @@ static int encode_topk(const float *x, size_t n, size_t k, float *residual, uint
         }
         if (take) {
             dev_st32(out + 4 * j, (uint32_t)i);
-            dev_st32(vals + 4 * j, dev_f32_bits(src[i]));
+            dev_st32(vals + 4 * j, sl_f32_bits(src[i]));
             j++;
             if (residual)
                 residual[i] = 0.0f;
@@ -217,7 +217,7 @@ static int decode_topk(const uint8_t *in, size_t n, size_t k, float *y, sl_err *
             return sl_err_set(err, SL_ECORRUPT,
                               "codec topk: entry %zu has index %u (previous %u, %zu elements)", j,
                               idx, prev, n);
-        float v = dev_bits_f32(dev_ld32(vals + 4 * j));
+        float v = sl_bits_f32(dev_ld32(vals + 4 * j));
         if (!(fabsf(v) <= 3.402823466e+38f))
             return sl_err_set(err, SL_ECORRUPT, "codec topk: entry %zu is not finite", j);
         y[idx] = v;
@@ -235,7 +235,7 @@ int dev_codec_encode(int codec, const float *x, size_t n, size_t cols, size_t k,
     switch (codec) {
     case DEV_CODEC_NONE:
         for (size_t i = 0; i < n; i++)
-            dev_st32(out + 4 * i, dev_f32_bits(x[i]));
+            dev_st32(out + 4 * i, sl_f32_bits(x[i]));
         return 0;
     case DEV_CODEC_FP16:
         for (size_t i = 0; i < n; i++)
@@ -243,7 +243,7 @@ int dev_codec_encode(int codec, const float *x, size_t n, size_t cols, size_t k,
         return 0;
     case DEV_CODEC_BF16:
         for (size_t i = 0; i < n; i++)
-            dev_st16(out + 2 * i, dev_f32_to_bf16(x[i]));
+            dev_st16(out + 2 * i, sl_f32_to_bf16(x[i]));
         return 0;
     case DEV_CODEC_INT8:
         return encode_int8(x, n, cols, out, err);
@@ -268,7 +268,7 @@ int dev_codec_decode(int codec, const uint8_t *in, size_t n, size_t cols, size_t
     switch (codec) {
     case DEV_CODEC_NONE:
         for (size_t i = 0; i < n; i++)
-            y[i] = dev_bits_f32(dev_ld32(in + 4 * i));
+            y[i] = sl_bits_f32(dev_ld32(in + 4 * i));
         return 0;
     case DEV_CODEC_FP16:
         for (size_t i = 0; i < n; i++)
@@ -276,7 +276,7 @@ int dev_codec_decode(int codec, const uint8_t *in, size_t n, size_t cols, size_t
         return 0;
     case DEV_CODEC_BF16:
         for (size_t i = 0; i < n; i++)
-            y[i] = dev_bf16_to_f32(dev_ld16(in + 2 * i));
+            y[i] = sl_bf16_to_f32(dev_ld16(in + 2 * i));
         return 0;
     case DEV_CODEC_INT8:
         return decode_int8(in, n, cols, y, err);

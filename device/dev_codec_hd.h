@@ -4,7 +4,8 @@
  *
  * fp16: IEEE binary16, round to nearest even, subnormals kept, overflow to
  *       infinity, NaN stays NaN (quiet).
- * bf16: the top 16 bits of an f32, round to nearest even, NaN stays NaN.
+ * bf16: the top 16 bits of an f32, round to nearest even, NaN stays NaN
+ *       (sl_float.h, shared with the optimizer).
  * int8: q = round_half_even(x / scale) in [-127, 127], scale = absmax(row) /
  *       127 rounded up; x' = q * scale, so |x - x'| <= scale / 2 (plus the
  *       f32 rounding of x / scale and q * scale: < 3e-5 of scale / 2). */
@@ -13,29 +14,8 @@
 
 #include <stdint.h>
 
+#include "sl_float.h"
 #include "sl_hd.h"
-
-SL_HD uint32_t dev_f32_bits(float f)
-{
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(f);
-#else
-    union { float f; uint32_t u; } v;
-    v.f = f;
-    return v.u;
-#endif
-}
-
-SL_HD float dev_bits_f32(uint32_t u)
-{
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    union { float f; uint32_t u; } v;
-    v.u = u;
-    return v.f;
-#endif
-}
 
 /* Little-endian loads and stores, byte by byte (alignment and host byte
  * order do not matter; compilers turn them into one move on x86). */
@@ -82,7 +62,7 @@ SL_HD float dev_rint_small(float v)
  * flips that a branch predictor loses (measured 5x slower with branches). */
 SL_HD uint16_t dev_f32_to_f16(float f)
 {
-    uint32_t x = dev_f32_bits(f);
+    uint32_t x = sl_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t ax = x & 0x7fffffffu;
     /* normal half: rebias the exponent (127 -> 15), round the 13 dropped
@@ -93,7 +73,7 @@ SL_HD uint16_t dev_f32_to_f16(float f)
     /* subnormal half (|f| < 2^-14): |f| * 2^24 rounded to nearest even, in
      * float (the scaling is exact, the magnitude clamped so the other inputs
      * stay in range); r == 0x400 is the smallest normal, also right */
-    float a = dev_bits_f32(ax);
+    float a = sl_bits_f32(ax);
     a = a < 0x1p-14f ? a : 0x1p-14f; /* NaN goes to the bound too */
     uint32_t r = (uint32_t)dev_rint_small(a * 0x1p24f);
     uint32_t h = ax < 0x38800000u ? r : hn;
@@ -108,26 +88,12 @@ SL_HD float dev_f16_to_f32(uint16_t h)
     uint32_t e = (h >> 10) & 0x1fu;
     uint32_t m = h & 0x3ffu;
     if (e == 0x1fu)
-        return dev_bits_f32(sign | 0x7f800000u | (m << 13));
+        return sl_bits_f32(sign | 0x7f800000u | (m << 13));
     if (e == 0) { /* zero or subnormal: m * 2^-24, exact in f32 */
         float v = (float)m * 5.9604644775390625e-8f;
         return sign ? -v : v;
     }
-    return dev_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-SL_HD uint16_t dev_f32_to_bf16(float f)
-{
-    uint32_t x = dev_f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN; never rounds to inf */
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-SL_HD float dev_bf16_to_f32(uint16_t b)
-{
-    return dev_bits_f32((uint32_t)b << 16);
+    return sl_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
 
 /* The scale for a row whose largest magnitude is absmax (finite, >= 0):
@@ -141,9 +107,9 @@ SL_HD float dev_q8_scale(float absmax)
 {
     float s = absmax / 127.0f;
     if ((double)s * 127.0 < (double)absmax) /* products exact in double */
-        s = dev_bits_f32(dev_f32_bits(s) + 1u);
+        s = sl_bits_f32(sl_f32_bits(s) + 1u);
     while ((double)s * 127.0 > 3.4028234663852886e+38) /* FLT_MAX; at most two steps */
-        s = dev_bits_f32(dev_f32_bits(s) - 1u);
+        s = sl_bits_f32(sl_f32_bits(s) - 1u);
     return s;
 }
 

@@ -505,7 +505,7 @@ int dev_stage_pull(dev_stage *s, sl_err *err)
         m16 = s->hmv16;
     }
     for (size_t i = 0; i < n2; i++)
-        s->hmv[i] = kn_bf16_to_f32(m16[i]);
+        s->hmv[i] = sl_bf16_to_f32(m16[i]);
     return 0;
 }
 
@@ -520,7 +520,7 @@ int dev_stage_push(dev_stage *s, sl_err *err)
         return s->be->upload(s->mv, s->hmv, 2 * b, err) ? sl_err_wrap(err, "copying the stage to %s", s->be->name) : 0;
     uint16_t *m16 = s->res ? s->hmv16 : (uint16_t *)s->mv;
     for (size_t i = 0; i < n2; i++) /* round to nearest: what was saved comes back unbiased */
-        m16[i] = kn_f32_to_bf16_rne(s->hmv[i]);
+        m16[i] = sl_f32_to_bf16(s->hmv[i]);
     if (s->res && s->be->upload(s->mv, s->hmv16, n2 * sizeof(uint16_t), err))
         return sl_err_wrap(err, "copying the stage to %s", s->be->name);
     return 0;

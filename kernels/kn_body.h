@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sl_float.h"
 #include "sl_hd.h"
 #include "sl_rng.h"
 
@@ -74,12 +75,8 @@ SL_HD KN_INLINE float kn_expf(float x)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    union {
-        uint32_t u;
-        float f;
-    } sc;
-    sc.u = (uint32_t)((int32_t)kf + 127) << 23;
-    return x < -87.0f ? 0.0f : p * sc.f;
+    float sc = sl_bits_f32((uint32_t)((int32_t)kf + 127) << 23);
+    return x < -87.0f ? 0.0f : p * sc;
 }
 /* erf by Abramowitz & Stegun 7.1.26: absolute error <= 1.5e-7 (about one
  * float ulp of 1), odd symmetric. kn_erff_e takes exp(-x*x) precomputed
@@ -388,45 +385,10 @@ SL_HD void kn_adamw_elem(float *p, float g, float *m, float *v, float lr, float 
     *p = pp - (lr / bc1) * (mm / (sqrtf(vv) / sqrt_bc2 + eps));
 }
 /* ---- bf16 optimizer state ----
- * bf16 keeps float's sign, exponent and top 7 mantissa bits. Adam's second
- * moment moves by (1 - beta2) = 0.1% of itself per step, under half a bf16
- * ulp (0.2-0.4%): rounding to nearest would freeze it. Stochastic rounding
- * (up with probability equal to the dropped fraction: add 16 random bits
- * below the kept ones, truncate) keeps every update in expectation. */
-SL_HD KN_INLINE float kn_bf16_to_f32(uint16_t h)
-{
-    union {
-        uint32_t u;
-        float f;
-    } x;
-    x.u = (uint32_t)h << 16;
-    return x.f;
-}
-SL_HD KN_INLINE uint16_t kn_f32_to_bf16_sr(float f, uint32_t r16)
-{
-    union {
-        float f;
-        uint32_t u;
-    } x;
-    x.f = f;
-    if ((x.u & 0x7f800000u) == 0x7f800000u) /* inf stays inf, NaN stays NaN */
-        return (uint16_t)((x.u >> 16) | ((x.u & 0xffffu) ? 0x40u : 0u));
-    uint32_t y = x.u + (r16 & 0xffffu);
-    if ((y & 0x7f800000u) == 0x7f800000u) /* would round up to inf: truncate */
-        y = x.u;
-    return (uint16_t)(y >> 16);
-}
-SL_HD KN_INLINE uint16_t kn_f32_to_bf16_rne(float f)
-{
-    union {
-        float f;
-        uint32_t u;
-    } x;
-    x.f = f;
-    if ((x.u & 0x7f800000u) == 0x7f800000u)
-        return (uint16_t)((x.u >> 16) | ((x.u & 0xffffu) ? 0x40u : 0u));
-    return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
-}
+ * Adam's second moment moves by (1 - beta2) = 0.1% of itself per step, under
+ * half a bf16 ulp (0.2-0.4%): rounding to nearest would lose every small
+ * decrement, so the moments are stored with stochastic rounding
+ * (sl_float.h). */
 /* AdamW with m and v held in bf16: the update itself is kn_adamw_elem's, in
  * fp32, from the widened moments; the new moments are stored stochastically
  * rounded with the two halves of one random word r. */
@@ -434,10 +396,10 @@ SL_HD void kn_adamw_bf16_elem(float *p, float g, uint16_t *m, uint16_t *v, float
                               float beta2, float eps, float wd, float bc1, float sqrt_bc2,
                               uint32_t r)
 {
-    float mm = beta1 * kn_bf16_to_f32(*m) + (1.0f - beta1) * g;
-    float vv = beta2 * kn_bf16_to_f32(*v) + (1.0f - beta2) * g * g;
-    *m = kn_f32_to_bf16_sr(mm, r & 0xffffu);
-    *v = kn_f32_to_bf16_sr(vv, r >> 16);
+    float mm = beta1 * sl_bf16_to_f32(*m) + (1.0f - beta1) * g;
+    float vv = beta2 * sl_bf16_to_f32(*v) + (1.0f - beta2) * g * g;
+    *m = sl_f32_to_bf16_sr(mm, r & 0xffffu);
+    *v = sl_f32_to_bf16_sr(vv, r >> 16);
     float pp = *p * (1.0f - lr * wd);
     *p = pp - (lr / bc1) * (mm / (sqrtf(vv) / sqrt_bc2 + eps));
 }

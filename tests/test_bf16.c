@@ -26,24 +26,24 @@ static void test_conversions(void)
     const float exact[] = {0.0f, -0.0f, 1.0f, -2.5f, 0.15625f, bits(0x7f7f0000u) /* largest */,
                            bits(0x00800000u) /* smallest normal */, bits(0x00010000u)};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
-        float x = kn_bf16_to_f32(kn_f32_to_bf16_rne(exact[i]));
+        float x = sl_bf16_to_f32(sl_f32_to_bf16(exact[i]));
         CHECKF(!memcmp(&x, &exact[i], 4), "%g -> %g", exact[i], x);
-        CHECK(kn_f32_to_bf16_sr(kn_bf16_to_f32(kn_f32_to_bf16_rne(exact[i])), 0xffff) ==
-              kn_f32_to_bf16_rne(exact[i]));
+        CHECK(sl_f32_to_bf16_sr(sl_bf16_to_f32(sl_f32_to_bf16(exact[i])), 0xffff) ==
+              sl_f32_to_bf16(exact[i]));
     }
     /* nearest, ties to even */
-    CHECK(kn_f32_to_bf16_rne(bits(0x3f808000u)) == 0x3f80); /* tie, even below */
-    CHECK(kn_f32_to_bf16_rne(bits(0x3f818000u)) == 0x3f82); /* tie, even above */
-    CHECK(kn_f32_to_bf16_rne(bits(0x3f808001u)) == 0x3f81);
+    CHECK(sl_f32_to_bf16(bits(0x3f808000u)) == 0x3f80); /* tie, even below */
+    CHECK(sl_f32_to_bf16(bits(0x3f818000u)) == 0x3f82); /* tie, even above */
+    CHECK(sl_f32_to_bf16(bits(0x3f808001u)) == 0x3f81);
     /* stochastic: r = 0 truncates, r = 0xffff rounds up anything inexact */
-    CHECK(kn_f32_to_bf16_sr(bits(0x3f80ffffu), 0) == 0x3f80);
-    CHECK(kn_f32_to_bf16_sr(bits(0x3f800001u), 0xffff) == 0x3f81);
-    CHECK(kn_f32_to_bf16_sr(bits(0xbf800001u), 0xffff) == 0xbf81); /* magnitude up */
+    CHECK(sl_f32_to_bf16_sr(bits(0x3f80ffffu), 0) == 0x3f80);
+    CHECK(sl_f32_to_bf16_sr(bits(0x3f800001u), 0xffff) == 0x3f81);
+    CHECK(sl_f32_to_bf16_sr(bits(0xbf800001u), 0xffff) == 0xbf81); /* magnitude up */
     /* inf and NaN kept; the largest float does not become inf */
-    CHECK(kn_f32_to_bf16_sr(INFINITY, 0xffff) == 0x7f80);
-    CHECK(isnan(kn_bf16_to_f32(kn_f32_to_bf16_sr(NAN, 0))));
-    CHECK(isnan(kn_bf16_to_f32(kn_f32_to_bf16_rne(NAN))));
-    CHECK(isfinite(kn_bf16_to_f32(kn_f32_to_bf16_sr(3.4e38f, 0xffff))));
+    CHECK(sl_f32_to_bf16_sr(INFINITY, 0xffff) == 0x7f80);
+    CHECK(isnan(sl_bf16_to_f32(sl_f32_to_bf16_sr(NAN, 0))));
+    CHECK(isnan(sl_bf16_to_f32(sl_f32_to_bf16(NAN))));
+    CHECK(isfinite(sl_bf16_to_f32(sl_f32_to_bf16_sr(3.4e38f, 0xffff))));
 }
 
 /* E[sr(x)] = x: the mean of many roundings of one value is the value. */
@@ -55,7 +55,7 @@ static void test_unbiased(void)
         enum { N = 200000 };
         double sum = 0;
         for (int i = 0; i < N; i++)
-            sum += kn_bf16_to_f32(kn_f32_to_bf16_sr(x, sl_rng_u32(5, k, (uint64_t)i) & 0xffff));
+            sum += sl_bf16_to_f32(sl_f32_to_bf16_sr(x, sl_rng_u32(5, k, (uint64_t)i) & 0xffff));
         double mean = sum / N, ulp = fabs(x) / 128;
         /* one rounding errs by at most an ulp: sd <= ulp/2, of the mean /sqrt(N) */
         double tol = 4 * 0.5 * ulp / sqrt((double)N);
@@ -81,18 +81,18 @@ static void test_second_moment(void)
         kn_adamw_update_bf16(pb, g, mb, vb, N, lr, b1, b2, eps, 0.0f, t, (uint64_t)t, 77);
         float bc1 = (float)(1.0 - pow(b1, t)), sbc2 = (float)sqrt(1.0 - pow(b2, t));
         for (int i = 0; i < N; i++) { /* the same, rounded to nearest */
-            float mm = b1 * kn_bf16_to_f32(mr[i]) + (1 - b1) * g[i];
-            float vv = b2 * kn_bf16_to_f32(vr[i]) + (1 - b2) * g[i] * g[i];
-            mr[i] = kn_f32_to_bf16_rne(mm);
-            vr[i] = kn_f32_to_bf16_rne(vv);
+            float mm = b1 * sl_bf16_to_f32(mr[i]) + (1 - b1) * g[i];
+            float vv = b2 * sl_bf16_to_f32(vr[i]) + (1 - b2) * g[i] * g[i];
+            mr[i] = sl_f32_to_bf16(mm);
+            vr[i] = sl_f32_to_bf16(vv);
             pr[i] -= (lr / bc1) * (mm / (sqrtf(vv) / sbc2 + eps));
         }
     }
     double es = 0, er = 0, v = 0;
     for (int i = 0; i < N; i++) {
         v += v32[i];
-        es += kn_bf16_to_f32(vb[i]) - v32[i];
-        er += kn_bf16_to_f32(vr[i]) - v32[i];
+        es += sl_bf16_to_f32(vb[i]) - v32[i];
+        er += sl_bf16_to_f32(vr[i]) - v32[i];
     }
     printf("    v after %d steps: fp32 mean %.4f, bf16 stochastic %+.2f%%, bf16 nearest %+.2f%%\n",
            STEPS, v / N, 100 * es / v, 100 * er / v);

@@ -35,7 +35,7 @@ static void test_fp16_conversion(void)
             bad += !isnan(f);
             continue;
         }
-        bad += dev_f32_bits(f) != dev_f32_bits((float)ref);
+        bad += sl_f32_bits(f) != sl_f32_bits((float)ref);
         bad += dev_f32_to_f16(f) != hb; /* every half survives a round trip */
     }
     CHECKF(bad == 0, "%d halves differ", bad);
@@ -44,7 +44,7 @@ static void test_fp16_conversion(void)
         uint32_t u = sl_rng_u32(SEED, 1, i);
         if (i & 1) /* half the draws near the fp16 range, where rounding matters */
             u = (u & 0x80000000u) | (0x33000000u + u % (0x47800000u - 0x33000000u + 0x10000u));
-        float f = dev_bits_f32(u);
+        float f = sl_bits_f32(u);
         _Float16 ref = (_Float16)f;
         uint16_t rb;
         memcpy(&rb, &ref, 2);
@@ -78,11 +78,11 @@ static void test_fp16_conversion(void)
 /* bf16 reference: the two candidates around x, nearest wins, ties to even. */
 static uint16_t bf16_reference(float x)
 {
-    uint32_t u = dev_f32_bits(x);
+    uint32_t u = sl_f32_bits(x);
     uint32_t lo = u & 0xffff0000u;
-    double dlo = dev_bits_f32(lo);
+    double dlo = sl_bits_f32(lo);
     double dhi = (lo & 0x7fffffffu) == 0x7f7f0000u ? ldexp(1.0, 128) * (x < 0 ? -1 : 1)
-                                                   : (double)dev_bits_f32(lo + 0x10000u);
+                                                   : (double)sl_bits_f32(lo + 0x10000u);
     double dlo_err = fabs((double)x - dlo), dhi_err = fabs(dhi - (double)x);
     if (dlo_err < dhi_err || (dlo_err == dhi_err && !((lo >> 16) & 1u)))
         return (uint16_t)(lo >> 16);
@@ -96,10 +96,10 @@ static void test_bf16_conversion(void)
         uint32_t u = sl_rng_u32(SEED, 2, i);
         if (i % 4 == 0)
             u = (u & 0xffff0000u) | 0x8000u; /* exact ties */
-        float f = dev_bits_f32(u);
-        uint16_t got = dev_f32_to_bf16(f);
+        float f = sl_bits_f32(u);
+        uint16_t got = sl_f32_to_bf16(f);
         if (is_nan_bits(u)) {
-            bad += !isnan(dev_bf16_to_f32(got));
+            bad += !isnan(sl_bf16_to_f32(got));
             continue;
         }
         if ((u & 0x7fffffffu) == 0x7f800000u) {
@@ -110,12 +110,12 @@ static void test_bf16_conversion(void)
     }
     CHECKF(bad == 0, "%d values convert differently", bad);
     for (uint32_t b = 0; b < 65536; b++) {
-        float f = dev_bf16_to_f32((uint16_t)b);
+        float f = sl_bf16_to_f32((uint16_t)b);
         if (!isnan(f))
-            bad += dev_f32_to_bf16(f) != b;
+            bad += sl_f32_to_bf16(f) != b;
     }
     CHECKF(bad == 0, "%d bf16 values do not round trip", bad);
-    CHECK(dev_f32_to_bf16(FLT_MAX) == 0x7f80u); /* rounds up to infinity */
+    CHECK(sl_f32_to_bf16(FLT_MAX) == 0x7f80u); /* rounds up to infinity */
 }
 
 static float *random_tensor(size_t n, uint64_t stream, float scale)
@@ -198,7 +198,7 @@ static void test_int8_extreme_rows(void)
 {
     float x[64], y[64];
     for (int i = 0; i < 64; i++)
-        x[i] = dev_bits_f32((uint32_t)(1 + 37 * i)) * (i & 1 ? -1.0f : 1.0f);
+        x[i] = sl_bits_f32((uint32_t)(1 + 37 * i)) * (i & 1 ? -1.0f : 1.0f);
     x[47] = 1e-38f; /* a normal value in a row of subnormals */
     x[48] = -FLT_MAX;
     x[52] = FLT_MAX;
@@ -239,7 +239,7 @@ static void test_topk_selection(void)
         for (size_t i = 0; i < n; i++) {
             if (y[i] != 0.0f) {
                 kept++;
-                inexact += dev_f32_bits(y[i]) != dev_f32_bits(x[i]);
+                inexact += sl_f32_bits(y[i]) != sl_f32_bits(x[i]);
                 min_kept = fminf(min_kept, fabsf(x[i]));
             } else {
                 max_dropped = fmaxf(max_dropped, fabsf(x[i]));

@@ -93,7 +93,7 @@ static void check_element(int codec, float x, float y, float scale, float amax)
                (double)scale, (double)amax
     switch (codec) {
     case DEV_CODEC_NONE:
-        REQUIREF(dev_f32_bits(x) == dev_f32_bits(y), VALUES);
+        REQUIREF(sl_f32_bits(x) == sl_f32_bits(y), VALUES);
         break;
     case DEV_CODEC_FP16:
         if (isnan(x))
@@ -139,7 +139,7 @@ static void round_trip(const uint8_t *data, size_t size)
     data += 12;
     size -= 12;
     for (size_t i = 0; i < n; i++)
-        in_vals[i] = dev_bits_f32(rd32(data, size, 4 * i));
+        in_vals[i] = sl_bits_f32(rd32(data, size, 4 * i));
 
     dev_frame_hdr h = {.direction = codec == DEV_CODEC_TOPK ? DEV_DIR_GRADIENT : DEV_DIR_ACTIVATION,
                        .codec = (uint8_t)codec, .step = 1, .ndim = 2, .dims = {d0, d1}, .k = k};
@@ -163,7 +163,7 @@ static void round_trip(const uint8_t *data, size_t size)
         float min_kept = INFINITY, max_dropped = 0;
         for (size_t i = 0; i < n; i++) {
             if (out_vals[i] != 0.0f) {
-                REQUIRE(dev_f32_bits(out_vals[i]) == dev_f32_bits(in_vals[i]));
+                REQUIRE(sl_f32_bits(out_vals[i]) == sl_f32_bits(in_vals[i]));
                 kept++;
                 min_kept = fminf(min_kept, fabsf(in_vals[i]));
             } else {
