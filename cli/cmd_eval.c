@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "dev_ckpt.h"
 #include "dev_train.h"
+#include "kn_be.h"
 #include "sl_log.h"
 
 static void usage(FILE *f)
@@ -66,7 +67,7 @@ int cmd_eval(int argc, char **argv)
     }
     if (!config || !model || !data)
         return sl_cli_fail("eval", 2, "--config, --model and --data are required (see --help)");
-    if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda"))
+    if (!kn_be_name_ok(device))
         return sl_cli_fail("eval", 2, "--device must be auto, cpu or cuda, got '%s'", device);
     dev_config cfg;
     if (dev_config_load(&cfg, config, &err))

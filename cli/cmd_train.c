@@ -11,6 +11,7 @@
 #include "dev_ckpt.h"
 #include "sl_file.h"
 #include "dev_train.h"
+#include "kn_be.h"
 #include "kn_backend.h"
 #include "sl_log.h"
 #include "sl_time.h"
@@ -166,7 +167,7 @@ static int parse(opts *o, int argc, char **argv, int *help)
                            o->batch, o->micro);
     if (o->init && o->resume)
         return sl_cli_fail("train", 2, "--init and --resume exclude each other");
-    if (strcmp(o->device, "auto") && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+    if (!kn_be_name_ok(o->device))
         return sl_cli_fail("train", 2, "--device must be auto, cpu or cuda, got '%s'", o->device);
     if (strcmp(o->optim_state, "fp32") && strcmp(o->optim_state, "bf16"))
         return sl_cli_fail("train", 2, "--optim-state must be fp32 or bf16, got '%s'", o->optim_state);

@@ -94,5 +94,7 @@ const kn_be *kn_be_cuda(void);
  * missing: ...)". An explicit "cuda" that cannot be had is an error with the
  * reason, never a silent fall-back. */
 const kn_be *kn_be_open(const char *name, char *why, size_t why_n, sl_err *err);
+/* 1 if kn_be_open knows the name (for checking options before any work). */
+int kn_be_name_ok(const char *name);
 
 #endif

@@ -1,4 +1,4 @@
-/* bf16 optimizer state (kn_body.h, kn_adamw_update_bf16): conversions,
+/* bf16 optimizer state (sl_float.h, kn_adamw_update_bf16): conversions,
  * stochastic rounding without bias, and why it is needed: Adam's second
  * moment held in bf16 tracks the fp32 one with stochastic rounding and
  * drifts with rounding to nearest. */
@@ -11,20 +11,14 @@
 #include "kn_ops.h"
 #include "kn_testutil.h"
 #include "kn_threads.h"
+#include "sl_float.h"
 #include "sl_rng.h"
-
-static float bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static void test_conversions(void)
 {
     /* exact values survive both roundings */
-    const float exact[] = {0.0f, -0.0f, 1.0f, -2.5f, 0.15625f, bits(0x7f7f0000u) /* largest */,
-                           bits(0x00800000u) /* smallest normal */, bits(0x00010000u)};
+    const float exact[] = {0.0f, -0.0f, 1.0f, -2.5f, 0.15625f, sl_bits_f32(0x7f7f0000u) /* largest */,
+                           sl_bits_f32(0x00800000u) /* smallest normal */, sl_bits_f32(0x00010000u)};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
         float x = sl_bf16_to_f32(sl_f32_to_bf16(exact[i]));
         CHECKF(!memcmp(&x, &exact[i], 4), "%g -> %g", exact[i], x);
@@ -32,13 +26,13 @@ static void test_conversions(void)
               sl_f32_to_bf16(exact[i]));
     }
     /* nearest, ties to even */
-    CHECK(sl_f32_to_bf16(bits(0x3f808000u)) == 0x3f80); /* tie, even below */
-    CHECK(sl_f32_to_bf16(bits(0x3f818000u)) == 0x3f82); /* tie, even above */
-    CHECK(sl_f32_to_bf16(bits(0x3f808001u)) == 0x3f81);
+    CHECK(sl_f32_to_bf16(sl_bits_f32(0x3f808000u)) == 0x3f80); /* tie, even below */
+    CHECK(sl_f32_to_bf16(sl_bits_f32(0x3f818000u)) == 0x3f82); /* tie, even above */
+    CHECK(sl_f32_to_bf16(sl_bits_f32(0x3f808001u)) == 0x3f81);
     /* stochastic: r = 0 truncates, r = 0xffff rounds up anything inexact */
-    CHECK(sl_f32_to_bf16_sr(bits(0x3f80ffffu), 0) == 0x3f80);
-    CHECK(sl_f32_to_bf16_sr(bits(0x3f800001u), 0xffff) == 0x3f81);
-    CHECK(sl_f32_to_bf16_sr(bits(0xbf800001u), 0xffff) == 0xbf81); /* magnitude up */
+    CHECK(sl_f32_to_bf16_sr(sl_bits_f32(0x3f80ffffu), 0) == 0x3f80);
+    CHECK(sl_f32_to_bf16_sr(sl_bits_f32(0x3f800001u), 0xffff) == 0x3f81);
+    CHECK(sl_f32_to_bf16_sr(sl_bits_f32(0xbf800001u), 0xffff) == 0xbf81); /* magnitude up */
     /* inf and NaN kept; the largest float does not become inf */
     CHECK(sl_f32_to_bf16_sr(INFINITY, 0xffff) == 0x7f80);
     CHECK(isnan(sl_bf16_to_f32(sl_f32_to_bf16_sr(NAN, 0))));

@@ -84,6 +84,11 @@ __attribute__((format(printf, 3, 4))) static void say(char *why, size_t n, const
     va_end(ap);
 }
 
+int kn_be_name_ok(const char *name)
+{
+    return name && (!strcmp(name, "auto") || !strcmp(name, "cpu") || !strcmp(name, "cuda"));
+}
+
 const kn_be *kn_be_open(const char *name, char *why, size_t why_n, sl_err *err)
 {
     if (!name || !strcmp(name, "cpu")) {
@@ -91,7 +96,7 @@ const kn_be *kn_be_open(const char *name, char *why, size_t why_n, sl_err *err)
         return kn_be_cpu();
     }
     int want_cuda = !strcmp(name, "cuda");
-    if (!want_cuda && strcmp(name, "auto")) {
+    if (!kn_be_name_ok(name)) {
         sl_err_set(err, SL_EINVAL, "unknown device '%s' (cpu, cuda or auto)", name);
         return NULL;
     }
