@@ -10,7 +10,6 @@ static int g_level = SL_LOG_INFO;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void sl_log_set_level(int level) { g_level = level; }
-int sl_log_get_level(void) { return g_level; }
 
 int sl_log_level_parse(const char *s)
 {

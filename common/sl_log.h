@@ -10,7 +10,6 @@
 enum sl_log_level { SL_LOG_DEBUG = 0, SL_LOG_INFO, SL_LOG_WARN, SL_LOG_ERROR, SL_LOG_OFF };
 
 void sl_log_set_level(int level);
-int sl_log_get_level(void);
 /* Parses "debug", "info", "warn", "error", "off"; returns -1 if unknown. */
 int sl_log_level_parse(const char *s);
 void sl_log(int level, const char *msg, const char *fmt, ...)

@@ -257,7 +257,6 @@ static void set_revoked(dev_agent *a, char **ids, size_t n)
 
 const char *dev_agent_id(const dev_agent *a) { return a->id; }
 unsigned dev_agent_heartbeat_ms(const dev_agent *a) { return a->heartbeat_ms; }
-rpc_channel *dev_agent_channel(dev_agent *a) { return a->ch; }
 
 void dev_agent_set_stage_address(dev_agent *a, const char *host_port)
 {

@@ -47,8 +47,6 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st);
 /* 1 if the coordinator's last heartbeat reply listed `id` as revoked.
  * Thread-safe (a Stage server asks from its own thread). */
 int dev_agent_is_revoked(void *agent, const char *id);
-/* The rpc channel to the coordinator (mutual TLS as this device). */
-rpc_channel *dev_agent_channel(dev_agent *a);
 
 /* dev_profile -> skyloom.v1.DeviceProfile (pb is a Skyloom__V1__DeviceProfile;
  * its strings point into p). */

@@ -237,7 +237,6 @@ uint64_t dev_shard_doc_start(const dev_shard *s, uint64_t doc)
 }
 uint64_t dev_shard_token_count(const dev_shard *s) { return s->ntok; }
 bool dev_shard_cased(const dev_shard *s) { return s->cased; }
-const char *dev_shard_path(const dev_shard *s) { return s->path; }
 
 int dev_shard_read(const dev_shard *s, uint64_t idx, int32_t *tok)
 {

@@ -47,7 +47,6 @@ uint64_t dev_shard_doc_count(const dev_shard *s);
 uint64_t dev_shard_doc_start(const dev_shard *s, uint64_t doc); /* first sequence of doc */
 uint64_t dev_shard_token_count(const dev_shard *s);
 bool dev_shard_cased(const dev_shard *s);
-const char *dev_shard_path(const dev_shard *s);
 /* The vocabulary stored in the shard (caller frees). */
 dev_vocab *dev_shard_vocab(const dev_shard *s, sl_err *err);
 /* Refuses a shard made with another vocabulary than the model's: compares

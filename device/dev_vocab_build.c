@@ -132,7 +132,6 @@ static size_t smap_add(smap *m, const char *s, size_t n)
 struct dev_wordcount {
     bool cased;
     smap words;
-    uint64_t total;
 };
 
 dev_wordcount *dev_wordcount_new(bool cased)
@@ -154,7 +153,6 @@ void dev_wordcount_free(dev_wordcount *wc)
 static int count_word(void *ctx, const char *word, size_t len, int nchars)
 {
     dev_wordcount *wc = ctx;
-    wc->total++;
     if (nchars > DEV_TOK_MAX_WORD_CHARS) /* [UNK] whatever the vocabulary */
         return 0;
     size_t k = smap_add(&wc->words, word, len);
@@ -168,7 +166,6 @@ int dev_wordcount_add(dev_wordcount *wc, const char *text, size_t len, sl_err *e
 }
 
 size_t dev_wordcount_unique(const dev_wordcount *wc) { return wc->words.n; }
-uint64_t dev_wordcount_total(const dev_wordcount *wc) { return wc->total; }
 
 /* ---- pair statistics for the merges ---- */
 typedef struct pair {

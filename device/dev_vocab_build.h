@@ -31,7 +31,6 @@ void dev_wordcount_free(dev_wordcount *wc);
 /* Adds the words of text[0..len) (invalid UTF-8 is an error with its offset). */
 int dev_wordcount_add(dev_wordcount *wc, const char *text, size_t len, sl_err *err);
 size_t dev_wordcount_unique(const dev_wordcount *wc);
-uint64_t dev_wordcount_total(const dev_wordcount *wc);
 
 typedef struct dev_vocab_learned {
     char *text;  /* vocab.txt image: "token\n" per token (malloc'd) */
