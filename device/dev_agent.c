@@ -11,6 +11,7 @@
 #include "cert.h"
 #include "dev_agent.h"
 #include "skyloom.pb-c.h"
+#include "sl_file.h"
 #include "sl_log.h"
 #include "sl_mem.h"
 
@@ -76,14 +77,13 @@ static int enroll(dev_agent *a, sl_err *err)
         return sl_err_set(err, SL_EINVAL, "site '%s' must be 1..64 of A-Z a-z 0-9 . _ -", a->o.site);
     /* 1. Pin the CA by the token's fingerprint. */
     if (file_exists(a->f.ca)) {
-        FILE *f = fopen(a->f.ca, "r");
-        char buf[16384];
-        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-        if (f)
-            fclose(f);
-        buf[n] = 0;
-        char fp[CERT_HEX_LEN];
-        if (cert_pem_fingerprint(buf, n, fp, err))
+        char *buf, fp[CERT_HEX_LEN];
+        size_t n;
+        if (sl_read_file(a->f.ca, 1u << 20, &buf, &n, err))
+            return -1;
+        int bad = cert_pem_fingerprint(buf, n, fp, err);
+        free(buf);
+        if (bad)
             return sl_err_wrap(err, "%s", a->f.ca);
         if (strcmp(fp, tok.ca_fp) != 0)
             return sl_err_set(err, SL_EAUTH,
@@ -154,8 +154,7 @@ static int enroll(dev_agent *a, sl_err *err)
                           a->o.coordinator);
     char *s = json_dumps(j, JSON_INDENT(2));
     json_decref(j);
-    unlink(p);
-    rc = cert_write_new(p, s, strlen(s), 0644, err);
+    rc = sl_write_file_atomic(p, s, strlen(s), err); /* never a moment without device.json */
     free(s);
     if (rc == 0)
         sl_log_info("device: enrolled", "device=%s site=%s coordinator=%s", a->id, a->o.site,

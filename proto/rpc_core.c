@@ -9,6 +9,7 @@
 #include <grpc/support/time.h>
 
 #include "rpc_internal.h"
+#include "sl_file.h"
 #include "sl_mem.h"
 
 void rpc_global_init(void) { grpc_init(); }
@@ -65,23 +66,15 @@ gpr_timespec rpc_deadline_ms(int64_t ms)
 
 char *rpc_read_pem(const char *path, sl_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        sl_err_set(err, SL_EIO, "cannot open %s: %s", path, strerror(errno));
+    char *s;
+    size_t n;
+    if (sl_read_file(path, 1u << 20, &s, &n, err))
         return NULL;
-    }
-    size_t cap = 1u << 20, n = 0;
-    char *s = sl_xmalloc(cap + 1);
-    n = fread(s, 1, cap + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || n > cap || n == 0) {
-        sl_err_set(err, SL_EIO, "%s: %s", path,
-                   bad ? "read error" : n ? "larger than 1 MiB" : "empty file");
+    if (n == 0) {
         free(s);
+        sl_err_set(err, SL_EIO, "%s: empty file", path);
         return NULL;
     }
-    s[n] = 0;
     return s;
 }
 
