@@ -47,14 +47,20 @@ static inline void bal_inflight(const bal_chain *c, int *k)
     }
 }
 
-static inline int bal_fits(const bal_problem *pb, int d, int s, int e, int k)
+/* Bytes a stage needs: static (parameters, optimizer) + k stashed
+ * micro-batches; UINT64_MAX when that does not fit in 64 bits. */
+static inline uint64_t bal_mem_need(uint64_t st, uint64_t sh, int k)
 {
-    uint64_t st = pb->pstatic[e] - pb->pstatic[s];
-    uint64_t sh = pb->pstash[e] - pb->pstash[s];
     uint64_t need;
     if (__builtin_mul_overflow(sh, (uint64_t)k, &need) || __builtin_add_overflow(need, st, &need))
-        return 0;
-    return need <= pb->dev[d].mem_bytes;
+        return UINT64_MAX;
+    return need;
+}
+
+static inline int bal_fits(const bal_problem *pb, int d, int s, int e, int k)
+{
+    uint64_t need = bal_mem_need(pb->pstatic[e] - pb->pstatic[s], pb->pstash[e] - pb->pstash[s], k);
+    return need != UINT64_MAX && need <= pb->dev[d].mem_bytes;
 }
 
 /* Serialization seconds of the boundary after unit e-1 on a link. */

@@ -398,8 +398,8 @@ static int overflow_err(const bal_problem *pb, const bal_chain *c, const int *cu
     bal_inflight(c, kk);
     int d = c->order[i], k = kk[i];
     free(kk);
-    uint64_t need = pb->pstatic[cuts[i + 1]] - pb->pstatic[cuts[i]] +
-                    (uint64_t)k * (pb->pstash[cuts[i + 1]] - pb->pstash[cuts[i]]);
+    uint64_t need = bal_mem_need(pb->pstatic[cuts[i + 1]] - pb->pstatic[cuts[i]],
+                                 pb->pstash[cuts[i + 1]] - pb->pstash[cuts[i]], k);
     return sl_err_set(err, SL_EINVAL,
                       "%s: stage %d on %s (units %d-%d, %d micro-batches stashed) needs %llu "
                       "bytes, the device has %llu: short by %llu bytes",

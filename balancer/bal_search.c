@@ -602,8 +602,8 @@ static int mem_feasible(const bal_problem *pb, const uint64_t *pst, const uint64
         for (int e = 1; e <= n; e++) {
             /* smallest s with [s,e) fitting; hereditary so lo only grows */
             while (lo < e) {
-                uint64_t st = pst[e] - pst[lo], sh = psh[e] - psh[lo];
-                if (st <= cap && (sh == 0 || (uint64_t)k <= (cap - st) / sh))
+                uint64_t need = bal_mem_need(pst[e] - pst[lo], psh[e] - psh[lo], k);
+                if (need != UINT64_MAX && need <= cap)
                     break;
                 lo++;
             }
