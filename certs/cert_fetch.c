@@ -103,12 +103,9 @@ int cert_fetch_ca(const char *host_port, const char *want_fp, const char *out_pa
     char seen[CERT_HEX_LEN] = "none";
     for (int i = 0; i < n; i++) {
         X509 *x = sk_X509_value(chain, i);
-        uint8_t md[32];
-        unsigned mdn = 0;
         char fp[CERT_HEX_LEN];
-        if (!X509_digest(x, EVP_sha256(), md, &mdn))
+        if (cert_x509_fingerprint(x, fp))
             continue;
-        cert_hex(md, 32, fp);
         if (X509_check_ca(x))
             memcpy(seen, fp, sizeof fp);
         if (!strcmp(fp, want_fp)) {

@@ -151,7 +151,7 @@ static EVP_PKEY *new_key(sl_err *err)
     return k;
 }
 
-static int fingerprint(X509 *x, char hex[CERT_HEX_LEN])
+int cert_x509_fingerprint(X509 *x, char hex[CERT_HEX_LEN])
 {
     uint8_t md[EVP_MAX_MD_SIZE];
     unsigned n = 0;
@@ -398,7 +398,7 @@ cert_ca *cert_ca_load(const char *dir, sl_err *err)
     cert_ca *ca = sl_xcalloc(1, sizeof *ca);
     ca->crt = x;
     ca->key = k;
-    fingerprint(x, ca->fp);
+    cert_x509_fingerprint(x, ca->fp);
     ca->pem = crt_pem(x);
     return ca;
 }
@@ -537,7 +537,7 @@ int cert_pem_fingerprint(const char *pem, size_t len, char hex[CERT_HEX_LEN], sl
     BIO_free(b);
     if (!x)
         return cert_ssl_err(err, SL_ECORRUPT, "not a PEM certificate");
-    int rc = fingerprint(x, hex);
+    int rc = cert_x509_fingerprint(x, hex);
     X509_free(x);
     return rc ? sl_err_set(err, SL_EINTERNAL, "digest failed") : 0;
 }

@@ -36,10 +36,8 @@ static json_t *describe(X509 *x)
     name_str(X509_get_issuer_name(x), iss, sizeof iss);
     time_str(X509_get0_notBefore(x), nb, sizeof nb);
     time_str(X509_get0_notAfter(x), na, sizeof na);
-    uint8_t md[32];
-    unsigned n = 0;
-    X509_digest(x, EVP_sha256(), md, &n);
-    cert_hex(md, 32, fp);
+    if (cert_x509_fingerprint(x, fp))
+        snprintf(fp, sizeof fp, "unknown");
     BIGNUM *bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(x), NULL);
     char *hs = bn ? BN_bn2hex(bn) : NULL;
     if (hs)
