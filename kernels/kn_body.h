@@ -350,22 +350,32 @@ SL_HD void kn_attn_dropout_row(float *x, uint64_t seed, uint64_t stream, uint64_
 /* ---- cross-entropy rows ------------------------------------------------------------
  * probs = softmax(logits), returns -log probs[target]; a target outside
  * [0, V) (ignore index -100) gives loss 0 and, in backward, no gradient. */
+/* probs may alias logits (the target's logit is read first; the softmax
+ * reads each element before writing it): the head then needs no separate
+ * (M,V) logits buffer. */
 SL_HD KN_INLINE float kn_xent_row_fwd(float *probs, const float *logits, int32_t target, int V)
 {
+    int ok = target >= 0 && target < V;
+    float lt = ok ? logits[target] : 0.0f;
     float mx, sum;
     kn_softmax_row_lse(probs, logits, NULL, V, &mx, &sum);
-    if (target < 0 || target >= V)
+    if (!ok)
         return 0.0f;
-    return logf(sum) - (logits[target] - mx);
+    return logf(sum) - (lt - mx);
 }
+/* Writes (does not accumulate: the loss starts the chain) the row's gradient;
+ * dlogits may alias probs. A row without a target gets zeros. */
 SL_HD KN_INLINE void kn_xent_row_bwd(float *dlogits, const float *probs, int32_t target, int V,
                                      float scale)
 {
-    if (target < 0 || target >= V)
+    if (target < 0 || target >= V) {
+        for (int j = 0; j < V; j++)
+            dlogits[j] = 0.0f;
         return;
+    }
     KN_SIMD
     for (int j = 0; j < V; j++)
-        dlogits[j] += scale * probs[j];
+        dlogits[j] = scale * probs[j];
     dlogits[target] -= scale;
 }
 

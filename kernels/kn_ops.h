@@ -83,10 +83,13 @@ void kn_scatter_rows(float *out, const float *x, const int32_t *idx, int M, int 
 
 /* ---- MLM loss ---------------------------------------------------------
  * logits (M,V) for the M masked positions; targets (M).
- * losses (M) = -log softmax(logits)[target]; probs (M,V) saved.
- * Backward: dlogits += (probs - onehot(target)) * scale, where scale is
+ * losses (M) = -log softmax(logits)[target]; probs (M,V) saved; probs may
+ * be logits itself (in place).
+ * Backward: dlogits = (probs - onehot(target)) * scale, where scale is
  * 1 / (masked positions in the WHOLE batch), so that accumulating
- * micro-batches gives exactly the gradient of the batch's mean loss. */
+ * micro-batches gives exactly the gradient of the batch's mean loss. Unlike
+ * every other backward it WRITES dlogits (the loss starts the chain), so
+ * dlogits may be probs itself; rows whose target is out of range get 0. */
 void kn_crossentropy_forward(float *losses, float *probs, const float *logits,
                              const int32_t *targets, int M, int V);
 void kn_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, int M,

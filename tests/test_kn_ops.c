@@ -460,11 +460,25 @@ static void test_accumulation(void)
     TWICE("dropout.dx twice", g, nc,
           kn_dropout_backward(g, in.do_dout, B, (size_t)T * C, in.do_drop));
     TWICE("residual twice", g, 2 * nc, kn_residual_backward(g, g + nc, in.do_dout, nc));
-    float *probs = kt_alloc((size_t)M * V), *loss = kt_alloc(M);
+    /* ... except the cross-entropy's, which writes its gradient, so that
+     * forward and backward can run in place in the logits (the head does) */
+    size_t mv = (size_t)M * V;
+    float *probs = kt_alloc(mv), *loss = kt_alloc(M), *ip = kt_alloc(mv), *iloss = kt_alloc(M);
     kn_crossentropy_forward(loss, probs, in.xe_logits, in.xtgt, M, V);
-    TWICE("xent.dlogits twice", g, (size_t)M * V,
-          kn_crossentropy_backward(g, probs, in.xtgt, M, V, 0.5f));
-    free(g), free(mean), free(rstd), free(lo), free(probs), free(loss);
+    for (size_t i = 0; i < mv; i++)
+        g[i] = 123.0f; /* stale contents are overwritten, not added to */
+    kn_crossentropy_backward(g, probs, in.xtgt, M, V, 0.5f);
+    memcpy(ip, in.xe_logits, mv * sizeof(float));
+    kn_crossentropy_forward(iloss, ip, ip, in.xtgt, M, V);
+    CHECK(memcmp(iloss, loss, (size_t)M * sizeof(float)) == 0);
+    CHECK(memcmp(ip, probs, mv * sizeof(float)) == 0);
+    kn_crossentropy_backward(ip, ip, in.xtgt, M, V, 0.5f);
+    CHECK(memcmp(ip, g, mv * sizeof(float)) == 0);
+    double gs = 0;
+    for (size_t i = 0; i < mv; i++)
+        gs += g[i];
+    CHECK(fabs(gs) < 1e-3); /* each row of probs - onehot sums to 0 */
+    free(g), free(mean), free(rstd), free(lo), free(probs), free(loss), free(ip), free(iloss);
 
     float *dx = kt_alloc((size_t)N * C), *dw = kt_alloc((size_t)FF * C), *db = kt_alloc(FF);
     float *dx1 = kt_alloc((size_t)N * C), *dw1 = kt_alloc((size_t)FF * C), *db1 = kt_alloc(FF);
