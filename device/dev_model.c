@@ -137,10 +137,10 @@ void dev_unit_cost_of(const dev_config *c, int unit, int T, double mask_frac, de
         double att = 4 * t * t * C;
         o->fwd_flops = mm + att + 20 * t * C;
         o->bwd_flops = 2 * (mm + att) + 30 * t * C;
-        /* what a slot of dev_stage.c keeps (P_KEEP | P_OUT): qkv, the
-         * attention probabilities and output, r1, h, r2, the output and two
-         * LayerNorms' statistics; l1 and gelu(h) are recomputed in backward */
-        o->act_bytes = (size_t)(t * (7 * C + F + NH * t + 4) * 4);
+        /* what a slot of dev_stage.c keeps (P_KEEP): qkv, the attention
+         * probabilities and output, r1, h, r2 and two LayerNorms'
+         * statistics; l1, gelu(h) and the output are recomputed in backward */
+        o->act_bytes = (size_t)(t * (6 * C + F + NH * t + 4) * 4);
     } else {
         double m = t * mask_frac;
         o->fwd_flops = 2 * m * (C * C + C * V) + 10 * m * V;

@@ -25,7 +25,7 @@
 enum { SITE_EMBED = 1, SITE_ATTN = 2, SITE_ATTN_OUT = 3, SITE_FFN_OUT = 4 };
 
 typedef struct embed_a {
-    float *emb, *mean, *rstd, *ln, *out;
+    float *emb, *mean, *rstd, *out; /* out = dropout(LN(emb)), in place */
 } embed_a;
 typedef struct layer_a {
     /* gelu(h) is not kept: backward recomputes it (saves F floats per token) */
@@ -90,10 +90,13 @@ struct dev_stage {
     int *first;       /* first[u - u0] = index of the unit's first tensor */
     float *head_wte, *head_gwte;
     slot *slots;
-    /* scratch */
-    float *G0, *G1, *T1, *T2, *F1, *F2, *Q;
+    /* scratch. Q (the attention's input gradient, 3C per token) is F1: the
+     * layer's backward is done with F1 before it needs Q. X: the layers'
+     * outputs in forward (each layer overwrites its input there) and, in
+     * backward, a layer's input recomputed from the previous layer's stash. */
+    float *G0, *G1, *T1, *T2, *F1, *F2, *Q, *X;
     int hcap;
-    float *logits, *dl, *dg, *dd, *dxm;
+    float *dl, *dg, *dd, *dxm; /* the head's (M,C) gradients */
     size_t bytes;
     int oom;                   /* an allocation failed (sizes come from the config) */
     int prof;                  /* time the matrix multiplies (benchmarks) */
@@ -248,8 +251,12 @@ static float *carve(float *base, size_t *cur, size_t n)
  *            probabilities and output from qkv (22% more; it made config
  *            (b) 25% slower on the CPU, so it is an option). Slots keep
  *            P_KEEP and the stage holds one P_CHEAP block for all of them;
- *   P_OUT    the layer's output, the next layer's input.
- * A recomputing stage's slots keep P_OUT only, and its work area all three. */
+ *   P_OUT    the layer's output, the next layer's input. Slots do not keep
+ *            it: it is LN2(r2), and backward recomputes it from the
+ *            previous layer's P_KEEP into the stage's X just before the
+ *            layer that reads it (its weight gradient needs it).
+ * A recomputing stage's slots keep P_OUT only (its checkpoints), and its
+ * work area all three. */
 enum { P_KEEP = 1, P_CHEAP = 2, P_OUT = 4 };
 static void layer_carve(const dev_stage *s, layer_a *a, float *base, size_t *cur, int parts)
 {
@@ -292,11 +299,10 @@ static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
         sl->e.emb = carve(base, &cur, N * C);
         sl->e.mean = carve(base, &cur, N);
         sl->e.rstd = carve(base, &cur, N);
-        sl->e.ln = carve(base, &cur, N * C);
         sl->e.out = carve(base, &cur, N * C);
     }
     for (int i = 0; i < s->nl; i++)
-        layer_carve(s, &sl->l[i], base, &cur, s->recompute ? P_OUT : P_KEEP | P_OUT);
+        layer_carve(s, &sl->l[i], base, &cur, s->recompute ? P_OUT : P_KEEP);
     return cur;
 }
 
@@ -406,10 +412,13 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     s->G1 = falloc(s, N * C);
     s->T1 = falloc(s, N * C);
     s->T2 = falloc(s, N * C);
-    s->F1 = falloc(s, N * F);
+    size_t F1 = F > 3 * C ? F : 3 * C;
+    s->F1 = falloc(s, N * F1);
     s->F2 = falloc(s, N * F);
-    s->Q = falloc(s, N * 3 * C);
-    s->bytes += (N * C * 4 + N * F * 2 + N * 3 * C) * sizeof(float);
+    s->Q = s->F1;
+    int chain = !s->recompute && s->nl > 0;
+    s->X = chain ? falloc(s, N * C) : NULL;
+    s->bytes += (N * C * (chain ? 5 : 4) + N * F1 + N * F) * sizeof(float);
     if (s->nl > 0) { /* the shared part of every layer's stash (see layer_carve) */
         int parts = s->recompute ? P_KEEP | P_CHEAP | P_OUT : P_CHEAP;
         size_t n = 0;
@@ -568,7 +577,7 @@ void dev_stage_free(dev_stage *s)
     }
     free(s->slots);
     float *b[] = {s->params, s->grads, s->mv, s->dtied, s->wbase, s->etail, s->etmp, s->G0, s->G1, s->T1, s->T2, s->F1,
-                  s->F2, s->Q, s->logits, s->dl, s->dg, s->dd, s->dxm};
+                  s->F2, s->X, s->dl, s->dg, s->dd, s->dxm};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         bfree(s, b[i]);
     free(s->erow_of);
@@ -679,19 +688,18 @@ static int scratch_reserve(dev_stage *s, int M)
 {
     if (M <= s->hcap)
         return 0;
-    size_t C = s->c.hidden, V = s->c.vocab, m = (size_t)M;
-    float **bufs[5] = {&s->logits, &s->dl, &s->dg, &s->dd, &s->dxm};
-    for (int i = 0; i < 5; i++) {
+    size_t C = s->c.hidden, m = (size_t)M;
+    float **bufs[4] = {&s->dl, &s->dg, &s->dd, &s->dxm};
+    for (int i = 0; i < 4; i++) {
         bfree(s, *bufs[i]);
         *bufs[i] = NULL;
     }
     s->oom = 0;
-    s->logits = falloc(s, m * V);
-    for (int i = 1; i < 5; i++)
+    for (int i = 0; i < 4; i++)
         *bufs[i] = falloc(s, m * C);
-    s->bytes -= (size_t)s->hcap * (V + 4 * C) * sizeof(float);
+    s->bytes -= (size_t)s->hcap * 4 * C * sizeof(float);
     s->hcap = s->oom ? 0 : M;
-    s->bytes += (size_t)s->hcap * (V + 4 * C) * sizeof(float);
+    s->bytes += (size_t)s->hcap * 4 * C * sizeof(float);
     return s->oom ? -1 : 0;
 }
 
@@ -703,8 +711,8 @@ static void embed_forward(dev_stage *s, slot *sl, const dev_micro *mb)
     int B = mb->B, T = mb->T, C = s->c.hidden, N = B * T;
     embed_a *a = &sl->e;
     s->be->embed_forward(a->emb, sl->tok, sl->seg, p[0], p[1], p[2], B, T, C);
-    s->be->layernorm_forward(a->ln, a->mean, a->rstd, a->emb, p[3], p[4], N, C, s->c.ln_eps);
-    s->be->dropout_forward(a->out, a->ln, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
+    s->be->layernorm_forward(a->out, a->mean, a->rstd, a->emb, p[3], p[4], N, C, s->c.ln_eps);
+    s->be->dropout_forward(a->out, a->out, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
 }
 
 /* LOCAL role: room for `need` compact rows of the embeddings' tail (new
@@ -893,8 +901,9 @@ static int head_forward(dev_stage *s, slot *sl, const float *x, const dev_micro 
     mm_fwd(s, h->d, h->xm, p[0], p[1], M, C, C);
     s->be->gelu_forward(h->g, h->d, (size_t)M * C, s->c.gelu);
     s->be->layernorm_forward(h->l, h->mean, h->rstd, h->g, p[2], p[3], M, C, s->c.ln_eps);
-    mm_fwd(s, s->logits, h->l, s->head_wte, p[4], M, C, V);
-    s->be->crossentropy_forward(h->losses, h->probs, s->logits, h->dtgt, M, V);
+    /* the logits become the probabilities in place */
+    mm_fwd(s, h->probs, h->l, s->head_wte, p[4], M, C, V);
+    s->be->crossentropy_forward(h->losses, h->probs, h->probs, h->dtgt, M, V);
     if (s->res && s->be->download(h->hloss, h->losses, (size_t)M * sizeof(float), err))
         return -1;
     double sum = 0;
@@ -916,10 +925,10 @@ static void head_backward(dev_stage *s, slot *sl, const dev_micro *mb, float *dx
     if (M == 0)
         return;
     size_t MC = (size_t)M * C;
-    zero(s, s->logits, (size_t)M * V);
-    s->be->crossentropy_backward(s->logits, h->probs, h->dtgt, M, V, mb->loss_scale);
+    /* and the probabilities their gradient (consumes the slot's stash) */
+    s->be->crossentropy_backward(h->probs, h->probs, h->dtgt, M, V, mb->loss_scale);
     zero(s, s->dl, MC);
-    mm_bwd(s, s->dl, s->head_gwte, g[4], s->logits, h->l, s->head_wte, M, C, V);
+    mm_bwd(s, s->dl, s->head_gwte, g[4], h->probs, h->l, s->head_wte, M, C, V);
     zero(s, s->dg, MC);
     s->be->layernorm_backward(s->dg, g[2], g[3], s->dl, h->g, p[2], h->mean, h->rstd, M, C);
     zero(s, s->dd, MC);
@@ -969,11 +978,23 @@ static int bind_micro(dev_stage *s, slot *sl, const dev_micro *mb, int upload, s
     return 0;
 }
 
+/* The input of the slot's layer i (i = nl: the last layer's output). For
+ * i > 0 on a stage that does not recompute, it is in X: put there by the
+ * forward of layer i-1, or in backward by layer_output. */
 static const float *layer_input(dev_stage *s, slot *sl, int i)
 {
     if (i > 0)
-        return sl->l[i - 1].out;
+        return s->recompute ? sl->l[i - 1].out : s->X;
     return s->has_embed ? sl->e.out : sl->in;
+}
+
+/* Recomputes layer u's output LN2(r2) into out, as layer_forward made it
+ * (the statistics it rewrites are the same too). */
+static void layer_output(dev_stage *s, int u, const layer_a *a, int N, float *out)
+{
+    float **p = s->pp + s->first[u - s->u0];
+    s->be->layernorm_forward(out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, s->c.hidden,
+                             s->c.ln_eps);
 }
 
 int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float *in, float *out,
@@ -1009,6 +1030,9 @@ int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float
         if (s->recompute) { /* the work area, but the output into the slot */
             a = s->work;
             a.out = sl->l[i].out;
+        } else { /* the output into X, over the input when that is X too:
+                  * layer_forward has read x for the last time by then */
+            a.out = s->X;
         }
         layer_forward(s, s->l0 + i, &a, layer_input(s, sl, i), sl->valid, mb);
     }
@@ -1054,6 +1078,8 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
             layer_forward(s, s->l0 + i, a, layer_input(s, sl, i), sl->valid, mb);
         } else {
             layer_refresh(s, s->l0 + i, a, sl->valid, mb);
+            if (i > 0)
+                layer_output(s, s->l0 + i - 1, &sl->l[i - 1], mb->B * mb->T, s->X);
         }
         layer_backward(s, s->l0 + i, a, layer_input(s, sl, i), mb, cur, nxt);
         float *t = cur;
