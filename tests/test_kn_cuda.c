@@ -211,6 +211,11 @@ static void test_crossentropy_optim(void)
     cmp("xent loss", dl_, l, M);
     cmp("xent probs", dp, p, mv);
     cmp("xent bwd", ddl, dl, mv);
+    /* in place, as the head runs it: logits -> probs -> their gradient */
+    kn_cuda_crossentropy_forward(dl_, dlg, dlg, dtgt, M, V);
+    cmp("xent probs in place", dlg, p, mv);
+    kn_cuda_crossentropy_backward(dlg, dlg, dtgt, M, V, 0.25f);
+    cmp("xent bwd in place", dlg, dl, mv);
     kn_cuda_free(dtgt), kn_cuda_free(dlg), kn_cuda_free(dl_), kn_cuda_free(dp), kn_cuda_free(ddl);
     free(lg), free(l), free(p), free(dl);
 
