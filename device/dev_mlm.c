@@ -93,12 +93,10 @@ int dev_mlm_mask_seq(int32_t *tok, int32_t *labels, int len, int T, const dev_sp
     return k;
 }
 
-int dev_mlm_make_batch(const dev_shard *s, const dev_special *sp, int vocab_size, float mask_prob,
-                       uint64_t seed, uint64_t epoch, uint64_t first_seq, dev_mlm_batch *out,
-                       sl_err *err)
+static int check_batch(const dev_shard *s, const dev_special *sp, int vocab_size,
+                       float mask_prob, const dev_mlm_batch *out, sl_err *err)
 {
     int T = dev_shard_seq_len(s);
-    uint64_t N = dev_shard_count(s);
     if (!out->tokens || out->B <= 0 || out->T != T)
         return sl_err_set(err, SL_EINVAL, "batch is (%d,%d), the shard's sequences are %d tokens",
                           out->B, out->T, T);
@@ -110,16 +108,51 @@ int dev_mlm_make_batch(const dev_shard *s, const dev_special *sp, int vocab_size
                           vocab_size, dev_shard_vocab_size(s));
     if (sp->mask < 0 || sp->mask >= vocab_size || sp->pad < 0 || sp->cls < 0 || sp->sep < 0)
         return sl_err_set(err, SL_EINVAL, "special token ids missing or out of range");
+    return 0;
+}
+
+/* Row b: shard sequence `idx`, masked with the key (seed, epoch, key). */
+static void fill_row(const dev_shard *s, const dev_special *sp, int vocab_size, float mask_prob,
+                     uint64_t seed, uint64_t epoch, uint64_t idx, uint64_t key,
+                     dev_mlm_batch *out, int b)
+{
+    int T = out->T;
+    int32_t *tok = out->tokens + (size_t)b * (size_t)T;
+    int len = dev_shard_read(s, idx, tok);
+    for (int t = 0; t < T; t++) {
+        out->valid[(size_t)b * (size_t)T + (size_t)t] = t < len;
+        out->segments[(size_t)b * (size_t)T + (size_t)t] = 0;
+    }
+    dev_mlm_mask_seq(tok, out->labels + (size_t)b * (size_t)T, len, T, sp, vocab_size, mask_prob,
+                     seed, epoch, key);
+}
+
+int dev_mlm_make_batch(const dev_shard *s, const dev_special *sp, int vocab_size, float mask_prob,
+                       uint64_t seed, uint64_t epoch, uint64_t first_seq, dev_mlm_batch *out,
+                       sl_err *err)
+{
+    if (check_batch(s, sp, vocab_size, mask_prob, out, err))
+        return -1;
+    uint64_t N = dev_shard_count(s);
     for (int b = 0; b < out->B; b++) {
         uint64_t g = first_seq + (uint64_t)b;
-        int32_t *tok = out->tokens + (size_t)b * (size_t)T;
-        int len = dev_shard_read(s, g % N, tok);
-        for (int t = 0; t < T; t++) {
-            out->valid[(size_t)b * (size_t)T + (size_t)t] = t < len;
-            out->segments[(size_t)b * (size_t)T + (size_t)t] = 0;
-        }
-        dev_mlm_mask_seq(tok, out->labels + (size_t)b * (size_t)T, len, T, sp, vocab_size,
-                         mask_prob, seed, epoch, g);
+        fill_row(s, sp, vocab_size, mask_prob, seed, epoch, g % N, g, out, b);
     }
+    return 0;
+}
+
+int dev_mlm_make_rows(const dev_shard *s, const dev_special *sp, int vocab_size, float mask_prob,
+                      uint64_t seed, const uint64_t *seq, const uint64_t *epoch,
+                      dev_mlm_batch *out, sl_err *err)
+{
+    if (check_batch(s, sp, vocab_size, mask_prob, out, err))
+        return -1;
+    uint64_t N = dev_shard_count(s);
+    for (int b = 0; b < out->B; b++)
+        if (seq[b] >= N)
+            return sl_err_set(err, SL_EINVAL, "sequence %llu is past the shard's %llu",
+                              (unsigned long long)seq[b], (unsigned long long)N);
+    for (int b = 0; b < out->B; b++)
+        fill_row(s, sp, vocab_size, mask_prob, seed, epoch[b], seq[b], seq[b], out, b);
     return 0;
 }

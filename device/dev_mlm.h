@@ -38,6 +38,13 @@ int dev_mlm_make_batch(const dev_shard *s, const dev_special *sp, int vocab_size
                        uint64_t seed, uint64_t epoch, uint64_t first_seq, dev_mlm_batch *out,
                        sl_err *err);
 
+/* Fills row b with shard sequence seq[b], masked with rng keyed by (seed,
+ * epoch[b], seq[b]) (a run's order: dev_order.h). A sequence past the shard
+ * is an error. */
+int dev_mlm_make_rows(const dev_shard *s, const dev_special *sp, int vocab_size, float mask_prob,
+                      uint64_t seed, const uint64_t *seq, const uint64_t *epoch,
+                      dev_mlm_batch *out, sl_err *err);
+
 /* Masks one sequence in place (tok[0..len), the rest padding): the body
  * dev_mlm_make_batch runs per row. labels gets T entries. Returns the number
  * of positions chosen. */

@@ -4,6 +4,7 @@
 
 #include "data_gen.h"
 #include "dev_mlm.h"
+#include "dev_order.h"
 #include "dev_shard.h"
 #include "dev_tok.h"
 #include "dev_vocab.h"
@@ -175,6 +176,106 @@ static void test_errors(void)
     CHECK(dev_mlm_batch_alloc(&b, 0, T) == -1);
 }
 
+/* dev_order: each epoch reads every sequence of the range exactly once, in
+ * an order that changes with the epoch and the seed and is far from the
+ * shard's; without shuffling it is the shard's order. */
+static void test_order(void)
+{
+    static const uint64_t counts[] = {1, 2, 3, 5, 64, 65, 1000, 4097};
+    sl_err err = {0};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        uint64_t n = counts[c], first = 7;
+        dev_order o;
+        CHECK(dev_order_init(&o, first + n + 3, first, n, 42, 1, &err) == 0);
+        unsigned char *seen = calloc(n, 1);
+        uint32_t *e0 = malloc(n * sizeof *e0);
+        int bad = 0;
+        uint64_t fixed = 0, differ = 0;
+        for (uint64_t ep = 0; ep < 3; ep++) {
+            memset(seen, 0, n);
+            for (uint64_t i = 0; i < n; i++) {
+                uint64_t e = 99, q = dev_order_seq(&o, ep * n + i, &e);
+                if (e != ep || q < first || q >= first + n || seen[q - first]) {
+                    bad++;
+                    continue;
+                }
+                seen[q - first] = 1;
+                if (ep == 0) {
+                    e0[i] = (uint32_t)(q - first);
+                    fixed += q - first == i;
+                } else if (ep == 1) {
+                    differ += e0[i] != q - first;
+                }
+            }
+        }
+        CHECKF(bad == 0, "count %llu: %d positions outside the range or repeated",
+               (unsigned long long)n, bad);
+        if (n >= 64) { /* a random permutation has ~1 fixed point; two epochs' orders differ */
+            CHECKF(fixed < 8 && differ > n * 9 / 10, "count %llu: %llu fixed, %llu differ",
+                   (unsigned long long)n, (unsigned long long)fixed, (unsigned long long)differ);
+            dev_order o2 = o;
+            o2.seed = 43;
+            uint64_t d = 0;
+            for (uint64_t i = 0; i < n; i++)
+                d += dev_order_seq(&o2, i, NULL) != dev_order_seq(&o, i, NULL);
+            CHECKF(d > n * 9 / 10, "another seed moved only %llu of %llu", (unsigned long long)d,
+                   (unsigned long long)n);
+        }
+        o.shuffle = 0;
+        uint64_t e;
+        CHECK(dev_order_seq(&o, 2 * n + n / 2, &e) == first + n / 2 && e == 2);
+        free(seen);
+        free(e0);
+    }
+    /* a huge range: positions stay inside and distinct (no table behind it) */
+    dev_order big;
+    CHECK(dev_order_init(&big, (1ull << 40) + 5, 5, 0, 1, 1, &err) == 0 && big.count == 1ull << 40);
+    uint64_t prev[64];
+    int ok = 1;
+    for (int i = 0; i < 64; i++) {
+        prev[i] = dev_order_seq(&big, (uint64_t)i * 1000003u, NULL);
+        ok &= prev[i] >= 5 && prev[i] < (1ull << 40) + 5;
+        for (int j = 0; j < i; j++)
+            ok &= prev[j] != prev[i];
+    }
+    CHECK(ok);
+    /* ranges outside the shard are refused with the numbers */
+    dev_order o;
+    CHECK(dev_order_init(&o, 100, 100, 0, 1, 1, &err) == -1 && strstr(err.msg, "past the end of the shard") != NULL);
+    CHECK(dev_order_init(&o, 100, 50, 51, 1, 1, &err) == -1 && strstr(err.msg, "50..100") != NULL);
+    CHECK(dev_order_init(&o, 100, 50, 50, 1, 1, &err) == 0 && o.count == 50);
+}
+
+/* dev_mlm_make_rows reads the rows it is given, masked as make_batch masks
+ * the same sequence in the same epoch; a row past the shard is an error. */
+static void test_rows(void)
+{
+    dev_mlm_batch a, b;
+    dev_mlm_batch_alloc(&a, 3, T);
+    dev_mlm_batch_alloc(&b, 1, T);
+    /* a long sequence, so that two maskings of it differ for certain */
+    uint64_t L = 0;
+    int32_t *tmp = malloc((size_t)T * sizeof *tmp);
+    while (L + 1 < dev_shard_count(shard) && dev_shard_read(shard, L, tmp) < 30)
+        L++;
+    free(tmp);
+    uint64_t seq[3] = {L, 3, L}, ep[3] = {0, 2, 1};
+    sl_err err = {0};
+    CHECK(dev_mlm_make_rows(shard, &sp, V, 0.15f, 5, seq, ep, &a, &err) == 0);
+    for (int r = 0; r < 3; r++) {
+        dev_mlm_make_batch(shard, &sp, V, 0.15f, 5, ep[r], seq[r], &b, NULL);
+        CHECKF(same_batch(&a, r, &b), "row %d", r);
+    }
+    /* the same sequence in another epoch: the same text, masked otherwise */
+    CHECK(memcmp(a.valid, a.valid + 2 * T, (size_t)T * sizeof(int32_t)) == 0);
+    CHECK(memcmp(a.labels, a.labels + 2 * T, (size_t)T * sizeof(int32_t)) != 0);
+    seq[1] = dev_shard_count(shard);
+    CHECK(dev_mlm_make_rows(shard, &sp, V, 0.15f, 5, seq, ep, &a, &err) == -1);
+    CHECK(strstr(err.msg, "past the shard") != NULL);
+    dev_mlm_batch_free(&a);
+    dev_mlm_batch_free(&b);
+}
+
 static void test_short_sequences(void)
 {
     /* k = max(1, round(0.15 n)): n=1..3 -> 1, n=10 -> 2 (1.5 rounds to even), n=20 -> 3 */
@@ -206,6 +307,8 @@ int main(void)
     RUN(test_microbatch_independence);
     RUN(test_errors);
     RUN(test_short_sequences);
+    RUN(test_order);
+    RUN(test_rows);
     dev_shard_close(shard);
     tmp_cleanup();
     return sl_test_done();
