@@ -6,14 +6,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "dev_ckpt.h"
-#include "sl_file.h"
+#include "dev_order.h"
 #include "dev_train.h"
 #include "kn_be.h"
 #include "kn_backend.h"
+#include "sl_file.h"
 #include "sl_log.h"
+#include "sl_mem.h"
 #include "sl_time.h"
 
 static void usage(FILE *f)
@@ -25,7 +28,9 @@ static void usage(FILE *f)
             "                     [--init model.safetensors] [--resume DIR] [--save DIR]\n"
             "                     [--save-every N] [--metrics FILE] [--seed S] [--threads N]\n"
             "                     [--max-time SECONDS] [--device auto|cpu|cuda] [--recompute]\n"
-            "                     [--recompute-attention] [--optim-state fp32|bf16] [--json]\n\n"
+            "                     [--recompute-attention] [--optim-state fp32|bf16]\n"
+            "                     [--first N] [--sequences K] [--no-shuffle] [--log-every N]\n"
+            "                     [--json]\n\n"
             "Trains a BERT (masked language model) on a token shard (skyloom data prepare).\n"
             "Each step reads B sequences, masks them (15%%), splits them into M micro-batches\n"
             "and accumulates their gradients: the step is the same for any M.\n\n"
@@ -60,12 +65,21 @@ static void usage(FILE *f)
             "  --optim-state S     fp32 (default) or bf16: AdamW moments in bf16 with\n"
             "                      stochastic rounding (half the optimizer memory; the\n"
             "                      results differ from fp32 within rounding)\n"
+            "  --first N           train on shard sequences N.. (default 0), e.g. to keep\n"
+            "                      the rest for skyloom eval\n"
+            "  --sequences K       ... and only K of them (default: to the end)\n"
+            "  --no-shuffle        read them in shard order; by default every epoch reads\n"
+            "                      them in a new order drawn from --seed (the same on resume)\n"
+            "  --log-every N       without a terminal, a log line every N steps (default:\n"
+            "                      about 100 lines per run) and at the last\n"
             "  --json              print a JSON summary at the end\n");
 }
 
 typedef struct opts {
     const char *config, *data, *init, *resume, *save, *metrics, *device, *optim_state;
     int steps, batch, micro, save_every, threads, json, warmup, recompute, recompute_attn;
+    int no_shuffle, log_every;
+    int64_t first, sequences;
     int64_t max_time;
     double lr, wd, clip, mask_prob;
     int64_t seed;
@@ -98,6 +112,10 @@ static int parse(opts *o, int argc, char **argv, int *help)
         }
         if (!strcmp(a, "--recompute-attention")) {
             o->recompute_attn = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-shuffle")) {
+            o->no_shuffle = 1;
             continue;
         }
         if (!strcmp(a, "--json")) {
@@ -146,6 +164,12 @@ static int parse(opts *o, int argc, char **argv, int *help)
             rc = sl_parse_double(a, v, 0.001, 0.999, &o->mask_prob, &err);
         else if (!strcmp(a, "--seed"))
             rc = sl_parse_i64(a, v, 0, INT64_MAX, &o->seed, &err);
+        else if (!strcmp(a, "--first"))
+            rc = sl_parse_i64(a, v, 0, INT64_MAX, &o->first, &err);
+        else if (!strcmp(a, "--sequences"))
+            rc = sl_parse_i64(a, v, 1, INT64_MAX, &o->sequences, &err);
+        else if (!strcmp(a, "--log-every"))
+            rc = sl_parse_int(a, v, 1, 1 << 30, &o->log_every, &err);
         else if (!strcmp(a, "--max-time"))
             rc = sl_parse_duration(a, v, &o->max_time, &err);
         else if (!strcmp(a, "--optimizer")) {
@@ -186,13 +210,72 @@ static void fmt_eta(char *buf, size_t n, double s)
         snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
 }
 
-static int save_step(dev_stage *s, int kind, const char *dir, int step, char *out, size_t outn,
-                     sl_err *err)
+/* What a run reads at each step (dev_order.h, and the batch size that turns
+ * steps into positions): saved with every checkpoint as data.json, so that a
+ * resumed run that would read other data than the original is refused. */
+static json_t *data_json(const dev_order *ord, int batch)
+{
+    return json_pack("{s:I, s:I, s:b, s:I, s:i}", "first", (json_int_t)ord->first, "sequences",
+                     (json_int_t)ord->count, "shuffle", ord->shuffle, "seed",
+                     (json_int_t)ord->seed, "batch", batch);
+}
+
+static int check_data_json(const char *dir, const dev_order *ord, int batch, sl_err *err)
+{
+    char path[4096], *buf = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/data.json", dir);
+    if (access(path, F_OK) != 0) {
+        sl_log_warn("train", "%s: no data.json (an older checkpoint): cannot check that this run "
+                    "reads the data the original would have", dir);
+        return 0;
+    }
+    if (sl_read_file(path, 1 << 16, &buf, &len, err))
+        return -1;
+    json_error_t je;
+    json_t *was = json_loadb(buf, len, 0, &je), *now = data_json(ord, batch);
+    free(buf);
+    int rc = 0;
+    if (!was || !json_is_object(was)) {
+        rc = sl_err_set(err, SL_ECORRUPT, "%s: not a JSON object (%s)", path, was ? "" : je.text);
+    } else {
+        static const char *const keys[] = {"first", "sequences", "shuffle", "seed", "batch"};
+        static const char *const opt[] = {"--first", "--sequences", "--no-shuffle", "--seed", "--batch"};
+        for (int i = 0; i < 5 && !rc; i++) {
+            json_t *a = json_object_get(was, keys[i]), *b = json_object_get(now, keys[i]);
+            if (!a || !json_equal(a, b)) {
+                char *sa = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL, *sb = json_dumps(b, JSON_ENCODE_ANY);
+                rc = sl_err_set(err, SL_EINVAL,
+                                "resuming %s: its run read %s=%s, this one %s (%s): the data "
+                                "would differ from the original run's; pass the same options",
+                                dir, keys[i], sa ? sa : "(missing)", sb ? sb : "?", opt[i]);
+                free(sa);
+                free(sb);
+            }
+        }
+    }
+    json_decref(was);
+    json_decref(now);
+    return rc;
+}
+
+static int save_step(dev_stage *s, int kind, const dev_order *ord, int batch, const char *dir,
+                     int step, char *out, size_t outn, sl_err *err)
 {
     char sub[64];
     snprintf(sub, sizeof sub, "step-%d", step);
     snprintf(out, outn, "%s/%s", dir, sub);
     if (sl_mkdir(dir, err) || dev_ckpt_save_dir(s, kind, out, err))
+        return -1;
+    json_t *dj = data_json(ord, batch);
+    char *text = json_dumps(dj, JSON_INDENT(2));
+    json_decref(dj);
+    char dpath[4096 + 16];
+    snprintf(dpath, sizeof dpath, "%s/data.json", out);
+    int rc = text ? sl_write_file_atomic(dpath, text, strlen(text), err)
+                  : sl_err_set(err, SL_ENOMEM, "cannot encode %s", dpath);
+    free(text);
+    if (rc)
         return -1;
     char latest[4096];
     snprintf(latest, sizeof latest, "%s/latest", dir);
@@ -226,6 +309,7 @@ int cmd_train(int argc, char **argv)
     dev_train *tr = NULL;
     FILE *csv = NULL;
     dev_mlm_batch mb = {0};
+    uint64_t *rows = NULL, *epochs = NULL; /* a step's shard sequences and their epochs */
     if (dev_train_check_shard(&cfg, shard, &err)) {
         sl_cli_fail("train", 1, "%s: %s", o.data, err.msg);
         goto out;
@@ -291,20 +375,36 @@ int cmd_train(int argc, char **argv)
     }
     dev_special sp = dev_shard_special(shard);
     uint64_t count = dev_shard_count(shard);
+    dev_order ord;
+    if (dev_order_init(&ord, count, (uint64_t)o.first, (uint64_t)o.sequences, (uint64_t)o.seed,
+                       !o.no_shuffle, &err)) {
+        sl_cli_fail("train", 1, "%s: %s", o.data, err.msg);
+        goto out;
+    }
+    if (o.resume && check_data_json(o.resume, &ord, o.batch, &err)) {
+        sl_cli_fail("train", 1, "%s", err.msg);
+        goto out;
+    }
+    rows = sl_xmalloc((size_t)o.batch * 2 * sizeof *rows);
+    epochs = rows + o.batch;
+    int log_every = o.log_every ? o.log_every : (o.steps + 99) / 100;
     int tty = sl_cli_stdout_is_tty();
     sl_log_info("train", "params=%zu units=%d batch=%d micro=%d seq=%d steps=%d optimizer=%s "
-                "optim_state=%s recompute=%s sequences=%llu stage_mb=%.1f",
+                "optim_state=%s recompute=%s sequences=%llu..%llu order=%s stage_mb=%.1f",
                 dev_config_param_count(&cfg), dev_unit_count(&cfg), o.batch, o.micro, T, o.steps,
                 o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", o.optim_state,
                 o.recompute ? "layer" : o.recompute_attn ? "attention" : "no",
-                (unsigned long long)count, dev_stage_bytes(st) / 1048576.0);
+                (unsigned long long)ord.first, (unsigned long long)(ord.first + ord.count - 1),
+                ord.shuffle ? "shuffled" : "shard", dev_stage_bytes(st) / 1048576.0);
     double t_start = sl_now_s(), first_loss = -1, last_loss = 0, tok_s = 0;
     int last_step = first - 1;
     for (int step = first; step <= o.steps; step++) {
         uint64_t seq0 = (uint64_t)(step - 1) * (uint64_t)o.batch;
         double t0 = sl_now_s();
-        if (dev_mlm_make_batch(shard, &sp, cfg.vocab, (float)o.mask_prob, (uint64_t)o.seed,
-                               seq0 / count, seq0 % count, &mb, &err)) {
+        for (int r = 0; r < o.batch; r++)
+            rows[r] = dev_order_seq(&ord, seq0 + (uint64_t)r, &epochs[r]);
+        if (dev_mlm_make_rows(shard, &sp, cfg.vocab, (float)o.mask_prob, (uint64_t)o.seed, rows,
+                              epochs, &mb, &err)) {
             sl_cli_fail("train", 1, "%s", err.msg);
             goto out;
         }
@@ -330,7 +430,7 @@ int cmd_train(int argc, char **argv)
             if (step == o.steps)
                 printf("\n");
             fflush(stdout);
-        } else if (!o.json) {
+        } else if (!o.json && (step % log_every == 0 || step == o.steps || step == first)) {
             printf("step=%d loss=%.4f masked=%d grad_norm=%.4f lr=%.3g tokens_per_s=%.0f "
                    "eta=%s\n",
                    step, info.loss, info.masked, info.grad_norm, (double)info.lr, tok_s, eta);
@@ -341,7 +441,7 @@ int cmd_train(int argc, char **argv)
             printf("\n");
         if (o.save && ((o.save_every && step % o.save_every == 0) || step == o.steps || stop)) {
             fflush(csv);
-            if (save_step(st, o.kind, o.save, step, path, sizeof path, &err)) {
+            if (save_step(st, o.kind, &ord, o.batch, o.save, step, path, sizeof path, &err)) {
                 sl_cli_fail("train", 1, "saving: %s", err.msg);
                 goto out;
             }
@@ -371,6 +471,7 @@ out:
     if (csv)
         fclose(csv);
     dev_mlm_batch_free(&mb);
+    free(rows);
     dev_train_free(tr);
     dev_shard_close(shard);
     return status;

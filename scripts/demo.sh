@@ -17,6 +17,7 @@ mkdir -p "$dir"
 config="$root/configs/bert-tiny.json"
 vocab_size=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$config")
 seq=64 batch=16
+held=20000 # sequences 0..19999 train (shuffled every epoch); the rest are held out
 
 echo "== corpus, vocabulary and shard"
 [ -s "$dir/corpus.txt" ] || "$root/scripts/demo-corpus.sh" "$dir/corpus.txt"
@@ -35,7 +36,8 @@ steps=$(awk -v t="$tps" -v s="$secs" -v n=$((batch * seq)) 'BEGIN { k = int(0.8 
 echo "== training: about $secs s at ~${tps%.*} tokens/s -> $steps steps"
 rm -rf "$dir/run"
 "$sk" -q train --config "$config" --data "$dir/demo.shard" --steps "$steps" --batch "$batch" \
-    --lr 1e-3 --threads "$threads" --save "$dir/run" --save-every 500 --max-time $((secs + secs / 4))
+    --lr 1e-3 --threads "$threads" --save "$dir/run" --save-every 500 --max-time $((secs + secs / 4)) \
+    --sequences "$held"
 ckpt="$dir/run/$(cat "$dir/run/latest")"
 n=$(($(wc -l < "$dir/run/metrics.csv") - 1))
 k=$(( n < 40 ? n / 4 + 1 : 10 ))
@@ -43,9 +45,8 @@ read -r first last < <(awk -F, -v k="$k" -v n="$n" 'NR>1 && NR<=k+1 {a+=$2} NR>n
 echo
 echo "== result"
 echo "loss (mean of $k steps): start $first -> end $last after $n steps (ln vocab = $(awk -v v="$vocab_size" 'BEGIN{printf "%.2f", log(v)}'))"
-# sequences 20000.. are held out unless the run wrapped around the shard
-[ $((n * batch)) -lt 20000 ] && printf 'held-out ' || printf 'seen '
+printf 'held-out '
 "$sk" -q eval --config "$ckpt/config.json" --model "$ckpt/model.safetensors" --data "$dir/demo.shard" \
-    --first 20000 --batches 20 --batch 16
+    --first "$held" --batches 20 --batch 16
 echo "checkpoint: $ckpt (model.safetensors with Hugging Face BERT names, optim.bin, config.json)"
 echo "metrics:    $dir/run/metrics.csv"

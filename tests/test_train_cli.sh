@@ -59,6 +59,23 @@ check "bf16 state: trains, and ends within 0.15 of fp32's loss" bash -c 'test $0
 check "bf16 state: resumed at 150, steps 151..300 repeat the original's losses" bash -c 'test $0 -eq 0 && [ "$(sed -n 152,301p "$1/bf/metrics.csv" | cut -d, -f2 | md5sum)" = "$(sed -n 2,151p "$1/bf2/metrics.csv" | cut -d, -f2 | md5sum)" ]' "$rc" "$d"
 err=$("$sk" train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --optimizer lamb --optim-state bf16 2>&1); rc=$?
 check "--optim-state bf16 with lamb: exit 2, named" bash -c 'test $0 -eq 2 && grep -q "adamw only" <<<"$1"' "$rc" "$err"
+# the data range and order: errors name the range; the log says what is read;
+# without a terminal, --log-every thins the step lines (the CSV keeps all)
+nseq=$("$sk" data inspect "$d/text.shard" | sed -n 's/^sequences: *\([0-9]*\) .*/\1/p')
+err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --first "$nseq" 2>&1); rc=$?
+check "--first past the shard: exit 1, named" bash -c 'test $0 -eq 1 && [ $(wc -l <<<"$1") -eq 1 ] && grep -q "first sequence $2 is past" <<<"$1"' "$rc" "$err" "$nseq"
+err=$("$sk" train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --first 5 --sequences "$nseq" 2>&1); rc=$?
+check "--sequences past the shard: exit 1, named" bash -c 'test $0 -eq 1 && grep -q "run past the shard" <<<"$1"' "$rc" "$err"
+out=$("$sk" train --config "$d/tiny.json" --data "$d/text.shard" --steps 10 --batch 4 --threads 1 --first 5 --sequences 10 --no-shuffle --log-every 4 --metrics "$d/range.csv" 2>&1); rc=$?
+check "the log names the range and order" bash -c 'test $0 -eq 0 && grep -q "sequences=5..14 order=shard" <<<"$1"' "$rc" "$out"
+check "--log-every 4: step lines 1, 4, 8, 10; the CSV has all 10" bash -c '[ "$(grep -o "^step=[0-9]*" <<<"$0" | tr "\n" " ")" = "step=1 step=4 step=8 step=10 " ] && [ $(wc -l < "$1") -eq 11 ]' "$out" "$d/range.csv"
+out=$("$sk" train --config "$d/tiny.json" --data "$d/text.shard" --steps 1 --batch 4 --threads 1 --metrics "$d/range.csv" 2>&1); rc=$?
+check "shuffled by default" bash -c 'test $0 -eq 0 && grep -q "order=shuffled" <<<"$1"' "$rc" "$out"
+check "a checkpoint records what its run read (data.json)" grep -q '"shuffle": true' "$d/run/step-150/data.json"
+err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 --batch 16 --threads 1 --resume "$d/run/step-150" --no-shuffle --save "$d/run3" 2>&1); rc=$?
+check "resuming with another data order: exit 1, names the option" bash -c 'test $0 -eq 1 && grep -q "resuming .*shuffle=true, this one false (--no-shuffle)" <<<"$1"' "$rc" "$err"
+err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 --batch 8 --threads 1 --resume "$d/run/step-150" --save "$d/run3" 2>&1); rc=$?
+check "resuming with another batch size: exit 1, names the option" bash -c 'test $0 -eq 1 && grep -q "batch=16, this one 8 (--batch)" <<<"$1"' "$rc" "$err"
 # --device: cpu always works; cuda is either used (a GPU here) or refused
 # with the probe's reason, never silently replaced by the CPU.
 out=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --batch 4 --threads 1 --device cpu --metrics "$d/dev.csv" --json); rc=$?
