@@ -48,5 +48,5 @@ echo "loss (mean of $k steps): start $first -> end $last after $n steps (ln voca
 printf 'held-out '
 "$sk" -q eval --config "$ckpt/config.json" --model "$ckpt/model.safetensors" --data "$dir/demo.shard" \
     --first "$held" --batches 20 --batch 16
-echo "checkpoint: $ckpt (model.safetensors with Hugging Face BERT names, optim.bin, config.json)"
+echo "checkpoint: $ckpt (model.safetensors with Hugging Face BERT names, optim.bin, config.json, data.json)"
 echo "metrics:    $dir/run/metrics.csv"
