@@ -15,27 +15,13 @@ struct rpc_channel {
 
 rpc_channel *rpc_channel_create(const rpc_channel_opts *o, sl_err *err)
 {
-    char *ca = rpc_read_pem(o->tls.ca, err), *cert = NULL, *key = NULL;
-    if (!ca)
+    rpc_pems pem;
+    if (rpc_pems_read(&o->tls, 0, &pem, err))
         return NULL;
-    if ((o->tls.cert != NULL) != (o->tls.key != NULL)) {
-        free(ca);
-        sl_err_set(err, SL_EINVAL, "a client certificate needs its key and the other way round");
-        return NULL;
-    }
-    if (o->tls.cert &&
-        (!(cert = rpc_read_pem(o->tls.cert, err)) || !(key = rpc_read_pem(o->tls.key, err)))) {
-        free(ca);
-        free(cert);
-        return NULL;
-    }
-    grpc_ssl_pem_key_cert_pair pair = {key, cert};
-    grpc_channel_credentials *creds = grpc_ssl_credentials_create_ex(ca, cert ? &pair : NULL, NULL, NULL);
-    if (key)
-        memset(key, 0, strlen(key));
-    free(key);
-    free(cert);
-    free(ca);
+    grpc_ssl_pem_key_cert_pair pair = {pem.key, pem.cert};
+    grpc_channel_credentials *creds =
+        grpc_ssl_credentials_create_ex(pem.ca, pem.cert ? &pair : NULL, NULL, NULL);
+    rpc_pems_free(&pem);
     if (!creds) {
         sl_err_set(err, SL_EINVAL, "cannot build TLS credentials from %s", o->tls.ca);
         return NULL;

@@ -78,6 +78,31 @@ char *rpc_read_pem(const char *path, sl_err *err)
     return s;
 }
 
+int rpc_pems_read(const rpc_tls_files *t, int need_pair, rpc_pems *p, sl_err *err)
+{
+    memset(p, 0, sizeof *p);
+    if (need_pair && (!t->cert || !t->key))
+        return sl_err_set(err, SL_EINVAL, "a server needs a certificate and a key");
+    if ((t->cert != NULL) != (t->key != NULL))
+        return sl_err_set(err, SL_EINVAL, "a client certificate needs its key and the other way round");
+    if (!(p->ca = rpc_read_pem(t->ca, err)) ||
+        (t->cert && (!(p->cert = rpc_read_pem(t->cert, err)) || !(p->key = rpc_read_pem(t->key, err))))) {
+        rpc_pems_free(p);
+        return -1;
+    }
+    return 0;
+}
+
+void rpc_pems_free(rpc_pems *p)
+{
+    if (p->key)
+        memset(p->key, 0, strlen(p->key));
+    free(p->key);
+    free(p->cert);
+    free(p->ca);
+    memset(p, 0, sizeof *p);
+}
+
 void rpc_args_init(rpc_args *ra, size_t max_message, const char *server_name)
 {
     if (max_message == 0)

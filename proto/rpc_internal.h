@@ -40,6 +40,13 @@ struct rpc_stream {
 gpr_timespec rpc_deadline_ms(int64_t ms);
 /* Reads a PEM file into a NUL-terminated malloc'd string (<= 1 MiB). */
 char *rpc_read_pem(const char *path, sl_err *err);
+/* The PEM texts of an rpc_tls_files: ca always; cert and key both or
+ * neither (both required with need_pair). rpc_pems_free wipes the key. */
+typedef struct rpc_pems {
+    char *ca, *cert, *key;
+} rpc_pems;
+int rpc_pems_read(const rpc_tls_files *t, int need_pair, rpc_pems *p, sl_err *err);
+void rpc_pems_free(rpc_pems *p);
 /* Channel args with message limits (and an optional target name override). */
 typedef struct rpc_args {
     grpc_arg a[3];

@@ -61,19 +61,9 @@ struct rpc_server {
 
 rpc_server *rpc_server_create(const rpc_server_opts *o, sl_err *err)
 {
-    char *ca = rpc_read_pem(o->tls.ca, err), *cert = NULL, *key = NULL;
-    if (!ca)
+    rpc_pems pem;
+    if (rpc_pems_read(&o->tls, 1, &pem, err))
         return NULL;
-    if (!o->tls.cert || !o->tls.key) {
-        free(ca);
-        sl_err_set(err, SL_EINVAL, "a server needs a certificate and a key");
-        return NULL;
-    }
-    if (!(cert = rpc_read_pem(o->tls.cert, err)) || !(key = rpc_read_pem(o->tls.key, err))) {
-        free(ca);
-        free(cert);
-        return NULL;
-    }
     rpc_server *srv = sl_xcalloc(1, sizeof *srv);
     pthread_mutex_init(&srv->mu, NULL);
     srv->shutdown_kind = T_SHUTDOWN;
@@ -82,9 +72,9 @@ rpc_server *rpc_server_create(const rpc_server_opts *o, sl_err *err)
     srv->server = grpc_server_create(&ra.args, NULL);
     srv->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
-    grpc_ssl_pem_key_cert_pair pair = {key, cert};
+    grpc_ssl_pem_key_cert_pair pair = {pem.key, pem.cert};
     grpc_server_credentials *creds = grpc_ssl_server_credentials_create_ex(
-        ca, &pair, 1,
+        pem.ca, &pair, 1,
         o->client_auth == RPC_CLIENT_CERT_REQUIRED
             ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
             : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY,
@@ -92,10 +82,7 @@ rpc_server *rpc_server_create(const rpc_server_opts *o, sl_err *err)
     int port = creds ? grpc_server_add_http2_port(srv->server, o->listen, creds) : 0;
     if (creds)
         grpc_server_credentials_release(creds);
-    memset(key, 0, strlen(key));
-    free(key);
-    free(cert);
-    free(ca);
+    rpc_pems_free(&pem);
     if (port <= 0) {
         sl_err_set(err, SL_EIO, "cannot listen on %s (address in use, bad address, or bad "
                    "certificate/key files)", o->listen);
