@@ -178,6 +178,23 @@ static void test_tls_refusals(void)
     rpc_server_destroy(s);
 }
 
+/* Bad TLS file sets are refused before any network work, with the reason. */
+static void test_tls_files(void)
+{
+    sl_err err = {0};
+    rpc_server_opts so = {.listen = "127.0.0.1:0",
+                          .tls = {tu_path(pki, "ca.crt"), tu_path(pki, "coordinator.crt"), NULL}};
+    CHECK(rpc_server_create(&so, &err) == NULL && strstr(err.msg, "needs a certificate and a key"));
+    so.tls.key = tu_path(pki, "nonexistent.key");
+    CHECK(rpc_server_create(&so, &err) == NULL && strstr(err.msg, "nonexistent.key"));
+    rpc_channel_opts co = {.target = "127.0.0.1:1",
+                           .tls = {tu_path(pki, "ca.crt"), tu_path(pki, "admin.crt"), NULL}};
+    CHECK(rpc_channel_create(&co, &err) == NULL && strstr(err.msg, "needs its key"));
+    co.tls.cert = NULL;
+    co.tls.ca = tu_path(pki, "missing-ca.crt");
+    CHECK(rpc_channel_create(&co, &err) == NULL && strstr(err.msg, "missing-ca.crt"));
+}
+
 static void test_stream(void)
 {
     int port;
@@ -288,6 +305,7 @@ int main(void)
     RUN(test_unary_and_identity);
     RUN(test_message_limits);
     RUN(test_tls_refusals);
+    RUN(test_tls_files);
     RUN(test_stream);
     rpc_global_shutdown();
     tu_rmtree(root);
