@@ -358,6 +358,37 @@ static void build_order(const bal_problem *pb, const int *bysite, const int *so,
 
 /* ---- local search on one chain ---- */
 
+/* t = c without its device at position i. */
+static void chain_without(chain *t, const chain *c, int i)
+{
+    t->p = 0;
+    for (int j = 0; j < c->p; j++)
+        if (j != i)
+            t->order[t->p++] = c->order[j];
+}
+
+/* t = c with device d inserted before position pos (pos = c->p: at the end). */
+static void chain_with(chain *t, const chain *c, int d, int pos)
+{
+    t->p = 0;
+    for (int j = 0; j <= c->p; j++) {
+        if (j == pos)
+            t->order[t->p++] = d;
+        if (j < c->p)
+            t->order[t->p++] = c->order[j];
+    }
+}
+
+/* Evaluates t; if it is better than *best it becomes the best: 1. */
+static int accept(search *S, chain *t, chain *best)
+{
+    if (evaluate(S, t) < INFINITY && better(t, best)) {
+        chain_copy(best, t);
+        return 1;
+    }
+    return 0;
+}
+
 static void local_search(search *S, chain *best, const int *bysite_rank, int budget)
 {
     const bal_problem *pb = S->pb;
@@ -369,14 +400,8 @@ static void local_search(search *S, chain *best, const int *bysite_rank, int bud
         improved = 0;
         /* drop one device, slowest first */
         for (int i = best->p - 1; i >= 0 && best->p > 1 && S->evals < budget; i--) {
-            t.p = 0;
-            for (int j = 0; j < best->p; j++)
-                if (j != i)
-                    t.order[t.p++] = best->order[j];
-            if (evaluate(S, &t) < INFINITY && better(&t, best)) {
-                chain_copy(best, &t);
-                improved = 1;
-            }
+            chain_without(&t, best, i);
+            improved |= accept(S, &t, best);
         }
         /* add one back, at the end of its site's block */
         memset(in, 0, (size_t)S->D);
@@ -390,19 +415,9 @@ static void local_search(search *S, chain *best, const int *bysite_rank, int bud
             for (int j = 0; j < best->p; j++)
                 if (pb->site_of[best->order[j]] == pb->site_of[d])
                     pos = j + 1;
-            t.p = 0;
-            for (int j = 0; j < best->p; j++) {
-                if (j == pos)
-                    t.order[t.p++] = d;
-                t.order[t.p++] = best->order[j];
-            }
-            if (pos == best->p)
-                t.order[t.p++] = d;
-            if (evaluate(S, &t) < INFINITY && better(&t, best)) {
-                chain_copy(best, &t);
-                in[d] = 1;
-                improved = 1;
-            }
+            chain_with(&t, best, d, pos);
+            if (accept(S, &t, best))
+                in[d] = 1, improved = 1;
         }
         /* swap neighbours */
         for (int i = 0; i + 1 < best->p && S->evals < budget; i++) {
@@ -410,10 +425,7 @@ static void local_search(search *S, chain *best, const int *bysite_rank, int bud
             int x = t.order[i];
             t.order[i] = t.order[i + 1];
             t.order[i + 1] = x;
-            if (evaluate(S, &t) < INFINITY && better(&t, best)) {
-                chain_copy(best, &t);
-                improved = 1;
-            }
+            improved |= accept(S, &t, best);
         }
     }
     free(in);
@@ -425,15 +437,16 @@ static int blocks_rec(search *S, chain *best, chain *t, const int *bs, const int
                       int *perm, int k, unsigned used)
 {
     if (k == nb) {
+        int same = 1; /* the chain's own order: already evaluated */
+        for (int i = 0; i < nb; i++)
+            same &= perm[i] == i;
+        if (same)
+            return 0;
         t->p = 0;
         for (int i = 0; i < nb; i++)
             for (int j = 0; j < bl[perm[i]]; j++)
                 t->order[t->p++] = best->order[bs[perm[i]] + j];
-        if (evaluate(S, t) < INFINITY && better(t, best)) {
-            chain_copy(best, t);
-            return 1;
-        }
-        return 0;
+        return accept(S, t, best);
     }
     for (int b = 0; b < nb; b++)
         if (!(used & (1u << b))) {
@@ -480,26 +493,15 @@ static void local_search_full(search *S, chain *best, int budget)
         for (int j = 0; j < best->p; j++)
             in[best->order[j]] = 1;
         for (int i = 0; i < best->p && best->p > 1 && !improved && S->evals < budget; i++) {
-            t.p = 0;
-            for (int j = 0; j < best->p; j++)
-                if (j != i)
-                    t.order[t.p++] = best->order[j];
-            if (evaluate(S, &t) < INFINITY && better(&t, best))
-                chain_copy(best, &t), improved = 1;
+            chain_without(&t, best, i);
+            improved = accept(S, &t, best);
         }
         for (int d = 0; d < S->D && best->p < S->n && !improved && S->evals < budget; d++) {
             if (in[d])
                 continue;
             for (int pos = 0; pos <= best->p && !improved; pos++) {
-                t.p = 0;
-                for (int j = 0; j <= best->p; j++) {
-                    if (j == pos)
-                        t.order[t.p++] = d;
-                    if (j < best->p)
-                        t.order[t.p++] = best->order[j];
-                }
-                if (evaluate(S, &t) < INFINITY && better(&t, best))
-                    chain_copy(best, &t), improved = 1;
+                chain_with(&t, best, d, pos);
+                improved = accept(S, &t, best);
             }
         }
         for (int i = 0; i < best->p && !improved && S->evals < budget; i++)
@@ -507,8 +509,7 @@ static void local_search_full(search *S, chain *best, int budget)
                 chain_copy(&t, best);
                 t.order[i] = best->order[j];
                 t.order[j] = best->order[i];
-                if (evaluate(S, &t) < INFINITY && better(&t, best))
-                    chain_copy(best, &t), improved = 1;
+                improved = accept(S, &t, best);
             }
         /* reorder whole site blocks (every permutation of up to 5 blocks) */
         if (!improved && S->evals < budget)
@@ -525,8 +526,7 @@ static void local_search_full(search *S, chain *best, int budget)
                     if (k == j)
                         t.order[t.p++] = best->order[i];
                 }
-                if (evaluate(S, &t) < INFINITY && better(&t, best))
-                    chain_copy(best, &t), improved = 1;
+                improved = accept(S, &t, best);
             }
     }
     free(in);
