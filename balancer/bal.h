@@ -39,6 +39,12 @@ typedef struct bal_unit {
 typedef struct bal_bert {
     int hidden, layers, heads, intermediate, vocab, max_pos, type_vocab;
 } bal_bert;
+/* The largest sizes accepted (the JSON reader and bal_bert_units). */
+enum {
+    BAL_MAX_HIDDEN = 65536, BAL_MAX_LAYERS = 100000, BAL_MAX_HEADS = 4096,
+    BAL_MAX_INTERMEDIATE = 262144, BAL_MAX_VOCAB = 4000000, BAL_MAX_POS = 1000000,
+    BAL_MAX_TYPE_VOCAB = 1000
+};
 
 /* Units for `cfg` at micro-batch `batch` x sequence `seq`: 0 embeddings,
  * 1..L encoder layers, L+1 MLM head + loss. *out is sl_xmalloc'd. */

@@ -311,7 +311,9 @@ static int parse_config(jctx *c, json_t *j, bal_bert *b)
     static const char *const k[7] = {"hidden_size", "num_hidden_layers", "num_attention_heads",
                                      "intermediate_size", "vocab_size",
                                      "max_position_embeddings", "type_vocab_size"};
-    static const long long hi[7] = {65536, 100000, 4096, 262144, 4000000, 1000000, 1000};
+    static const long long hi[7] = {BAL_MAX_HIDDEN, BAL_MAX_LAYERS, BAL_MAX_HEADS,
+                                    BAL_MAX_INTERMEDIATE, BAL_MAX_VOCAB, BAL_MAX_POS,
+                                    BAL_MAX_TYPE_VOCAB};
     for (int i = 0; i < 7; i++)
         if (get_int(c, j, k[i], i < 5, i == 1 ? 0 : 1, hi[i], &v[i]) < 0)
             return -1;

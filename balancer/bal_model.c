@@ -22,8 +22,9 @@ int bal_bert_units(const bal_bert *c, int batch, int seq, bal_unit **out, int *n
     if (c->hidden % c->heads)
         return sl_err_set(err, SL_EINVAL, "BERT config: hidden_size %d is not a multiple of "
                           "num_attention_heads %d", c->hidden, c->heads);
-    if (c->hidden > 65536 || c->intermediate > 262144 || c->vocab > 4000000 ||
-        c->layers > 100000 || c->max_pos > 1000000 || c->type_vocab > 1000 || c->heads > 4096)
+    if (c->hidden > BAL_MAX_HIDDEN || c->intermediate > BAL_MAX_INTERMEDIATE ||
+        c->vocab > BAL_MAX_VOCAB || c->layers > BAL_MAX_LAYERS || c->max_pos > BAL_MAX_POS ||
+        c->type_vocab > BAL_MAX_TYPE_VOCAB || c->heads > BAL_MAX_HEADS)
         return sl_err_set(err, SL_EINVAL, "BERT config: sizes out of range");
     if (batch <= 0 || batch > 65536 || seq <= 0 || seq > 1000000)
         return sl_err_set(err, SL_EINVAL, "micro-batch size and sequence length must be positive");
