@@ -69,6 +69,15 @@ static inline double bal_ser(const bal_problem *pb, bal_link l, int e)
     return (double)pb->unit[e - 1].out_bytes / l.bw;
 }
 
+/* A message of `bytes` there (link f) and back (link r): the round trip,
+ * latency and serialization both ways; *sf and *sr get the serializations. */
+static inline double bal_round_trip(bal_link f, bal_link r, double bytes, double *sf, double *sr)
+{
+    *sf = bytes / f.bw;
+    *sr = bytes / r.bw;
+    return f.lat + r.lat + *sf + *sr;
+}
+
 /* bal_part.c: a plan from a chain without validating it (cuts must be valid). */
 bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, const int *cuts);
 /* First stage whose memory is exceeded, or -1. */

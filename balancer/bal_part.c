@@ -61,24 +61,15 @@ bal_opts bal_opts_default(void)
     return o;
 }
 
-/* Per-direction serialization of the boundary at cut e between two devices. */
-static void link_cost(const bal_problem *pb, int a, int b, int e, double *lat2, double *ser2,
-                      double *ser_max)
-{
-    bal_link f = bal_problem_link(pb, a, b), r = bal_problem_link(pb, b, a);
-    double sf = bal_ser(pb, f, e), sr = bal_ser(pb, r, e);
-    *lat2 = f.lat + r.lat;
-    *ser2 = sf + sr;
-    *ser_max = sf > sr ? sf : sr;
-}
-
 /* Round trip (latency + serialization both ways) and the larger one-way
  * serialization of the boundary before unit e on the link a <-> b. */
 static double round_trip(const bal_problem *pb, int a, int b, int e, double *ser_max)
 {
-    double lat2, ser2;
-    link_cost(pb, a, b, e, &lat2, &ser2, ser_max);
-    return lat2 + ser2;
+    double sf, sr;
+    double rt = bal_round_trip(bal_problem_link(pb, a, b), bal_problem_link(pb, b, a),
+                               (double)pb->unit[e - 1].out_bytes, &sf, &sr);
+    *ser_max = sf > sr ? sf : sr;
+    return rt;
 }
 
 double bal_chain_cycle(const bal_problem *pb, const bal_chain *c, const int *cuts)
@@ -171,13 +162,13 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
             if (!isfinite(ahead))
                 ahead = 0;
             for (int e = smin + 1; e <= emax; e++) {
-                double bytes = (double)pb->unit[e - 1].out_bytes;
-                double sf = bytes / f.bw, sr = bytes / r.bw;
+                double sf, sr;
+                double x = bal_round_trip(f, r, (double)pb->unit[e - 1].out_bytes, &sf, &sr);
                 if (gn[e] == INFINITY || sf > B || sr > B) {
                     w->v[e] = INFINITY;
                     continue;
                 }
-                double x = f.lat + r.lat + sf + sr - ahead + gn[e];
+                x = x - ahead + gn[e];
                 w->v[e] = pre[e] + (x > 0 ? x : 0);
             }
             int head = 0, tail = 0, eh = smin, push = smin + 1;

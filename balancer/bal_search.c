@@ -234,11 +234,11 @@ typedef struct site_order {
 
 static double site_hop(const bal_problem *pb, int a, int b, double bytes, double *ser)
 {
-    const bal_link *f = &pb->between[(size_t)a * pb->n_sites + b];
-    const bal_link *r = &pb->between[(size_t)b * pb->n_sites + a];
-    double sf = bytes / f->bw, sr = bytes / r->bw;
+    double sf, sr;
+    double rt = bal_round_trip(pb->between[(size_t)a * pb->n_sites + b],
+                               pb->between[(size_t)b * pb->n_sites + a], bytes, &sf, &sr);
     *ser = sf > sr ? sf : sr;
-    return f->lat + r->lat + sf + sr;
+    return rt;
 }
 
 static void score_sites(const bal_problem *pb, site_order *so, double bytes)
