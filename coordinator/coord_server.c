@@ -254,6 +254,50 @@ static int add_revoked(void *ud, const char *id)
     return 0;
 }
 
+/* The heartbeat's answer: the server time, the interval and the revoked ids. */
+static int heartbeat_reply(coord *c, int64_t now, rpc_buf *resp, rpc_status *st)
+{
+    Skyloom__V1__HeartbeatResponse out = SKYLOOM__V1__HEARTBEAT_RESPONSE__INIT;
+    out.server_time = now;
+    out.heartbeat_ms = c->o.heartbeat_ms;
+    str_list rev = {0};
+    sl_err err = {0};
+    int code = RPC_OK;
+    if (coord_state_list_revoked(c->state, add_revoked, &rev, &err)) {
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    } else {
+        out.revoked = rev.v;
+        out.n_revoked = rev.n;
+        rpc_pack(&out, resp);
+    }
+    for (size_t k = 0; k < rev.n; k++)
+        free(rev.v[k]);
+    free(rev.v);
+    return code;
+}
+
+/* Records an authorized device's heartbeat and answers it. */
+static int heartbeat(coord *c, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *resp,
+                     rpc_status *st)
+{
+    if (strlen(r->stage_address) > 255)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "stage_address longer than 255 bytes");
+    rpc_buf prof = {0};
+    if (r->profile)
+        rpc_pack(r->profile, &prof);
+    sl_err err = {0};
+    int64_t now = sl_unix_time();
+    int rc = coord_state_heartbeat(c->state, r->device_id, r->seq, r->profile ? prof.data : NULL,
+                                   prof.len, r->stage_address, now, &err);
+    rpc_buf_free(&prof);
+    if (rc < 0)
+        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    if (rc > 0)
+        return rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here",
+                              r->device_id);
+    return heartbeat_reply(c, now, resp, st);
+}
+
 int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
                            rpc_buf *resp, rpc_status *st)
 {
@@ -263,42 +307,8 @@ int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, s
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed HeartbeatRequest");
     int code = authorize(c, peer, r->device_id, ALLOW_DEVICE, st);
-    if (code == RPC_OK) {
-        rpc_buf prof = {0};
-        if (r->profile)
-            rpc_pack(r->profile, &prof);
-        sl_err err = {0};
-        int64_t now = sl_unix_time();
-        int rc = strlen(r->stage_address) > 255
-                     ? (sl_err_set(&err, SL_EINVAL, "stage_address longer than 255 bytes"), -2)
-                     : coord_state_heartbeat(c->state, r->device_id, r->seq,
-                                             r->profile ? prof.data : NULL, prof.len,
-                                             r->stage_address, now, &err);
-        rpc_buf_free(&prof);
-        if (rc == -2) {
-            code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "%s", err.msg);
-        } else if (rc < 0) {
-            code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
-        } else if (rc > 0) {
-            code = rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here",
-                                  r->device_id);
-        } else {
-            Skyloom__V1__HeartbeatResponse out = SKYLOOM__V1__HEARTBEAT_RESPONSE__INIT;
-            out.server_time = now;
-            out.heartbeat_ms = c->o.heartbeat_ms;
-            str_list rev = {0};
-            if (coord_state_list_revoked(c->state, add_revoked, &rev, &err)) {
-                code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
-            } else {
-                out.revoked = rev.v;
-                out.n_revoked = rev.n;
-                rpc_pack(&out, resp);
-            }
-            for (size_t k = 0; k < rev.n; k++)
-                free(rev.v[k]);
-            free(rev.v);
-        }
-    }
+    if (code == RPC_OK)
+        code = heartbeat(c, r, resp, st);
     rpc_unpacked_free(r);
     return code;
 }
