@@ -200,6 +200,19 @@ static void test_call_refusals(void)
              id2, id1);
     CHECKF(!strcmp(st.details, want), "%s", st.details);
     CHECK(heartbeat_as(c, id2, &st) == RPC_OK);
+    /* an over-long stage address is refused, not stored cut short */
+    char addr[300];
+    memset(addr, 'a', sizeof addr - 1);
+    addr[sizeof addr - 1] = 0;
+    Skyloom__V1__HeartbeatRequest req = SKYLOOM__V1__HEARTBEAT_REQUEST__INIT;
+    req.device_id = (char *)id2;
+    req.seq = 2;
+    req.stage_address = addr;
+    void *resp = NULL;
+    CHECK(rpc_call_pb(c, RPC_M_HEARTBEAT, &req, &skyloom__v1__heartbeat_response__descriptor,
+                      &resp, T_MS, &st) == RPC_INVALID_ARGUMENT);
+    CHECKF(strstr(st.details, "longer than 255 bytes"), "%s", st.details);
+    rpc_unpacked_free(resp);
     rpc_channel_destroy(c);
     /* the admin certificate may list, not act as a device */
     c = channel(tu_path(pki, "ca.crt"), tu_path(pki, "admin.crt"), tu_path(pki, "admin.key"));
