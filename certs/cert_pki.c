@@ -225,20 +225,17 @@ static int issue_pair(const char *dir, const char *stem, const char *cn, const c
     EVP_PKEY *k = new_key(err);
     if (!k)
         return -1;
-    int nids[6] = {NID_basic_constraints, NID_key_usage, NID_ext_key_usage,
-                   NID_subject_key_identifier, NID_authority_key_identifier, 0};
-    const char *vals[6] = {"critical,CA:FALSE", "critical,digitalSignature", eku, "hash",
-                           "keyid:always", NULL};
+    /* 0-terminated; the subject alternative name, when there is one, in the
+     * sixth place */
+    int nids[7] = {NID_basic_constraints, NID_key_usage, NID_ext_key_usage,
+                   NID_subject_key_identifier, NID_authority_key_identifier, 0, 0};
+    const char *vals[7] = {"critical,CA:FALSE", "critical,digitalSignature", eku, "hash",
+                           "keyid:always", NULL, NULL};
     if (san) {
         nids[5] = NID_subject_alt_name;
         vals[5] = san;
     }
-    int nids2[7];
-    const char *vals2[7];
-    memcpy(nids2, nids, sizeof nids);
-    memcpy(vals2, vals, sizeof vals);
-    nids2[6] = 0;
-    X509 *x = make_cert(k, cn, ou, ca, cakey, days, nids2, vals2, err);
+    X509 *x = make_cert(k, cn, ou, ca, cakey, days, nids, vals, err);
     int rc = -1;
     if (x) {
         char kp[4096], cp[4096], name[64];
