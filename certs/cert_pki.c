@@ -15,6 +15,7 @@
 
 #include "cert.h"
 #include "cert_internal.h"
+#include "sl_file.h"
 #include "sl_mem.h"
 
 struct cert_ca {
@@ -296,8 +297,8 @@ int cert_pki_init(const char *dir, const char *name, const char *sans, sl_err *e
     char san[2048], p[4096];
     if (build_sans(sans, san, sizeof san, err))
         return -1;
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return sl_err_set(err, SL_EIO, "cannot create %s: %s", dir, strerror(errno));
+    if (sl_mkdir(dir, 0700, err))
+        return -1;
     static const char *const files[] = {"ca.key", "ca.crt", "coordinator.key", "coordinator.crt",
                                         "admin.key", "admin.crt"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
@@ -327,9 +328,7 @@ int cert_pki_init(const char *dir, const char *name, const char *sans, sl_err *e
             !issue_pair(dir, "admin", CERT_ADMIN_CN, "admin", "clientAuth", NULL, ca, cakey, 825,
                         err) &&
             !cert_path(p, sizeof p, dir, "spool", err)) {
-            if (mkdir(p, 0700) != 0 && errno != EEXIST)
-                sl_err_set(err, SL_EIO, "cannot create %s: %s", p, strerror(errno));
-            else
+            if (!sl_mkdir(p, 0700, err))
                 rc = 0;
         }
         free(pem);

@@ -265,7 +265,7 @@ static int save_step(dev_stage *s, int kind, const dev_order *ord, int batch, co
     char sub[64];
     snprintf(sub, sizeof sub, "step-%d", step);
     snprintf(out, outn, "%s/%s", dir, sub);
-    if (sl_mkdir(dir, err) || dev_ckpt_save_dir(s, kind, out, err))
+    if (sl_mkdir(dir, 0755, err) || dev_ckpt_save_dir(s, kind, out, err))
         return -1;
     json_t *dj = data_json(ord, batch);
     char *text = json_dumps(dj, JSON_INDENT(2));
@@ -353,7 +353,7 @@ int cmd_train(int argc, char **argv)
     if (o.metrics)
         snprintf(path, sizeof path, "%s", o.metrics);
     else if (o.save) {
-        if (sl_mkdir(o.save, &err)) {
+        if (sl_mkdir(o.save, 0755, &err)) {
             sl_cli_fail("train", 1, "%s", err.msg);
             goto out;
         }

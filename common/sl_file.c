@@ -130,10 +130,10 @@ int sl_atomic_commit(sl_atomic *a, sl_err *err)
     return 0;
 }
 
-int sl_mkdir(const char *path, sl_err *err)
+int sl_mkdir(const char *path, mode_t mode, sl_err *err)
 {
-    if (mkdir(path, 0755) && errno != EEXIST)
-        return sl_err_set(err, SL_EIO, "mkdir %s: %s", path, strerror(errno));
+    if (mkdir(path, mode) && errno != EEXIST)
+        return sl_err_set(err, SL_EIO, "cannot create %s: %s", path, strerror(errno));
     struct stat st;
     if (stat(path, &st) || !S_ISDIR(st.st_mode))
         return sl_err_set(err, SL_EIO, "%s: not a directory", path);

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <sys/types.h>
+
 #include "sl_err.h"
 
 /* Reads all of `path` into a fresh buffer (NUL-terminated, *len excludes the
@@ -35,7 +37,8 @@ void sl_atomic_abort(sl_atomic *a);
 /* The whole buffer, atomically. */
 int sl_write_file_atomic(const char *path, const void *p, size_t n, sl_err *err);
 
-/* mkdir for one level (an existing directory is fine). */
-int sl_mkdir(const char *path, sl_err *err);
+/* mkdir for one level with `mode` (0700 for private state, 0755 otherwise);
+ * an existing directory is fine, anything else by that name is an error. */
+int sl_mkdir(const char *path, mode_t mode, sl_err *err);
 
 #endif

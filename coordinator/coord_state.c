@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "coord_state_internal.h"
+#include "sl_file.h"
 #include "sl_mem.h"
 
 struct coord_state {
@@ -62,8 +63,8 @@ static int migrate(coord_state *s, sl_err *err)
 
 coord_state *coord_state_open(const char *dir, sl_err *err)
 {
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-        sl_err_set(err, SL_EIO, "cannot create state directory %s: %s", dir, strerror(errno));
+    if (sl_mkdir(dir, 0700, err)) {
+        sl_err_wrap(err, "coordinator state");
         return NULL;
     }
     char path[4096];

@@ -170,8 +170,7 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     if (!a->o.timeout_ms)
         a->o.timeout_ms = 10000;
     a->heartbeat_ms = 5000;
-    if (mkdir(o->state, 0700) != 0 && errno != EEXIST) {
-        sl_err_set(err, SL_EIO, "cannot create %s: %s", o->state, strerror(errno));
+    if (sl_mkdir(o->state, 0700, err)) {
         free(a);
         return NULL;
     }

@@ -435,7 +435,7 @@ int dev_ckpt_load_dir(dev_stage *s, int kind, const char *dir, sl_err *err)
 
 int dev_ckpt_save_dir(dev_stage *s, int kind, const char *dir, sl_err *err)
 {
-    if (sl_mkdir(dir, err))
+    if (sl_mkdir(dir, 0755, err))
         return -1;
     size_t n = strlen(dir) + 32;
     char *p = sl_xmalloc(n);

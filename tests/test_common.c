@@ -1,9 +1,14 @@
-/* sl_err, sl_cli parsers and sl_mem size arithmetic. */
+/* sl_err, sl_cli parsers, sl_mem size arithmetic, sl_mkdir. */
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "sl_cli.h"
 #include "sl_err.h"
+#include "sl_file.h"
 #include "sl_mem.h"
 #include "sl_test.h"
 
@@ -68,10 +73,38 @@ static void test_mem(void)
     sl_aligned_free(p);
 }
 
+/* sl_mkdir: the mode it is given, an existing directory is fine, a file by
+ * that name or a missing parent is an error naming the path. */
+static void test_mkdir(void)
+{
+    char root[] = "/tmp/sl-mkdir-XXXXXX", d[64], f[64], deep[80];
+    CHECK(mkdtemp(root) != NULL);
+    snprintf(d, sizeof d, "%s/private", root);
+    snprintf(f, sizeof f, "%s/file", root);
+    snprintf(deep, sizeof deep, "%s/no/such", root);
+    sl_err err = {0};
+    mode_t old = umask(022);
+    struct stat st;
+    CHECK(sl_mkdir(d, 0700, &err) == 0 && stat(d, &st) == 0 && (st.st_mode & 0777) == 0700);
+    CHECK(sl_mkdir(d, 0700, &err) == 0);
+    FILE *fp = fopen(f, "w");
+    CHECK(fp != NULL);
+    if (fp)
+        fclose(fp);
+    CHECK(sl_mkdir(f, 0755, &err) == -1 && strstr(err.msg, "not a directory"));
+    CHECK(sl_mkdir(deep, 0755, &err) == -1 && strstr(err.msg, "cannot create") &&
+          strstr(err.msg, deep));
+    umask(old);
+    unlink(f);
+    rmdir(d);
+    rmdir(root);
+}
+
 int main(void)
 {
     RUN(test_err);
     RUN(test_parse);
     RUN(test_mem);
+    RUN(test_mkdir);
     return sl_test_done();
 }
