@@ -48,12 +48,12 @@ static int hf_parts(const dev_tensor *t, hf_part out[3])
     return 1;
 }
 
-int dev_ckpt_save_model(dev_stage *s, const char *path, sl_err *err)
+/* The save_* bodies write the host views as the last dev_stage_pull left
+ * them: dev_ckpt_save_dir pulls once for both files. */
+static int save_model_pulled(dev_stage *s, const char *path, sl_err *err)
 {
     int nt;
     const dev_tensor *t = dev_stage_tensors(s, &nt);
-    if (dev_stage_pull(s, err))
-        return -1;
     float *p = dev_stage_params(s, NULL);
     dev_st_out *out = sl_xcalloc((size_t)nt * 3, sizeof *out);
     int n = 0;
@@ -78,6 +78,11 @@ int dev_ckpt_save_model(dev_stage *s, const char *path, sl_err *err)
     int rc = dev_st_write(path, out, n, meta, err);
     free(out);
     return rc;
+}
+
+int dev_ckpt_save_model(dev_stage *s, const char *path, sl_err *err)
+{
+    return dev_stage_pull(s, err) ? -1 : save_model_pulled(s, path, err);
 }
 
 static int ignorable(const char *name)
@@ -253,12 +258,10 @@ static void hwrite(hashed_out *o, const void *p, size_t n)
     sl_atomic_write(&o->a, p, n);
 }
 
-int dev_ckpt_save_optim(dev_stage *s, int kind, const char *path, sl_err *err)
+static int save_optim_pulled(dev_stage *s, int kind, const char *path, sl_err *err)
 {
     if (sodium_init() < 0)
         return sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
-    if (dev_stage_pull(s, err))
-        return -1;
     hashed_out o;
     if (sl_atomic_open(&o.a, path, err))
         return -1;
@@ -286,8 +289,14 @@ int dev_ckpt_save_optim(dev_stage *s, int kind, const char *path, sl_err *err)
     uint8_t sum[OPT_HASH];
     crypto_generichash_final(&o.h, sum, sizeof sum);
     sl_atomic_write(&o.a, sum, sizeof sum);
-    dev_stage_drop_views(s);
     return sl_atomic_commit(&o.a, err);
+}
+
+int dev_ckpt_save_optim(dev_stage *s, int kind, const char *path, sl_err *err)
+{
+    int rc = dev_stage_pull(s, err) ? -1 : save_optim_pulled(s, kind, path, err);
+    dev_stage_drop_views(s);
+    return rc;
 }
 
 /* Pass 1: the checksum over the whole file, before anything is trusted. */
@@ -441,11 +450,12 @@ int dev_ckpt_save_dir(dev_stage *s, int kind, const char *dir, sl_err *err)
     char *p = sl_xmalloc(n);
     int rc;
     snprintf(p, n, "%s/model.safetensors", dir);
-    rc = dev_ckpt_save_model(s, p, err);
+    rc = dev_stage_pull(s, err) ? -1 : save_model_pulled(s, p, err);
     if (!rc) {
         snprintf(p, n, "%s/optim.bin", dir);
-        rc = dev_ckpt_save_optim(s, kind, p, err);
+        rc = save_optim_pulled(s, kind, p, err);
     }
+    dev_stage_drop_views(s);
     if (!rc) {
         snprintf(p, n, "%s/config.json", dir);
         rc = dev_config_save(dev_stage_config(s), p, err);
