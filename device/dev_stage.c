@@ -1,8 +1,8 @@
 /* dev_stage.c - forward and backward of a stage's units, llm.c style: one
  * block per layer, activations in one flat allocation per stash slot,
  * gradients of activations in scratch shared by all slots (backward runs one
- * micro-batch at a time). Every kn_* backward accumulates, so the scratch it
- * writes into is zeroed first.
+ * micro-batch at a time). Every kn_* backward but the cross-entropy's
+ * accumulates, so the scratch it writes into is zeroed first.
  *
  * Every op goes through the stage's backend (kn_be.h) and every buffer the
  * ops touch is the backend's: on the CPU that is host memory, on CUDA device

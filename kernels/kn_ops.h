@@ -9,6 +9,7 @@
  *   Every *backward ACCUMULATES (+=) into all its gradient outputs, parameter
  *   and input gradients alike (callers zero them once per flush/micro-batch),
  *   so residual branches and micro-batch accumulation need no extra code.
+ *   (The exception: kn_crossentropy_backward, where the chain starts, writes.)
  *   A NULL bias or bias-gradient pointer means "no bias".
  * Dropout masks are never stored: they are recomputed from the counter-based
  * RNG (sl_rng.h) in backward, keyed so that element e of sequence s draws
