@@ -275,18 +275,50 @@ int dev_shard_check_vocab(const dev_shard *s, const uint8_t hash[32], int vocab_
                       s->path, a, s->vocab_size, b, vocab_size);
 }
 
-/* ---- writer ---- */
+/* ---- writer ----
+ * The tokens go to an anonymous spill file in $TMPDIR (else /tmp) at their
+ * final width as they come; memory holds only the sequence and document
+ * offsets (8 bytes each). finish() streams the file out, hashing as it
+ * writes: a corpus larger than memory can be prepared. */
 struct dev_shard_writer {
     char *vocab_text;
     size_t vocab_len;
     uint8_t hash[32];
-    int vocab_size, T;
+    int vocab_size, T, width;
     bool cased;
     dev_special sp;
-    dev_ids tokens, cur;
+    dev_ids cur;
+    FILE *spill;
+    int spill_errno; /* first write error on the spill file, 0 if none */
+    uint64_t ntok;
     uint64_t *seq, *doc;
     size_t nseq, capseq, ndoc, capdoc;
 };
+
+static FILE *open_spill(sl_err *err)
+{
+    const char *dir = getenv("TMPDIR");
+    if (!dir || !*dir)
+        dir = "/tmp";
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/skyloom-shard-XXXXXX", dir) >= (int)sizeof path) {
+        sl_err_set(err, SL_EINVAL, "TMPDIR too long");
+        return NULL;
+    }
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        sl_err_set(err, SL_EIO, "cannot create a spill file in %s (set TMPDIR): %s", dir,
+                   strerror(errno));
+        return NULL;
+    }
+    unlink(path); /* anonymous: gone when closed, whatever happens */
+    FILE *f = fdopen(fd, "w+b");
+    if (!f) {
+        sl_err_set(err, SL_EIO, "spill file: %s", strerror(errno));
+        close(fd);
+    }
+    return f;
+}
 
 dev_shard_writer *dev_shard_writer_new(const dev_vocab *v, int seq_len, bool cased, sl_err *err)
 {
@@ -302,7 +334,11 @@ dev_shard_writer *dev_shard_writer_new(const dev_vocab *v, int seq_len, bool cas
                    DEV_SHARD_MAX_SEQ);
         return NULL;
     }
+    FILE *spill = open_spill(err);
+    if (!spill)
+        return NULL;
     dev_shard_writer *w = sl_xcalloc(1, sizeof *w);
+    w->spill = spill;
     size_t len;
     const char *text = dev_vocab_text(v, &len);
     w->vocab_text = sl_xmalloc(len);
@@ -310,6 +346,7 @@ dev_shard_writer *dev_shard_writer_new(const dev_vocab *v, int seq_len, bool cas
     w->vocab_len = len;
     dev_vocab_hash(v, w->hash);
     w->vocab_size = dev_vocab_size(v);
+    w->width = w->vocab_size <= 65536 ? 2 : 4;
     w->T = seq_len;
     w->cased = cased;
     w->sp = sp;
@@ -319,17 +356,26 @@ dev_shard_writer *dev_shard_writer_new(const dev_vocab *v, int seq_len, bool cas
     return w;
 }
 
+static void put_tok(dev_shard_writer *w, int32_t id)
+{
+    uint8_t b[4];
+    wr32(b, (uint32_t)id);
+    if (fwrite(b, (size_t)w->width, 1, w->spill) != 1 && !w->spill_errno)
+        w->spill_errno = errno ? errno : EIO;
+    w->ntok++;
+}
+
 static void emit_seq(dev_shard_writer *w, const int32_t *ids, size_t n)
 {
     if (w->nseq == w->capseq) {
         w->capseq = w->capseq ? w->capseq * 2 : 1024;
         w->seq = sl_xrealloc(w->seq, w->capseq * sizeof *w->seq);
     }
-    w->seq[w->nseq++] = w->tokens.n;
-    dev_ids_push(&w->tokens, w->sp.cls);
+    w->seq[w->nseq++] = w->ntok;
+    put_tok(w, w->sp.cls);
     for (size_t i = 0; i < n; i++)
-        dev_ids_push(&w->tokens, ids[i]);
-    dev_ids_push(&w->tokens, w->sp.sep);
+        put_tok(w, ids[i]);
+    put_tok(w, w->sp.sep);
 }
 
 void dev_shard_writer_sentence(dev_shard_writer *w, const int32_t *ids, size_t n)
@@ -370,58 +416,97 @@ void dev_shard_writer_end_doc(dev_shard_writer *w)
 
 uint64_t dev_shard_writer_count(const dev_shard_writer *w) { return w->nseq; }
 
+typedef struct hashed_file {
+    sl_atomic a;
+    crypto_generichash_state h;
+} hashed_file;
+
+static void hput(hashed_file *o, const void *p, size_t n)
+{
+    crypto_generichash_update(&o->h, p, n);
+    sl_atomic_write(&o->a, p, n);
+}
+
+/* u64 little-endian values, a buffer at a time. */
+static void hput_u64s(hashed_file *o, const uint64_t *v, size_t n, uint64_t last)
+{
+    uint8_t buf[8 * 512];
+    size_t k = 0;
+    for (size_t i = 0; i <= n; i++) {
+        wr64(buf + 8 * k++, i < n ? v[i] : last);
+        if (k == 512 || i == n) {
+            hput(o, buf, 8 * k);
+            k = 0;
+        }
+    }
+}
+
+static void hput_zeros(hashed_file *o, size_t n)
+{
+    static const uint8_t z[8];
+    hput(o, z, n);
+}
+
 int dev_shard_writer_finish(dev_shard_writer *w, const char *path, sl_err *err)
 {
     dev_shard_writer_end_doc(w);
     if (w->nseq == 0)
         return sl_err_set(err, SL_EINVAL, "no text to write: the input has no tokens");
-    int width = w->vocab_size <= 65536 ? 2 : 4;
-    uint64_t n = w->nseq, d = w->ndoc - 1, ntok = w->tokens.n;
-    uint64_t off_doc = DEV_SHARD_HEADER_BYTES + 8 * (n + 1);
-    uint64_t off_voc = off_doc + 8 * (d + 1);
-    uint64_t off_tok = off_voc + pad8(w->vocab_len);
-    uint64_t off_sum = off_tok + pad8(ntok * (uint64_t)width);
-    uint8_t *f = sl_xcalloc(1, off_sum + 32);
-    memcpy(f + H_MAGIC, MAGIC, 8);
-    wr32(f + H_VERSION, DEV_SHARD_VERSION);
-    wr32(f + H_HEADER_BYTES, DEV_SHARD_HEADER_BYTES);
-    memcpy(f + H_VOCAB_HASH, w->hash, 32);
-    wr32(f + H_VOCAB_SIZE, (uint32_t)w->vocab_size);
-    wr32(f + H_SEQ_LEN, (uint32_t)w->T);
-    wr64(f + H_SEQ_COUNT, n);
-    wr64(f + H_DOC_COUNT, d);
-    wr64(f + H_TOKEN_COUNT, ntok);
-    wr64(f + H_VOCAB_BYTES, w->vocab_len);
-    wr32(f + H_TOKEN_WIDTH, (uint32_t)width);
-    wr32(f + H_FLAGS, w->cased ? 1 : 0);
-    wr32(f + H_PAD, (uint32_t)w->sp.pad);
-    wr32(f + H_UNK, (uint32_t)w->sp.unk);
-    wr32(f + H_CLS, (uint32_t)w->sp.cls);
-    wr32(f + H_SEP, (uint32_t)w->sp.sep);
-    wr32(f + H_MASK, (uint32_t)w->sp.mask);
-    for (uint64_t i = 0; i < n; i++)
-        wr64(f + DEV_SHARD_HEADER_BYTES + 8 * i, w->seq[i]);
-    wr64(f + DEV_SHARD_HEADER_BYTES + 8 * n, ntok);
-    for (uint64_t i = 0; i <= d; i++)
-        wr64(f + off_doc + 8 * i, w->doc[i]);
-    memcpy(f + off_voc, w->vocab_text, w->vocab_len);
-    for (uint64_t i = 0; i < ntok; i++) {
-        uint32_t t = (uint32_t)w->tokens.v[i];
-        if (width == 2) {
-            f[off_tok + 2 * i] = (uint8_t)t;
-            f[off_tok + 2 * i + 1] = (uint8_t)(t >> 8);
-        } else {
-            wr32(f + off_tok + 4 * i, t);
-        }
-    }
-    if (sodium_init() < 0) {
-        free(f);
+    if (fflush(w->spill) != 0 && !w->spill_errno)
+        w->spill_errno = errno ? errno : EIO;
+    if (w->spill_errno)
+        return sl_err_set(err, SL_EIO, "writing the tokens to the spill file: %s (set TMPDIR "
+                          "to a disk with room)", strerror(w->spill_errno));
+    if (sodium_init() < 0)
         return sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
+    uint64_t n = w->nseq, d = w->ndoc - 1, ntok = w->ntok, tbytes = ntok * (uint64_t)w->width;
+    uint8_t hd[DEV_SHARD_HEADER_BYTES] = {0};
+    memcpy(hd + H_MAGIC, MAGIC, 8);
+    wr32(hd + H_VERSION, DEV_SHARD_VERSION);
+    wr32(hd + H_HEADER_BYTES, DEV_SHARD_HEADER_BYTES);
+    memcpy(hd + H_VOCAB_HASH, w->hash, 32);
+    wr32(hd + H_VOCAB_SIZE, (uint32_t)w->vocab_size);
+    wr32(hd + H_SEQ_LEN, (uint32_t)w->T);
+    wr64(hd + H_SEQ_COUNT, n);
+    wr64(hd + H_DOC_COUNT, d);
+    wr64(hd + H_TOKEN_COUNT, ntok);
+    wr64(hd + H_VOCAB_BYTES, w->vocab_len);
+    wr32(hd + H_TOKEN_WIDTH, (uint32_t)w->width);
+    wr32(hd + H_FLAGS, w->cased ? 1 : 0);
+    wr32(hd + H_PAD, (uint32_t)w->sp.pad);
+    wr32(hd + H_UNK, (uint32_t)w->sp.unk);
+    wr32(hd + H_CLS, (uint32_t)w->sp.cls);
+    wr32(hd + H_SEP, (uint32_t)w->sp.sep);
+    wr32(hd + H_MASK, (uint32_t)w->sp.mask);
+    hashed_file o;
+    if (sl_atomic_open(&o.a, path, err))
+        return -1;
+    crypto_generichash_init(&o.h, NULL, 0, 32);
+    hput(&o, hd, sizeof hd);
+    hput_u64s(&o, w->seq, n, ntok);    /* seq_start[0..n], the last = token count */
+    hput_u64s(&o, w->doc, d, w->doc[d]); /* doc_start[0..d] */
+    hput(&o, w->vocab_text, w->vocab_len);
+    hput_zeros(&o, pad8(w->vocab_len) - w->vocab_len);
+    rewind(w->spill);
+    uint8_t *buf = sl_xmalloc(1 << 16);
+    uint64_t left = tbytes;
+    while (left > 0) {
+        size_t want = left < (1 << 16) ? (size_t)left : (1 << 16);
+        if (fread(buf, 1, want, w->spill) != want) {
+            free(buf);
+            sl_atomic_abort(&o.a);
+            return sl_err_set(err, SL_EIO, "reading the spill file back: %s",
+                              ferror(w->spill) ? strerror(errno) : "short");
+        }
+        hput(&o, buf, want);
+        left -= want;
     }
-    crypto_generichash(f + off_sum, 32, f, off_sum, NULL, 0);
-    int rc = sl_write_file_atomic(path, f, off_sum + 32, err);
-    free(f);
-    return rc;
+    free(buf);
+    hput_zeros(&o, pad8(tbytes) - tbytes);
+    uint8_t sum[32];
+    crypto_generichash_final(&o.h, sum, sizeof sum);
+    sl_atomic_write(&o.a, sum, sizeof sum);
+    return sl_atomic_commit(&o.a, err);
 }
 
 void dev_shard_writer_free(dev_shard_writer *w)
@@ -429,7 +514,8 @@ void dev_shard_writer_free(dev_shard_writer *w)
     if (!w)
         return;
     free(w->vocab_text);
-    dev_ids_free(&w->tokens);
+    if (w->spill)
+        fclose(w->spill);
     dev_ids_free(&w->cur);
     free(w->seq);
     free(w->doc);

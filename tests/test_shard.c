@@ -1,7 +1,11 @@
 /* Token shards: round trip, packing rules, and every kind of damage refused
  * with a message that says which. */
+#include <signal.h>
 #include <sodium.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "data_gen.h"
 #include "sl_file.h"
@@ -123,6 +127,47 @@ static void test_packing(void)
     CHECK(dev_shard_writer_new(bare, 8, false, &err) == NULL && strstr(err.msg, "[PAD]"));
     CHECK(dev_shard_writer_new(vocab, 2, false, &err) == NULL);
     dev_vocab_free(bare);
+}
+
+/* The writer spills tokens to $TMPDIR: an unusable TMPDIR is refused when
+ * the writer is made, and a spill that cannot be written (here: a file size
+ * limit) fails finish() with the reason and leaves no output file. */
+static void test_spill_faults(void)
+{
+    sl_err err = {0};
+    const char *old = getenv("TMPDIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("TMPDIR", "/nonexistent-skyloom-dir", 1);
+    CHECK(dev_shard_writer_new(vocab, 8, false, &err) == NULL && strstr(err.msg, "spill file") &&
+          strstr(err.msg, "/nonexistent-skyloom-dir"));
+    if (saved)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
+
+    dev_shard_writer *w = dev_shard_writer_new(vocab, 64, false, &err);
+    CHECKF(w != NULL, "%s", err.msg);
+    if (!w)
+        return;
+    struct rlimit lim, small;
+    getrlimit(RLIMIT_FSIZE, &lim);
+    small = lim;
+    small.rlim_cur = 4096;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &small);
+    int32_t ids[62];
+    for (int i = 0; i < 62; i++)
+        ids[i] = 200 + i;
+    for (int k = 0; k < 100; k++) /* 100 x 64 tokens x 2 bytes > 4096 */
+        dev_shard_writer_sentence(w, ids, 62);
+    const char *path = tmp_path("spill.shard");
+    int rc = dev_shard_writer_finish(w, path, &err);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    signal(SIGXFSZ, prev);
+    CHECKF(rc == -1 && strstr(err.msg, "writing the tokens to the spill file"), "rc %d: %s", rc, err.msg);
+    CHECK(access(path, F_OK) != 0);
+    dev_shard_writer_free(w);
 }
 
 /* ---- damage ---- */
@@ -321,6 +366,7 @@ int main(void)
         return sl_test_done();
     RUN(test_round_trip);
     RUN(test_packing);
+    RUN(test_spill_faults);
     RUN(test_damage);
     RUN(test_vocab_mismatch);
     RUN(test_wide_tokens);
