@@ -39,6 +39,8 @@ typedef struct bal_unit {
 typedef struct bal_bert {
     int hidden, layers, heads, intermediate, vocab, max_pos, type_vocab;
 } bal_bert;
+/* Share of the tokens the MLM head (decoder and loss) runs at: BERT's 15%. */
+#define BAL_MASK_FRAC 0.15
 /* The largest sizes accepted (the JSON reader and bal_bert_units). */
 enum {
     BAL_MAX_HIDDEN = 65536, BAL_MAX_LAYERS = 100000, BAL_MAX_HEADS = 4096,

@@ -47,10 +47,12 @@ int bal_bert_units(const bal_bert *c, int batch, int seq, bal_unit **out, int *n
     double pl = 4 * H * H + 2 * H * I + 9 * H + I;
     double fl = 2 * N * (4 * H * H + 2 * H * I) + 4 * B * T * T * H + 5 * B * A * T * T +
                 20 * N * H + 8 * N * I;
-    /* saved for backward: input, Q, K, V, context, attention out, LN1 out, FFN
-     * out and LN stats (8H), GELU input and output (2I), probabilities (A T^2),
-     * and byte masks for the three dropouts */
-    double sl = 4 * (N * (8 * H + 2 * I) + B * A * T * T) + 2 * N * H + B * A * T * T;
+    /* saved for backward, as a Skyloom stage keeps it (device/dev_stage.c,
+     * dev_unit_cost_of): Q, K, V, the attention output, r1, r2 (6H), the
+     * GELU input (I), the probabilities (A T^2) and two LayerNorms'
+     * statistics; l1, gelu(h), the layer output and the dropout masks are
+     * recomputed in backward */
+    double sl = 4 * (N * (6 * H + I + 4) + B * A * T * T);
     for (int i = 1; i <= c->layers; i++) {
         u[i].kind = BAL_UNIT_ENCODER;
         u[i].fwd_flops = fl;
@@ -62,11 +64,14 @@ int bal_bert_units(const bal_bert *c, int batch, int seq, bal_unit **out, int *n
     double ph = H * H + 3 * H + V * H + V;
     bal_unit *h = &u[n - 1];
     h->kind = BAL_UNIT_HEAD;
-    h->fwd_flops = 2 * N * (H * H + H * V) + 10 * N * H + 5 * N * V;
+    /* the head runs only at the masked positions (BAL_MASK_FRAC of the
+     * tokens), as a Skyloom stage does */
+    double M = BAL_MASK_FRAC * N;
+    h->fwd_flops = 2 * M * (H * H + H * V) + 10 * M * H + 10 * M * V;
     h->bwd_flops = 2 * h->fwd_flops;
     h->param_bytes = (uint64_t)(4 * ph);
     h->out_bytes = 0;
-    h->stash_bytes = (uint64_t)(4 * N * (3 * H + V));
+    h->stash_bytes = (uint64_t)(4 * M * (4 * H + V + 4));
     for (int i = 0; i < n; i++)
         u[i].optim_bytes = 3 * u[i].param_bytes; /* AdamW m, v and the gradient */
     *out = u;

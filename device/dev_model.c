@@ -131,7 +131,7 @@ void dev_unit_cost_of(const dev_config *c, int unit, int T, double mask_frac, de
     if (unit == 0) {
         o->fwd_flops = 10 * t * C;
         o->bwd_flops = 10 * t * C;
-        o->act_bytes = (size_t)(t * (3 * C + 2) * 4);
+        o->act_bytes = (size_t)(t * (2 * C + 2) * 4); /* sum, output, LN statistics */
     } else if (unit <= c->layers) {
         double mm = 2 * t * (4 * C * C + 2 * C * F);
         double att = 4 * t * t * C;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bal.h"
 #include "dev_testutil.h"
 #include "kn_testutil.h"
 
@@ -346,6 +347,50 @@ static void test_stash_cost(void)
     }
     dev_stage_free(s1);
     dev_stage_free(s3);
+    /* a first stage: the embeddings' stash instead of an input copy */
+    s1 = dev_stage_create(&cfg, 0, cfg.layers, BM, T, 1, 7, NULL, 0, &err);
+    s3 = dev_stage_create(&cfg, 0, cfg.layers, BM, T, 3, 7, NULL, 0, &err);
+    CHECKF(s1 && s3, "%s", err.msg);
+    if (s1 && s3) {
+        double per_slot = (double)(dev_stage_bytes(s3) - dev_stage_bytes(s1)) / 2, model = 0;
+        for (int u = 0; u <= cfg.layers; u++) {
+            dev_unit_cost uc;
+            dev_unit_cost_of(&cfg, u, T, 0.15, &uc);
+            model += (double)BM * uc.act_bytes;
+        }
+        printf("    first stage, stash per slot: stage %.0f bytes, cost model %.0f\n", per_slot, model);
+        CHECKF(per_slot >= model && per_slot <= model * 1.02, "first stage %.0f vs model %.0f",
+               per_slot, model);
+    }
+    dev_stage_free(s1);
+    dev_stage_free(s3);
+}
+
+/* The balancer's cost model (bal_bert_units) describes the stage Skyloom
+ * runs: the same parameters and stash per unit, and the head at the masked
+ * positions only. */
+static void test_balancer_agrees(void)
+{
+    enum { BM = 4 };
+    bal_bert bb = {cfg.hidden, cfg.layers, cfg.heads, cfg.intermediate, cfg.vocab, cfg.max_pos,
+                   cfg.type_vocab};
+    bal_unit *bu = NULL;
+    int n = 0;
+    sl_err err = {0};
+    CHECKF(bal_bert_units(&bb, BM, T, &bu, &n, &err) == 0 && n == dev_unit_count(&cfg), "%s",
+           err.msg);
+    for (int u = 0; u < n && bu; u++) {
+        dev_unit_cost uc;
+        dev_unit_cost_of(&cfg, u, T, BAL_MASK_FRAC, &uc);
+        double st = (double)BM * uc.act_bytes, fl = BM * uc.fwd_flops;
+        CHECKF(bu[u].param_bytes == uc.param_bytes, "unit %d: parameters %llu vs %zu", u,
+               (unsigned long long)bu[u].param_bytes, uc.param_bytes);
+        CHECKF(fabs((double)bu[u].stash_bytes - st) <= 1e-6 * st + 64,
+               "unit %d: stash %llu vs %.0f", u, (unsigned long long)bu[u].stash_bytes, st);
+        CHECKF(fabs(bu[u].fwd_flops - fl) <= 0.1 * fl, "unit %d: forward FLOPs %.3g vs %.3g", u,
+               bu[u].fwd_flops, fl);
+    }
+    free(bu);
 }
 
 /* The balancer's per-unit costs add up to the model. */
@@ -370,6 +415,7 @@ int main(void)
 {
     RUN(test_unit_costs);
     RUN(test_stash_cost);
+    RUN(test_balancer_agrees);
     RUN(test_bf16_state);
     RUN(test_in_flight);
     RUN(test_adamw);
