@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dev_hashed.h"
 #include "sl_file.h"
 #include "dev_safetensors.h"
 #include "sl_mem.h"
@@ -205,7 +206,7 @@ int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err)
 #define OPT_MAGIC "SKYOPT01"
 #define OPT_VERSION 1u
 #define OPT_HEADER 64
-#define OPT_HASH 32
+#define OPT_HASH DEV_HASHED_SUM
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -247,28 +248,14 @@ static void header_of(dev_stage *s, int kind, uint8_t h[OPT_HEADER])
     put64(h + 56, total);
 }
 
-typedef struct hashed_out {
-    sl_atomic a;
-    crypto_generichash_state h;
-} hashed_out;
-
-static void hwrite(hashed_out *o, const void *p, size_t n)
-{
-    crypto_generichash_update(&o->h, p, n);
-    sl_atomic_write(&o->a, p, n);
-}
-
 static int save_optim_pulled(dev_stage *s, int kind, const char *path, sl_err *err)
 {
-    if (sodium_init() < 0)
-        return sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
-    hashed_out o;
-    if (sl_atomic_open(&o.a, path, err))
+    dev_hashed o;
+    if (dev_hashed_open(&o, path, err))
         return -1;
-    crypto_generichash_init(&o.h, NULL, 0, OPT_HASH);
     uint8_t h[OPT_HEADER];
     header_of(s, kind, h);
-    hwrite(&o, h, sizeof h);
+    dev_hashed_write(&o, h, sizeof h);
     int nt;
     const dev_tensor *t = dev_stage_tensors(s, &nt);
     for (int k = 0; k < nt; k++) {
@@ -277,19 +264,16 @@ static int save_optim_pulled(dev_stage *s, int kind, const char *path, sl_err *e
         rec[0] = (uint8_t)len;
         rec[1] = (uint8_t)(len >> 8);
         put64(rec + 2, t[k].numel);
-        hwrite(&o, rec, 2);
-        hwrite(&o, t[k].name, len);
-        hwrite(&o, rec + 2, 8);
+        dev_hashed_write(&o, rec, 2);
+        dev_hashed_write(&o, t[k].name, len);
+        dev_hashed_write(&o, rec + 2, 8);
     }
     size_t np;
     float *mv = dev_stage_optim_state(s, &np);
     for (int which = 0; which < 2; which++)
         for (int k = 0; k < nt; k++)
-            hwrite(&o, mv + (size_t)which * np + t[k].offset, t[k].numel * sizeof(float));
-    uint8_t sum[OPT_HASH];
-    crypto_generichash_final(&o.h, sum, sizeof sum);
-    sl_atomic_write(&o.a, sum, sizeof sum);
-    return sl_atomic_commit(&o.a, err);
+            dev_hashed_write(&o, mv + (size_t)which * np + t[k].offset, t[k].numel * sizeof(float));
+    return dev_hashed_commit(&o, err);
 }
 
 int dev_ckpt_save_optim(dev_stage *s, int kind, const char *path, sl_err *err)

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dev_hashed.h"
 #include "sl_file.h"
 #include "dev_tok.h"
 #include "sl_mem.h"
@@ -416,35 +417,24 @@ void dev_shard_writer_end_doc(dev_shard_writer *w)
 
 uint64_t dev_shard_writer_count(const dev_shard_writer *w) { return w->nseq; }
 
-typedef struct hashed_file {
-    sl_atomic a;
-    crypto_generichash_state h;
-} hashed_file;
-
-static void hput(hashed_file *o, const void *p, size_t n)
-{
-    crypto_generichash_update(&o->h, p, n);
-    sl_atomic_write(&o->a, p, n);
-}
-
 /* u64 little-endian values, a buffer at a time. */
-static void hput_u64s(hashed_file *o, const uint64_t *v, size_t n, uint64_t last)
+static void hput_u64s(dev_hashed *o, const uint64_t *v, size_t n, uint64_t last)
 {
     uint8_t buf[8 * 512];
     size_t k = 0;
     for (size_t i = 0; i <= n; i++) {
         wr64(buf + 8 * k++, i < n ? v[i] : last);
         if (k == 512 || i == n) {
-            hput(o, buf, 8 * k);
+            dev_hashed_write(o, buf, 8 * k);
             k = 0;
         }
     }
 }
 
-static void hput_zeros(hashed_file *o, size_t n)
+static void hput_zeros(dev_hashed *o, size_t n)
 {
     static const uint8_t z[8];
-    hput(o, z, n);
+    dev_hashed_write(o, z, n);
 }
 
 int dev_shard_writer_finish(dev_shard_writer *w, const char *path, sl_err *err)
@@ -457,8 +447,6 @@ int dev_shard_writer_finish(dev_shard_writer *w, const char *path, sl_err *err)
     if (w->spill_errno)
         return sl_err_set(err, SL_EIO, "writing the tokens to the spill file: %s (set TMPDIR "
                           "to a disk with room)", strerror(w->spill_errno));
-    if (sodium_init() < 0)
-        return sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
     uint64_t n = w->nseq, d = w->ndoc - 1, ntok = w->ntok, tbytes = ntok * (uint64_t)w->width;
     uint8_t hd[DEV_SHARD_HEADER_BYTES] = {0};
     memcpy(hd + H_MAGIC, MAGIC, 8);
@@ -478,14 +466,13 @@ int dev_shard_writer_finish(dev_shard_writer *w, const char *path, sl_err *err)
     wr32(hd + H_CLS, (uint32_t)w->sp.cls);
     wr32(hd + H_SEP, (uint32_t)w->sp.sep);
     wr32(hd + H_MASK, (uint32_t)w->sp.mask);
-    hashed_file o;
-    if (sl_atomic_open(&o.a, path, err))
+    dev_hashed o;
+    if (dev_hashed_open(&o, path, err))
         return -1;
-    crypto_generichash_init(&o.h, NULL, 0, 32);
-    hput(&o, hd, sizeof hd);
+    dev_hashed_write(&o, hd, sizeof hd);
     hput_u64s(&o, w->seq, n, ntok);    /* seq_start[0..n], the last = token count */
     hput_u64s(&o, w->doc, d, w->doc[d]); /* doc_start[0..d] */
-    hput(&o, w->vocab_text, w->vocab_len);
+    dev_hashed_write(&o, w->vocab_text, w->vocab_len);
     hput_zeros(&o, pad8(w->vocab_len) - w->vocab_len);
     rewind(w->spill);
     uint8_t *buf = sl_xmalloc(1 << 16);
@@ -498,15 +485,12 @@ int dev_shard_writer_finish(dev_shard_writer *w, const char *path, sl_err *err)
             return sl_err_set(err, SL_EIO, "reading the spill file back: %s",
                               ferror(w->spill) ? strerror(errno) : "short");
         }
-        hput(&o, buf, want);
+        dev_hashed_write(&o, buf, want);
         left -= want;
     }
     free(buf);
     hput_zeros(&o, pad8(tbytes) - tbytes);
-    uint8_t sum[32];
-    crypto_generichash_final(&o.h, sum, sizeof sum);
-    sl_atomic_write(&o.a, sum, sizeof sum);
-    return sl_atomic_commit(&o.a, err);
+    return dev_hashed_commit(&o, err);
 }
 
 void dev_shard_writer_free(dev_shard_writer *w)

@@ -324,46 +324,37 @@ static void test_bf16_state(void)
 }
 
 /* dev_unit_cost_of's stash per sequence is what a stage really allocates per
- * in-flight slot (a middle stage: its input copy plus the layers' stash). */
-static void test_stash_cost(void)
+ * in-flight slot. One case: stages u0..L with 1 and 3 slots; the difference
+ * per slot is the stash, against the cost model's (plus the input copy of a
+ * middle stage). */
+static void stash_case(int u0, const char *what)
 {
     sl_err err = {0};
     enum { BM = 2 };
-    dev_stage *s1 = dev_stage_create(&cfg, 1, cfg.layers, BM, T, 1, 7, NULL, 0, &err);
-    dev_stage *s3 = dev_stage_create(&cfg, 1, cfg.layers, BM, T, 3, 7, NULL, 0, &err);
+    dev_stage *s1 = dev_stage_create(&cfg, u0, cfg.layers, BM, T, 1, 7, NULL, 0, &err);
+    dev_stage *s3 = dev_stage_create(&cfg, u0, cfg.layers, BM, T, 3, 7, NULL, 0, &err);
     CHECKF(s1 && s3, "%s", err.msg);
     if (s1 && s3) {
         double per_slot = (double)(dev_stage_bytes(s3) - dev_stage_bytes(s1)) / 2;
-        double model = (double)BM * T * cfg.hidden * 4; /* the input copy */
-        for (int u = 1; u <= cfg.layers; u++) {
+        double model = u0 > 0 ? (double)BM * T * cfg.hidden * 4 : 0; /* the input copy */
+        for (int u = u0; u <= cfg.layers; u++) {
             dev_unit_cost uc;
             dev_unit_cost_of(&cfg, u, T, 0.15, &uc);
             model += (double)BM * uc.act_bytes;
         }
-        printf("    stash per slot: stage %.0f bytes, cost model %.0f\n", per_slot, model);
+        printf("    %s, stash per slot: stage %.0f bytes, cost model %.0f\n", what, per_slot, model);
         /* (the stage pads every tensor to 16 floats) */
-        CHECKF(per_slot >= model && per_slot <= model * 1.02, "stage %.0f vs model %.0f",
-               per_slot, model);
+        CHECKF(per_slot >= model && per_slot <= model * 1.02, "%s: stage %.0f vs model %.0f",
+               what, per_slot, model);
     }
     dev_stage_free(s1);
     dev_stage_free(s3);
-    /* a first stage: the embeddings' stash instead of an input copy */
-    s1 = dev_stage_create(&cfg, 0, cfg.layers, BM, T, 1, 7, NULL, 0, &err);
-    s3 = dev_stage_create(&cfg, 0, cfg.layers, BM, T, 3, 7, NULL, 0, &err);
-    CHECKF(s1 && s3, "%s", err.msg);
-    if (s1 && s3) {
-        double per_slot = (double)(dev_stage_bytes(s3) - dev_stage_bytes(s1)) / 2, model = 0;
-        for (int u = 0; u <= cfg.layers; u++) {
-            dev_unit_cost uc;
-            dev_unit_cost_of(&cfg, u, T, 0.15, &uc);
-            model += (double)BM * uc.act_bytes;
-        }
-        printf("    first stage, stash per slot: stage %.0f bytes, cost model %.0f\n", per_slot, model);
-        CHECKF(per_slot >= model && per_slot <= model * 1.02, "first stage %.0f vs model %.0f",
-               per_slot, model);
-    }
-    dev_stage_free(s1);
-    dev_stage_free(s3);
+}
+
+static void test_stash_cost(void)
+{
+    stash_case(1, "middle stage");
+    stash_case(0, "first stage"); /* the embeddings' stash instead of an input copy */
 }
 
 /* The balancer's cost model (bal_bert_units) describes the stage Skyloom
