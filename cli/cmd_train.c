@@ -213,14 +213,20 @@ static void fmt_eta(char *buf, size_t n, double s)
 /* What a run reads at each step (dev_order.h, and the batch size that turns
  * steps into positions): saved with every checkpoint as data.json, so that a
  * resumed run that would read other data than the original is refused. */
-static json_t *data_json(const dev_order *ord, int batch)
+static json_t *data_json(const dev_shard *shard, const dev_order *ord, int batch)
 {
-    return json_pack("{s:I, s:I, s:b, s:I, s:i}", "first", (json_int_t)ord->first, "sequences",
-                     (json_int_t)ord->count, "shuffle", ord->shuffle, "seed",
-                     (json_int_t)ord->seed, "batch", batch);
+    uint8_t sum[32];
+    char hex[65];
+    dev_shard_checksum(shard, sum);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", sum[i]);
+    return json_pack("{s:s, s:I, s:I, s:b, s:I, s:i}", "shard", hex, "first",
+                     (json_int_t)ord->first, "sequences", (json_int_t)ord->count, "shuffle",
+                     ord->shuffle, "seed", (json_int_t)ord->seed, "batch", batch);
 }
 
-static int check_data_json(const char *dir, const dev_order *ord, int batch, sl_err *err)
+static int check_data_json(const char *dir, const dev_shard *shard, const dev_order *ord, int batch,
+                           sl_err *err)
 {
     char path[4096], *buf = NULL;
     size_t len = 0;
@@ -233,15 +239,16 @@ static int check_data_json(const char *dir, const dev_order *ord, int batch, sl_
     if (sl_read_file(path, 1 << 16, &buf, &len, err))
         return -1;
     json_error_t je;
-    json_t *was = json_loadb(buf, len, 0, &je), *now = data_json(ord, batch);
+    json_t *was = json_loadb(buf, len, 0, &je), *now = data_json(shard, ord, batch);
     free(buf);
     int rc = 0;
     if (!was || !json_is_object(was)) {
         rc = sl_err_set(err, SL_ECORRUPT, "%s: not a JSON object (%s)", path, was ? "" : je.text);
     } else {
-        static const char *const keys[] = {"first", "sequences", "shuffle", "seed", "batch"};
-        static const char *const opt[] = {"--first", "--sequences", "--no-shuffle", "--seed", "--batch"};
-        for (int i = 0; i < 5 && !rc; i++) {
+        static const char *const keys[] = {"shard", "first", "sequences", "shuffle", "seed", "batch"};
+        static const char *const opt[] = {"--data: another shard", "--first", "--sequences",
+                                          "--no-shuffle", "--seed", "--batch"};
+        for (int i = 0; i < 6 && !rc; i++) {
             json_t *a = json_object_get(was, keys[i]), *b = json_object_get(now, keys[i]);
             if (!a || !json_equal(a, b)) {
                 char *sa = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL, *sb = json_dumps(b, JSON_ENCODE_ANY);
@@ -259,15 +266,15 @@ static int check_data_json(const char *dir, const dev_order *ord, int batch, sl_
     return rc;
 }
 
-static int save_step(dev_stage *s, int kind, const dev_order *ord, int batch, const char *dir,
-                     int step, char *out, size_t outn, sl_err *err)
+static int save_step(dev_stage *s, int kind, const dev_shard *shard, const dev_order *ord,
+                     int batch, const char *dir, int step, char *out, size_t outn, sl_err *err)
 {
     char sub[64];
     snprintf(sub, sizeof sub, "step-%d", step);
     snprintf(out, outn, "%s/%s", dir, sub);
     if (sl_mkdir(dir, 0755, err) || dev_ckpt_save_dir(s, kind, out, err))
         return -1;
-    json_t *dj = data_json(ord, batch);
+    json_t *dj = data_json(shard, ord, batch);
     char *text = json_dumps(dj, JSON_INDENT(2));
     json_decref(dj);
     char dpath[4096 + 16];
@@ -381,7 +388,7 @@ int cmd_train(int argc, char **argv)
         sl_cli_fail("train", 1, "%s: %s", o.data, err.msg);
         goto out;
     }
-    if (o.resume && check_data_json(o.resume, &ord, o.batch, &err)) {
+    if (o.resume && check_data_json(o.resume, shard, &ord, o.batch, &err)) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
     }
@@ -441,7 +448,7 @@ int cmd_train(int argc, char **argv)
             printf("\n");
         if (o.save && ((o.save_every && step % o.save_every == 0) || step == o.steps || stop)) {
             fflush(csv);
-            if (save_step(st, o.kind, &ord, o.batch, o.save, step, path, sizeof path, &err)) {
+            if (save_step(st, o.kind, shard, &ord, o.batch, o.save, step, path, sizeof path, &err)) {
                 sl_cli_fail("train", 1, "saving: %s", err.msg);
                 goto out;
             }

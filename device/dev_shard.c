@@ -228,6 +228,11 @@ dev_shard *dev_shard_open(const char *path, sl_err *err)
 
 uint64_t dev_shard_count(const dev_shard *s) { return s->n; }
 int dev_shard_seq_len(const dev_shard *s) { return s->T; }
+void dev_shard_checksum(const dev_shard *s, uint8_t out[32])
+{
+    memcpy(out, s->map + s->size - 32, 32);
+}
+
 void dev_shard_vocab_hash(const dev_shard *s, uint8_t out[32]) { memcpy(out, s->hash, 32); }
 int dev_shard_vocab_size(const dev_shard *s) { return s->vocab_size; }
 dev_special dev_shard_special(const dev_shard *s) { return s->sp; }

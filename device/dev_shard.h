@@ -37,6 +37,9 @@ void dev_shard_close(dev_shard *s);
 uint64_t dev_shard_count(const dev_shard *s);             /* sequences */
 int dev_shard_seq_len(const dev_shard *s);                /* T */
 void dev_shard_vocab_hash(const dev_shard *s, uint8_t out[32]);
+/* The shard's own BLAKE2b-256 (its trailer, verified when opened): names
+ * the exact file content, e.g. in a checkpoint's data.json. */
+void dev_shard_checksum(const dev_shard *s, uint8_t out[32]);
 int dev_shard_vocab_size(const dev_shard *s);
 /* Copies sequence idx into tok[0..T), padding with pad id; returns its real
  * length, or -1 if idx >= count. */

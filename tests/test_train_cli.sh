@@ -76,6 +76,10 @@ err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 
 check "resuming with another data order: exit 1, names the option" bash -c 'test $0 -eq 1 && grep -q "resuming .*shuffle=true, this one false (--no-shuffle)" <<<"$1"' "$rc" "$err"
 err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 --batch 8 --threads 1 --resume "$d/run/step-150" --save "$d/run3" 2>&1); rc=$?
 check "resuming with another batch size: exit 1, names the option" bash -c 'test $0 -eq 1 && grep -q "batch=16, this one 8 (--batch)" <<<"$1"' "$rc" "$err"
+head -c 20000 "$d/corpus.txt" > "$d/part.txt"
+"$sk" -q data prepare --vocab "$d/vocab.txt" --in "$d/part.txt" --out "$d/part.shard" --seq 32 >/dev/null
+err=$("$sk" -q train --config "$d/tiny.json" --data "$d/part.shard" --steps 160 --batch 16 --threads 1 --resume "$d/run/step-150" --save "$d/run3" 2>&1); rc=$?
+check "resuming on another shard: exit 1, names it" bash -c 'test $0 -eq 1 && grep -q "its run read shard=.*(--data: another shard)" <<<"$1"' "$rc" "$err"
 # --device: cpu always works; cuda is either used (a GPU here) or refused
 # with the probe's reason, never silently replaced by the CPU.
 out=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --batch 4 --threads 1 --device cpu --metrics "$d/dev.csv" --json); rc=$?
