@@ -84,9 +84,10 @@ int dev_model_layout(const dev_config *c, int u0, int u1, dev_tensor **out, int 
     return 0;
 }
 
-static uint64_t fnv1a(const char *s)
+uint64_t dev_tensor_key(const dev_tensor *t)
 {
-    uint64_t h = 1469598103934665603ull;
+    const char *s = (t->flags & DEV_T_TIED) ? "bert.embeddings.word_embeddings.weight" : t->name;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
@@ -103,9 +104,7 @@ void dev_model_init(const dev_tensor *t, int n, float *params, uint64_t seed, fl
             memset(p, 0, t[i].numel * sizeof *p);
         } else {
             /* The head's copy must start equal to the word embeddings. */
-            const char *key = (t[i].flags & DEV_T_TIED) ? "bert.embeddings.word_embeddings.weight"
-                                                        : t[i].name;
-            uint64_t stream = sl_rng_stream(0x5eed1417ull, fnv1a(key));
+            uint64_t stream = sl_rng_stream(0x5eed1417ull, dev_tensor_key(&t[i]));
             for (size_t j = 0; j < t[i].numel; j++)
                 p[j] = std * sl_rng_normal(seed, stream, j);
         }

@@ -43,6 +43,10 @@ static inline int dev_unit_count(const dev_config *c) { return c->layers + 2; }
  * malloc'ed; *total the number of floats. */
 int dev_model_layout(const dev_config *c, int u0, int u1, dev_tensor **out, int *n,
                      size_t *total, sl_err *err);
+/* A tensor's random-stream key: FNV-1a of its name, the head's tied copy
+ * hashing as the word embeddings (so both draw the same numbers). Keys the
+ * initialisation and the bf16 moments' stochastic rounding. */
+uint64_t dev_tensor_key(const dev_tensor *t);
 /* BERT initialisation (normal(0, initializer_range) weights, zero biases,
  * LayerNorm weight 1): a pure function of (seed, tensor name, element), so
  * any split into stages starts from the same weights. */

@@ -60,7 +60,6 @@ struct dev_stage {
     int recompute_attn; /* backward recomputes the attention probabilities and output */
     int bf16;      /* optimizer moments stored as bf16 (mv holds 2*np uint16) */
     uint64_t seed; /* run seed: keys the stochastic rounding of bf16 moments */
-    uint64_t *tkey; /* per tensor: its RNG stream (a hash of the tensor's name) */
     uint16_t *hmv16; /* bf16 + res: host staging of the moments for pull/push */
     float *wbase;  /* `work`: one P_CHEAP block, or (recompute) one layer's full stash */
     sl_err fault; /* first failed buffer operation (zero/copy) since the last check */
@@ -460,16 +459,6 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     }
     memset(s->hparams, 0, s->np * sizeof(float));
     memset(s->hgrads, 0, s->np * sizeof(float));
-    s->tkey = sl_xcalloc((size_t)s->nt, sizeof *s->tkey);
-    for (int k = 0; k < s->nt; k++) {
-        /* the tied copy draws as the embeddings do, so both stay equal */
-        const char *name = (s->t[k].flags & DEV_T_TIED) ? "bert.embeddings.word_embeddings.weight"
-                                                       : s->t[k].name;
-        uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-        for (const char *q = name; *q; q++)
-            h = (h ^ (uint8_t)*q) * 0x100000001b3ull;
-        s->tkey[k] = h;
-    }
     dev_model_init(s->t, s->nt, s->hparams, seed, c->init_range);
     zero(s, s->grads, gtotal);
     zero(s, s->mv, s->bf16 ? s->np : 2 * s->np);
@@ -586,14 +575,11 @@ void dev_stage_free(dev_stage *s)
     if (s->res) {
         bfree(s, s->detok);
         bfree(s, s->derows);
-    }
-    if (s->res) {
         sl_aligned_free(s->hparams);
         sl_aligned_free(s->hgrads);
         sl_aligned_free(s->htied);
     }
     dev_stage_drop_views(s);
-    free(s->tkey);
     free(s->pp);
     free(s->gp);
     free(s->first);
@@ -1217,14 +1203,15 @@ int dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale, sl_err *e
         return sl_err_set(err, SL_ENOTSUP, "bf16 optimizer state is implemented for AdamW only");
     if (grad_scale != 1.0f)
         s->be->scale(s->grads, s->np, grad_scale);
+    /* bf16 rounding draws: keyed by (run seed, step), then per tensor by its key */
+    uint64_t rseed = sl_rng_stream(s->seed ^ 0x4F50543153524E44ull, (uint64_t)t);
     for (int k = 0; k < s->nt; k++) {
         const dev_tensor *x = &s->t[k];
         float wd = (x->flags & DEV_T_DECAY) ? o->wd : 0.0f;
         if (s->bf16) {
             uint16_t *m16 = (uint16_t *)s->mv + x->offset, *v16 = (uint16_t *)s->mv + s->np + x->offset;
             s->be->adamw_update_bf16(s->pp[k], s->gp[k], m16, v16, x->numel, lr, o->beta1, o->beta2,
-                                     o->eps, wd, t, sl_rng_stream(s->seed ^ 0x4F50543153524E44ull, (uint64_t)t),
-                                     s->tkey[k]);
+                                     o->eps, wd, t, rseed, dev_tensor_key(x));
             continue;
         }
         float *m = s->mv + x->offset, *v = s->mv + s->np + x->offset;
