@@ -106,22 +106,20 @@ static int parse(opts *o, int argc, char **argv, int *help)
             *help = 1;
             return 0;
         }
-        if (!strcmp(a, "--recompute")) {
-            o->recompute = 1;
+        /* options without a value */
+        const struct {
+            const char *name;
+            int *on;
+        } flags[] = {{"--recompute", &o->recompute},
+                     {"--recompute-attention", &o->recompute_attn},
+                     {"--no-shuffle", &o->no_shuffle},
+                     {"--json", &o->json}};
+        int flag = 0;
+        for (size_t f = 0; f < sizeof flags / sizeof flags[0] && !flag; f++)
+            if (!strcmp(a, flags[f].name))
+                *flags[f].on = flag = 1;
+        if (flag)
             continue;
-        }
-        if (!strcmp(a, "--recompute-attention")) {
-            o->recompute_attn = 1;
-            continue;
-        }
-        if (!strcmp(a, "--no-shuffle")) {
-            o->no_shuffle = 1;
-            continue;
-        }
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        }
         if (i + 1 >= argc)
             return sl_cli_fail("train", 2, "%s needs a value (see --help)", a);
         const char *v = argv[++i];
