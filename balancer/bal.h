@@ -217,6 +217,37 @@ double bal_chain_best(const bal_problem *pb, const bal_chain *c, int *cuts);
 void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double cycle, int m,
                          int *extra);
 
+/* ---- the schedule: what one stage does in one iteration ---- */
+
+enum bal_op_kind {
+    BAL_OP_RECV_ACT = 0, /* the activation of micro-batch mb from the previous stage */
+    BAL_OP_FWD,
+    BAL_OP_SEND_ACT,     /* to the next stage */
+    BAL_OP_RECV_GRAD,    /* the gradient of this stage's output, from the next stage */
+    BAL_OP_BWD,
+    BAL_OP_SEND_GRAD,    /* the gradient of this stage's input, to the previous stage */
+};
+typedef struct bal_op {
+    int kind; /* enum bal_op_kind */
+    int mb;   /* micro-batch */
+} bal_op;
+/* Most ops one stage runs in an iteration of m micro-batches. */
+#define BAL_STAGE_OPS_MAX(m) (6 * (m))
+
+/* Stage i's operations for one iteration (then the optimizer step) into ops
+ * (BAL_STAGE_OPS_MAX(micro_batches) entries); returns their count, -1 on bad
+ * arguments. GPipe: every forward, then every backward. 1F1B: `warmup`
+ * forwards (-1: the textbook p-i-1; capped at m), then one forward and one
+ * backward in turn, then the remaining backwards. A forward is preceded by
+ * its receive (not on stage 0) and followed by its send (not on the last
+ * stage); a backward the same in the other direction. The simulator replays
+ * these ops and the stage runner (device/model/dev_pipe.h) executes them. */
+int bal_stage_ops(int schedule, int stages, int i, int micro_batches, int warmup, bal_op *ops);
+/* 1F1B warm-ups run without deadlock when each stage warms up with at least
+ * one forward more than the next (both capped at m); refuses the first that
+ * does not, naming it. */
+int bal_warmups_check(int stages, int micro_batches, const int *warmup, sl_err *err);
+
 /* ---- the simulator ---- */
 
 enum bal_seg_kind { BAL_SEG_FWD = 0, BAL_SEG_BWD, BAL_SEG_OPT, BAL_SEG_SEND_ACT, BAL_SEG_SEND_GRAD };

@@ -108,33 +108,92 @@ static void push(sim *S, double t, int type, int stage, int dir, int mb)
     heap_push(&S->h, (event){t, S->seq++, type, stage, dir, mb});
 }
 
+/* F(j): receive, compute, send; B(j) the same in the other direction. */
+static int add_fwd(bal_op *ops, int k, int j, int first, int last)
+{
+    if (!first)
+        ops[k++] = (bal_op){BAL_OP_RECV_ACT, j};
+    ops[k++] = (bal_op){BAL_OP_FWD, j};
+    if (!last)
+        ops[k++] = (bal_op){BAL_OP_SEND_ACT, j};
+    return k;
+}
+
+static int add_bwd(bal_op *ops, int k, int j, int first, int last)
+{
+    if (!last)
+        ops[k++] = (bal_op){BAL_OP_RECV_GRAD, j};
+    ops[k++] = (bal_op){BAL_OP_BWD, j};
+    if (!first)
+        ops[k++] = (bal_op){BAL_OP_SEND_GRAD, j};
+    return k;
+}
+
+int bal_stage_ops(int schedule, int stages, int i, int micro_batches, int warmup, bal_op *ops)
+{
+    int p = stages, m = micro_batches, k = 0;
+    if (p < 1 || i < 0 || i >= p || m < 1 || (schedule != BAL_1F1B && schedule != BAL_GPIPE))
+        return -1;
+    int first = i == 0, last = i == p - 1;
+    if (schedule == BAL_GPIPE) {
+        for (int j = 0; j < m; j++)
+            k = add_fwd(ops, k, j, first, last);
+        for (int j = 0; j < m; j++)
+            k = add_bwd(ops, k, j, first, last);
+        return k;
+    }
+    int warm = warmup < 0 ? p - i - 1 : warmup, f = 0, b = 0;
+    if (warm > m)
+        warm = m;
+    for (; f < warm; f++)
+        k = add_fwd(ops, k, f, first, last);
+    while (f < m) {
+        k = add_fwd(ops, k, f++, first, last);
+        k = add_bwd(ops, k, b++, first, last);
+    }
+    while (b < m)
+        k = add_bwd(ops, k, b++, first, last);
+    return k;
+}
+
+int bal_warmups_check(int stages, int micro_batches, const int *warmup, sl_err *err)
+{
+    int m = micro_batches;
+    for (int i = 0; i < stages; i++) {
+        if (warmup[i] < 0)
+            return sl_err_set(err, SL_EINVAL, "stage %d: warm-up %d is negative", i, warmup[i]);
+        if (i + 1 == stages)
+            break;
+        int w = warmup[i] > m ? m : warmup[i];
+        int next = warmup[i + 1] > m ? m : warmup[i + 1];
+        int need = next + 1 > m ? m : next + 1;
+        if (w < need)
+            return sl_err_set(err, SL_EINVAL,
+                              "stage %d warms up with %d forwards, stage %d with %d: stage %d "
+                              "would wait for a forward that stage %d sends only after a "
+                              "backward (each stage needs one forward more than the next)",
+                              i, w, i + 1, next, i + 1, i);
+    }
+    return 0;
+}
+
+/* The simulator replays the computes of bal_stage_ops; sends and receives
+ * are its links. */
 static void build_ops(sim *S)
 {
     int p = S->p, m = S->m;
+    bal_op *ops = sl_xmalloc((size_t)BAL_STAGE_OPS_MAX(m) * sizeof *ops);
     for (int i = 0; i < p; i++) {
         int *o = S->ops + (size_t)i * 2 * m, k = 0;
-        if (S->schedule == BAL_GPIPE) {
-            for (int j = 0; j < m; j++)
-                o[k++] = j;
-            for (int j = 0; j < m; j++)
-                o[k++] = -(j + 1);
-        } else {
-            int warm = S->schedule == S->pl->schedule ? S->pl->stage[i].warmup : p - i - 1;
-            int f = 0, b = 0;
-            if (warm > m)
-                warm = m;
-            if (warm < 0)
-                warm = 0;
-            for (; f < warm; f++)
-                o[k++] = f;
-            while (f < m) {
-                o[k++] = f++;
-                o[k++] = -(b++ + 1);
-            }
-            while (b < m)
-                o[k++] = -(b++ + 1);
-        }
+        int warm = S->schedule == S->pl->schedule ? S->pl->stage[i].warmup : -1;
+        int n = bal_stage_ops(S->schedule, p, i, m, warm, ops);
+        for (int j = 0; j < n; j++)
+            if (ops[j].kind == BAL_OP_FWD)
+                o[k++] = ops[j].mb;
+            else if (ops[j].kind == BAL_OP_BWD)
+                o[k++] = -(ops[j].mb + 1);
     }
+    free(ops);
 }
 
 /* A directed link starts its next message if it is idle. */

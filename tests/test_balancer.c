@@ -1,6 +1,7 @@
 /* The balancer: exact partition vs brute force, never worse than the
  * baselines under the simulator, memory, closed forms, messages. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -620,6 +621,122 @@ static void test_chain_validation(void)
     bal_problem_free(pb);
 }
 
+
+/* The simulator's order of computes and sends on every stage is the list
+ * bal_stage_ops gives (what the stage runner executes): 1F1B with textbook
+ * and plan warm-ups (the lookahead), GPipe, p <= 16, m <= 64, random stage
+ * and link times so that no order comes from timing alone. */
+static int seg_cmp(const void *a, const void *b)
+{
+    const bal_segment *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start ? 1 : 0;
+}
+
+static void test_stage_ops_match_simulator(void)
+{
+    uint64_t k = 0;
+    int cases = 0, bad = 0;
+    for (int p = 1; p <= 16; p++)
+        for (int m = 1; m <= 64; m += (m < 8 ? 1 : 7)) {
+            for (int variant = 0; variant < 3; variant++) {
+                int schedule = variant == 2 ? BAL_GPIPE : BAL_1F1B;
+                bal_plan pl = {.algo = BAL_EVEN, .schedule = schedule, .micro_batches = m,
+                               .n_stages = p};
+                pl.stage = sl_xcalloc((size_t)p, sizeof *pl.stage);
+                int *warm = sl_xcalloc((size_t)p, sizeof *warm);
+                int extra = 0;
+                for (int i = p - 1; i >= 0; i--) {
+                    bal_stage *st = &pl.stage[i];
+                    st->fwd_s = 0.5 + urand(99, &k);
+                    st->bwd_s = 1 + 2 * urand(99, &k);
+                    st->optim_s = 0.1;
+                    st->lat_s = 3 * urand(99, &k);
+                    st->act_s = st->grad_s = urand(99, &k);
+                    /* variant 1: a lookahead of 0..2 extra forwards per link */
+                    if (variant == 1 && i < p - 1)
+                        extra += (int)(urand(99, &k) * 3);
+                    st->warmup = p - i - 1 + extra;
+                    warm[i] = st->warmup;
+                }
+                sl_err err = {0};
+                if (schedule == BAL_1F1B)
+                    CHECKF(bal_warmups_check(p, m, warm, &err) == 0, "p=%d m=%d: %s", p, m, err.msg);
+                bal_timeline *tl = bal_simulate(&pl, schedule, 1, &err);
+                CHECKF(tl != NULL, "p=%d m=%d: %s", p, m, err.msg);
+                bal_op *ops = sl_xmalloc((size_t)BAL_STAGE_OPS_MAX(m) * sizeof *ops);
+                bal_segment *mine = sl_xmalloc((size_t)tl->n_seg * sizeof *mine);
+                for (int i = 0; tl && i < p; i++) {
+                    int n = bal_stage_ops(schedule, p, i, m, schedule == BAL_1F1B ? warm[i] : -1, ops);
+                    /* computes, then sends: each in the stage's own time order */
+                    for (int pass = 0; pass < 2; pass++) {
+                        int ns = 0;
+                        for (int j = 0; j < tl->n_seg; j++) {
+                            const bal_segment *g = &tl->seg[j];
+                            int compute = g->kind == BAL_SEG_FWD || g->kind == BAL_SEG_BWD;
+                            int send = g->kind == BAL_SEG_SEND_ACT || g->kind == BAL_SEG_SEND_GRAD;
+                            if (g->stage == i && (pass ? send : compute))
+                                mine[ns++] = *g;
+                        }
+                        qsort(mine, (size_t)ns, sizeof *mine, seg_cmp);
+                        int q = 0, ok = 1;
+                        for (int j = 0; j < n; j++) {
+                            int kind = ops[j].kind, want;
+                            if (pass == 0 && kind == BAL_OP_FWD)
+                                want = BAL_SEG_FWD;
+                            else if (pass == 0 && kind == BAL_OP_BWD)
+                                want = BAL_SEG_BWD;
+                            else if (pass == 1 && kind == BAL_OP_SEND_ACT)
+                                want = BAL_SEG_SEND_ACT;
+                            else if (pass == 1 && kind == BAL_OP_SEND_GRAD)
+                                want = BAL_SEG_SEND_GRAD;
+                            else
+                                continue;
+                            /* sends of one direction are ordered; the two directions interleave */
+                            if (pass == 1) {
+                                int r = q;
+                                while (r < ns && mine[r].kind != want)
+                                    r++;
+                                if (r == ns || mine[r].mb != ops[j].mb) {
+                                    ok = 0;
+                                    break;
+                                }
+                                mine[r].kind = -1;
+                                while (q < ns && mine[q].kind == -1)
+                                    q++;
+                                continue;
+                            }
+                            if (q >= ns || mine[q].kind != want || mine[q].mb != ops[j].mb) {
+                                ok = 0;
+                                break;
+                            }
+                            q++;
+                        }
+                        if (pass == 0)
+                            ok &= q == ns;
+                        bad += !ok;
+                        CHECKF(ok, "p=%d m=%d %s stage %d: the simulator's %s differ from bal_stage_ops",
+                               p, m, variant == 2 ? "gpipe" : variant ? "1f1b+lookahead" : "1f1b", i,
+                               pass ? "sends" : "computes");
+                    }
+                }
+                cases++;
+                free(mine);
+                free(ops);
+                bal_timeline_free(tl);
+                free(warm);
+                free(pl.stage);
+            }
+        }
+    printf("    %d schedules, %d stage orders differ\n", cases, bad);
+    /* a warm-up that would deadlock is named */
+    int bad_warm[3] = {1, 1, 0};
+    sl_err err = {0};
+    CHECK(bal_warmups_check(3, 4, bad_warm, &err) != 0);
+    CHECK(strstr(err.msg, "stage 0") != NULL);
+    bal_op ops[6];
+    CHECK(bal_stage_ops(BAL_1F1B, 2, 2, 1, -1, ops) == -1);
+}
+
 int main(void)
 {
     RUN(test_bert_units);
@@ -634,5 +751,6 @@ int main(void)
     RUN(test_sky_moves_both_ways);
     RUN(test_deterministic);
     RUN(test_chain_validation);
+    RUN(test_stage_ops_match_simulator);
     return sl_test_done();
 }
