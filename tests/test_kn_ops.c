@@ -8,6 +8,7 @@
  * vocabulary 997. Error metric: kn_testutil.h (max abs error over max ref). */
 #include <dirent.h>
 #include <unistd.h>
+#include <omp.h>
 
 #include "kn_body.h"
 #include "kn_gemm.h"
@@ -648,11 +649,34 @@ static void test_edge_shapes(void)
     CHECK(lo[0] == 0.25f && lo[1] == 0.25f && isfinite(r[0]));
 }
 
+/* Reductions (the gradient norm's sum of squares, LAMB's trust ratio) give
+ * the same bits for any thread count: a pipeline stage may run with fewer
+ * threads than the one-stage trainer it must equal. */
+static void test_reductions_thread_independent(void)
+{
+    size_t n = 5000003;
+    float *x = kt_randn(n, 11, 1.0f), *g = kt_randn(n, 12, 1.0f), *p1 = kt_randn(n, 13, 1.0f);
+    float *p2 = kt_alloc(n), *m1 = kt_alloc(n), *v1 = kt_alloc(n), *m2 = kt_alloc(n), *v2 = kt_alloc(n);
+    memcpy(p2, p1, n * sizeof(float));
+    int was = omp_get_max_threads();
+    omp_set_num_threads(1);
+    double s1 = kn_sumsq(x, n);
+    kn_lamb_update(p1, g, m1, v1, n, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1);
+    omp_set_num_threads(3);
+    double s3 = kn_sumsq(x, n);
+    kn_lamb_update(p2, g, m2, v2, n, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1);
+    omp_set_num_threads(was);
+    CHECKF(s1 == s3, "sumsq: %.17g with 1 thread, %.17g with 3", s1, s3);
+    CHECK(kt_bitwise_equal(p1, p2, n));
+    free(x); free(p1); free(p2); free(g); free(m1); free(v1); free(m2); free(v2);
+}
+
 int main(void)
 {
     RUN(test_edge_shapes);
     make_inputs();
     RUN(test_residual_sumsq_scale);
+    RUN(test_reductions_thread_independent);
     RUN(test_sgemm_mapping);
     RUN(test_accumulation);
     RUN(test_dropout_stats);

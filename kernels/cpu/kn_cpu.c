@@ -20,6 +20,17 @@
  * compute-bound ones (GELU's erf, exp rows) pay off much earlier. */
 #define KN_PAR_MIN (1 << 18)
 #define KN_PAR_MIN_HEAVY (1 << 14)
+/* Reductions sum fixed blocks (at least KN_RED_BLOCK elements, at most
+ * KN_RED_MAX_BLOCKS of them) and then the block sums in order, so their
+ * result is the same for any number of threads. */
+#define KN_RED_BLOCK ((size_t)1 << 16)
+#define KN_RED_MAX_BLOCKS 1024
+static size_t red_blocks(size_t n, size_t *block)
+{
+    size_t bs = (n + KN_RED_MAX_BLOCKS - 1) / KN_RED_MAX_BLOCKS;
+    *block = bs < KN_RED_BLOCK ? KN_RED_BLOCK : bs;
+    return n ? (n + *block - 1) / *block : 0;
+}
 
 /* dst[c] += sum over rows n of x[n*ld + c], c in [0, C). */
 static void colsum_add(float *dst, const float *x, int N, int ld, int C)
@@ -310,13 +321,26 @@ void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, floa
 {
     float bc1 = (float)(1.0 - pow(beta1, t));
     float bc2 = (float)(1.0 - pow(beta2, t));
-    double psq = 0.0, usq = 0.0;
-#pragma omp parallel for simd schedule(static) reduction(+ : psq, usq) if (n >= KN_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        double p2, u2;
-        kn_t_lamb_moments(i, p, g, m, v, beta1, beta2, eps, wd, bc1, bc2, &p2, &u2);
-        psq += p2;
-        usq += u2;
+    /* per-block sums added in block order: the result does not depend on
+     * the thread count (a pipeline stage may run with fewer threads) */
+    double bp[KN_RED_MAX_BLOCKS], bu[KN_RED_MAX_BLOCKS], psq = 0.0, usq = 0.0;
+    size_t bs, nb = red_blocks(n, &bs);
+#pragma omp parallel for schedule(static) if (n >= KN_PAR_MIN)
+    for (size_t k = 0; k < nb; k++) {
+        size_t i0 = k * bs, i1 = i0 + bs < n ? i0 + bs : n;
+        double ps = 0.0, us = 0.0;
+        for (size_t i = i0; i < i1; i++) {
+            double p2, u2;
+            kn_t_lamb_moments(i, p, g, m, v, beta1, beta2, eps, wd, bc1, bc2, &p2, &u2);
+            ps += p2;
+            us += u2;
+        }
+        bp[k] = ps;
+        bu[k] = us;
+    }
+    for (size_t k = 0; k < nb; k++) {
+        psq += bp[k];
+        usq += bu[k];
     }
     float step = lr * kn_lamb_trust(psq, usq);
 #pragma omp parallel for simd schedule(static) if (n >= KN_PAR_MIN)
@@ -326,10 +350,19 @@ void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, floa
 
 double kn_sumsq(const float *x, size_t n)
 {
-    double s = 0.0;
-#pragma omp parallel for simd schedule(static) reduction(+ : s) if (n >= KN_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
+    double part[KN_RED_MAX_BLOCKS], s = 0.0;
+    size_t bs, nb = red_blocks(n, &bs);
+#pragma omp parallel for schedule(static) if (n >= KN_PAR_MIN)
+    for (size_t k = 0; k < nb; k++) {
+        size_t i0 = k * bs, i1 = i0 + bs < n ? i0 + bs : n;
+        double b = 0.0;
+#pragma omp simd reduction(+ : b)
+        for (size_t i = i0; i < i1; i++)
+            b += (double)x[i] * x[i];
+        part[k] = b;
+    }
+    for (size_t k = 0; k < nb; k++)
+        s += part[k];
     return s;
 }
 
