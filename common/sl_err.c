@@ -59,6 +59,7 @@ const char *sl_errcode_name(int code)
     case SL_EAUTH: return "auth";
     case SL_ENOTSUP: return "notsup";
     case SL_ESTATE: return "state";
+    case SL_ECANCELED: return "canceled";
     default: return "internal";
     }
 }

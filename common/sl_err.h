@@ -17,7 +17,8 @@ enum sl_errcode {
     SL_EAUTH,    /* authentication or authorisation refused */
     SL_ENOTSUP,  /* feature not built in or not present on this machine */
     SL_ESTATE,   /* operation not valid in the current state */
-    SL_EINTERNAL
+    SL_EINTERNAL,
+    SL_ECANCELED /* stopped because another part failed first */
 };
 
 typedef struct sl_err {

@@ -24,14 +24,16 @@ typedef struct run {
     double loss[4]; /* STEPS, or 3 for test_bf16_state */
 } run;
 
-static unsigned train_flags; /* dev_stage_create flags of train() */
+static unsigned train_flags;  /* dev_stage_create flags of train() */
+static int train_schedule;    /* BAL_1F1B (0) or BAL_GPIPE */
 
 /* `steps` steps; the last leaves its gradients without updating. */
 static void train(run *r, const int *bounds, int n, int micro, const dev_optim *o, int steps)
 {
     r->steps = steps;
     sl_err err = {0};
-    r->tr = dev_train_create_on(&cfg, bounds, n, B, T, micro, 7, NULL, train_flags, &err);
+    dev_train_opts to = {.schedule = train_schedule, .flags = train_flags};
+    r->tr = dev_train_open(&cfg, bounds, n, B, T, micro, 7, &to, &err);
     CHECKF(r->tr != NULL, "%s", err.msg);
     dt_batch b;
     for (int s = 0; s < steps && r->tr; s++) {
@@ -154,132 +156,36 @@ static void test_lamb(void)
     splits(&o);
 }
 
-/* Stages driven directly with several micro-batches in flight (one stash slot
- * each), in a GPipe order (all forwards, then all backwards) and an
- * interleaved 1F1B-like order (there with DEV_STAGE_RECOMPUTE: stash only the
- * layer outputs, recompute the rest in backward; GPipe with
- * DEV_STAGE_RECOMPUTE_ATTN), give bit for bit what the sequential trainer
- * gives: the stash keeps each micro-batch's activations apart. */
-static void pipelined(const int *bounds, int n, int order, const dev_optim *o, run *r)
-{
-    enum { MICRO = 4, BM = B / MICRO };
-    sl_err err = {0};
-    dev_stage *st[8];
-    float *act[8][MICRO], *grad[8][MICRO];
-    size_t nc = (size_t)BM * T * cfg.hidden;
-    for (int i = 0; i < n; i++) {
-        st[i] = dev_stage_create(&cfg, bounds[i], bounds[i + 1] - 1, BM, T, MICRO, 7, NULL,
-                                 order ? DEV_STAGE_RECOMPUTE : DEV_STAGE_RECOMPUTE_ATTN, &err);
-        for (int m = 0; m < MICRO; m++) {
-            act[i][m] = kt_alloc(nc);
-            grad[i][m] = kt_alloc(nc);
-        }
-    }
-    r->steps = STEPS;
-    for (int s = 0; s < STEPS; s++) {
-        dt_batch b;
-        dt_make_batch(&b, B, T, cfg.vocab, 100 + 10 * (uint64_t)s);
-        int total = 0;
-        for (int k = 0; k < B * T; k++)
-            total += b.lab[k] != -100;
-        dev_micro mb[MICRO];
-        for (int m = 0; m < MICRO; m++) {
-            size_t off = (size_t)m * BM * T;
-            dev_micro x = {.B = BM, .T = T, .tokens = b.tok + off, .segments = b.seg + off,
-                           .valid = b.valid + off, .labels = b.lab + off,
-                           .seq0 = (uint64_t)s * B + (uint64_t)m * BM, .step = (uint64_t)s + 1,
-                           .seed = 7, .loss_scale = 1.0f / (float)total, .train = 1};
-            mb[m] = x;
-        }
-        for (int i = 0; i < n; i++)
-            CHECK(dev_stage_zero_grad(st[i], &err) == 0);
-        double loss = 0;
-        /* the global order of micro-batch operations: +m+1 forward, -(m+1) backward */
-        static const int gpipe[] = {1, 2, 3, 4, -1, -2, -3, -4};
-        static const int ofob[] = {1, 2, -1, 3, -2, 4, -3, -4};
-        const int *ops = order ? ofob : gpipe;
-        for (int k = 0; k < 2 * MICRO; k++) {
-            int m = abs(ops[k]) - 1;
-            if (ops[k] > 0) {
-                for (int i = 0; i < n; i++) {
-                    double l = 0;
-                    int msk = 0;
-                    CHECKF(dev_stage_forward(st[i], m, &mb[m], i ? act[i - 1][m] : NULL,
-                                             i + 1 < n ? act[i][m] : NULL, &l, &msk, &err) == 0,
-                           "%s", err.msg);
-                    loss += l;
-                }
-            } else {
-                for (int i = n - 1; i >= 0; i--)
-                    CHECKF(dev_stage_backward(st[i], m, &mb[m], i + 1 < n ? grad[i][m] : NULL,
-                                              i ? grad[i - 1][m] : NULL, &err) == 0,
-                           "%s", err.msg);
-            }
-        }
-        for (int i = 0; i < n; i++)
-            CHECK(dev_stage_grad_finish(st[i], &err) == 0);
-        if (n > 1) { /* the exchange protocol, as two devices would run it */
-            size_t ne, nh;
-            const float *ge, *gh;
-            CHECK(dev_stage_tied_grad(st[0], &ge, &ne, &err) == 0 && ge);
-            CHECK(dev_stage_tied_grad(st[n - 1], &gh, &nh, &err) == 0 && gh);
-            float *sent_e = kt_alloc(ne), *sent_h = kt_alloc(nh);
-            memcpy(sent_e, ge, ne * sizeof(float));
-            memcpy(sent_h, gh, nh * sizeof(float));
-            CHECK(dev_stage_tied_add(st[0], sent_h, &err) == 0);
-            CHECK(dev_stage_tied_add(st[n - 1], sent_e, &err) == 0);
-            free(sent_e);
-            free(sent_h);
-        }
-        double sumsq = 0;
-        for (int i = 0; i < n; i++) {
-            double part = 0;
-            CHECK(dev_stage_grad_sumsq(st[i], &part, &err) == 0);
-            sumsq += part;
-        }
-        r->loss[s] = loss / total;
-        if (s + 1 < STEPS)
-            for (int i = 0; i < n; i++)
-                CHECK(dev_stage_step(st[i], o, dev_clip_scale(sqrt(sumsq), o->clip), &err) == 0);
-        dt_free_batch(&b);
-    }
-    /* hand the stages over in a dev_train shell for compare(): copy into one */
-    r->tr = dev_train_create(&cfg, bounds, n, B, T, MICRO, 7, &err);
-    for (int i = 0; i < n; i++) {
-        size_t np;
-        float *p = dev_stage_params(st[i], &np);
-        memcpy(dev_stage_params(dev_train_stage(r->tr, i), NULL), p, np * sizeof(float));
-        memcpy(dev_stage_grads(dev_train_stage(r->tr, i), NULL), dev_stage_grads(st[i], NULL),
-               np * sizeof(float));
-        dev_stage_free(st[i]);
-        for (int m = 0; m < MICRO; m++) {
-            free(act[i][m]);
-            free(grad[i][m]);
-        }
-    }
-}
-
+/* The runner on threads with several micro-batches in flight (one stash
+ * slot each), in the 1F1B order (there with DEV_STAGE_RECOMPUTE: stash only
+ * the layer outputs, recompute the rest in backward) and in the GPipe order
+ * (with DEV_STAGE_RECOMPUTE_ATTN), gives bit for bit what one stage gives:
+ * the stash keeps each micro-batch's activations apart, and the global norm
+ * adds every stage's per-tensor sums in one order. */
 static void test_in_flight(void)
 {
     dev_optim o;
     dev_optim_default(&o);
     o.lr = 1e-3f;
     o.clip = 0.5f;
-    static const int one[] = {0, 5}, three[] = {0, 2, 4, 5};
+    static const int one[] = {0, 5}, three[] = {0, 2, 4, 5}, four[] = {0, 1, 3, 4, 5};
     run ref = {0}; /* one stage, so compare() sees every tensor */
     train(&ref, one, 1, 4, &o, STEPS);
-    for (int order = 0; order < 2; order++) {
-        run r = {0};
-        pipelined(three, 3, order, &o, &r);
+    for (int sched = 0; sched < 2; sched++) {
+        train_schedule = sched ? BAL_GPIPE : BAL_1F1B;
+        train_flags = sched ? DEV_STAGE_RECOMPUTE_ATTN : DEV_STAGE_RECOMPUTE;
+        run r = {0}, r4 = {0};
+        train(&r, three, 3, 4, &o, STEPS);
+        train(&r4, four, 4, 4, &o, STEPS);
         if (ref.tr && r.tr)
-            compare(&ref, &r, 1, order ? "3 stages, 4 in flight, 1F1B, recompute" : "3 stages, 4 in flight, GPipe, attn");
+            compare(&ref, &r, 1, sched ? "3 stages, 4 in flight, GPipe, attn" : "3 stages, 4 in flight, 1F1B, recompute");
+        if (ref.tr && r4.tr)
+            compare(&ref, &r4, 1, sched ? "4 stages, GPipe, attn" : "4 stages, 1F1B, recompute");
         dev_train_free(r.tr);
-        run r1 = {0};
-        pipelined(one, 1, order, &o, &r1);
-        if (ref.tr && r1.tr)
-            compare(&ref, &r1, 1, order ? "1 stage, 4 in flight, 1F1B, recompute" : "1 stage, 4 in flight, GPipe, attn");
-        dev_train_free(r1.tr);
+        dev_train_free(r4.tr);
     }
+    train_schedule = BAL_1F1B;
+    train_flags = 0;
     dev_train_free(ref.tr);
 }
 

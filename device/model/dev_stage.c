@@ -1154,22 +1154,6 @@ int dev_stage_tied_add(dev_stage *s, const float *other, sl_err *err)
     return check_fault(s, err);
 }
 
-int dev_stage_tied_exchange(dev_stage *embed, dev_stage *head, sl_err *err)
-{
-    if (!tied_buf(embed) || !tied_buf(head))
-        return 0;
-    /* embed + head on both sides: the embed side adds, the head side takes
-     * the (identical) sum. */
-    const float *gh, *ge;
-    size_t n;
-    if (dev_stage_tied_grad(head, &gh, &n, err) || dev_stage_tied_add(embed, gh, err) ||
-        dev_stage_tied_grad(embed, &ge, &n, err))
-        return -1;
-    if (head->be->upload(head->head_gwte, ge, n * sizeof(float), err))
-        return -1;
-    return check_fault(head, err);
-}
-
 int dev_stage_grad_finish(dev_stage *s, sl_err *err)
 {
     int n = s->en, C = s->c.hidden;
@@ -1185,13 +1169,13 @@ int dev_stage_grad_finish(dev_stage *s, sl_err *err)
     return check_fault(s, err);
 }
 
-int dev_stage_grad_sumsq(dev_stage *s, double *sumsq, sl_err *err)
+int dev_stage_grad_sumsqs(dev_stage *s, double *sumsq, int *n, sl_err *err)
 {
-    double sum = 0;
-    for (int k = 0; k < s->nt; k++)
-        if (!(s->t[k].flags & DEV_T_TIED))
-            sum += s->be->sumsq(s->gp[k], s->t[k].numel);
-    *sumsq = sum;
+    int k = 0;
+    for (int i = 0; i < s->nt; i++)
+        if (!(s->t[i].flags & DEV_T_TIED))
+            sumsq[k++] = s->be->sumsq(s->gp[i], s->t[i].numel);
+    *n = k;
     return check_fault(s, err);
 }
 

@@ -7,14 +7,14 @@
  * the previous stage and gives one to the next; backward takes the gradient
  * of its output and gives the gradient of its input.
  *
- * One optimizer step of a pipeline, per stage:
+ * One optimizer step of a pipeline, per stage (dev_pipe.h runs it):
  *   dev_stage_zero_grad
  *   for each micro-batch (1F1B or GPipe; a slot per micro-batch in flight):
  *     forward(slot), later backward(slot); backwards in micro-batch order,
  *     as gradients accumulate in the order they run
  *   dev_stage_grad_finish                      (local tied-embedding sum)
  *   tied exchange between the embed and head stages (see below)
- *   partial = dev_stage_grad_sumsq; global norm = sqrt(sum of partials)
+ *   dev_stage_grad_sumsqs; global norm = sqrt(every stage's values in order)
  *   dev_stage_step(lr, dev_clip_scale(norm, max_norm))
  * With the same micro-batches, any split gives bit-for-bit the same result as
  * one stage (tests/test_stages.c proves it).
@@ -144,12 +144,13 @@ int dev_stage_tied_role(const dev_stage *s);
  * copies stay identical. */
 int dev_stage_tied_grad(dev_stage *s, const float **g, size_t *n, sl_err *err);
 int dev_stage_tied_add(dev_stage *s, const float *other, sl_err *err);
-/* In-process exchange (sequential runs and tests). */
-int dev_stage_tied_exchange(dev_stage *embed, dev_stage *head, sl_err *err);
 
-/* Sum of squares of this stage's gradients; the HEAD role's copy of the word
- * embeddings is left out so the global norm counts it once. */
-int dev_stage_grad_sumsq(dev_stage *s, double *sumsq, sl_err *err);
+/* Sums of squares of this stage's gradients, one per tensor in tensor order
+ * (at most the tensor count; *n gets how many). The HEAD role's copy of the
+ * word embeddings is left out so the global norm counts it once: the global
+ * norm is the square root of every stage's values added in stage order,
+ * which is the one-stage sum whatever the split. */
+int dev_stage_grad_sumsqs(dev_stage *s, double *sumsq, int *n, sl_err *err);
 /* Scales the gradients by grad_scale (clipping), then one optimizer update
  * with the learning rate of the next step; increments the step. */
 int dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale, sl_err *err);

@@ -1,41 +1,159 @@
+/* dev_train.c - a chain of stage runners in this process (dev_train.h). With
+ * several stages each runner has a thread of its own, started once and fed
+ * one command per step; they meet only through the in-process port. */
 #include "dev_train.h"
 
-#include <math.h>
+#include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "bal.h"
 #include "sl_mem.h"
+
+enum { CMD_GRADS = 1, CMD_STEP, CMD_EVAL, CMD_QUIT };
+
+typedef struct worker {
+    dev_train *tr;
+    int i;
+    pthread_t th;
+    int rc;
+    sl_err err;
+    dev_step_info info;
+    double loss_sum;
+    int masked;
+} worker;
 
 struct dev_train {
     dev_config c;
-    int n, B, T, micro;
+    int n, B, T, micro, threads;
     uint64_t seed;
     dev_stage **st;
-    float **act, **grad; /* boundary buffers between stage i and i+1 */
+    dev_pipe **pipe;
+    dev_port_hub *hub;
+    worker *w;
+    int started; /* worker threads running */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t gen; /* commands issued */
+    int cmd, pending;
+    const dev_batch *b;
+    const dev_optim *o;
+    uint64_t step;
 };
 
-dev_train *dev_train_create(const dev_config *c, const int *bounds, int nstages, int B, int T,
-                            int micro, uint64_t seed, sl_err *err)
+static void run_cmd(dev_train *tr, worker *w, int cmd)
 {
-    return dev_train_create_on(c, bounds, nstages, B, T, micro, seed, NULL, 0, err);
+    dev_pipe *pp = tr->pipe[w->i];
+    const dev_batch *b = w->i == 0 ? tr->b : NULL;
+    sl_err_clear(&w->err);
+    if (cmd == CMD_GRADS)
+        w->rc = dev_pipe_grads(pp, b, tr->step, &w->info, &w->err);
+    else if (cmd == CMD_STEP)
+        w->rc = dev_pipe_step(pp, b, tr->o, &w->info, &w->err);
+    else
+        w->rc = dev_pipe_eval(pp, b, &w->loss_sum, &w->masked, &w->err);
 }
 
-dev_train *dev_train_create_on(const dev_config *c, const int *bounds, int nstages, int B, int T,
-                               int micro, uint64_t seed, const kn_be *be, unsigned flags,
-                               sl_err *err)
+static void *worker_main(void *arg)
 {
-    if (nstages < 1 || bounds[0] != 0 || bounds[nstages] != dev_unit_count(c)) {
-        sl_err_set(err, SL_EINVAL, "stages must cover units 0..%d", dev_unit_count(c) - 1);
-        return NULL;
-    }
-    for (int i = 0; i < nstages; i++)
-        if (bounds[i + 1] <= bounds[i]) {
-            sl_err_set(err, SL_EINVAL, "stage %d owns no unit", i);
+    worker *w = arg;
+    dev_train *tr = w->tr;
+    omp_set_num_threads(tr->threads);
+    uint64_t seen = 0;
+    pthread_mutex_lock(&tr->mu);
+    for (;;) {
+        while (tr->gen == seen)
+            pthread_cond_wait(&tr->cv, &tr->mu);
+        seen = tr->gen;
+        int cmd = tr->cmd;
+        pthread_mutex_unlock(&tr->mu);
+        if (cmd == CMD_QUIT)
             return NULL;
-        }
-    if (B < 1 || micro < 1 || B % micro != 0) {
-        sl_err_set(err, SL_EINVAL, "batch %d is not a multiple of the micro-batch count %d", B,
-                   micro);
+        run_cmd(tr, w, cmd);
+        pthread_mutex_lock(&tr->mu);
+        if (--tr->pending == 0)
+            pthread_cond_broadcast(&tr->cv);
+    }
+}
+
+/* Runs cmd on every stage and waits for all; the error reported is the one
+ * that stopped the pipeline, not the others' "stopped" that followed it. */
+static int run_all(dev_train *tr, int cmd, sl_err *err)
+{
+    if (tr->n == 1) {
+        run_cmd(tr, &tr->w[0], cmd);
+    } else {
+        pthread_mutex_lock(&tr->mu);
+        tr->cmd = cmd;
+        tr->pending = tr->n;
+        tr->gen++;
+        pthread_cond_broadcast(&tr->cv);
+        while (tr->pending > 0)
+            pthread_cond_wait(&tr->cv, &tr->mu);
+        pthread_mutex_unlock(&tr->mu);
+    }
+    const worker *bad = NULL;
+    for (int i = 0; i < tr->n; i++)
+        if (tr->w[i].rc && (!bad || (bad->err.code == SL_ECANCELED &&
+                                     tr->w[i].err.code != SL_ECANCELED)))
+            bad = &tr->w[i];
+    if (!bad)
+        return 0;
+    if (err)
+        *err = bad->err;
+    if (tr->hub)
+        dev_port_hub_reset(tr->hub);
+    return -1;
+}
+
+static void stop_workers(dev_train *tr)
+{
+    if (!tr->started)
+        return;
+    pthread_mutex_lock(&tr->mu);
+    tr->cmd = CMD_QUIT;
+    tr->gen++;
+    pthread_cond_broadcast(&tr->cv);
+    pthread_mutex_unlock(&tr->mu);
+    for (int i = 0; i < tr->started; i++)
+        pthread_join(tr->w[i].th, NULL);
+    tr->started = 0;
+}
+
+static int default_threads(int n)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int k = cores > 0 ? (int)(cores / n) : 1;
+    return k < 1 ? 1 : k;
+}
+
+static int check_bounds(const dev_config *c, const int *bounds, int n, int B, int micro,
+                        sl_err *err)
+{
+    if (n < 1 || bounds[0] != 0 || bounds[n] != dev_unit_count(c))
+        return sl_err_set(err, SL_EINVAL, "stages must cover units 0..%d",
+                          dev_unit_count(c) - 1);
+    for (int i = 0; i < n; i++)
+        if (bounds[i + 1] <= bounds[i])
+            return sl_err_set(err, SL_EINVAL, "stage %d owns no unit", i);
+    if (B < 1 || micro < 1 || B % micro != 0)
+        return sl_err_set(err, SL_EINVAL, "batch %d is not a multiple of the micro-batch count %d",
+                          B, micro);
+    return 0;
+}
+
+dev_train *dev_train_open(const dev_config *c, const int *bounds, int nstages, int B, int T,
+                          int micro, uint64_t seed, const dev_train_opts *o, sl_err *err)
+{
+    dev_train_opts def = {.schedule = BAL_1F1B};
+    if (!o)
+        o = &def;
+    if (check_bounds(c, bounds, nstages, B, micro, err))
+        return NULL;
+    if (o->schedule != BAL_1F1B && o->schedule != BAL_GPIPE) {
+        sl_err_set(err, SL_EINVAL, "unknown schedule %d", o->schedule);
         return NULL;
     }
     dev_train *tr = sl_xcalloc(1, sizeof *tr);
@@ -45,155 +163,118 @@ dev_train *dev_train_create_on(const dev_config *c, const int *bounds, int nstag
     tr->T = T;
     tr->micro = micro;
     tr->seed = seed;
+    tr->threads = o->stage_threads > 0 ? o->stage_threads : default_threads(nstages);
+    pthread_mutex_init(&tr->mu, NULL);
+    pthread_cond_init(&tr->cv, NULL);
     tr->st = sl_xcalloc((size_t)nstages, sizeof *tr->st);
-    tr->act = sl_xcalloc((size_t)nstages, sizeof *tr->act);
-    tr->grad = sl_xcalloc((size_t)nstages, sizeof *tr->grad);
-    size_t nc = (size_t)(B / micro) * T * c->hidden;
+    tr->pipe = sl_xcalloc((size_t)nstages, sizeof *tr->pipe);
+    tr->w = sl_xcalloc((size_t)nstages, sizeof *tr->w);
+    if (nstages > 1) {
+        int nt = 16 * dev_unit_count(c) + 3;
+        dev_port_hub_cfg hc = {
+            .stages = nstages,
+            .depth = micro,
+            .act_floats = (size_t)(B / micro) * T * c->hidden,
+            .valid_ints = (size_t)(B / micro) * T,
+            .label_ints = (size_t)B * T,
+            .tied_floats = (size_t)c->vocab * c->hidden,
+            .gather_max = nt,
+        };
+        if (!(tr->hub = dev_port_hub_create(&hc, err)))
+            goto fail;
+    }
     for (int i = 0; i < nstages; i++) {
-        tr->st[i] = dev_stage_create(c, bounds[i], bounds[i + 1] - 1, B / micro, T, 1, seed, be,
-                                     flags, err);
-        if (!tr->st[i]) {
-            dev_train_free(tr);
-            return NULL;
+        dev_pipe_cfg pc = {.stages = nstages, .index = i, .schedule = o->schedule, .warmup = -1,
+                           .B = B, .T = T, .micro = micro, .seed = seed};
+        const kn_be *be = o->stage_be && o->stage_be[i] ? o->stage_be[i] : o->be;
+        tr->st[i] = dev_stage_create(c, bounds[i], bounds[i + 1] - 1, B / micro, T,
+                                     dev_pipe_slots(&pc), seed, be, o->flags, err);
+        if (!tr->st[i])
+            goto fail;
+        tr->pipe[i] = dev_pipe_create(tr->st[i], &pc, tr->hub ? dev_port_hub_port(tr->hub, i) : NULL,
+                                      err);
+        if (!tr->pipe[i])
+            goto fail;
+        tr->w[i] = (worker){.tr = tr, .i = i};
+    }
+    for (int i = 0; nstages > 1 && i < nstages; i++) {
+        if (pthread_create(&tr->w[i].th, NULL, worker_main, &tr->w[i])) {
+            sl_err_set(err, SL_ENOMEM, "cannot start the thread of stage %d", i);
+            goto fail;
         }
-        if (i + 1 < nstages) {
-            tr->act[i] = sl_xaligned_alloc(nc * sizeof(float));
-            tr->grad[i] = sl_xaligned_alloc(nc * sizeof(float));
-        }
+        tr->started = i + 1;
     }
     return tr;
+fail:
+    dev_train_free(tr);
+    return NULL;
+}
+
+dev_train *dev_train_create(const dev_config *c, const int *bounds, int nstages, int B, int T,
+                            int micro, uint64_t seed, sl_err *err)
+{
+    return dev_train_open(c, bounds, nstages, B, T, micro, seed, NULL, err);
+}
+
+dev_train *dev_train_create_on(const dev_config *c, const int *bounds, int nstages, int B, int T,
+                               int micro, uint64_t seed, const kn_be *be, unsigned flags,
+                               sl_err *err)
+{
+    dev_train_opts o = {.schedule = BAL_1F1B, .be = be, .flags = flags};
+    return dev_train_open(c, bounds, nstages, B, T, micro, seed, &o, err);
 }
 
 void dev_train_free(dev_train *tr)
 {
     if (!tr)
         return;
+    stop_workers(tr);
     for (int i = 0; i < tr->n; i++) {
+        dev_pipe_free(tr->pipe[i]);
         dev_stage_free(tr->st[i]);
-        sl_aligned_free(tr->act[i]);
-        sl_aligned_free(tr->grad[i]);
     }
+    dev_port_hub_free(tr->hub);
     free(tr->st);
-    free(tr->act);
-    free(tr->grad);
+    free(tr->pipe);
+    free(tr->w);
+    pthread_cond_destroy(&tr->cv);
+    pthread_mutex_destroy(&tr->mu);
     free(tr);
 }
 
 int dev_train_nstages(const dev_train *tr) { return tr->n; }
 dev_stage *dev_train_stage(dev_train *tr, int i) { return tr->st[i]; }
-
-static int check_batch(const dev_train *tr, const dev_batch *b, sl_err *err)
-{
-    if (b->B != tr->B || b->T != tr->T)
-        return sl_err_set(err, SL_EINVAL, "batch %dx%d, the trainer was built for %dx%d", b->B,
-                          b->T, tr->B, tr->T);
-    return 0;
-}
-
-static dev_micro micro_of(const dev_train *tr, const dev_batch *b, int m, uint64_t step,
-                          float scale, int train)
-{
-    int Bm = tr->B / tr->micro;
-    size_t off = (size_t)m * Bm * tr->T;
-    dev_micro mb = {
-        .B = Bm,
-        .T = tr->T,
-        .tokens = b->tokens + off,
-        .segments = b->segments ? b->segments + off : NULL,
-        .valid = b->valid + off,
-        .labels = b->labels + off,
-        .seq0 = b->seq0 + (uint64_t)m * Bm,
-        .step = step,
-        .seed = tr->seed,
-        .loss_scale = scale,
-        .train = train,
-    };
-    return mb;
-}
-
-static int forward_all(dev_train *tr, const dev_micro *mb, double *loss, int *masked, sl_err *err)
-{
-    for (int i = 0; i < tr->n; i++)
-        if (dev_stage_forward(tr->st[i], 0, mb, i ? tr->act[i - 1] : NULL,
-                              i + 1 < tr->n ? tr->act[i] : NULL, loss, masked, err))
-            return sl_err_wrap(err, "stage %d forward", i);
-    return 0;
-}
+dev_pipe *dev_train_pipe(dev_train *tr, int i) { return tr->pipe[i]; }
 
 int dev_train_grads(dev_train *tr, const dev_batch *b, uint64_t step, dev_step_info *info,
                     sl_err *err)
 {
-    if (check_batch(tr, b, err))
+    tr->b = b;
+    tr->step = step;
+    if (run_all(tr, CMD_GRADS, err))
         return -1;
-    size_t N = (size_t)b->B * b->T;
-    int total = 0;
-    for (size_t i = 0; i < N; i++)
-        total += b->labels[i] != -100;
-    float scale = total ? 1.0f / (float)total : 0.0f;
-    for (int i = 0; i < tr->n; i++)
-        if (dev_stage_zero_grad(tr->st[i], err))
-            return sl_err_wrap(err, "stage %d", i);
-    double loss = 0;
-    for (int m = 0; m < tr->micro; m++) {
-        dev_micro mb = micro_of(tr, b, m, step, scale, 1);
-        double l = 0;
-        int k = 0;
-        if (forward_all(tr, &mb, &l, &k, err))
-            return -1;
-        loss += l;
-        for (int i = tr->n - 1; i >= 0; i--)
-            if (dev_stage_backward(tr->st[i], 0, &mb, i + 1 < tr->n ? tr->grad[i] : NULL,
-                                   i ? tr->grad[i - 1] : NULL, err))
-                return sl_err_wrap(err, "stage %d backward", i);
-    }
-    for (int i = 0; i < tr->n; i++)
-        if (dev_stage_grad_finish(tr->st[i], err))
-            return sl_err_wrap(err, "stage %d", i);
-    if (tr->n > 1 && dev_stage_tied_exchange(tr->st[0], tr->st[tr->n - 1], err))
-        return sl_err_wrap(err, "tied embeddings");
-    double sumsq = 0;
-    for (int i = 0; i < tr->n; i++) {
-        double part;
-        if (dev_stage_grad_sumsq(tr->st[i], &part, err))
-            return sl_err_wrap(err, "stage %d", i);
-        sumsq += part;
-    }
-    info->loss = total ? loss / total : 0.0;
-    info->masked = total;
-    info->grad_norm = sqrt(sumsq);
-    info->lr = 0;
+    *info = tr->w[tr->n - 1].info;
     return 0;
 }
 
 int dev_train_step(dev_train *tr, const dev_batch *b, const dev_optim *o, dev_step_info *info,
                    sl_err *err)
 {
-    uint64_t step = (uint64_t)dev_stage_get_step(tr->st[0]) + 1;
-    if (dev_train_grads(tr, b, step, info, err))
+    tr->b = b;
+    tr->o = o;
+    if (run_all(tr, CMD_STEP, err))
         return -1;
-    float clip = dev_clip_scale(info->grad_norm, o->clip);
-    info->lr = dev_optim_lr(o, (int)step);
-    for (int i = 0; i < tr->n; i++)
-        if (dev_stage_step(tr->st[i], o, clip, err))
-            return sl_err_wrap(err, "stage %d", i);
+    *info = tr->w[tr->n - 1].info;
     return 0;
 }
 
 int dev_train_eval(dev_train *tr, const dev_batch *b, double *loss_sum, int *masked, sl_err *err)
 {
-    if (check_batch(tr, b, err))
+    tr->b = b;
+    if (run_all(tr, CMD_EVAL, err))
         return -1;
-    *loss_sum = 0;
-    *masked = 0;
-    for (int m = 0; m < tr->micro; m++) {
-        dev_micro mb = micro_of(tr, b, m, 0, 0.0f, 0);
-        double l = 0;
-        int k = 0;
-        if (forward_all(tr, &mb, &l, &k, err))
-            return -1;
-        *loss_sum += l;
-        *masked += k;
-    }
+    *loss_sum = tr->w[tr->n - 1].loss_sum;
+    *masked = tr->w[tr->n - 1].masked;
     return 0;
 }
 

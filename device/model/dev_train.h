@@ -1,53 +1,51 @@
-/* dev_train.h - training steps over a chain of stages run in sequence in this
- * process: the single-device trainer (one stage owning every unit) and the
- * reference that split runs are checked against (tests/test_stages.c).
- *
- * One step: the batch (B sequences) is split into M micro-batches of B/M;
- * each goes forward through the stages and back; the gradients accumulate
- * with the loss scale 1/(masked tokens in the whole batch), so the result is
- * the gradient of the batch's mean MLM loss. Then the tied embeddings are
- * summed, the global norm is combined from per-stage partial sums of squares,
- * gradients are clipped, and every stage steps its optimizer. */
+/* dev_train.h - training on this machine: a chain of stages, each run by the
+ * stage runner (dev_pipe.h). One stage runs on the calling thread with no
+ * port (the single-device trainer, `skyloom train`); several run one thread
+ * each over the in-process port (`skyloom train --stages`), in the 1F1B or
+ * GPipe order the balancer simulates. Either way the result is bit for bit
+ * the one-stage result (tests/test_stages.c). */
 #ifndef DEV_TRAIN_H
 #define DEV_TRAIN_H
 
 #include "dev_mlm.h"
+#include "dev_pipe.h"
 #include "dev_shard.h"
 #include "dev_stage.h"
 
-typedef struct dev_batch {
-    int B, T;
-    const int32_t *tokens, *segments, *valid, *labels; /* (B,T) */
-    uint64_t seq0; /* global index of the batch's first sequence (dropout keys) */
-} dev_batch;
-
-typedef struct dev_step_info {
-    double loss;      /* mean MLM loss over the batch's masked tokens */
-    int masked;       /* masked tokens in the batch */
-    double grad_norm; /* before clipping */
-    float lr;
-} dev_step_info;
-
 typedef struct dev_train dev_train;
 
+typedef struct dev_train_opts {
+    int schedule;      /* BAL_1F1B (default) or BAL_GPIPE */
+    int stage_threads; /* OpenMP and BLAS threads of each stage thread when there are
+                        * several stages; 0: the cores divided among them (at least 1) */
+    const kn_be *be;   /* every stage's backend (NULL: the CPU) ... */
+    const kn_be *const *stage_be; /* ... or one per stage (NULL: be for all) */
+    unsigned flags;    /* dev_stage_create's flags */
+} dev_train_opts;
+
 /* bounds[0..n]: stage i owns units bounds[i] .. bounds[i+1]-1; bounds[0] = 0,
- * bounds[n] = L+2. B must be a multiple of micro. */
+ * bounds[n] = L+2. B must be a multiple of micro. o may be NULL (defaults). */
+dev_train *dev_train_open(const dev_config *c, const int *bounds, int nstages, int B, int T,
+                          int micro, uint64_t seed, const dev_train_opts *o, sl_err *err);
+/* The same with default options (CPU, 1F1B). */
 dev_train *dev_train_create(const dev_config *c, const int *bounds, int nstages, int B, int T,
                             int micro, uint64_t seed, sl_err *err);
-/* The same with every stage's tensors on backend `be` (kn_be.h; NULL = CPU)
- * and dev_stage_create's `flags` (DEV_STAGE_RECOMPUTE). */
+/* The same on backend `be` with dev_stage_create's flags. */
 dev_train *dev_train_create_on(const dev_config *c, const int *bounds, int nstages, int B, int T,
                                int micro, uint64_t seed, const kn_be *be, unsigned flags,
                                sl_err *err);
 void dev_train_free(dev_train *tr);
 int dev_train_nstages(const dev_train *tr);
 dev_stage *dev_train_stage(dev_train *tr, int i);
+dev_pipe *dev_train_pipe(dev_train *tr, int i);
 
 /* Zeroes the gradients, runs every micro-batch forward and backward, sums the
  * tied embeddings; leaves the gradients in the stages. */
 int dev_train_grads(dev_train *tr, const dev_batch *b, uint64_t step, dev_step_info *info,
                     sl_err *err);
-/* dev_train_grads, then clipping and one optimizer step on every stage. */
+/* dev_train_grads, then clipping and one optimizer step on every stage.
+ * After a failure the stages may be out of step with each other: stop, or
+ * load a checkpoint. */
 int dev_train_step(dev_train *tr, const dev_batch *b, const dev_optim *o, dev_step_info *info,
                    sl_err *err);
 /* Forward only, dropout off: sum of losses and number of masked tokens. */
