@@ -181,6 +181,10 @@ typedef struct bal_plan {
 /* Plans `algo` for pb. Infeasible memory fails with the shortfall in bytes
  * and the largest model (encoder layers) that would fit. */
 bal_plan *bal_plan_make(const bal_problem *pb, int algo, const bal_opts *opts, sl_err *err);
+/* The `even` split (the Sky Computing paper's baseline): n_units over p
+ * stages (p capped at n_units), floor(n/p) units each and the first n mod p
+ * one more, as cut points cuts[0] = 0 < ... < cuts[p] = n_units; returns p. */
+int bal_even_cuts(int n_units, int p, int *cuts);
 /* A chain: devices in pipeline order and how the schedule runs over them.
  * 1F1B stage i warms up with p-i-1 forwards plus the extra micro-batches of
  * every later link (a lookahead that hides a slow link's round trip), so it

@@ -436,16 +436,23 @@ int bal_choose_m(const bal_problem *pb, const bal_chain *c, const int *cuts, con
     return best;
 }
 
-/* even: floor(n/D) units each in the given order, the first n mod D one more. */
+int bal_even_cuts(int n_units, int p, int *cuts)
+{
+    if (p > n_units)
+        p = n_units;
+    int q = n_units / p, r = n_units % p;
+    cuts[0] = 0;
+    for (int i = 0; i < p; i++)
+        cuts[i + 1] = cuts[i] + q + (i < r);
+    return p;
+}
+
+/* even over the devices in the given order. */
 static int even_cuts(const bal_problem *pb, int *order, int *cuts)
 {
-    int n = pb->n_units, p = pb->n_dev < n ? pb->n_dev : n;
-    int q = n / p, r = n % p;
-    cuts[0] = 0;
-    for (int i = 0; i < p; i++) {
+    int p = bal_even_cuts(pb->n_units, pb->n_dev, cuts);
+    for (int i = 0; i < p; i++)
         order[i] = i;
-        cuts[i + 1] = cuts[i] + q + (i < r);
-    }
     return p;
 }
 

@@ -10,7 +10,8 @@
 
 #include "cli.h"
 #include "dev_ckpt.h"
-#include "dev_order.h"
+#include "dev_run.h"
+#include "bal.h"
 #include "dev_train.h"
 #include "kn_be.h"
 #include "kn_backend.h"
@@ -30,7 +31,8 @@ static void usage(FILE *f)
             "                     [--max-time SECONDS] [--device auto|cpu|cuda] [--recompute]\n"
             "                     [--recompute-attention] [--optim-state fp32|bf16]\n"
             "                     [--first N] [--sequences K] [--no-shuffle] [--log-every N]\n"
-            "                     [--json]\n\n"
+            "                     [--stages SPEC] [--schedule 1f1b|gpipe] [--stage-threads N]\n"
+            "                     [--stage-device D,...] [--json]\n\n"
             "Trains a BERT (masked language model) on a token shard (skyloom data prepare).\n"
             "Each step reads B sequences, masks them (15%%), splits them into M micro-batches\n"
             "and accumulates their gradients: the step is the same for any M.\n\n"
@@ -48,9 +50,10 @@ static void usage(FILE *f)
             "  --clip X            global gradient-norm clip (default 1.0; 0 disables)\n"
             "  --init FILE         start from these weights (safetensors, HF BERT names)\n"
             "  --resume DIR        continue a run saved with --save (weights, optimizer, step)\n"
-            "  --save DIR          write DIR/step-N/{model.safetensors,optim.bin,config.json}\n"
-            "                      at the end (and every --save-every steps); DIR/latest\n"
-            "                      names the newest\n"
+            "  --save DIR          write DIR/step-N/{model,optim}.safetensors, config.json,\n"
+            "                      data.json and manifest.json at the end (and every\n"
+            "                      --save-every steps); DIR/latest names the newest.\n"
+            "                      --resume reads them with any --stages\n"
             "  --metrics FILE      per-step CSV (default DIR/metrics.csv with --save, else\n"
             "                      metrics.csv)\n"
             "  --seed S            initialisation, masking and dropout seed (default 1)\n"
@@ -72,11 +75,24 @@ static void usage(FILE *f)
             "                      them in a new order drawn from --seed (the same on resume)\n"
             "  --log-every N       without a terminal, a log line every N steps (default:\n"
             "                      about 100 lines per run) and at the last\n"
+            "  --stages SPEC       run the model as a pipeline of stages, one thread each:\n"
+            "                      a count N (the balancer's even split) or inclusive unit\n"
+            "                      ranges 0-3,4-9,10-13 (unit 0 the embeddings, 1..L the\n"
+            "                      layers, L+1 the head); the result is bit for bit the\n"
+            "                      one-stage result. At most --micro-batches stages\n"
+            "  --schedule S        1f1b (default) or gpipe: the order of the micro-batches'\n"
+            "                      forwards and backwards on each stage\n"
+            "  --stage-threads N   OpenMP/BLAS threads per stage (default: the cores divided\n"
+            "                      among the stages)\n"
+            "  --stage-device D    cpu or cuda (cuda:0) per stage, comma-separated, or one\n"
+            "                      for all (default: --device)\n"
             "  --json              print a JSON summary at the end\n");
 }
 
 typedef struct opts {
     const char *config, *data, *init, *resume, *save, *metrics, *device, *optim_state;
+    const char *stages, *schedule, *stage_device;
+    int stage_threads;
     int steps, batch, micro, save_every, threads, json, warmup, recompute, recompute_attn;
     int no_shuffle, log_every;
     int64_t first, sequences;
@@ -100,6 +116,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
     o->warmup = -1;
     o->device = "auto";
     o->optim_state = "fp32";
+    o->stages = "1";
+    o->schedule = "1f1b";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -140,6 +158,14 @@ static int parse(opts *o, int argc, char **argv, int *help)
             o->optim_state = v;
         else if (!strcmp(a, "--metrics"))
             o->metrics = v;
+        else if (!strcmp(a, "--stages"))
+            o->stages = v;
+        else if (!strcmp(a, "--schedule"))
+            o->schedule = v;
+        else if (!strcmp(a, "--stage-device"))
+            o->stage_device = v;
+        else if (!strcmp(a, "--stage-threads"))
+            rc = sl_parse_int(a, v, 1, 1024, &o->stage_threads, &err);
         else if (!strcmp(a, "--steps"))
             rc = sl_parse_int(a, v, 1, 1 << 30, &o->steps, &err);
         else if (!strcmp(a, "--batch"))
@@ -195,6 +221,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
         return sl_cli_fail("train", 2, "--optim-state must be fp32 or bf16, got '%s'", o->optim_state);
     if (!strcmp(o->optim_state, "bf16") && o->kind != DEV_OPT_ADAMW)
         return sl_cli_fail("train", 2, "--optim-state bf16 is implemented for adamw only");
+    if (bal_schedule_parse(o->schedule) < 0)
+        return sl_cli_fail("train", 2, "--schedule must be 1f1b or gpipe, got '%s'", o->schedule);
     return 0;
 }
 
@@ -208,85 +236,43 @@ static void fmt_eta(char *buf, size_t n, double s)
         snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
 }
 
-/* What a run reads at each step (dev_order.h, and the batch size that turns
- * steps into positions): saved with every checkpoint as data.json, so that a
- * resumed run that would read other data than the original is refused. */
-static json_t *data_json(const dev_shard *shard, const dev_order *ord, int batch)
+/* --stage-device: one backend for every stage, or one per stage. */
+static int stage_backends(const char *list, const char *fallback, int n, const kn_be **be,
+                          sl_err *err)
 {
-    uint8_t sum[32];
-    char hex[65];
-    dev_shard_checksum(shard, sum);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", sum[i]);
-    return json_pack("{s:s, s:I, s:I, s:b, s:I, s:i}", "shard", hex, "first",
-                     (json_int_t)ord->first, "sequences", (json_int_t)ord->count, "shuffle",
-                     ord->shuffle, "seed", (json_int_t)ord->seed, "batch", batch);
-}
-
-static int check_data_json(const char *dir, const dev_shard *shard, const dev_order *ord, int batch,
-                           sl_err *err)
-{
-    char path[4096], *buf = NULL;
-    size_t len = 0;
-    snprintf(path, sizeof path, "%s/data.json", dir);
-    if (access(path, F_OK) != 0) {
-        sl_log_warn("train", "%s: no data.json (an older checkpoint): cannot check that this run "
-                    "reads the data the original would have", dir);
-        return 0;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", list ? list : fallback);
+    int k = 0;
+    const char *names[512];
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (k == 512)
+            return sl_err_set(err, SL_EINVAL, "--stage-device: too many entries");
+        names[k++] = t;
     }
-    if (sl_read_file(path, 1 << 16, &buf, &len, err))
-        return -1;
-    json_error_t je;
-    json_t *was = json_loadb(buf, len, 0, &je), *now = data_json(shard, ord, batch);
-    free(buf);
-    int rc = 0;
-    if (!was || !json_is_object(was)) {
-        rc = sl_err_set(err, SL_ECORRUPT, "%s: not a JSON object (%s)", path, was ? "" : je.text);
-    } else {
-        static const char *const keys[] = {"shard", "first", "sequences", "shuffle", "seed", "batch"};
-        static const char *const opt[] = {"--data: another shard", "--first", "--sequences",
-                                          "--no-shuffle", "--seed", "--batch"};
-        for (int i = 0; i < 6 && !rc; i++) {
-            json_t *a = json_object_get(was, keys[i]), *b = json_object_get(now, keys[i]);
-            if (!a || !json_equal(a, b)) {
-                char *sa = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL, *sb = json_dumps(b, JSON_ENCODE_ANY);
-                rc = sl_err_set(err, SL_EINVAL,
-                                "resuming %s: its run read %s=%s, this one %s (%s): the data "
-                                "would differ from the original run's; pass the same options",
-                                dir, keys[i], sa ? sa : "(missing)", sb ? sb : "?", opt[i]);
-                free(sa);
-                free(sb);
-            }
-        }
+    if (k != 1 && k != n)
+        return sl_err_set(err, SL_EINVAL, "--stage-device lists %d devices for %d stages (give "
+                          "one for all, or one per stage)", k, n);
+    for (int i = 0; i < k; i++) {
+        const char *name = names[i];
+        char where[32] = "";
+        if (k > 1)
+            snprintf(where, sizeof where, "stage %d: ", i);
+        if (!strcmp(name, "cuda:0"))
+            name = "cuda";
+        else if (!strncmp(name, "cuda:", 5))
+            return sl_err_set(err, SL_ENOTSUP, "%s%s: one process drives one GPU (cuda:0); run a "
+                              "device per GPU", where, name);
+        if (!kn_be_name_ok(name))
+            return sl_err_set(err, SL_EINVAL, "%sdevice '%s' is not auto, cpu, cuda or cuda:0",
+                              where, name);
+        char why[512];
+        if (!(be[i] = kn_be_open(name, why, sizeof why, err)))
+            return k > 1 ? sl_err_wrap(err, "stage %d", i) : -1;
+        sl_log_info("train", "%sdevice: %s", where, why);
     }
-    json_decref(was);
-    json_decref(now);
-    return rc;
-}
-
-static int save_step(dev_stage *s, int kind, const dev_shard *shard, const dev_order *ord,
-                     int batch, const char *dir, int step, char *out, size_t outn, sl_err *err)
-{
-    char sub[64];
-    snprintf(sub, sizeof sub, "step-%d", step);
-    snprintf(out, outn, "%s/%s", dir, sub);
-    if (sl_mkdir(dir, 0755, err) || dev_ckpt_save_dir(s, kind, out, err))
-        return -1;
-    json_t *dj = data_json(shard, ord, batch);
-    char *text = json_dumps(dj, JSON_INDENT(2));
-    json_decref(dj);
-    char dpath[4096 + 16];
-    snprintf(dpath, sizeof dpath, "%s/data.json", out);
-    int rc = text ? sl_write_file_atomic(dpath, text, strlen(text), err)
-                  : sl_err_set(err, SL_ENOMEM, "cannot encode %s", dpath);
-    free(text);
-    if (rc)
-        return -1;
-    char latest[4096];
-    snprintf(latest, sizeof latest, "%s/latest", dir);
-    size_t n = strlen(sub);
-    sub[n] = '\n';
-    return sl_write_file_atomic(latest, sub, n + 1, err);
+    for (int i = k; i < n; i++)
+        be[i] = be[0];
+    return 0;
 }
 
 int cmd_train(int argc, char **argv)
@@ -307,46 +293,51 @@ int cmd_train(int argc, char **argv)
     dev_config cfg;
     if (dev_config_load(&cfg, o.config, &err))
         return sl_cli_fail("train", 1, "%s", err.msg);
-    dev_shard *shard = dev_shard_open(o.data, &err);
-    if (!shard)
+    int bounds[513], nstages;
+    if (dev_stages_parse(o.stages, dev_unit_count(&cfg), bounds, 512, &nstages, &err))
+        return sl_cli_fail("train", 2, "%s", err.msg);
+    if (nstages > o.micro)
+        return sl_cli_fail("train", 2, "--stages %s: %d stages need at least %d micro-batches "
+                           "(--micro-batches %d): a stage would have nothing to do", o.stages,
+                           nstages, nstages, o.micro);
+    dev_feed_opts fo = {.batch = o.batch, .first = (uint64_t)o.first,
+                        .sequences = (uint64_t)o.sequences, .shuffle = !o.no_shuffle,
+                        .seed = (uint64_t)o.seed, .mask_prob = (float)o.mask_prob};
+    dev_feed *feed = dev_feed_open(o.data, &cfg, &fo, &err);
+    if (!feed)
         return sl_cli_fail("train", 1, "%s", err.msg);
     int status = 1;
     dev_train *tr = NULL;
     FILE *csv = NULL;
-    dev_mlm_batch mb = {0};
-    uint64_t *rows = NULL, *epochs = NULL; /* a step's shard sequences and their epochs */
-    if (dev_train_check_shard(&cfg, shard, &err)) {
-        sl_cli_fail("train", 1, "%s: %s", o.data, err.msg);
-        goto out;
-    }
-    int T = dev_shard_seq_len(shard);
-    int bounds[2] = {0, dev_unit_count(&cfg)};
-    char why[512];
-    const kn_be *be = kn_be_open(o.device, why, sizeof why, &err);
-    if (!be) {
+    const kn_be *be[512];
+    if (stage_backends(o.stage_device, o.device, nstages, be, &err)) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
     }
-    sl_log_info("train", "device: %s", why);
-    tr = dev_train_create_on(&cfg, bounds, 1, o.batch, T, o.micro, (uint64_t)o.seed, be,
-                             (o.recompute ? DEV_STAGE_RECOMPUTE : 0) |
-                                 (o.recompute_attn ? DEV_STAGE_RECOMPUTE_ATTN : 0) |
-                                 (!strcmp(o.optim_state, "bf16") ? DEV_STAGE_BF16_STATE : 0),
-                             &err);
+    int T = dev_feed_seq_len(feed);
+    dev_train_opts to = {
+        .schedule = bal_schedule_parse(o.schedule),
+        .stage_threads = o.stage_threads,
+        .stage_be = be,
+        .flags = (o.recompute ? DEV_STAGE_RECOMPUTE : 0) |
+                 (o.recompute_attn ? DEV_STAGE_RECOMPUTE_ATTN : 0) |
+                 (!strcmp(o.optim_state, "bf16") ? DEV_STAGE_BF16_STATE : 0),
+    };
+    tr = dev_train_open(&cfg, bounds, nstages, o.batch, T, o.micro, (uint64_t)o.seed, &to, &err);
     if (!tr) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
     }
-    dev_stage *st = dev_train_stage(tr, 0);
-    char path[4096];
-    if (o.init && dev_ckpt_load_model(st, o.init, &err)) {
+    for (int i = 0; o.init && i < nstages; i++)
+        if (dev_ckpt_load_model(dev_train_stage(tr, i), o.init, &err)) {
+            sl_cli_fail("train", 1, "%s", err.msg);
+            goto out;
+        }
+    if (o.resume && dev_run_resume(tr, o.kind, feed, o.resume, &err)) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
     }
-    if (o.resume && dev_ckpt_load_dir(st, o.kind, o.resume, &err)) {
-        sl_cli_fail("train", 1, "%s", err.msg);
-        goto out;
-    }
+    dev_stage *st0 = dev_train_stage(tr, 0);
     dev_optim opt;
     dev_optim_default(&opt);
     opt.kind = o.kind;
@@ -355,6 +346,7 @@ int cmd_train(int argc, char **argv)
     opt.clip = (float)o.clip;
     opt.total = o.steps;
     opt.warmup = o.warmup >= 0 ? o.warmup : o.steps / 10;
+    char path[4096];
     if (o.metrics)
         snprintf(path, sizeof path, "%s", o.metrics);
     else if (o.save) {
@@ -365,7 +357,7 @@ int cmd_train(int argc, char **argv)
         snprintf(path, sizeof path, "%s/metrics.csv", o.save);
     } else
         snprintf(path, sizeof path, "metrics.csv");
-    int first = dev_stage_get_step(st) + 1;
+    int first = dev_stage_get_step(st0) + 1;
     csv = fopen(path, first > 1 ? "a" : "w");
     if (!csv) {
         sl_cli_fail("train", 1, "%s: %s", path, strerror(errno));
@@ -374,47 +366,30 @@ int cmd_train(int argc, char **argv)
     fseek(csv, 0, SEEK_END);
     if (ftell(csv) == 0) /* a new file (a resumed run appends to its old one) */
         fprintf(csv, "step,loss,masked,grad_norm,lr,seconds,tokens_per_s\n");
-    if (dev_mlm_batch_alloc(&mb, o.batch, T)) {
-        sl_cli_fail("train", 1, "cannot allocate a batch of %dx%d", o.batch, T);
-        goto out;
-    }
-    dev_special sp = dev_shard_special(shard);
-    uint64_t count = dev_shard_count(shard);
-    dev_order ord;
-    if (dev_order_init(&ord, count, (uint64_t)o.first, (uint64_t)o.sequences, (uint64_t)o.seed,
-                       !o.no_shuffle, &err)) {
-        sl_cli_fail("train", 1, "%s: %s", o.data, err.msg);
-        goto out;
-    }
-    if (o.resume && check_data_json(o.resume, shard, &ord, o.batch, &err)) {
-        sl_cli_fail("train", 1, "%s", err.msg);
-        goto out;
-    }
-    rows = sl_xmalloc((size_t)o.batch * 2 * sizeof *rows);
-    epochs = rows + o.batch;
     int log_every = o.log_every ? o.log_every : (o.steps + 99) / 100;
     int tty = sl_cli_stdout_is_tty();
-    sl_log_info("train", "params=%zu units=%d batch=%d micro=%d seq=%d steps=%d optimizer=%s "
-                "optim_state=%s recompute=%s sequences=%llu..%llu order=%s stage_mb=%.1f",
-                dev_config_param_count(&cfg), dev_unit_count(&cfg), o.batch, o.micro, T, o.steps,
-                o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", o.optim_state,
+    const dev_order *ord = dev_feed_order(feed);
+    size_t stage_bytes = 0;
+    for (int i = 0; i < nstages; i++)
+        stage_bytes += dev_stage_bytes(dev_train_stage(tr, i));
+    sl_log_info("train", "params=%zu units=%d stages=%d schedule=%s batch=%d micro=%d seq=%d "
+                "steps=%d optimizer=%s optim_state=%s recompute=%s sequences=%llu..%llu order=%s "
+                "stage_mb=%.1f",
+                dev_config_param_count(&cfg), dev_unit_count(&cfg), nstages, o.schedule, o.batch,
+                o.micro, T, o.steps, o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", o.optim_state,
                 o.recompute ? "layer" : o.recompute_attn ? "attention" : "no",
-                (unsigned long long)ord.first, (unsigned long long)(ord.first + ord.count - 1),
-                ord.shuffle ? "shuffled" : "shard", dev_stage_bytes(st) / 1048576.0);
+                (unsigned long long)ord->first, (unsigned long long)(ord->first + ord->count - 1),
+                ord->shuffle ? "shuffled" : "shard", stage_bytes / 1048576.0);
     double t_start = sl_now_s(), first_loss = -1, last_loss = 0, tok_s = 0;
     int last_step = first - 1;
     for (int step = first; step <= o.steps; step++) {
-        uint64_t seq0 = (uint64_t)(step - 1) * (uint64_t)o.batch;
         double t0 = sl_now_s();
-        for (int r = 0; r < o.batch; r++)
-            rows[r] = dev_order_seq(&ord, seq0 + (uint64_t)r, &epochs[r]);
-        if (dev_mlm_make_rows(shard, &sp, cfg.vocab, (float)o.mask_prob, (uint64_t)o.seed, rows,
-                              epochs, &mb, &err)) {
+        dev_batch b;
+        dev_step_info info;
+        if (dev_feed_batch(feed, step, &b, &err)) {
             sl_cli_fail("train", 1, "%s", err.msg);
             goto out;
         }
-        dev_batch b = dev_batch_of(&mb, seq0);
-        dev_step_info info;
         if (dev_train_step(tr, &b, &opt, &info, &err)) {
             sl_cli_fail("train", 1, "step %d: %s", step, err.msg);
             goto out;
@@ -446,7 +421,7 @@ int cmd_train(int argc, char **argv)
             printf("\n");
         if (o.save && ((o.save_every && step % o.save_every == 0) || step == o.steps || stop)) {
             fflush(csv);
-            if (save_step(st, o.kind, shard, &ord, o.batch, o.save, step, path, sizeof path, &err)) {
+            if (dev_run_save(tr, o.kind, feed, o.save, step, path, sizeof path, &err)) {
                 sl_cli_fail("train", 1, "saving: %s", err.msg);
                 goto out;
             }
@@ -460,24 +435,23 @@ int cmd_train(int argc, char **argv)
     }
     double total = sl_now_s() - t_start;
     if (o.json) {
-        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?, s:s, s:s}", "steps", last_step, "first_loss",
-                              first_loss, "last_loss", last_loss, "seconds", total,
+        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?, s:s, s:s, s:i}", "steps", last_step,
+                              "first_loss", first_loss, "last_loss", last_loss, "seconds", total,
                               "tokens_per_s",
                               total > 0 ? (double)(last_step - first + 1) * o.batch * T / total : 0.0,
                               "checkpoint", o.save ? path : NULL, "device",
-                              dev_stage_backend(st), "optim_state", o.optim_state);
-        char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
-        printf("%s\n", s);
-        free(s);
+                              dev_stage_backend(st0), "optim_state", o.optim_state, "stages",
+                              nstages);
+        char *js = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+        printf("%s\n", js);
+        free(js);
         json_decref(j);
     }
     status = 0;
 out:
     if (csv)
         fclose(csv);
-    dev_mlm_batch_free(&mb);
-    free(rows);
     dev_train_free(tr);
-    dev_shard_close(shard);
+    dev_feed_close(feed);
     return status;
 }

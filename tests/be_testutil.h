@@ -190,8 +190,8 @@ static void be_check_ckpt(const kn_be *be, const be_tol *tol, const char *dir)
     char dg[512], dc[512];
     snprintf(dg, sizeof dg, "%s/from-%s", dir, be->name);
     snprintf(dc, sizeof dc, "%s/from-cpu", dir);
-    CHECKF(dev_ckpt_save_dir(dev_train_stage(g, 0), DEV_OPT_ADAMW, dg, &err) == 0, "%s", err.msg);
-    CHECKF(dev_ckpt_save_dir(dev_train_stage(c, 0), DEV_OPT_ADAMW, dc, &err) == 0, "%s", err.msg);
+    CHECKF(dev_ckpt_save((dev_stage *[]){dev_train_stage(g, 0)}, 1, DEV_OPT_ADAMW, dg, NULL, 0, &err) == 0, "%s", err.msg);
+    CHECKF(dev_ckpt_save((dev_stage *[]){dev_train_stage(c, 0)}, 1, DEV_OPT_ADAMW, dc, NULL, 0, &err) == 0, "%s", err.msg);
     /* Fresh trainers (same seed: it also keys dropout) whose weights and
      * moments are then scrambled, then loaded with the other backend's file. */
     dev_train *c2 = dev_train_create_on(&be_cfg, one, 1, BE_B, BE_T, 1, 7, NULL, 0, &err);
@@ -210,9 +210,9 @@ static void be_check_ckpt(const kn_be *be, const be_tol *tol, const char *dir)
         CHECKF(dev_stage_push(s, &err) == 0, "%s", err.msg);
     }
     if (c2 && g2) {
-        CHECKF(dev_ckpt_load_dir(dev_train_stage(c2, 0), DEV_OPT_ADAMW, dg, &err) == 0, "%s",
+        CHECKF(dev_ckpt_load(dev_train_stage(c2, 0), DEV_OPT_ADAMW, dg, &err) == 0, "%s",
                err.msg);
-        CHECKF(dev_ckpt_load_dir(dev_train_stage(g2, 0), DEV_OPT_ADAMW, dc, &err) == 0, "%s",
+        CHECKF(dev_ckpt_load(dev_train_stage(g2, 0), DEV_OPT_ADAMW, dc, &err) == 0, "%s",
                err.msg);
         /* A file holds exactly what its stage held: bitwise on any backend. */
         be_tol exact = {0, 0, 0, 0};

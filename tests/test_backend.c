@@ -78,10 +78,10 @@ static int scenario(sl_err *err)
     snprintf(dir, sizeof dir, "%s/faults", tmpdir);
     if (!t || dev_train_step(t, &db, &o, &info, err) || dev_train_step(t, &db, &o, &info, err) ||
         dev_train_eval(t, &db, &loss, &masked, err) ||
-        dev_ckpt_save_dir(dev_train_stage(t, 0), DEV_OPT_ADAMW, dir, err))
+        dev_ckpt_save((dev_stage *[]){dev_train_stage(t, 0)}, 1, DEV_OPT_ADAMW, dir, NULL, 0, err))
         goto out;
     u = dev_train_create_on(&be_cfg, three, 3, BE_B, BE_T, 2, 7, &kn_shadow_be, 0, err);
-    if (!u || dev_ckpt_load_dir(dev_train_stage(u, 0), DEV_OPT_ADAMW, dir, err))
+    if (!u || dev_ckpt_load(dev_train_stage(u, 0), DEV_OPT_ADAMW, dir, err))
         goto out;
     rc = 0;
 out:

@@ -4,7 +4,9 @@
  * with the tensor's name: truncated, flipped bytes (header and data), wrong
  * shape, missing tensor, extra layer, wrong optimizer, wrong unit range. A
  * refused load leaves the stage untouched. */
+#include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -115,10 +117,10 @@ static void test_round_trip_and_resume(void)
     dev_train *a = trained(3, &o);
     dev_stage *s = dev_train_stage(a, 0);
     sl_err err = {0};
-    CHECKF(dev_ckpt_save_dir(s, o.kind, path("ck"), &err) == 0, "%s", err.msg);
+    CHECKF(dev_ckpt_save(&s, 1, o.kind, path("ck"), NULL, 0, &err) == 0, "%s", err.msg);
     dev_train *b = trained(0, &o);
     dev_stage *t = dev_train_stage(b, 0);
-    CHECKF(dev_ckpt_load_dir(t, o.kind, path("ck"), &err) == 0, "%s", err.msg);
+    CHECKF(dev_ckpt_load(t, o.kind, path("ck"), &err) == 0, "%s", err.msg);
     size_t np;
     const float *ps = dev_stage_params(s, &np);
     CHECK(kt_bitwise_equal(ps, dev_stage_params(t, NULL), np));
@@ -130,13 +132,18 @@ static void test_round_trip_and_resume(void)
           back.ln_eps == cfg.ln_eps && back.hidden_dropout == cfg.hidden_dropout);
     double la = next_loss(a, &o), lb = next_loss(b, &o);
     CHECKF(la == lb, "resumed run: loss %.17g vs %.17g", lb, la);
-    /* model and optimizer state of different saves are refused */
-    CHECKF(dev_ckpt_save_dir(s, o.kind, path("ck5"), &err) == 0, "%s", err.msg);
-    copy_file(path("ck5/optim.bin"), path("ck/optim.bin"), -1, -1);
+    /* a part of another save is refused: by the manifest's sum, and by its
+     * step when the manifest is replaced too */
+    CHECKF(dev_ckpt_save(&s, 1, o.kind, path("ck5"), NULL, 0, &err) == 0, "%s", err.msg);
+    copy_file(path("ck/manifest.json"), path("ck3.manifest"), -1, -1);
+    copy_file(path("ck5/optim.safetensors"), path("ck/optim.safetensors"), -1, -1);
     sl_err e = {0};
-    CHECKF(dev_ckpt_load_dir(t, o.kind, path("ck"), &e) == -1 &&
-               strstr(e.msg, "model.safetensors is of step 3, optim.bin of step 5"),
+    CHECKF(dev_ckpt_load(t, o.kind, path("ck"), &e) == -1 && strstr(e.msg, "another checksum"),
            "mixed saves: '%s'", e.msg);
+    copy_file(path("ck5/manifest.json"), path("ck/manifest.json"), -1, -1);
+    copy_file(path("ck3.manifest"), path("ck5/manifest.json"), -1, -1);
+    CHECKF(dev_ckpt_load(t, o.kind, path("ck"), &e) == -1 && strstr(e.msg, "another checksum"),
+           "mixed manifest: '%s'", e.msg);
     /* The full model loads into the slices of a 2-stage split (the head's
      * decoder copy from the word embeddings) and evaluates identically. */
     int bounds[3] = {0, 2, 4};
@@ -267,48 +274,191 @@ static void test_damaged_model(void)
     dev_train_free(a);
 }
 
-static void test_damaged_optim(void)
+/* A damaged or mismatched checkpoint directory is refused with the reason
+ * and the stage keeps its state. */
+static void test_damaged_checkpoint(void)
 {
     dev_optim o;
     dev_optim_default(&o);
     dev_train *a = trained(2, &o);
     dev_stage *s = dev_train_stage(a, 0);
     sl_err err = {0};
-    char good[256];
-    snprintf(good, sizeof good, "%s", path("optim.bin"));
-    CHECKF(dev_ckpt_save_optim(s, DEV_OPT_ADAMW, good, &err) == 0, "%s", err.msg);
-    long n = file_size(good);
+    CHECKF(dev_ckpt_save(&s, 1, DEV_OPT_ADAMW, path("good"), NULL, 0, &err) == 0, "%s", err.msg);
+    long n = file_size(path("good/optim.safetensors"));
     dev_train *fresh = trained(0, &o);
     dev_stage *t = dev_train_stage(fresh, 0);
     struct {
+        const char *file;
         long trunc, flip;
         int kind;
         const char *want, *what;
     } cases[] = {
-        {n - 1, -1, DEV_OPT_ADAMW, "checksum mismatch", "truncated by one byte"},
-        {40, -1, DEV_OPT_ADAMW, "too short", "truncated to 40 bytes"},
-        {-1, n / 2, DEV_OPT_ADAMW, "checksum mismatch", "flipped moment byte"},
-        {-1, 3, DEV_OPT_ADAMW, "checksum mismatch", "flipped magic byte"},
-        {-1, -1, DEV_OPT_LAMB, "state of optimizer adamw, this run uses lamb", "wrong optimizer"},
+        {"optim.safetensors", n - 1, -1, DEV_OPT_ADAMW, "another checksum", "moments truncated"},
+        {"optim.safetensors", -1, n / 2, DEV_OPT_ADAMW, "another checksum", "flipped moment byte"},
+        {"model.safetensors", -1, 100, DEV_OPT_ADAMW, "another checksum", "flipped model byte"},
+        {"manifest.json", 20, -1, DEV_OPT_ADAMW, "not a Skyloom checkpoint manifest", "manifest cut"},
+        {"optim.safetensors", -2, -1, DEV_OPT_ADAMW, "No such file", "moments missing"},
+        {NULL, -1, -1, DEV_OPT_LAMB, "state of optimizer adamw, this run uses lamb", "wrong optimizer"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        copy_file(good, path("bad.bin"), cases[i].trunc, cases[i].flip);
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", path("bad"), path("good"), path("bad"));
+        CHECK(system(cmd) == 0);
+        if (cases[i].file) {
+            char f[200];
+            snprintf(f, sizeof f, "good/%s", cases[i].file);
+            const char *from = path(f);
+            snprintf(f, sizeof f, "bad/%s", cases[i].file);
+            if (cases[i].trunc == -2)
+                CHECK(unlink(path(f)) == 0);
+            else
+                copy_file(from, path(f), cases[i].trunc, cases[i].flip);
+        }
         sl_err e = {0};
-        int rc = dev_ckpt_load_optim(t, cases[i].kind, path("bad.bin"), &e);
+        int rc = dev_ckpt_load(t, cases[i].kind, path("bad"), &e);
         CHECKF(rc == -1 && strstr(e.msg, cases[i].want), "%s: '%s'", cases[i].what, e.msg);
         CHECK(dev_stage_get_step(t) == 0);
-        printf("    %-28s -> %s\n", cases[i].what, strstr(e.msg, "bad.bin") ? strstr(e.msg, "bad.bin") : e.msg);
+        printf("    %-28s -> %s\n", cases[i].what, strstr(e.msg, "bad") ? strstr(e.msg, "bad") : e.msg);
     }
-    /* the state of another unit range */
-    int bounds[3] = {0, 2, 4};
-    dev_train *split = dev_train_create(&cfg, bounds, 2, B, T, 1, 3, &err);
+    /* bf16 moments are not loaded into fp32 ones, nor the reverse */
+    dev_stage *b16 = dev_stage_create(&cfg, 0, 3, B, T, 1, 3, NULL, DEV_STAGE_BF16_STATE, &err);
     sl_err e = {0};
-    CHECK(dev_ckpt_load_optim(dev_train_stage(split, 0), DEV_OPT_ADAMW, good, &e) == -1 &&
-          strstr(e.msg, "units 0..3") && strstr(e.msg, "units 0..1"));
-    printf("    %-28s -> %s\n", "other unit range", strstr(e.msg, "saved") ? strstr(e.msg, "saved") : e.msg);
-    dev_train_free(split);
+    CHECK(b16 && dev_ckpt_load(b16, DEV_OPT_ADAMW, path("good"), &e) == -1 &&
+          strstr(e.msg, "--optim-state fp32"));
+    printf("    %-28s -> %s\n", "bf16 run, fp32 checkpoint", strstr(e.msg, "good") ? strstr(e.msg, "good") : e.msg);
+    dev_stage_free(b16);
+    CHECK(dev_ckpt_load(t, DEV_OPT_ADAMW, g_dir, &e) == -1 && strstr(e.msg, "not a checkpoint"));
     dev_train_free(fresh);
     dev_train_free(a);
+}
+
+/* Writes the earlier optimizer file (optim.bin) of a one-stage run as that
+ * format had it: header, table of our tensor names, moments, BLAKE2b. */
+static void write_legacy_optim(dev_stage *s, const char *file)
+{
+    CHECK(dev_stage_pull(s, NULL) == 0);
+    int nt;
+    const dev_tensor *t = dev_stage_tensors(s, &nt);
+    size_t np;
+    float *mv = dev_stage_optim_state(s, &np);
+    uint8_t h[64] = {0};
+    memcpy(h, "SKYOPT01", 8);
+    uint64_t total = 0;
+    for (int k = 0; k < nt; k++)
+        total += t[k].numel;
+    h[8] = 1;
+    h[12] = DEV_OPT_ADAMW;
+    uint64_t step = (uint64_t)dev_stage_get_step(s);
+    memcpy(h + 16, &step, 8);
+    uint32_t v[] = {0, (uint32_t)cfg.layers + 1, (uint32_t)cfg.hidden, (uint32_t)cfg.layers,
+                    (uint32_t)cfg.vocab, (uint32_t)cfg.intermediate, (uint32_t)nt};
+    memcpy(h + 24, v, sizeof v);
+    memcpy(h + 56, &total, 8);
+    FILE *f = fopen(file, "wb");
+    crypto_generichash_state hs;
+    crypto_generichash_init(&hs, NULL, 0, 32);
+#define PUT(p, n) (fwrite((p), 1, (n), f), crypto_generichash_update(&hs, (const void *)(p), (n)))
+    PUT(h, 64);
+    for (int k = 0; k < nt; k++) {
+        uint16_t len = (uint16_t)strlen(t[k].name);
+        uint64_t ne = t[k].numel;
+        PUT(&len, 2);
+        PUT(t[k].name, len);
+        PUT(&ne, 8);
+    }
+    for (int which = 0; which < 2; which++)
+        for (int k = 0; k < nt; k++)
+            PUT(mv + (size_t)which * np + t[k].offset, t[k].numel * sizeof(float));
+#undef PUT
+    uint8_t sum[32];
+    crypto_generichash_final(&hs, sum, sizeof sum);
+    fwrite(sum, 1, sizeof sum, f);
+    fclose(f);
+    dev_stage_drop_views(s);
+}
+
+/* Checkpoints by name: parts written by any cut (one file for all stages, or
+ * one tagged part per stage) load into any other cut, moments included, and
+ * training continues bit for bit; the earlier format (optim.bin) is read by
+ * name too. */
+static void test_any_cut(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    sl_err err = {0};
+    static const int one[] = {0, 4}, three[] = {0, 1, 3, 4}, two[] = {0, 2, 4};
+    dev_train *ref = trained(2, &o); /* one stage */
+    dev_train *src = dev_train_create(&cfg, three, 3, B, T, 1, 3, &err);
+    for (int s = 0; s < 2; s++) {
+        dt_batch b;
+        dt_make_batch(&b, B, T, cfg.vocab, 500 + (uint64_t)s);
+        dev_batch db = dt_view(&b, (uint64_t)s * B);
+        dev_step_info info;
+        CHECKF(dev_train_step(src, &db, &o, &info, &err) == 0, "%s", err.msg);
+        dt_free_batch(&b);
+    }
+    /* one tagged part per stage, then the manifest */
+    dev_ckpt_file files[8];
+    int nf = 0;
+    for (int i = 0; i < 3; i++) {
+        dev_stage *st = dev_train_stage(src, i);
+        char tag[16];
+        snprintf(tag, sizeof tag, "s%d", i);
+        CHECKF(dev_ckpt_write_part(&st, 1, o.kind, path("parts"), tag, files + nf, &err) == 0,
+               "%s", err.msg);
+        nf += 2;
+    }
+    CHECKF(dev_ckpt_write_manifest(path("parts"), 2, o.kind, 0, files, nf, &err) == 0, "%s", err.msg);
+    /* the earlier format, from the one-stage run */
+    dev_stage *r0 = dev_train_stage(ref, 0);
+    CHECK(mkdir(path("old"), 0755) == 0);
+    CHECKF(dev_ckpt_save_model(r0, path("old/model.safetensors"), &err) == 0, "%s", err.msg);
+    write_legacy_optim(r0, path("old/optim.bin"));
+    const char *dirs[] = {"parts", "old"};
+    for (int d = 0; d < 2; d++)
+        for (int c = 0; c < 2; c++) {
+            const int *bounds = c ? two : one;
+            int n = c ? 2 : 1;
+            dev_train *dst = dev_train_create(&cfg, bounds, n, B, T, 1, 3, &err);
+            for (int i = 0; i < n; i++)
+                CHECKF(dev_ckpt_load(dev_train_stage(dst, i), o.kind, path(dirs[d]), &err) == 0,
+                       "%s into %d stages: %s", dirs[d], n, err.msg);
+            CHECK(dev_stage_get_step(dev_train_stage(dst, n - 1)) == 2);
+            /* every tensor and both moments equal the one-stage run's */
+            int nt;
+            const dev_tensor *t = dev_stage_tensors(r0, &nt);
+            size_t np;
+            const float *pr = dev_stage_params(r0, &np), *mr = dev_stage_optim_state(r0, NULL);
+            int same = 1;
+            for (int k = 0; k < nt; k++)
+                for (int i = 0; i < n; i++) {
+                    dev_stage *st = dev_train_stage(dst, i);
+                    int mt;
+                    const dev_tensor *u = dev_stage_tensors(st, &mt);
+                    size_t mp;
+                    const float *pd = dev_stage_params(st, &mp);
+                    CHECK(dev_stage_pull(st, &err) == 0);
+                    const float *md = dev_stage_optim_state(st, NULL);
+                    for (int j = 0; j < mt; j++)
+                        if (!strcmp(u[j].name, t[k].name) ||
+                            ((u[j].flags & DEV_T_TIED) && !strcmp(t[k].name, "bert.embeddings.word_embeddings.weight")))
+                            same &= kt_bitwise_equal(pd + u[j].offset, pr + t[k].offset, t[k].numel) &&
+                                    kt_bitwise_equal(md + u[j].offset, mr + t[k].offset, t[k].numel) &&
+                                    kt_bitwise_equal(md + mp + u[j].offset, mr + np + t[k].offset, t[k].numel);
+                }
+            CHECKF(same, "%s into %d stages: a tensor or moment differs", dirs[d], n);
+            double l1 = next_loss(dst, &o);
+            dev_train *again = trained(2, &o);
+            double l0 = next_loss(again, &o);
+            CHECKF(l0 == l1, "%s into %d stages: next loss %.17g vs %.17g", dirs[d], n, l1, l0);
+            printf("    %-6s -> %d stage%s: tensors, moments and the next steps equal\n", dirs[d], n,
+                   n > 1 ? "s" : "");
+            dev_train_free(again);
+            dev_train_free(dst);
+        }
+    dev_train_free(src);
+    dev_train_free(ref);
 }
 
 static void test_config(void)
@@ -407,7 +557,8 @@ static void all(void)
     RUN(test_config);
     RUN(test_round_trip_and_resume);
     RUN(test_damaged_model);
-    RUN(test_damaged_optim);
+    RUN(test_damaged_checkpoint);
+    RUN(test_any_cut);
 }
 
 int main(void)

@@ -28,7 +28,7 @@ read -r first last < <(awk -F, 'NR>1 && NR<=21 {a+=$2} NR>281 {b+=$2} END {print
 echo "     loss: first 20 steps $first, last 20 steps $last (ln V = $(awk -v v="$V" 'BEGIN{printf "%.2f", log(v)}'))"
 check "loss falls by at least 0.5 on real text" awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.5)}'
 check "the JSON summary names the checkpoint" grep -q "\"checkpoint\": \"$d/run/step-300\"" <<<"$out"
-check "checkpoints at 150 and 300, latest names 300" bash -c 'test -s "$0/step-150/model.safetensors" && test -s "$0/step-300/optim.bin" && test -s "$0/step-300/config.json" && [ "$(cat "$0/latest")" = step-300 ]' "$d/run"
+check "checkpoints at 150 and 300, latest names 300" bash -c 'test -s "$0/step-150/model.safetensors" && test -s "$0/step-300/optim.safetensors" && test -s "$0/step-300/manifest.json" && test -s "$0/step-300/config.json" && [ "$(cat "$0/latest")" = step-300 ]' "$d/run"
 check "no temporary files left" bash -c '! ls "$0"/*.tmp* "$0"/*/*.tmp* 2>/dev/null | grep -q .' "$d/run"
 ev=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --batches 4 --json); rc=$?
 check "eval exits 0 with a loss" bash -c 'test $0 -eq 0 && grep -q "\"loss\":" <<<"$1"' "$rc" "$ev"

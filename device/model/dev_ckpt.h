@@ -1,4 +1,5 @@
-/* dev_ckpt.h - checkpoints of a stage.
+/* dev_ckpt.h - checkpoints by tensor name, so that any cut loads from any
+ * cut.
  *
  * Model: safetensors with Hugging Face BERT names (our fused qkv is split into
  * query/key/value). A full model holds bert.embeddings.*, bert.encoder.layer.N.*
@@ -8,29 +9,67 @@
  * tensors of units outside the stage are skipped (a stage loads its slice of a
  * full model), BERT's pooler and NSP head are ignored.
  *
- * Optimizer: our own file (docs/training.md): a fixed little-endian header
- * (magic "SKYOPT01", optimizer, step, unit range, model shape), a tensor table
- * (name, element count), the first and second moments, and a BLAKE2b-256 of
- * everything before it. */
+ * A checkpoint directory (docs/training.md):
+ *   manifest.json       written last: the step, the optimizer, and every file
+ *                       of the checkpoint with its size and BLAKE2b-256
+ *   model.safetensors   the parameters by HF name, or model.TAG.safetensors per
+ *                       part when stages save separately (TAG names their units)
+ *   optim.safetensors   the optimizer state by the same names: NAME.exp_avg and
+ *                       NAME.exp_avg_sq (F32; bf16 moments are stored widened,
+ *                       which is exact), or optim.TAG.safetensors per part
+ *   config.json, and what the caller adds (data.json)
+ * A stage loads exactly its tensors from every part listed, whichever cut
+ * wrote them; the head's copy of the word embeddings (and its moments) comes
+ * from the embeddings' when no part holds it (the two are equal bit for bit).
+ * Every file's sum is checked before it is used, and every part must be of
+ * the manifest's step. A directory with optim.bin and no manifest (the
+ * earlier format) is read too: its moments are found by name as well. */
 #ifndef DEV_CKPT_H
 #define DEV_CKPT_H
+
+#include <stdint.h>
 
 #include "dev_stage.h"
 #include "sl_err.h"
 
 int dev_ckpt_save_model(dev_stage *s, const char *path, sl_err *err);
+/* The parameters of s from one safetensors file (a full model or a part);
+ * --init and eval. */
 int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err);
 
-int dev_ckpt_save_optim(dev_stage *s, int optim_kind, const char *path, sl_err *err);
-/* Restores moments and step; refuses a file of another optimizer kind. */
-int dev_ckpt_load_optim(dev_stage *s, int optim_kind, const char *path, sl_err *err);
+/* One file of a checkpoint as the manifest lists it. */
+typedef struct dev_ckpt_file {
+    char name[96];
+    uint64_t bytes;
+    uint8_t blake2b[32];
+} dev_ckpt_file;
 
-/* DIR/model.safetensors, DIR/optim.bin, DIR/config.json, each atomic. The
- * model's __metadata__ carries "skyloom.step" and "skyloom.units". */
-int dev_ckpt_save_dir(dev_stage *s, int optim_kind, const char *dir, sl_err *err);
-/* Loads model and optimizer state of DIR and refuses a pair whose steps
- * differ (files of different saves). On failure the stage may hold the new
- * weights with its old optimizer state: callers stop (or reload). */
-int dev_ckpt_load_dir(dev_stage *s, int optim_kind, const char *dir, sl_err *err);
+/* The parameters and moments of stages st[0..n) (one process's part of a
+ * pipeline; any units) as DIR/model[.TAG].safetensors and
+ * DIR/optim[.TAG].safetensors (tag NULL or "": no tag); files[0] and [1]
+ * describe them. The stages must be at the same step. */
+int dev_ckpt_write_part(dev_stage *const *st, int n, int optim_kind, const char *dir,
+                        const char *tag, dev_ckpt_file files[2], sl_err *err);
+/* Size and sum of DIR/name (config.json, data.json, a received part). */
+int dev_ckpt_file_of(const char *dir, const char *name, dev_ckpt_file *out, sl_err *err);
+/* Writes DIR/manifest.json (atomically) listing files[0..n): the
+ * checkpoint is complete from here on. */
+int dev_ckpt_write_manifest(const char *dir, int step, int optim_kind, int bf16_state,
+                            const dev_ckpt_file *files, int n, sl_err *err);
+
+/* A whole checkpoint of stages st[0..n) in one directory: the part (no tag),
+ * config.json, the caller's files extra[0..n_extra) already in dir, then the
+ * manifest. */
+int dev_ckpt_save(dev_stage *const *st, int n, int optim_kind, const char *dir,
+                  const char *const *extra, int n_extra, sl_err *err);
+/* Loads parameters, moments and step of s from any checkpoint directory
+ * (any cut, any number of parts, or the earlier format). Refuses another
+ * optimizer or moment precision with the option to pass. On failure the
+ * stage is unchanged. */
+int dev_ckpt_load(dev_stage *s, int optim_kind, const char *dir, sl_err *err);
+
+/* The step a checkpoint directory holds (its manifest's, or the earlier
+ * format's model metadata); -1 with err set if it is not a checkpoint. */
+int dev_ckpt_step(const char *dir, sl_err *err);
 
 #endif

@@ -617,6 +617,7 @@ float *dev_stage_optim_state(dev_stage *s, size_t *n)
     return s->hmv;
 }
 int dev_stage_get_step(const dev_stage *s) { return s->step; }
+int dev_stage_bf16_state(const dev_stage *s) { return s->bf16; }
 void dev_stage_set_step(dev_stage *s, int step) { s->step = step; }
 size_t dev_stage_bytes(const dev_stage *s) { return s->bytes; }
 

@@ -104,6 +104,8 @@ int dev_stage_push(dev_stage *s, sl_err *err);
  * resident stage: 8 bytes per parameter); the next pull makes them again.
  * dev_stage_optim_state is NULL until then. */
 void dev_stage_drop_views(dev_stage *s);
+/* 1 if the AdamW moments are kept in bf16 (DEV_STAGE_BF16_STATE). */
+int dev_stage_bf16_state(const dev_stage *s);
 int dev_stage_get_step(const dev_stage *s);
 void dev_stage_set_step(dev_stage *s, int step);
 /* Bytes held (parameters, gradients, optimizer state, stash, scratch). */

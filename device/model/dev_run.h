@@ -1,0 +1,64 @@
+/* dev_run.h - the policy of a training run, shared by `skyloom train` and a
+ * device that owns a job's data: which shard sequences each step reads and
+ * how they are masked (dev_feed), the record of that saved with every
+ * checkpoint (data.json) with the check that a resumed run would read the
+ * same, the stage layout from a --stages spec, and the checkpoint directory
+ * of a run (ROOT/step-N, ROOT/latest). */
+#ifndef DEV_RUN_H
+#define DEV_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dev_order.h"
+#include "dev_train.h"
+
+/* ---- data: what step s reads ---- */
+
+typedef struct dev_feed_opts {
+    int batch;                 /* sequences per step */
+    uint64_t first, sequences; /* the training range (sequences 0: to the end) */
+    int shuffle;               /* a new order every epoch */
+    uint64_t seed;             /* order, masking and dropout */
+    float mask_prob;
+} dev_feed_opts;
+
+typedef struct dev_feed dev_feed;
+
+/* Opens the shard and checks it against the model (vocabulary, sequence
+ * length, range). */
+dev_feed *dev_feed_open(const char *shard_path, const dev_config *c, const dev_feed_opts *o,
+                        sl_err *err);
+void dev_feed_close(dev_feed *f);
+int dev_feed_seq_len(const dev_feed *f);
+const dev_order *dev_feed_order(const dev_feed *f);
+/* The masked batch of 1-based step `step`; valid until the next call. */
+int dev_feed_batch(dev_feed *f, int step, dev_batch *b, sl_err *err);
+/* DIR/data.json: the shard's checksum, the range, order, seed and batch. */
+int dev_feed_write_record(const dev_feed *f, const char *dir, sl_err *err);
+/* Refuses a checkpoint whose data.json says its run read other data,
+ * naming the option that differs; a checkpoint without one is accepted
+ * with a warning. */
+int dev_feed_check_record(const dev_feed *f, const char *dir, sl_err *err);
+
+/* ---- stages: --stages SPEC ---- */
+
+/* SPEC is a count N (the balancer's even split of the units) or inclusive
+ * unit ranges "0-3,4-9,10-13" (unit 0 the embeddings, 1..L the layers, L+1
+ * the head) covering every unit once in order. Fills bounds[0..n] (stage i
+ * owns units bounds[i]..bounds[i+1]-1), at most max stages. The error names
+ * the range or unit that is wrong. */
+int dev_stages_parse(const char *spec, int n_units, int *bounds, int max, int *n, sl_err *err);
+
+/* ---- checkpoints of a run ---- */
+
+/* ROOT/step-N: every stage of tr with data.json; then ROOT/latest names it.
+ * out gets the directory. */
+int dev_run_save(dev_train *tr, int optim_kind, const dev_feed *f, const char *root, int step,
+                 char *out, size_t outn, sl_err *err);
+/* Loads every stage of tr from checkpoint DIR (any cut, dev_ckpt.h) after
+ * checking that f reads what the saved run read; all stages end at the same
+ * step. */
+int dev_run_resume(dev_train *tr, int optim_kind, const dev_feed *f, const char *dir, sl_err *err);
+
+#endif
