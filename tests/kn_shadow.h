@@ -11,6 +11,7 @@
 #ifndef KN_SHADOW_H
 #define KN_SHADOW_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,15 +25,17 @@ static char kn_shadow_bad[160];
 
 /* Fault injection: every buffer operation (alloc, upload, download, copy,
  * zero, sync) is counted in kn_shadow_ops; the one whose 1-based number is
- * kn_shadow_fail_at fails (0: none does). */
-static long kn_shadow_ops, kn_shadow_fail_at;
+ * kn_shadow_fail_at fails (0: none does). Stages of a pipeline run on
+ * threads of their own, so the count is atomic: the total is the same in
+ * every run, though which stage's operation gets a number may differ. */
+static _Atomic long kn_shadow_ops;
+static long kn_shadow_fail_at;
 
 static int sh_fault(sl_err *err, const char *what)
 {
-    kn_shadow_ops++;
-    if (kn_shadow_fail_at && kn_shadow_ops == kn_shadow_fail_at) {
-        sl_err_set(err, SL_EIO, "shadow: injected failure of %s (operation %ld)", what,
-                   kn_shadow_ops);
+    long k = atomic_fetch_add(&kn_shadow_ops, 1) + 1;
+    if (kn_shadow_fail_at && k == kn_shadow_fail_at) {
+        sl_err_set(err, SL_EIO, "shadow: injected failure of %s (operation %ld)", what, k);
         return 1;
     }
     return 0;
