@@ -12,7 +12,7 @@ tests/test_fill_mask.sh (transformers is not installed; python3-torch is).
       tests/bert_tokenization_ref.py), runs the model in float64 with dropout 0
       and compares with what `skyloom fill-mask --json --logits` wrote: the
       logits within 1e-4 of the largest (relative), the top-k ids (ties within
-      1e-6 may swap), scores within 1e-6, token strings and filled sequences
+      1e-5 may swap), scores within 1e-5, token strings and filled sequences
       decoded as the pipeline decodes them. Exit 1 on any difference.
 """
 import json
@@ -196,11 +196,11 @@ def check(d, text, topk, mode, out_json, out_logits):
             fail.append("mask %d: %d candidates, want %d" % (j, len(got[j]), topk))
             continue
         for r, (g, k) in enumerate(zip(got[j], order)):
-            if g["token"] != k and abs(probs[j, g["token"]].item() - probs[j, k].item()) > 1e-6:
+            if g["token"] != k and abs(probs[j, g["token"]].item() - probs[j, k].item()) > 1e-5:
                 fail.append("mask %d rank %d: token %d, want %d" % (j, r, g["token"], k))
                 continue
             k = g["token"]
-            if abs(g["score"] - probs[j, k].item()) > 1e-6:
+            if abs(g["score"] - probs[j, k].item()) > 1e-5:
                 fail.append("mask %d rank %d: score %.9f, want %.9f" % (j, r, g["score"], probs[j, k].item()))
             if g["token_str"] != decode(inv, [k]):
                 fail.append("mask %d rank %d: token_str %r, want %r" % (j, r, g["token_str"], decode(inv, [k])))
