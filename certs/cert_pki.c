@@ -298,24 +298,23 @@ static int build_sans(const char *extra, char *out, size_t cap, sl_err *err)
     if (!extra || !*extra)
         return 0;
     char *copy = sl_xstrdup(extra), *save = NULL;
-    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    int rc = 0;
+    for (char *t = strtok_r(copy, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
         if (strncmp(t, "IP:", 3) && strncmp(t, "DNS:", 4)) {
-            free(copy);
-            return sl_err_set(err, SL_EINVAL, "--san entry '%s' must start with IP: or DNS:", t);
+            rc = sl_err_set(err, SL_EINVAL, "--san entry '%s' must start with IP: or DNS:", t);
+            break;
         }
-        for (const char *c = t; *c; c++)
-            if (*c <= ' ' || *c > '~') {
-                free(copy);
-                return sl_err_set(err, SL_EINVAL, "--san entry '%s' has a bad character", t);
-            }
+        for (const char *c = t; *c && !rc; c++)
+            if (*c <= ' ' || *c > '~')
+                rc = sl_err_set(err, SL_EINVAL, "--san entry '%s' has a bad character", t);
+        if (rc)
+            break;
         n += snprintf(out + n, cap > (size_t)n ? cap - (size_t)n : 0, ",%s", t);
-        if ((size_t)n >= cap) {
-            free(copy);
-            return sl_err_set(err, SL_EINVAL, "--san list too long");
-        }
+        if ((size_t)n >= cap)
+            rc = sl_err_set(err, SL_EINVAL, "--san list too long");
     }
     free(copy);
-    return 0;
+    return rc;
 }
 
 int cert_pki_init(const char *dir, const char *name, const char *sans, sl_err *err)

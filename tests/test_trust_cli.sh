@@ -37,8 +37,8 @@ check "certs init" test $? -eq 0
 check "keys are 0600" test "$(stat -c %a "$tmp/pki/ca.key") $(stat -c %a "$tmp/pki/coordinator.key")" = "600 600"
 out=$("$sk" certs init --pki "$tmp/pki" 2>&1); rc=$?
 check "certs init refuses to overwrite" bash -c '[ $0 -eq 1 ] && grep -q "refusing to overwrite" <<<"$1"' "$rc" "$out"
-"$sk" certs init --pki "$tmp/bad" --san FOO:x >/dev/null 2>&1
-check "certs init rejects a bad --san" test $? -eq 1
+out=$("$sk" certs init --pki "$tmp/bad" --san FOO:x 2>&1); rc=$?
+check "certs init rejects a bad --san" bash -c '[ $0 -eq 1 ] && [ "$1" = "skyloom certs: --san entry '"'FOO:x'"' must start with IP: or DNS:" ]' "$rc" "$out"
 "$sk" certs show --json "$tmp/pki/coordinator.crt" | grep -q '"IP:10.0.0.9"'
 check "certs show lists the SANs" test $? -eq 0
 "$sk" certs token --pki "$tmp/pki" --site lab --ttl 0s >/dev/null 2>&1
