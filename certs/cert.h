@@ -8,11 +8,16 @@
  *                                    (skyloom status), common name "skyloom-admin"
  *   spool/                           tokens and revocations waiting for the
  *                                    coordinator to import them into its state
- * Private keys are 0600, the directory 0700. Nothing is ever overwritten.
+ *   device-cert-seconds              the lifetime of device certificates
+ *                                    (optional; CERT_DEVICE_DAYS without it)
+ * Private keys are 0600, the directory 0700. Nothing is overwritten, except
+ * the coordinator's pair by cert_pki_rotate_coordinator (the old one is kept
+ * as coordinator.{key,crt}.prev).
  *
  * Identities: a device's id is "d" + the first 16 hex digits of SHA-256 over
- * its public key (DER SubjectPublicKeyInfo); its certificate carries the id as
- * common name and as a DNS name, and the site as organizational unit.
+ * the public key it enrolled with (DER SubjectPublicKeyInfo); its certificate
+ * carries the id as common name and as a DNS name, and the site as
+ * organizational unit. A renewed certificate is for a new key and keeps the id.
  *
  * Tokens: "skyloom1.<CA SHA-256 fingerprint, 64 hex>.<secret, 64 hex>". The
  * coordinator stores only SHA-256(secret) with the site and expiry. */
@@ -30,6 +35,13 @@
 #define CERT_HEX_LEN 65    /* 64 hex + NUL */
 #define CERT_TOKEN_LEN 140 /* "skyloom1." + 64 + "." + 64 + NUL, rounded up */
 #define CERT_SITE_MAX 64
+/* Certificate lifetimes. A device gets the lifetime its token names, else the
+ * PKI's default (DIR/device-cert-seconds, written by certs init --cert-days),
+ * else CERT_DEVICE_DAYS; it keeps that lifetime on renewal. */
+#define CERT_DEVICE_DAYS 365
+#define CERT_COORDINATOR_DAYS 825
+#define CERT_MIN_SECONDS 5
+#define CERT_MAX_SECONDS ((int64_t)3650 * 86400)
 
 /* Joins dir and a file name; -1 if it does not fit. */
 int cert_path(char *out, size_t cap, const char *dir, const char *file, sl_err *err);
@@ -60,7 +72,47 @@ const char *cert_ca_pem(const cert_ca *ca);
  * *pem_out is malloc'd. */
 int cert_ca_sign_csr(cert_ca *ca, const uint8_t *der, size_t len, const char *site, int days,
                      char id[CERT_ID_LEN], char **pem_out, sl_err *err);
+/* The same with the lifetime in seconds (CERT_MIN_SECONDS..CERT_MAX_SECONDS)
+ * and, for a renewal, fixed_id: the certificate is for that device id
+ * whatever the key, and the CSR's key must differ from the one of old_pem
+ * (the device's current certificate; NULL: not checked). */
+int cert_ca_issue(cert_ca *ca, const uint8_t *der, size_t len, const char *site, int64_t seconds,
+                  const char *fixed_id, const char *old_pem, char id[CERT_ID_LEN], char **pem_out,
+                  sl_err *err);
 
+/* Writes the default lifetime of device certificates to DIR/device-cert-seconds. */
+int cert_pki_set_device_seconds(const char *dir, int64_t seconds, sl_err *err);
+/* That default: CERT_DEVICE_DAYS days when the file is absent. */
+int cert_pki_device_seconds(const char *dir, int64_t *seconds, sl_err *err);
+/* A new key and certificate for the coordinator from the same CA, with the
+ * same common name and, unless sans is given (as for cert_pki_init), the same
+ * subject alternative names; valid `days`. Replaces coordinator.key and
+ * coordinator.crt (cert_pair_commit) and keeps the old ones as *.prev.
+ * Devices need nothing: they trust the CA, not the certificate. */
+int cert_pki_rotate_coordinator(const char *dir, const char *sans, int days, sl_err *err);
+
+/* ---- replacing a key and its certificate together --------------------------- *
+ * STEM.key and STEM.crt in DIR are replaced as a pair: the new key is written
+ * to STEM.key.next, then the certificate to STEM.crt.next (atomically; its
+ * presence marks a complete pair), then the two are renamed over STEM.key and
+ * STEM.crt in that order. cert_pair_recover, run before the pair is used,
+ * finishes a replacement a crash interrupted after STEM.crt.next was written
+ * and drops a half-made one before. */
+int cert_pair_path(char *out, size_t cap, const char *dir, const char *stem, const char *ext,
+                   sl_err *err);
+/* A new key in STEM.key.next (a stale one is replaced); its path to path. */
+int cert_pair_new_key(const char *dir, const char *stem, char *path, size_t cap, sl_err *err);
+int cert_pair_commit(const char *dir, const char *stem, const char *crt_pem, size_t len,
+                     sl_err *err);
+/* 0 nothing to do, 1 a replacement finished, 2 a half-made one dropped, -1 error. */
+int cert_pair_recover(const char *dir, const char *stem, sl_err *err);
+
+/* Checks the first certificate of a PEM buffer: signed by the CA in ca_path,
+ * for the key in key_path (NULL: not checked), common name want_cn (NULL:
+ * not checked); its validity (UNIX seconds) to *not_before / *not_after (may
+ * be NULL). */
+int cert_pem_check(const char *pem, size_t len, const char *ca_path, const char *key_path,
+                   const char *want_cn, int64_t *not_before, int64_t *not_after, sl_err *err);
 /* ---- keys and requests (devices) ------------------------------------------- */
 
 /* A new EC P-256 key written to path (0600, refuses to overwrite). */
@@ -93,6 +145,10 @@ typedef struct cert_token {
  * into DIR/spool; writes the token text to out. */
 int cert_token_create(const char *dir, const char *site, int64_t ttl_s, char out[CERT_TOKEN_LEN],
                       sl_err *err);
+/* The same, the device enrolled with it getting certificates of cert_s
+ * seconds (0: the PKI's default). */
+int cert_token_create_ex(const char *dir, const char *site, int64_t ttl_s, int64_t cert_s,
+                         char out[CERT_TOKEN_LEN], sl_err *err);
 int cert_token_parse(const char *s, cert_token *t, sl_err *err);
 /* SHA-256 of the secret's hex text, in hex: what the coordinator stores. */
 void cert_token_hash(const char *secret, char hash[CERT_HEX_LEN]);
@@ -100,10 +156,12 @@ void cert_token_hash(const char *secret, char hash[CERT_HEX_LEN]);
 int cert_revoke(const char *dir, const char *device_id, sl_err *err);
 
 enum cert_spool_kind { CERT_SPOOL_TOKEN, CERT_SPOOL_REVOKE };
-/* Called for each spool entry: TOKEN (key = hash, site, t = expiry) or REVOKE
- * (key = device id, site = NULL, t = time of revocation). Returning 0 removes
- * the entry from the spool; -1 keeps it and stops. */
-typedef int (*cert_spool_fn)(void *ud, int kind, const char *key, const char *site, int64_t t);
+/* Called for each spool entry: TOKEN (key = hash, site, t = expiry, cert_s =
+ * the lifetime of the device's certificates, 0 for the default) or REVOKE
+ * (key = device id, site = NULL, t = time of revocation, cert_s = 0).
+ * Returning 0 removes the entry from the spool; -1 keeps it and stops. */
+typedef int (*cert_spool_fn)(void *ud, int kind, const char *key, const char *site, int64_t t,
+                             int64_t cert_s);
 /* Imports and removes every entry in DIR/spool. Malformed entries are
  * renamed to *.bad and reported in the return count of skipped ones. */
 int cert_spool_drain(const char *dir, cert_spool_fn fn, void *ud, int *bad, sl_err *err);

@@ -174,11 +174,19 @@ static int add_ext(X509 *x, X509 *issuer, int nid, const char *value, sl_err *er
     return 0;
 }
 
+/* How far notBefore lies before the moment of issue, to tolerate clock skew:
+ * 5 minutes, or a tenth of a short lifetime. */
+static long backdate(int64_t seconds)
+{
+    return seconds / 10 < 300 ? (long)(seconds / 10) : 300;
+}
+
 /* A certificate for `pub` signed by (issuer, ikey); issuer NULL: self-signed.
- * ou may be NULL; exts is a list of (nid, value) ended by nid 0. */
+ * ou may be NULL; exts is a list of (nid, value) ended by nid 0; `copy`, if
+ * not NULL, is an extension added as it is. Valid `seconds` from now. */
 static X509 *make_cert(EVP_PKEY *pub, const char *cn, const char *ou, X509 *issuer,
-                       EVP_PKEY *ikey, int days, const int *nids, const char *const *vals,
-                       sl_err *err)
+                       EVP_PKEY *ikey, int64_t seconds, const int *nids, const char *const *vals,
+                       X509_EXTENSION *copy, sl_err *err)
 {
     X509 *x = X509_new();
     X509_set_version(x, 2);
@@ -202,14 +210,19 @@ static X509 *make_cert(EVP_PKEY *pub, const char *cn, const char *ou, X509 *issu
         return NULL;
     }
     X509_set_issuer_name(x, issuer ? X509_get_subject_name(issuer) : name);
-    X509_gmtime_adj(X509_getm_notBefore(x), -300); /* tolerate small clock skew */
-    X509_time_adj_ex(X509_getm_notAfter(x), days, 0, NULL);
+    X509_gmtime_adj(X509_getm_notBefore(x), -backdate(seconds));
+    X509_gmtime_adj(X509_getm_notAfter(x), (long)seconds);
     X509_set_pubkey(x, pub);
     for (int i = 0; nids[i]; i++)
         if (add_ext(x, issuer ? issuer : x, nids[i], vals[i], err)) {
             X509_free(x);
             return NULL;
         }
+    if (copy && !X509_add_ext(x, copy, -1)) {
+        X509_free(x);
+        cert_ssl_err(err, SL_EINTERNAL, "copying an extension");
+        return NULL;
+    }
     if (!X509_sign(x, ikey, EVP_sha256())) {
         X509_free(x);
         cert_ssl_err(err, SL_EINTERNAL, "signing a certificate");
@@ -218,10 +231,12 @@ static X509 *make_cert(EVP_PKEY *pub, const char *cn, const char *ou, X509 *issu
     return x;
 }
 
-/* Issues a leaf for a new key and writes key and chain (leaf + CA) files. */
-static int issue_pair(const char *dir, const char *stem, const char *cn, const char *ou,
-                      const char *eku, const char *san, X509 *ca, EVP_PKEY *cakey, int days,
-                      sl_err *err)
+/* A new key and a leaf for it signed by the CA: the key, and the chain (leaf,
+ * then CA) as PEM in *chain (malloc'd). The subject alternative names are
+ * `san` (text) or `san_copy` (an extension of another certificate), or none. */
+static int issue_leaf(const char *cn, const char *ou, const char *eku, const char *san,
+                      X509_EXTENSION *san_copy, X509 *ca, EVP_PKEY *cakey, int64_t seconds,
+                      EVP_PKEY **key, char **chain, sl_err *err)
 {
     EVP_PKEY *k = new_key(err);
     if (!k)
@@ -236,27 +251,42 @@ static int issue_pair(const char *dir, const char *stem, const char *cn, const c
         nids[5] = NID_subject_alt_name;
         vals[5] = san;
     }
-    X509 *x = make_cert(k, cn, ou, ca, cakey, days, nids, vals, err);
-    int rc = -1;
-    if (x) {
-        char kp[4096], cp[4096], name[64];
-        char *a = crt_pem(x), *b = crt_pem(ca);
-        size_t na = strlen(a), nb = strlen(b);
-        char *chain = sl_xmalloc(na + nb + 1);
-        memcpy(chain, a, na);
-        memcpy(chain + na, b, nb + 1);
-        snprintf(name, sizeof name, "%s.key", stem);
-        if (!cert_path(kp, sizeof kp, dir, name, err)) {
-            snprintf(name, sizeof name, "%s.crt", stem);
-            if (!cert_path(cp, sizeof cp, dir, name, err) && !write_key(kp, k, err) &&
-                !cert_write_new(cp, chain, na + nb, 0644, err))
-                rc = 0;
-        }
-        free(a);
-        free(b);
-        free(chain);
-        X509_free(x);
+    X509 *x = make_cert(k, cn, ou, ca, cakey, seconds, nids, vals, san ? NULL : san_copy, err);
+    if (!x) {
+        EVP_PKEY_free(k);
+        return -1;
     }
+    char *a = crt_pem(x), *b = crt_pem(ca);
+    size_t na = strlen(a), nb = strlen(b);
+    *chain = sl_xmalloc(na + nb + 1);
+    memcpy(*chain, a, na);
+    memcpy(*chain + na, b, nb + 1);
+    free(a);
+    free(b);
+    X509_free(x);
+    *key = k;
+    return 0;
+}
+
+/* Issues a leaf for a new key and writes key and chain (leaf + CA) files. */
+static int issue_pair(const char *dir, const char *stem, const char *cn, const char *ou,
+                      const char *eku, const char *san, X509 *ca, EVP_PKEY *cakey, int days,
+                      sl_err *err)
+{
+    EVP_PKEY *k;
+    char *chain;
+    if (issue_leaf(cn, ou, eku, san, NULL, ca, cakey, (int64_t)days * 86400, &k, &chain, err))
+        return -1;
+    char kp[4096], cp[4096], name[64];
+    int rc = -1;
+    snprintf(name, sizeof name, "%s.key", stem);
+    if (!cert_path(kp, sizeof kp, dir, name, err)) {
+        snprintf(name, sizeof name, "%s.crt", stem);
+        if (!cert_path(cp, sizeof cp, dir, name, err) && !write_key(kp, k, err) &&
+            !cert_write_new(cp, chain, strlen(chain), 0644, err))
+            rc = 0;
+    }
+    free(chain);
     EVP_PKEY_free(k);
     return rc;
 }
@@ -268,24 +298,23 @@ static int build_sans(const char *extra, char *out, size_t cap, sl_err *err)
     if (!extra || !*extra)
         return 0;
     char *copy = sl_xstrdup(extra), *save = NULL;
-    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    int rc = 0;
+    for (char *t = strtok_r(copy, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
         if (strncmp(t, "IP:", 3) && strncmp(t, "DNS:", 4)) {
-            free(copy);
-            return sl_err_set(err, SL_EINVAL, "--san entry '%s' must start with IP: or DNS:", t);
+            rc = sl_err_set(err, SL_EINVAL, "--san entry '%s' must start with IP: or DNS:", t);
+            break;
         }
-        for (const char *c = t; *c; c++)
-            if (*c <= ' ' || *c > '~') {
-                free(copy);
-                return sl_err_set(err, SL_EINVAL, "--san entry '%s' has a bad character", t);
-            }
+        for (const char *c = t; *c && !rc; c++)
+            if (*c <= ' ' || *c > '~')
+                rc = sl_err_set(err, SL_EINVAL, "--san entry '%s' has a bad character", t);
+        if (rc)
+            break;
         n += snprintf(out + n, cap > (size_t)n ? cap - (size_t)n : 0, ",%s", t);
-        if ((size_t)n >= cap) {
-            free(copy);
-            return sl_err_set(err, SL_EINVAL, "--san list too long");
-        }
+        if ((size_t)n >= cap)
+            rc = sl_err_set(err, SL_EINVAL, "--san list too long");
     }
     free(copy);
-    return 0;
+    return rc;
 }
 
 int cert_pki_init(const char *dir, const char *name, const char *sans, sl_err *err)
@@ -316,7 +345,7 @@ int cert_pki_init(const char *dir, const char *name, const char *sans, sl_err *e
                                        "hash"};
     char cn[96];
     snprintf(cn, sizeof cn, "skyloom CA (%s)", name);
-    X509 *ca = make_cert(cakey, cn, NULL, NULL, cakey, 3650, nids, vals, err);
+    X509 *ca = make_cert(cakey, cn, NULL, NULL, cakey, (int64_t)3650 * 86400, nids, vals, NULL, err);
     int rc = -1;
     if (ca) {
         char *pem = crt_pem(ca);
@@ -324,9 +353,9 @@ int cert_pki_init(const char *dir, const char *name, const char *sans, sl_err *e
             !cert_path(p, sizeof p, dir, "ca.crt", err) &&
             !cert_write_new(p, pem, strlen(pem), 0644, err) &&
             !issue_pair(dir, "coordinator", name, "coordinator", "serverAuth,clientAuth", san, ca,
-                        cakey, 825, err) &&
-            !issue_pair(dir, "admin", CERT_ADMIN_CN, "admin", "clientAuth", NULL, ca, cakey, 825,
-                        err) &&
+                        cakey, CERT_COORDINATOR_DAYS, err) &&
+            !issue_pair(dir, "admin", CERT_ADMIN_CN, "admin", "clientAuth", NULL, ca, cakey,
+                        CERT_COORDINATOR_DAYS, err) &&
             !cert_path(p, sizeof p, dir, "spool", err)) {
             if (!sl_mkdir(p, 0700, err))
                 rc = 0;
@@ -339,6 +368,8 @@ int cert_pki_init(const char *dir, const char *name, const char *sans, sl_err *e
 }
 
 /* ---- loading --------------------------------------------------------------- */
+
+static int name_cn(X509_NAME *n, char *cn, size_t cap);
 
 static X509 *read_crt(const char *path, sl_err *err)
 {
@@ -427,14 +458,20 @@ int cert_pubkey_id(EVP_PKEY *k, char id[CERT_ID_LEN])
     return 0;
 }
 
-int cert_ca_sign_csr(cert_ca *ca, const uint8_t *der, size_t len, const char *site, int days,
-                     char id[CERT_ID_LEN], char **pem_out, sl_err *err)
+int cert_ca_issue(cert_ca *ca, const uint8_t *der, size_t len, const char *site, int64_t seconds,
+                  const char *fixed_id, const char *old_pem, char id[CERT_ID_LEN], char **pem_out,
+                  sl_err *err)
 {
     *pem_out = NULL;
     if (len == 0 || len > 16384)
         return sl_err_set(err, SL_EINVAL, "CSR size %zu out of range", len);
     if (!cert_valid_site(site))
         return sl_err_set(err, SL_EINVAL, "bad site name");
+    if (seconds < CERT_MIN_SECONDS || seconds > CERT_MAX_SECONDS)
+        return sl_err_set(err, SL_EINVAL, "certificate lifetime %lld s out of range",
+                          (long long)seconds);
+    if (fixed_id && !cert_valid_device_id(fixed_id))
+        return sl_err_set(err, SL_EINVAL, "'%s' is not a device id", fixed_id);
     const uint8_t *p = der;
     X509_REQ *req = d2i_X509_REQ(NULL, &p, (long)len);
     if (!req || p != der + len) {
@@ -442,6 +479,12 @@ int cert_ca_sign_csr(cert_ca *ca, const uint8_t *der, size_t len, const char *si
         return cert_ssl_err(err, SL_EINVAL, "CSR is not valid DER");
     }
     EVP_PKEY *pub = X509_REQ_get0_pubkey(req);
+    X509 *old = NULL;
+    if (old_pem) {
+        BIO *b = BIO_new_mem_buf(old_pem, -1);
+        old = PEM_read_bio_X509(b, NULL, NULL, NULL);
+        BIO_free(b);
+    }
     int rc = -1;
     if (!pub) {
         cert_ssl_err(err, SL_EINVAL, "CSR has no usable public key");
@@ -449,9 +492,15 @@ int cert_ca_sign_csr(cert_ca *ca, const uint8_t *der, size_t len, const char *si
         cert_ssl_err(err, SL_EAUTH, "CSR signature does not verify");
     } else if (EVP_PKEY_get_base_id(pub) != EVP_PKEY_EC || EVP_PKEY_get_bits(pub) != 256) {
         sl_err_set(err, SL_EINVAL, "CSR key must be EC P-256");
+    } else if (old_pem && !old) {
+        cert_ssl_err(err, SL_ECORRUPT, "the current certificate does not parse");
+    } else if (old && EVP_PKEY_eq(pub, X509_get0_pubkey(old)) == 1) {
+        sl_err_set(err, SL_EINVAL, "the CSR is for the current key: a renewal needs a new key");
     } else if (cert_pubkey_id(pub, id) != 0) {
         cert_ssl_err(err, SL_EINVAL, "CSR public key");
     } else {
+        if (fixed_id)
+            memcpy(id, fixed_id, CERT_ID_LEN);
         char san[64];
         snprintf(san, sizeof san, "DNS:%s", id);
         static const int nids[] = {NID_basic_constraints, NID_key_usage, NID_ext_key_usage,
@@ -459,14 +508,86 @@ int cert_ca_sign_csr(cert_ca *ca, const uint8_t *der, size_t len, const char *si
                                    NID_subject_alt_name, 0};
         const char *vals[] = {"critical,CA:FALSE", "critical,digitalSignature",
                               "clientAuth,serverAuth", "hash", "keyid:always", san};
-        X509 *x = make_cert(pub, id, site, ca->crt, ca->key, days, nids, vals, err);
+        X509 *x = make_cert(pub, id, site, ca->crt, ca->key, seconds, nids, vals, NULL, err);
         if (x) {
             *pem_out = crt_pem(x);
             X509_free(x);
             rc = 0;
         }
     }
+    X509_free(old);
     X509_REQ_free(req);
+    return rc;
+}
+
+int cert_ca_sign_csr(cert_ca *ca, const uint8_t *der, size_t len, const char *site, int days,
+                     char id[CERT_ID_LEN], char **pem_out, sl_err *err)
+{
+    return cert_ca_issue(ca, der, len, site, (int64_t)days * 86400, NULL, NULL, id, pem_out, err);
+}
+
+/* ---- rotating the coordinator's certificate ----------------------------------- */
+
+int cert_pki_rotate_coordinator(const char *dir, const char *sans, int days, sl_err *err)
+{
+    if (days < 1 || days > 3650)
+        return sl_err_set(err, SL_EINVAL, "--days must be 1..3650");
+    char san[2048], p[4096];
+    if (sans && build_sans(sans, san, sizeof san, err))
+        return -1;
+    if (cert_pair_recover(dir, "coordinator", err) < 0)
+        return -1;
+    cert_ca *ca = cert_ca_load(dir, err);
+    if (!ca)
+        return -1;
+    X509 *old = NULL;
+    if (!cert_path(p, sizeof p, dir, "coordinator.crt", err))
+        old = read_crt(p, err);
+    int rc = -1;
+    char cn[128];
+    EVP_PKEY *k = NULL;
+    char *chain = NULL;
+    if (!old)
+        goto out;
+    if (X509_verify(old, X509_get0_pubkey(ca->crt)) != 1) {
+        ERR_clear_error();
+        sl_err_set(err, SL_ECORRUPT, "%s was not signed by %s/ca.crt", p, dir);
+        goto out;
+    }
+    if (name_cn(X509_get_subject_name(old), cn, sizeof cn)) {
+        sl_err_set(err, SL_ECORRUPT, "%s: no common name", p);
+        goto out;
+    }
+    int i = X509_get_ext_by_NID(old, NID_subject_alt_name, -1);
+    X509_EXTENSION *old_san = i >= 0 ? X509_get_ext(old, i) : NULL;
+    if (issue_leaf(cn, "coordinator", "serverAuth,clientAuth", sans ? san : NULL, old_san, ca->crt,
+                   ca->key, (int64_t)days * 86400, &k, &chain, err))
+        goto out;
+    char kp[4096];
+    if (cert_pair_path(kp, sizeof kp, dir, "coordinator", ".key.next", err))
+        goto out;
+    unlink(kp);
+    if (write_key(kp, k, err))
+        goto out;
+    /* the pair in use stays next to the new one, as *.prev */
+    static const char *const ext[2] = {".key", ".crt"};
+    for (int e = 0; e < 2; e++) {
+        char cur[4096], prev[4200];
+        if (cert_pair_path(cur, sizeof cur, dir, "coordinator", ext[e], err))
+            goto out;
+        snprintf(prev, sizeof prev, "%s.prev", cur);
+        unlink(prev);
+        if (link(cur, prev) != 0) {
+            sl_err_set(err, SL_EIO, "cannot keep %s as %s: %s", cur, prev, strerror(errno));
+            goto out;
+        }
+    }
+    rc = cert_pair_commit(dir, "coordinator", chain, strlen(chain), err);
+out:
+    free(chain);
+    EVP_PKEY_free(k);
+    X509_free(old);
+    cert_ca_free(ca);
     return rc;
 }
 

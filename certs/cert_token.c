@@ -66,6 +66,15 @@ static int spool_put(const char *dir, const char *name, const char *body, sl_err
 int cert_token_create(const char *dir, const char *site, int64_t ttl_s, char out[CERT_TOKEN_LEN],
                       sl_err *err)
 {
+    return cert_token_create_ex(dir, site, ttl_s, 0, out, err);
+}
+
+int cert_token_create_ex(const char *dir, const char *site, int64_t ttl_s, int64_t cert_s,
+                         char out[CERT_TOKEN_LEN], sl_err *err)
+{
+    if (cert_s && (cert_s < CERT_MIN_SECONDS || cert_s > CERT_MAX_SECONDS))
+        return sl_err_set(err, SL_EINVAL, "certificate lifetime %lld s out of range",
+                          (long long)cert_s);
     if (!cert_valid_site(site))
         return sl_err_set(err, SL_EINVAL, "site '%s' must be 1..64 of A-Z a-z 0-9 . _ -", site);
     cert_ca *ca = cert_ca_load(dir, err);
@@ -81,7 +90,11 @@ int cert_token_create(const char *dir, const char *site, int64_t ttl_s, char out
     OPENSSL_cleanse(raw, sizeof raw);
     cert_token_hash(secret, hash);
     snprintf(name, sizeof name, "token-%s", hash);
-    snprintf(body, sizeof body, "%s %" PRId64 "\n", site, sl_unix_time() + ttl_s);
+    if (cert_s)
+        snprintf(body, sizeof body, "%s %" PRId64 " %" PRId64 "\n", site, sl_unix_time() + ttl_s,
+                 cert_s);
+    else
+        snprintf(body, sizeof body, "%s %" PRId64 "\n", site, sl_unix_time() + ttl_s);
     int rc = spool_put(dir, name, body, err);
     if (rc == 0)
         snprintf(out, CERT_TOKEN_LEN, TOKEN_PREFIX "%s.%s", cert_ca_fingerprint(ca), secret);
@@ -114,18 +127,23 @@ static int read_small(const char *path, char *buf, size_t cap)
 
 /* Parses one spool entry; 0 ok, -1 malformed. */
 static int parse_entry(const char *file, const char *body, int *kind, char *key, char *site,
-                       int64_t *t)
+                       int64_t *t, int64_t *cert_s)
 {
-    long long v;
+    long long v, cs = 0;
     char extra;
+    *cert_s = 0;
     if (!strncmp(file, "token-", 6)) {
         *kind = CERT_SPOOL_TOKEN;
         snprintf(key, CERT_HEX_LEN, "%s", file + 6);
         if (!cert_is_hex(key, 64))
             return -1;
         char s[CERT_SITE_MAX + 2];
-        if (sscanf(body, "%65s %lld %c", s, &v, &extra) != 2 || !cert_valid_site(s))
+        int n = sscanf(body, "%65s %lld %lld %c", s, &v, &cs, &extra);
+        if ((n != 2 && n != 3) || !cert_valid_site(s))
             return -1;
+        if (n == 3 && (cs < CERT_MIN_SECONDS || cs > CERT_MAX_SECONDS))
+            return -1;
+        *cert_s = cs;
         memcpy(site, s, strlen(s) + 1); /* valid: at most CERT_SITE_MAX */
     } else if (!strncmp(file, "revoke-", 7)) {
         *kind = CERT_SPOOL_REVOKE;
@@ -159,17 +177,17 @@ int cert_spool_drain(const char *dir, cert_spool_fn fn, void *ud, int *bad, sl_e
             continue;
         char path[4400], body[256], key[CERT_HEX_LEN], site[CERT_SITE_MAX + 1];
         int kind;
-        int64_t t;
+        int64_t t, cert_s;
         snprintf(path, sizeof path, "%s/%s", sp, f);
         if (read_small(path, body, sizeof body) != 0 ||
-            parse_entry(f, body, &kind, key, site, &t) != 0) {
+            parse_entry(f, body, &kind, key, site, &t, &cert_s) != 0) {
             char badp[4500];
             snprintf(badp, sizeof badp, "%s.bad", path);
             rename(path, badp);
             (*bad)++;
             continue;
         }
-        if (fn(ud, kind, key, kind == CERT_SPOOL_TOKEN ? site : NULL, t) != 0) {
+        if (fn(ud, kind, key, kind == CERT_SPOOL_TOKEN ? site : NULL, t, cert_s) != 0) {
             rc = sl_err_set(err, SL_EIO, "importing %s failed", path);
             break;
         }

@@ -30,5 +30,6 @@ int cli_opt_take(const char *cmd, int argc, char **argv, int *i, const cli_opt *
 int cmd_plan(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_fill_mask(int argc, char **argv);
 
 #endif

@@ -1,8 +1,10 @@
 /* skyloom data: corpus -> WordPiece vocabulary -> token shards.
  *   skyloom data vocab --corpus FILE... --size N --out vocab.txt [--cased]
  *   skyloom data prepare --vocab vocab.txt --in FILE_OR_DIR... --out SHARD --seq T [--cased]
- *   skyloom data inspect SHARD [--json] [--show N] */
+ *   skyloom data inspect SHARD [--json] [--show N]
+ *   skyloom data tokenize --vocab vocab.txt [--cased] [FILE...] */
 #include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +30,15 @@ static void usage_data(FILE *f)
             "                          [--min-freq K] [--json]\n"
             "       skyloom data prepare --vocab vocab.txt --in FILE_OR_DIR... --out SHARD\n"
             "                          --seq T [--cased] [--json]\n"
-            "       skyloom data inspect SHARD [--show N] [--json]\n\n"
+            "       skyloom data inspect SHARD [--show N] [--json]\n"
+            "       skyloom data tokenize --vocab vocab.txt [--cased] [FILE...]\n\n"
             "Turns UTF-8 text into what BERT pre-training reads.\n"
             "  vocab    learns a WordPiece vocabulary (standard vocab.txt, '##' pieces)\n"
             "  prepare  tokenizes (BERT BasicTokenizer + WordPiece) and packs documents into\n"
             "           [CLS] ... [SEP] sequences of at most T tokens, written as one shard\n"
-            "  inspect  shows a shard's header, counts, vocabulary hash and first sequences\n\n"
+            "  inspect  shows a shard's header, counts, vocabulary hash and first sequences\n"
+            "  tokenize prints one line of WordPiece ids per input line (no [CLS]/[SEP]),\n"
+            "           reading the FILEs in order ('-' or none: standard input)\n\n"
             "Corpus text: one sentence or paragraph per line, a blank line between documents;\n"
             "a directory stands for all files under it (sorted). Text is lower-cased and\n"
             "accent-stripped unless --cased. Invalid UTF-8 is an error naming file and offset.\n");
@@ -499,6 +504,103 @@ static int data_inspect(int argc, char **argv)
     return 0;
 }
 
+/* ---- tokenize ---- */
+/* One output line of ids per input line of f; invalid UTF-8 stops with the
+ * file's byte offset and line. */
+static int tokenize_stream(const dev_vocab *v, int cased, FILE *f, const char *name, sl_err *err)
+{
+    char *line = NULL;
+    size_t cap = 0, lineno = 0;
+    uint64_t off = 0;
+    ssize_t n;
+    dev_ids ids = {0};
+    int rc = 0;
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        size_t len = (size_t)n;
+        size_t bad = dev_utf8_check(line, len);
+        if (bad < len) {
+            rc = sl_err_set(err, SL_EINVAL, "%s: invalid UTF-8 at byte offset %llu (line %zu)",
+                            name, (unsigned long long)(off + bad), lineno);
+            break;
+        }
+        off += len;
+        if (len && line[len - 1] == '\n')
+            len--;
+        ids.n = 0;
+        if (dev_tok_encode(v, cased, line, len, &ids, err)) {
+            rc = sl_err_wrap(err, "%s line %zu", name, lineno);
+            break;
+        }
+        for (size_t i = 0; i < ids.n; i++)
+            printf(i ? " %d" : "%d", ids.v[i]);
+        if (putchar('\n') == EOF) {
+            rc = sl_err_set(err, SL_EIO, "writing standard output failed");
+            break;
+        }
+    }
+    if (!rc && ferror(f))
+        rc = sl_err_set(err, SL_EIO, "%s: read error", name);
+    free(line);
+    dev_ids_free(&ids);
+    return rc;
+}
+
+static int data_tokenize(int argc, char **argv)
+{
+    const char *vpath = NULL;
+    int cased = 0;
+    paths files = {0};
+    sl_err err = {0};
+    const dopt opts[] = {{"--vocab", 's', &vpath, 0, 0},
+                         {"--cased", 'f', &cased, 0, 0},
+                         {NULL, 0, NULL, 0, 0}};
+    int stop, rc = parse_opts("data tokenize", argc, argv, opts, &files, &stop);
+    if (stop)
+        goto done;
+    rc = 2;
+    if (!vpath) {
+        sl_cli_fail("data tokenize", 2, "--vocab is required");
+        goto done;
+    }
+    rc = 1;
+    dev_vocab *v = dev_vocab_load(vpath, &err);
+    if (!v) {
+        sl_cli_fail("data tokenize", 1, "%s", err.msg);
+        goto done;
+    }
+    check_case(v, cased);
+    if (!files.n) {
+        rc = tokenize_stream(v, cased, stdin, "standard input", &err) ? 1 : 0;
+    } else {
+        rc = 0;
+        for (size_t i = 0; i < files.n && !rc; i++) {
+            if (!strcmp(files.p[i], "-")) {
+                rc = tokenize_stream(v, cased, stdin, "standard input", &err) ? 1 : 0;
+                continue;
+            }
+            FILE *f = fopen(files.p[i], "r");
+            if (!f) {
+                sl_err_set(&err, SL_EIO, "cannot open %s: %s", files.p[i], strerror(errno));
+                rc = 1;
+                break;
+            }
+            rc = tokenize_stream(v, cased, f, files.p[i], &err) ? 1 : 0;
+            fclose(f);
+        }
+    }
+    if (fflush(stdout) != 0 && !rc) {
+        sl_err_set(&err, SL_EIO, "writing standard output failed");
+        rc = 1;
+    }
+    if (rc)
+        sl_cli_fail("data tokenize", 1, "%s", err.msg);
+    dev_vocab_free(v);
+done:
+    paths_free(&files);
+    return rc;
+}
+
 int cmd_data(int argc, char **argv)
 {
     if (argc < 2) {
@@ -516,5 +618,8 @@ int cmd_data(int argc, char **argv)
         return data_prepare(argc - 1, argv + 1);
     if (!strcmp(sub, "inspect"))
         return data_inspect(argc - 1, argv + 1);
-    return sl_cli_fail("data", 2, "unknown subcommand '%s' (vocab, prepare, inspect)", sub);
+    if (!strcmp(sub, "tokenize"))
+        return data_tokenize(argc - 1, argv + 1);
+    return sl_cli_fail("data", 2, "unknown subcommand '%s' (vocab, prepare, inspect, tokenize)",
+                       sub);
 }

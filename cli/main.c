@@ -21,6 +21,7 @@ static const command commands[] = {
     {"plan", cmd_plan, "place a model on devices and simulate the pipeline (balancer)"},
     {"train", cmd_train, "train a BERT on this machine (the single-device reference)"},
     {"eval", cmd_eval, "mean masked-LM loss of a model on a shard"},
+    {"fill-mask", cmd_fill_mask, "the most likely tokens at each [MASK] of a text"},
     {"profile", cmd_profile, "show this machine's topology and compute backends"},
     {"version", cmd_version, "show version, libraries and what this machine has"},
 };

@@ -7,7 +7,10 @@
  * certificate from the project CA (UNAUTHENTICATED), that its identity is a
  * device (or the admin certificate where allowed) and equals the device id
  * the request claims (PERMISSION_DENIED), that the device is not revoked
- * (UNAUTHENTICATED) and is enrolled here (PERMISSION_DENIED). */
+ * (UNAUTHENTICATED) and is enrolled here (PERMISSION_DENIED).
+ *
+ * On opening, a rotation of the coordinator's certificate that a crash
+ * interrupted is finished first (cert_pair_recover). */
 #ifndef COORD_H
 #define COORD_H
 
@@ -25,7 +28,8 @@ typedef struct coord_opts {
     const char *state;     /* state directory (coordinator.db) */
     size_t max_message;    /* 0: COORD_DEFAULT_MAX_MESSAGE */
     unsigned heartbeat_ms; /* 0: 5000 */
-    int cert_days;         /* device certificate validity; 0: 365 */
+    int cert_days;         /* device certificate lifetime for devices whose token named
+                            * none; 0: the PKI's default (cert_pki_device_seconds) */
 } coord_opts;
 
 typedef struct coord coord;
@@ -45,5 +49,9 @@ int coord_handle_heartbeat(void *c, const rpc_peer *peer, const uint8_t *req, si
                            rpc_buf *resp, rpc_status *st);
 int coord_handle_list_devices(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
                               rpc_buf *resp, rpc_status *st);
+/* Renew: a device's new certificate for a new key (authorized like Heartbeat,
+ * so a revoked device cannot renew). */
+int coord_handle_renew(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                       rpc_buf *resp, rpc_status *st);
 
 #endif

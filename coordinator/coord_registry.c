@@ -6,6 +6,7 @@
 
 #include "coord_state.h"
 #include "coord_state_internal.h"
+#include "sl_mem.h"
 
 static int db_err(coord_state *s, sl_err *err, const char *what)
 {
@@ -31,14 +32,18 @@ static int run(coord_state *s, sqlite3_stmt *st, sl_err *err)
 }
 
 int coord_state_add_token(coord_state *s, const char *hash, const char *site, int64_t expires_at,
-                          sl_err *err)
+                          int64_t cert_seconds, sl_err *err)
 {
-    sqlite3_stmt *st = prep(s, "INSERT OR IGNORE INTO tokens(hash, site, expires_at) VALUES(?,?,?)", err);
+    sqlite3_stmt *st = prep(s,
+                            "INSERT OR IGNORE INTO tokens(hash, site, expires_at, cert_seconds)"
+                            " VALUES(?,?,?,?)",
+                            err);
     if (!st)
         return -1;
     sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, site, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, expires_at);
+    sqlite3_bind_int64(st, 4, cert_seconds);
     return run(s, st, err);
 }
 
@@ -76,10 +81,47 @@ int coord_state_device_known(coord_state *s, const char *id, sl_err *err)
     return exists(s, "SELECT 1 FROM devices WHERE id=?", id, err);
 }
 
-int coord_state_check_token(coord_state *s, const char *hash, const char *site, int64_t now,
-                            char *site_out, sl_err *err)
+int coord_state_device_cert(coord_state *s, const char *id, char *site, char **cert_pem,
+                            int64_t *cert_seconds, sl_err *err)
 {
-    sqlite3_stmt *st = prep(s, "SELECT site, expires_at, used_at FROM tokens WHERE hash=?", err);
+    *cert_pem = NULL;
+    sqlite3_stmt *st = prep(s, "SELECT site, cert_pem, cert_seconds FROM devices WHERE id=?", err);
+    if (!st)
+        return -1;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), res = 0;
+    if (rc == SQLITE_DONE) {
+        res = 1;
+    } else if (rc != SQLITE_ROW) {
+        res = db_err(s, err, "step");
+    } else {
+        const char *ds = (const char *)sqlite3_column_text(st, 0);
+        const char *pem = (const char *)sqlite3_column_text(st, 1);
+        snprintf(site, 65, "%s", ds ? ds : "");
+        *cert_pem = sl_xstrdup(pem ? pem : "");
+        *cert_seconds = sqlite3_column_int64(st, 2);
+    }
+    sqlite3_finalize(st);
+    return res;
+}
+
+int coord_state_set_cert(coord_state *s, const char *id, const char *cert_pem, sl_err *err)
+{
+    sqlite3_stmt *st = prep(s, "UPDATE devices SET cert_pem=? WHERE id=?", err);
+    if (!st)
+        return -1;
+    sqlite3_bind_text(st, 1, cert_pem, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+    if (run(s, st, err))
+        return -1;
+    return sqlite3_changes(coord_state_db(s)) == 1 ? 0 : 1;
+}
+
+int coord_state_check_token(coord_state *s, const char *hash, const char *site, int64_t now,
+                            char *site_out, int64_t *cert_seconds, sl_err *err)
+{
+    sqlite3_stmt *st =
+        prep(s, "SELECT site, expires_at, used_at, cert_seconds FROM tokens WHERE hash=?", err);
     if (!st)
         return -1;
     sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
@@ -91,6 +133,7 @@ int coord_state_check_token(coord_state *s, const char *hash, const char *site, 
     } else {
         const char *tsite = (const char *)sqlite3_column_text(st, 0);
         snprintf(site_out, 65, "%s", tsite ? tsite : "");
+        *cert_seconds = sqlite3_column_int64(st, 3);
         if (sqlite3_column_type(st, 2) != SQLITE_NULL)
             res = COORD_TOKEN_USED;
         else if (sqlite3_column_int64(st, 1) <= now)
@@ -125,7 +168,7 @@ int coord_state_enroll(coord_state *s, const char *hash, const coord_device *d, 
     }
     st = prep(s,
               "INSERT OR REPLACE INTO devices(id, site, name, enrolled_at, last_heartbeat,"
-              " heartbeat_seq, profile, cert_pem) VALUES(?,?,?,?,0,0,?,?)",
+              " heartbeat_seq, profile, cert_pem, cert_seconds) VALUES(?,?,?,?,0,0,?,?,?)",
               err);
     if (!st)
         goto fail;
@@ -138,6 +181,7 @@ int coord_state_enroll(coord_state *s, const char *hash, const coord_device *d, 
     else
         sqlite3_bind_null(st, 5);
     sqlite3_bind_text(st, 6, d->cert_pem, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 7, d->cert_seconds);
     if (run(s, st, err))
         goto fail;
     if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {

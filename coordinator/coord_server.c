@@ -20,11 +20,12 @@ struct coord {
     rpc_server *srv;
 };
 
-static int import_one(void *ud, int kind, const char *key, const char *site, int64_t t)
+static int import_one(void *ud, int kind, const char *key, const char *site, int64_t t,
+                      int64_t cert_s)
 {
     coord *c = ud;
     sl_err err = {0};
-    int rc = kind == CERT_SPOOL_TOKEN ? coord_state_add_token(c->state, key, site, t, &err)
+    int rc = kind == CERT_SPOOL_TOKEN ? coord_state_add_token(c->state, key, site, t, cert_s, &err)
                                       : coord_state_add_revocation(c->state, key, t, &err);
     if (rc)
         sl_log_error("coordinator: import failed", "reason=\"%s\"", err.msg);
@@ -53,11 +54,11 @@ coord *coord_open(const coord_opts *o, sl_err *err)
         c->o.max_message = COORD_DEFAULT_MAX_MESSAGE;
     if (!c->o.heartbeat_ms)
         c->o.heartbeat_ms = 5000;
-    if (!c->o.cert_days)
-        c->o.cert_days = 365;
     c->pki = sl_xstrdup(o->pki);
-    if (!(c->ca = cert_ca_load(o->pki, err)) || !(c->state = coord_state_open(o->state, err)) ||
-        import_spool(c, err)) {
+    int64_t def;
+    if (cert_pair_recover(o->pki, "coordinator", err) < 0 ||
+        cert_pki_device_seconds(o->pki, &def, err) || !(c->ca = cert_ca_load(o->pki, err)) ||
+        !(c->state = coord_state_open(o->state, err)) || import_spool(c, err)) {
         coord_close(c);
         return NULL;
     }
@@ -76,12 +77,14 @@ int coord_start(coord *c, sl_err *err)
         .tls = {ca, crt, key},
         .client_auth = RPC_CLIENT_CERT_OPTIONAL,
         .max_message = c->o.max_message,
+        .reload_tls = 1, /* certs rotate-coordinator applies without a restart */
     };
     if (!(c->srv = rpc_server_create(&so, err)))
         return -1;
     if (rpc_server_add_unary(c->srv, RPC_M_ENROLL, coord_handle_enroll, c, err) ||
         rpc_server_add_unary(c->srv, RPC_M_HEARTBEAT, coord_handle_heartbeat, c, err) ||
-        rpc_server_add_unary(c->srv, RPC_M_LIST_DEVICES, coord_handle_list_devices, c, err))
+        rpc_server_add_unary(c->srv, RPC_M_LIST_DEVICES, coord_handle_list_devices, c, err) ||
+        rpc_server_add_unary(c->srv, RPC_M_RENEW, coord_handle_renew, c, err))
         return -1;
     return rpc_server_start(c->srv, err);
 }
@@ -139,6 +142,22 @@ static int authorize(coord *c, const rpc_peer *peer, const char *claimed, int al
     return RPC_OK;
 }
 
+/* The lifetime of a device certificate: the device's own (from its token),
+ * else the coordinator's option, else the PKI's default, read each time so
+ * that a change applies from the next certificate. */
+static int cert_lifetime(coord *c, int64_t own, int64_t *seconds, sl_err *err)
+{
+    if (own > 0) {
+        *seconds = own;
+        return 0;
+    }
+    if (c->o.cert_days > 0) {
+        *seconds = (int64_t)c->o.cert_days * 86400;
+        return 0;
+    }
+    return cert_pki_device_seconds(c->pki, seconds, err);
+}
+
 /* ---- Enroll ------------------------------------------------------------------ */
 
 int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
@@ -170,8 +189,8 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
         goto out;
     }
     cert_token_hash(r->token, hash);
-    int64_t now = sl_unix_time();
-    switch (coord_state_check_token(c->state, hash, r->site, now, tsite, &err)) {
+    int64_t now = sl_unix_time(), cert_s = 0, life;
+    switch (coord_state_check_token(c->state, hash, r->site, now, tsite, &cert_s, &err)) {
     case COORD_TOKEN_OK:
         break;
     case COORD_TOKEN_UNKNOWN:
@@ -191,8 +210,12 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         goto out;
     }
-    if (cert_ca_sign_csr(c->ca, r->csr_der.data, r->csr_der.len, r->site, c->o.cert_days, id,
-                         &pem, &err)) {
+    if (cert_lifetime(c, cert_s, &life, &err)) {
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        goto out;
+    }
+    if (cert_ca_issue(c->ca, r->csr_der.data, r->csr_der.len, r->site, life, NULL, NULL, id, &pem,
+                      &err)) {
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "CSR refused: %s", err.msg);
         goto out;
     }
@@ -207,7 +230,7 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
     if (r->profile)
         rpc_pack(r->profile, &prof);
     coord_device d = {.id = id, .site = r->site, .name = r->name, .cert_pem = pem,
-                      .profile = prof.data, .profile_len = prof.len};
+                      .profile = prof.data, .profile_len = prof.len, .cert_seconds = cert_s};
     int rc = coord_state_enroll(c->state, hash, &d, now, &err);
     rpc_buf_free(&prof);
     if (rc) {
@@ -226,6 +249,64 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
     rpc_pack(&out, resp);
 out:
     free(pem);
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* ---- Renew -------------------------------------------------------------------- */
+
+/* A new certificate for an authorized device's new key: the same id and site,
+ * the device's lifetime. */
+static int renew(coord *c, const Skyloom__V1__RenewRequest *r, rpc_buf *resp, rpc_status *st)
+{
+    char site[CERT_SITE_MAX + 1], id[CERT_ID_LEN];
+    char *old = NULL, *pem = NULL;
+    int64_t own = 0, life;
+    sl_err err = {0};
+    int code = RPC_OK;
+    int rc = coord_state_device_cert(c->state, r->device_id, site, &old, &own, &err);
+    if (rc) {
+        code = rc < 0 ? rpc_status_set(st, RPC_INTERNAL, "%s", err.msg)
+                      : rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here",
+                                       r->device_id);
+        goto out;
+    }
+    if (cert_lifetime(c, own, &life, &err)) {
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        goto out;
+    }
+    if (cert_ca_issue(c->ca, r->csr_der.data, r->csr_der.len, site, life, r->device_id,
+                      old[0] ? old : NULL, id, &pem, &err)) {
+        code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "CSR refused: %s", err.msg);
+        goto out;
+    }
+    if ((rc = coord_state_set_cert(c->state, r->device_id, pem, &err)) != 0) {
+        code = rpc_status_set(st, rc < 0 ? RPC_INTERNAL : RPC_PERMISSION_DENIED, "%s",
+                              rc < 0 ? err.msg : "device is not enrolled here");
+        goto out;
+    }
+    sl_log_info("coordinator: certificate renewed", "device=%s site=%s lifetime_s=%lld",
+                r->device_id, site, (long long)life);
+    Skyloom__V1__RenewResponse out = SKYLOOM__V1__RENEW_RESPONSE__INIT;
+    out.cert_pem.data = (uint8_t *)pem;
+    out.cert_pem.len = strlen(pem);
+    rpc_pack(&out, resp);
+out:
+    free(old);
+    free(pem);
+    return code;
+}
+
+int coord_handle_renew(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                       rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__RenewRequest *r = rpc_unpack(&skyloom__v1__renew_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed RenewRequest");
+    int code = authorize(c, peer, r->device_id, ALLOW_DEVICE, st);
+    if (code == RPC_OK)
+        code = renew(c, r, resp, st);
     rpc_unpacked_free(r);
     return code;
 }

@@ -19,9 +19,11 @@ int coord_state_schema_version(coord_state *s);
 const char *coord_state_journal_mode(coord_state *s);
 
 /* ---- trust: tokens, devices, revocations (coord_registry.c) ---------------- */
-/* Records a token hash (from the PKI spool); a known hash is left alone. */
+/* Records a token hash (from the PKI spool) and the lifetime of the
+ * certificates of the device it enrolls (0: the PKI's default); a known hash
+ * is left alone. */
 int coord_state_add_token(coord_state *s, const char *hash, const char *site, int64_t expires_at,
-                          sl_err *err);
+                          int64_t cert_seconds, sl_err *err);
 int coord_state_add_revocation(coord_state *s, const char *device_id, int64_t at, sl_err *err);
 /* 1 revoked, 0 not, -1 error. */
 int coord_state_is_revoked(coord_state *s, const char *device_id, sl_err *err);
@@ -34,9 +36,10 @@ enum coord_token_check {
     COORD_TOKEN_WRONG_SITE,
 };
 /* Looks a token hash up without using it; -1 on database errors. The
- * token's site goes to site_out (CERT_SITE_MAX + 1 bytes) when found. */
+ * token's site goes to site_out (CERT_SITE_MAX + 1 bytes) and its
+ * certificate lifetime to *cert_seconds when found. */
 int coord_state_check_token(coord_state *s, const char *hash, const char *site, int64_t now,
-                            char *site_out, sl_err *err);
+                            char *site_out, int64_t *cert_seconds, sl_err *err);
 
 typedef struct coord_device {
     const char *id, *site, *name, *cert_pem, *stage_address;
@@ -45,6 +48,7 @@ typedef struct coord_device {
     int revoked;
     const uint8_t *profile; /* serialized skyloom.v1.DeviceProfile */
     size_t profile_len;
+    int64_t cert_seconds;   /* lifetime of its certificates; 0: the PKI's default */
 } coord_device;
 
 /* In one transaction: marks the token used (it must still be unused) and
@@ -56,6 +60,12 @@ int coord_state_heartbeat(coord_state *s, const char *id, uint64_t seq, const ui
                           size_t profile_len, const char *stage_address, int64_t now, sl_err *err);
 /* 1 enrolled, 0 not, -1 error. */
 int coord_state_device_known(coord_state *s, const char *id, sl_err *err);
+/* An enrolled device's site (CERT_SITE_MAX + 1 bytes), current certificate
+ * (*cert_pem malloc'd) and certificate lifetime. 0 ok, 1 unknown, -1 error. */
+int coord_state_device_cert(coord_state *s, const char *id, char *site, char **cert_pem,
+                            int64_t *cert_seconds, sl_err *err);
+/* Records a device's renewed certificate. 0 ok, 1 unknown device, -1 error. */
+int coord_state_set_cert(coord_state *s, const char *id, const char *cert_pem, sl_err *err);
 /* Calls fn for each revoked device id; fn returns non-zero to stop. */
 int coord_state_list_revoked(coord_state *s, int (*fn)(void *ud, const char *id), void *ud,
                              sl_err *err);

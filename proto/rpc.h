@@ -32,6 +32,7 @@ const char *rpc_grpc_version(void);
 #define RPC_M_ENROLL "/skyloom.v1.Coordinator/Enroll"
 #define RPC_M_HEARTBEAT "/skyloom.v1.Coordinator/Heartbeat"
 #define RPC_M_LIST_DEVICES "/skyloom.v1.Coordinator/ListDevices"
+#define RPC_M_RENEW "/skyloom.v1.Coordinator/Renew"
 #define RPC_M_STAGE_EXCHANGE "/skyloom.v1.Stage/Exchange"
 #define RPC_M_STAGE_PING "/skyloom.v1.Stage/Ping"
 
@@ -103,6 +104,8 @@ typedef struct rpc_server_opts {
     rpc_tls_files tls;       /* cert and key required */
     int client_auth;         /* enum rpc_client_auth */
     size_t max_message;      /* receive and send limit in bytes; 0 = 4 MiB */
+    int reload_tls;          /* 1: new connections get the cert/key files' latest pair
+                              * (the files are checked every second); 0: read once */
 } rpc_server_opts;
 
 typedef struct rpc_server rpc_server;

@@ -57,6 +57,31 @@ void rpc_buf_free(rpc_buf *b)
     b->owner_ = NULL;
 }
 
+grpc_server_credentials *rpc_server_credentials(const rpc_server_opts *o, const rpc_pems *pem)
+{
+    grpc_ssl_client_certificate_request_type req =
+        o->client_auth == RPC_CLIENT_CERT_REQUIRED
+            ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+    if (!o->reload_tls) {
+        grpc_ssl_pem_key_cert_pair pair = {pem->key, pem->cert};
+        return grpc_ssl_server_credentials_create_ex(pem->ca, &pair, 1, req, NULL);
+    }
+    /* gRPC re-reads the files every second and hands new handshakes the
+     * latest pair; established connections keep theirs. */
+    grpc_tls_certificate_provider *prov =
+        grpc_tls_certificate_provider_file_watcher_create(o->tls.key, o->tls.cert, o->tls.ca, 1);
+    if (!prov)
+        return NULL;
+    grpc_tls_credentials_options *opts = grpc_tls_credentials_options_create();
+    grpc_tls_credentials_options_set_certificate_provider(opts, prov);
+    grpc_tls_certificate_provider_release(prov);
+    grpc_tls_credentials_options_watch_root_certs(opts);
+    grpc_tls_credentials_options_watch_identity_key_cert_pairs(opts);
+    grpc_tls_credentials_options_set_cert_request_type(opts, req);
+    return grpc_tls_server_credentials_create(opts);
+}
+
 gpr_timespec rpc_deadline_ms(int64_t ms)
 {
     if (ms <= 0)

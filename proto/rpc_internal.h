@@ -47,6 +47,9 @@ typedef struct rpc_pems {
 } rpc_pems;
 int rpc_pems_read(const rpc_tls_files *t, int need_pair, rpc_pems *p, sl_err *err);
 void rpc_pems_free(rpc_pems *p);
+/* The server's TLS credentials: from the PEM texts, or with o->reload_tls
+ * from the files through gRPC's file watcher (pem only validated them). */
+grpc_server_credentials *rpc_server_credentials(const rpc_server_opts *o, const rpc_pems *pem);
 /* Channel args with message limits (and an optional target name override). */
 typedef struct rpc_args {
     grpc_arg a[3];

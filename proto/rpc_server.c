@@ -72,13 +72,7 @@ rpc_server *rpc_server_create(const rpc_server_opts *o, sl_err *err)
     srv->server = grpc_server_create(&ra.args, NULL);
     srv->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
-    grpc_ssl_pem_key_cert_pair pair = {pem.key, pem.cert};
-    grpc_server_credentials *creds = grpc_ssl_server_credentials_create_ex(
-        pem.ca, &pair, 1,
-        o->client_auth == RPC_CLIENT_CERT_REQUIRED
-            ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY,
-        NULL);
+    grpc_server_credentials *creds = rpc_server_credentials(o, &pem);
     int port = creds ? grpc_server_add_http2_port(srv->server, o->listen, creds) : 0;
     if (creds)
         grpc_server_credentials_release(creds);

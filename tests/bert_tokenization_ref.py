@@ -6,7 +6,9 @@ oracle for Skyloom's C tokenizer in test_tok_oracle.sh.
 usage: bert_tokenization_ref.py TEXT_FILE cased|uncased [VOCAB]
 Prints one basic-tokenizer word per line; with VOCAB the word, a tab and its
 WordPiece ids separated by spaces. Or: bert_tokenization_ref.py --random OUT SEED N to
-write N random characters drawn from many Unicode blocks."""
+write N random characters drawn from many Unicode blocks. Or:
+bert_tokenization_ref.py --lines TEXT_FILE cased|uncased VOCAB to print the WordPiece
+ids of each line of the file (split at LF only) on one line, as skyloom data tokenize."""
 import random
 import sys
 import unicodedata
@@ -134,19 +136,33 @@ def random_text(path, seed, n):
         f.write(text)
 
 
+def load_vocab(path):
+    vocab = {}
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            vocab[line.rstrip("\n")] = i
+    return vocab
+
+
 def main():
     if sys.argv[1] == "--random":
         random_text(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
+    if sys.argv[1] == "--lines":
+        vocab = load_vocab(sys.argv[4])
+        with open(sys.argv[2], encoding="utf-8", newline="\n") as f:
+            for line in f:
+                ids = []
+                for w in basic_tokenize(line, sys.argv[3] == "uncased"):
+                    ids += wordpiece(w, vocab)
+                sys.stdout.write(" ".join(str(i) for i in ids) + "\n")
         return
     with open(sys.argv[1], encoding="utf-8") as f:
         text = f.read()
     words = basic_tokenize(text, sys.argv[2] == "uncased")
     out = sys.stdout
     if len(sys.argv) > 3:
-        vocab = {}
-        with open(sys.argv[3], encoding="utf-8") as f:
-            for i, line in enumerate(f):
-                vocab[line.rstrip("\n")] = i
+        vocab = load_vocab(sys.argv[3])
         for w in words:
             out.write(w + "\t" + " ".join(str(i) for i in wordpiece(w, vocab)) + "\n")
     else:

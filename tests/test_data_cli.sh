@@ -75,6 +75,28 @@ check "unknown subcommand: exit 2" bash -c 'test $0 -eq 2 && grep -q "unknown su
 "$sk" data --help | grep -q 'skyloom data vocab'; check "data --help" test $? -eq 0
 "$sk" help data | grep -q 'skyloom data prepare'; check "help data" test $? -eq 0
 
+# tokenize: one line of ids per input line, with a hand-written vocabulary
+printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsat\n.\nun\n##able\n##s\ncafe\nCafe\n' > "$dir/tv.txt"
+printf 'The cat sat.\n\nunable unables xyz\r\nCAFÉ cat' > "$dir/t1.txt"
+printf 'sat\n' > "$dir/t2.txt"
+out=$("$sk" data tokenize --vocab "$dir/tv.txt" "$dir/t1.txt" "$dir/t2.txt"); rc=$?
+check "tokenize: ids per line, empty line kept, CRLF, unknown word, accents stripped, files in order" \
+    test $rc -eq 0 -a "$out" = "$(printf '5 6 7 8\n\n9 10 9 10 11 1\n12 6\n7')"
+check "tokenize: standard input gives the same" test "$("$sk" data tokenize --vocab "$dir/tv.txt" < "$dir/t1.txt")" = "$("$sk" data tokenize --vocab "$dir/tv.txt" "$dir/t1.txt")"
+check "tokenize: '-' is standard input" test "$("$sk" data tokenize --vocab "$dir/tv.txt" "$dir/t1.txt" - < "$dir/t2.txt")" = "$out"
+out=$(printf 'Cafe cat\n' | "$sk" -q data tokenize --vocab "$dir/tv.txt" --cased); rc=$?
+check "tokenize --cased keeps case" test $rc -eq 0 -a "$out" = "13 6"
+printf 'cat\nsat \xc3 the\n' > "$dir/tbad.txt"
+err=$("$sk" data tokenize --vocab "$dir/tv.txt" "$dir/t2.txt" "$dir/tbad.txt" 2>&1 >/dev/null); rc=$?
+check "tokenize: invalid UTF-8 refused with file, offset and line" bash -c 'test $0 -eq 1 && grep -q "skyloom data tokenize: .*tbad.txt: invalid UTF-8 at byte offset 8 (line 2)" <<<"$1"' $rc "$err"
+err=$("$sk" data tokenize "$dir/t1.txt" 2>&1); rc=$?
+check "tokenize without --vocab: exit 2" bash -c 'test $0 -eq 2 && grep -q "\-\-vocab is required" <<<"$1"' $rc "$err"
+err=$("$sk" data tokenize --vocab "$dir/tv.txt" "$dir/none.txt" 2>&1); rc=$?
+check "tokenize: a missing file is refused" bash -c 'test $0 -eq 1 && grep -q "cannot open .*none.txt" <<<"$1"' $rc "$err"
+err=$("$sk" data tokenize --vocab "$dir/tv.txt" --frob 2>&1); rc=$?
+check "tokenize: unknown option: exit 2" test $rc -eq 2
+"$sk" data tokenize --help | grep -q 'skyloom data tokenize'; check "data tokenize --help" test $? -eq 0
+
 # the demo corpus, when its package is installed
 if [ -d /usr/share/games/fortunes ] && "$demo" "$dir/demo.txt" 2>/dev/null; then
     "$sk" -q data vocab --corpus "$dir/demo.txt" --size 4096 --out "$dir/dv.txt" >/dev/null; rc=$?

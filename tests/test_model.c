@@ -1,7 +1,8 @@
 /* The whole model against PyTorch: loss and the gradient of every parameter
  * of a small BERT (odd shapes, padding, both GELU forms) with the same
  * weights, exchanged through safetensors, and the same masked batch, dropout
- * 0; with 1 and 4 micro-batches. A model saved by torch loads here and gives
+ * 0; with 1 and 4 micro-batches; the head's logits at the masked positions
+ * (dev_stage_forward_logits). A model saved by torch loads here and gives
  * torch's loss. tests/ref/bert_ref.py is the reference (python3-torch). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,54 @@ static void compare_grads(dev_stage *s, dev_st *ref, double tol)
     printf("    %d tensors, worst gradient rel error %.3g\n", nt, worst);
 }
 
+/* dev_stage_forward_logits against torch's logits, and against its own loss. */
+static void compare_logits(dev_stage *s, const dt_batch *b, int V)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/logits.f64", g_dir);
+    FILE *f = fopen(p, "rb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    size_t cap = (size_t)b->B * b->T * V;
+    double *want64 = calloc(cap, sizeof *want64);
+    size_t got = fread(want64, sizeof *want64, cap, f);
+    fclose(f);
+    dev_micro mb = {.B = b->B, .T = b->T, .tokens = b->tok, .segments = b->seg, .valid = b->valid,
+                    .labels = b->lab, .step = 1, .seed = 99, .loss_scale = 1, .train = 0};
+    float *logits = kt_alloc(cap), *want = kt_alloc(cap);
+    int M = 0;
+    double loss_sum = 0;
+    sl_err err = {0};
+    CHECKF(dev_stage_forward_logits(s, 0, &mb, NULL, logits, cap, &M, &loss_sum, &err) == 0, "%s",
+           err.msg);
+    CHECKF(got == (size_t)M * V, "torch wrote %zu logits, we have %d x %d", got, M, V);
+    for (size_t i = 0; i < got; i++)
+        want[i] = (float)want64[i];
+    KT_CHECK_REL("logits at masks", logits, want, (size_t)M * V, 1e-4);
+    /* the loss the same forward reports is the cross-entropy of these logits */
+    double ce = 0;
+    for (int j = 0, i = 0; i < b->B * b->T; i++) {
+        if (b->lab[i] == -100)
+            continue;
+        const float *r = logits + (size_t)j++ * V;
+        double mx = r[0], se = 0;
+        for (int v = 1; v < V; v++)
+            mx = r[v] > mx ? r[v] : mx;
+        for (int v = 0; v < V; v++)
+            se += exp(r[v] - mx);
+        ce += mx + log(se) - r[b->lab[i]];
+    }
+    CHECK_NEAR(loss_sum, ce, 1e-5 * ce);
+    /* too little room is refused */
+    CHECK(dev_stage_forward_logits(s, 0, &mb, NULL, logits, (size_t)M * V - 1, &M, &loss_sum,
+                                   &err) == -1 &&
+          strstr(err.msg, "need") != NULL);
+    free(logits);
+    free(want);
+    free(want64);
+}
+
 static void run_case(const char *label, int gelu, int L)
 {
     printf("  case %s\n", label);
@@ -150,6 +199,7 @@ static void run_case(const char *label, int gelu, int L)
     CHECKF(ref != NULL, "%s", err.msg);
     if (ref)
         compare_grads(s, ref, 1e-4);
+    compare_logits(s, &b, c.vocab);
 
     /* The same batch in 4 micro-batches: the same gradient. */
     dev_train *tr4 = dev_train_create(&c, bounds, 1, B, T, 4, 99, &err);

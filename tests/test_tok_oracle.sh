@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The C tokenizer against bert_tokenization_ref.py (BERT's tokenization.py
 # transcribed): the same words and WordPiece ids, cased and uncased, on
-# random text from many Unicode blocks and on the demo corpus when present.
+# random text from many Unicode blocks and on the demo corpus when present;
+# skyloom data tokenize against the same reference, line by line.
 # usage: test_tok_oracle.sh TOK_DUMP SKYLOOM REF_PY DEMO_CORPUS_SH
 set -u
 dump="$1"; sk="$2"; ref="$3"; demo="$4"
@@ -38,6 +39,11 @@ for mode in uncased cased; do
         "$dump" "$t" $mode "$dir/v_$mode.txt" > "$dir/c.txt" && "$py" "$ref" "$t" $mode "$dir/v_$mode.txt" > "$dir/p.txt"
         if cmp -s "$dir/c.txt" "$dir/p.txt"; then echo "ok   words and wordpiece ids, $mode, $name ($(wc -l < "$dir/p.txt") words)"
         else echo "FAIL $mode $name: first differences (word<TAB>ids, C then Python):"; diff "$dir/c.txt" "$dir/p.txt" | head -6; fail=1; fi
+        # skyloom data tokenize: the same ids, one line per input line
+        "$sk" -q data tokenize --vocab "$dir/v_$mode.txt" $flag "$t" > "$dir/c.txt" &&
+            "$py" "$ref" --lines "$t" $mode "$dir/v_$mode.txt" > "$dir/p.txt"
+        if cmp -s "$dir/c.txt" "$dir/p.txt"; then echo "ok   data tokenize, $mode, $name ($(wc -l < "$dir/p.txt") lines)"
+        else echo "FAIL data tokenize $mode $name: first differences (C then Python):"; diff "$dir/c.txt" "$dir/p.txt" | head -6; fail=1; fi
     done
 done
 exit $fail

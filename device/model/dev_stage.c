@@ -100,6 +100,8 @@ struct dev_stage {
     int oom;                   /* an allocation failed (sizes come from the config) */
     int prof;                  /* time the matrix multiplies (benchmarks) */
     double mm_s, mm_flops;
+    float *logits_out;         /* dev_stage_forward_logits: host copy of the head's logits */
+    size_t logits_cap;
 };
 
 /* The matrix multiplies, optionally timed: they are most of the work, and the
@@ -869,6 +871,9 @@ static int head_forward(dev_stage *s, slot *sl, const float *x, const dev_micro 
     *masked = M;
     *loss_sum = 0;
     h->M = 0;
+    if (s->logits_out && (size_t)M * V > s->logits_cap)
+        return sl_err_set(err, SL_EINVAL, "%d masked positions need %zu logits, room for %zu", M,
+                          (size_t)M * V, s->logits_cap);
     if (M == 0)
         return 0;
     if (head_reserve(s, h, M) || scratch_reserve(s, M))
@@ -890,6 +895,9 @@ static int head_forward(dev_stage *s, slot *sl, const float *x, const dev_micro 
     s->be->layernorm_forward(h->l, h->mean, h->rstd, h->g, p[2], p[3], M, C, s->c.ln_eps);
     /* the logits become the probabilities in place */
     mm_fwd(s, h->probs, h->l, s->head_wte, p[4], M, C, V);
+    if (s->logits_out &&
+        s->be->download(s->logits_out, h->probs, (size_t)M * V * sizeof(float), err))
+        return -1;
     s->be->crossentropy_forward(h->losses, h->probs, h->probs, h->dtgt, M, V);
     if (s->res && s->be->download(h->hloss, h->losses, (size_t)M * sizeof(float), err))
         return -1;
@@ -1034,6 +1042,18 @@ int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float
         return bail(s);
     sl->B = mb->B;
     return 0;
+}
+
+int dev_stage_forward_logits(dev_stage *s, int slot, const dev_micro *mb, const float *in,
+                             float *logits, size_t cap, int *M, double *loss_sum, sl_err *err)
+{
+    if (!s->has_head)
+        return sl_err_set(err, SL_EINVAL, "units %d..%d: no MLM head, so no logits", s->u0, s->u1);
+    s->logits_out = logits;
+    s->logits_cap = cap;
+    int rc = dev_stage_forward(s, slot, mb, in, NULL, loss_sum, M, err);
+    s->logits_out = NULL;
+    return rc;
 }
 
 int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const float *dout, float *din,

@@ -118,6 +118,13 @@ size_t dev_stage_bytes(const dev_stage *s);
  * *masked the number of masked positions of this micro-batch. */
 int dev_stage_forward(dev_stage *s, int slot, const dev_micro *mb, const float *in, float *out,
                       double *loss_sum, int *masked, sl_err *err);
+/* dev_stage_forward on a stage holding the head that also copies the (M, V)
+ * logits at the masked positions (labels != -100, in position order; row j
+ * is the j-th such position) into the host array `logits` of `cap` floats,
+ * before the loss turns them into probabilities; *M gets M. For evaluation
+ * (mb->train 0, say); the slot may be backpropagated as after a forward. */
+int dev_stage_forward_logits(dev_stage *s, int slot, const dev_micro *mb, const float *in,
+                             float *logits, size_t cap, int *M, double *loss_sum, sl_err *err);
 /* Backward of the micro-batch in `slot` (same mb as its forward). `dout` is
  * the gradient of the output (NULL with the head); `din` receives the
  * gradient of the input (NULL with unit 0). Gradients accumulate. */

@@ -14,6 +14,7 @@
 #include "sl_file.h"
 #include "sl_log.h"
 #include "sl_mem.h"
+#include "sl_time.h"
 
 struct dev_agent {
     dev_agent_opts o;
@@ -27,6 +28,7 @@ struct dev_agent {
     char stage_address[256];
     pthread_mutex_t mu; /* guards revoked */
     char *revoked;      /* the revoked ids of the last heartbeat, each followed by ' ' */
+    int64_t not_before, not_after, renew_at; /* the certificate in use */
 };
 
 void dev_profile_to_pb(const dev_profile *p, void *out)
@@ -66,6 +68,27 @@ static rpc_channel *connect_as(dev_agent *a, int with_cert, sl_err *err)
     rpc_channel_opts co = {.target = a->o.coordinator,
                            .tls = {a->f.ca, with_cert ? a->f.crt : NULL, with_cert ? a->f.key : NULL}};
     return rpc_channel_create(&co, err);
+}
+
+/* Checks device.crt against the pinned CA and device.key, takes the device id
+ * from it and plans the renewal: at two thirds of the certificate's lifetime. */
+static int load_identity(dev_agent *a, sl_err *err)
+{
+    char cn[128], *pem;
+    size_t n;
+    if (cert_file_cn(a->f.crt, cn, sizeof cn, err))
+        return -1;
+    if (!cert_valid_device_id(cn))
+        return sl_err_set(err, SL_ECORRUPT, "%s is for '%s', not a device", a->f.crt, cn);
+    if (sl_read_file(a->f.crt, 1u << 20, &pem, &n, err))
+        return -1;
+    int rc = cert_pem_check(pem, n, a->f.ca, a->f.key, cn, &a->not_before, &a->not_after, err);
+    free(pem);
+    if (rc)
+        return sl_err_wrap(err, "%s", a->f.crt);
+    memcpy(a->id, cn, CERT_ID_LEN); /* a device id: exactly CERT_ID_LEN with the NUL */
+    a->renew_at = a->not_before + (a->not_after - a->not_before) * 2 / 3;
+    return 0;
 }
 
 static int enroll(dev_agent *a, sl_err *err)
@@ -136,7 +159,8 @@ static int enroll(dev_agent *a, sl_err *err)
         sl_err_set(err, SL_EAUTH, "coordinator returned device id %s, expected %s",
                    resp->device_id, a->id);
     } else if (!cert_write_new(a->f.crt, resp->cert_pem.data, resp->cert_pem.len, 0644, err)) {
-        if (cert_file_cn(a->f.crt, cn, sizeof cn, err) || strcmp(cn, a->id) != 0) {
+        if (cert_file_cn(a->f.crt, cn, sizeof cn, err) || strcmp(cn, a->id) != 0 ||
+            load_identity(a, err)) {
             unlink(a->f.crt);
             if (!err || !err->msg[0])
                 sl_err_set(err, SL_EAUTH, "the certificate is not for %s", a->id);
@@ -180,6 +204,11 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     a->have_profile = dev_profile_probe(&a->profile, &perr) == 0;
     if (!a->have_profile)
         sl_log_warn("device: no profile", "reason=\"%s\"", perr.msg);
+    int rec = cert_pair_recover(o->state, "device", err);
+    if (rec < 0)
+        goto fail;
+    if (rec == 1)
+        sl_log_info("device: finished storing a renewed certificate", "state=%s", o->state);
     if (!file_exists(a->f.crt)) {
         if (!o->token) {
             sl_err_set(err, SL_ESTATE, "%s is not enrolled yet: pass --token", o->state);
@@ -190,16 +219,8 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     } else {
         if (o->token)
             sl_log_info("device: already enrolled, ignoring --token", "state=%s", o->state);
-        if (cert_key_device_id(a->f.key, a->id, err))
+        if (load_identity(a, err))
             goto fail;
-        char cn[128];
-        if (cert_file_cn(a->f.crt, cn, sizeof cn, err))
-            goto fail;
-        if (strcmp(cn, a->id) != 0) {
-            sl_err_set(err, SL_ECORRUPT, "%s is for %s but device.key belongs to %s", a->f.crt, cn,
-                       a->id);
-            goto fail;
-        }
     }
     if (!(a->ch = connect_as(a, 1, err)))
         goto fail;
@@ -261,8 +282,75 @@ void dev_agent_set_stage_address(dev_agent *a, const char *host_port)
     snprintf(a->stage_address, sizeof a->stage_address, "%s", host_port ? host_port : "");
 }
 
+void dev_agent_cert_times(const dev_agent *a, int64_t *not_before, int64_t *not_after,
+                          int64_t *renew_at)
+{
+    *not_before = a->not_before;
+    *not_after = a->not_after;
+    *renew_at = a->renew_at;
+}
+
+int dev_agent_renew(dev_agent *a, rpc_status *st)
+{
+    sl_err err = {0};
+    char knext[4300];
+    uint8_t *csr = NULL;
+    size_t csr_len = 0;
+    if (cert_pair_new_key(a->o.state, "device", knext, sizeof knext, &err) ||
+        cert_csr_create(knext, a->id, &csr, &csr_len, &err))
+        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    Skyloom__V1__RenewRequest req = SKYLOOM__V1__RENEW_REQUEST__INIT;
+    req.device_id = a->id;
+    req.csr_der.data = csr;
+    req.csr_der.len = csr_len;
+    Skyloom__V1__RenewResponse *resp = NULL;
+    int code = rpc_call_pb(a->ch, RPC_M_RENEW, &req, &skyloom__v1__renew_response__descriptor,
+                           (void **)&resp, a->o.timeout_ms, st);
+    free(csr);
+    if (code != RPC_OK) {
+        unlink(knext);
+        return code;
+    }
+    int64_t nb, na;
+    rpc_channel *ch = NULL;
+    const char *pem = (const char *)resp->cert_pem.data;
+    size_t n = resp->cert_pem.len;
+    if (cert_pem_check(pem, n, a->f.ca, knext, a->id, &nb, &na, &err) ||
+        cert_pair_commit(a->o.state, "device", pem, n, &err) || !(ch = connect_as(a, 1, &err))) {
+        code = rpc_status_set(st, RPC_INTERNAL, "storing the renewed certificate: %s", err.msg);
+    } else {
+        /* from now on every connection presents the new certificate */
+        rpc_channel_destroy(a->ch);
+        a->ch = ch;
+        a->not_before = nb;
+        a->not_after = na;
+        a->renew_at = nb + (na - nb) * 2 / 3;
+        sl_log_info("device: certificate renewed", "device=%s not_after=%lld renew_at=%lld",
+                    a->id, (long long)na, (long long)a->renew_at);
+    }
+    rpc_unpacked_free(resp);
+    if (code != RPC_OK)
+        cert_pair_recover(a->o.state, "device", NULL);
+    return code;
+}
+
 int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
 {
+    int64_t now = sl_unix_time();
+    if (now >= a->not_after)
+        return rpc_status_set(st, RPC_UNAUTHENTICATED,
+                              "this device's certificate expired (not after %lld, now %lld): "
+                              "enroll again with a new token in a fresh state directory",
+                              (long long)a->not_after, (long long)now);
+    if (now >= a->renew_at) {
+        int code = dev_agent_renew(a, st);
+        if (code == RPC_UNAUTHENTICATED || code == RPC_PERMISSION_DENIED)
+            return code;
+        if (code != RPC_OK)
+            sl_log_warn("device: certificate renewal failed, retrying at the next heartbeat",
+                        "code=%s reason=\"%s\" not_after=%lld", rpc_code_name(code), st->details,
+                        (long long)a->not_after);
+    }
     Skyloom__V1__DeviceProfile prof;
     dev_profile_to_pb(&a->profile, &prof);
     Skyloom__V1__HeartbeatRequest req = SKYLOOM__V1__HEARTBEAT_REQUEST__INIT;

@@ -5,7 +5,15 @@
  *   device.key   EC P-256 private key, made here, never sent anywhere (0600)
  *   device.crt   certificate from the coordinator (CN = device id)
  *   ca.crt       the project CA, pinned by the token's fingerprint
- *   device.json  {"device_id", "site", "coordinator"} */
+ *   device.json  {"device_id", "site", "coordinator"}
+ *
+ * Certificates are renewed before they expire: at two thirds of the way from
+ * notBefore to notAfter a heartbeat first calls Renew (a new key made here,
+ * its CSR, over the connection of the current certificate); the new pair
+ * replaces device.key and device.crt together (cert_pair_commit; a crash in
+ * between is finished by the next dev_agent_open) and every connection made
+ * from then on presents it. The device id stays the one of the enrollment
+ * key. */
 #ifndef DEV_AGENT_H
 #define DEV_AGENT_H
 
@@ -42,8 +50,16 @@ const char *dev_agent_id(const dev_agent *a);
 unsigned dev_agent_heartbeat_ms(const dev_agent *a);
 /* Where this device serves Stage, reported with every heartbeat. */
 void dev_agent_set_stage_address(dev_agent *a, const char *host_port);
-/* One heartbeat (the first one carries the profile); returns the rpc code. */
+/* One heartbeat (the first one carries the profile); returns the rpc code.
+ * Renews the certificate first when it is due: a failed renewal is logged
+ * and tried again at the next heartbeat, a refused one (revoked) is returned.
+ * An expired certificate gives UNAUTHENTICATED without calling. */
 int dev_agent_heartbeat(dev_agent *a, rpc_status *st);
+/* Renews the certificate now; returns the rpc code (RPC_OK: stored and in use). */
+int dev_agent_renew(dev_agent *a, rpc_status *st);
+/* The certificate in use: validity (UNIX seconds) and when it is renewed. */
+void dev_agent_cert_times(const dev_agent *a, int64_t *not_before, int64_t *not_after,
+                          int64_t *renew_at);
 /* 1 if the coordinator's last heartbeat reply listed `id` as revoked.
  * Thread-safe (a Stage server asks from its own thread). */
 int dev_agent_is_revoked(void *agent, const char *id);

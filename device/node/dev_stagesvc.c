@@ -67,7 +67,8 @@ dev_stagesvc *dev_stagesvc_start(const dev_stagesvc_opts *o, int *port, sl_err *
     rpc_server_opts so = {.listen = o->listen,
                           .tls = {f.ca, f.crt, f.key},
                           .client_auth = RPC_CLIENT_CERT_REQUIRED,
-                          .max_message = o->max_message ? o->max_message : STAGE_DEFAULT_MAX_MESSAGE};
+                          .max_message = o->max_message ? o->max_message : STAGE_DEFAULT_MAX_MESSAGE,
+                          .reload_tls = 1}; /* a renewed certificate serves new neighbours */
     if (!(d->srv = rpc_server_create(&so, err)) ||
         rpc_server_add_unary(d->srv, RPC_M_STAGE_PING, ping, d, err) ||
         rpc_server_add_stream(d->srv, RPC_M_STAGE_EXCHANGE, exchange, d, err) ||

@@ -7,6 +7,8 @@ little-endian int32 (tokens, segments, valid, labels; labels -100 = not
 masked). A minimal BERT with HF parameter names is built here in float64
 (transformers is not installed), dropout 0. Writes:
   loss.txt                 mean MLM loss over the masked tokens
+  logits.f64               the (M, V) logits at the masked positions, in position
+                           order (raw little-endian float64)
   grads.safetensors        the gradient of every parameter, HF names (the word
                            embeddings' gradient includes the tied decoder's)
   torch_model.safetensors  a model initialised by torch (float32), as a torch
@@ -88,7 +90,8 @@ def lin(x, p, name):
 
 
 def bert_loss(p):
-    """The MLM loss of BERT with parameters p (HF names -> float64 tensors)."""
+    """The MLM loss of BERT with parameters p (HF names -> float64 tensors) and the
+    logits at the masked positions."""
     e = "bert.embeddings."
     x = p[e + "word_embeddings.weight"][tok] + p[e + "position_embeddings.weight"][:T][None] \
         + p[e + "token_type_embeddings.weight"][seg]
@@ -118,14 +121,15 @@ def bert_loss(p):
     t = ln(gelu(lin(xm, p, c + "transform.dense")),
            p[c + "transform.LayerNorm.weight"], p[c + "transform.LayerNorm.bias"])
     logits = t @ p[e + "word_embeddings.weight"].T + p[c + "bias"]
-    return torch.nn.functional.cross_entropy(logits, labels.reshape(-1)[m])
+    return torch.nn.functional.cross_entropy(logits, labels.reshape(-1)[m]), logits
 
 
 # 1. Our exported weights: loss and every gradient.
 ours = st_read(os.path.join(D, "model.safetensors"))
 p = {k: torch.tensor(v.astype(np.float64), requires_grad=True) for k, v in ours.items()}
-loss = bert_loss(p)
+loss, logits = bert_loss(p)
 loss.backward()
+logits.detach().numpy().astype("<f8").tofile(os.path.join(D, "logits.f64"))
 with open(os.path.join(D, "loss.txt"), "w") as f:
     f.write("%.17g\n" % loss.item())
 st_write(os.path.join(D, "grads.safetensors"), {k: t.grad.numpy() for k, t in p.items()})
@@ -148,6 +152,6 @@ saved["bert.pooler.dense.weight"] = torch.zeros(C, C)
 saved["bert.pooler.dense.bias"] = torch.zeros(C)
 st_write(os.path.join(D, "torch_model.safetensors"), {k: t.numpy() for k, t in saved.items()})
 with torch.no_grad():
-    tl = bert_loss({k: t.double() for k, t in tw.items()})
+    tl, _ = bert_loss({k: t.double() for k, t in tw.items()})
 with open(os.path.join(D, "torch_loss.txt"), "w") as f:
     f.write("%.17g\n" % tl.item())
