@@ -24,7 +24,7 @@
  *    60   4  payload_len  bytes after the header (sealed: ciphertext + 16-byte tag)
  *    64   4  epoch        the plan epoch; must be the link's
  *    68   4  reserved     0
- *    72   8  aux          per direction (mask: first sequence; labels: masked tokens); else 0
+ *    72   8  aux          per direction, see below; 0 where it has none
  *    80  16  header tag   sealed: keyed BLAKE2b-128 of bytes 0..79; else zeros
  *    96      payload
  *
