@@ -125,14 +125,14 @@ enum dev_frame_reason {
                                the direction does not allow; reserved bytes set */
     DEV_FR_BAD_SHAPE,       /* ndim, zero or stray dims, k out of range */
     DEV_FR_OVERSIZED,       /* payload_len or element count above the limit */
-    DEV_FR_LENGTH_MISMATCH, /* payload_len disagrees with codec+shape, or extra bytes */
+    DEV_FR_LENGTH_MISMATCH, /* payload_len disagrees with dtype+codec+shape, or extra bytes */
     DEV_FR_SEAL_MISMATCH,   /* sealed frame on a plain link or the reverse */
     DEV_FR_MISROUTED,       /* job or stages are not this link's */
     DEV_FR_TAMPERED_HEADER, /* header tag does not verify */
     DEV_FR_TAMPERED_PAYLOAD,/* AEAD tag does not verify */
     DEV_FR_REPLAY,          /* seq already received */
     DEV_FR_TOO_OLD,         /* seq behind the window */
-    DEV_FR_BAD_PAYLOAD,     /* authentic but invalid codec data (bad scale, index) */
+    DEV_FR_BAD_PAYLOAD,     /* invalid codec data (bad scale, index), abort text not UTF-8 */
     DEV_FR_CAPACITY,        /* caller's buffer smaller than the tensor */
     DEV_FR_EPOCH,           /* the frame's plan epoch is not the link's */
     DEV_FR_NREASONS
