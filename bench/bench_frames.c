@@ -1,8 +1,9 @@
 /* bench_frames - single-thread throughput of the frame codecs and of
  * sealing/opening on one 4 MiB activation tensor (8 x 128 x 1024 f32), and
- * the bytes each codec puts on the wire. Prints a Markdown table; every time
- * is the median of REPS runs. Throughput is in MB/s of the f32 tensor
- * (4.19 MB), whatever the codec, so rows compare directly.
+ * the bytes each codec puts on the wire; then the cost per frame of the
+ * small side frames (mask, labels, gather, abort). Prints Markdown tables;
+ * every time is the median of REPS runs. Throughput is in MB/s of the f32
+ * tensor (4.19 MB), whatever the codec, so rows compare directly.
  *
  *   bench_frames [reps]      (default 15, at most 64) */
 #include <openssl/crypto.h>
@@ -34,6 +35,72 @@ static void die(const char *what, const sl_err *err)
 {
     fprintf(stderr, "bench_frames: %s: %s\n", what, err->msg);
     exit(1);
+}
+
+/* The side frames a stage sends per micro-batch or per step: microseconds
+ * per sealed frame, where the fixed costs (two BLAKE2b, HChaCha20, Poly1305
+ * set-up) dominate. */
+static void small_frames(int reps, const dev_kx_keypair *ka, const dev_kx_keypair *kb,
+                         uint8_t *wire, size_t cap, uint8_t *out)
+{
+    enum { FRAMES = 2000 };
+    static const char reason[] = "stage 2 stopped: CUDA out of memory in the attention backward";
+    static const struct {
+        const char *name;
+        uint8_t dir, dtype, ndim;
+        uint32_t dims[2];
+    } kinds[] = {
+        {"mask 8 x 128 i32", DEV_DIR_MASK, DEV_DTYPE_I32, 2, {D0, D1}},
+        {"labels 8 x 128 i32", DEV_DIR_LABELS, DEV_DTYPE_I32, 2, {D0, D1}},
+        {"gather 4 f64", DEV_DIR_GATHER, DEV_DTYPE_F64, 1, {4}},
+        {"abort, 61-byte reason", DEV_DIR_ABORT, DEV_DTYPE_U8, 1, {sizeof(reason) - 1}},
+    };
+    enum { KINDS = sizeof(kinds) / sizeof(kinds[0]) };
+    static double t[KINDS][2][MAX_REPS];
+    static int32_t ints[D0 * D1];
+    double doubles[4] = {2.5, 1e-3, 7.0, 0.0};
+    size_t wire_len[KINDS] = {0};
+    sl_err err;
+    for (int i = 0; i < D0 * D1; i++)
+        ints[i] = i % 7 ? i : -100;
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < KINDS; k++) {
+            dev_link_cfg cfg = {.job_id = 1, .epoch = (uint32_t)r + 1, .from_stage = 0,
+                                .to_stage = 1, .sealed = 1};
+            dev_link_tx tx;
+            dev_link_rx rx;
+            if (dev_link_tx_init(&tx, &cfg, ka, kb->pk, &err) < 0 ||
+                dev_link_rx_init(&rx, &cfg, kb, ka->pk, &err) < 0)
+                die("link", &err);
+            const void *data = kinds[k].dtype == DEV_DTYPE_I32   ? (const void *)ints
+                             : kinds[k].dtype == DEV_DTYPE_F64 ? (const void *)doubles
+                                                               : (const void *)reason;
+            double enc = 0, dec = 0;
+            for (int f = 0; f < FRAMES; f++) {
+                dev_frame_hdr h = {.direction = kinds[k].dir, .dtype = kinds[k].dtype,
+                                   .ndim = kinds[k].ndim, .dims = {kinds[k].dims[0], kinds[k].dims[1]},
+                                   .step = (uint64_t)f};
+                uint64_t t0 = sl_now_ns();
+                if (dev_frame_encode_any(&tx, &h, data, NULL, wire, cap, &wire_len[k], &err) < 0)
+                    die("encode", &err);
+                uint64_t t1 = sl_now_ns();
+                if (dev_frame_decode_any(&rx, wire, wire_len[k], &h, out, cap, &err) < 0)
+                    die("decode", &err);
+                uint64_t t2 = sl_now_ns();
+                enc += (double)(t1 - t0);
+                dec += (double)(t2 - t1);
+            }
+            t[k][0][r] = enc * 1e-3 / FRAMES;
+            t[k][1][r] = dec * 1e-3 / FRAMES;
+            dev_link_tx_free(&tx);
+            dev_link_rx_free(&rx);
+        }
+    printf("\nsmall sealed frames, microseconds per frame (median of %d runs of %d frames)\n\n",
+           reps, FRAMES);
+    printf("| frame | wire bytes | encode+seal us | open+decode us |\n|---|---:|---:|---:|\n");
+    for (int k = 0; k < KINDS; k++)
+        printf("| %s | %zu | %.2f | %.2f |\n", kinds[k].name, wire_len[k],
+               bench_median(t[k][0], reps), bench_median(t[k][1], reps));
 }
 
 int main(int argc, char **argv)
@@ -139,18 +206,20 @@ int main(int argc, char **argv)
             int bad;
             uint64_t t0 = sl_now_ns(), t1, t2;
             if (lib == 0) {
-                if (dev_aead_seal(&aead, payload, tag, payload, N * sizeof(float), wire, 64, nonce,
-                                  key, &err) < 0)
+                if (dev_aead_seal(&aead, payload, tag, payload, N * sizeof(float), wire,
+                                  DEV_FRAME_FIELDS_LEN, nonce, key, &err) < 0)
                     die("seal", &err);
                 t1 = sl_now_ns();
-                bad = dev_aead_open(&aead, payload, payload, N * sizeof(float), tag, wire, 64,
-                                    nonce, key, &err) != 0;
+                bad = dev_aead_open(&aead, payload, payload, N * sizeof(float), tag, wire,
+                                    DEV_FRAME_FIELDS_LEN, nonce, key, &err) != 0;
             } else {
                 crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
-                    payload, tag, NULL, payload, N * sizeof(float), wire, 64, NULL, nonce, key);
+                    payload, tag, NULL, payload, N * sizeof(float), wire, DEV_FRAME_FIELDS_LEN,
+                    NULL, nonce, key);
                 t1 = sl_now_ns();
                 bad = crypto_aead_xchacha20poly1305_ietf_decrypt_detached(
-                          payload, NULL, payload, N * sizeof(float), tag, wire, 64, nonce, key) != 0;
+                          payload, NULL, payload, N * sizeof(float), tag, wire,
+                          DEV_FRAME_FIELDS_LEN, nonce, key) != 0;
             }
             t2 = sl_now_ns();
             if (bad) {
@@ -167,6 +236,7 @@ int main(int argc, char **argv)
            OpenSSL_version(OPENSSL_VERSION), mbps(bench_median(t_aead[0][0], reps)),
            mbps(bench_median(t_aead[0][1], reps)), sodium_version_string(),
            mbps(bench_median(t_aead[1][0], reps)), mbps(bench_median(t_aead[1][1], reps)));
+    small_frames(reps, &ka, &kb, wire, cap, payload);
     sl_aligned_free(x);
     sl_aligned_free(y);
     sl_aligned_free(wire);

@@ -223,7 +223,7 @@ static void test_openssl_faults(void)
 }
 
 /* A sealed frame's payload is exactly what libsodium makes of the codec
- * payload (nonce = seq LE, 16 zero bytes; AD = header bytes 0..63); faults
+ * payload (nonce = seq LE, epoch LE, 12 zero bytes; AD = header bytes 0..79); faults
  * in sealing and opening frames are errors that leave the link usable. */
 static void test_frames(void)
 {
@@ -239,7 +239,7 @@ static void test_frames(void)
     CHECK(dev_kx_keypair_from_seed(&kb, seed, &err) == 0);
     for (int i = 0; i < NE; i++)
         x[i] = sl_rng_normal(SEED, 99, (uint64_t)i);
-    dev_link_cfg cfg = {.job_id = 3, .epoch = 1, .from_stage = 0, .to_stage = 1, .sealed = 1};
+    dev_link_cfg cfg = {.job_id = 3, .epoch = 0x5a0c1e, .from_stage = 0, .to_stage = 1, .sealed = 1};
     dev_link_tx tx;
     dev_link_rx rx;
     CHECK(dev_link_tx_init(&tx, &cfg, &ka, kb.pk, &err) == 0);
@@ -255,12 +255,15 @@ static void test_frames(void)
         memset(nonce, 0, 24);
         for (int i = 0; i < 8; i++)
             nonce[i] = (uint8_t)(h.seq >> (8 * i));
-        CHECK(crypto_aead_xchacha20poly1305_ietf_decrypt_detached(plain, NULL, c, n, c + n, frame,
-                                                                  64, nonce, tx.key) == 0);
+        for (int i = 0; i < 4; i++)
+            nonce[8 + i] = (uint8_t)(cfg.epoch >> (8 * i));
+        CHECK(crypto_aead_xchacha20poly1305_ietf_decrypt_detached(
+                  plain, NULL, c, n, c + n, frame, DEV_FRAME_FIELDS_LEN, nonce, tx.key) == 0);
         CHECK(dev_codec_encode(codec, x, NE, D1, 0, NULL, resealed, &err) == 0);
         CHECK(memcmp(plain, resealed, n) == 0);
         crypto_aead_xchacha20poly1305_ietf_encrypt_detached(resealed, tag, NULL, plain, n, frame,
-                                                            64, NULL, nonce, tx.key);
+                                                            DEV_FRAME_FIELDS_LEN, NULL, nonce,
+                                                            tx.key);
         CHECK(memcmp(resealed, c, n) == 0 && memcmp(tag, c + n, 16) == 0);
         CHECKF(dev_frame_decode(&rx, frame, len, &h, y, NE, &err) == 0, "%s", err.msg);
     }

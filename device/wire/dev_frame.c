@@ -13,7 +13,7 @@
 static const char *const reason_names[DEV_FR_NREASONS] = {
     "ok", "truncated", "bad magic", "bad version", "bad header", "bad shape", "oversized",
     "length mismatch", "seal mismatch", "misrouted", "tampered header", "tampered payload",
-    "replay", "too old", "bad payload", "capacity",
+    "replay", "too old", "bad payload", "capacity", "other epoch",
 };
 
 const char *dev_frame_reason_name(int reason)
@@ -26,6 +26,7 @@ static int reason_code(int reason)
     switch (reason) {
     case DEV_FR_SEAL_MISMATCH:
     case DEV_FR_MISROUTED:
+    case DEV_FR_EPOCH:
     case DEV_FR_TAMPERED_HEADER:
     case DEV_FR_TAMPERED_PAYLOAD:
     case DEV_FR_REPLAY:
@@ -176,6 +177,82 @@ void dev_link_rx_free(dev_link_rx *rx)
 
 /* ---- header ---- */
 
+size_t dev_frame_dtype_size(int dtype)
+{
+    switch (dtype) {
+    case DEV_DTYPE_F32:
+    case DEV_DTYPE_I32:
+        return 4;
+    case DEV_DTYPE_F64:
+        return 8;
+    case DEV_DTYPE_U8:
+        return 1;
+    }
+    return 0;
+}
+
+static const char *dtype_name(int dtype)
+{
+    static const char *const names[] = {"?", "f32", "i32", "f64", "u8"};
+    return dtype > 0 && dtype <= DEV_DTYPE_U8 ? names[dtype] : "?";
+}
+
+#define DIR_LAST DEV_DIR_ABORT
+#define CODEC_BIT(c) (1u << (c))
+#define CODECS_ALL ((1u << DEV_CODEC_COUNT) - 1)
+
+/* What each direction may carry: its dtype, the codecs allowed, and whether
+ * aux must be 0. */
+static const struct dir_rule {
+    const char *name;
+    uint8_t dtype;
+    uint8_t codecs;
+    uint8_t aux_zero;
+} dir_rules[DIR_LAST + 1] = {
+    [DEV_DIR_ACTIVATION] = {"activation", DEV_DTYPE_F32, CODECS_ALL & ~CODEC_BIT(DEV_CODEC_TOPK), 1},
+    [DEV_DIR_GRADIENT] = {"gradient", DEV_DTYPE_F32, CODECS_ALL, 1},
+    [DEV_DIR_MASK] = {"mask", DEV_DTYPE_I32, CODEC_BIT(DEV_CODEC_NONE), 0},
+    [DEV_DIR_LABELS] = {"labels", DEV_DTYPE_I32, CODEC_BIT(DEV_CODEC_NONE), 0},
+    [DEV_DIR_TIED] = {"tied", DEV_DTYPE_F32, CODECS_ALL & ~CODEC_BIT(DEV_CODEC_TOPK), 1},
+    [DEV_DIR_GATHER] = {"gather", DEV_DTYPE_F64, CODEC_BIT(DEV_CODEC_NONE), 0},
+    [DEV_DIR_GATHER_RESULT] = {"gather result", DEV_DTYPE_F64, CODEC_BIT(DEV_CODEC_NONE), 0},
+    [DEV_DIR_ABORT] = {"abort", DEV_DTYPE_U8, CODEC_BIT(DEV_CODEC_NONE), 1},
+};
+
+/* 1 if p[0..n) is well-formed UTF-8 (RFC 3629: shortest forms, no
+ * surrogates, nothing above U+10FFFF). */
+static int utf8_valid(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t c = p[i], min;
+        size_t len;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            len = 2, c &= 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+            len = 3, c &= 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+            len = 4, c &= 0x07, min = 0x10000;
+        } else {
+            return 0;
+        }
+        if (n - i < len)
+            return 0;
+        for (size_t j = 1; j < len; j++) {
+            if ((p[i + j] & 0xc0) != 0x80)
+                return 0;
+            c = c << 6 | (p[i + j] & 0x3f);
+        }
+        if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
 size_t dev_frame_elems(const dev_frame_hdr *h)
 {
     uint64_t n = 1;
@@ -196,7 +273,7 @@ int dev_frame_hdr_equal(const dev_frame_hdr *a, const dev_frame_hdr *b)
            a->from_stage == b->from_stage && a->to_stage == b->to_stage &&
            a->microbatch == b->microbatch && a->job_id == b->job_id && a->step == b->step &&
            a->seq == b->seq && memcmp(a->dims, b->dims, sizeof(a->dims)) == 0 && a->k == b->k &&
-           a->payload_len == b->payload_len;
+           a->payload_len == b->payload_len && a->epoch == b->epoch && a->aux == b->aux;
 }
 
 static void put_fields(uint8_t *p, const dev_frame_hdr *h)
@@ -218,25 +295,49 @@ static void put_fields(uint8_t *p, const dev_frame_hdr *h)
         dev_st32(p + 40 + 4 * i, h->dims[i]);
     dev_st32(p + 56, h->k);
     dev_st32(p + 60, h->payload_len);
+    dev_st32(p + 64, h->epoch);
+    dev_st32(p + 68, 0);
+    dev_st64(p + 72, h->aux);
+}
+
+/* Payload bytes without the AEAD tag: the codec's for f32, the elements
+ * as they are for the other dtypes (codec none only). -1 if invalid. */
+static int plain_len(const dev_frame_hdr *h, size_t n, size_t *len)
+{
+    if (h->dtype == DEV_DTYPE_F32)
+        return dev_codec_payload_len(h->codec, n, h->dims[h->ndim - 1], h->k, len, NULL);
+    size_t size = dev_frame_dtype_size(h->dtype);
+    if (size == 0 || h->codec != DEV_CODEC_NONE)
+        return -1;
+    *len = n * size; /* n <= 2^28: no overflow */
+    return 0;
 }
 
 /* Checks the fields that do not depend on the bytes present; on success
- * *plain is the codec payload length (without the AEAD tag). */
+ * *plain is the payload length without the AEAD tag. */
 static int check_fields(const dev_frame_hdr *h, uint32_t max_payload, size_t *plain, int *reason,
                         sl_err *err)
 {
     if (h->flags & ~DEV_FRAME_FLAG_SEALED)
         return refuse(reason, DEV_FR_BAD_HEADER, err, "unknown flags 0x%02x", h->flags);
-    if (h->direction != DEV_DIR_ACTIVATION && h->direction != DEV_DIR_GRADIENT)
+    if (h->direction == 0 || h->direction > DIR_LAST)
         return refuse(reason, DEV_FR_BAD_HEADER, err, "direction %u", h->direction);
     if (h->codec >= DEV_CODEC_COUNT)
         return refuse(reason, DEV_FR_BAD_HEADER, err, "codec %u", h->codec);
-    if (h->dtype != DEV_DTYPE_F32)
-        return refuse(reason, DEV_FR_BAD_HEADER, err, "dtype %u", h->dtype);
-    if (h->codec == DEV_CODEC_TOPK && h->direction != DEV_DIR_GRADIENT)
-        return refuse(reason, DEV_FR_BAD_HEADER, err, "codec topk on an activation");
+    const struct dir_rule *r = &dir_rules[h->direction];
+    if (h->dtype != r->dtype)
+        return refuse(reason, DEV_FR_BAD_HEADER, err, "dtype %u (%s) on a %s frame, which carries %s",
+                      h->dtype, dtype_name(h->dtype), r->name, dtype_name(r->dtype));
+    if (!(r->codecs & CODEC_BIT(h->codec)))
+        return refuse(reason, DEV_FR_BAD_HEADER, err, "codec %s on a %s frame",
+                      dev_codec_name(h->codec), r->name);
+    if (r->aux_zero && h->aux != 0)
+        return refuse(reason, DEV_FR_BAD_HEADER, err, "aux %llu on a %s frame, which has none",
+                      (unsigned long long)h->aux, r->name);
     if (h->ndim == 0 || h->ndim > DEV_FRAME_MAX_DIMS)
         return refuse(reason, DEV_FR_BAD_SHAPE, err, "ndim %u", h->ndim);
+    if (h->direction == DEV_DIR_ABORT && h->ndim != 1)
+        return refuse(reason, DEV_FR_BAD_SHAPE, err, "abort frame of ndim %u, not 1", h->ndim);
     uint64_t n = 1;
     for (int i = 0; i < DEV_FRAME_MAX_DIMS; i++) {
         if (i >= h->ndim) {
@@ -252,6 +353,9 @@ static int check_fields(const dev_frame_hdr *h, uint32_t max_payload, size_t *pl
             return refuse(reason, DEV_FR_OVERSIZED, err, "tensor of more than %u elements",
                           DEV_FRAME_MAX_ELEMS);
     }
+    if (h->direction == DEV_DIR_ABORT && n > DEV_FRAME_ABORT_MAX)
+        return refuse(reason, DEV_FR_OVERSIZED, err, "abort reason of %llu bytes, at most %d",
+                      (unsigned long long)n, DEV_FRAME_ABORT_MAX);
     if (h->codec == DEV_CODEC_TOPK ? h->k == 0 || h->k > n : h->k != 0)
         return refuse(reason, DEV_FR_BAD_SHAPE, err, "k = %u for codec %s and %llu elements",
                       h->k, dev_codec_name(h->codec), (unsigned long long)n);
@@ -259,14 +363,14 @@ static int check_fields(const dev_frame_hdr *h, uint32_t max_payload, size_t *pl
         return refuse(reason, DEV_FR_OVERSIZED, err, "payload of %u bytes, limit %u",
                       h->payload_len, max_payload);
     size_t len;
-    if (dev_codec_payload_len(h->codec, (size_t)n, h->dims[h->ndim - 1], h->k, &len, NULL) < 0)
+    if (plain_len(h, (size_t)n, &len) < 0)
         return refuse(reason, DEV_FR_BAD_SHAPE, err, "shape does not fit codec %s",
                       dev_codec_name(h->codec));
     size_t want = len + ((h->flags & DEV_FRAME_FLAG_SEALED) ? DEV_FRAME_TAG_LEN : 0);
     if (h->payload_len != want)
         return refuse(reason, DEV_FR_LENGTH_MISMATCH, err,
-                      "payload_len %u, codec %s with this shape needs %zu", h->payload_len,
-                      dev_codec_name(h->codec), want);
+                      "payload_len %u, %s codec %s with this shape needs %zu", h->payload_len,
+                      dtype_name(h->dtype), dev_codec_name(h->codec), want);
     *plain = len;
     return 0;
 }
@@ -302,6 +406,11 @@ int dev_frame_parse_header(const uint8_t *in, size_t len, uint32_t max_payload, 
         h->dims[i] = dev_ld32(in + 40 + 4 * i);
     h->k = dev_ld32(in + 56);
     h->payload_len = dev_ld32(in + 60);
+    h->epoch = dev_ld32(in + 64);
+    h->aux = dev_ld64(in + 72);
+    if (dev_ld32(in + 68) != 0)
+        return refuse(reason, DEV_FR_BAD_HEADER, err, "reserved bytes 68..71 are 0x%08x",
+                      dev_ld32(in + 68));
     if (check_fields(h, max_payload, &plain, reason, err) < 0)
         return -1;
     if (!(h->flags & DEV_FRAME_FLAG_SEALED)) {
@@ -324,11 +433,15 @@ int dev_frame_parse_header(const uint8_t *in, size_t len, uint32_t max_payload, 
 
 size_t dev_frame_max_len(const dev_frame_hdr *h)
 {
+    dev_frame_hdr t = *h;
     size_t n = dev_frame_elems(h), len;
     if (n == 0)
         return 0;
-    size_t k = h->codec == DEV_CODEC_TOPK ? h->k : 0;
-    if (dev_codec_payload_len(h->codec, n, h->dims[h->ndim - 1], k, &len, NULL) < 0)
+    if (t.dtype == 0)
+        t.dtype = DEV_DTYPE_F32;
+    if (t.codec != DEV_CODEC_TOPK)
+        t.k = 0;
+    if (plain_len(&t, n, &len) < 0)
         return 0;
     return len + DEV_FRAME_HDR_LEN + DEV_FRAME_TAG_LEN;
 }
@@ -365,8 +478,8 @@ static void window_update(dev_link_rx *rx, uint64_t seq)
 
 /* ---- encode / decode ---- */
 
-/* On a little-endian host the none codec's payload is the f32 bytes as they
- * are in memory, so a sealed none frame is sealed straight from the caller's
+/* On a little-endian host a none payload is the elements' bytes as they are
+ * in memory, so a sealed none frame is sealed straight from the caller's
  * tensor and opened straight into it: one pass over the data each way
  * instead of a copy plus an in-place pass. The bytes are the same. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -375,20 +488,65 @@ static void window_update(dev_link_rx *rx, uint64_t seq)
 #define NONE_IS_MEMORY 0
 #endif
 
-static void make_nonce(uint8_t nonce[DEV_AEAD_NONCE_LEN], uint64_t seq)
+/* n elements of a dtype other than f32 to and from their little-endian
+ * bytes; src and dst may be the same buffer. */
+static void raw_put(int dtype, const void *src, size_t n, uint8_t *out)
+{
+    size_t size = dev_frame_dtype_size(dtype);
+    const uint8_t *p = src;
+    if (NONE_IS_MEMORY || size == 1) {
+        memmove(out, p, n * size);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (size == 4) {
+            uint32_t v;
+            memcpy(&v, p + 4 * i, 4);
+            dev_st32(out + 4 * i, v);
+        } else {
+            uint64_t v;
+            memcpy(&v, p + 8 * i, 8);
+            dev_st64(out + 8 * i, v);
+        }
+    }
+}
+
+static void raw_get(int dtype, const uint8_t *in, size_t n, void *dst)
+{
+    size_t size = dev_frame_dtype_size(dtype);
+    uint8_t *p = dst;
+    if (NONE_IS_MEMORY || size == 1) {
+        memmove(p, in, n * size);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (size == 4) {
+            uint32_t v = dev_ld32(in + 4 * i);
+            memcpy(p + 4 * i, &v, 4);
+        } else {
+            uint64_t v = dev_ld64(in + 8 * i);
+            memcpy(p + 8 * i, &v, 8);
+        }
+    }
+}
+
+/* seq and epoch, so that no nonce repeats across epochs even where keys
+ * would (the key derivation binds the epoch too). */
+static void make_nonce(uint8_t nonce[DEV_AEAD_NONCE_LEN], uint64_t seq, uint32_t epoch)
 {
     memset(nonce, 0, DEV_AEAD_NONCE_LEN);
     dev_st64(nonce, seq);
+    dev_st32(nonce + 8, epoch);
 }
 
-int dev_frame_encode(dev_link_tx *tx, dev_frame_hdr *h, const float *data, dev_topk_ef *ef,
-                     uint8_t *out, size_t cap, size_t *outlen, sl_err *err)
+int dev_frame_encode_any(dev_link_tx *tx, dev_frame_hdr *h, const void *data, dev_topk_ef *ef,
+                         uint8_t *out, size_t cap, size_t *outlen, sl_err *err)
 {
     size_t plain, total;
     int why;
     h->version = DEV_FRAME_VERSION;
     h->flags = tx->cfg.sealed ? DEV_FRAME_FLAG_SEALED : 0;
-    h->dtype = DEV_DTYPE_F32;
+    h->epoch = tx->cfg.epoch;
     h->job_id = tx->cfg.job_id;
     h->from_stage = tx->cfg.from_stage;
     h->to_stage = tx->cfg.to_stage;
@@ -398,12 +556,12 @@ int dev_frame_encode(dev_link_tx *tx, dev_frame_hdr *h, const float *data, dev_t
     size_t n = dev_frame_elems(h);
     /* payload_len is checked against its exact value below; compute it first. */
     h->payload_len = 0;
-    if (n > 0 && h->codec < DEV_CODEC_COUNT &&
-        dev_codec_payload_len(h->codec, n, h->dims[h->ndim - 1], h->k, &plain, NULL) == 0 &&
-        plain + DEV_FRAME_TAG_LEN <= UINT32_MAX)
+    if (n > 0 && plain_len(h, n, &plain) == 0 && plain + DEV_FRAME_TAG_LEN <= UINT32_MAX)
         h->payload_len = (uint32_t)(plain + (tx->cfg.sealed ? DEV_FRAME_TAG_LEN : 0));
     if (check_fields(h, tx->cfg.max_payload, &plain, &why, err) < 0)
         return sl_err_wrap(err, "encode");
+    if (h->direction == DEV_DIR_ABORT && !utf8_valid(data, n))
+        return sl_err_set(err, SL_EINVAL, "encode: the abort reason is not UTF-8");
     if (tx->next_seq == UINT64_MAX)
         return sl_err_set(err, SL_ESTATE, "encode: link sequence numbers exhausted; set up a new epoch");
     total = DEV_FRAME_HDR_LEN + (size_t)h->payload_len;
@@ -414,12 +572,14 @@ int dev_frame_encode(dev_link_tx *tx, dev_frame_hdr *h, const float *data, dev_t
     uint8_t *payload = out + DEV_FRAME_HDR_LEN;
     const uint8_t *plaintext = payload;
     if (NONE_IS_MEMORY && tx->cfg.sealed && h->codec == DEV_CODEC_NONE)
-        plaintext = (const uint8_t *)data;
+        plaintext = data;
+    else if (h->dtype != DEV_DTYPE_F32)
+        raw_put(h->dtype, data, n, payload);
     else if (dev_codec_encode(h->codec, data, n, h->dims[h->ndim - 1], h->k, ef, payload, err) < 0)
         return sl_err_wrap(err, "encode");
     if (tx->cfg.sealed) {
         uint8_t nonce[DEV_AEAD_NONCE_LEN];
-        make_nonce(nonce, h->seq);
+        make_nonce(nonce, h->seq, h->epoch);
         crypto_generichash(out + DEV_FRAME_FIELDS_LEN, 16, out, DEV_FRAME_FIELDS_LEN, tx->hdr_key,
                            sizeof(tx->hdr_key));
         if (dev_aead_seal(&tx->aead, payload, payload + plain, plaintext, plain, out,
@@ -433,6 +593,13 @@ int dev_frame_encode(dev_link_tx *tx, dev_frame_hdr *h, const float *data, dev_t
     tx->bytes += total;
     *outlen = total;
     return 0;
+}
+
+int dev_frame_encode(dev_link_tx *tx, dev_frame_hdr *h, const float *data, dev_topk_ef *ef,
+                     uint8_t *out, size_t cap, size_t *outlen, sl_err *err)
+{
+    h->dtype = DEV_DTYPE_F32;
+    return dev_frame_encode_any(tx, h, data, ef, out, cap, outlen, err);
 }
 
 static int rx_refuse(dev_link_rx *rx, int why, sl_err *err, const char *fmt, ...)
@@ -449,8 +616,9 @@ static int rx_refuse(dev_link_rx *rx, int why, sl_err *err, const char *fmt, ...
     return refuse(NULL, why, err, "%s", detail);
 }
 
-int dev_frame_decode(dev_link_rx *rx, const uint8_t *in, size_t len, dev_frame_hdr *h, float *data,
-                     size_t cap, sl_err *err)
+/* dev_frame_decode_any, or dev_frame_decode with f32_only set. */
+static int decode(dev_link_rx *rx, const uint8_t *in, size_t len, dev_frame_hdr *h, void *data,
+                  size_t cap_bytes, int f32_only, sl_err *err)
 {
     int why;
     if (dev_frame_parse_header(in, len, rx->cfg.max_payload, h, &why, err) < 0) {
@@ -458,6 +626,9 @@ int dev_frame_decode(dev_link_rx *rx, const uint8_t *in, size_t len, dev_frame_h
         rx->refused[why]++;
         return -1;
     }
+    if (f32_only && h->dtype != DEV_DTYPE_F32)
+        return rx_refuse(rx, DEV_FR_BAD_HEADER, err, "dtype %s where f32 was expected",
+                         dtype_name(h->dtype));
     int sealed = (h->flags & DEV_FRAME_FLAG_SEALED) != 0;
     if (sealed != rx->cfg.sealed)
         return rx_refuse(rx, DEV_FR_SEAL_MISMATCH, err, "%s frame on a %s link",
@@ -468,6 +639,9 @@ int dev_frame_decode(dev_link_rx *rx, const uint8_t *in, size_t len, dev_frame_h
                          "job %llu stage %u->%u on the link of job %llu stage %u->%u",
                          (unsigned long long)h->job_id, h->from_stage, h->to_stage,
                          (unsigned long long)rx->cfg.job_id, rx->cfg.from_stage, rx->cfg.to_stage);
+    if (h->epoch != rx->cfg.epoch)
+        return rx_refuse(rx, DEV_FR_EPOCH, err, "epoch %u on a link of epoch %u", h->epoch,
+                         rx->cfg.epoch);
     if (sealed) {
         uint8_t tag[16];
         crypto_generichash(tag, sizeof(tag), in, DEV_FRAME_FIELDS_LEN, rx->hdr_key,
@@ -483,15 +657,16 @@ int dev_frame_decode(dev_link_rx *rx, const uint8_t *in, size_t len, dev_frame_h
         return rx_refuse(rx, why, err, "seq %llu is %llu behind the newest (window %d)",
                          (unsigned long long)h->seq, (unsigned long long)(rx->top - h->seq),
                          DEV_WINDOW_SIZE);
-    size_t n = dev_frame_elems(h);
-    if (n > cap)
-        return rx_refuse(rx, DEV_FR_CAPACITY, err, "tensor of %zu elements, buffer holds %zu", n, cap);
+    size_t n = dev_frame_elems(h), size = dev_frame_dtype_size(h->dtype);
+    if (n * size > cap_bytes)
+        return rx_refuse(rx, DEV_FR_CAPACITY, err, "tensor of %zu %s elements (%zu bytes), buffer holds %zu bytes",
+                         n, dtype_name(h->dtype), n * size, cap_bytes);
     const uint8_t *payload = in + DEV_FRAME_HDR_LEN;
     size_t plain = h->payload_len - (sealed ? DEV_FRAME_TAG_LEN : 0);
     if (sealed) {
         uint8_t *dst;
         if (h->codec == DEV_CODEC_NONE) {
-            dst = (uint8_t *)data; /* same size: open straight into the caller's buffer */
+            dst = data; /* same size: open straight into the caller's buffer */
         } else {
             if (rx->scratch_cap < plain) {
                 uint8_t *p = sl_try_malloc(plain);
@@ -505,7 +680,7 @@ int dev_frame_decode(dev_link_rx *rx, const uint8_t *in, size_t len, dev_frame_h
         }
         uint8_t nonce[DEV_AEAD_NONCE_LEN];
         sl_err aerr = {0};
-        make_nonce(nonce, h->seq);
+        make_nonce(nonce, h->seq, h->epoch);
         if (dev_aead_open(&rx->aead, dst, payload, plain, payload + plain, in, DEV_FRAME_FIELDS_LEN,
                           nonce, rx->key, &aerr) < 0) {
             if (aerr.code == SL_EAUTH)
@@ -518,11 +693,30 @@ int dev_frame_decode(dev_link_rx *rx, const uint8_t *in, size_t len, dev_frame_h
     }
     sl_err cerr;
     int done = NONE_IS_MEMORY && sealed && h->codec == DEV_CODEC_NONE; /* opened into data */
-    if (!done && dev_codec_decode(h->codec, payload, n, h->dims[h->ndim - 1], h->k, data, &cerr) < 0)
+    if (!done && h->dtype != DEV_DTYPE_F32)
+        raw_get(h->dtype, payload, n, data);
+    else if (!done &&
+             dev_codec_decode(h->codec, payload, n, h->dims[h->ndim - 1], h->k, data, &cerr) < 0)
         return rx_refuse(rx, DEV_FR_BAD_PAYLOAD, err, "%s", cerr.msg);
+    if (h->direction == DEV_DIR_ABORT && !utf8_valid(data, n))
+        return rx_refuse(rx, DEV_FR_BAD_PAYLOAD, err, "abort reason of seq %llu is not UTF-8",
+                         (unsigned long long)h->seq);
     window_update(rx, h->seq);
     rx->last = DEV_FR_OK;
     rx->frames++;
     rx->bytes += len;
     return 0;
+}
+
+int dev_frame_decode(dev_link_rx *rx, const uint8_t *in, size_t len, dev_frame_hdr *h, float *data,
+                     size_t cap, sl_err *err)
+{
+    size_t cap_bytes = cap > SIZE_MAX / sizeof(float) ? SIZE_MAX : cap * sizeof(float);
+    return decode(rx, in, len, h, data, cap_bytes, 1, err);
+}
+
+int dev_frame_decode_any(dev_link_rx *rx, const uint8_t *in, size_t len, dev_frame_hdr *h,
+                         void *data, size_t cap_bytes, sl_err *err)
+{
+    return decode(rx, in, len, h, data, cap_bytes, 0, err);
 }
