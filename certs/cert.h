@@ -176,4 +176,17 @@ int cert_spool_drain(const char *dir, cert_spool_fn fn, void *ud, int *bad, sl_e
 int cert_fetch_ca(const char *host_port, const char *want_fp, const char *out_path,
                   int timeout_ms, sl_err *err);
 
+/* ---- signatures (the coordinator's plans) ------------------------------------ */
+
+/* Signs data with the EC key in key_path: ECDSA over SHA-256, DER; *sig is
+ * malloc'd. */
+int cert_sign_data(const char *key_path, const void *data, size_t len, uint8_t **sig,
+                   size_t *sig_len, sl_err *err);
+/* SL_EAUTH unless signer_pem (the first certificate in it) chains to the CA
+ * in ca_pem, may authenticate a server, is not a device's or the admin's,
+ * and sig is its signature over data. */
+int cert_verify_signed(const char *ca_pem, size_t ca_len, const char *signer_pem,
+                       size_t signer_len, const void *data, size_t len, const uint8_t *sig,
+                       size_t sig_len, sl_err *err);
+
 #endif

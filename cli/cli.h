@@ -13,6 +13,7 @@ int cmd_certs(int argc, char **argv);
 int cmd_coordinator(int argc, char **argv);
 int cmd_device(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_job(int argc, char **argv);
 /* Helpers for the commands above (cli_util.c). */
 /* Makes SIGINT and SIGTERM set a flag instead of killing the process; the
  * flag (the signal number, 0 before any) is what cli_stop_signal returns. */

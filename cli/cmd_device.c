@@ -1,18 +1,50 @@
-/* skyloom device: the agent on a node (enrollment and heartbeats for now). */
+/* skyloom device: the agent on a node: enrollment, heartbeats, the Stage
+ * service, and its part in jobs (device/node/dev_job.h). */
+#include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "dev_agent.h"
+#include "dev_job.h"
+#include "dev_profile.h"
 #include "dev_stagesvc.h"
 #include "sl_log.h"
+
+static void usage(void)
+{
+    printf("usage: skyloom device --coordinator HOST:PORT --state DIR --site S\n"
+           "                      [--token TOKEN] [--name N] [--once]\n"
+           "                      [--stage-listen HOST:PORT [--stage-advertise HOST:PORT]]\n"
+           "                      [--data NAME=PATH]... [--threads N] [--memory BYTES]\n\n"
+           "Joins a coordinator. The first start needs a one-time --token (from\n"
+           "skyloom certs token): the device makes its own key in DIR, pins the CA by\n"
+           "the token's fingerprint, sends a CSR and stores the certificate it gets.\n"
+           "Later starts use the stored certificate. Then it heartbeats (with its\n"
+           "hardware profile first) until SIGINT/SIGTERM; --once sends one heartbeat\n"
+           "and exits. With --stage-listen it also serves the Stage service to its\n"
+           "pipeline neighbours (mutual TLS, device certificates only) and reports\n"
+           "that address (or --stage-advertise) in its heartbeats, and takes part in\n"
+           "jobs: it checks the datasets jobs name, profiles itself, trains the stages\n"
+           "the coordinator's signed plan gives it and uploads its checkpoints.\n\n"
+           "  --data NAME=PATH  a token shard this device serves as NAME (repeatable);\n"
+           "                    a job names DEVICE_ID:NAME and can read nothing else\n"
+           "  --threads N       compute threads for training and profiling (default:\n"
+           "                    the cores hwloc sees)\n"
+           "  --memory BYTES    usable memory to report to the planner (default: the\n"
+           "                    machine's, from hwloc)\n");
+}
 
 int cmd_device(int argc, char **argv)
 {
     dev_agent_opts o = {0};
     int once = 0;
-    const char *stage_listen = NULL, *stage_advertise = NULL;
+    const char *stage_listen = NULL, *stage_advertise = NULL, *threads_s = NULL, *memory_s = NULL;
+    dev_dataset data[64];
+    int n_data = 0;
     const cli_opt table[] = {{"--coordinator", &o.coordinator},
                              {"--token", &o.token},
                              {"--state", &o.state},
@@ -20,25 +52,31 @@ int cmd_device(int argc, char **argv)
                              {"--name", &o.name},
                              {"--stage-listen", &stage_listen},
                              {"--stage-advertise", &stage_advertise},
+                             {"--threads", &threads_s},
+                             {"--memory", &memory_s},
                              {NULL, NULL}};
+    sl_err err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: skyloom device --coordinator HOST:PORT --state DIR --site S\n"
-                   "                      [--token TOKEN] [--name N] [--once]\n"
-                   "                      [--stage-listen HOST:PORT [--stage-advertise HOST:PORT]]\n\n"
-                   "Joins a coordinator. The first start needs a one-time --token (from\n"
-                   "skyloom certs token): the device makes its own key in DIR, pins the CA by\n"
-                   "the token's fingerprint, sends a CSR and stores the certificate it gets.\n"
-                   "Later starts use the stored certificate. Then it heartbeats (with its\n"
-                   "hardware profile first) until SIGINT/SIGTERM; --once sends one heartbeat\n"
-                   "and exits. With --stage-listen it also serves the Stage service to its\n"
-                   "pipeline neighbours (mutual TLS, device certificates only) and reports\n"
-                   "that address (or --stage-advertise) in its heartbeats.\n");
+            usage();
             return 0;
         }
         if (!strcmp(a, "--once")) {
             once = 1;
+            continue;
+        }
+        if (!strcmp(a, "--data")) {
+            if (i + 1 >= argc)
+                return sl_cli_fail("device", 2, "--data needs NAME=PATH");
+            if (n_data == 64)
+                return sl_cli_fail("device", 2, "at most 64 --data");
+            if (dev_dataset_parse(argv[++i], &data[n_data], &err))
+                return sl_cli_fail("device", 2, "%s", err.msg);
+            for (int k = 0; k < n_data; k++)
+                if (!strcmp(data[k].name, data[n_data].name))
+                    return sl_cli_fail("device", 2, "--data %s given twice", data[k].name);
+            n_data++;
             continue;
         }
         int r = cli_opt_take("device", argc, argv, &i, table);
@@ -49,17 +87,50 @@ int cmd_device(int argc, char **argv)
     }
     if (!o.coordinator || !o.state || !o.site)
         return sl_cli_fail("device", 2, "--coordinator, --state and --site are required");
+    int threads = 0;
+    uint64_t memory = 0;
+    if (threads_s && sl_parse_int("--threads", threads_s, 1, 1024, &threads, &err))
+        return sl_cli_fail("device", 2, "%s", err.msg);
+    if (memory_s && sl_parse_bytes("--memory", memory_s, &memory, &err))
+        return sl_cli_fail("device", 2, "%s", err.msg);
+    for (int k = 0; k < n_data; k++)
+        if (access(data[k].path, R_OK) != 0)
+            return sl_cli_fail("device", 2, "--data %s=%s: %s", data[k].name, data[k].path,
+                               strerror(errno));
+    if (!threads) {
+        dev_profile prof;
+        threads = dev_profile_probe(&prof, NULL) == 0 && prof.cores > 0 ? (int)prof.cores : 1;
+        if (!memory)
+            memory = prof.memory_bytes;
+    } else if (!memory) {
+        dev_profile prof;
+        if (dev_profile_probe(&prof, NULL) == 0)
+            memory = prof.memory_bytes;
+    }
     rpc_global_init();
-    sl_err err = {0};
     int status = 0;
-    dev_agent *a = dev_agent_open(&o, &err);
+    dev_kx_keypair kp;
+    dev_agent *a = dev_kx_keypair_generate(&kp, &err) ? NULL : dev_agent_open(&o, &err);
     dev_stagesvc *stage = NULL;
+    dev_jobs *jobs = NULL;
+    if (a) {
+        dev_jobs_opts jo = {.agent = a, .datasets = data, .n_datasets = n_data,
+                            .threads = threads, .memory_bytes = memory, .link_kp = &kp};
+        jobs = dev_jobs_open(&jo, &err);
+        const char *names[64];
+        for (int k = 0; k < n_data; k++)
+            names[k] = data[k].name;
+        dev_agent_set_job_info(a, names, n_data, stage_listen ? kp.pk : NULL, (unsigned)threads);
+    }
     if (a && stage_listen) {
         dev_stagesvc_opts so = {.listen = stage_listen, .state = o.state,
-                             .revoked = dev_agent_is_revoked, .revoked_ud = a};
+                                .exchange = dev_jobs_exchange, .ud = jobs,
+                                .revoked = dev_agent_is_revoked, .revoked_ud = a};
         int port = 0;
         if (!(stage = dev_stagesvc_start(&so, &port, &err))) {
             status = sl_cli_fail("device", 1, "Stage service: %s", err.msg);
+            dev_jobs_close(jobs);
+            jobs = NULL;
             dev_agent_close(a);
             a = NULL;
         } else {
@@ -95,14 +166,22 @@ int cmd_device(int argc, char **argv)
                     break;
                 }
             }
+            dev_task *tasks;
+            int nt;
+            dev_agent_take_tasks(a, &tasks, &nt);
+            for (int k = 0; k < nt && stage; k++)
+                dev_jobs_task(jobs, &tasks[k]);
+            dev_tasks_free(tasks, nt);
             if (once)
                 break;
             for (unsigned t = 0; t < dev_agent_heartbeat_ms(a) && !cli_stop_signal(); t += 50)
                 usleep(50 * 1000);
         }
-        dev_agent_close(a);
     }
     dev_stagesvc_stop(stage);
+    dev_jobs_close(jobs);
+    dev_agent_close(a);
+    sodium_memzero(&kp, sizeof kp);
     rpc_global_shutdown();
     return status;
 }

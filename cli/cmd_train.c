@@ -339,13 +339,7 @@ int cmd_train(int argc, char **argv)
     }
     dev_stage *st0 = dev_train_stage(tr, 0);
     dev_optim opt;
-    dev_optim_default(&opt);
-    opt.kind = o.kind;
-    opt.lr = (float)(o.lr >= 0 ? o.lr : o.kind == DEV_OPT_LAMB ? 1e-3 : 1e-4);
-    opt.wd = (float)o.wd;
-    opt.clip = (float)o.clip;
-    opt.total = o.steps;
-    opt.warmup = o.warmup >= 0 ? o.warmup : o.steps / 10;
+    dev_optim_for_run(&opt, o.kind, o.lr, o.wd, o.clip, o.steps, o.warmup);
     char path[4096];
     if (o.metrics)
         snprintf(path, sizeof path, "%s", o.metrics);

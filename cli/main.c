@@ -17,6 +17,7 @@ static const command commands[] = {
     {"coordinator", cmd_coordinator, "run the coordinator (enrollment, device registry)"},
     {"device", cmd_device, "run the agent on a device: enroll, heartbeat"},
     {"status", cmd_status, "list the devices a coordinator knows"},
+    {"job", cmd_job, "submit, watch, stop and export federated training jobs"},
     {"data", cmd_data, "corpus to WordPiece vocabulary and token shards; inspect shards"},
     {"plan", cmd_plan, "place a model on devices and simulate the pipeline (balancer)"},
     {"train", cmd_train, "train a BERT on this machine (the single-device reference)"},

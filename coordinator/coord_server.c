@@ -4,21 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cert.h"
-#include "coord.h"
-#include "coord_state.h"
+#include "coord_internal.h"
 #include "skyloom.pb-c.h"
 #include "sl_log.h"
 #include "sl_mem.h"
 #include "sl_time.h"
-
-struct coord {
-    coord_opts o;
-    char *pki;
-    cert_ca *ca;
-    coord_state *state;
-    rpc_server *srv;
-};
 
 static int import_one(void *ud, int kind, const char *key, const char *site, int64_t t,
                       int64_t cert_s)
@@ -58,7 +48,8 @@ coord *coord_open(const coord_opts *o, sl_err *err)
     int64_t def;
     if (cert_pair_recover(o->pki, "coordinator", err) < 0 ||
         cert_pki_device_seconds(o->pki, &def, err) || !(c->ca = cert_ca_load(o->pki, err)) ||
-        !(c->state = coord_state_open(o->state, err)) || import_spool(c, err)) {
+        !(c->state = coord_state_open(o->state, err)) || import_spool(c, err) ||
+        !(c->jobs = coord_jobs_open(c, err))) {
         coord_close(c);
         return NULL;
     }
@@ -81,11 +72,21 @@ int coord_start(coord *c, sl_err *err)
     };
     if (!(c->srv = rpc_server_create(&so, err)))
         return -1;
-    if (rpc_server_add_unary(c->srv, RPC_M_ENROLL, coord_handle_enroll, c, err) ||
-        rpc_server_add_unary(c->srv, RPC_M_HEARTBEAT, coord_handle_heartbeat, c, err) ||
-        rpc_server_add_unary(c->srv, RPC_M_LIST_DEVICES, coord_handle_list_devices, c, err) ||
-        rpc_server_add_unary(c->srv, RPC_M_RENEW, coord_handle_renew, c, err))
-        return -1;
+    static const struct {
+        const char *method;
+        rpc_unary_fn fn;
+    } handlers[] = {
+        {RPC_M_ENROLL, coord_handle_enroll},         {RPC_M_HEARTBEAT, coord_handle_heartbeat},
+        {RPC_M_LIST_DEVICES, coord_handle_list_devices}, {RPC_M_RENEW, coord_handle_renew},
+        {RPC_M_SUBMIT_JOB, coord_handle_submit_job}, {RPC_M_LIST_JOBS, coord_handle_list_jobs},
+        {RPC_M_GET_JOB, coord_handle_get_job},       {RPC_M_STOP_JOB, coord_handle_stop_job},
+        {RPC_M_FETCH_FILE, coord_handle_fetch_file}, {RPC_M_REPORT_TASK, coord_handle_report_task},
+        {RPC_M_GET_PLAN, coord_handle_get_plan},     {RPC_M_REPORT_STEP, coord_handle_report_step},
+        {RPC_M_UPLOAD_CHUNK, coord_handle_upload_chunk},
+    };
+    for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
+        if (rpc_server_add_unary(c->srv, handlers[i].method, handlers[i].fn, c, err))
+            return -1;
     return rpc_server_start(c->srv, err);
 }
 
@@ -94,6 +95,7 @@ void coord_close(coord *c)
     if (!c)
         return;
     rpc_server_destroy(c->srv);
+    coord_jobs_close(c->jobs);
     coord_state_close(c->state);
     cert_ca_free(c->ca);
     free(c->pki);
@@ -102,17 +104,14 @@ void coord_close(coord *c)
 
 /* ---- authorization ----------------------------------------------------------- */
 
-enum { ALLOW_DEVICE = 1, ALLOW_ADMIN = 2 };
-
-/* Checks a post-enrollment call; returns RPC_OK or the refusal. */
-static int authorize(coord *c, const rpc_peer *peer, const char *claimed, int allow, rpc_status *st)
+int coord_authorize(coord *c, const rpc_peer *peer, const char *claimed, int allow, rpc_status *st)
 {
     if (!peer->authenticated)
         return rpc_status_set(st, RPC_UNAUTHENTICATED,
                               "a client certificate from the project CA is required (enroll first)");
     const char *id = peer->identity;
     if (!strcmp(id, CERT_ADMIN_CN)) {
-        if ((allow & ALLOW_ADMIN) && !*claimed)
+        if ((allow & COORD_ALLOW_ADMIN) && !*claimed)
             return RPC_OK;
         return rpc_status_set(st, RPC_PERMISSION_DENIED,
                               "the admin certificate may not act as device '%s'", claimed);
@@ -120,7 +119,7 @@ static int authorize(coord *c, const rpc_peer *peer, const char *claimed, int al
     if (!cert_valid_device_id(id))
         return rpc_status_set(st, RPC_PERMISSION_DENIED,
                               "certificate identity '%s' is not a device", id);
-    if (!(allow & ALLOW_DEVICE))
+    if (!(allow & COORD_ALLOW_DEVICE))
         return rpc_status_set(st, RPC_PERMISSION_DENIED, "devices may not make this call");
     if (strcmp(id, claimed) != 0)
         return rpc_status_set(st, RPC_PERMISSION_DENIED,
@@ -304,7 +303,7 @@ int coord_handle_renew(void *ud, const rpc_peer *peer, const uint8_t *req, size_
     Skyloom__V1__RenewRequest *r = rpc_unpack(&skyloom__v1__renew_request__descriptor, req, len);
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed RenewRequest");
-    int code = authorize(c, peer, r->device_id, ALLOW_DEVICE, st);
+    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_DEVICE, st);
     if (code == RPC_OK)
         code = renew(c, r, resp, st);
     rpc_unpacked_free(r);
@@ -335,8 +334,9 @@ static int add_revoked(void *ud, const char *id)
     return 0;
 }
 
-/* The heartbeat's answer: the server time, the interval and the revoked ids. */
-static int heartbeat_reply(coord *c, int64_t now, rpc_buf *resp, rpc_status *st)
+/* The heartbeat's answer: the server time, the interval, the revoked ids and
+ * the device's tasks. */
+static int heartbeat_reply(coord *c, const char *id, int64_t now, rpc_buf *resp, rpc_status *st)
 {
     Skyloom__V1__HeartbeatResponse out = SKYLOOM__V1__HEARTBEAT_RESPONSE__INIT;
     out.server_time = now;
@@ -344,13 +344,19 @@ static int heartbeat_reply(coord *c, int64_t now, rpc_buf *resp, rpc_status *st)
     str_list rev = {0};
     sl_err err = {0};
     int code = RPC_OK;
+    void **tasks = NULL;
+    size_t ntasks = 0;
     if (coord_state_list_revoked(c->state, add_revoked, &rev, &err)) {
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     } else {
+        coord_jobs_tasks(c->jobs, id, &tasks, &ntasks);
         out.revoked = rev.v;
         out.n_revoked = rev.n;
+        out.tasks = (Skyloom__V1__Task **)tasks;
+        out.n_tasks = ntasks;
         rpc_pack(&out, resp);
     }
+    coord_jobs_tasks_free(tasks, ntasks);
     for (size_t k = 0; k < rev.n; k++)
         free(rev.v[k]);
     free(rev.v);
@@ -376,7 +382,17 @@ static int heartbeat(coord *c, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *
     if (rc > 0)
         return rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here",
                               r->device_id);
-    return heartbeat_reply(c, now, resp, st);
+    if (r->n_datasets > 64 || (r->link_public_key.len && r->link_public_key.len != 32))
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "more than 64 datasets, or a link key "
+                              "of %zu bytes (32 expected)", r->link_public_key.len);
+    coord_seen seen = {.id = r->device_id, .stage_address = r->stage_address,
+                       .datasets = r->datasets, .n_datasets = r->n_datasets,
+                       .link_key = r->link_public_key.len == 32 ? r->link_public_key.data : NULL,
+                       .threads = r->threads,
+                       .memory_bytes = r->profile ? r->profile->memory_bytes : 0,
+                       .backend = r->profile && r->profile->cuda ? "cuda" : "cpu"};
+    coord_jobs_seen(c->jobs, &seen, now);
+    return heartbeat_reply(c, r->device_id, now, resp, st);
 }
 
 int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
@@ -387,7 +403,7 @@ int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, s
         rpc_unpack(&skyloom__v1__heartbeat_request__descriptor, req, len);
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed HeartbeatRequest");
-    int code = authorize(c, peer, r->device_id, ALLOW_DEVICE, st);
+    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_DEVICE, st);
     if (code == RPC_OK)
         code = heartbeat(c, r, resp, st);
     rpc_unpacked_free(r);
@@ -435,7 +451,7 @@ int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req
         rpc_unpack(&skyloom__v1__list_devices_request__descriptor, req, len);
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed ListDevicesRequest");
-    int code = authorize(c, peer, r->device_id, ALLOW_DEVICE | ALLOW_ADMIN, st);
+    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_DEVICE | COORD_ALLOW_ADMIN, st);
     rpc_unpacked_free(r);
     if (code != RPC_OK)
         return code;

@@ -33,6 +33,15 @@ const char *rpc_grpc_version(void);
 #define RPC_M_HEARTBEAT "/skyloom.v1.Coordinator/Heartbeat"
 #define RPC_M_LIST_DEVICES "/skyloom.v1.Coordinator/ListDevices"
 #define RPC_M_RENEW "/skyloom.v1.Coordinator/Renew"
+#define RPC_M_SUBMIT_JOB "/skyloom.v1.Coordinator/SubmitJob"
+#define RPC_M_LIST_JOBS "/skyloom.v1.Coordinator/ListJobs"
+#define RPC_M_GET_JOB "/skyloom.v1.Coordinator/GetJob"
+#define RPC_M_STOP_JOB "/skyloom.v1.Coordinator/StopJob"
+#define RPC_M_FETCH_FILE "/skyloom.v1.Coordinator/FetchFile"
+#define RPC_M_REPORT_TASK "/skyloom.v1.Coordinator/ReportTask"
+#define RPC_M_GET_PLAN "/skyloom.v1.Coordinator/GetPlan"
+#define RPC_M_REPORT_STEP "/skyloom.v1.Coordinator/ReportStep"
+#define RPC_M_UPLOAD_CHUNK "/skyloom.v1.Coordinator/UploadChunk"
 #define RPC_M_STAGE_EXCHANGE "/skyloom.v1.Stage/Exchange"
 #define RPC_M_STAGE_PING "/skyloom.v1.Stage/Ping"
 
@@ -197,6 +206,10 @@ int rpc_stream_recv(rpc_stream *s, rpc_buf *msg, sl_err *err);
 int rpc_stream_finish(rpc_stream *s, rpc_status *st);
 /* Client: cancels the call and frees the stream. */
 void rpc_stream_cancel(rpc_stream *s);
+/* Either side: cancels the call without freeing anything, from any thread;
+ * every send and receive in progress or to come fails. The owner still
+ * ends the stream as usual (rpc_stream_cancel, or the handler returns). */
+void rpc_stream_interrupt(rpc_stream *s);
 
 /* Wire helper for StageFrame { bytes frame = 1; }: writes the field tag and
  * length for a frame of n bytes into hdr (at most 11 bytes) and returns how

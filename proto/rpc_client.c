@@ -298,6 +298,12 @@ int rpc_stream_finish(rpc_stream *s, rpc_status *st)
     return code;
 }
 
+void rpc_stream_interrupt(rpc_stream *s)
+{
+    if (s)
+        grpc_call_cancel(s->call, NULL);
+}
+
 void rpc_stream_cancel(rpc_stream *s)
 {
     if (!s)

@@ -233,9 +233,9 @@ static void test_wire_refusals(void)
     rpc_buf r;
     rpc_status st;
     /* an unknown method */
-    CHECK(rpc_call_unary(c, "/skyloom.v1.Coordinator/SubmitJob", "", 0, T_MS, &r, &st) ==
+    CHECK(rpc_call_unary(c, "/skyloom.v1.Coordinator/Teleport", "", 0, T_MS, &r, &st) ==
           RPC_UNIMPLEMENTED);
-    CHECKF(strstr(st.details, "/skyloom.v1.Coordinator/SubmitJob is not implemented"), "%s",
+    CHECKF(strstr(st.details, "/skyloom.v1.Coordinator/Teleport is not implemented"), "%s",
            st.details);
     /* a message over the coordinator's 1 MiB limit */
     size_t n = 2u << 20;

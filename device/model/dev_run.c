@@ -145,6 +145,18 @@ int dev_feed_check_record(const dev_feed *f, const char *dir, sl_err *err)
     return rc;
 }
 
+void dev_optim_for_run(dev_optim *o, int kind, double lr, double wd, double clip, int steps,
+                       int warmup)
+{
+    dev_optim_default(o);
+    o->kind = kind;
+    o->lr = (float)(lr >= 0 ? lr : kind == DEV_OPT_LAMB ? 1e-3 : 1e-4);
+    o->wd = (float)wd;
+    o->clip = (float)clip;
+    o->total = steps;
+    o->warmup = warmup >= 0 ? warmup : steps / 10;
+}
+
 /* ---- --stages ------------------------------------------------------------ */
 
 static const char *units_of(char *buf, size_t n, int a, int b)

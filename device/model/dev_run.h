@@ -41,6 +41,13 @@ int dev_feed_write_record(const dev_feed *f, const char *dir, sl_err *err);
  * with a warning. */
 int dev_feed_check_record(const dev_feed *f, const char *dir, sl_err *err);
 
+/* ---- the optimizer of a run ---- */
+
+/* lr < 0: the kind's default (1e-4 AdamW, 1e-3 LAMB); warmup < 0: 10% of
+ * the steps; linear decay to 0 at `steps`. */
+void dev_optim_for_run(dev_optim *o, int kind, double lr, double wd, double clip, int steps,
+                       int warmup);
+
 /* ---- stages: --stages SPEC ---- */
 
 /* SPEC is a count N (the balancer's even split of the units) or inclusive

@@ -29,6 +29,13 @@ struct dev_agent {
     pthread_mutex_t mu; /* guards revoked */
     char *revoked;      /* the revoked ids of the last heartbeat, each followed by ' ' */
     int64_t not_before, not_after, renew_at; /* the certificate in use */
+    char **datasets;
+    int n_datasets;
+    uint8_t link_key[32];
+    int has_key;
+    unsigned threads;
+    dev_task *tasks; /* of the last heartbeat reply */
+    int n_tasks;
 };
 
 void dev_profile_to_pb(const dev_profile *p, void *out)
@@ -237,6 +244,10 @@ void dev_agent_close(dev_agent *a)
     rpc_channel_destroy(a->ch);
     pthread_mutex_destroy(&a->mu);
     free(a->revoked);
+    for (int i = 0; i < a->n_datasets; i++)
+        free(a->datasets[i]);
+    free(a->datasets);
+    dev_tasks_free(a->tasks, a->n_tasks);
     free(a);
 }
 
@@ -334,6 +345,25 @@ int dev_agent_renew(dev_agent *a, rpc_status *st)
     return code;
 }
 
+/* The reply's tasks, replacing the previous reply's; ones with fields
+ * out of shape are dropped. */
+static void keep_tasks(dev_agent *a, Skyloom__V1__Task **t, size_t n)
+{
+    dev_tasks_free(a->tasks, a->n_tasks);
+    a->tasks = sl_xcalloc(n + 1, sizeof *a->tasks);
+    a->n_tasks = 0;
+    for (size_t i = 0; i < n && i < 256; i++) {
+        if (strlen(t[i]->job_id) >= sizeof a->tasks[0].job ||
+            strlen(t[i]->kind) >= sizeof a->tasks[0].kind || strlen(t[i]->spec) > (4u << 20))
+            continue;
+        dev_task *d = &a->tasks[a->n_tasks++];
+        snprintf(d->job, sizeof d->job, "%s", t[i]->job_id);
+        snprintf(d->kind, sizeof d->kind, "%s", t[i]->kind);
+        d->epoch = t[i]->epoch;
+        d->spec = sl_xstrdup(t[i]->spec);
+    }
+}
+
 int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
 {
     int64_t now = sl_unix_time();
@@ -358,6 +388,11 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
     req.seq = ++a->seq;
     req.profile = a->seq == 1 && a->have_profile ? &prof : NULL;
     req.stage_address = a->stage_address;
+    req.datasets = a->datasets;
+    req.n_datasets = (size_t)a->n_datasets;
+    req.link_public_key.data = a->has_key ? a->link_key : NULL;
+    req.link_public_key.len = a->has_key ? 32 : 0;
+    req.threads = a->threads;
     Skyloom__V1__HeartbeatResponse *resp = NULL;
     int code = rpc_call_pb(a->ch, RPC_M_HEARTBEAT, &req,
                            &skyloom__v1__heartbeat_response__descriptor, (void **)&resp,
@@ -366,6 +401,44 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
         a->heartbeat_ms = resp->heartbeat_ms;
     if (code == RPC_OK)
         set_revoked(a, resp->revoked, resp->n_revoked);
+    if (code == RPC_OK)
+        keep_tasks(a, resp->tasks, resp->n_tasks);
     rpc_unpacked_free(resp);
     return code;
 }
+
+void dev_agent_set_job_info(dev_agent *a, const char *const *datasets, int n, const uint8_t key[32],
+                            unsigned threads)
+{
+    for (int i = 0; i < a->n_datasets; i++)
+        free(a->datasets[i]);
+    free(a->datasets);
+    a->datasets = sl_xcalloc((size_t)n + 1, sizeof *a->datasets);
+    for (int i = 0; i < n; i++)
+        a->datasets[i] = sl_xstrdup(datasets[i]);
+    a->n_datasets = n;
+    if (key) {
+        memcpy(a->link_key, key, 32);
+        a->has_key = 1;
+    }
+    a->threads = threads;
+}
+
+void dev_tasks_free(dev_task *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(t[i].spec);
+    free(t);
+}
+
+void dev_agent_take_tasks(dev_agent *a, dev_task **tasks, int *n)
+{
+    *tasks = a->tasks;
+    *n = a->n_tasks;
+    a->tasks = NULL;
+    a->n_tasks = 0;
+}
+
+rpc_channel *dev_agent_channel_new(dev_agent *a, sl_err *err) { return connect_as(a, 1, err); }
+const char *dev_agent_state_dir(const dev_agent *a) { return a->o.state; }
+int dev_agent_timeout_ms(const dev_agent *a) { return a->o.timeout_ms; }

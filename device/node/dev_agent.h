@@ -64,6 +64,27 @@ void dev_agent_cert_times(const dev_agent *a, int64_t *not_before, int64_t *not_
  * Thread-safe (a Stage server asks from its own thread). */
 int dev_agent_is_revoked(void *agent, const char *id);
 
+/* What heartbeats tell the coordinator for jobs: the datasets this device
+ * serves, its X25519 link key, its compute threads. */
+void dev_agent_set_job_info(dev_agent *a, const char *const *datasets, int n_datasets,
+                            const uint8_t link_key[32], unsigned threads);
+/* A task the coordinator's last heartbeat reply asked for. */
+typedef struct dev_task {
+    char job[24];
+    char kind[16];
+    uint32_t epoch;
+    char *spec; /* JSON */
+} dev_task;
+/* Moves the tasks of the last heartbeat reply to the caller (free each spec
+ * and the array with dev_tasks_free). */
+void dev_agent_take_tasks(dev_agent *a, dev_task **tasks, int *n);
+void dev_tasks_free(dev_task *t, int n);
+/* A new mutual-TLS channel to the coordinator with this device's current
+ * certificate (for work on other threads than the heartbeat's). */
+rpc_channel *dev_agent_channel_new(dev_agent *a, sl_err *err);
+const char *dev_agent_state_dir(const dev_agent *a);
+int dev_agent_timeout_ms(const dev_agent *a);
+
 /* dev_profile -> skyloom.v1.DeviceProfile (pb is a Skyloom__V1__DeviceProfile;
  * its strings point into p). */
 void dev_profile_to_pb(const dev_profile *p, void *pb);

@@ -1,0 +1,601 @@
+/* skyloom job: submit, list, status, watch, stop and export federated jobs
+ * on a coordinator, with the admin certificate of the PKI. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cert.h"
+#include "cli.h"
+#include "dev_ckpt.h"
+#include "dev_config.h"
+#include "rpc.h"
+#include "skyloom.pb-c.h"
+#include "sl_file.h"
+#include "sl_mem.h"
+#include "sl_time.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: skyloom job submit --coordinator HOST:PORT --pki DIR --config C\n"
+            "                          --data DEVICE_ID:NAME --steps N [options]\n"
+            "       skyloom job list --coordinator HOST:PORT --pki DIR [--json]\n"
+            "       skyloom job status JOB --coordinator HOST:PORT --pki DIR [--json]\n"
+            "       skyloom job watch JOB --coordinator HOST:PORT --pki DIR\n"
+            "       skyloom job stop JOB --coordinator HOST:PORT --pki DIR\n"
+            "       skyloom job export JOB --coordinator HOST:PORT --pki DIR --out DIR\n\n"
+            "A job trains a BERT across the devices of a coordinator: the data owner\n"
+            "checks its dataset, the candidate devices profile themselves, the balancer\n"
+            "places the layers (by default the data owner holds the first and the last\n"
+            "unit, so token ids and labels never leave it), and the devices train 1F1B\n"
+            "over sealed, compressed links, uploading checkpoints every K steps.\n\n"
+            "submit options:\n"
+            "  --batch B, --micro-batches M   sequences per step and their split (8, 1)\n"
+            "  --codec-act C      none (default), fp16, bf16, int8\n"
+            "  --codec-grad C     none (default), fp16, bf16, int8, topk:F\n"
+            "  --no-seal          plaintext frames (still inside mutual TLS)\n"
+            "  --algo A           optimal (default), sky or even\n"
+            "  --schedule S       1f1b (default) or gpipe\n"
+            "  --checkpoint-every K   commit a checkpoint every K steps (default 50) and at\n"
+            "                     the end\n"
+            "  --init FILE        start from this model (safetensors, HF names)\n"
+            "  --devices ID,...   the candidate devices (default: every online one)\n"
+            "  --lr X --warmup N --seed S --optimizer adamw|lamb --optim-state fp32|bf16\n"
+            "  --weight-decay X --clip X --mask-prob P --first N --sequences K\n"
+            "  --no-shuffle --recompute --recompute-attention\n"
+            "                     as for skyloom train: the job's result is the same\n"
+            "  --no-wait          return once submitted (default: wait until it runs or\n"
+            "                     fails, and print the plan)\n"
+            "  --json             print the job (submit, status, list) as JSON\n");
+}
+
+typedef struct client {
+    rpc_channel *ch;
+    const char *target;
+} client;
+
+static int connect_admin(client *c, const char *target, const char *pki, sl_err *err)
+{
+    char ca[4200], crt[4200], key[4200];
+    if (cert_path(ca, sizeof ca, pki, "ca.crt", err) || cert_path(crt, sizeof crt, pki, "admin.crt", err) ||
+        cert_path(key, sizeof key, pki, "admin.key", err))
+        return -1;
+    rpc_channel_opts co = {.target = target, .tls = {ca, crt, key}, .max_message = 256u << 20};
+    c->target = target;
+    return (c->ch = rpc_channel_create(&co, err)) ? 0 : -1;
+}
+
+static int call(client *c, const char *method, const void *req, const void *desc, void **resp,
+                sl_err *err)
+{
+    rpc_status st = {0};
+    int code = rpc_call_pb(c->ch, method, req, desc, resp, 60000, &st);
+    if (code != RPC_OK)
+        return sl_err_set(err, code == RPC_NOT_FOUND ? SL_EINVAL : SL_EIO, "%s: %s: %s", c->target,
+                          rpc_code_name(code), st.details);
+    return 0;
+}
+
+static Skyloom__V1__JobInfo *get_job(client *c, const char *id, uint32_t metrics_from, sl_err *err)
+{
+    Skyloom__V1__GetJobRequest q = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    q.job_id = (char *)id;
+    q.metrics_from = metrics_from;
+    Skyloom__V1__JobInfo *j = NULL;
+    if (call(c, RPC_M_GET_JOB, &q, &skyloom__v1__job_info__descriptor, (void **)&j, err))
+        return NULL;
+    return j;
+}
+
+static json_t *summary_json(const Skyloom__V1__JobSummary *s)
+{
+    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:I, s:s}", "job_id", s->job_id, "state",
+                     s->state, "step", (int)s->step, "steps", (int)s->steps, "committed_step",
+                     (int)s->committed_step, "loss", s->loss, "created_at",
+                     (json_int_t)s->created_at, "reason", s->reason);
+}
+
+static json_t *loads_or_null(const char *s)
+{
+    json_error_t je;
+    json_t *j = s && *s ? json_loads(s, 0, &je) : NULL;
+    return j ? j : json_null();
+}
+
+static void print_plan(const char *plan_text)
+{
+    json_error_t je;
+    json_t *p = json_loads(plan_text, 0, &je);
+    if (!p)
+        return;
+    json_t *st = json_object_get(p, "stages"), *bst = json_object_get(json_object_get(p, "balancer"), "stages");
+    printf("plan (epoch %lld, %s, %lld micro-batches, predicted %.3f s per step):\n",
+           (long long)json_integer_value(json_object_get(p, "epoch")),
+           json_string_value(json_object_get(json_object_get(p, "balancer"), "algo")),
+           (long long)json_integer_value(json_object_get(p, "micro_batches")),
+           json_number_value(json_object_get(p, "predicted_iteration_s")));
+    size_t i;
+    json_t *s;
+    json_array_foreach(st, i, s) {
+        json_t *b = json_array_get(bst, i);
+        printf("  stage %zu  units %lld-%lld  device %s (%s)  %s\n", i,
+               (long long)json_integer_value(json_object_get(s, "first_unit")),
+               (long long)json_integer_value(json_object_get(s, "last_unit")),
+               json_string_value(json_object_get(s, "device")),
+               json_string_value(json_object_get(b, "site")) ?: "?",
+               json_string_value(json_object_get(s, "address")));
+    }
+    json_decref(p);
+}
+
+/* ---- submit ------------------------------------------------------------------ */
+
+typedef struct sopt {
+    const char *name, *key;
+    int kind; /* 0 int, 1 real, 2 string, 3 flag true, 4 flag false */
+} sopt;
+
+static const sopt submit_opts[] = {
+    {"--steps", "steps", 0},           {"--batch", "batch", 0},
+    {"--micro-batches", "micro_batches", 0}, {"--codec-act", "codec_act", 2},
+    {"--codec-grad", "codec_grad", 2}, {"--no-seal", "sealed", 4},
+    {"--algo", "algo", 2},             {"--schedule", "schedule", 2},
+    {"--checkpoint-every", "checkpoint_every", 0}, {"--lr", "lr", 1},
+    {"--warmup", "warmup", 0},         {"--seed", "seed", 0},
+    {"--optimizer", "optimizer", 2},   {"--optim-state", "optim_state", 2},
+    {"--weight-decay", "weight_decay", 1}, {"--clip", "clip", 1},
+    {"--mask-prob", "mask_prob", 1},   {"--first", "first", 0},
+    {"--sequences", "sequences", 0},   {"--no-shuffle", "shuffle", 4},
+    {"--recompute", "recompute", 3},   {"--recompute-attention", "recompute_attention", 3},
+    {NULL, NULL, 0},
+};
+
+static int submit(client *c, int argc, char **argv)
+{
+    const char *config = NULL, *data = NULL, *init = NULL, *devices = NULL;
+    int json = 0, wait = 1;
+    json_t *o = json_object();
+    sl_err err = {0};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-wait")) {
+            wait = 0;
+            continue;
+        }
+        const sopt *s = NULL;
+        for (const sopt *x = submit_opts; x->name; x++)
+            if (!strcmp(a, x->name))
+                s = x;
+        if (s && s->kind >= 3) {
+            json_object_set_new(o, s->key, json_boolean(s->kind == 3));
+            continue;
+        }
+        if (i + 1 >= argc)
+            return sl_cli_fail("job", 2, "%s needs a value (see --help)", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "--config"))
+            config = v;
+        else if (!strcmp(a, "--data"))
+            data = v;
+        else if (!strcmp(a, "--init"))
+            init = v;
+        else if (!strcmp(a, "--devices"))
+            devices = v;
+        else if (!s)
+            return sl_cli_fail("job", 2, "unknown option '%s'", a);
+        else if (s->kind == 0) {
+            int64_t x;
+            if (sl_parse_i64(a, v, -1, INT64_MAX, &x, &err))
+                return sl_cli_fail("job", 2, "%s", err.msg);
+            json_object_set_new(o, s->key, json_integer(x));
+        } else if (s->kind == 1) {
+            double x;
+            if (sl_parse_double(a, v, 0, 1e9, &x, &err))
+                return sl_cli_fail("job", 2, "%s", err.msg);
+            json_object_set_new(o, s->key, json_real(x));
+        } else {
+            json_object_set_new(o, s->key, json_string(v));
+        }
+    }
+    if (!config || !data || !json_object_get(o, "steps"))
+        return sl_cli_fail("job", 2, "submit needs --config, --data and --steps (see --help)");
+    if (devices) {
+        json_t *d = json_array();
+        char buf[8192];
+        snprintf(buf, sizeof buf, "%s", devices);
+        for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv))
+            json_array_append_new(d, json_string(t));
+        json_object_set_new(o, "devices", d);
+    }
+    char *ctext = NULL, *mtext = NULL;
+    size_t clen = 0, mlen = 0;
+    if (sl_read_file(config, 1 << 20, &ctext, &clen, &err) ||
+        (init && sl_read_file(init, 200u << 20, &mtext, &mlen, &err))) {
+        free(ctext);
+        json_decref(o);
+        return sl_cli_fail("job", 1, "%s", err.msg);
+    }
+    char *otext = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    Skyloom__V1__SubmitJobRequest q = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
+    q.config = ctext;
+    q.data = (char *)data;
+    q.options = otext;
+    q.init_model.data = (uint8_t *)mtext;
+    q.init_model.len = mlen;
+    Skyloom__V1__SubmitJobResponse *r = NULL;
+    int rc = call(c, RPC_M_SUBMIT_JOB, &q, &skyloom__v1__submit_job_response__descriptor, (void **)&r, &err);
+    free(ctext);
+    free(mtext);
+    free(otext);
+    if (rc)
+        return sl_cli_fail("job", 1, "%s", err.msg);
+    char id[64];
+    snprintf(id, sizeof id, "%s", r->job_id);
+    rpc_unpacked_free(r);
+    if (!wait) {
+        printf("%s\n", id);
+        return 0;
+    }
+    /* until it runs (or fails): the owner's check, profiles, the plan */
+    const char *shown = "";
+    for (;;) {
+        Skyloom__V1__JobInfo *j = get_job(c, id, 0, &err);
+        if (!j)
+            return sl_cli_fail("job", 1, "%s", err.msg);
+        const char *state = j->summary->state;
+        int waiting = !strcmp(state, "checking") || !strcmp(state, "profiling") || !strcmp(state, "planning");
+        if (!json && strcmp(shown, state) && waiting) {
+            fprintf(stderr, "job %s: %s\n", id, state);
+            shown = !strcmp(state, "checking") ? "checking" : !strcmp(state, "profiling") ? "profiling" : "planning";
+        }
+        if (!waiting) {
+            int ok = strcmp(state, "failed") != 0;
+            if (json) {
+                json_t *out = summary_json(j->summary);
+                json_object_set_new(out, "plan", loads_or_null(j->plan));
+                char *s = json_dumps(out, JSON_INDENT(2));
+                printf("%s\n", s);
+                free(s);
+                json_decref(out);
+            } else if (ok) {
+                printf("%s\n", id);
+                print_plan(j->plan);
+            }
+            int status = ok ? 0 : sl_cli_fail("job", 1, "job %s %s: %s", id, state, j->summary->reason);
+            rpc_unpacked_free(j);
+            return status;
+        }
+        rpc_unpacked_free(j);
+        usleep(200 * 1000);
+    }
+}
+
+/* ---- list, status, watch, stop ------------------------------------------------- */
+
+static int list(client *c, int json)
+{
+    Skyloom__V1__ListJobsRequest q = SKYLOOM__V1__LIST_JOBS_REQUEST__INIT;
+    Skyloom__V1__ListJobsResponse *r = NULL;
+    sl_err err = {0};
+    if (call(c, RPC_M_LIST_JOBS, &q, &skyloom__v1__list_jobs_response__descriptor, (void **)&r, &err))
+        return sl_cli_fail("job", 1, "%s", err.msg);
+    if (json) {
+        json_t *a = json_array();
+        for (size_t i = 0; i < r->n_jobs; i++)
+            json_array_append_new(a, summary_json(r->jobs[i]));
+        char *s = json_dumps(a, JSON_INDENT(2));
+        printf("%s\n", s);
+        free(s);
+        json_decref(a);
+    } else {
+        printf("%-18s %-10s %12s %10s %8s  %s\n", "JOB", "STATE", "STEP", "COMMITTED", "LOSS", "REASON");
+        for (size_t i = 0; i < r->n_jobs; i++) {
+            const Skyloom__V1__JobSummary *s = r->jobs[i];
+            char step[32];
+            snprintf(step, sizeof step, "%u/%u", s->step, s->steps);
+            printf("%-18s %-10s %12s %10u %8.4f  %s\n", s->job_id, s->state, step, s->committed_step,
+                   s->loss, s->reason);
+        }
+    }
+    rpc_unpacked_free(r);
+    return 0;
+}
+
+static int status(client *c, const char *id, int json)
+{
+    sl_err err = {0};
+    Skyloom__V1__JobInfo *j = get_job(c, id, 1, &err);
+    if (!j)
+        return sl_cli_fail("job", 1, "%s", err.msg);
+    if (json) {
+        json_t *out = summary_json(j->summary);
+        json_object_set_new(out, "epoch", json_integer(j->epoch));
+        json_object_set_new(out, "options", loads_or_null(j->options));
+        json_object_set_new(out, "plan", loads_or_null(j->plan));
+        json_object_set_new(out, "last_step", loads_or_null(j->stages));
+        json_object_set_new(out, "profiles", loads_or_null(j->profiles));
+        json_object_set_new(out, "metrics_csv", json_string(j->metrics));
+        char *s = json_dumps(out, JSON_INDENT(2));
+        printf("%s\n", s);
+        free(s);
+        json_decref(out);
+    } else {
+        const Skyloom__V1__JobSummary *s = j->summary;
+        printf("job %s: %s, step %u of %u, committed %u, loss %.4f%s%s\n", s->job_id, s->state,
+               s->step, s->steps, s->committed_step, s->loss, *s->reason ? ", " : "", s->reason);
+        if (*j->plan)
+            print_plan(j->plan);
+        json_error_t je;
+        json_t *ls = *j->stages ? json_loads(j->stages, 0, &je) : NULL;
+        if (ls) {
+            printf("last step %lld: %.3f s, %.0f tokens/s\n",
+                   (long long)json_integer_value(json_object_get(ls, "step")),
+                   json_number_value(json_object_get(ls, "step_s")),
+                   json_number_value(json_object_get(ls, "tokens_per_s")));
+            size_t i;
+            json_t *x;
+            json_array_foreach(json_object_get(ls, "stages"), i, x) {
+                json_t *ln = json_object_get(x, "link_next");
+                printf("  stage %zu  busy %3.0f%%  fwd %.3f s  bwd %.3f s  recv %.3f s  send %.3f s",
+                       i, 100 * json_number_value(json_object_get(x, "busy")),
+                       json_number_value(json_object_get(x, "fwd_s")),
+                       json_number_value(json_object_get(x, "bwd_s")),
+                       json_number_value(json_object_get(x, "recv_s")),
+                       json_number_value(json_object_get(x, "send_s")));
+                if (ln)
+                    printf("  -> next: %lld B raw, %lld B on the wire",
+                           (long long)json_integer_value(json_object_get(ln, "raw_bytes")),
+                           (long long)json_integer_value(json_object_get(ln, "wire_bytes")));
+                printf("\n");
+            }
+            json_decref(ls);
+        }
+    }
+    rpc_unpacked_free(j);
+    return 0;
+}
+
+static int ended(const char *state)
+{
+    return !strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "stopped");
+}
+
+static int watch(client *c, const char *id)
+{
+    int tty = sl_cli_stdout_is_tty();
+    uint32_t next = 1;
+    double t0 = sl_now_s();
+    sl_err err = {0};
+    for (;;) {
+        Skyloom__V1__JobInfo *j = get_job(c, id, next, &err);
+        if (!j)
+            return sl_cli_fail("job", 1, "%s", err.msg);
+        const Skyloom__V1__JobSummary *s = j->summary;
+        /* rows: step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,... */
+        for (char *line = j->metrics, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+            nl = strchr(line, '\n');
+            if (nl)
+                *nl = 0;
+            int step, epoch;
+            double loss, gn, lr, step_s, tok;
+            unsigned masked;
+            char busy[256] = "";
+            if (sscanf(line, "%d,%d,%lf,%u,%lf,%lf,%lf,%lf,%255[^,]", &step, &epoch, &loss, &masked,
+                       &gn, &lr, &step_s, &tok, busy) >= 8) {
+                double eta = tok > 0 ? step_s * (s->steps - (uint32_t)step) : 0;
+                if (tty)
+                    printf("\rstep %d/%u  loss %.4f  %.0f tok/s  ETA %.0f s  busy %s   ", step,
+                           s->steps, loss, tok, eta, busy);
+                else
+                    printf("step=%d loss=%.4f tokens_per_s=%.0f eta_s=%.0f busy=%s\n", step, loss, tok,
+                           eta, busy);
+                next = (uint32_t)step + 1;
+            }
+        }
+        fflush(stdout);
+        if (ended(s->state)) {
+            if (tty)
+                printf("\n");
+            printf("job %s %s after %.0f s%s%s\n", id, s->state, sl_now_s() - t0,
+                   *s->reason ? ": " : "", s->reason);
+            int rc = !strcmp(s->state, "done") ? 0 : 1;
+            rpc_unpacked_free(j);
+            return rc;
+        }
+        rpc_unpacked_free(j);
+        usleep(500 * 1000);
+    }
+}
+
+static int stop(client *c, const char *id)
+{
+    Skyloom__V1__StopJobRequest q = SKYLOOM__V1__STOP_JOB_REQUEST__INIT;
+    q.job_id = (char *)id;
+    Skyloom__V1__StopJobResponse *r = NULL;
+    sl_err err = {0};
+    if (call(c, RPC_M_STOP_JOB, &q, &skyloom__v1__stop_job_response__descriptor, (void **)&r, &err))
+        return sl_cli_fail("job", 1, "%s", err.msg);
+    rpc_unpacked_free(r);
+    printf("job %s stopped\n", id);
+    return 0;
+}
+
+/* ---- export ------------------------------------------------------------------ */
+
+static int fetch(client *c, const char *id, int step, const char *name, const char *to, sl_err *err)
+{
+    FILE *f = fopen(to, "wb");
+    if (!f)
+        return sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+    uint64_t off = 0, size = 1;
+    int rc = 0;
+    while (!rc && off < size) {
+        Skyloom__V1__FetchFileRequest q = SKYLOOM__V1__FETCH_FILE_REQUEST__INIT;
+        q.device_id = "";
+        q.job_id = (char *)id;
+        q.step = (uint32_t)step;
+        q.name = (char *)name;
+        q.offset = off;
+        q.max_bytes = 4u << 20;
+        Skyloom__V1__FetchFileResponse *r = NULL;
+        rc = call(c, RPC_M_FETCH_FILE, &q, &skyloom__v1__fetch_file_response__descriptor, (void **)&r, err);
+        if (!rc && r->data.len == 0 && r->size > off)
+            rc = sl_err_set(err, SL_EIO, "%s: an empty piece", name);
+        if (!rc && fwrite(r->data.data, 1, r->data.len, f) != r->data.len)
+            rc = sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+        if (!rc) {
+            size = r->size;
+            off += r->data.len;
+        }
+        rpc_unpacked_free(r);
+    }
+    if (fclose(f) && !rc)
+        rc = sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+    return rc;
+}
+
+/* The committed step's parts, assembled into one model.safetensors (a stage
+ * of the whole model loads every part; any cut loads from any cut). */
+static int export_job(client *c, const char *id, const char *out)
+{
+    sl_err err = {0};
+    Skyloom__V1__FetchFileRequest q = SKYLOOM__V1__FETCH_FILE_REQUEST__INIT;
+    q.device_id = "";
+    q.job_id = (char *)id;
+    q.name = "";
+    Skyloom__V1__FetchFileResponse *r = NULL;
+    if (call(c, RPC_M_FETCH_FILE, &q, &skyloom__v1__fetch_file_response__descriptor, (void **)&r, &err))
+        return sl_cli_fail("job", 1, "%s", err.msg);
+    int step = (int)r->step, status = 1;
+    if (step == 0 || r->n_names == 0) {
+        rpc_unpacked_free(r);
+        return sl_cli_fail("job", 1, "job %s has no committed step yet", id);
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s/.export-%s", out, id);
+    dev_stage *s = NULL;
+    dev_config cfg;
+    if (sl_mkdir(out, 0755, &err) || sl_mkdir(tmp, 0700, &err))
+        goto fail;
+    for (size_t i = 0; i < r->n_names; i++) {
+        char to[4400];
+        snprintf(to, sizeof to, "%s/%s", tmp, r->names[i]);
+        if (fetch(c, id, step, r->names[i], to, &err))
+            goto fail;
+    }
+    char p[4400], m[4400];
+    snprintf(p, sizeof p, "%s/config.json", tmp);
+    if (dev_config_load(&cfg, p, &err))
+        goto fail;
+    snprintf(p, sizeof p, "%s/manifest.json", tmp);
+    char *mtext = NULL;
+    size_t mlen = 0;
+    json_error_t je;
+    json_t *man = sl_read_file(p, 1 << 20, &mtext, &mlen, &err) ? NULL : json_loadb(mtext, mlen, 0, &je);
+    free(mtext);
+    const char *os = json_string_value(json_object_get(man, "optim_state"));
+    const char *opt = json_string_value(json_object_get(man, "optimizer"));
+    unsigned flags = os && !strcmp(os, "bf16") ? DEV_STAGE_BF16_STATE : 0;
+    int kind = opt && !strcmp(opt, "lamb") ? DEV_OPT_LAMB : DEV_OPT_ADAMW;
+    json_decref(man);
+    if (!(s = dev_stage_create(&cfg, 0, dev_unit_head(&cfg), 1, 1, 1, 1, NULL, flags, &err)) ||
+        dev_ckpt_load(s, kind, tmp, &err))
+        goto fail;
+    snprintf(m, sizeof m, "%s/model.safetensors", out);
+    snprintf(p, sizeof p, "%s/config.json", out);
+    if (dev_ckpt_save_model(s, m, &err) || dev_config_save(&cfg, p, &err))
+        goto fail;
+    printf("job %s: step %d exported to %s (model.safetensors, config.json)\n", id, step, out);
+    status = 0;
+fail:
+    if (status)
+        sl_cli_fail("job", 1, "export: %s", err.msg);
+    dev_stage_free(s);
+    for (size_t i = 0; i < r->n_names; i++) {
+        char f[4400];
+        snprintf(f, sizeof f, "%s/%s", tmp, r->names[i]);
+        unlink(f);
+    }
+    rmdir(tmp);
+    rpc_unpacked_free(r);
+    return status;
+}
+
+int cmd_job(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *sub = argv[1], *id = NULL, *target = NULL, *pki = NULL, *out = NULL;
+    int json = 0, first = 2;
+    if (strcmp(sub, "submit") && strcmp(sub, "list")) {
+        if (argc < 3 || argv[2][0] == '-')
+            return sl_cli_fail("job", 2, "job %s needs a JOB id", sub);
+        id = argv[2];
+        first = 3;
+    }
+    /* the connection options anywhere; the rest goes to submit */
+    char **rest = sl_xcalloc((size_t)argc, sizeof *rest);
+    int nrest = 0;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "--coordinator") || !strcmp(a, "--pki") || !strcmp(a, "--out")) && i + 1 < argc) {
+            const char **dst = !strcmp(a, "--coordinator") ? &target : !strcmp(a, "--pki") ? &pki : &out;
+            *dst = argv[++i];
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+            rest[nrest++] = argv[i];
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            free(rest);
+            return 0;
+        } else {
+            rest[nrest++] = argv[i];
+        }
+    }
+    int rc;
+    if (!target || !pki) {
+        rc = sl_cli_fail("job", 2, "--coordinator and --pki are required");
+    } else if (strcmp(sub, "submit") && nrest > json) {
+        rc = sl_cli_fail("job", 2, "job %s: unknown option '%s'", sub, rest[0]);
+    } else if (strcmp(sub, "submit") && strcmp(sub, "list") && strcmp(sub, "status") &&
+               strcmp(sub, "watch") && strcmp(sub, "stop") && strcmp(sub, "export")) {
+        rc = sl_cli_fail("job", 2, "unknown job command '%s' (submit, list, status, watch, stop, export)", sub);
+    } else if (!strcmp(sub, "export") && !out) {
+        rc = sl_cli_fail("job", 2, "job export needs --out DIR");
+    } else {
+        client c = {0};
+        sl_err err = {0};
+        rpc_global_init();
+        if (connect_admin(&c, target, pki, &err))
+            rc = sl_cli_fail("job", 1, "%s", err.msg);
+        else if (!strcmp(sub, "submit"))
+            rc = submit(&c, nrest, rest);
+        else if (!strcmp(sub, "list"))
+            rc = list(&c, json);
+        else if (!strcmp(sub, "status"))
+            rc = status(&c, id, json);
+        else if (!strcmp(sub, "watch"))
+            rc = watch(&c, id);
+        else if (!strcmp(sub, "stop"))
+            rc = stop(&c, id);
+        else
+            rc = export_job(&c, id, out);
+        if (c.ch)
+            rpc_channel_destroy(c.ch);
+        rpc_global_shutdown();
+    }
+    free(rest);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* coord_internal.h - what the coordinator's source files share: the server
+ * object, the authorization every post-enrollment call goes through, and
+ * the job manager's entry points (coord_jobs.c). */
+#ifndef COORD_INTERNAL_H
+#define COORD_INTERNAL_H
+
+#include "cert.h"
+#include "coord.h"
+#include "coord_state.h"
+
+typedef struct coord_jobs coord_jobs;
+
+struct coord {
+    coord_opts o;
+    char *pki;
+    cert_ca *ca;
+    coord_state *state;
+    rpc_server *srv;
+    coord_jobs *jobs;
+};
+
+enum { COORD_ALLOW_DEVICE = 1, COORD_ALLOW_ADMIN = 2 };
+
+/* Checks a post-enrollment call; returns RPC_OK or the refusal. `claimed`
+ * is the device id the request names ("" with the admin certificate). */
+int coord_authorize(coord *c, const rpc_peer *peer, const char *claimed, int allow, rpc_status *st);
+
+/* ---- jobs (coord_jobs.c) ---- */
+
+coord_jobs *coord_jobs_open(coord *c, sl_err *err);
+void coord_jobs_close(coord_jobs *j);
+/* What a device said in its heartbeat, for choosing and reaching it. */
+typedef struct coord_seen {
+    const char *id, *site, *stage_address;
+    char *const *datasets;
+    size_t n_datasets;
+    const uint8_t *link_key; /* 32 bytes or NULL */
+    unsigned threads;
+    uint64_t memory_bytes; /* from its profile, 0 if unknown */
+    const char *backend;
+} coord_seen;
+void coord_jobs_seen(coord_jobs *j, const coord_seen *s, int64_t now);
+/* The tasks for a device's heartbeat reply: *tasks is a malloc'd array of
+ * malloc'd Skyloom__V1__Task; free with coord_jobs_tasks_free. */
+void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_t *n);
+void coord_jobs_tasks_free(void **tasks, size_t n);
+
+int coord_handle_submit_job(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                            rpc_buf *resp, rpc_status *st);
+int coord_handle_list_jobs(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                           rpc_buf *resp, rpc_status *st);
+int coord_handle_get_job(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                         rpc_buf *resp, rpc_status *st);
+int coord_handle_stop_job(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                          rpc_buf *resp, rpc_status *st);
+int coord_handle_fetch_file(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                            rpc_buf *resp, rpc_status *st);
+int coord_handle_report_task(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                             rpc_buf *resp, rpc_status *st);
+int coord_handle_get_plan(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                          rpc_buf *resp, rpc_status *st);
+int coord_handle_report_step(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                             rpc_buf *resp, rpc_status *st);
+int coord_handle_upload_chunk(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                              rpc_buf *resp, rpc_status *st);
+
+#endif

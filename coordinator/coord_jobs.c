@@ -1,0 +1,1858 @@
+/* coord_jobs.c - federated pipeline jobs: a job is checked by its data
+ * owner, its candidate devices profile themselves, the balancer plans it
+ * (off the request thread), the coordinator signs the plan and hands it out
+ * by epoch, devices train and report every step, and upload their
+ * checkpoint parts; a step is committed when every part of it arrived.
+ *
+ * State: a job's row in SQLite (its own connection to coordinator.db) is
+ * the truth for what must survive a restart (options, state, epoch, plan,
+ * committed step); the rest (profiles being gathered, step reports, parts
+ * arriving) lives here, under one mutex. Files: STATE/jobs/ID/ holds
+ * config.json, the init model, metrics.csv and ckpt/step-N/ (committed)
+ * and ckpt/step-N.partial/ (arriving). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bal.h"
+#include "coord_internal.h"
+#include "coord_state_internal.h"
+#include "skyloom.pb-c.h"
+#include "sl_file.h"
+#include "sl_log.h"
+#include "sl_mem.h"
+#include "sl_time.h"
+
+#define JOB_ID_LEN 18        /* "j" + 16 hex + NUL */
+#define ACC_STEPS 8          /* steps whose reports may be in flight at once */
+#define MAX_FILE (64ull << 30)
+#define PROFILE_WAIT_S 60    /* candidates that have not reported by then are left out */
+#define CHECK_WAIT_S 120     /* the data owner must answer the check by then */
+#define ENDED_TASK_S 600     /* how long devices are told to stop an ended job */
+#define MAX_JOBS 4096
+
+typedef struct cdev {
+    char id[CERT_ID_LEN];
+    char address[256];
+    char **datasets;
+    int n_datasets;
+    uint8_t key[32];
+    int has_key;
+    unsigned threads;
+    uint64_t memory;
+    char backend[8];
+    int64_t seen;
+} cdev;
+
+typedef struct stage_rep {
+    int have;
+    double loss, grad_norm, lr, fwd, bwd, recv, send, finish, step_s;
+    uint64_t raw, wire, raw_up, wire_up;
+    uint32_t masked;
+} stage_rep;
+
+typedef struct part {
+    char name[96];
+    uint64_t size;
+    uint8_t sum[32]; /* BLAKE2b-256, checked when the last piece arrived */
+    int done;
+} part;
+
+typedef struct upload {
+    int step;
+    part *parts;
+    int n;
+} upload;
+
+typedef struct cjob {
+    char id[JOB_ID_LEN];
+    uint64_t num;
+    char state[16];
+    char reason[512];
+    char *config;
+    json_t *opts;
+    char owner[CERT_ID_LEN], dataset[65];
+    json_t *data_info;
+    int epoch;
+    char *plan;
+    uint8_t *sig;
+    size_t sig_len;
+    json_t *plan_json;
+    int p, ndev;              /* stages and distinct devices of the plan */
+    char (*stage_dev)[CERT_ID_LEN];
+    int steps, step, committed, batch, seq;
+    double loss, tokens_s;
+    int64_t created, started, ended;
+    int ncand;
+    char (*cand)[CERT_ID_LEN];
+    json_t **cand_result;
+    stage_rep *acc;           /* [ACC_STEPS][p] */
+    int acc_step[ACC_STEPS];
+    json_t *last_stages;
+    upload up[ACC_STEPS];
+    char *dir;
+    int planning;             /* the engine is planning it, outside the lock */
+} cjob;
+
+struct coord_jobs {
+    coord *c;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t engine;
+    int running, stop;
+    cdev *dev;
+    int ndev, capdev;
+    cjob **job;
+    int njob;
+    coord_state *db;
+    char *root;
+};
+
+static const char *const job_schema =
+    "CREATE TABLE IF NOT EXISTS jobs(id TEXT PRIMARY KEY, num INTEGER NOT NULL,"
+    "  state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', config TEXT NOT NULL,"
+    "  options TEXT NOT NULL, owner TEXT NOT NULL, dataset TEXT NOT NULL,"
+    "  data_info TEXT NOT NULL DEFAULT '', epoch INTEGER NOT NULL DEFAULT 0,"
+    "  plan TEXT NOT NULL DEFAULT '', plan_sig BLOB, step INTEGER NOT NULL DEFAULT 0,"
+    "  committed_step INTEGER NOT NULL DEFAULT 0, loss REAL NOT NULL DEFAULT 0,"
+    "  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS job_profiles(job TEXT NOT NULL, device TEXT NOT NULL,"
+    "  result TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(job, device));";
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static char *path_of(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = sl_xmalloc(n);
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+static int db_exec(coord_jobs *j, const char *sql, sl_err *err)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(coord_state_db(j->db), sql, NULL, NULL, &msg) != SQLITE_OK) {
+        sl_err_set(err, SL_EIO, "sqlite: %s", msg ? msg : "?");
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Writes the job's durable fields. */
+static int job_save(coord_jobs *j, cjob *jb, sl_err *err)
+{
+    sqlite3 *db = coord_state_db(j->db);
+    sqlite3_stmt *st = NULL;
+    const char *sql =
+        "INSERT OR REPLACE INTO jobs(id, num, state, reason, config, options, owner, dataset,"
+        " data_info, epoch, plan, plan_sig, step, committed_step, loss, created_at, updated_at)"
+        " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return sl_err_set(err, SL_EIO, "sqlite prepare: %s", sqlite3_errmsg(db));
+    char *opts = json_dumps(jb->opts, JSON_COMPACT | JSON_SORT_KEYS);
+    char *info = jb->data_info ? json_dumps(jb->data_info, JSON_COMPACT) : NULL;
+    sqlite3_bind_text(st, 1, jb->id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)jb->num);
+    sqlite3_bind_text(st, 3, jb->state, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, jb->reason, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, jb->config, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, opts ? opts : "{}", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 7, jb->owner, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 8, jb->dataset, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 9, info ? info : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 10, jb->epoch);
+    sqlite3_bind_text(st, 11, jb->plan ? jb->plan : "", -1, SQLITE_STATIC);
+    if (jb->sig)
+        sqlite3_bind_blob(st, 12, jb->sig, (int)jb->sig_len, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 12);
+    sqlite3_bind_int(st, 13, jb->step);
+    sqlite3_bind_int(st, 14, jb->committed);
+    sqlite3_bind_double(st, 15, jb->loss);
+    sqlite3_bind_int64(st, 16, jb->created);
+    sqlite3_bind_int64(st, 17, sl_unix_time());
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    free(opts);
+    free(info);
+    return rc == SQLITE_DONE ? 0 : sl_err_set(err, SL_EIO, "sqlite: %s", sqlite3_errmsg(db));
+}
+
+static void job_persist(coord_jobs *j, cjob *jb)
+{
+    sl_err err = {0};
+    if (job_save(j, jb, &err))
+        sl_log_error("coordinator: cannot record job", "job=%s reason=\"%s\"", jb->id, err.msg);
+}
+
+static void set_state(coord_jobs *j, cjob *jb, const char *state, const char *reason)
+{
+    snprintf(jb->state, sizeof jb->state, "%s", state);
+    snprintf(jb->reason, sizeof jb->reason, "%s", reason ? reason : "");
+    if (!strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "stopped"))
+        jb->ended = sl_unix_time();
+    job_persist(j, jb);
+    if (reason && *reason)
+        sl_log_info("coordinator: job", "job=%s state=%s reason=\"%s\"", jb->id, state, reason);
+    else
+        sl_log_info("coordinator: job", "job=%s state=%s", jb->id, state);
+}
+
+static int job_ended(const cjob *jb)
+{
+    return !strcmp(jb->state, "done") || !strcmp(jb->state, "failed") ||
+           !strcmp(jb->state, "stopped");
+}
+
+static void job_free(cjob *jb)
+{
+    if (!jb)
+        return;
+    free(jb->config);
+    json_decref(jb->opts);
+    json_decref(jb->data_info);
+    free(jb->plan);
+    free(jb->sig);
+    json_decref(jb->plan_json);
+    free(jb->stage_dev);
+    free(jb->cand);
+    for (int i = 0; jb->cand_result && i < jb->ncand; i++)
+        json_decref(jb->cand_result[i]);
+    free(jb->cand_result);
+    free(jb->acc);
+    json_decref(jb->last_stages);
+    for (int i = 0; i < ACC_STEPS; i++)
+        free(jb->up[i].parts);
+    free(jb->dir);
+    free(jb);
+}
+
+static cjob *find_job(coord_jobs *j, const char *id)
+{
+    for (int i = 0; i < j->njob; i++)
+        if (!strcmp(j->job[i]->id, id))
+            return j->job[i];
+    return NULL;
+}
+
+static cdev *find_dev(coord_jobs *j, const char *id)
+{
+    for (int i = 0; i < j->ndev; i++)
+        if (!strcmp(j->dev[i].id, id))
+            return &j->dev[i];
+    return NULL;
+}
+
+static int dev_online(const coord_jobs *j, const cdev *d, int64_t now)
+{
+    return d->seen && now - d->seen <= 3 * (int64_t)j->c->o.heartbeat_ms / 1000 + 1;
+}
+
+static int oint(const cjob *jb, const char *k) { return (int)json_integer_value(json_object_get(jb->opts, k)); }
+static const char *ostr(const cjob *jb, const char *k) { return json_string_value(json_object_get(jb->opts, k)); }
+
+/* The plan's stage index of device d's stages, or -1. */
+static int in_plan(const cjob *jb, const char *d)
+{
+    for (int i = 0; i < jb->p; i++)
+        if (!strcmp(jb->stage_dev[i], d))
+            return i;
+    return -1;
+}
+
+static int is_candidate(const cjob *jb, const char *d)
+{
+    for (int i = 0; i < jb->ncand; i++)
+        if (!strcmp(jb->cand[i], d))
+            return i;
+    return -1;
+}
+
+/* ---- devices as their heartbeats describe them ----------------------------- */
+
+void coord_jobs_seen(coord_jobs *j, const coord_seen *s, int64_t now)
+{
+    pthread_mutex_lock(&j->mu);
+    cdev *d = find_dev(j, s->id);
+    if (!d) {
+        if (j->ndev == j->capdev) {
+            j->capdev = j->capdev ? 2 * j->capdev : 16;
+            j->dev = sl_xrealloc(j->dev, (size_t)j->capdev * sizeof *j->dev);
+        }
+        d = &j->dev[j->ndev++];
+        memset(d, 0, sizeof *d);
+        snprintf(d->id, sizeof d->id, "%s", s->id);
+    }
+    snprintf(d->address, sizeof d->address, "%s", s->stage_address ? s->stage_address : "");
+    for (int i = 0; i < d->n_datasets; i++)
+        free(d->datasets[i]);
+    free(d->datasets);
+    d->datasets = sl_xcalloc(s->n_datasets + 1, sizeof *d->datasets);
+    d->n_datasets = 0;
+    for (size_t i = 0; i < s->n_datasets; i++)
+        if (strlen(s->datasets[i]) <= 64)
+            d->datasets[d->n_datasets++] = sl_xstrdup(s->datasets[i]);
+    if (s->link_key) {
+        memcpy(d->key, s->link_key, 32);
+        d->has_key = 1;
+    }
+    if (s->threads)
+        d->threads = s->threads;
+    if (s->memory_bytes)
+        d->memory = s->memory_bytes;
+    if (s->backend)
+        snprintf(d->backend, sizeof d->backend, "%s", s->backend);
+    d->seen = now;
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ---- tasks ------------------------------------------------------------------ */
+
+typedef struct task_list {
+    Skyloom__V1__Task **v;
+    size_t n, cap;
+} task_list;
+
+static void add_task(task_list *l, const cjob *jb, const char *kind, json_t *spec)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 4;
+        l->v = sl_xrealloc(l->v, l->cap * sizeof *l->v);
+    }
+    Skyloom__V1__Task *t = sl_xmalloc(sizeof *t);
+    skyloom__v1__task__init(t);
+    t->job_id = sl_xstrdup(jb->id);
+    t->kind = sl_xstrdup(kind);
+    t->epoch = (uint32_t)jb->epoch;
+    t->spec = spec ? json_dumps(spec, JSON_COMPACT) : sl_xstrdup("{}");
+    json_decref(spec);
+    l->v[l->n++] = t;
+}
+
+static json_t *check_spec(const cjob *jb)
+{
+    json_error_t je;
+    json_t *cfg = json_loads(jb->config, 0, &je);
+    json_t *s = json_pack("{s:s, s:O, s:O, s:O, s:O}", "dataset", jb->dataset, "config", cfg,
+                          "batch", json_object_get(jb->opts, "batch"), "first",
+                          json_object_get(jb->opts, "first"), "sequences",
+                          json_object_get(jb->opts, "sequences"));
+    json_decref(cfg);
+    return s;
+}
+
+static json_t *profile_spec(coord_jobs *j, const cjob *jb)
+{
+    json_error_t je;
+    json_t *cfg = json_loads(jb->config, 0, &je), *peers = json_array();
+    for (int i = 0; i < jb->ncand; i++) {
+        const cdev *d = find_dev(j, jb->cand[i]);
+        if (d)
+            json_array_append_new(peers, json_pack("{s:s, s:s}", "id", d->id, "address", d->address));
+    }
+    json_t *s = json_pack("{s:o, s:i, s:i, s:o, s:i}", "config", cfg, "micro_batch",
+                          jb->batch / oint(jb, "micro_batches"), "seq", jb->seq, "peers", peers,
+                          "ping_bytes", 1 << 20);
+    return s;
+}
+
+void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_t *n)
+{
+    task_list l = {0};
+    int64_t now = sl_unix_time();
+    pthread_mutex_lock(&j->mu);
+    for (int i = 0; i < j->njob; i++) {
+        cjob *jb = j->job[i];
+        if (!strcmp(jb->state, "checking") && !strcmp(jb->owner, device_id)) {
+            add_task(&l, jb, "check", check_spec(jb));
+        } else if (!strcmp(jb->state, "profiling")) {
+            int k = is_candidate(jb, device_id);
+            if (k >= 0 && !jb->cand_result[k])
+                add_task(&l, jb, "profile", profile_spec(j, jb));
+        } else if (!strcmp(jb->state, "running") && in_plan(jb, device_id) >= 0) {
+            add_task(&l, jb, "run", NULL);
+        } else if (job_ended(jb) && jb->p && in_plan(jb, device_id) >= 0 &&
+                   now - jb->ended < ENDED_TASK_S) {
+            add_task(&l, jb, "stop", NULL);
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    *tasks = (void **)l.v;
+    *n = l.n;
+}
+
+void coord_jobs_tasks_free(void **tasks, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        Skyloom__V1__Task *t = tasks[i];
+        free(t->job_id);
+        free(t->kind);
+        free(t->spec);
+        free(t);
+    }
+    free(tasks);
+}
+
+/* ---- options ------------------------------------------------------------------ */
+
+static int valid_name(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+static int codec_ok(const char *s, int grad)
+{
+    if (!strcmp(s, "none") || !strcmp(s, "fp16") || !strcmp(s, "bf16") || !strcmp(s, "int8"))
+        return 1;
+    if (grad && !strncmp(s, "topk:", 5)) {
+        char *end;
+        double f = strtod(s + 5, &end);
+        return *end == 0 && f > 0 && f <= 1;
+    }
+    return 0;
+}
+
+/* The options with their defaults; NULL and a reason in st when one is bad. */
+static json_t *job_options(const char *text, rpc_status *st)
+{
+    json_error_t je;
+    json_t *in = json_loads(text && *text ? text : "{}", 0, &je);
+    if (!in || !json_is_object(in)) {
+        rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: not a JSON object (%s)", je.text);
+        json_decref(in);
+        return NULL;
+    }
+    json_t *o = json_pack(
+        "{s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, s:I, "
+        "s:I, s:b, s:b, s:b, s:b}",
+        "batch", 8, "micro_batches", 1, "codec_act", "none", "codec_grad", "none", "sealed", 1,
+        "algo", "optimal", "schedule", "1f1b", "checkpoint_every", 50, "lr", -1.0, "warmup", -1,
+        "seed", (json_int_t)1, "optimizer", "adamw", "optim_state", "fp32", "weight_decay", 0.01,
+        "clip", 1.0, "mask_prob", 0.15, "first", (json_int_t)0, "sequences", (json_int_t)0,
+        "shuffle", 1, "recompute", 0, "recompute_attention", 0, "u_shape", 1);
+    const char *key;
+    json_t *v;
+    json_object_foreach(in, key, v) {
+        if (!strcmp(key, "steps") || !strcmp(key, "devices")) {
+            json_object_set(o, key, v);
+            continue;
+        }
+        json_t *def = json_object_get(o, key);
+        int same = def && (json_typeof(def) == json_typeof(v) ||
+                           (json_is_number(def) && json_is_number(v)) ||
+                           (json_is_boolean(def) && json_is_boolean(v)));
+        if (!same) {
+            rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: '%.60s' is %s", key,
+                           def ? "of the wrong type" : "not an option");
+            goto bad;
+        }
+        if (json_is_real(def) && json_is_integer(v))
+            json_object_set_new(o, key, json_real((double)json_integer_value(v)));
+        else
+            json_object_set(o, key, v);
+    }
+    json_int_t steps = json_integer_value(json_object_get(o, "steps"));
+    json_int_t batch = json_integer_value(json_object_get(o, "batch"));
+    json_int_t micro = json_integer_value(json_object_get(o, "micro_batches"));
+    const char *ca = json_string_value(json_object_get(o, "codec_act"));
+    const char *cg = json_string_value(json_object_get(o, "codec_grad"));
+    const char *opt = json_string_value(json_object_get(o, "optimizer"));
+    const char *os = json_string_value(json_object_get(o, "optim_state"));
+    if (!json_is_integer(json_object_get(o, "steps")) || steps < 1 || steps > 1000000000)
+        rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: steps must be 1..1e9");
+    else if (batch < 1 || batch > 65536 || micro < 1 || micro > batch || batch % micro)
+        rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: batch %lld is not a multiple of "
+                       "micro_batches %lld", (long long)batch, (long long)micro);
+    else if (!codec_ok(ca, 0) || !codec_ok(cg, 1))
+        rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: codec_act '%.40s' or codec_grad "
+                       "'%.40s' unknown (none, fp16, bf16, int8; gradients also topk:F)", ca, cg);
+    else if (bal_algo_parse(json_string_value(json_object_get(o, "algo"))) < 0)
+        rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: algo must be optimal, sky or even");
+    else if (bal_schedule_parse(json_string_value(json_object_get(o, "schedule"))) < 0)
+        rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: schedule must be 1f1b or gpipe");
+    else if ((strcmp(opt, "adamw") && strcmp(opt, "lamb")) ||
+             (strcmp(os, "fp32") && strcmp(os, "bf16")) || (!strcmp(os, "bf16") && strcmp(opt, "adamw")))
+        rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: optimizer adamw|lamb, optim_state "
+                       "fp32|bf16 (bf16 with adamw only)");
+    else if (json_integer_value(json_object_get(o, "checkpoint_every")) < 0 ||
+             json_integer_value(json_object_get(o, "first")) < 0 ||
+             json_integer_value(json_object_get(o, "sequences")) < 0 ||
+             json_real_value(json_object_get(o, "mask_prob")) <= 0 ||
+             json_real_value(json_object_get(o, "mask_prob")) >= 1)
+        rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: checkpoint_every, first and sequences "
+                       "must not be negative, mask_prob in (0, 1)");
+    else {
+        json_t *devs = json_object_get(o, "devices");
+        size_t i;
+        json_t *d;
+        int ok = !devs || json_is_array(devs);
+        json_array_foreach(devs, i, d) ok &= json_is_string(d) && cert_valid_device_id(json_string_value(d));
+        if (ok) {
+            json_decref(in);
+            return o;
+        }
+        rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: devices must be a list of device ids");
+    }
+bad:
+    json_decref(in);
+    json_decref(o);
+    return NULL;
+}
+
+/* ---- submitting ------------------------------------------------------------------ */
+
+static cjob *job_new(coord_jobs *j)
+{
+    cjob *jb = sl_xcalloc(1, sizeof *jb);
+    uint8_t r[8];
+    randombytes_buf(r, sizeof r);
+    jb->num = 0;
+    for (int i = 0; i < 8; i++)
+        jb->num = jb->num << 8 | r[i];
+    jb->num &= 0x7fffffffffffffffull; /* fits SQLite's integer */
+    snprintf(jb->id, sizeof jb->id, "j%016llx", (unsigned long long)jb->num);
+    jb->created = sl_unix_time();
+    jb->dir = path_of(j->root, jb->id);
+    for (int i = 0; i < ACC_STEPS; i++)
+        jb->acc_step[i] = -1;
+    return jb;
+}
+
+/* The numbers of the config the coordinator needs, once the balancer's
+ * reader has accepted it. */
+static int config_numbers(const char *text, int *layers, int *max_pos, int *vocab, rpc_status *st)
+{
+    sl_err err = {0};
+    static const char devs[] = "{\"devices\": [{\"id\": \"x\", \"site\": \"s\", \"memory_gib\": 1, \"flops\": 1e12}]}";
+    bal_problem *pb = bal_problem_parse(text, "config.json", 1, 1, devs, "devices", "{}", "network", &err);
+    if (!pb)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "%s", err.msg);
+    bal_problem_free(pb);
+    json_error_t je;
+    json_t *c = json_loads(text, 0, &je);
+    *layers = (int)json_integer_value(json_object_get(c, "num_hidden_layers"));
+    json_t *mp = json_object_get(c, "max_position_embeddings");
+    *max_pos = mp ? (int)json_integer_value(mp) : 512;
+    *vocab = (int)json_integer_value(json_object_get(c, "vocab_size"));
+    json_decref(c);
+    return RPC_OK;
+}
+
+int coord_handle_submit_job(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                            rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    coord_jobs *j = c->jobs;
+    Skyloom__V1__SubmitJobRequest *r = rpc_unpack(&skyloom__v1__submit_job_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed SubmitJobRequest");
+    int code = coord_authorize(c, peer, "", COORD_ALLOW_ADMIN, st);
+    cjob *jb = NULL;
+    json_t *opts = NULL;
+    int layers = 0, max_pos = 0, vocab = 0;
+    if (code != RPC_OK)
+        goto out;
+    if ((code = config_numbers(r->config, &layers, &max_pos, &vocab, st)) != RPC_OK)
+        goto out;
+    if (!(opts = job_options(r->options, st))) {
+        code = st->code;
+        goto out;
+    }
+    const char *colon = strchr(r->data, ':');
+    char owner[CERT_ID_LEN + 8] = "";
+    if (colon)
+        snprintf(owner, sizeof owner, "%.*s", (int)(colon - r->data), r->data);
+    if (!colon || !cert_valid_device_id(owner) || !valid_name(colon + 1, 64)) {
+        code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "data '%.80s' is not DEVICE_ID:NAME", r->data);
+        goto out;
+    }
+    sl_err err = {0};
+    int known = coord_state_device_known(c->state, owner, &err), rev = coord_state_is_revoked(c->state, owner, &err);
+    if (known <= 0 || rev) {
+        code = rpc_status_set(st, RPC_FAILED_PRECONDITION, "data owner %s is %s", owner,
+                              known < 0 || rev < 0 ? "unknown (database error)" : rev ? "revoked" : "not enrolled here");
+        goto out;
+    }
+    pthread_mutex_lock(&j->mu);
+    if (j->njob >= MAX_JOBS) {
+        pthread_mutex_unlock(&j->mu);
+        code = rpc_status_set(st, RPC_RESOURCE_EXHAUSTED, "%d jobs already", MAX_JOBS);
+        goto out;
+    }
+    jb = job_new(j);
+    jb->config = sl_xstrdup(r->config);
+    jb->opts = opts;
+    opts = NULL;
+    snprintf(jb->owner, sizeof jb->owner, "%s", owner);
+    snprintf(jb->dataset, sizeof jb->dataset, "%s", colon + 1);
+    jb->steps = oint(jb, "steps");
+    jb->batch = oint(jb, "batch");
+    snprintf(jb->state, sizeof jb->state, "checking");
+    /* the files first: a job on record has its directory */
+    char *cfg = path_of(jb->dir, "config.json");
+    int rc = sl_mkdir(j->root, 0700, &err) || sl_mkdir(jb->dir, 0700, &err) ||
+             sl_write_file_atomic(cfg, r->config, strlen(r->config), &err);
+    free(cfg);
+    if (!rc && r->init_model.len) {
+        char *ck = path_of(jb->dir, "ckpt"), *s0 = path_of(jb->dir, "ckpt/step-0"),
+             *m = path_of(jb->dir, "ckpt/step-0/model.safetensors");
+        rc = sl_mkdir(ck, 0700, &err) || sl_mkdir(s0, 0700, &err) ||
+             sl_write_file_atomic(m, r->init_model.data, r->init_model.len, &err);
+        free(ck);
+        free(s0);
+        free(m);
+    }
+    if (!rc)
+        rc = job_save(j, jb, &err);
+    if (rc) {
+        pthread_mutex_unlock(&j->mu);
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        goto out;
+    }
+    j->job = sl_xrealloc(j->job, (size_t)(j->njob + 1) * sizeof *j->job);
+    j->job[j->njob++] = jb;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    sl_log_info("coordinator: job submitted", "job=%s data=%s steps=%d", jb->id, r->data, jb->steps);
+    Skyloom__V1__SubmitJobResponse out = SKYLOOM__V1__SUBMIT_JOB_RESPONSE__INIT;
+    out.job_id = jb->id;
+    rpc_pack(&out, resp);
+    jb = NULL;
+out:
+    job_free(jb);
+    json_decref(opts);
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* ---- reading jobs ------------------------------------------------------------ */
+
+static Skyloom__V1__JobSummary *summary_of(const cjob *jb)
+{
+    Skyloom__V1__JobSummary *s = sl_xmalloc(sizeof *s);
+    skyloom__v1__job_summary__init(s);
+    s->job_id = sl_xstrdup(jb->id);
+    s->state = sl_xstrdup(jb->state);
+    s->step = (uint32_t)jb->step;
+    s->steps = (uint32_t)jb->steps;
+    s->committed_step = (uint32_t)jb->committed;
+    s->loss = jb->loss;
+    s->created_at = jb->created;
+    s->reason = sl_xstrdup(jb->reason);
+    return s;
+}
+
+static void summary_free(Skyloom__V1__JobSummary *s)
+{
+    if (!s)
+        return;
+    free(s->job_id);
+    free(s->state);
+    free(s->reason);
+    free(s);
+}
+
+int coord_handle_list_jobs(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                           rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    (void)req;
+    (void)len;
+    int code = coord_authorize(c, peer, "", COORD_ALLOW_ADMIN, st);
+    if (code != RPC_OK)
+        return code;
+    coord_jobs *j = c->jobs;
+    Skyloom__V1__ListJobsResponse out = SKYLOOM__V1__LIST_JOBS_RESPONSE__INIT;
+    pthread_mutex_lock(&j->mu);
+    out.n_jobs = (size_t)j->njob;
+    out.jobs = sl_xcalloc(out.n_jobs + 1, sizeof *out.jobs);
+    for (int i = 0; i < j->njob; i++)
+        out.jobs[i] = summary_of(j->job[i]);
+    pthread_mutex_unlock(&j->mu);
+    rpc_pack(&out, resp);
+    for (size_t i = 0; i < out.n_jobs; i++)
+        summary_free(out.jobs[i]);
+    free(out.jobs);
+    return RPC_OK;
+}
+
+/* metrics.csv rows from step `from` on (without the header). */
+static char *metrics_from(const cjob *jb, int from)
+{
+    char *p = path_of(jb->dir, "metrics.csv"), *buf = NULL;
+    size_t n = 0;
+    sl_err err = {0};
+    int rc = sl_read_file(p, 64u << 20, &buf, &n, &err);
+    free(p);
+    if (rc || from <= 0) {
+        free(buf);
+        return sl_xstrdup("");
+    }
+    /* rows start with their step: keep the ones >= from */
+    size_t o = 0, k = 0;
+    char *out = sl_xmalloc(n + 1);
+    for (char *line = buf; line < buf + n;) {
+        char *nl = memchr(line, '\n', (size_t)(buf + n - line));
+        size_t l = nl ? (size_t)(nl - line) + 1 : (size_t)(buf + n - line);
+        if (k++ > 0 && atoi(line) >= from) {
+            memcpy(out + o, line, l);
+            o += l;
+        }
+        line += l;
+    }
+    out[o] = 0;
+    free(buf);
+    return out;
+}
+
+static json_t *profiles_json(const cjob *jb)
+{
+    json_t *o = json_object();
+    for (int i = 0; i < jb->ncand; i++)
+        if (jb->cand_result && jb->cand_result[i])
+            json_object_set(o, jb->cand[i], jb->cand_result[i]);
+    return o;
+}
+
+int coord_handle_get_job(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                         rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__GetJobRequest *r = rpc_unpack(&skyloom__v1__get_job_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed GetJobRequest");
+    int code = coord_authorize(c, peer, "", COORD_ALLOW_ADMIN, st);
+    if (code != RPC_OK) {
+        rpc_unpacked_free(r);
+        return code;
+    }
+    coord_jobs *j = c->jobs;
+    pthread_mutex_lock(&j->mu);
+    cjob *jb = find_job(j, r->job_id);
+    if (!jb) {
+        pthread_mutex_unlock(&j->mu);
+        code = rpc_status_set(st, RPC_NOT_FOUND, "no job '%.40s'", r->job_id);
+        rpc_unpacked_free(r);
+        return code;
+    }
+    Skyloom__V1__JobInfo out = SKYLOOM__V1__JOB_INFO__INIT;
+    out.summary = summary_of(jb);
+    out.options = json_dumps(jb->opts, JSON_COMPACT | JSON_SORT_KEYS);
+    out.plan = sl_xstrdup(jb->plan ? jb->plan : "");
+    out.epoch = (uint32_t)jb->epoch;
+    out.stages = jb->last_stages ? json_dumps(jb->last_stages, JSON_COMPACT) : sl_xstrdup("");
+    out.metrics = metrics_from(jb, (int)r->metrics_from);
+    json_t *pj = profiles_json(jb);
+    out.profiles = json_dumps(pj, JSON_COMPACT);
+    json_decref(pj);
+    pthread_mutex_unlock(&j->mu);
+    rpc_pack(&out, resp);
+    summary_free(out.summary);
+    free(out.options);
+    free(out.plan);
+    free(out.stages);
+    free(out.metrics);
+    free(out.profiles);
+    rpc_unpacked_free(r);
+    return RPC_OK;
+}
+
+int coord_handle_stop_job(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                          rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__StopJobRequest *r = rpc_unpack(&skyloom__v1__stop_job_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed StopJobRequest");
+    int code = coord_authorize(c, peer, "", COORD_ALLOW_ADMIN, st);
+    coord_jobs *j = c->jobs;
+    if (code == RPC_OK) {
+        pthread_mutex_lock(&j->mu);
+        cjob *jb = find_job(j, r->job_id);
+        if (!jb)
+            code = rpc_status_set(st, RPC_NOT_FOUND, "no job '%.40s'", r->job_id);
+        else if (job_ended(jb))
+            code = rpc_status_set(st, RPC_FAILED_PRECONDITION, "job %s has ended (%s)", jb->id,
+                                  jb->state);
+        else
+            set_state(j, jb, "stopped", "stopped by the operator");
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (code == RPC_OK) {
+        Skyloom__V1__StopJobResponse out = SKYLOOM__V1__STOP_JOB_RESPONSE__INIT;
+        rpc_pack(&out, resp);
+    }
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* ---- checkpoints: files ---------------------------------------------------- */
+
+static char *step_dir(const cjob *jb, int step, int partial)
+{
+    char sub[64];
+    snprintf(sub, sizeof sub, "ckpt/step-%d%s", step, partial ? ".partial" : "");
+    return path_of(jb->dir, sub);
+}
+
+/* A part's file name: model.TAG.safetensors, optim.TAG.safetensors, data.json. */
+static int part_name_ok(const char *s)
+{
+    if (!strcmp(s, "data.json"))
+        return 1;
+    size_t n = strlen(s);
+    if (n < 20 || n > 80 || strcmp(s + n - 12, ".safetensors") ||
+        (strncmp(s, "model.", 6) && strncmp(s, "optim.", 6)))
+        return 0;
+    char tag[80];
+    snprintf(tag, sizeof tag, "%.*s", (int)(n - 18), s + 6);
+    return valid_name(tag, 60) && !strchr(tag, '.');
+}
+
+int coord_handle_fetch_file(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                            rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__FetchFileRequest *r = rpc_unpack(&skyloom__v1__fetch_file_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed FetchFileRequest");
+    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_ADMIN | COORD_ALLOW_DEVICE, st);
+    coord_jobs *j = c->jobs;
+    char *dir = NULL;
+    int step = -1;
+    if (code == RPC_OK) {
+        pthread_mutex_lock(&j->mu);
+        cjob *jb = find_job(j, r->job_id);
+        if (!jb)
+            code = rpc_status_set(st, RPC_NOT_FOUND, "no job '%.40s'", r->job_id);
+        else if (*r->device_id && in_plan(jb, r->device_id) < 0)
+            code = rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s has no stage of job %s",
+                                  r->device_id, jb->id);
+        else {
+            step = r->step ? (int)r->step : jb->committed;
+            if (step != jb->committed && r->step)
+                code = rpc_status_set(st, RPC_NOT_FOUND, "job %s: step %u is not its committed "
+                                      "step (%d)", jb->id, r->step, jb->committed);
+            else
+                dir = step_dir(jb, step, 0);
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+    Skyloom__V1__FetchFileResponse out = SKYLOOM__V1__FETCH_FILE_RESPONSE__INIT;
+    out.step = (uint32_t)(step < 0 ? 0 : step);
+    uint8_t *data = NULL;
+    if (code == RPC_OK && !*r->name) { /* the list */
+        DIR *d = opendir(dir);
+        if (!d)
+            code = rpc_status_set(st, RPC_NOT_FOUND, "job %s has no checkpoint at step %d", r->job_id, step);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            if (e->d_name[0] == '.' || (!part_name_ok(e->d_name) && strcmp(e->d_name, "manifest.json") &&
+                                        strcmp(e->d_name, "config.json") && strcmp(e->d_name, "model.safetensors")))
+                continue;
+            out.names = sl_xrealloc(out.names, (out.n_names + 1) * sizeof *out.names);
+            out.names[out.n_names++] = sl_xstrdup(e->d_name);
+        }
+        if (d)
+            closedir(d);
+    } else if (code == RPC_OK) {
+        if (!part_name_ok(r->name) && strcmp(r->name, "manifest.json") && strcmp(r->name, "config.json") &&
+            strcmp(r->name, "model.safetensors")) {
+            code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "'%.80s' is not a checkpoint file", r->name);
+        } else {
+            char *p = path_of(dir, r->name);
+            int fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+            struct stat sb;
+            uint32_t want = r->max_bytes && r->max_bytes < (4u << 20) ? r->max_bytes : (4u << 20);
+            if (fd < 0 || fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+                code = rpc_status_set(st, RPC_NOT_FOUND, "%s: no such file at step %d", r->name, step);
+            } else {
+                out.size = (uint64_t)sb.st_size;
+                uint64_t left = r->offset < out.size ? out.size - r->offset : 0;
+                size_t n = left < want ? (size_t)left : want;
+                data = sl_xmalloc(n ? n : 1);
+                ssize_t got = n ? pread(fd, data, n, (off_t)r->offset) : 0;
+                if (got != (ssize_t)n)
+                    code = rpc_status_set(st, RPC_INTERNAL, "%s: read failed", r->name);
+                out.data.data = data;
+                out.data.len = n;
+            }
+            if (fd >= 0)
+                close(fd);
+            free(p);
+        }
+    }
+    if (code == RPC_OK)
+        rpc_pack(&out, resp);
+    for (size_t i = 0; i < out.n_names; i++)
+        free(out.names[i]);
+    free(out.names);
+    free(data);
+    free(dir);
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* Writes the manifest of a complete step and makes it the committed one.
+ * Called with the lock held; the files are small (the parts are on disk). */
+static int commit_step(coord_jobs *j, cjob *jb, upload *u, sl_err *err)
+{
+    char *part = step_dir(jb, u->step, 1), *final = step_dir(jb, u->step, 0);
+    char *cfg = path_of(part, "config.json");
+    int rc = sl_write_file_atomic(cfg, jb->config, strlen(jb->config), err);
+    free(cfg);
+    /* the manifest lists every file with its sum: dev_ckpt_write_manifest's
+     * format; the parts' sums were checked as they arrived */
+    json_t *files = json_array();
+    for (int i = 0; !rc && i <= u->n; i++) {
+        char hex[65];
+        uint8_t cs[32];
+        const uint8_t *sum = i < u->n ? u->parts[i].sum : cs;
+        uint64_t size = i < u->n ? u->parts[i].size : strlen(jb->config);
+        if (i == u->n)
+            crypto_generichash(cs, sizeof cs, (const uint8_t *)jb->config, strlen(jb->config), NULL, 0);
+        for (int k = 0; k < 32; k++)
+            snprintf(hex + 2 * k, 3, "%02x", sum[k]);
+        json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name",
+                                               i < u->n ? u->parts[i].name : "config.json",
+                                               "bytes", (json_int_t)size, "blake2b", hex));
+    }
+    json_t *m = json_pack("{s:s, s:i, s:i, s:s, s:s, s:o}", "format", "skyloom-checkpoint",
+                          "version", 1, "step", u->step, "optimizer", ostr(jb, "optimizer"),
+                          "optim_state", ostr(jb, "optim_state"), "files", files);
+    char *text = json_dumps(m, JSON_INDENT(2));
+    json_decref(m);
+    char *mp = path_of(part, "manifest.json");
+    if (!rc)
+        rc = sl_write_file_atomic(mp, text, strlen(text), err);
+    free(mp);
+    free(text);
+    if (!rc && rename(part, final) != 0)
+        rc = sl_err_set(err, SL_EIO, "%s: %s", final, strerror(errno));
+    if (!rc) {
+        int was = jb->committed;
+        jb->committed = u->step;
+        if ((rc = job_save(j, jb, err)))
+            jb->committed = was;
+        else if (was > 0 && was != u->step) { /* one committed step is kept */
+            char *old = step_dir(jb, was, 0);
+            DIR *d = opendir(old);
+            for (struct dirent *e; d && (e = readdir(d));) {
+                if (e->d_name[0] == '.')
+                    continue;
+                char *f = path_of(old, e->d_name);
+                unlink(f);
+                free(f);
+            }
+            if (d)
+                closedir(d);
+            rmdir(old);
+            free(old);
+        }
+    }
+    free(part);
+    free(final);
+    return rc;
+}
+
+static upload *upload_of(cjob *jb, int step)
+{
+    upload *u = &jb->up[step % ACC_STEPS];
+    if (u->step != step) {
+        free(u->parts);
+        memset(u, 0, sizeof *u);
+        u->step = step;
+    }
+    return u;
+}
+
+int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                              rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__UploadChunkRequest *r = rpc_unpack(&skyloom__v1__upload_chunk_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed UploadChunkRequest");
+    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_DEVICE, st);
+    coord_jobs *j = c->jobs;
+    int committed = 0;
+    if (code != RPC_OK)
+        goto out;
+    pthread_mutex_lock(&j->mu);
+    cjob *jb = find_job(j, r->job_id);
+    sl_err err = {0};
+    if (!jb || strcmp(jb->state, "running") || (int)r->epoch != jb->epoch) {
+        code = rpc_status_set(st, RPC_FAILED_PRECONDITION, "job %.40s is not running epoch %u",
+                              r->job_id, r->epoch);
+    } else if (in_plan(jb, r->device_id) < 0 || !part_name_ok(r->name) || r->step < 1 ||
+               (int)r->step > jb->steps || (!strcmp(r->name, "data.json") && strcmp(r->device_id, jb->owner))) {
+        code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "device %s may not upload '%.80s' for "
+                              "step %u", r->device_id, r->name, r->step);
+    } else if ((int)r->step <= jb->committed) {
+        committed = 1; /* a retry of a committed step: nothing to do */
+    } else {
+        upload *u = upload_of(jb, (int)r->step);
+        part *pt = NULL;
+        for (int i = 0; i < u->n; i++)
+            if (!strcmp(u->parts[i].name, r->name))
+                pt = &u->parts[i];
+        char *dir = step_dir(jb, (int)r->step, 1), *ck = path_of(jb->dir, "ckpt");
+        if (!pt && r->offset == 0) {
+            u->parts = sl_xrealloc(u->parts, (size_t)(u->n + 1) * sizeof *u->parts);
+            pt = &u->parts[u->n++];
+            memset(pt, 0, sizeof *pt);
+            snprintf(pt->name, sizeof pt->name, "%s", r->name);
+        }
+        if (!pt || pt->done || r->offset != pt->size || r->offset + r->data.len > MAX_FILE) {
+            code = rpc_status_set(st, RPC_OUT_OF_RANGE, "%s: chunk at %llu, expected %llu",
+                                  r->name, (unsigned long long)r->offset,
+                                  (unsigned long long)(pt ? pt->size : 0));
+        } else if (sl_mkdir(ck, 0700, &err) || sl_mkdir(dir, 0700, &err)) {
+            code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        } else {
+            char *p = path_of(dir, r->name);
+            int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | (r->offset ? 0 : O_TRUNC), 0600);
+            if (fd < 0 || pwrite(fd, r->data.data, r->data.len, (off_t)r->offset) != (ssize_t)r->data.len ||
+                (r->last && fsync(fd))) {
+                code = rpc_status_set(st, RPC_INTERNAL, "%s: %s", p, strerror(errno));
+            } else {
+                pt->size += r->data.len;
+            }
+            if (fd >= 0)
+                close(fd);
+            if (code == RPC_OK && r->last) {
+                char *buf = NULL;
+                size_t n = 0;
+                uint8_t sum[32];
+                int bad = r->size != pt->size || r->blake2b.len != 32 ||
+                          sl_read_file(p, MAX_FILE, &buf, &n, &err);
+                if (!bad) {
+                    crypto_generichash(sum, sizeof sum, (const uint8_t *)buf, n, NULL, 0);
+                    bad = sodium_memcmp(sum, r->blake2b.data, 32) != 0;
+                    memcpy(pt->sum, sum, sizeof sum);
+                }
+                free(buf);
+                if (bad) { /* start the file again */
+                    unlink(p);
+                    pt->size = 0;
+                    code = rpc_status_set(st, RPC_DATA_LOSS, "%s of step %u arrived damaged "
+                                          "(size or checksum differs); send it again", r->name, r->step);
+                } else {
+                    pt->done = 1;
+                }
+            }
+            free(p);
+        }
+        free(dir);
+        free(ck);
+        int done = 0;
+        for (int i = 0; i < u->n; i++)
+            done += u->parts[i].done;
+        if (code == RPC_OK && done == 2 * jb->ndev + 1) {
+            if (commit_step(j, jb, u, &err)) {
+                sl_log_error("coordinator: commit failed", "job=%s step=%u reason=\"%s\"", jb->id,
+                             r->step, err.msg);
+                snprintf(jb->reason, sizeof jb->reason, "checkpoint of step %u not committed: %.400s",
+                         r->step, err.msg);
+                code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+            } else {
+                committed = 1;
+                jb->reason[0] = 0;
+                sl_log_info("coordinator: step committed", "job=%s step=%u", jb->id, r->step);
+            }
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (code == RPC_OK) {
+        Skyloom__V1__UploadChunkResponse o = SKYLOOM__V1__UPLOAD_CHUNK_RESPONSE__INIT;
+        o.committed = committed;
+        rpc_pack(&o, resp);
+    }
+out:
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* ---- what devices report ---------------------------------------------------- */
+
+static void start_profiling(coord_jobs *j, cjob *jb)
+{
+    int64_t now = sl_unix_time();
+    json_t *want = json_object_get(jb->opts, "devices");
+    free(jb->cand);
+    for (int i = 0; jb->cand_result && i < jb->ncand; i++)
+        json_decref(jb->cand_result[i]);
+    free(jb->cand_result);
+    jb->cand = sl_xcalloc((size_t)j->ndev + 1, sizeof *jb->cand);
+    jb->cand_result = sl_xcalloc((size_t)j->ndev + 1, sizeof *jb->cand_result);
+    jb->ncand = 0;
+    /* the data owner first: the balancer's chains start with their first device */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < j->ndev; i++) {
+            const cdev *d = &j->dev[i];
+            int owner = !strcmp(d->id, jb->owner);
+            int asked = owner || !want || json_array_size(want) == 0;
+            for (size_t k = 0; !asked && k < json_array_size(want); k++)
+                asked = !strcmp(json_string_value(json_array_get(want, k)), d->id);
+            if (owner == !pass && asked && dev_online(j, d, now) && d->address[0] && d->has_key)
+                snprintf(jb->cand[jb->ncand++], CERT_ID_LEN, "%s", d->id);
+        }
+    jb->started = now;
+    set_state(j, jb, "profiling", NULL);
+}
+
+static void report_check(coord_jobs *j, cjob *jb, const Skyloom__V1__ReportTaskRequest *r)
+{
+    if (strcmp(jb->state, "checking"))
+        return;
+    char why[600];
+    if (!r->ok) {
+        snprintf(why, sizeof why, "the data owner %s refused %s: %.400s", jb->owner, jb->dataset,
+                 r->reason);
+        set_state(j, jb, "failed", why);
+        return;
+    }
+    json_error_t je;
+    json_t *info = json_loads(r->result, 0, &je);
+    json_int_t T = json_integer_value(json_object_get(info, "seq_len"));
+    if (!info || T < 1 || T > 65536) {
+        snprintf(why, sizeof why, "the data owner %s sent no usable shard description", jb->owner);
+        json_decref(info);
+        set_state(j, jb, "failed", why);
+        return;
+    }
+    json_decref(jb->data_info);
+    jb->data_info = info;
+    jb->seq = (int)T;
+    start_profiling(j, jb);
+}
+
+static void report_profile(coord_jobs *j, cjob *jb, const Skyloom__V1__ReportTaskRequest *r)
+{
+    int k = is_candidate(jb, r->device_id);
+    if (strcmp(jb->state, "profiling") || k < 0 || jb->cand_result[k])
+        return;
+    json_error_t je;
+    json_t *res = r->ok ? json_loads(r->result, 0, &je) : NULL;
+    if (!res) {
+        sl_log_warn("coordinator: profile refused", "job=%s device=%s reason=\"%.200s\"", jb->id,
+                    r->device_id, r->ok ? "malformed result" : r->reason);
+        res = json_pack("{s:b, s:s}", "failed", 1, "reason", r->ok ? "malformed result" : r->reason);
+    }
+    jb->cand_result[k] = res;
+    sqlite3_stmt *st = NULL;
+    sqlite3 *db = coord_state_db(j->db);
+    char *text = json_dumps(res, JSON_COMPACT);
+    if (sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO job_profiles(job, device, result, at) "
+                           "VALUES(?,?,?,?)", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, jb->id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, r->device_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, text, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, sl_unix_time());
+        sqlite3_step(st);
+    }
+    sqlite3_finalize(st);
+    free(text);
+    pthread_cond_broadcast(&j->cv);
+}
+
+int coord_handle_report_task(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                             rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__ReportTaskRequest *r = rpc_unpack(&skyloom__v1__report_task_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed ReportTaskRequest");
+    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_DEVICE, st);
+    coord_jobs *j = c->jobs;
+    if (code == RPC_OK && (strlen(r->result) > (1u << 20) || strlen(r->reason) > 4096))
+        code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "report too large");
+    if (code == RPC_OK) {
+        pthread_mutex_lock(&j->mu);
+        cjob *jb = find_job(j, r->job_id);
+        if (!jb)
+            code = rpc_status_set(st, RPC_NOT_FOUND, "no job '%.40s'", r->job_id);
+        else if (!strcmp(r->kind, "check") && !strcmp(r->device_id, jb->owner))
+            report_check(j, jb, r);
+        else if (!strcmp(r->kind, "profile"))
+            report_profile(j, jb, r);
+        else if (!strcmp(r->kind, "run") && !r->ok && !strcmp(jb->state, "running") &&
+                 (int)r->epoch == jb->epoch) {
+            char why[600];
+            snprintf(why, sizeof why, "device %s: %.500s", r->device_id, r->reason);
+            set_state(j, jb, "failed", why);
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (code == RPC_OK) {
+        Skyloom__V1__ReportTaskResponse out = SKYLOOM__V1__REPORT_TASK_RESPONSE__INIT;
+        rpc_pack(&out, resp);
+    }
+    rpc_unpacked_free(r);
+    return code;
+}
+
+int coord_handle_get_plan(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                          rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__GetPlanRequest *r = rpc_unpack(&skyloom__v1__get_plan_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed GetPlanRequest");
+    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_DEVICE, st);
+    coord_jobs *j = c->jobs;
+    char *crt = NULL, *crt_path = path_of(c->pki, "coordinator.crt");
+    size_t crt_len = 0;
+    sl_err err = {0};
+    if (code == RPC_OK && sl_read_file(crt_path, 1 << 20, &crt, &crt_len, &err))
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    if (code == RPC_OK) {
+        pthread_mutex_lock(&j->mu);
+        cjob *jb = find_job(j, r->job_id);
+        if (!jb || !jb->plan)
+            code = rpc_status_set(st, RPC_NOT_FOUND, "job '%.40s' has no plan", r->job_id);
+        else if (in_plan(jb, r->device_id) < 0)
+            code = rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s has no stage in job %s",
+                                  r->device_id, jb->id);
+        else {
+            Skyloom__V1__SignedPlan out = SKYLOOM__V1__SIGNED_PLAN__INIT;
+            out.plan.data = (uint8_t *)jb->plan;
+            out.plan.len = strlen(jb->plan);
+            out.signature.data = jb->sig;
+            out.signature.len = jb->sig_len;
+            out.coordinator_cert.data = (uint8_t *)crt;
+            out.coordinator_cert.len = crt_len;
+            rpc_pack(&out, resp);
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+    free(crt);
+    free(crt_path);
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* A step all stages reported: metrics.csv and the status figures. */
+static void step_complete(cjob *jb, int step, const stage_rep *rep)
+{
+    const stage_rep *last = &rep[jb->p - 1];
+    double step_s = 0;
+    for (int i = 0; i < jb->p; i++)
+        step_s = rep[i].step_s > step_s ? rep[i].step_s : step_s;
+    jb->step = step;
+    jb->loss = last->loss;
+    jb->tokens_s = step_s > 0 ? (double)jb->batch * jb->seq / step_s : 0;
+    char *p = path_of(jb->dir, "metrics.csv");
+    FILE *f = fopen(p, "a");
+    free(p);
+    if (f) {
+        if (ftell(f) == 0)
+            fprintf(f, "step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,"
+                       "link_raw_bytes,link_wire_bytes,link_raw_bytes_back,link_wire_bytes_back\n");
+        fprintf(f, "%d,%d,%.6f,%u,%.6f,%.6g,%.4f,%.1f,", step, jb->epoch, last->loss, last->masked,
+                last->grad_norm, last->lr, step_s, jb->tokens_s);
+        for (int i = 0; i < jb->p; i++)
+            fprintf(f, "%s%.3f", i ? ";" : "", rep[i].step_s > 0 ? (rep[i].fwd + rep[i].bwd) / rep[i].step_s : 0);
+        for (int w = 0; w < 4; w++) {
+            fputc(',', f);
+            for (int i = 0; i + 1 < jb->p; i++) {
+                uint64_t v = w == 0 ? rep[i].raw : w == 1 ? rep[i].wire : w == 2 ? rep[i + 1].raw_up : rep[i + 1].wire_up;
+                fprintf(f, "%s%llu", i ? ";" : "", (unsigned long long)v);
+            }
+        }
+        fputc('\n', f);
+        fclose(f);
+    }
+    json_t *stages = json_array();
+    for (int i = 0; i < jb->p; i++) {
+        const stage_rep *s = &rep[i];
+        json_t *x = json_pack("{s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "stage", i, "device",
+                              jb->stage_dev[i], "fwd_s", s->fwd, "bwd_s", s->bwd, "recv_s", s->recv,
+                              "send_s", s->send, "finish_s", s->finish, "step_s", s->step_s, "busy",
+                              s->step_s > 0 ? (s->fwd + s->bwd) / s->step_s : 0.0);
+        if (i + 1 < jb->p)
+            json_object_set_new(x, "link_next", json_pack("{s:I, s:I, s:I, s:I}", "raw_bytes",
+                                                          (json_int_t)s->raw, "wire_bytes",
+                                                          (json_int_t)s->wire, "raw_bytes_back",
+                                                          (json_int_t)rep[i + 1].raw_up,
+                                                          "wire_bytes_back",
+                                                          (json_int_t)rep[i + 1].wire_up));
+        json_array_append_new(stages, x);
+    }
+    json_decref(jb->last_stages);
+    jb->last_stages = json_pack("{s:i, s:f, s:f, s:o}", "step", step, "step_s", step_s,
+                                "tokens_per_s", jb->tokens_s, "stages", stages);
+}
+
+int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                             rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__ReportStepRequest *r = rpc_unpack(&skyloom__v1__report_step_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed ReportStepRequest");
+    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_DEVICE, st);
+    coord_jobs *j = c->jobs;
+    int stop = 0;
+    if (code == RPC_OK) {
+        pthread_mutex_lock(&j->mu);
+        cjob *jb = find_job(j, r->job_id);
+        if (!jb) {
+            code = rpc_status_set(st, RPC_NOT_FOUND, "no job '%.40s'", r->job_id);
+        } else if (strcmp(jb->state, "running") || (int)r->epoch != jb->epoch) {
+            stop = 1;
+        } else if ((int)r->stage >= jb->p || strcmp(jb->stage_dev[r->stage], r->device_id) ||
+                   r->step < 1 || (int)r->step > jb->steps) {
+            code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "device %s does not run stage %u, "
+                                  "or step %u is out of range", r->device_id, r->stage, r->step);
+        } else {
+            int slot = (int)r->step % ACC_STEPS;
+            stage_rep *rep = jb->acc + (size_t)slot * jb->p;
+            if (jb->acc_step[slot] != (int)r->step) {
+                jb->acc_step[slot] = (int)r->step;
+                memset(rep, 0, (size_t)jb->p * sizeof *rep);
+            }
+            rep[r->stage] = (stage_rep){1, r->loss, r->grad_norm, r->lr, r->fwd_s, r->bwd_s,
+                                        r->recv_s, r->send_s, r->finish_s, r->step_s, r->raw_bytes,
+                                        r->wire_bytes, r->raw_bytes_up, r->wire_bytes_up, r->masked};
+            int all = 1;
+            for (int i = 0; i < jb->p; i++)
+                all &= rep[i].have;
+            if (all && (int)r->step > jb->step) {
+                step_complete(jb, (int)r->step, rep);
+                if ((int)r->step % 10 == 0 || (int)r->step == jb->steps)
+                    job_persist(j, jb);
+                pthread_cond_broadcast(&j->cv);
+            }
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (code == RPC_OK) {
+        Skyloom__V1__ReportStepResponse out = SKYLOOM__V1__REPORT_STEP_RESPONSE__INIT;
+        out.stop = stop;
+        rpc_pack(&out, resp);
+    }
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* ---- planning ----------------------------------------------------------------- */
+
+typedef struct site_of_ctx {
+    char (*ids)[CERT_ID_LEN];
+    char (*sites)[CERT_SITE_MAX + 1];
+    int n;
+} site_of_ctx;
+
+static int take_site(void *ud, const coord_device *d)
+{
+    site_of_ctx *s = ud;
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->ids[i], d->id))
+            snprintf(s->sites[i], CERT_SITE_MAX + 1, "%s", d->site);
+    return 0;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median bandwidth and one-way latency of the measured links between two
+ * sets of sites (a == b: inside site a); 0 when none was measured. */
+static int link_median(json_t **res, char (*sites)[CERT_SITE_MAX + 1], char (*ids)[CERT_ID_LEN],
+                       int n, const char *a, const char *b, double *bw, double *lat)
+{
+    double *vb = sl_xmalloc((size_t)n * n * sizeof *vb), *vl = sl_xmalloc((size_t)n * n * sizeof *vl);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *links = json_object_get(res[i], "links");
+        size_t x;
+        json_t *l;
+        json_array_foreach(links, x, l) {
+            const char *peer = json_string_value(json_object_get(l, "peer"));
+            int q = -1;
+            for (int t = 0; peer && t < n; t++)
+                if (!strcmp(ids[t], peer))
+                    q = t;
+            if (q < 0 || q == i)
+                continue;
+            int match = (!strcmp(sites[i], a) && !strcmp(sites[q], b)) ||
+                        (!strcmp(sites[i], b) && !strcmp(sites[q], a));
+            double rtt = json_number_value(json_object_get(l, "rtt_s"));
+            double w = json_number_value(json_object_get(l, "bandwidth_Bps"));
+            if (match && rtt > 0 && w > 0) {
+                vb[k] = w;
+                vl[k++] = rtt / 2;
+            }
+        }
+    }
+    if (k) {
+        qsort(vb, (size_t)k, sizeof *vb, cmp_d);
+        qsort(vl, (size_t)k, sizeof *vl, cmp_d);
+        *bw = vb[k / 2];
+        *lat = vl[k / 2];
+    }
+    free(vb);
+    free(vl);
+    return k;
+}
+
+static json_t *link_json(double bw, double lat)
+{
+    return json_pack("{s:f, s:f}", "bandwidth_gbps", bw * 8 / 1e9, "latency_ms",
+                     lat * 1e3 < 1e-6 ? 1e-6 : lat * 1e3);
+}
+
+/* Everything planning needs, copied out of the job under the lock. */
+typedef struct plan_in {
+    char id[JOB_ID_LEN];
+    uint64_t num;
+    int epoch, start_step;
+    char *config;
+    json_t *opts;
+    char owner[CERT_ID_LEN], dataset[65];
+    int seq, n;
+    char (*ids)[CERT_ID_LEN];
+    char (*sites)[CERT_SITE_MAX + 1];
+    json_t **res;
+    cdev *dev;
+} plan_in;
+
+static void plan_in_free(plan_in *in)
+{
+    free(in->config);
+    json_decref(in->opts);
+    free(in->ids);
+    free(in->sites);
+    for (int i = 0; i < in->n; i++)
+        json_decref(in->res[i]);
+    free(in->res);
+    free(in->dev);
+}
+
+/* The balancer's inputs from the measured profiles. */
+static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
+{
+    json_t *devs = json_array();
+    for (int i = 0; i < in->n; i++) {
+        json_t *r = in->res[i];
+        json_t *f = json_object_get(r, "unit_fwd_s"), *b = json_object_get(r, "unit_bwd_s");
+        size_t U = json_array_size(f);
+        json_t *us = json_pack("{s:[f,f], s:[f,f], s:[f,f]}", "embeddings",
+                               json_number_value(json_array_get(f, 0)),
+                               json_number_value(json_array_get(b, 0)), "encoder",
+                               json_number_value(json_array_get(f, 1)),
+                               json_number_value(json_array_get(b, 1)), "head",
+                               json_number_value(json_array_get(f, U - 1)),
+                               json_number_value(json_array_get(b, U - 1)));
+        json_array_append_new(devs, json_pack("{s:s, s:s, s:s, s:I, s:o}", "id", in->ids[i], "site",
+                                              in->sites[i], "backend", in->dev[i].backend,
+                                              "memory_bytes",
+                                              json_integer_value(json_object_get(r, "memory_bytes")),
+                                              "unit_seconds", us));
+    }
+    json_t *dj = json_pack("{s:o}", "devices", devs), *net = json_object(), *sites = json_object(),
+           *links = json_array();
+    double bw, lat;
+    for (int i = 0; i < in->n; i++) {
+        const char *s = in->sites[i];
+        if (!json_object_get(sites, s) &&
+            link_median(in->res, in->sites, in->ids, in->n, s, s, &bw, &lat))
+            json_object_set_new(sites, s, link_json(bw, lat));
+        for (int k = i + 1; k < in->n; k++) {
+            const char *t = in->sites[k];
+            int seen = !strcmp(s, t);
+            for (size_t x = 0; !seen && x < json_array_size(links); x++) {
+                json_t *l = json_array_get(links, x);
+                const char *a = json_string_value(json_object_get(l, "a")),
+                           *b = json_string_value(json_object_get(l, "b"));
+                seen = (!strcmp(a, s) && !strcmp(b, t)) || (!strcmp(a, t) && !strcmp(b, s));
+            }
+            if (!seen && link_median(in->res, in->sites, in->ids, in->n, s, t, &bw, &lat)) {
+                json_t *l = link_json(bw, lat);
+                json_object_set_new(l, "a", json_string(s));
+                json_object_set_new(l, "b", json_string(t));
+                json_array_append_new(links, l);
+            }
+        }
+    }
+    json_object_set_new(net, "sites", sites);
+    json_object_set_new(net, "links", links);
+    char *dt = json_dumps(dj, JSON_COMPACT), *nt = json_dumps(net, JSON_COMPACT);
+    json_decref(dj);
+    json_decref(net);
+    bal_problem *pb = bal_problem_parse(in->config, "config.json", bm, in->seq, dt,
+                                        "the profiled devices", nt, "the measured links", err);
+    free(dt);
+    free(nt);
+    return pb;
+}
+
+static int owner_index(const plan_in *in)
+{
+    for (int i = 0; i < in->n; i++)
+        if (!strcmp(in->ids[i], in->owner))
+            return i;
+    return -1;
+}
+
+/* The plan devices get: who runs which units, where to reach them, with
+ * which keys, codecs and options; the balancer's plan and prediction too. */
+static char *plan_text(const plan_in *in, const bal_plan *pl, const bal_timeline *tl)
+{
+    json_error_t je;
+    json_t *cfg = json_loads(in->config, 0, &je), *bj = bal_plan_json(pl, tl);
+    json_t *stages = json_array(), *bst = json_object_get(bj, "stages");
+    for (int i = 0; i < pl->n_stages; i++) {
+        const cdev *d = &in->dev[pl->stage[i].device];
+        char hex[65];
+        for (int k = 0; k < 32; k++)
+            snprintf(hex + 2 * k, 3, "%02x", d->key[k]);
+        json_t *b = json_array_get(bst, (size_t)i);
+        json_array_append_new(stages, json_pack("{s:i, s:s, s:s, s:O, s:O, s:i, s:s, s:i}", "index",
+                                                i, "device", d->id, "address", d->address,
+                                                "first_unit", json_object_get(b, "first_unit"),
+                                                "last_unit", json_object_get(b, "last_unit"),
+                                                "warmup", pl->stage[i].warmup, "link_key", hex,
+                                                "threads", d->threads ? (int)d->threads : 1));
+    }
+    json_t *o = in->opts;
+    json_t *plan = json_pack(
+        "{s:s, s:I, s:i, s:o, s:{s:s, s:s}, s:O, s:i, s:i, s:s, s:O, s:i, s:O, s:O, s:O, s:O, "
+        "s:o, s:f, s:o}",
+        "job", in->id, "job_num", (json_int_t)in->num, "epoch", in->epoch, "config", cfg, "data",
+        "owner", in->owner, "dataset", in->dataset, "batch", json_object_get(o, "batch"), "seq",
+        in->seq, "micro_batches", pl->micro_batches, "schedule", bal_schedule_name(pl->schedule),
+        "steps", json_object_get(o, "steps"), "start_step", in->start_step, "checkpoint_every",
+        json_object_get(o, "checkpoint_every"), "codec_act", json_object_get(o, "codec_act"),
+        "codec_grad", json_object_get(o, "codec_grad"), "sealed", json_object_get(o, "sealed"),
+        "stages", stages, "predicted_iteration_s", tl ? tl->iteration_s : pl->est_iter_s,
+        "balancer", bj);
+    json_object_set(plan, "options", o);
+    char *text = json_dumps(plan, JSON_INDENT(1) | JSON_SORT_KEYS);
+    json_decref(plan);
+    return text;
+}
+
+/* Plans a job (no lock held): the balancer on the measured devices and
+ * links, the data owner first. Returns the signed plan text or NULL with
+ * the reason. */
+static char *plan_job(coord_jobs *j, plan_in *in, uint8_t **sig, size_t *sig_len, sl_err *err)
+{
+    int m = (int)json_integer_value(json_object_get(in->opts, "micro_batches"));
+    int B = (int)json_integer_value(json_object_get(in->opts, "batch"));
+    bal_problem *pb = problem_of(in, B / m, err);
+    if (!pb)
+        return NULL;
+    bal_opts bo = bal_opts_default();
+    bo.micro_batches = m;
+    bo.schedule = bal_schedule_parse(json_string_value(json_object_get(in->opts, "schedule")));
+    int algo = bal_algo_parse(json_string_value(json_object_get(in->opts, "algo")));
+    int owner = owner_index(in);
+    char *text = NULL;
+    bal_timeline *tl = NULL;
+    bal_plan *pl = owner < 0 ? NULL : bal_plan_make(pb, algo, &bo, err);
+    if (owner < 0)
+        sl_err_set(err, SL_ESTATE, "the data owner %s did not report a profile", in->owner);
+    else if (pl && pl->stage[0].device != owner)
+        sl_err_set(err, SL_ESTATE, "the plan does not start at the data owner %s", in->owner);
+    else if (pl && (tl = bal_simulate(pl, pl->schedule, 0, err)))
+        text = plan_text(in, pl, tl);
+    if (text) {
+        char *key = path_of(j->c->pki, "coordinator.key");
+        if (cert_sign_data(key, text, strlen(text), sig, sig_len, err)) {
+            free(text);
+            text = NULL;
+        }
+        free(key);
+    }
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+    return text;
+}
+
+/* Takes the plan: its stages' devices, the step accumulators. */
+static int adopt_plan(cjob *jb, char *text, uint8_t *sig, size_t sig_len, sl_err *err)
+{
+    json_error_t je;
+    json_t *pj = json_loads(text, 0, &je);
+    json_t *st = json_object_get(pj, "stages");
+    int p = (int)json_array_size(st);
+    if (!pj || p < 1)
+        return sl_err_set(err, SL_EINTERNAL, "plan of job %s has no stages", jb->id);
+    free(jb->plan);
+    free(jb->sig);
+    json_decref(jb->plan_json);
+    jb->plan = text;
+    jb->sig = sig;
+    jb->sig_len = sig_len;
+    jb->plan_json = pj;
+    jb->p = p;
+    free(jb->stage_dev);
+    jb->stage_dev = sl_xcalloc((size_t)p, sizeof *jb->stage_dev);
+    jb->ndev = 0;
+    for (int i = 0; i < p; i++) {
+        const char *d = json_string_value(json_object_get(json_array_get(st, (size_t)i), "device"));
+        snprintf(jb->stage_dev[i], CERT_ID_LEN, "%s", d ? d : "");
+        int seen = 0;
+        for (int k = 0; k < i; k++)
+            seen |= !strcmp(jb->stage_dev[k], jb->stage_dev[i]);
+        jb->ndev += !seen;
+    }
+    jb->seq = (int)json_integer_value(json_object_get(pj, "seq"));
+    free(jb->acc);
+    jb->acc = sl_xcalloc((size_t)ACC_STEPS * p, sizeof *jb->acc);
+    for (int i = 0; i < ACC_STEPS; i++)
+        jb->acc_step[i] = -1;
+    return 0;
+}
+
+/* Under the lock: what plan_job needs. */
+static void plan_in_of(coord_jobs *j, cjob *jb, plan_in *in)
+{
+    memset(in, 0, sizeof *in);
+    snprintf(in->id, sizeof in->id, "%s", jb->id);
+    in->num = jb->num;
+    in->epoch = jb->epoch + 1;
+    in->start_step = jb->committed + 1;
+    in->config = sl_xstrdup(jb->config);
+    in->opts = json_deep_copy(jb->opts);
+    snprintf(in->owner, sizeof in->owner, "%s", jb->owner);
+    snprintf(in->dataset, sizeof in->dataset, "%s", jb->dataset);
+    in->seq = jb->seq;
+    in->ids = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->ids);
+    in->sites = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->sites);
+    in->res = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->res);
+    in->dev = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->dev);
+    for (int i = 0; i < jb->ncand; i++) {
+        json_t *r = jb->cand_result[i];
+        const cdev *d = find_dev(j, jb->cand[i]);
+        if (!r || json_object_get(r, "failed") || !d)
+            continue;
+        snprintf(in->ids[in->n], CERT_ID_LEN, "%s", jb->cand[i]);
+        in->res[in->n] = json_incref(r);
+        in->dev[in->n] = *d;
+        in->dev[in->n].datasets = NULL;
+        in->dev[in->n].n_datasets = 0;
+        in->n++;
+    }
+}
+
+static void engine_plan(coord_jobs *j, cjob *jb)
+{
+    plan_in in;
+    plan_in_of(j, jb, &in);
+    jb->planning = 1;
+    set_state(j, jb, "planning", NULL);
+    pthread_mutex_unlock(&j->mu);
+    site_of_ctx sc = {in.ids, in.sites, in.n};
+    sl_err err = {0};
+    uint8_t *sig = NULL;
+    size_t sig_len = 0;
+    char *text = NULL;
+    double t0 = sl_now_s();
+    if (!coord_state_list_devices(j->db, take_site, &sc, &err))
+        text = plan_job(j, &in, &sig, &sig_len, &err);
+    double dt = sl_now_s() - t0;
+    pthread_mutex_lock(&j->mu);
+    jb->planning = 0;
+    if (strcmp(jb->state, "planning")) { /* stopped meanwhile */
+        free(text);
+        free(sig);
+    } else if (!text || adopt_plan(jb, text, sig, sig_len, &err)) {
+        if (text) {
+            free(text);
+            free(sig);
+        }
+        char why[600];
+        snprintf(why, sizeof why, "planning: %.560s", err.msg);
+        set_state(j, jb, "failed", why);
+    } else {
+        jb->epoch = in.epoch;
+        sl_log_info("coordinator: job planned", "job=%s epoch=%d stages=%d devices=%d "
+                    "predicted_s=%.4f planning_s=%.3f", jb->id, jb->epoch, jb->p, jb->ndev,
+                    json_real_value(json_object_get(jb->plan_json, "predicted_iteration_s")), dt);
+        set_state(j, jb, "running", NULL);
+    }
+    plan_in_free(&in);
+}
+
+/* One pass over the jobs: the steps that wait for no device. */
+static void engine_pass(coord_jobs *j)
+{
+    int64_t now = sl_unix_time();
+    for (int i = 0; i < j->njob; i++) {
+        cjob *jb = j->job[i];
+        if (jb->planning)
+            continue;
+        if (!strcmp(jb->state, "checking") && now - jb->created > CHECK_WAIT_S) {
+            char why[200];
+            snprintf(why, sizeof why, "the data owner %s did not check %s within %d s (offline?)",
+                     jb->owner, jb->dataset, CHECK_WAIT_S);
+            set_state(j, jb, "failed", why);
+        } else if (!strcmp(jb->state, "profiling")) {
+            int left = 0;
+            for (int k = 0; k < jb->ncand; k++)
+                left += !jb->cand_result[k];
+            if (left == 0 || now - jb->started > PROFILE_WAIT_S) {
+                engine_plan(j, jb);
+                return; /* the list may have changed while unlocked */
+            }
+        } else if (!strcmp(jb->state, "running") && jb->committed >= jb->steps &&
+                   jb->step >= jb->steps) {
+            set_state(j, jb, "done", NULL);
+        }
+    }
+}
+
+static void *engine_main(void *arg)
+{
+    coord_jobs *j = arg;
+    pthread_mutex_lock(&j->mu);
+    while (!j->stop) {
+        engine_pass(j);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* ---- open and close ---------------------------------------------------------- */
+
+static int load_jobs(coord_jobs *j, sl_err *err)
+{
+    sqlite3 *db = coord_state_db(j->db);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT id, num, state, reason, config, options, owner, dataset,"
+                           " data_info, epoch, plan, plan_sig, step, committed_step, loss, created_at"
+                           " FROM jobs ORDER BY created_at", -1, &st, NULL) != SQLITE_OK)
+        return sl_err_set(err, SL_EIO, "sqlite: %s", sqlite3_errmsg(db));
+    int rc = 0;
+    while (!rc && sqlite3_step(st) == SQLITE_ROW) {
+        cjob *jb = sl_xcalloc(1, sizeof *jb);
+        json_error_t je;
+#define TXT(k) ((const char *)sqlite3_column_text(st, (k)) ? (const char *)sqlite3_column_text(st, (k)) : "")
+        snprintf(jb->id, sizeof jb->id, "%s", TXT(0));
+        jb->num = (uint64_t)sqlite3_column_int64(st, 1);
+        snprintf(jb->state, sizeof jb->state, "%s", TXT(2));
+        snprintf(jb->reason, sizeof jb->reason, "%s", TXT(3));
+        jb->config = sl_xstrdup(TXT(4));
+        jb->opts = json_loads(TXT(5), 0, &je);
+        snprintf(jb->owner, sizeof jb->owner, "%s", TXT(6));
+        snprintf(jb->dataset, sizeof jb->dataset, "%s", TXT(7));
+        jb->data_info = *TXT(8) ? json_loads(TXT(8), 0, &je) : NULL;
+        jb->epoch = sqlite3_column_int(st, 9);
+        const char *plan = TXT(10);
+        jb->step = sqlite3_column_int(st, 12);
+        jb->committed = sqlite3_column_int(st, 13);
+        jb->loss = sqlite3_column_double(st, 14);
+        jb->created = sqlite3_column_int64(st, 15);
+#undef TXT
+        jb->dir = path_of(j->root, jb->id);
+        for (int i = 0; i < ACC_STEPS; i++)
+            jb->acc_step[i] = -1;
+        if (!jb->opts) {
+            sl_log_error("coordinator: job with unreadable options left out", "job=%s", jb->id);
+            job_free(jb);
+            continue;
+        }
+        jb->steps = oint(jb, "steps");
+        jb->batch = oint(jb, "batch");
+        if (jb->data_info)
+            jb->seq = (int)json_integer_value(json_object_get(jb->data_info, "seq_len"));
+        if (*plan) {
+            int n = sqlite3_column_bytes(st, 11);
+            uint8_t *sig = sl_xmalloc((size_t)n + 1);
+            memcpy(sig, sqlite3_column_blob(st, 11), (size_t)n);
+            rc = adopt_plan(jb, sl_xstrdup(plan), sig, (size_t)n, err);
+        }
+        if (!strcmp(jb->state, "planning") || !strcmp(jb->state, "profiling"))
+            snprintf(jb->state, sizeof jb->state, "checking"); /* profiles are not kept */
+        if (job_ended(jb))
+            jb->ended = sqlite3_column_int64(st, 15);
+        j->job = sl_xrealloc(j->job, (size_t)(j->njob + 1) * sizeof *j->job);
+        j->job[j->njob++] = jb;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+coord_jobs *coord_jobs_open(coord *c, sl_err *err)
+{
+    coord_jobs *j = sl_xcalloc(1, sizeof *j);
+    j->c = c;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->root = path_of(c->o.state, "jobs");
+    if (sodium_init() < 0) {
+        sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
+        goto fail;
+    }
+    if (!(j->db = coord_state_open(c->o.state, err)) || db_exec(j, job_schema, err) ||
+        sl_mkdir(j->root, 0700, err) || load_jobs(j, err))
+        goto fail;
+    if (pthread_create(&j->engine, NULL, engine_main, j)) {
+        sl_err_set(err, SL_ENOMEM, "cannot start the job engine");
+        goto fail;
+    }
+    j->running = 1;
+    return j;
+fail:
+    coord_jobs_close(j);
+    return NULL;
+}
+
+void coord_jobs_close(coord_jobs *j)
+{
+    if (!j)
+        return;
+    if (j->running) {
+        pthread_mutex_lock(&j->mu);
+        j->stop = 1;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        pthread_join(j->engine, NULL);
+    }
+    for (int i = 0; i < j->njob; i++)
+        job_free(j->job[i]);
+    free(j->job);
+    for (int i = 0; i < j->ndev; i++) {
+        for (int k = 0; k < j->dev[i].n_datasets; k++)
+            free(j->dev[i].datasets[k]);
+        free(j->dev[i].datasets);
+    }
+    free(j->dev);
+    coord_state_close(j->db);
+    free(j->root);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}

@@ -1,0 +1,1209 @@
+/* dev_job.c - a device's part in federated jobs (dev_job.h). */
+#include "dev_job.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <omp.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bal.h"
+#include "cert.h"
+#include "dev_ckpt.h"
+#include "dev_net.h"
+#include "dev_run.h"
+#include "dev_stagesvc.h"
+#include "dev_unitprof.h"
+#include "skyloom.pb-c.h"
+#include "sl_file.h"
+#include "sl_log.h"
+#include "sl_mem.h"
+#include "sl_time.h"
+
+#define CHUNK (1u << 20)
+#define CALL_MS 30000
+#define MAX_LOCAL 8 /* stages one device holds at most */
+
+/* ---- datasets ------------------------------------------------------------- */
+
+static int name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+int dev_dataset_parse(const char *arg, dev_dataset *d, sl_err *err)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || !name_ok(arg, (size_t)(eq - arg)) || !eq[1] || strlen(eq + 1) >= sizeof d->path)
+        return sl_err_set(err, SL_EINVAL, "--data %.80s: expected NAME=PATH with NAME of 1..64 "
+                          "letters, digits, '.', '_' or '-'", arg);
+    snprintf(d->name, sizeof d->name, "%.*s", (int)(eq - arg), arg);
+    snprintf(d->path, sizeof d->path, "%s", eq + 1);
+    return 0;
+}
+
+/* ---- state ------------------------------------------------------------------ */
+
+typedef struct upload_item {
+    struct upload_item *next;
+    int step;
+    char dir[4200];
+    char name[3][96];
+    int n;
+} upload_item;
+
+typedef struct job_rt {
+    struct dev_jobs *js;
+    char job[24];
+    uint32_t epoch;
+    pthread_t thread;
+    int finished;          /* the thread is done (joinable) */
+    int refs;              /* Exchange handlers inside the net */
+    dev_net *net;
+    int stop;
+    struct job_rt *next;
+} job_rt;
+
+typedef struct side_job {  /* a check or profile in progress or done */
+    char key[64];
+    pthread_t thread;
+    int finished, ok;
+    struct dev_jobs *js;
+    dev_task t;
+    struct side_job *next;
+} side_job;
+
+struct dev_jobs {
+    dev_jobs_opts o;
+    dev_dataset *datasets;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_rt *runs;
+    side_job *side;
+    int closing;
+};
+
+static rpc_channel *channel(dev_jobs *js, sl_err *err) { return dev_agent_channel_new(js->o.agent, err); }
+static const char *self(dev_jobs *js) { return dev_agent_id(js->o.agent); }
+static const char *state_dir(dev_jobs *js) { return dev_agent_state_dir(js->o.agent); }
+
+static void report_task(dev_jobs *js, rpc_channel *ch, const dev_task *t, int ok, const char *reason,
+                        const char *result)
+{
+    Skyloom__V1__ReportTaskRequest r = SKYLOOM__V1__REPORT_TASK_REQUEST__INIT;
+    r.device_id = (char *)self(js);
+    r.job_id = (char *)t->job;
+    r.kind = (char *)t->kind;
+    r.epoch = t->epoch;
+    r.ok = ok;
+    r.reason = (char *)(reason ? reason : "");
+    r.result = (char *)(result ? result : "");
+    Skyloom__V1__ReportTaskResponse *resp = NULL;
+    rpc_status st = {0};
+    int code = rpc_call_pb(ch, RPC_M_REPORT_TASK, &r, &skyloom__v1__report_task_response__descriptor,
+                           (void **)&resp, CALL_MS, &st);
+    if (code != RPC_OK)
+        sl_log_warn("device: report failed", "job=%s kind=%s code=%s reason=\"%s\"", t->job,
+                    t->kind, rpc_code_name(code), st.details);
+    rpc_unpacked_free(resp);
+}
+
+static const dev_dataset *dataset(dev_jobs *js, const char *name)
+{
+    for (int i = 0; i < js->o.n_datasets; i++)
+        if (!strcmp(js->datasets[i].name, name))
+            return &js->datasets[i];
+    return NULL;
+}
+
+/* ---- check ------------------------------------------------------------------ */
+
+static dev_feed_opts feed_opts(json_t *o)
+{
+    dev_feed_opts fo = {
+        .batch = (int)json_integer_value(json_object_get(o, "batch")),
+        .first = (uint64_t)json_integer_value(json_object_get(o, "first")),
+        .sequences = (uint64_t)json_integer_value(json_object_get(o, "sequences")),
+        .shuffle = json_object_get(o, "shuffle") ? json_is_true(json_object_get(o, "shuffle")) : 1,
+        .seed = (uint64_t)json_integer_value(json_object_get(o, "seed")),
+        .mask_prob = json_object_get(o, "mask_prob") ? (float)json_number_value(json_object_get(o, "mask_prob")) : 0.15f,
+    };
+    if (fo.batch < 1)
+        fo.batch = 1;
+    return fo;
+}
+
+static int config_of(json_t *cfg, dev_config *c, sl_err *err)
+{
+    char *text = cfg ? json_dumps(cfg, JSON_COMPACT) : NULL;
+    int rc = text ? dev_config_parse(c, text, err) : sl_err_set(err, SL_EINVAL, "no config");
+    free(text);
+    return rc;
+}
+
+static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
+{
+    json_error_t je;
+    json_t *spec = json_loads(t->spec, 0, &je);
+    int rc = -1;
+    dev_feed *f = NULL;
+    const char *name = json_string_value(json_object_get(spec, "dataset"));
+    const dev_dataset *d = name ? dataset(js, name) : NULL;
+    dev_config c;
+    if (!spec || !name) {
+        sl_err_set(err, SL_EINVAL, "malformed check task");
+    } else if (!d) {
+        sl_err_set(err, SL_EINVAL, "this device serves no dataset '%.64s' (it serves only what "
+                   "--data names)", name);
+    } else if (!config_of(json_object_get(spec, "config"), &c, err)) {
+        dev_feed_opts fo = feed_opts(spec);
+        if ((f = dev_feed_open(d->path, &c, &fo, err))) {
+            const dev_order *o = dev_feed_order(f);
+            json_t *r = json_pack("{s:I, s:i, s:I, s:I}", "sequences", (json_int_t)o->count,
+                                  "seq_len", dev_feed_seq_len(f), "first", (json_int_t)o->first,
+                                  "vocab_size", (json_int_t)c.vocab);
+            *result = json_dumps(r, JSON_COMPACT);
+            json_decref(r);
+            rc = 0;
+        }
+    }
+    dev_feed_close(f);
+    json_decref(spec);
+    return rc;
+}
+
+/* ---- profile ---------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* RTT (64-byte pings) and bandwidth (payload pings, both ways) to a peer;
+ * medians of a few. */
+static int measure_link(dev_jobs *js, const char *peer, const char *addr, size_t bytes, double *rtt,
+                        double *bw)
+{
+    sl_err err = {0};
+    rpc_channel *ch = dev_stagesvc_connect(state_dir(js), addr, peer, bytes + 4096, &err);
+    if (!ch)
+        return -1;
+    uint8_t *buf = sl_xcalloc(bytes ? bytes : 1, 1);
+    double r[7], b[5];
+    int ok = 1;
+    rpc_status st;
+    ok = dev_stagesvc_ping(ch, self(js), buf, 64, 5000, &st) == RPC_OK; /* warm the connection */
+    for (int i = 0; ok && i < 7; i++) {
+        double t0 = sl_now_s();
+        ok = dev_stagesvc_ping(ch, self(js), buf, 64, 5000, &st) == RPC_OK;
+        r[i] = sl_now_s() - t0;
+    }
+    for (int i = 0; ok && i < 5; i++) {
+        double t0 = sl_now_s();
+        ok = dev_stagesvc_ping(ch, self(js), buf, bytes, 10000, &st) == RPC_OK;
+        b[i] = sl_now_s() - t0;
+    }
+    if (ok) {
+        qsort(r, 7, sizeof *r, cmp_double);
+        qsort(b, 5, sizeof *b, cmp_double);
+        *rtt = r[3];
+        double t = b[2] - r[3];
+        *bw = 2.0 * (double)bytes / (t > 1e-6 ? t : 1e-6);
+    }
+    free(buf);
+    rpc_channel_destroy(ch);
+    return ok ? 0 : -1;
+}
+
+static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
+{
+    json_error_t je;
+    json_t *spec = json_loads(t->spec, 0, &je);
+    dev_config c;
+    int rc = -1;
+    int bm = (int)json_integer_value(json_object_get(spec, "micro_batch"));
+    int T = (int)json_integer_value(json_object_get(spec, "seq"));
+    size_t bytes = (size_t)json_integer_value(json_object_get(spec, "ping_bytes"));
+    if (!spec || config_of(json_object_get(spec, "config"), &c, err)) {
+        json_decref(spec);
+        return -1;
+    }
+    int U = dev_unit_count(&c);
+    double *fwd = sl_xcalloc((size_t)U, sizeof *fwd), *bwd = sl_xcalloc((size_t)U, sizeof *bwd);
+    omp_set_num_threads(js->o.threads);
+    if (bytes > (16u << 20))
+        bytes = 16u << 20;
+    if (!dev_unit_times(&c, bm, T, NULL, 5, fwd, bwd, err)) {
+        json_t *f = json_array(), *b = json_array(), *links = json_array();
+        for (int u = 0; u < U; u++) {
+            json_array_append_new(f, json_real(fwd[u]));
+            json_array_append_new(b, json_real(bwd[u]));
+        }
+        size_t i;
+        json_t *p;
+        json_array_foreach(json_object_get(spec, "peers"), i, p) {
+            const char *id = json_string_value(json_object_get(p, "id"));
+            const char *addr = json_string_value(json_object_get(p, "address"));
+            double rtt, bw;
+            if (!id || !addr || !strcmp(id, self(js)) || !cert_valid_device_id(id))
+                continue;
+            if (measure_link(js, id, addr, bytes, &rtt, &bw) == 0)
+                json_array_append_new(links, json_pack("{s:s, s:f, s:f}", "peer", id, "rtt_s", rtt,
+                                                       "bandwidth_Bps", bw));
+            else
+                sl_log_warn("device: link not measured", "peer=%s address=%s", id, addr);
+        }
+        json_t *r = json_pack("{s:o, s:o, s:I, s:i, s:s, s:o}", "unit_fwd_s", f, "unit_bwd_s", b,
+                              "memory_bytes", (json_int_t)js->o.memory_bytes, "threads",
+                              js->o.threads, "backend", "cpu", "links", links);
+        *result = json_dumps(r, JSON_COMPACT);
+        json_decref(r);
+        rc = 0;
+    }
+    free(fwd);
+    free(bwd);
+    json_decref(spec);
+    return rc;
+}
+
+static void *side_main(void *arg)
+{
+    side_job *s = arg;
+    dev_jobs *js = s->js;
+    sl_err err = {0};
+    char *result = NULL;
+    int rc = !strcmp(s->t.kind, "check") ? do_check(js, &s->t, &result, &err)
+                                          : do_profile(js, &s->t, &result, &err);
+    rpc_channel *ch = channel(js, &err);
+    if (ch) {
+        report_task(js, ch, &s->t, rc == 0, rc ? err.msg : NULL, result);
+        rpc_channel_destroy(ch);
+    }
+    if (rc)
+        sl_log_warn("device: task refused", "job=%s kind=%s reason=\"%s\"", s->t.job, s->t.kind, err.msg);
+    else
+        sl_log_info("device: task done", "job=%s kind=%s", s->t.job, s->t.kind);
+    free(result);
+    pthread_mutex_lock(&js->mu);
+    s->finished = 1;
+    s->ok = ch != NULL;
+    pthread_mutex_unlock(&js->mu);
+    return NULL;
+}
+
+/* ---- run: the plan ---------------------------------------------------------- */
+
+typedef struct run_ctx {
+    dev_jobs *js;
+    job_rt *rt;
+    rpc_channel *ch;
+    json_t *plan;
+    dev_config cfg;
+    int p, steps, start, every, batch, T, micro, threads;
+    uint64_t num;
+    int local[MAX_LOCAL], nlocal;
+    dev_net_stage *stages;
+    dev_net *net;
+    dev_stage *st[MAX_LOCAL];
+    dev_pipe *pipe[MAX_LOCAL];
+    dev_feed *feed;
+    dev_optim opt;
+    int kind;
+    char dir[4096];        /* state/jobs/JOB */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int at_barrier, barrier_gen;
+    int failed;
+    char why[512];
+    /* uploads */
+    upload_item *uh, *ut;
+    int uploading, upload_stop;
+    pthread_t uploader;
+    int has_uploader;
+} run_ctx;
+
+static void run_fail(run_ctx *r, const char *why)
+{
+    pthread_mutex_lock(&r->mu);
+    if (!r->failed) {
+        r->failed = 1;
+        snprintf(r->why, sizeof r->why, "%s", why);
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (r->net)
+        dev_net_abort(r->net, why);
+}
+
+static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
+{
+    Skyloom__V1__GetPlanRequest q = SKYLOOM__V1__GET_PLAN_REQUEST__INIT;
+    q.device_id = (char *)self(r->js);
+    q.job_id = (char *)t->job;
+    Skyloom__V1__SignedPlan *sp = NULL;
+    rpc_status st = {0};
+    int code = rpc_call_pb(r->ch, RPC_M_GET_PLAN, &q, &skyloom__v1__signed_plan__descriptor,
+                           (void **)&sp, CALL_MS, &st);
+    if (code != RPC_OK)
+        return sl_err_set(err, SL_EIO, "fetching the plan: %s: %s", rpc_code_name(code), st.details);
+    char *ca = NULL, *path = NULL;
+    size_t ca_len = 0;
+    dev_identity_files f;
+    int rc = dev_identity_files_init(&f, state_dir(r->js), err) ||
+             sl_read_file(f.ca, 1 << 20, &ca, &ca_len, err) ||
+             cert_verify_signed(ca, ca_len, (const char *)sp->coordinator_cert.data,
+                                sp->coordinator_cert.len, sp->plan.data, sp->plan.len,
+                                sp->signature.data, sp->signature.len, err);
+    if (rc)
+        sl_err_wrap(err, "the plan of job %s is refused", t->job);
+    json_error_t je;
+    if (!rc && !(r->plan = json_loadb((const char *)sp->plan.data, sp->plan.len, 0, &je)))
+        rc = sl_err_set(err, SL_ECORRUPT, "the plan of job %s does not parse: %s", t->job, je.text);
+    if (!rc && ((uint32_t)json_integer_value(json_object_get(r->plan, "epoch")) != t->epoch ||
+                strcmp(json_string_value(json_object_get(r->plan, "job")) ?: "", t->job)))
+        rc = sl_err_set(err, SL_ESTATE, "the plan is of another job or epoch than the task (%u)",
+                        t->epoch);
+    free(ca);
+    free(path);
+    rpc_unpacked_free(sp);
+    return rc;
+}
+
+static int hexkey(const char *hex, uint8_t out[32])
+{
+    if (!hex || strlen(hex) != 64)
+        return -1;
+    for (int i = 0; i < 32; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+static int codec_of(const char *s, double *frac)
+{
+    *frac = 0;
+    if (s && !strncmp(s, "topk:", 5)) {
+        *frac = strtod(s + 5, NULL);
+        return DEV_CODEC_TOPK;
+    }
+    return s ? dev_codec_parse(s) : -1;
+}
+
+/* The plan's numbers and this device's stages. */
+static int read_plan(run_ctx *r, sl_err *err)
+{
+    json_t *pl = r->plan, *o = json_object_get(pl, "options");
+    if (config_of(json_object_get(pl, "config"), &r->cfg, err))
+        return sl_err_wrap(err, "plan");
+    r->num = (uint64_t)json_integer_value(json_object_get(pl, "job_num"));
+    r->steps = (int)json_integer_value(json_object_get(pl, "steps"));
+    r->start = (int)json_integer_value(json_object_get(pl, "start_step"));
+    r->every = (int)json_integer_value(json_object_get(pl, "checkpoint_every"));
+    r->batch = (int)json_integer_value(json_object_get(pl, "batch"));
+    r->T = (int)json_integer_value(json_object_get(pl, "seq"));
+    r->micro = (int)json_integer_value(json_object_get(pl, "micro_batches"));
+    json_t *st = json_object_get(pl, "stages");
+    r->p = (int)json_array_size(st);
+    if (r->p < 1 || r->steps < 1 || r->start < 1 || r->batch < 1 || r->micro < 1 ||
+        r->batch % r->micro || r->T < 1 || !o)
+        return sl_err_set(err, SL_ECORRUPT, "the plan's numbers are out of range");
+    r->stages = sl_xcalloc((size_t)r->p, sizeof *r->stages);
+    int next_unit = 0;
+    for (int i = 0; i < r->p; i++) {
+        json_t *s = json_array_get(st, (size_t)i);
+        const char *dev = json_string_value(json_object_get(s, "device"));
+        const char *addr = json_string_value(json_object_get(s, "address"));
+        int a = (int)json_integer_value(json_object_get(s, "first_unit"));
+        int b = (int)json_integer_value(json_object_get(s, "last_unit"));
+        if (!dev || !addr || strlen(dev) >= sizeof r->stages[i].device ||
+            strlen(addr) >= sizeof r->stages[i].address ||
+            hexkey(json_string_value(json_object_get(s, "link_key")), r->stages[i].link_key) ||
+            a != next_unit || b < a)
+            return sl_err_set(err, SL_ECORRUPT, "plan stage %d is malformed", i);
+        next_unit = b + 1;
+        snprintf(r->stages[i].device, sizeof r->stages[i].device, "%s", dev);
+        snprintf(r->stages[i].address, sizeof r->stages[i].address, "%s", addr);
+        if (!strcmp(dev, self(r->js))) {
+            if (r->nlocal == MAX_LOCAL)
+                return sl_err_set(err, SL_EINVAL, "more than %d stages on one device", MAX_LOCAL);
+            r->local[r->nlocal++] = i;
+        }
+    }
+    if (next_unit != dev_unit_count(&r->cfg) || r->nlocal == 0)
+        return sl_err_set(err, SL_ECORRUPT, "the plan's stages do not cover the model, or none is "
+                          "this device's");
+    const char *opt = json_string_value(json_object_get(o, "optimizer"));
+    r->kind = opt && !strcmp(opt, "lamb") ? DEV_OPT_LAMB : DEV_OPT_ADAMW;
+    dev_optim_for_run(&r->opt, r->kind, json_number_value(json_object_get(o, "lr")),
+                      json_number_value(json_object_get(o, "weight_decay")),
+                      json_number_value(json_object_get(o, "clip")), r->steps,
+                      (int)json_integer_value(json_object_get(o, "warmup")));
+    r->threads = r->js->o.threads / r->nlocal > 0 ? r->js->o.threads / r->nlocal : 1;
+    return 0;
+}
+
+static int open_net(run_ctx *r, sl_err *err)
+{
+    json_t *pl = r->plan;
+    double frac;
+    int ca = codec_of(json_string_value(json_object_get(pl, "codec_act")), &frac);
+    int cg = codec_of(json_string_value(json_object_get(pl, "codec_grad")), &frac);
+    if (ca < 0 || cg < 0 || ca == DEV_CODEC_TOPK)
+        return sl_err_set(err, SL_EINVAL, "the plan's codecs are unknown");
+    int Bm = r->batch / r->micro;
+    dev_net_cfg nc = {
+        .job = r->num,
+        .epoch = (uint32_t)json_integer_value(json_object_get(pl, "epoch")),
+        .stages = r->p,
+        .stage = r->stages,
+        .self_id = self(r->js),
+        .self_kp = r->js->o.link_kp,
+        .state = state_dir(r->js),
+        .codec_act = ca,
+        .codec_grad = cg,
+        .topk = frac,
+        .sealed = json_is_true(json_object_get(pl, "sealed")),
+        .depth = r->micro,
+        .act_floats = (size_t)Bm * r->T * r->cfg.hidden,
+        .mask_ints = (size_t)Bm * r->T,
+        .label_ints = (size_t)r->batch * r->T,
+        .tied_floats = (size_t)r->cfg.vocab * r->cfg.hidden,
+        .gather_max = 4096,
+    };
+    if (!(r->net = dev_net_open(&nc, err)))
+        return -1;
+    pthread_mutex_lock(&r->js->mu);
+    r->rt->net = r->net;
+    pthread_mutex_unlock(&r->js->mu);
+    return dev_net_start(r->net, err);
+}
+
+static int open_stages(run_ctx *r, sl_err *err)
+{
+    json_t *pl = r->plan, *o = json_object_get(pl, "options"), *st = json_object_get(pl, "stages");
+    const char *sched = json_string_value(json_object_get(pl, "schedule"));
+    unsigned flags = (json_is_true(json_object_get(o, "recompute")) ? DEV_STAGE_RECOMPUTE : 0) |
+                     (json_is_true(json_object_get(o, "recompute_attention")) ? DEV_STAGE_RECOMPUTE_ATTN : 0) |
+                     (!strcmp(json_string_value(json_object_get(o, "optim_state")) ?: "", "bf16")
+                          ? DEV_STAGE_BF16_STATE : 0);
+    uint64_t seed = (uint64_t)json_integer_value(json_object_get(o, "seed"));
+    for (int k = 0; k < r->nlocal; k++) {
+        int i = r->local[k];
+        json_t *s = json_array_get(st, (size_t)i);
+        dev_pipe_cfg pc = {.stages = r->p, .index = i, .schedule = bal_schedule_parse(sched ?: ""),
+                           .warmup = (int)json_integer_value(json_object_get(s, "warmup")),
+                           .B = r->batch, .T = r->T, .micro = r->micro, .seed = seed};
+        if (pc.schedule < 0)
+            return sl_err_set(err, SL_EINVAL, "the plan's schedule is unknown");
+        int slots = dev_pipe_slots(&pc);
+        if (slots < 1)
+            return sl_err_set(err, SL_EINVAL, "stage %d: a schedule without slots", i);
+        if (!(r->st[k] = dev_stage_create(&r->cfg, (int)json_integer_value(json_object_get(s, "first_unit")),
+                                          (int)json_integer_value(json_object_get(s, "last_unit")),
+                                          r->batch / r->micro, r->T, slots, seed, NULL, flags, err)) ||
+            !(r->pipe[k] = dev_pipe_create(r->st[k], &pc, dev_net_port(r->net, i), err)))
+            return sl_err_wrap(err, "stage %d", i);
+    }
+    return 0;
+}
+
+/* ---- run: files to and from the coordinator -------------------------------- */
+
+static int fetch_file(run_ctx *r, const char *name, int step, const char *to, sl_err *err)
+{
+    FILE *f = fopen(to, "wb");
+    if (!f)
+        return sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+    uint64_t off = 0, size = 1;
+    int rc = 0;
+    while (!rc && off < size) {
+        Skyloom__V1__FetchFileRequest q = SKYLOOM__V1__FETCH_FILE_REQUEST__INIT;
+        q.device_id = (char *)self(r->js);
+        q.job_id = r->rt->job;
+        q.step = (uint32_t)step;
+        q.name = (char *)name;
+        q.offset = off;
+        q.max_bytes = 4u << 20;
+        Skyloom__V1__FetchFileResponse *resp = NULL;
+        rpc_status st = {0};
+        int code = rpc_call_pb(r->ch, RPC_M_FETCH_FILE, &q, &skyloom__v1__fetch_file_response__descriptor,
+                               (void **)&resp, CALL_MS, &st);
+        if (code != RPC_OK)
+            rc = sl_err_set(err, SL_EIO, "fetching %s: %s: %s", name, rpc_code_name(code), st.details);
+        else if (resp->data.len == 0 && resp->size > off)
+            rc = sl_err_set(err, SL_EIO, "fetching %s: an empty piece", name);
+        else if (fwrite(resp->data.data, 1, resp->data.len, f) != resp->data.len)
+            rc = sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+        if (!rc) {
+            size = resp->size;
+            off += resp->data.len;
+        }
+        rpc_unpacked_free(resp);
+    }
+    if (fclose(f) && !rc)
+        rc = sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+    return rc;
+}
+
+/* The names of a committed step's files (0: the latest); 0 files when there
+ * is none. */
+static int list_files(run_ctx *r, int step, char ***names, int *n, int *got_step, sl_err *err)
+{
+    Skyloom__V1__FetchFileRequest q = SKYLOOM__V1__FETCH_FILE_REQUEST__INIT;
+    q.device_id = (char *)self(r->js);
+    q.job_id = r->rt->job;
+    q.step = (uint32_t)step;
+    q.name = "";
+    Skyloom__V1__FetchFileResponse *resp = NULL;
+    rpc_status st = {0};
+    *n = 0;
+    *names = NULL;
+    int code = rpc_call_pb(r->ch, RPC_M_FETCH_FILE, &q, &skyloom__v1__fetch_file_response__descriptor,
+                           (void **)&resp, CALL_MS, &st);
+    if (code == RPC_NOT_FOUND)
+        return 0;
+    if (code != RPC_OK)
+        return sl_err_set(err, SL_EIO, "listing the checkpoint: %s: %s", rpc_code_name(code), st.details);
+    *names = sl_xcalloc(resp->n_names + 1, sizeof **names);
+    for (size_t i = 0; i < resp->n_names; i++)
+        (*names)[(*n)++] = sl_xstrdup(resp->names[i]);
+    *got_step = (int)resp->step;
+    rpc_unpacked_free(resp);
+    return 0;
+}
+
+static void names_free(char **v, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+}
+
+/* Weights to start from: the committed checkpoint (any cut loads from any
+ * cut), or the job's initial model, or the seed's initialisation. */
+static int restore(run_ctx *r, sl_err *err)
+{
+    char **names = NULL;
+    int n = 0, step = 0, want = r->start - 1;
+    if (list_files(r, want, &names, &n, &step, err))
+        return -1;
+    int rc = 0;
+    if (n == 0 && want > 0)
+        rc = sl_err_set(err, SL_ESTATE, "the plan starts at step %d but step %d is not committed",
+                        r->start, want);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/restore-%d", r->dir, want);
+    rm_tree(dir);
+    if (!rc && n > 0)
+        rc = sl_mkdir(dir, 0700, err);
+    for (int i = 0; !rc && i < n; i++) {
+        char to[4400];
+        snprintf(to, sizeof to, "%s/%s", dir, names[i]);
+        rc = fetch_file(r, names[i], want, to, err);
+    }
+    for (int k = 0; !rc && n > 0 && k < r->nlocal; k++) {
+        if (want == 0) {
+            char m[4400];
+            snprintf(m, sizeof m, "%s/model.safetensors", dir);
+            rc = dev_ckpt_load_model(r->st[k], m, err);
+        } else {
+            rc = dev_ckpt_load(r->st[k], r->kind, dir, err);
+        }
+    }
+    if (!rc && n > 0 && want > 0 && r->feed)
+        rc = dev_feed_check_record(r->feed, dir, err);
+    if (!rc && n > 0)
+        sl_log_info("device: restored", "job=%s step=%d files=%d", r->rt->job, want, n);
+    rm_tree(dir);
+    names_free(names, n);
+    return rc;
+}
+
+static int upload_file(run_ctx *r, const upload_item *u, const char *name, sl_err *err)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", u->dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return sl_err_set(err, SL_EIO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    fstat(fileno(f), &sb);
+    uint64_t size = (uint64_t)sb.st_size, off = 0;
+    uint8_t *buf = sl_xmalloc(CHUNK);
+    crypto_generichash_state hs;
+    crypto_generichash_init(&hs, NULL, 0, 32);
+    int rc = 0;
+    json_t *pl = r->plan;
+    do {
+        size_t k = fread(buf, 1, CHUNK, f);
+        crypto_generichash_update(&hs, buf, k);
+        uint8_t sum[32];
+        int last = off + k >= size;
+        if (last)
+            crypto_generichash_final(&hs, sum, sizeof sum);
+        Skyloom__V1__UploadChunkRequest q = SKYLOOM__V1__UPLOAD_CHUNK_REQUEST__INIT;
+        q.device_id = (char *)self(r->js);
+        q.job_id = r->rt->job;
+        q.epoch = (uint32_t)json_integer_value(json_object_get(pl, "epoch"));
+        q.step = (uint32_t)u->step;
+        q.name = (char *)name;
+        q.offset = off;
+        q.data.data = buf;
+        q.data.len = k;
+        q.last = last;
+        q.size = size;
+        q.blake2b.data = last ? sum : NULL;
+        q.blake2b.len = last ? 32 : 0;
+        Skyloom__V1__UploadChunkResponse *resp = NULL;
+        rpc_status st = {0};
+        int code = rpc_call_pb(r->ch, RPC_M_UPLOAD_CHUNK, &q,
+                               &skyloom__v1__upload_chunk_response__descriptor, (void **)&resp,
+                               CALL_MS, &st);
+        if (code != RPC_OK)
+            rc = sl_err_set(err, SL_EIO, "uploading %s of step %d: %s: %s", name, u->step,
+                            rpc_code_name(code), st.details);
+        else if (resp->committed)
+            sl_log_info("device: step committed", "job=%s step=%d", r->rt->job, u->step);
+        rpc_unpacked_free(resp);
+        off += k;
+        if (!last && k == 0)
+            rc = sl_err_set(err, SL_EIO, "%s: shorter than it was", path);
+        if (last)
+            break;
+    } while (!rc);
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+static void *uploader_main(void *arg)
+{
+    run_ctx *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        while (!r->uh && !r->upload_stop)
+            pthread_cond_wait(&r->cv, &r->mu);
+        upload_item *u = r->uh;
+        if (u) {
+            r->uh = u->next;
+            if (!r->uh)
+                r->ut = NULL;
+            r->uploading = 1;
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (!u)
+            return NULL;
+        sl_err err = {0};
+        int rc = 0;
+        double t0 = sl_now_s();
+        for (int i = 0; i < u->n && !rc; i++)
+            rc = upload_file(r, u, u->name[i], &err);
+        if (rc)
+            run_fail(r, err.msg);
+        else
+            sl_log_info("device: checkpoint part uploaded", "job=%s step=%d seconds=%.3f",
+                        r->rt->job, u->step, sl_now_s() - t0);
+        rm_tree(u->dir);
+        free(u);
+        pthread_mutex_lock(&r->mu);
+        r->uploading = 0;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+/* This device's part of step `step`: written now (the local stages wait at
+ * the barrier), uploaded by the uploader thread. */
+static int write_part(run_ctx *r, int step, sl_err *err)
+{
+    upload_item *u = sl_xcalloc(1, sizeof *u);
+    u->step = step;
+    snprintf(u->dir, sizeof u->dir, "%s/part-%d", r->dir, step);
+    rm_tree(u->dir);
+    dev_ckpt_file files[2];
+    double t0 = sl_now_s();
+    int rc = sl_mkdir(u->dir, 0700, err) ||
+             dev_ckpt_write_part(r->st, r->nlocal, r->kind, u->dir, self(r->js), files, err);
+    if (!rc) {
+        snprintf(u->name[0], sizeof u->name[0], "%s", files[0].name);
+        snprintf(u->name[1], sizeof u->name[1], "%s", files[1].name);
+        u->n = 2;
+        if (r->feed) {
+            rc = dev_feed_write_record(r->feed, u->dir, err);
+            snprintf(u->name[u->n++], sizeof u->name[0], "data.json");
+        }
+    }
+    if (rc) {
+        free(u);
+        return -1;
+    }
+    sl_log_debug("device: checkpoint part written", "job=%s step=%d seconds=%.3f", r->rt->job,
+                 step, sl_now_s() - t0);
+    pthread_mutex_lock(&r->mu);
+    if (r->ut)
+        r->ut->next = u;
+    else
+        r->uh = u;
+    r->ut = u;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* ---- run: the stages ----------------------------------------------------- */
+
+static int report_step(run_ctx *r, int k, int step, const dev_step_info *info, int *stop)
+{
+    dev_pipe_times t;
+    dev_pipe_times_get(r->pipe[k], &t);
+    dev_net_bytes b;
+    dev_net_take_bytes(r->net, r->local[k], &b);
+    Skyloom__V1__ReportStepRequest q = SKYLOOM__V1__REPORT_STEP_REQUEST__INIT;
+    q.device_id = (char *)self(r->js);
+    q.job_id = r->rt->job;
+    q.epoch = (uint32_t)json_integer_value(json_object_get(r->plan, "epoch"));
+    q.stage = (uint32_t)r->local[k];
+    q.step = (uint32_t)step;
+    q.loss = info->loss;
+    q.grad_norm = info->grad_norm;
+    q.lr = info->lr;
+    q.masked = (uint32_t)info->masked;
+    q.fwd_s = t.fwd_s;
+    q.bwd_s = t.bwd_s;
+    q.recv_s = t.recv_s;
+    q.send_s = t.send_s;
+    q.finish_s = t.finish_s;
+    q.step_s = t.step_s;
+    q.raw_bytes = b.raw_down;
+    q.wire_bytes = b.wire_down;
+    q.raw_bytes_up = b.raw_up;
+    q.wire_bytes_up = b.wire_up;
+    Skyloom__V1__ReportStepResponse *resp = NULL;
+    rpc_status st = {0};
+    int code = rpc_call_pb(r->ch, RPC_M_REPORT_STEP, &q, &skyloom__v1__report_step_response__descriptor,
+                           (void **)&resp, CALL_MS, &st);
+    if (code == RPC_OK && resp->stop)
+        *stop = 1;
+    rpc_unpacked_free(resp);
+    if (code != RPC_OK)
+        sl_log_warn("device: step report failed", "job=%s step=%d code=%s reason=\"%s\"",
+                    r->rt->job, step, rpc_code_name(code), st.details);
+    return 0;
+}
+
+/* The local stages meet after a checkpoint step; the last to arrive writes
+ * the part of all of them. */
+static int barrier(run_ctx *r, int step, sl_err *err)
+{
+    pthread_mutex_lock(&r->mu);
+    int gen = r->barrier_gen, rc = 0;
+    if (++r->at_barrier == r->nlocal) {
+        pthread_mutex_unlock(&r->mu);
+        rc = write_part(r, step, err);
+        pthread_mutex_lock(&r->mu);
+        r->at_barrier = 0;
+        r->barrier_gen++;
+        pthread_cond_broadcast(&r->cv);
+    } else {
+        while (r->barrier_gen == gen && !r->failed)
+            pthread_cond_wait(&r->cv, &r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+typedef struct stage_arg {
+    run_ctx *r;
+    int k;
+} stage_arg;
+
+static void *stage_main(void *arg)
+{
+    stage_arg *a = arg;
+    run_ctx *r = a->r;
+    int k = a->k, i = r->local[k];
+    omp_set_num_threads(r->threads);
+    sl_err err = {0};
+    for (int step = r->start; step <= r->steps; step++) {
+        pthread_mutex_lock(&r->mu);
+        int failed = r->failed;
+        pthread_mutex_unlock(&r->mu);
+        if (failed)
+            break;
+        dev_batch b, *bp = NULL;
+        if (i == 0) {
+            if (dev_feed_batch(r->feed, step, &b, &err)) {
+                run_fail(r, err.msg);
+                break;
+            }
+            bp = &b;
+        }
+        dev_step_info info;
+        if (dev_pipe_step(r->pipe[k], bp, &r->opt, &info, &err)) {
+            char why[600];
+            snprintf(why, sizeof why, "step %d: %.560s", step, err.msg);
+            run_fail(r, why);
+            break;
+        }
+        int stop = 0;
+        report_step(r, k, step, &info, &stop);
+        if (stop) {
+            run_fail(r, "the coordinator stopped the job");
+            break;
+        }
+        if ((r->every > 0 && step % r->every == 0) || step == r->steps) {
+            if (barrier(r, step, &err)) {
+                run_fail(r, err.msg);
+                break;
+            }
+        }
+    }
+    return NULL;
+}
+
+static void run_free(run_ctx *r)
+{
+    if (r->has_uploader) {
+        pthread_mutex_lock(&r->mu);
+        r->upload_stop = 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->uploader, NULL);
+    }
+    while (r->uh) {
+        upload_item *u = r->uh;
+        r->uh = u->next;
+        free(u);
+    }
+    for (int k = 0; k < r->nlocal; k++) {
+        dev_pipe_free(r->pipe[k]);
+        dev_stage_free(r->st[k]);
+    }
+    dev_feed_close(r->feed);
+    json_decref(r->plan);
+    free(r->stages);
+    if (r->ch)
+        rpc_channel_destroy(r->ch);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+}
+
+/* Takes the net away from new Exchange handlers and waits for the ones in it. */
+static void release_net(run_ctx *r)
+{
+    if (!r->net)
+        return;
+    dev_jobs *js = r->js;
+    dev_net_abort(r->net, "the job ended here");
+    pthread_mutex_lock(&js->mu);
+    r->rt->net = NULL;
+    while (r->rt->refs > 0)
+        pthread_cond_wait(&js->cv, &js->mu);
+    pthread_mutex_unlock(&js->mu);
+    dev_net_free(r->net);
+    r->net = NULL;
+}
+
+static int run_job(run_ctx *r, const dev_task *t, sl_err *err)
+{
+    snprintf(r->dir, sizeof r->dir, "%s/jobs", state_dir(r->js));
+    if (sl_mkdir(r->dir, 0700, err))
+        return -1;
+    snprintf(r->dir, sizeof r->dir, "%s/jobs/%s", state_dir(r->js), t->job);
+    if (sl_mkdir(r->dir, 0700, err) || !(r->ch = channel(r->js, err)) || fetch_plan(r, t, err) ||
+        read_plan(r, err) || open_net(r, err) || open_stages(r, err))
+        return -1;
+    if (r->local[0] == 0) { /* the data owner feeds stage 0 */
+        json_t *data = json_object_get(r->plan, "data");
+        const char *name = json_string_value(json_object_get(data, "dataset"));
+        const dev_dataset *d = name ? dataset(r->js, name) : NULL;
+        dev_feed_opts fo = feed_opts(json_object_get(r->plan, "options"));
+        if (!d)
+            return sl_err_set(err, SL_EINVAL, "stage 0 is this device's but it serves no dataset "
+                              "'%.64s'", name ? name : "?");
+        if (!(r->feed = dev_feed_open(d->path, &r->cfg, &fo, err)))
+            return -1;
+        if (dev_feed_seq_len(r->feed) != r->T)
+            return sl_err_set(err, SL_ESTATE, "the dataset's sequences are %d tokens, the plan's %d",
+                              dev_feed_seq_len(r->feed), r->T);
+    }
+    if (restore(r, err))
+        return -1;
+    if (pthread_create(&r->uploader, NULL, uploader_main, r))
+        return sl_err_set(err, SL_ENOMEM, "cannot start the uploader");
+    r->has_uploader = 1;
+    sl_log_info("device: job running", "job=%s epoch=%u stages=%d local=%d start=%d steps=%d",
+                t->job, t->epoch, r->p, r->nlocal, r->start, r->steps);
+    pthread_t th[MAX_LOCAL];
+    stage_arg args[MAX_LOCAL];
+    int started = 0;
+    for (int k = 0; k < r->nlocal; k++) {
+        args[k] = (stage_arg){r, k};
+        if (pthread_create(&th[k], NULL, stage_main, &args[k])) {
+            run_fail(r, "cannot start a stage thread");
+            break;
+        }
+        started++;
+    }
+    for (int k = 0; k < started; k++)
+        pthread_join(th[k], NULL);
+    /* the last part must be uploaded before the job is done here */
+    pthread_mutex_lock(&r->mu);
+    while (!r->failed && (r->uh || r->uploading))
+        pthread_cond_wait(&r->cv, &r->mu);
+    int failed = r->failed;
+    pthread_mutex_unlock(&r->mu);
+    if (failed)
+        return sl_err_set(err, SL_EIO, "%s", r->why);
+    return dev_net_close(r->net, 60000, err);
+}
+
+static void *run_main(void *arg)
+{
+    job_rt *rt = arg;
+    dev_jobs *js = rt->js;
+    dev_task t = {0};
+    snprintf(t.job, sizeof t.job, "%s", rt->job);
+    snprintf(t.kind, sizeof t.kind, "run");
+    t.epoch = rt->epoch;
+    run_ctx r = {.js = js, .rt = rt};
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    sl_err err = {0};
+    int rc = run_job(&r, &t, &err);
+    pthread_mutex_lock(&js->mu);
+    int stopped = rt->stop || js->closing;
+    pthread_mutex_unlock(&js->mu);
+    if (rc && !stopped && strstr(err.msg, "the coordinator stopped the job") == NULL) {
+        sl_log_error("device: job failed", "job=%s epoch=%u reason=\"%s\"", rt->job, rt->epoch, err.msg);
+        if (r.ch)
+            report_task(js, r.ch, &t, 0, err.msg, NULL);
+    } else if (!rc) {
+        sl_log_info("device: job done here", "job=%s epoch=%u", rt->job, rt->epoch);
+    }
+    release_net(&r);
+    run_free(&r);
+    pthread_mutex_lock(&js->mu);
+    rt->finished = 1;
+    pthread_cond_broadcast(&js->cv);
+    pthread_mutex_unlock(&js->mu);
+    return NULL;
+}
+
+/* ---- tasks -------------------------------------------------------------------- */
+
+dev_jobs *dev_jobs_open(const dev_jobs_opts *o, sl_err *err)
+{
+    (void)err;
+    dev_jobs *js = sl_xcalloc(1, sizeof *js);
+    js->o = *o;
+    js->datasets = sl_xcalloc((size_t)o->n_datasets + 1, sizeof *js->datasets);
+    memcpy(js->datasets, o->datasets, (size_t)o->n_datasets * sizeof *js->datasets);
+    if (js->o.threads < 1)
+        js->o.threads = 1;
+    pthread_mutex_init(&js->mu, NULL);
+    pthread_cond_init(&js->cv, NULL);
+    return js;
+}
+
+/* Joins finished work (called with the lock held). */
+static void reap(dev_jobs *js)
+{
+    for (job_rt **pp = &js->runs; *pp;) {
+        job_rt *rt = *pp;
+        if (rt->finished && rt->refs == 0) {
+            pthread_mutex_unlock(&js->mu);
+            pthread_join(rt->thread, NULL);
+            pthread_mutex_lock(&js->mu);
+            *pp = rt->next;
+            free(rt);
+        } else {
+            pp = &rt->next;
+        }
+    }
+    for (side_job **pp = &js->side; *pp;) {
+        side_job *s = *pp;
+        if (s->finished && !s->ok) { /* the report did not go out: let it be asked again */
+            pthread_mutex_unlock(&js->mu);
+            pthread_join(s->thread, NULL);
+            pthread_mutex_lock(&js->mu);
+            *pp = s->next;
+            free(s->t.spec);
+            free(s);
+        } else {
+            pp = &s->next;
+        }
+    }
+}
+
+static void start_side(dev_jobs *js, const dev_task *t)
+{
+    char key[64];
+    snprintf(key, sizeof key, "%s/%s", t->job, t->kind);
+    for (side_job *s = js->side; s; s = s->next)
+        if (!strcmp(s->key, key))
+            return; /* in progress or done */
+    side_job *s = sl_xcalloc(1, sizeof *s);
+    snprintf(s->key, sizeof s->key, "%s", key);
+    s->js = js;
+    s->t = *t;
+    s->t.spec = sl_xstrdup(t->spec ? t->spec : "{}");
+    if (pthread_create(&s->thread, NULL, side_main, s)) {
+        free(s->t.spec);
+        free(s);
+        return;
+    }
+    s->next = js->side;
+    js->side = s;
+}
+
+static void start_run(dev_jobs *js, const dev_task *t)
+{
+    for (job_rt *rt = js->runs; rt; rt = rt->next)
+        if (!strcmp(rt->job, t->job)) {
+            if (rt->epoch == t->epoch || !rt->finished)
+                return; /* running it (a new epoch waits for the old one to leave) */
+        }
+    job_rt *rt = sl_xcalloc(1, sizeof *rt);
+    rt->js = js;
+    snprintf(rt->job, sizeof rt->job, "%s", t->job);
+    rt->epoch = t->epoch;
+    if (pthread_create(&rt->thread, NULL, run_main, rt)) {
+        free(rt);
+        return;
+    }
+    rt->next = js->runs;
+    js->runs = rt;
+}
+
+static void stop_run(dev_jobs *js, const dev_task *t)
+{
+    for (job_rt *rt = js->runs; rt; rt = rt->next)
+        if (!strcmp(rt->job, t->job) && !rt->finished && !rt->stop) {
+            rt->stop = 1;
+            if (rt->net)
+                dev_net_abort(rt->net, "the coordinator stopped the job");
+            sl_log_info("device: leaving job", "job=%s epoch=%u", rt->job, rt->epoch);
+        }
+}
+
+void dev_jobs_task(dev_jobs *js, const dev_task *t)
+{
+    pthread_mutex_lock(&js->mu);
+    reap(js);
+    if (!js->closing) {
+        if (!strcmp(t->kind, "check") || !strcmp(t->kind, "profile"))
+            start_side(js, t);
+        else if (!strcmp(t->kind, "run"))
+            start_run(js, t);
+        else if (!strcmp(t->kind, "stop"))
+            stop_run(js, t);
+    }
+    pthread_mutex_unlock(&js->mu);
+}
+
+int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *st)
+{
+    dev_jobs *js = ud;
+    rpc_buf b;
+    sl_err err = {0};
+    if (rpc_stream_recv(s, &b, &err) != 1)
+        return rpc_status_set(st, RPC_CANCELLED, "the stream ended before its hello");
+    Skyloom__V1__StageFrame *f = rpc_unpack(&skyloom__v1__stage_frame__descriptor, b.data, b.len);
+    rpc_buf_free(&b);
+    if (!f || !f->hello) {
+        rpc_unpacked_free(f);
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "a stream starts with a hello");
+    }
+    char job[24];
+    snprintf(job, sizeof job, "j%016llx", (unsigned long long)f->hello->job_id);
+    uint32_t epoch = f->hello->epoch;
+    int from = f->hello->from_stage > 65535 ? -1 : (int)f->hello->from_stage;
+    int to = f->hello->to_stage > 65535 ? -1 : (int)f->hello->to_stage;
+    rpc_unpacked_free(f);
+    pthread_mutex_lock(&js->mu);
+    job_rt *rt = NULL;
+    for (job_rt *x = js->runs; x; x = x->next)
+        if (!strcmp(x->job, job) && x->epoch == epoch && x->net && !x->finished)
+            rt = x;
+    if (rt)
+        rt->refs++;
+    pthread_mutex_unlock(&js->mu);
+    if (!rt)
+        return rpc_status_set(st, RPC_FAILED_PRECONDITION, "job %s epoch %u is not running here "
+                              "(yet)", job, epoch);
+    int code = dev_net_accept(rt->net, peer_id, from, to, s, st);
+    pthread_mutex_lock(&js->mu);
+    rt->refs--;
+    pthread_cond_broadcast(&js->cv);
+    pthread_mutex_unlock(&js->mu);
+    return code;
+}
+
+void dev_jobs_close(dev_jobs *js)
+{
+    if (!js)
+        return;
+    pthread_mutex_lock(&js->mu);
+    js->closing = 1;
+    for (job_rt *rt = js->runs; rt; rt = rt->next) {
+        rt->stop = 1;
+        if (rt->net)
+            dev_net_abort(rt->net, "the device is stopping");
+    }
+    while (js->runs || js->side) {
+        job_rt *rt = js->runs;
+        side_job *s = js->side;
+        if (rt) {
+            js->runs = rt->next;
+            pthread_mutex_unlock(&js->mu);
+            pthread_join(rt->thread, NULL);
+            pthread_mutex_lock(&js->mu);
+            free(rt);
+        } else {
+            js->side = s->next;
+            pthread_mutex_unlock(&js->mu);
+            pthread_join(s->thread, NULL);
+            pthread_mutex_lock(&js->mu);
+            free(s->t.spec);
+            free(s);
+        }
+    }
+    pthread_mutex_unlock(&js->mu);
+    free(js->datasets);
+    pthread_cond_destroy(&js->cv);
+    pthread_mutex_destroy(&js->mu);
+    free(js);
+}

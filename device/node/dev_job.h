@@ -1,0 +1,58 @@
+/* dev_job.h - a device's part in federated jobs: what the coordinator's
+ * heartbeat replies ask (dev_agent_take_tasks), done off the heartbeat's
+ * thread.
+ *
+ *   check    open the dataset the job names (only one this device serves
+ *            with --data NAME=PATH), verify it, and check it against the
+ *            job's config and range; report the shard's shape or the reason
+ *   profile  measure this device for the job's shape (per-unit forward and
+ *            backward seconds with the threads it trains with, memory) and
+ *            its links to the other candidates (Stage/Ping: RTT, bandwidth)
+ *   run      fetch the plan of the epoch, verify the coordinator's signature
+ *            against the pinned CA, set up this device's stages and links,
+ *            restore the committed checkpoint (or the job's initial model),
+ *            train with the stage runner (dev_pipe.h) over the network port
+ *            (dev_net.h), report every step, and every K steps write this
+ *            device's checkpoint part and upload it (a thread of its own)
+ *   stop     leave the job
+ *
+ * dev_jobs_exchange is the Stage service's Exchange handler: it reads the
+ * stream's hello and hands the stream to the running job it names. */
+#ifndef DEV_JOB_H
+#define DEV_JOB_H
+
+#include <stdint.h>
+
+#include "dev_agent.h"
+#include "dev_frame.h"
+#include "rpc.h"
+#include "sl_err.h"
+
+typedef struct dev_dataset {
+    char name[65];
+    char path[4096];
+} dev_dataset;
+
+/* "NAME=PATH" into d; names are 1..64 of [A-Za-z0-9._-]. */
+int dev_dataset_parse(const char *arg, dev_dataset *d, sl_err *err);
+
+typedef struct dev_jobs_opts {
+    dev_agent *agent;
+    const dev_dataset *datasets;
+    int n_datasets;
+    int threads;            /* compute threads for training and profiling */
+    uint64_t memory_bytes;  /* usable memory reported to the planner */
+    const dev_kx_keypair *link_kp; /* this process's X25519 key pair */
+} dev_jobs_opts;
+
+typedef struct dev_jobs dev_jobs;
+
+dev_jobs *dev_jobs_open(const dev_jobs_opts *o, sl_err *err);
+/* Acts on one task; returns at once (work runs on threads). */
+void dev_jobs_task(dev_jobs *j, const dev_task *t);
+/* The Stage Exchange handler (dev_stagesvc_opts.exchange, ud = the jobs). */
+int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *st);
+/* Stops every job this device runs and waits for its threads. */
+void dev_jobs_close(dev_jobs *j);
+
+#endif

@@ -1,0 +1,1069 @@
+/* dev_net.c - a job's links on one device and the network port (dev_net.h). */
+#include "dev_net.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dev_stagesvc.h"
+#include "skyloom.pb-c.h"
+#include "sl_log.h"
+#include "sl_mem.h"
+#include "sl_time.h"
+
+#define PREFIX 11               /* room for StageFrame's tag and length */
+#define STREAM_LIFE_MS (30LL * 24 * 3600 * 1000)
+#define MAX_MESSAGE (300u << 20)
+
+/* Frame kinds, in the order of enum dev_direction. */
+enum { K_ACT, K_GRAD, K_MASK, K_LABELS, K_TIED, K_GATHER, K_GRES, NK };
+static int kind_of(int dir)
+{
+    switch (dir) {
+    case DEV_DIR_ACTIVATION: return K_ACT;
+    case DEV_DIR_GRADIENT: return K_GRAD;
+    case DEV_DIR_MASK: return K_MASK;
+    case DEV_DIR_LABELS: return K_LABELS;
+    case DEV_DIR_TIED: return K_TIED;
+    case DEV_DIR_GATHER: return K_GATHER;
+    case DEV_DIR_GATHER_RESULT: return K_GRES;
+    default: return -1;
+    }
+}
+static const char *const kind_name[NK] = {"activation", "gradient", "mask", "labels",
+                                          "tied gradient", "gather", "gather result"};
+
+typedef struct qmsg {
+    struct qmsg *next;
+    rpc_buf buf;           /* network: the StageFrame message holding the frame */
+    const uint8_t *frame;
+    size_t len;
+    dev_frame_hdr h;       /* local links: the header as a frame would carry it */
+    void *data;            /* local links: a copy of the elements */
+    size_t nbytes;
+} qmsg;
+
+/* One direction of a link. */
+typedef struct flow {
+    int from, to;
+    dev_link_tx tx;
+    int tx_ok;
+    pthread_mutex_t txmu;
+    dev_link_rx rx;
+    int rx_ok;
+    dev_topk_ef ef;
+    int ef_ok;
+    qmsg *qh[NK], *qt[NK];
+    uint64_t got[NK];
+    uint64_t raw, wire;    /* sent */
+} flow;
+
+typedef struct omsg {
+    struct omsg *next;
+    rpc_msg m;
+    size_t off, len;
+} omsg;
+
+enum { L_LOCAL, L_CLIENT, L_SERVER, L_OTHER };
+
+typedef struct link {
+    dev_net *n;
+    int a, b;              /* stages, a < b */
+    int mode;
+    flow down, up;         /* a -> b, b -> a */
+    rpc_channel *ch;
+    rpc_stream *st;
+    int state;             /* 0 waiting, 1 up, 2 ended */
+    omsg *oh, *ot;
+    pthread_t sender, receiver;
+    int has_sender, has_receiver;
+    int serving;           /* a dev_net_accept runs on it */
+} link;
+
+typedef struct nport {
+    dev_port base;
+    dev_net *n;
+    uint64_t step;
+} nport;
+
+struct dev_net {
+    dev_net_cfg c;
+    dev_net_stage *stage;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    link *links;
+    int nlinks;
+    nport *ports;          /* [stages]; only local stages are used */
+    int aborted, closing;
+    char why[320];
+    uint64_t refused[DEV_FR_NREASONS];
+};
+
+static const dev_port_ops net_ops;
+
+static int local(const dev_net *n, int stage) { return !strcmp(n->stage[stage].device, n->c.self_id); }
+
+static link *link_of(dev_net *n, int a, int b)
+{
+    for (int i = 0; i < n->nlinks; i++)
+        if (n->links[i].a == a && n->links[i].b == b)
+            return &n->links[i];
+    return NULL;
+}
+
+/* The link carrying labels and the tied gradient: first to last. */
+static link *side_link(dev_net *n) { return link_of(n, 0, n->c.stages - 1); }
+
+/* ---- abort ---------------------------------------------------------------- */
+
+static void abort_locked(dev_net *n, const char *why)
+{
+    if (!n->aborted) {
+        n->aborted = 1;
+        snprintf(n->why, sizeof n->why, "%s", why);
+        sl_log_warn("device: pipeline stopped", "job=%016llx epoch=%u reason=\"%s\"",
+                    (unsigned long long)n->c.job, n->c.epoch, why);
+    }
+    for (int i = 0; i < n->nlinks; i++)
+        if (n->links[i].st)
+            rpc_stream_interrupt(n->links[i].st);
+    pthread_cond_broadcast(&n->cv);
+}
+
+void dev_net_abort(dev_net *n, const char *why)
+{
+    pthread_mutex_lock(&n->mu);
+    abort_locked(n, why);
+    pthread_mutex_unlock(&n->mu);
+}
+
+int dev_net_aborted(dev_net *n, char *why, size_t cap)
+{
+    pthread_mutex_lock(&n->mu);
+    int a = n->aborted;
+    if (a && why)
+        snprintf(why, cap, "%s", n->why);
+    pthread_mutex_unlock(&n->mu);
+    return a;
+}
+
+static int stopped(dev_net *n, int stage, sl_err *err)
+{
+    return sl_err_set(err, SL_ECANCELED, "stage %d: pipeline stopped: %s", stage, n->why);
+}
+
+/* ---- set-up ----------------------------------------------------------------- */
+
+static void flow_free(flow *f)
+{
+    if (f->tx_ok)
+        dev_link_tx_free(&f->tx);
+    if (f->rx_ok)
+        dev_link_rx_free(&f->rx);
+    if (f->ef_ok)
+        dev_topk_ef_free(&f->ef);
+    for (int k = 0; k < NK; k++)
+        while (f->qh[k]) {
+            qmsg *q = f->qh[k];
+            f->qh[k] = q->next;
+            rpc_buf_free(&q->buf);
+            free(q->data);
+            free(q);
+        }
+    pthread_mutex_destroy(&f->txmu);
+}
+
+/* Keys of a flow that crosses the network: this end sends or receives. */
+static int flow_init(dev_net *n, flow *f, int from, int to, int mode, sl_err *err)
+{
+    f->from = from;
+    f->to = to;
+    pthread_mutex_init(&f->txmu, NULL);
+    if (mode == L_LOCAL || mode == L_OTHER)
+        return 0;
+    int sending = local(n, from);
+    int peer = sending ? to : from;
+    dev_link_cfg lc = {.job_id = n->c.job, .epoch = n->c.epoch, .from_stage = (uint16_t)from,
+                       .to_stage = (uint16_t)to, .sealed = n->c.sealed, .max_payload = 0};
+    if (sending) {
+        if (dev_link_tx_init(&f->tx, &lc, n->c.self_kp, n->stage[peer].link_key, err))
+            return -1;
+        f->tx_ok = 1;
+    } else {
+        if (dev_link_rx_init(&f->rx, &lc, n->c.self_kp, n->stage[peer].link_key, err))
+            return -1;
+        f->rx_ok = 1;
+    }
+    return 0;
+}
+
+dev_net *dev_net_open(const dev_net_cfg *c, sl_err *err)
+{
+    int p = c->stages;
+    if (p < 1 || p > 65535 || c->depth < 1) {
+        sl_err_set(err, SL_EINVAL, "a pipeline of %d stages and %d micro-batches", p, c->depth);
+        return NULL;
+    }
+    dev_net *n = sl_xcalloc(1, sizeof *n);
+    n->c = *c;
+    n->stage = sl_xmalloc((size_t)p * sizeof *n->stage);
+    memcpy(n->stage, c->stage, (size_t)p * sizeof *n->stage);
+    n->c.stage = n->stage;
+    if (!n->c.connect_timeout_ms)
+        n->c.connect_timeout_ms = 60000;
+    pthread_mutex_init(&n->mu, NULL);
+    pthread_cond_init(&n->cv, NULL);
+    n->links = sl_xcalloc((size_t)p + 1, sizeof *n->links);
+    /* chain links, then the side link when first and last are not neighbours */
+    for (int i = 0; i < p; i++) {
+        int a = i, b = i + 1;
+        if (i == p - 1) {
+            if (p <= 2)
+                break;
+            a = 0;
+            b = p - 1;
+        }
+        link *l = &n->links[n->nlinks++];
+        l->n = n;
+        l->a = a;
+        l->b = b;
+        int la = local(n, a), lb = local(n, b);
+        l->mode = la && lb ? L_LOCAL : la ? L_CLIENT : lb ? L_SERVER : L_OTHER;
+        l->state = l->mode == L_LOCAL ? 1 : 0;
+        if (flow_init(n, &l->down, a, b, l->mode, err) || flow_init(n, &l->up, b, a, l->mode, err)) {
+            dev_net_free(n);
+            return NULL;
+        }
+        if (n->c.codec_grad == DEV_CODEC_TOPK && l->mode == L_SERVER &&
+            dev_topk_ef_init(&l->up.ef, c->act_floats, err) == 0)
+            l->up.ef_ok = 1;
+    }
+    n->ports = sl_xcalloc((size_t)p, sizeof *n->ports);
+    for (int i = 0; i < p; i++)
+        n->ports[i] = (nport){.base = {.ops = &net_ops, .stages = p, .index = i}, .n = n};
+    return n;
+}
+
+dev_port *dev_net_port(dev_net *n, int i)
+{
+    return i >= 0 && i < n->c.stages && local(n, i) ? &n->ports[i].base : NULL;
+}
+
+/* ---- sending ------------------------------------------------------------------ */
+
+static size_t dtype_size(int dtype) { return dev_frame_dtype_size(dtype); }
+
+/* Queues one message on a flow: a frame on the network, a copy in memory. */
+static int put(dev_net *n, link *l, flow *f, dev_frame_hdr *h, const void *data, int stage,
+               sl_err *err)
+{
+    size_t elems = dev_frame_elems(h), raw = elems * dtype_size(h->dtype);
+    if (l->mode == L_LOCAL) {
+        qmsg *q = sl_xcalloc(1, sizeof *q);
+        q->h = *h;
+        q->h.epoch = n->c.epoch;
+        q->nbytes = raw;
+        q->data = sl_try_malloc(raw ? raw : 1);
+        if (!q->data) {
+            free(q);
+            return sl_err_set(err, SL_ENOMEM, "stage %d: %zu bytes for a message", stage, raw);
+        }
+        memcpy(q->data, data, raw);
+        int k = kind_of(h->direction);
+        pthread_mutex_lock(&n->mu);
+        int rc = n->aborted ? stopped(n, stage, err) : 0;
+        if (!rc) {
+            if (f->qt[k])
+                f->qt[k]->next = q;
+            else
+                f->qh[k] = q;
+            f->qt[k] = q;
+            f->raw += raw;
+            f->got[k]++;
+            pthread_cond_broadcast(&n->cv);
+        }
+        pthread_mutex_unlock(&n->mu);
+        if (rc) {
+            free(q->data);
+            free(q);
+        }
+        return rc;
+    }
+    omsg *o = sl_xcalloc(1, sizeof *o);
+    size_t cap = dev_frame_max_len(h);
+    if (cap == 0) {
+        free(o);
+        return sl_err_set(err, SL_EINVAL, "stage %d: a %s that no frame can carry", stage,
+                          kind_name[kind_of(h->direction)]);
+    }
+    rpc_msg_alloc(&o->m, cap + PREFIX);
+    size_t len = 0;
+    pthread_mutex_lock(&f->txmu);
+    int rc = dev_frame_encode_any(&f->tx, h, data, f->ef_ok ? &f->ef : NULL, o->m.data + PREFIX,
+                                  cap, &len, err);
+    pthread_mutex_unlock(&f->txmu);
+    if (rc) {
+        rpc_msg_free(&o->m);
+        free(o);
+        return sl_err_wrap(err, "stage %d", stage);
+    }
+    uint8_t tag[PREFIX];
+    size_t pre = rpc_frame_wrap(tag, len);
+    memcpy(o->m.data + PREFIX - pre, tag, pre);
+    o->off = PREFIX - pre;
+    o->len = pre + len;
+    pthread_mutex_lock(&n->mu);
+    rc = n->aborted ? stopped(n, stage, err) : 0;
+    if (!rc) {
+        if (l->ot)
+            l->ot->next = o;
+        else
+            l->oh = o;
+        l->ot = o;
+        f->raw += raw;
+        f->wire += o->len;
+        pthread_cond_broadcast(&n->cv);
+    }
+    pthread_mutex_unlock(&n->mu);
+    if (rc) {
+        rpc_msg_free(&o->m);
+        free(o);
+    }
+    return rc;
+}
+
+/* ---- receiving ------------------------------------------------------------------ */
+
+static void refuse_count(dev_net *n, int reason)
+{
+    if (reason > 0 && reason < DEV_FR_NREASONS)
+        n->refused[reason]++;
+}
+
+/* Takes the next message of a kind from a flow into dst and checks it is the
+ * one expected (step, micro-batch, shape). A frame that fails its checks is
+ * refused, counted and dropped, and the next one is awaited. */
+static int take(dev_net *n, link *l, flow *f, int dir, uint64_t step, int mb, int dtype,
+                const uint32_t *dims, int ndim, void *dst, uint64_t *aux, int stage, sl_err *err)
+{
+    int k = kind_of(dir);
+    size_t want = dtype_size(dtype);
+    for (int d = 0; d < ndim; d++)
+        want *= dims[d];
+    for (;;) {
+        pthread_mutex_lock(&n->mu);
+        while (!n->aborted && !f->qh[k] && l->state != 2)
+            pthread_cond_wait(&n->cv, &n->mu);
+        qmsg *q = f->qh[k];
+        int rc = 0;
+        if (q) {
+            f->qh[k] = q->next;
+            if (!f->qh[k])
+                f->qt[k] = NULL;
+        } else if (n->aborted) {
+            rc = stopped(n, stage, err);
+        } else {
+            rc = sl_err_set(err, SL_EIO, "stage %d: the link to stage %d ended before its %s came",
+                            stage, f->from, kind_name[k]);
+        }
+        pthread_mutex_unlock(&n->mu);
+        if (rc)
+            return -1;
+        dev_frame_hdr h;
+        sl_err ferr = {0};
+        int ok;
+        if (l->mode == L_LOCAL) {
+            h = q->h;
+            ok = q->nbytes == want;
+            if (ok)
+                memcpy(dst, q->data, want);
+        } else {
+            ok = dev_frame_decode_any(&f->rx, q->frame, q->len, &h, dst, want, &ferr) == 0;
+            if (!ok) {
+                pthread_mutex_lock(&n->mu);
+                refuse_count(n, f->rx.last);
+                pthread_mutex_unlock(&n->mu);
+            }
+        }
+        rpc_buf_free(&q->buf);
+        free(q->data);
+        free(q);
+        if (ok && (h.direction != dir || h.dtype != dtype || h.step != step ||
+                   (mb >= 0 && h.microbatch != mb) || h.ndim != ndim ||
+                   memcmp(h.dims, dims, (size_t)ndim * sizeof *dims))) {
+            snprintf(ferr.msg, sizeof ferr.msg, "a %s of step %llu micro-batch %u where step %llu "
+                     "micro-batch %d was expected", kind_name[k], (unsigned long long)h.step,
+                     h.microbatch, (unsigned long long)step, mb);
+            ok = 0;
+            pthread_mutex_lock(&n->mu);
+            refuse_count(n, DEV_FR_MISROUTED);
+            pthread_mutex_unlock(&n->mu);
+        }
+        if (ok) {
+            if (aux)
+                *aux = h.aux;
+            return 0;
+        }
+        sl_log_warn("device: frame refused", "stage=%d from=%d kind=%s reason=\"%s\"", stage,
+                    f->from, kind_name[k], ferr.msg);
+    }
+}
+
+/* Waits for the next message of a kind and returns its first dimension
+ * (the gather's length), 0 if none came. */
+static uint32_t peek_len(dev_net *n, link *l, flow *f, int k)
+{
+    pthread_mutex_lock(&n->mu);
+    while (!n->aborted && !f->qh[k] && l->state != 2)
+        pthread_cond_wait(&n->cv, &n->mu);
+    qmsg *q = f->qh[k];
+    uint32_t len = 0;
+    if (q && l->mode == L_LOCAL) {
+        len = q->h.dims[0];
+    } else if (q) {
+        dev_frame_hdr h;
+        if (dev_frame_parse_header(q->frame, q->len, 0, &h, NULL, NULL) == 0)
+            len = h.dims[0];
+    }
+    pthread_mutex_unlock(&n->mu);
+    return len;
+}
+
+/* The receiving loop of a network link (client: its own thread; server:
+ * the Stage handler's thread). Frames are only parsed here, to be queued by
+ * kind; the stage that takes one authenticates and opens it. */
+static void receive_loop(link *l, flow *in)
+{
+    dev_net *n = l->n;
+    for (;;) {
+        rpc_buf b;
+        sl_err err = {0};
+        int r = rpc_stream_recv(l->st, &b, &err);
+        if (r <= 0) {
+            pthread_mutex_lock(&n->mu);
+            l->state = 2;
+            if (!n->closing && !n->aborted) {
+                char why[300];
+                snprintf(why, sizeof why, "the link between stages %d and %d (device %s) ended%s%.200s",
+                         l->a, l->b, n->stage[local(n, l->a) ? l->b : l->a].device,
+                         r < 0 ? ": " : "", r < 0 ? err.msg : "");
+                abort_locked(n, why);
+            }
+            pthread_cond_broadcast(&n->cv);
+            pthread_mutex_unlock(&n->mu);
+            return;
+        }
+        const uint8_t *fr;
+        size_t fl;
+        dev_frame_hdr h;
+        int why = DEV_FR_BAD_HEADER, k = -1;
+        if (rpc_frame_unwrap(b.data, b.len, &fr, &fl) == 0 &&
+            dev_frame_parse_header(fr, fl, 0, &h, &why, NULL) == 0)
+            k = kind_of(h.direction);
+        /* a flow carries what its direction may: no gradient downstream, no
+         * activation upstream; labels and the gather only down */
+        int down = in == &l->down;
+        if (k == K_ACT || k == K_MASK || k == K_LABELS || k == K_GATHER)
+            k = down ? k : -1;
+        else if (k == K_GRAD || k == K_GRES)
+            k = down ? -1 : k;
+        pthread_mutex_lock(&n->mu);
+        if (k < 0) {
+            refuse_count(n, why == DEV_FR_OK ? DEV_FR_BAD_HEADER : why);
+            pthread_mutex_unlock(&n->mu);
+            sl_log_warn("device: frame refused", "link=%d-%d reason=\"%s\"", l->a, l->b,
+                        dev_frame_reason_name(why == DEV_FR_OK ? DEV_FR_BAD_HEADER : why));
+            rpc_buf_free(&b);
+            continue;
+        }
+        qmsg *q = sl_xcalloc(1, sizeof *q);
+        q->buf = b;
+        q->frame = fr;
+        q->len = fl;
+        if (in->qt[k])
+            in->qt[k]->next = q;
+        else
+            in->qh[k] = q;
+        in->qt[k] = q;
+        in->got[k]++;
+        pthread_cond_broadcast(&n->cv);
+        pthread_mutex_unlock(&n->mu);
+    }
+}
+
+static void *receiver_main(void *arg)
+{
+    link *l = arg;
+    receive_loop(l, &l->up);
+    return NULL;
+}
+
+/* Sends queued frames until the link closes (all sent) or the net stops. */
+static int send_loop(link *l)
+{
+    dev_net *n = l->n;
+    for (;;) {
+        pthread_mutex_lock(&n->mu);
+        while (!n->aborted && !l->oh && !n->closing)
+            pthread_cond_wait(&n->cv, &n->mu);
+        omsg *o = l->oh;
+        if (o) {
+            l->oh = o->next;
+            if (!l->oh)
+                l->ot = NULL;
+        }
+        int done = n->aborted || (!o && n->closing);
+        pthread_mutex_unlock(&n->mu);
+        if (!o || done) {
+            if (o) {
+                rpc_msg_free(&o->m);
+                free(o);
+            }
+            return n->aborted ? -1 : 0;
+        }
+        sl_err err = {0};
+        int rc = rpc_stream_send_msg(l->st, &o->m, o->off, o->len, &err);
+        free(o);
+        if (rc) {
+            char why[300];
+            snprintf(why, sizeof why, "sending to stage %d (device %s): %.200s",
+                     local(n, l->a) ? l->b : l->a, n->stage[local(n, l->a) ? l->b : l->a].device,
+                     err.msg);
+            dev_net_abort(n, why);
+            return -1;
+        }
+    }
+}
+
+static int hello_pack(const dev_net *n, const link *l, rpc_buf *out)
+{
+    Skyloom__V1__StageHello h = SKYLOOM__V1__STAGE_HELLO__INIT;
+    h.job_id = n->c.job;
+    h.epoch = n->c.epoch;
+    h.from_stage = (uint32_t)l->a;
+    h.to_stage = (uint32_t)l->b;
+    Skyloom__V1__StageFrame f = SKYLOOM__V1__STAGE_FRAME__INIT;
+    f.hello = &h;
+    rpc_pack(&f, out);
+    return 0;
+}
+
+static int hello_matches(const dev_net *n, const link *l, const rpc_buf *b)
+{
+    Skyloom__V1__StageFrame *f = rpc_unpack(&skyloom__v1__stage_frame__descriptor, b->data, b->len);
+    int ok = f && f->hello && f->hello->job_id == n->c.job && f->hello->epoch == n->c.epoch &&
+             f->hello->from_stage == (uint32_t)l->a && f->hello->to_stage == (uint32_t)l->b;
+    rpc_unpacked_free(f);
+    return ok;
+}
+
+/* Client: open the stream and have the hello answered, retrying while the
+ * neighbour is not there yet (not started, or not yet serving this job). */
+static int connect_link(link *l, sl_err *err)
+{
+    dev_net *n = l->n;
+    const dev_net_stage *peer = &n->stage[l->b];
+    double deadline = sl_now_s() + n->c.connect_timeout_ms / 1000.0;
+    int backoff_ms = 50;
+    char last[400] = "no attempt";
+    if (!(l->ch = dev_stagesvc_connect(n->c.state, peer->address, peer->device, MAX_MESSAGE, err)))
+        return -1;
+    for (;;) {
+        pthread_mutex_lock(&n->mu);
+        int stop = n->aborted;
+        pthread_mutex_unlock(&n->mu);
+        if (stop)
+            return stopped(n, l->a, err);
+        sl_err e = {0};
+        rpc_stream *st = rpc_stream_open(l->ch, RPC_M_STAGE_EXCHANGE, STREAM_LIFE_MS, &e);
+        if (st) {
+            rpc_buf hb = {0}, ack = {0};
+            hello_pack(n, l, &hb);
+            int r = rpc_stream_send(st, hb.data, hb.len, &e) == 0 ? rpc_stream_recv(st, &ack, &e) : -1;
+            rpc_buf_free(&hb);
+            if (r == 1 && hello_matches(n, l, &ack)) {
+                rpc_buf_free(&ack);
+                pthread_mutex_lock(&n->mu);
+                l->st = st;
+                l->state = 1;
+                if (n->aborted)
+                    rpc_stream_interrupt(st);
+                pthread_cond_broadcast(&n->cv);
+                pthread_mutex_unlock(&n->mu);
+                return 0;
+            }
+            rpc_buf_free(&ack);
+            rpc_status rs = {0};
+            int code = rpc_stream_finish(st, &rs);
+            snprintf(last, sizeof last, "%s: %s", rpc_code_name(code), rs.details);
+            if (code != RPC_UNAVAILABLE && code != RPC_FAILED_PRECONDITION &&
+                code != RPC_DEADLINE_EXCEEDED && code != RPC_OK)
+                return sl_err_set(err, SL_EIO, "stage %d to %d (device %s at %s): %s", l->a, l->b,
+                                  peer->device, peer->address, last);
+        } else {
+            snprintf(last, sizeof last, "%.380s", e.msg);
+        }
+        if (sl_now_s() > deadline)
+            return sl_err_set(err, SL_EIO, "stage %d could not reach stage %d (device %s at %s) "
+                              "within %d s: %s", l->a, l->b, peer->device, peer->address,
+                              n->c.connect_timeout_ms / 1000, last);
+        struct timespec ts = {0, (long)backoff_ms * 1000000L};
+        nanosleep(&ts, NULL);
+        backoff_ms = backoff_ms < 1000 ? 2 * backoff_ms : 1000;
+    }
+}
+
+static void *sender_main(void *arg)
+{
+    link *l = arg;
+    dev_net *n = l->n;
+    sl_err err = {0};
+    if (connect_link(l, &err)) {
+        dev_net_abort(n, err.msg);
+        return NULL;
+    }
+    if (pthread_create(&l->receiver, NULL, receiver_main, l) == 0) {
+        pthread_mutex_lock(&n->mu);
+        l->has_receiver = 1;
+        pthread_mutex_unlock(&n->mu);
+    } else {
+        dev_net_abort(n, "cannot start a receiving thread");
+        return NULL;
+    }
+    if (send_loop(l) == 0) { /* closing: no more frames from this end */
+        sl_err e = {0};
+        rpc_stream_close_send(l->st, &e);
+    }
+    return NULL;
+}
+
+int dev_net_start(dev_net *n, sl_err *err)
+{
+    for (int i = 0; i < n->nlinks; i++) {
+        link *l = &n->links[i];
+        if (l->mode != L_CLIENT)
+            continue;
+        if (pthread_create(&l->sender, NULL, sender_main, l)) {
+            dev_net_abort(n, "cannot start a sending thread");
+            return sl_err_set(err, SL_ENOMEM, "cannot start a sending thread");
+        }
+        l->has_sender = 1;
+    }
+    return 0;
+}
+
+/* ---- the server side ---------------------------------------------------------- */
+
+static void *server_sender_main(void *arg)
+{
+    link *l = arg;
+    send_loop(l);
+    return NULL;
+}
+
+int dev_net_accept(dev_net *n, const char *peer_id, int from, int to, rpc_stream *s, rpc_status *st)
+{
+    link *l = from >= 0 && to >= 0 ? link_of(n, from, to) : NULL;
+    if (!l || l->mode != L_SERVER)
+        return rpc_status_set(st, RPC_FAILED_PRECONDITION, "this device serves no link %d-%d of "
+                              "job %016llx epoch %u", from, to, (unsigned long long)n->c.job,
+                              n->c.epoch);
+    if (strcmp(peer_id, n->stage[from].device))
+        return rpc_status_set(st, RPC_PERMISSION_DENIED, "stage %d is device %s's, not %s's",
+                              from, n->stage[from].device, peer_id);
+    pthread_mutex_lock(&n->mu);
+    if (l->serving || l->state != 0 || n->aborted) {
+        pthread_mutex_unlock(&n->mu);
+        return rpc_status_set(st, RPC_ALREADY_EXISTS, "link %d-%d is already served", from, to);
+    }
+    l->serving = 1;
+    pthread_mutex_unlock(&n->mu);
+    rpc_buf ack = {0};
+    hello_pack(n, l, &ack);
+    sl_err err = {0};
+    int rc = rpc_stream_send(s, ack.data, ack.len, &err);
+    rpc_buf_free(&ack);
+    if (rc) {
+        pthread_mutex_lock(&n->mu);
+        l->serving = 0;
+        pthread_mutex_unlock(&n->mu);
+        return rpc_status_set(st, RPC_UNAVAILABLE, "%s", err.msg);
+    }
+    pthread_mutex_lock(&n->mu);
+    l->st = s;
+    l->state = 1;
+    if (n->aborted)
+        rpc_stream_interrupt(s);
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+    pthread_t snd;
+    int have_snd = pthread_create(&snd, NULL, server_sender_main, l) == 0;
+    if (!have_snd)
+        dev_net_abort(n, "cannot start a sending thread");
+    receive_loop(l, &l->down);
+    /* the client closed (or the net stopped): the sender ends once its
+     * queue is sent or the net is aborted */
+    pthread_mutex_lock(&n->mu);
+    if (!n->closing && !n->aborted)
+        abort_locked(n, "a link ended before the job did");
+    pthread_mutex_unlock(&n->mu);
+    if (have_snd)
+        pthread_join(snd, NULL);
+    pthread_mutex_lock(&n->mu);
+    l->st = NULL;
+    l->state = 2;
+    l->serving = 0;
+    int aborted = n->aborted;
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+    return aborted ? rpc_status_set(st, RPC_ABORTED, "%s", n->why) : RPC_OK;
+}
+
+/* ---- closing -------------------------------------------------------------------- */
+
+int dev_net_close(dev_net *n, int timeout_ms, sl_err *err)
+{
+    pthread_mutex_lock(&n->mu);
+    n->closing = 1;
+    pthread_cond_broadcast(&n->cv);
+    /* server links end when their client closes: wait for that */
+    double deadline = sl_now_s() + timeout_ms / 1000.0;
+    int waiting = 1;
+    while (waiting && !n->aborted) {
+        waiting = 0;
+        for (int i = 0; i < n->nlinks; i++)
+            waiting |= n->links[i].mode == L_SERVER && n->links[i].serving;
+        if (!waiting)
+            break;
+        if (sl_now_s() > deadline) {
+            abort_locked(n, "the job's links did not close in time");
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+    }
+    pthread_mutex_unlock(&n->mu);
+    /* client links: the sender closes its side once the queue is sent; the
+     * receiver ends when the server finishes the call */
+    for (int i = 0; i < n->nlinks; i++) {
+        link *l = &n->links[i];
+        if (l->has_sender)
+            pthread_join(l->sender, NULL);
+        l->has_sender = 0;
+        if (l->has_receiver)
+            pthread_join(l->receiver, NULL);
+        l->has_receiver = 0;
+        if (l->st && l->mode == L_CLIENT) {
+            rpc_status rs = {0};
+            rpc_stream_finish(l->st, &rs);
+            l->st = NULL;
+        }
+    }
+    char why[320];
+    if (dev_net_aborted(n, why, sizeof why))
+        return sl_err_set(err, SL_EIO, "%s", why);
+    return 0;
+}
+
+void dev_net_free(dev_net *n)
+{
+    if (!n)
+        return;
+    dev_net_abort(n, "closed");
+    for (int i = 0; i < n->nlinks; i++) {
+        link *l = &n->links[i];
+        if (l->has_sender)
+            pthread_join(l->sender, NULL);
+        if (l->has_receiver)
+            pthread_join(l->receiver, NULL);
+        /* a server link's stream belongs to its handler, which is gone
+         * before the net is freed (the node waits for it) */
+        if (l->st && l->mode == L_CLIENT)
+            rpc_stream_cancel(l->st);
+        if (l->ch)
+            rpc_channel_destroy(l->ch);
+        while (l->oh) {
+            omsg *o = l->oh;
+            l->oh = o->next;
+            rpc_msg_free(&o->m);
+            free(o);
+        }
+        flow_free(&l->down);
+        flow_free(&l->up);
+    }
+    free(n->links);
+    free(n->ports);
+    free(n->stage);
+    pthread_cond_destroy(&n->cv);
+    pthread_mutex_destroy(&n->mu);
+    free(n);
+}
+
+void dev_net_take_bytes(dev_net *n, int i, dev_net_bytes *b)
+{
+    memset(b, 0, sizeof *b);
+    pthread_mutex_lock(&n->mu);
+    for (int k = 0; k < n->nlinks; k++) {
+        link *l = &n->links[k];
+        flow *fl[2] = {&l->down, &l->up};
+        for (int d = 0; d < 2; d++) {
+            flow *f = fl[d];
+            if (f->from != i)
+                continue;
+            int down = f->to > f->from;
+            if (down) {
+                b->raw_down += f->raw;
+                b->wire_down += l->mode == L_LOCAL ? f->raw : f->wire;
+            } else {
+                b->raw_up += f->raw;
+                b->wire_up += l->mode == L_LOCAL ? f->raw : f->wire;
+            }
+            f->raw = f->wire = 0;
+        }
+    }
+    pthread_mutex_unlock(&n->mu);
+}
+
+void dev_net_refused(dev_net *n, uint64_t out[DEV_FR_NREASONS])
+{
+    pthread_mutex_lock(&n->mu);
+    memcpy(out, n->refused, sizeof n->refused);
+    pthread_mutex_unlock(&n->mu);
+}
+
+uint64_t dev_net_received(dev_net *n, int i, int dir)
+{
+    int k = kind_of(dir);
+    uint64_t total = 0;
+    if (k < 0)
+        return 0;
+    pthread_mutex_lock(&n->mu);
+    for (int x = 0; x < n->nlinks; x++) {
+        link *l = &n->links[x];
+        if (l->down.to == i)
+            total += l->down.got[k];
+        if (l->up.to == i)
+            total += l->up.got[k];
+    }
+    pthread_mutex_unlock(&n->mu);
+    return total;
+}
+
+/* ---- the port ---------------------------------------------------------------------- */
+
+static dev_net *net_of(dev_port *p) { return ((nport *)p)->n; }
+static uint64_t step_of(dev_port *p) { return ((nport *)p)->step; }
+
+static int np_begin(dev_port *p, uint64_t step, sl_err *err)
+{
+    dev_net *n = net_of(p);
+    ((nport *)p)->step = step;
+    pthread_mutex_lock(&n->mu);
+    int rc = n->aborted ? stopped(n, p->index, err) : 0;
+    pthread_mutex_unlock(&n->mu);
+    return rc;
+}
+
+static dev_frame_hdr hdr(int dir, int codec, int dtype, uint64_t step, int mb, uint64_t aux,
+                         int ndim, uint32_t d0, uint32_t d1, uint32_t d2)
+{
+    dev_frame_hdr h;
+    memset(&h, 0, sizeof h);
+    h.direction = (uint8_t)dir;
+    h.codec = (uint8_t)codec;
+    h.dtype = (uint8_t)dtype;
+    h.step = step;
+    h.microbatch = (uint16_t)mb;
+    h.aux = aux;
+    h.ndim = (uint8_t)ndim;
+    h.dims[0] = d0;
+    h.dims[1] = d1;
+    h.dims[2] = d2;
+    return h;
+}
+
+static int np_send_act(dev_port *p, int mb, const float *x, size_t nx, const int32_t *valid,
+                       size_t nvalid, uint64_t seq0, sl_err *err)
+{
+    dev_net *n = net_of(p);
+    link *l = link_of(n, p->index, p->index + 1);
+    if (!l || nvalid == 0 || nx % nvalid)
+        return sl_err_set(err, SL_EINVAL, "stage %d sends no activation", p->index);
+    uint64_t s = step_of(p);
+    dev_frame_hdr hm = hdr(DEV_DIR_MASK, DEV_CODEC_NONE, DEV_DTYPE_I32, s, mb, seq0, 1,
+                           (uint32_t)nvalid, 0, 0);
+    dev_frame_hdr ha = hdr(DEV_DIR_ACTIVATION, n->c.codec_act, DEV_DTYPE_F32, s, mb, 0, 2,
+                           (uint32_t)nvalid, (uint32_t)(nx / nvalid), 0);
+    return put(n, l, &l->down, &hm, valid, p->index, err) ||
+           put(n, l, &l->down, &ha, x, p->index, err);
+}
+
+static int np_recv_act(dev_port *p, int mb, float *x, size_t nx, int32_t *valid, size_t nvalid,
+                       uint64_t *seq0, sl_err *err)
+{
+    dev_net *n = net_of(p);
+    link *l = link_of(n, p->index - 1, p->index);
+    if (!l || nvalid == 0 || nx % nvalid)
+        return sl_err_set(err, SL_EINVAL, "stage %d receives no activation", p->index);
+    uint64_t s = step_of(p);
+    uint32_t dm[1] = {(uint32_t)nvalid}, da[2] = {(uint32_t)nvalid, (uint32_t)(nx / nvalid)};
+    return take(n, l, &l->down, DEV_DIR_MASK, s, mb, DEV_DTYPE_I32, dm, 1, valid, seq0, p->index,
+                err) ||
+           take(n, l, &l->down, DEV_DIR_ACTIVATION, s, mb, DEV_DTYPE_F32, da, 2, x, NULL,
+                p->index, err);
+}
+
+/* Activations and gradients cross as (tokens, hidden): the int8 codec
+ * scales each token's row. */
+static int np_send_grad(dev_port *p, int mb, const float *g, size_t ng, sl_err *err)
+{
+    dev_net *n = net_of(p);
+    link *l = link_of(n, p->index - 1, p->index);
+    if (!l)
+        return sl_err_set(err, SL_EINVAL, "stage %d sends no gradient", p->index);
+    size_t rows = n->c.mask_ints ? n->c.mask_ints : 1;
+    if (ng % rows)
+        rows = 1;
+    dev_frame_hdr h = hdr(DEV_DIR_GRADIENT, n->c.codec_grad, DEV_DTYPE_F32, step_of(p), mb, 0, 2,
+                          (uint32_t)rows, (uint32_t)(ng / rows), 0);
+    if (n->c.codec_grad == DEV_CODEC_TOPK)
+        h.k = (uint32_t)dev_topk_k(ng, n->c.topk);
+    return put(n, l, &l->up, &h, g, p->index, err);
+}
+
+static int np_recv_grad(dev_port *p, int mb, float *g, size_t ng, sl_err *err)
+{
+    dev_net *n = net_of(p);
+    link *l = link_of(n, p->index, p->index + 1);
+    if (!l)
+        return sl_err_set(err, SL_EINVAL, "stage %d receives no gradient", p->index);
+    size_t rows = n->c.mask_ints ? n->c.mask_ints : 1;
+    if (ng % rows)
+        rows = 1;
+    uint32_t d[2] = {(uint32_t)rows, (uint32_t)(ng / rows)};
+    return take(n, l, &l->up, DEV_DIR_GRADIENT, step_of(p), mb, DEV_DTYPE_F32, d, 2, g, NULL,
+                p->index, err);
+}
+
+static int np_send_labels(dev_port *p, const int32_t *labels, size_t nl, int masked, sl_err *err)
+{
+    dev_net *n = net_of(p);
+    link *l = side_link(n);
+    if (!l || p->index != 0)
+        return sl_err_set(err, SL_EINVAL, "stage %d sends no labels", p->index);
+    dev_frame_hdr h = hdr(DEV_DIR_LABELS, DEV_CODEC_NONE, DEV_DTYPE_I32, step_of(p), 0,
+                          (uint64_t)masked, 1, (uint32_t)nl, 0, 0);
+    return put(n, l, &l->down, &h, labels, p->index, err);
+}
+
+static int np_recv_labels(dev_port *p, int32_t *labels, size_t nl, int *masked, sl_err *err)
+{
+    dev_net *n = net_of(p);
+    link *l = side_link(n);
+    if (!l || p->index != p->stages - 1)
+        return sl_err_set(err, SL_EINVAL, "stage %d receives no labels", p->index);
+    uint32_t d[1] = {(uint32_t)nl};
+    uint64_t aux = 0;
+    if (take(n, l, &l->down, DEV_DIR_LABELS, step_of(p), 0, DEV_DTYPE_I32, d, 1, labels, &aux,
+             p->index, err))
+        return -1;
+    if (aux > nl)
+        return sl_err_set(err, SL_ECORRUPT, "stage %d: %llu masked tokens among %zu labels",
+                          p->index, (unsigned long long)aux, nl);
+    *masked = (int)aux;
+    return 0;
+}
+
+static int np_tied(dev_port *p, const float *mine, float *theirs, size_t nt, sl_err *err)
+{
+    dev_net *n = net_of(p);
+    link *l = side_link(n);
+    int first = p->index == 0;
+    if (!l || (!first && p->index != p->stages - 1))
+        return sl_err_set(err, SL_EINVAL, "stage %d has no tied partner", p->index);
+    uint64_t s = step_of(p);
+    dev_frame_hdr h = hdr(DEV_DIR_TIED, DEV_CODEC_NONE, DEV_DTYPE_F32, s, 0, 0, 1, (uint32_t)nt, 0, 0);
+    uint32_t d[1] = {(uint32_t)nt};
+    return put(n, l, first ? &l->down : &l->up, &h, mine, p->index, err) ||
+           take(n, l, first ? &l->up : &l->down, DEV_DIR_TIED, s, 0, DEV_DTYPE_F32, d, 1, theirs,
+                NULL, p->index, err);
+}
+
+/* Down the chain stage by stage, each adding its values; the last has them
+ * all and sends the whole back up. */
+static int np_gather(dev_port *p, const double *mine, int nm, double *all, int cap, int *n_all,
+                     sl_err *err)
+{
+    dev_net *n = net_of(p);
+    int i = p->index, last = p->stages - 1;
+    uint64_t s = step_of(p);
+    int have = 0;
+    if (i > 0) { /* the values so far: their count comes with the frame */
+        link *l = link_of(n, i - 1, i);
+        uint32_t len = peek_len(n, l, &l->down, K_GATHER);
+        if (len == 0 || (int)len + nm > cap)
+            return dev_net_aborted(n, NULL, 0) ? stopped(n, i, err)
+                                                : sl_err_set(err, SL_ECORRUPT, "stage %d: a gather "
+                                                             "of %u values", i, len);
+        uint32_t d[1] = {len};
+        if (take(n, l, &l->down, DEV_DIR_GATHER, s, 0, DEV_DTYPE_F64, d, 1, all, NULL, i, err))
+            return -1;
+        have = (int)len;
+    }
+    if (have + nm > cap)
+        return sl_err_set(err, SL_EINVAL, "stage %d: gather of more than %d values", i, cap);
+    memcpy(all + have, mine, (size_t)nm * sizeof *mine);
+    have += nm;
+    if (i < last) {
+        link *dn = link_of(n, i, i + 1);
+        dev_frame_hdr h = hdr(DEV_DIR_GATHER, DEV_CODEC_NONE, DEV_DTYPE_F64, s, 0, 0, 1,
+                              (uint32_t)have, 0, 0);
+        if (put(n, dn, &dn->down, &h, all, i, err))
+            return -1;
+        /* the whole comes back up; its length is the last stage's */
+        uint32_t len = peek_len(n, dn, &dn->up, K_GRES);
+        if (len == 0 || (int)len > cap)
+            return dev_net_aborted(n, NULL, 0) ? stopped(n, i, err)
+                                                : sl_err_set(err, SL_ECORRUPT, "stage %d: a gather "
+                                                             "result of %u values", i, len);
+        uint32_t d[1] = {len};
+        if (take(n, dn, &dn->up, DEV_DIR_GATHER_RESULT, s, 0, DEV_DTYPE_F64, d, 1, all, NULL, i, err))
+            return -1;
+        have = (int)len;
+    }
+    if (i > 0) {
+        link *up = link_of(n, i - 1, i);
+        dev_frame_hdr h = hdr(DEV_DIR_GATHER_RESULT, DEV_CODEC_NONE, DEV_DTYPE_F64, s, 0, 0, 1,
+                              (uint32_t)have, 0, 0);
+        if (put(n, up, &up->up, &h, all, i, err))
+            return -1;
+    }
+    *n_all = have;
+    return 0;
+}
+
+static void np_abort(dev_port *p, const char *why) { dev_net_abort(net_of(p), why); }
+static void np_free(dev_port *p) { (void)p; }
+
+static const dev_port_ops net_ops = {
+    .begin = np_begin,
+    .send_act = np_send_act,
+    .recv_act = np_recv_act,
+    .send_grad = np_send_grad,
+    .recv_grad = np_recv_grad,
+    .send_labels = np_send_labels,
+    .recv_labels = np_recv_labels,
+    .tied_exchange = np_tied,
+    .gather = np_gather,
+    .abort = np_abort,
+    .free = np_free,
+};
