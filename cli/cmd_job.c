@@ -446,7 +446,7 @@ static int fetch(client *c, const char *id, int step, const char *name, const ch
         q.step = (uint32_t)step;
         q.name = (char *)name;
         q.offset = off;
-        q.max_bytes = 4u << 20;
+        q.max_bytes = 512u << 10;
         Skyloom__V1__FetchFileResponse *r = NULL;
         rc = call(c, RPC_M_FETCH_FILE, &q, &skyloom__v1__fetch_file_response__descriptor, (void **)&r, err);
         if (!rc && r->data.len == 0 && r->size > off)
@@ -473,6 +473,7 @@ static int export_job(client *c, const char *id, const char *out)
     q.device_id = "";
     q.job_id = (char *)id;
     q.name = "";
+    q.step = UINT32_MAX; /* whatever is committed */
     Skyloom__V1__FetchFileResponse *r = NULL;
     if (call(c, RPC_M_FETCH_FILE, &q, &skyloom__v1__fetch_file_response__descriptor, (void **)&r, &err))
         return sl_cli_fail("job", 1, "%s", err.msg);

@@ -848,8 +848,8 @@ int coord_handle_fetch_file(void *ud, const rpc_peer *peer, const uint8_t *req, 
             code = rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s has no stage of job %s",
                                   r->device_id, jb->id);
         else {
-            step = r->step ? (int)r->step : jb->committed;
-            if (step != jb->committed && r->step)
+            step = r->step == UINT32_MAX ? jb->committed : (int)r->step;
+            if (step != 0 && step != jb->committed)
                 code = rpc_status_set(st, RPC_NOT_FOUND, "job %s: step %u is not its committed "
                                       "step (%d)", jb->id, r->step, jb->committed);
             else
@@ -881,7 +881,8 @@ int coord_handle_fetch_file(void *ud, const rpc_peer *peer, const uint8_t *req, 
             char *p = path_of(dir, r->name);
             int fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
             struct stat sb;
-            uint32_t want = r->max_bytes && r->max_bytes < (4u << 20) ? r->max_bytes : (4u << 20);
+            uint32_t lim = (uint32_t)(c->o.max_message > 8192 ? c->o.max_message - 4096 : 4096);
+            uint32_t want = r->max_bytes && r->max_bytes < lim ? r->max_bytes : lim;
             if (fd < 0 || fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
                 code = rpc_status_set(st, RPC_NOT_FOUND, "%s: no such file at step %d", r->name, step);
             } else {

@@ -27,7 +27,7 @@
 #include "sl_mem.h"
 #include "sl_time.h"
 
-#define CHUNK (1u << 20)
+#define CHUNK (512u << 10) /* pieces under the coordinator's default 1 MiB message limit */
 #define CALL_MS 30000
 #define MAX_LOCAL 8 /* stages one device holds at most */
 
@@ -71,6 +71,7 @@ typedef struct job_rt {
     uint32_t epoch;
     pthread_t thread;
     int finished;          /* the thread is done (joinable) */
+    int joined;
     int refs;              /* Exchange handlers inside the net */
     dev_net *net;
     int stop;
@@ -540,7 +541,7 @@ static int fetch_file(run_ctx *r, const char *name, int step, const char *to, sl
         q.step = (uint32_t)step;
         q.name = (char *)name;
         q.offset = off;
-        q.max_bytes = 4u << 20;
+        q.max_bytes = 512u << 10;
         Skyloom__V1__FetchFileResponse *resp = NULL;
         rpc_status st = {0};
         int code = rpc_call_pb(r->ch, RPC_M_FETCH_FILE, &q, &skyloom__v1__fetch_file_response__descriptor,
@@ -1011,7 +1012,20 @@ static void *run_main(void *arg)
         if (r.ch)
             report_task(js, r.ch, &t, 0, err.msg, NULL);
     } else if (!rc) {
-        sl_log_info("device: job done here", "job=%s epoch=%u", rt->job, rt->epoch);
+        char got[200] = "";
+        static const int kinds[] = {DEV_DIR_ACTIVATION, DEV_DIR_MASK, DEV_DIR_GRADIENT,
+                                    DEV_DIR_LABELS, DEV_DIR_TIED, DEV_DIR_GATHER,
+                                    DEV_DIR_GATHER_RESULT};
+        static const char *const names[] = {"act", "mask", "grad", "labels", "tied", "gather",
+                                            "gather_result"};
+        for (int k = 0; k < 7 && r.net; k++) {
+            uint64_t n = 0;
+            for (int i = 0; i < r.nlocal; i++)
+                n += dev_net_received(r.net, r.local[i], kinds[k]);
+            size_t o = strlen(got);
+            snprintf(got + o, sizeof got - o, "%s%s:%llu", k ? "," : "", names[k], (unsigned long long)n);
+        }
+        sl_log_info("device: job done here", "job=%s epoch=%u received=%s", rt->job, rt->epoch, got);
     }
     release_net(&r);
     run_free(&r);
@@ -1041,18 +1055,14 @@ dev_jobs *dev_jobs_open(const dev_jobs_opts *o, sl_err *err)
 /* Joins finished work (called with the lock held). */
 static void reap(dev_jobs *js)
 {
-    for (job_rt **pp = &js->runs; *pp;) {
-        job_rt *rt = *pp;
-        if (rt->finished && rt->refs == 0) {
+    /* a finished run stays on record (joined): its epoch is never run twice */
+    for (job_rt *rt = js->runs; rt; rt = rt->next)
+        if (rt->finished && !rt->joined) {
             pthread_mutex_unlock(&js->mu);
             pthread_join(rt->thread, NULL);
             pthread_mutex_lock(&js->mu);
-            *pp = rt->next;
-            free(rt);
-        } else {
-            pp = &rt->next;
+            rt->joined = 1;
         }
-    }
     for (side_job **pp = &js->side; *pp;) {
         side_job *s = *pp;
         if (s->finished && !s->ok) { /* the report did not go out: let it be asked again */
@@ -1092,10 +1102,8 @@ static void start_side(dev_jobs *js, const dev_task *t)
 static void start_run(dev_jobs *js, const dev_task *t)
 {
     for (job_rt *rt = js->runs; rt; rt = rt->next)
-        if (!strcmp(rt->job, t->job)) {
-            if (rt->epoch == t->epoch || !rt->finished)
-                return; /* running it (a new epoch waits for the old one to leave) */
-        }
+        if (!strcmp(rt->job, t->job) && (rt->epoch >= t->epoch || !rt->finished))
+            return; /* run or running (a new epoch waits for the old one to leave) */
     job_rt *rt = sl_xcalloc(1, sizeof *rt);
     rt->js = js;
     snprintf(rt->job, sizeof rt->job, "%s", t->job);
@@ -1189,7 +1197,8 @@ void dev_jobs_close(dev_jobs *js)
         if (rt) {
             js->runs = rt->next;
             pthread_mutex_unlock(&js->mu);
-            pthread_join(rt->thread, NULL);
+            if (!rt->joined)
+                pthread_join(rt->thread, NULL);
             pthread_mutex_lock(&js->mu);
             free(rt);
         } else {

@@ -124,8 +124,9 @@ static void abort_locked(dev_net *n, const char *why)
     if (!n->aborted) {
         n->aborted = 1;
         snprintf(n->why, sizeof n->why, "%s", why);
-        sl_log_warn("device: pipeline stopped", "job=%016llx epoch=%u reason=\"%s\"",
-                    (unsigned long long)n->c.job, n->c.epoch, why);
+        if (!n->closing)
+            sl_log_warn("device: pipeline stopped", "job=j%016llx epoch=%u reason=\"%s\"",
+                        (unsigned long long)n->c.job, n->c.epoch, why);
     }
     for (int i = 0; i < n->nlinks; i++)
         if (n->links[i].st)
@@ -443,9 +444,12 @@ static void receive_loop(link *l, flow *in)
         sl_err err = {0};
         int r = rpc_stream_recv(l->st, &b, &err);
         if (r <= 0) {
+            /* the other end closed its side (it is done with the job) or the
+             * stream failed; a stage still waiting for data from this link
+             * fails then, in take() */
             pthread_mutex_lock(&n->mu);
             l->state = 2;
-            if (!n->closing && !n->aborted) {
+            if (r < 0 && !n->closing && !n->aborted) {
                 char why[300];
                 snprintf(why, sizeof why, "the link between stages %d and %d (device %s) ended%s%.200s",
                          l->a, l->b, n->stage[local(n, l->a) ? l->b : l->a].device,
@@ -704,12 +708,8 @@ int dev_net_accept(dev_net *n, const char *peer_id, int from, int to, rpc_stream
     if (!have_snd)
         dev_net_abort(n, "cannot start a sending thread");
     receive_loop(l, &l->down);
-    /* the client closed (or the net stopped): the sender ends once its
-     * queue is sent or the net is aborted */
-    pthread_mutex_lock(&n->mu);
-    if (!n->closing && !n->aborted)
-        abort_locked(n, "a link ended before the job did");
-    pthread_mutex_unlock(&n->mu);
+    /* the client closed (or the net stopped): the sender ends once this
+     * device closes its links or the net is aborted */
     if (have_snd)
         pthread_join(snd, NULL);
     pthread_mutex_lock(&n->mu);
