@@ -57,7 +57,7 @@ typedef struct cdev {
 typedef struct stage_rep {
     int have;
     double loss, grad_norm, lr, fwd, bwd, recv, send, finish, step_s;
-    uint64_t raw, wire, raw_up, wire_up;
+    uint64_t raw, wire, raw_up, wire_up, raw_side, wire_side;
     uint32_t masked;
 } stage_rep;
 
@@ -1267,7 +1267,8 @@ static void step_complete(cjob *jb, int step, const stage_rep *rep)
     if (f) {
         if (ftell(f) == 0)
             fprintf(f, "step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,"
-                       "link_raw_bytes,link_wire_bytes,link_raw_bytes_back,link_wire_bytes_back\n");
+                       "link_raw_bytes,link_wire_bytes,link_raw_bytes_back,link_wire_bytes_back,"
+                       "side_raw_bytes,side_wire_bytes\n");
         fprintf(f, "%d,%d,%.6f,%u,%.6f,%.6g,%.4f,%.1f,", step, jb->epoch, last->loss, last->masked,
                 last->grad_norm, last->lr, step_s, jb->tokens_s);
         for (int i = 0; i < jb->p; i++)
@@ -1279,7 +1280,12 @@ static void step_complete(cjob *jb, int step, const stage_rep *rep)
                 fprintf(f, "%s%llu", i ? ";" : "", (unsigned long long)v);
             }
         }
-        fputc('\n', f);
+        uint64_t side_raw = 0, side_wire = 0;
+        for (int i = 0; i < jb->p; i++) {
+            side_raw += rep[i].raw_side;
+            side_wire += rep[i].wire_side;
+        }
+        fprintf(f, ",%llu,%llu\n", (unsigned long long)side_raw, (unsigned long long)side_wire);
         fclose(f);
     }
     json_t *stages = json_array();
@@ -1333,7 +1339,8 @@ int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req,
             }
             rep[r->stage] = (stage_rep){1, r->loss, r->grad_norm, r->lr, r->fwd_s, r->bwd_s,
                                         r->recv_s, r->send_s, r->finish_s, r->step_s, r->raw_bytes,
-                                        r->wire_bytes, r->raw_bytes_up, r->wire_bytes_up, r->masked};
+                                        r->wire_bytes, r->raw_bytes_up, r->wire_bytes_up,
+                                        r->raw_bytes_side, r->wire_bytes_side, r->masked};
             int all = 1;
             for (int i = 0; i < jb->p; i++)
                 all &= rep[i].have;

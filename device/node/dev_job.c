@@ -811,6 +811,8 @@ static int report_step(run_ctx *r, int k, int step, const dev_step_info *info, i
     q.wire_bytes = b.wire_down;
     q.raw_bytes_up = b.raw_up;
     q.wire_bytes_up = b.wire_up;
+    q.raw_bytes_side = b.raw_side;
+    q.wire_bytes_side = b.wire_side;
     Skyloom__V1__ReportStepResponse *resp = NULL;
     rpc_status st = {0};
     int code = rpc_call_pb(r->ch, RPC_M_REPORT_STEP, &q, &skyloom__v1__report_step_response__descriptor,

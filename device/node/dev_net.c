@@ -819,13 +819,16 @@ void dev_net_take_bytes(dev_net *n, int i, dev_net_bytes *b)
             flow *f = fl[d];
             if (f->from != i)
                 continue;
-            int down = f->to > f->from;
-            if (down) {
+            uint64_t wire = l->mode == L_LOCAL ? f->raw : f->wire;
+            if (l->b - l->a > 1) {
+                b->raw_side += f->raw;
+                b->wire_side += wire;
+            } else if (f->to > f->from) {
                 b->raw_down += f->raw;
-                b->wire_down += l->mode == L_LOCAL ? f->raw : f->wire;
+                b->wire_down += wire;
             } else {
                 b->raw_up += f->raw;
-                b->wire_up += l->mode == L_LOCAL ? f->raw : f->wire;
+                b->wire_up += wire;
             }
             f->raw = f->wire = 0;
         }

@@ -73,10 +73,12 @@ int dev_net_close(dev_net *n, int timeout_ms, sl_err *err);
 void dev_net_free(dev_net *n);
 int dev_net_aborted(dev_net *n, char *why, size_t cap);
 
-/* Bytes local stage i sent since the last call: to the next stage (down)
- * and to the previous one (up), before the codec (raw) and as frames. */
+/* Bytes local stage i sent since the last call: to the next stage (down),
+ * to the previous one (up), and between the first and the last stage when
+ * they are not neighbours (side: labels, the tied gradient), before the
+ * codec (raw) and as frames. */
 typedef struct dev_net_bytes {
-    uint64_t raw_down, wire_down, raw_up, wire_up;
+    uint64_t raw_down, wire_down, raw_up, wire_up, raw_side, wire_side;
 } dev_net_bytes;
 void dev_net_take_bytes(dev_net *n, int i, dev_net_bytes *b);
 /* Frames refused on this device's links, per reason (DEV_FR_*). */
