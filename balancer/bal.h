@@ -35,21 +35,40 @@ typedef struct bal_unit {
     uint64_t stash_bytes; /* kept per in-flight micro-batch until its backward */
 } bal_unit;
 
-/* BERT config.json fields the cost model needs. */
+/* A BERT config.json: the one reader for the balancer and the device.
+ * Required: hidden_size, num_hidden_layers, num_attention_heads,
+ * intermediate_size, vocab_size. Defaults as in transformers' BertConfig:
+ * max_position_embeddings 512, type_vocab_size 2, layer_norm_eps 1e-12,
+ * hidden_act "gelu", hidden_dropout_prob and attention_probs_dropout_prob
+ * 0.1, initializer_range 0.02. Other fields are ignored, so a Hugging Face
+ * file works unchanged. */
+enum bal_act { BAL_ACT_GELU = 0, BAL_ACT_GELU_TANH = 1 }; /* gelu; gelu_new, gelu_pytorch_tanh */
 typedef struct bal_bert {
     int hidden, layers, heads, intermediate, vocab, max_pos, type_vocab;
+    double ln_eps;
+    int act; /* enum bal_act */
+    double hidden_dropout, attn_dropout, init_range;
 } bal_bert;
 /* Share of the tokens the MLM head (decoder and loss) runs at: BERT's 15%. */
 #define BAL_MASK_FRAC 0.15
-/* The largest sizes accepted (the JSON reader and bal_bert_units). */
+/* The sizes a config may have (the reader, bal_bert_check, the device). */
 enum {
-    BAL_MAX_HIDDEN = 65536, BAL_MAX_LAYERS = 100000, BAL_MAX_HEADS = 4096,
-    BAL_MAX_INTERMEDIATE = 262144, BAL_MAX_VOCAB = 4000000, BAL_MAX_POS = 1000000,
-    BAL_MAX_TYPE_VOCAB = 1000
+    BAL_MAX_HIDDEN = 16384, BAL_MAX_LAYERS = 256, BAL_MAX_HEADS = 1024,
+    BAL_MAX_INTERMEDIATE = 65536, BAL_MAX_VOCAB = 1 << 22, BAL_MIN_VOCAB = 5,
+    BAL_MAX_POS = 65536, BAL_MAX_TYPE_VOCAB = 1024
 };
 
+/* Parses config.json text; `name` starts every message, which names the line
+ * and the field: "config.json:3: num_hidden_layers: must be between 1 and 256, got 0". */
+int bal_bert_parse(bal_bert *b, const char *text, const char *name, sl_err *err);
+int bal_bert_load(bal_bert *b, const char *path, sl_err *err);
+/* The sizes: each within its limit, hidden a multiple of heads. */
+int bal_bert_check(const bal_bert *b, sl_err *err);
+
 /* Units for `cfg` at micro-batch `batch` x sequence `seq`: 0 embeddings,
- * 1..L encoder layers, L+1 MLM head + loss. *out is sl_xmalloc'd. */
+ * 1..L encoder layers, L+1 MLM head + loss. *out is sl_xmalloc'd. This is
+ * the one cost description of a unit (the device's tests check a stage's
+ * parameters and stash against it). */
 int bal_bert_units(const bal_bert *cfg, int batch, int seq, bal_unit **out, int *n_units,
                    sl_err *err);
 
@@ -117,7 +136,7 @@ const bal_device *bal_problem_device(const bal_problem *pb, int d); /* unit_*_s 
 /* Seconds device d spends on unit u for one micro-batch. */
 double bal_unit_fwd_s(const bal_problem *pb, int d, int u);
 double bal_unit_bwd_s(const bal_problem *pb, int d, int u);
-/* Optimizer step seconds on device d for units [first, last). */
+/* Optimizer step seconds on device d for units first..last (inclusive). */
 double bal_optim_s(const bal_problem *pb, int d, int first, int last);
 /* The link between two devices (same host, same site, or between sites). */
 bal_link bal_problem_link(const bal_problem *pb, int d_from, int d_to);
@@ -146,7 +165,7 @@ typedef struct bal_stage {
     int device;               /* index into the problem's devices */
     char id[BAL_NAME_MAX];
     char site[BAL_NAME_MAX];
-    int first, last;          /* units [first, last) */
+    int first, last;          /* units first..last, inclusive */
     double fwd_s, bwd_s;      /* per micro-batch */
     double optim_s;           /* optimizer step */
     uint64_t static_bytes;    /* weights + optimizer state + gradients */

@@ -10,6 +10,11 @@
  * memory-bound; we charge this many FLOPs per parameter at the device's rate. */
 #define BAL_OPT_FLOPS_PER_PARAM 16.0
 
+/* Limits of the seven BERT sizes in config.json order (hidden_size,
+ * num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
+ * max_position_embeddings, type_vocab_size). */
+extern const int bal_bert_min[7], bal_bert_max[7];
+
 struct bal_problem {
     int n_units, n_dev;
     bal_unit *unit;
@@ -28,7 +33,8 @@ struct bal_problem {
     bal_link *between; /* n_sites * n_sites */
 };
 
-/* Stage time on device d for units [s, e). */
+/* Internal helpers take cut points: s < e covers units s..e-1.
+ * Stage time on device d between cuts s and e. */
 static inline double bal_time(const bal_problem *pb, int d, int s, int e)
 {
     const double *p = pb->pre + (size_t)d * (pb->n_units + 1);
@@ -63,7 +69,7 @@ static inline int bal_fits(const bal_problem *pb, int d, int s, int e, int k)
     return need != UINT64_MAX && need <= pb->dev[d].mem_bytes;
 }
 
-/* Serialization seconds of the boundary after unit e-1 on a link. */
+/* Serialization seconds of the boundary at cut e (after unit e-1) on a link. */
 static inline double bal_ser(const bal_problem *pb, bal_link l, int e)
 {
     return (double)pb->unit[e - 1].out_bytes / l.bw;

@@ -22,7 +22,7 @@ json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl)
         const bal_stage *s = &pl->stage[i];
         json_t *x = json_pack("{s:i, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:I, s:I, s:I, s:i}",
                               "stage", i, "device", s->id, "site", s->site, "first_unit",
-                              s->first, "last_unit", s->last - 1, "fwd_s", s->fwd_s, "bwd_s",
+                              s->first, "last_unit", s->last, "fwd_s", s->fwd_s, "bwd_s",
                               s->bwd_s, "optim_s", s->optim_s, "static_bytes",
                               (json_int_t)s->static_bytes, "stash_bytes",
                               (json_int_t)s->stash_bytes, "memory_bytes",

@@ -281,7 +281,7 @@ double bal_estimate(const bal_problem *pb, const bal_chain *c, const int *cuts, 
     for (int i = 0; i < c->p; i++) {
         int d = c->order[i];
         R += bal_time(pb, d, cuts[i], cuts[i + 1]);
-        double o = bal_optim_s(pb, d, cuts[i], cuts[i + 1]);
+        double o = bal_optim_s(pb, d, cuts[i], cuts[i + 1] - 1);
         if (o > opt)
             opt = o;
         if (i < c->p - 1) {
@@ -313,12 +313,12 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
         memcpy(s->id, pb->dev[d].id, BAL_NAME_MAX);
         memcpy(s->site, pb->dev[d].site, BAL_NAME_MAX);
         s->first = a;
-        s->last = b;
+        s->last = b - 1;
         for (int u = a; u < b; u++) {
             s->fwd_s += bal_unit_fwd_s(pb, d, u);
             s->bwd_s += bal_unit_bwd_s(pb, d, u);
         }
-        s->optim_s = bal_optim_s(pb, d, a, b);
+        s->optim_s = bal_optim_s(pb, d, a, b - 1);
         s->static_bytes = pb->pstatic[b] - pb->pstatic[a];
         s->stash_bytes = pb->pstash[b] - pb->pstash[a];
         s->mem_bytes = pb->dev[d].mem_bytes;

@@ -38,13 +38,25 @@ typedef struct setting {
  * Gbit/s with latency uniform in [lat_min, lat_max]. */
 static bal_problem *build(const setting *s, double *total_flops)
 {
-    bal_bert c = {s->hidden, s->layers, s->heads, s->inter, s->vocab, 512, 2};
+    bal_bert c = {.hidden = s->hidden, .layers = s->layers, .heads = s->heads,
+                  .intermediate = s->inter, .vocab = s->vocab, .max_pos = 512, .type_vocab = 2};
     bal_unit *u;
     int n;
     sl_err err = {0};
+    /* config.json allows BAL_MAX_LAYERS; a deeper chain repeats the layer unit */
+    if (c.layers > BAL_MAX_LAYERS)
+        c.layers = 1;
     if (bal_bert_units(&c, s->batch, s->seq, &u, &n, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
+    }
+    if (c.layers != s->layers) {
+        bal_unit head = u[n - 1], layer = u[1];
+        n = s->layers + 2;
+        u = sl_xrealloc(u, (size_t)n * sizeof *u);
+        for (int i = 1; i < n - 1; i++)
+            u[i] = layer;
+        u[n - 1] = head;
     }
     bal_device *d = sl_xcalloc((size_t)s->n_dev, sizeof *d);
     static const uint64_t gib[6] = {16, 24, 32, 40, 48, 80};

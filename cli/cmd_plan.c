@@ -47,7 +47,7 @@ static void print_table(const bal_plan *pl, const bal_timeline *tl, int n_dev)
         const bal_stage *s = &pl->stage[i];
         const bal_stage_stats *t = &tl->stage[i];
         char units[32], peak[32], mem[32];
-        snprintf(units, sizeof units, "%d-%d", s->first, s->last - 1);
+        snprintf(units, sizeof units, "%d-%d", s->first, s->last);
         human_bytes(t->peak_mem_bytes, peak, sizeof peak);
         human_bytes(s->mem_bytes, mem, sizeof mem);
         printf("%-5d %-16.16s %-10.10s %-9s %9.3f %9.3f %9.4f %8.4f %8.4f %8.4f %10s %10s\n", i,

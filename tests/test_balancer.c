@@ -192,9 +192,9 @@ static void test_exact_vs_brute_force(void)
 /* optimal <= even, sky under the simulator; memory never exceeded. */
 static void check_memory(const bal_plan *pl, const bal_timeline *tl)
 {
-    CHECK(pl->stage[0].first == 0 && pl->stage[pl->n_stages - 1].last == pl->n_units);
+    CHECK(pl->stage[0].first == 0 && pl->stage[pl->n_stages - 1].last == pl->n_units - 1);
     for (int i = 0; i + 1 < pl->n_stages; i++)
-        CHECK(pl->stage[i].last == pl->stage[i + 1].first && pl->stage[i].first < pl->stage[i].last);
+        CHECK(pl->stage[i].last + 1 == pl->stage[i + 1].first && pl->stage[i].first <= pl->stage[i].last);
     for (int i = 0; i < pl->n_stages; i++) {
         CHECK(tl->stage[i].peak_mem_bytes <= pl->stage[i].mem_bytes);
         CHECK(tl->stage[i].peak_inflight <= pl->stage[i].max_inflight);
@@ -358,7 +358,8 @@ static void test_link_in_simulator(void)
 
 static void test_bert_units(void)
 {
-    bal_bert base = {768, 12, 12, 3072, 30522, 512, 2};
+    bal_bert base = {.hidden = 768, .layers = 12, .heads = 12, .intermediate = 3072,
+                     .vocab = 30522, .max_pos = 512, .type_vocab = 2};
     bal_unit *u;
     int n;
     sl_err err = {0};
@@ -480,6 +481,49 @@ static void test_malformed_json(void)
                        "network.json:1: inside_site.bandwidth_gbps: must be between");
     expect_parse_error(cfg_small, dev_ok, "[1, 2]", "network.json:1: (top level): must be an object");
     expect_parse_error(cfg_small, "", "{}", "devices.json:");
+    /* the model limits are the device's (one reader): 0 or 257 layers, hidden 32768 */
+    expect_parse_error("{\"hidden_size\": 256,\n \"num_hidden_layers\": 0, \"num_attention_heads\": 4, "
+                       "\"intermediate_size\": 1024, \"vocab_size\": 9}",
+                       dev_ok, "{}", "config.json:2: num_hidden_layers: must be between 1 and 256, got 0");
+    expect_parse_error("{\"hidden_size\": 256, \"num_hidden_layers\": 257, \"num_attention_heads\": 4, "
+                       "\"intermediate_size\": 1024, \"vocab_size\": 9}",
+                       dev_ok, "{}", "num_hidden_layers: must be between 1 and 256, got 257");
+    expect_parse_error("{\"hidden_size\": 32768, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                       "\"intermediate_size\": 1024, \"vocab_size\": 9}",
+                       dev_ok, "{}", "hidden_size: must be between 1 and 16384");
+    expect_parse_error("{\"hidden_size\": 256, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                       "\"intermediate_size\": 1024, \"vocab_size\": 9, \"hidden_act\": \"relu\"}",
+                       dev_ok, "{}", "hidden_act: 'relu' is not supported");
+    /* measured times that are all zero would plan a 0 s cycle */
+    expect_parse_error(cfg_small,
+                       "[{\"id\": \"a\", \"memory_gib\": 1,\n \"unit_seconds\": {\"embeddings\": "
+                       "[0, 0], \"encoder\": [0, 0], \"head\": [0, 0]}}]",
+                       "{}", "devices.json:2: [0].unit_seconds: are all zero");
+    /* two links for one site pair, in either order */
+    const char *two_sites = "[{\"id\": \"a\", \"site\": \"x\", \"memory_gib\": 8, \"flops\": 1e12},"
+                            " {\"id\": \"b\", \"site\": \"y\", \"memory_gib\": 8, \"flops\": 1e12}]";
+    expect_parse_error(cfg_small, two_sites,
+                       "{\"links\": [{\"a\": \"x\", \"b\": \"y\", \"bandwidth_gbps\": 1, \"latency_ms\": 9},\n"
+                       " {\"a\": \"y\", \"b\": \"x\", \"bandwidth_gbps\": 5, \"latency_ms\": 1}]}",
+                       "network.json:2: links[1]: links[0] already joins sites 'x' and 'y'");
+    /* control bytes from a file never reach a message; names may not hold them */
+    {
+        sl_err e = {0};
+        const char *esc = "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1, \"x\\u001b[2J\": 1}]";
+        bal_problem *q = bal_problem_parse(cfg_small, "c", 2, 64, esc, "d", "{}", "n", &e);
+        CHECKF(q == NULL && strstr(e.msg, "x\\x1b[2J: unknown field"), "%s", e.msg);
+        for (const char *p = e.msg; *p; p++)
+            CHECK((unsigned char)*p >= 0x20 && *p != 0x7f);
+        bal_problem_free(q);
+        const char *raw = "{\"devices\": [\x01\x07\x1b]}";
+        q = bal_problem_parse(cfg_small, "c", 2, 64, raw, "d", "{}", "n", &e);
+        CHECK(q == NULL && strncmp(e.msg, "d:1:", 4) == 0);
+        for (const char *p = e.msg; *p; p++)
+            CHECKF((unsigned char)*p >= 0x20 && *p != 0x7f, "%s", e.msg);
+        bal_problem_free(q);
+        expect_parse_error(cfg_small, "[{\"id\": \"a\\u0007\", \"memory_gib\": 1, \"flops\": 1}]",
+                           "{}", "[0].id: must not contain control characters");
+    }
     /* and a good one parses */
     sl_err err = {0};
     bal_problem *pb = bal_problem_parse(cfg_small, "c", 2, 64, dev_ok, "d", "{}", "n", &err);
@@ -494,7 +538,8 @@ static void test_malformed_json(void)
 static void test_slow_link_avoided(void)
 {
     sl_err err = {0};
-    bal_bert c = {256, 12, 4, 1024, 2000, 512, 2};
+    bal_bert c = {.hidden = 256, .layers = 12, .heads = 4, .intermediate = 1024, .vocab = 2000,
+                  .max_pos = 512, .type_vocab = 2};
     bal_unit *u;
     int n;
     CHECK(bal_bert_units(&c, 4, 128, &u, &n, &err) == 0);
@@ -557,11 +602,11 @@ static void test_sky_moves_both_ways(void)
     o.micro_batches = 8;
     bal_plan *pl = bal_plan_make(pb, BAL_SKY, &o, &err);
     CHECK(pl != NULL && pl->n_stages == 4);
-    CHECKF(pl && pl->stage[0].last - pl->stage[0].first < 3, "slow device keeps %d units",
-           pl ? pl->stage[0].last - pl->stage[0].first : -1);
+    CHECKF(pl && pl->stage[0].last - pl->stage[0].first + 1 < 3, "slow device keeps %d units",
+           pl ? pl->stage[0].last - pl->stage[0].first + 1 : -1);
     bal_plan_free(pl);
     pl = bal_plan_make(pb, BAL_EVEN, &o, &err);
-    CHECK(pl && pl->stage[0].last == 3);
+    CHECK(pl && pl->stage[0].first == 0 && pl->stage[0].last == 2); /* inclusive: units 0-2 */
     bal_plan_free(pl);
     bal_problem_free(pb);
 }
