@@ -157,8 +157,11 @@ typedef struct bal_opts {
     int max_micro_batches; /* upper limit when choosing (default 1024) */
     double target_bubble;  /* choose the smallest m whose estimated bubble is below (0.10) */
     int window;        /* 1F1B: count round trips over runs of stages in the cycle (default 1) */
+    int data_owner;    /* device index, -1: none (default). The owner holds unit 0 and the
+                        * head as the chain's first and last stage (a U-shaped chain) */
 } bal_opts;
 
+/* Start from this: every field has its default (data_owner -1). */
 bal_opts bal_opts_default(void);
 
 typedef struct bal_stage {
@@ -173,6 +176,7 @@ typedef struct bal_stage {
     uint64_t mem_bytes;       /* the device's usable memory */
     int max_inflight;         /* micro-batches stashed at most under the plan's schedule */
     int warmup;               /* forwards before the first backward (1F1B) */
+    int extra;                /* lookahead micro-batches the link to the next stage adds */
     /* link to the next stage (unused on the last one) */
     double lat_s;             /* latency of the link to the next stage */
     double act_s, grad_s;     /* serialization time of one activation / gradient */
@@ -189,7 +193,9 @@ typedef struct bal_plan {
     int micro_batches;
     int n_units;
     int n_stages;
-    bal_stage *stage;
+    bal_stage *stage;  /* in a U-shaped plan the first and last have the same device */
+    int data_owner;    /* device holding unit 0 and the head when asked for one, else -1 */
+    double *unit_fwd_s, *unit_bwd_s; /* n_units: seconds of unit u on the device running it */
     int n_dropped;
     bal_dropped *dropped;
     double cycle_s;    /* steady-state seconds per micro-batch the planner predicts */
@@ -207,11 +213,13 @@ bal_plan *bal_plan_make(const bal_problem *pb, int algo, const bal_opts *opts, s
  * stashes m everywhere. extra == NULL is the textbook 1F1B (p - i). */
 typedef struct bal_chain {
     int p;
-    const int *order; /* p device indices, each at most once */
+    const int *order; /* p device indices, each at most once (U-shaped: order[0] twice) */
     const int *extra; /* p-1 entries >= 0, or NULL */
     int m;            /* micro-batches per iteration */
     int schedule;     /* enum bal_schedule */
     int window;       /* 1F1B: count round trips over runs of stages in the cycle */
+    int ushaped;      /* 1: order[p-1] == order[0], p >= 3: the two stages share that device's
+                       * compute and memory (a data owner holding unit 0 and the head) */
 } bal_chain;
 
 /* A plan for a given chain and cut points (cuts[0]=0 < ... < cuts[p]=n_units);
@@ -235,6 +243,15 @@ double bal_chain_best(const bal_problem *pb, const bal_chain *c, int *cuts);
  * exceeds half the cycle gets ceil(round trip / cycle) extra micro-batches. */
 void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double cycle, int m,
                          int *extra);
+
+/* The exact search `optimal` runs up to 12 devices (a data owner not counted):
+ * the smallest bottleneck cycle (every stage's fwd+bwd time, a data owner's
+ * two stages added up; every link's serialization either way; memory for the
+ * schedule's stash, textbook 1F1B) over every subset and order of the devices
+ * and every cut. Fills order and cuts (up to 14 and 15 entries) and *p;
+ * INFINITY (and *p = 0) when nothing fits or there are more devices. */
+double bal_exact_best(const bal_problem *pb, int m, int schedule, int data_owner, int *order,
+                      int *cuts, int *p);
 
 /* ---- the schedule: what one stage does in one iteration ---- */
 

@@ -69,6 +69,28 @@ static inline int bal_fits(const bal_problem *pb, int d, int s, int e, int k)
     return need != UINT64_MAX && need <= pb->dev[d].mem_bytes;
 }
 
+/* Bytes of two stages on one device: cuts 0..a with k0 micro-batches stashed
+ * and cuts b..n with kl (a U-shaped chain's data owner); UINT64_MAX on overflow. */
+static inline uint64_t bal_owner_need(const bal_problem *pb, int a, int k0, int b, int kl)
+{
+    int n = pb->n_units;
+    uint64_t x = bal_mem_need(pb->pstatic[a], pb->pstash[a], k0);
+    uint64_t y = bal_mem_need(pb->pstatic[n] - pb->pstatic[b], pb->pstash[n] - pb->pstash[b], kl);
+    uint64_t s;
+    if (x == UINT64_MAX || y == UINT64_MAX || __builtin_add_overflow(x, y, &s))
+        return UINT64_MAX;
+    return s;
+}
+
+static inline int bal_owner_fits(const bal_problem *pb, int d, int a, int k0, int b, int kl)
+{
+    uint64_t need = bal_owner_need(pb, a, k0, b, kl);
+    return need != UINT64_MAX && need <= pb->dev[d].mem_bytes;
+}
+
+/* A U-shaped chain: its first and last stage on one device (p >= 3). */
+static inline int bal_is_u(const bal_chain *c) { return c->ushaped && c->p >= 3; }
+
 /* Serialization seconds of the boundary at cut e (after unit e-1) on a link. */
 static inline double bal_ser(const bal_problem *pb, bal_link l, int e)
 {
@@ -98,6 +120,21 @@ bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, 
 
 /* bal_chain_best to a relative tolerance (the search ranks with a coarse one). */
 double bal_chain_best_tol(const bal_problem *pb, const bal_chain *c, int *cuts, double tol);
+
+/* bal_exact.c: chains over every subset and order of up to BAL_EXACT_MAX
+ * devices (the data owner not counted). out[0] is the optimum of the
+ * bottleneck-cycle model (the fewest stages among the optimal chains); then,
+ * for each bound cycle x (1 + ladder[i]), the chain with the fewest stages
+ * that meets it when that is fewer than the previous. Returns the count. */
+#define BAL_EXACT_MAX 12
+#define BAL_EXACT_OUT 16
+typedef struct bal_exact_chain {
+    int p;
+    int order[BAL_EXACT_MAX + 2], cuts[BAL_EXACT_MAX + 3];
+    double cycle;
+} bal_exact_chain;
+int bal_exact_chains(const bal_problem *pb, int m, int schedule, int owner, const double *ladder,
+                     int nl, bal_exact_chain *out);
 
 /* bal_search.c */
 bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err);

@@ -57,7 +57,7 @@ int bal_schedule_parse(const char *s)
 bal_opts bal_opts_default(void)
 {
     bal_opts o = {.schedule = BAL_1F1B, .micro_batches = 0, .max_micro_batches = 1024,
-                  .target_bubble = 0.10, .window = 1};
+                  .target_bubble = 0.10, .window = 1, .data_owner = -1};
     return o;
 }
 
@@ -77,11 +77,15 @@ double bal_chain_cycle(const bal_problem *pb, const bal_chain *c, const int *cut
     int p = c->p;
     double cyc = 0;
     double *t = sl_xmalloc((size_t)p * sizeof(double)), *rt = sl_xmalloc((size_t)p * sizeof(double));
-    int *k = sl_xmalloc((size_t)p * sizeof(int));
+    int *k = sl_xmalloc((size_t)p * sizeof(int)), u = bal_is_u(c);
     bal_inflight(c, k);
+    if (u && !bal_owner_fits(pb, c->order[0], cuts[1], k[0], cuts[p - 1], k[p - 1])) {
+        cyc = INFINITY;
+        goto out;
+    }
     for (int i = 0; i < p; i++) {
         int d = c->order[i];
-        if (!bal_fits(pb, d, cuts[i], cuts[i + 1], k[i])) {
+        if (!(u && (i == 0 || i == p - 1)) && !bal_fits(pb, d, cuts[i], cuts[i + 1], k[i])) {
             cyc = INFINITY;
             goto out;
         }
@@ -96,6 +100,8 @@ double bal_chain_cycle(const bal_problem *pb, const bal_chain *c, const int *cut
                 cyc = smax;
         }
     }
+    if (u && t[0] + t[p - 1] > cyc) /* the owner computes both of its stages */
+        cyc = t[0] + t[p - 1];
     if (c->window && c->schedule == BAL_1F1B)
         for (int i = 0; i < p; i++) {
             double S = 0, slots = 0;
@@ -133,8 +139,24 @@ void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double 
 
 typedef struct dp_ws {
     double *g, *gn, *v;
-    int *nxt, *dq, *k;
+    int *nxt, *dq, *k, p;
+    /* U-shaped chains: the last stage is fixed to cuts ub..n (time t_last);
+     * the first stage shares the owner with it. ub < 0: not U-shaped. */
+    int ub;
+    double t_last;
 } dp_ws;
+
+/* Can stage i (device d, k stashed) take cuts s..e within bound B? The
+ * first stage of a U-shaped chain shares time and memory with the last. */
+static int stage_ok(const bal_problem *pb, const dp_ws *w, int i, int d, int s, int e, int k,
+                    double B)
+{
+    const double *pre = pb->pre + (size_t)d * (pb->n_units + 1);
+    if (w->ub >= 0 && i == 0)
+        return pre[e] - pre[s] + w->t_last <= B &&
+               bal_owner_fits(pb, d, e, k, w->ub, w->k[w->p - 1]);
+    return pre[e] - pre[s] <= B && bal_fits(pb, d, s, e, k);
+}
 
 /* One feasibility test at bound B; on success fills cuts. */
 static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_ws *w, int *cuts)
@@ -151,7 +173,8 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
         if (i == p - 1) {
             for (int s = smin; s <= smax; s++) {
                 double t = pre[n] - pre[s];
-                g[s] = (t <= B && bal_fits(pb, d, s, n, k)) ? t - B : INFINITY;
+                int ok = w->ub >= 0 ? s == w->ub && t <= B : t <= B && bal_fits(pb, d, s, n, k);
+                g[s] = ok ? t - B : INFINITY;
                 nxt[s] = n;
             }
         } else {
@@ -175,7 +198,7 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
             for (int s = smin; s <= smax; s++) {
                 if (eh < s)
                     eh = s;
-                while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= B && bal_fits(pb, d, s, eh + 1, k))
+                while (eh + 1 <= emax && stage_ok(pb, w, i, d, s, eh + 1, k, B))
                     eh++;
                 if (push < s + 1)
                     push = s + 1;
@@ -211,6 +234,27 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
     return 1;
 }
 
+/* Feasibility at bound B; a U-shaped chain tries every start of the owner's
+ * last stage whose time fits (there are few: its time grows as it starts
+ * earlier). */
+static int feasible(const bal_problem *pb, const bal_chain *c, double B, dp_ws *w, int *cuts)
+{
+    if (!bal_is_u(c)) {
+        w->ub = -1;
+        return dp_feasible(pb, c, B, w, cuts);
+    }
+    int n = pb->n_units, p = c->p, d = c->order[0];
+    for (int b = n - 1; b >= p - 1; b--) {
+        w->ub = b;
+        w->t_last = bal_time(pb, d, b, n);
+        if (w->t_last > B || !bal_owner_fits(pb, d, 1, w->k[0], b, w->k[p - 1]))
+            break;
+        if (dp_feasible(pb, c, B, w, cuts))
+            return 1;
+    }
+    return 0;
+}
+
 double bal_chain_best(const bal_problem *pb, const bal_chain *ch, int *cuts)
 {
     return bal_chain_best_tol(pb, ch, cuts, 1e-10);
@@ -229,10 +273,11 @@ double bal_chain_best_tol(const bal_problem *pb, const bal_chain *ch, int *cuts,
     w.dq = sl_xmalloc(n1 * sizeof(int));
     w.nxt = sl_xmalloc((size_t)p * n1 * sizeof(int));
     w.k = sl_xmalloc((size_t)p * sizeof(int));
+    w.p = p;
     bal_inflight(ch, w.k);
     int *c = sl_xmalloc(((size_t)p + 1) * sizeof(int));
     double hi = INFINITY, lo = 0;
-    if (dp_feasible(pb, ch, INFINITY, &w, c)) {
+    if (feasible(pb, ch, INFINITY, &w, c)) {
         hi = bal_chain_cycle(pb, ch, c);
         memcpy(cuts, c, ((size_t)p + 1) * sizeof(int));
         /* the cycle a feasible cut achieves tightens hi below mid; on long
@@ -240,7 +285,7 @@ double bal_chain_best_tol(const bal_problem *pb, const bal_chain *ch, int *cuts,
         int tighten = p <= 128;
         for (int it = 0; it < 200 && hi - lo > tol * hi; it++) {
             double mid = lo > 0 && hi > 4 * lo ? sqrt(lo * hi) : 0.5 * (lo + hi);
-            if (dp_feasible(pb, ch, mid, &w, c)) {
+            if (feasible(pb, ch, mid, &w, c)) {
                 double got = tighten ? bal_chain_cycle(pb, ch, c) : mid;
                 if (!(got < hi)) { /* rounding: the bound was met only to the last bit */
                     hi = mid;
@@ -265,9 +310,11 @@ double bal_chain_best_tol(const bal_problem *pb, const bal_chain *ch, int *cuts,
 
 int bal_plan_overflow(const bal_problem *pb, const bal_chain *c, const int *cuts)
 {
-    int *k = sl_xmalloc((size_t)c->p * sizeof(int)), bad = -1;
+    int p = c->p, *k = sl_xmalloc((size_t)p * sizeof(int)), bad = -1, u = bal_is_u(c);
     bal_inflight(c, k);
-    for (int i = 0; i < c->p && bad < 0; i++)
+    if (u && !bal_owner_fits(pb, c->order[0], cuts[1], k[0], cuts[p - 1], k[p - 1]))
+        bad = 0;
+    for (int i = u; i < p - u && bad < 0; i++)
         if (!bal_fits(pb, c->order[i], cuts[i], cuts[i + 1], k[i]))
             bad = i;
     free(k);
@@ -289,6 +336,12 @@ double bal_estimate(const bal_problem *pb, const bal_chain *c, const int *cuts, 
             R += round_trip(pb, d, c->order[i + 1], cuts[i + 1], &smax);
         }
     }
+    if (bal_is_u(c)) { /* the owner steps both of its stages */
+        int d = c->order[0], p = c->p;
+        double o = bal_optim_s(pb, d, 0, cuts[1] - 1) + bal_optim_s(pb, d, cuts[p - 1], cuts[p] - 1);
+        if (o > opt)
+            opt = o;
+    }
     return R + (c->m - 1) * cycle + opt;
 }
 
@@ -302,6 +355,9 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
     pl->n_units = pb->n_units;
     pl->n_stages = p;
     pl->stage = sl_xcalloc((size_t)p, sizeof *pl->stage);
+    pl->data_owner = bal_is_u(c) ? c->order[0] : -1;
+    pl->unit_fwd_s = sl_xmalloc((size_t)pb->n_units * sizeof(double));
+    pl->unit_bwd_s = sl_xmalloc((size_t)pb->n_units * sizeof(double));
     int *k = sl_xmalloc((size_t)p * sizeof(int));
     bal_inflight(c, k);
     unsigned char *used = sl_xcalloc((size_t)pb->n_dev, 1);
@@ -315,8 +371,10 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
         s->first = a;
         s->last = b - 1;
         for (int u = a; u < b; u++) {
-            s->fwd_s += bal_unit_fwd_s(pb, d, u);
-            s->bwd_s += bal_unit_bwd_s(pb, d, u);
+            pl->unit_fwd_s[u] = bal_unit_fwd_s(pb, d, u);
+            pl->unit_bwd_s[u] = bal_unit_bwd_s(pb, d, u);
+            s->fwd_s += pl->unit_fwd_s[u];
+            s->bwd_s += pl->unit_bwd_s[u];
         }
         s->optim_s = bal_optim_s(pb, d, a, b - 1);
         s->static_bytes = pb->pstatic[b] - pb->pstatic[a];
@@ -325,6 +383,7 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
         s->max_inflight = k[i];
         s->warmup = c->schedule == BAL_GPIPE ? c->m : k[i] - 1;
         if (i < p - 1) {
+            s->extra = c->extra ? c->extra[i] : 0;
             bal_link f = bal_problem_link(pb, d, c->order[i + 1]);
             bal_link r = bal_problem_link(pb, c->order[i + 1], d);
             s->lat_s = 0.5 * (f.lat + r.lat); /* links are symmetric in our inputs */
@@ -356,16 +415,21 @@ void bal_plan_free(bal_plan *pl)
         return;
     free(pl->stage);
     free(pl->dropped);
+    free(pl->unit_fwd_s);
+    free(pl->unit_bwd_s);
     free(pl);
 }
 
 static int check_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err)
 {
-    int p = c->p;
-    if (p < 1 || p > pb->n_dev || p > pb->n_units || c->m < 1 ||
+    int p = c->p, u = c->ushaped != 0;
+    if (p < 1 || p > pb->n_dev + u || p > pb->n_units || c->m < 1 ||
         (c->schedule != BAL_1F1B && c->schedule != BAL_GPIPE))
         return sl_err_set(err, SL_EINVAL, "chain: need 1..%d stages, m >= 1 and a schedule",
-                          pb->n_dev < pb->n_units ? pb->n_dev : pb->n_units);
+                          pb->n_dev + u < pb->n_units ? pb->n_dev + u : pb->n_units);
+    if (u && (p < 3 || c->order[0] != c->order[p - 1]))
+        return sl_err_set(err, SL_EINVAL, "chain: a U-shaped chain has at least 3 stages, the "
+                          "first and the last on the same device");
     if (cuts[0] != 0 || cuts[p] != pb->n_units)
         return sl_err_set(err, SL_EINVAL, "chain: cuts must run from 0 to %d", pb->n_units);
     for (int i = 0; i < p; i++) {
@@ -376,7 +440,7 @@ static int check_chain(const bal_problem *pb, const bal_chain *c, const int *cut
         if (c->extra && i < p - 1 && (c->extra[i] < 0 || c->extra[i] > 1000000))
             return sl_err_set(err, SL_EINVAL, "chain: extra[%d] out of range", i);
         for (int j = 0; j < i; j++)
-            if (c->order[j] == c->order[i])
+            if (c->order[j] == c->order[i] && !(u && j == 0 && i == p - 1))
                 return sl_err_set(err, SL_EINVAL, "chain: device %d used twice", c->order[i]);
     }
     return 0;
@@ -387,10 +451,20 @@ static int overflow_err(const bal_problem *pb, const bal_chain *c, const int *cu
 {
     int *kk = sl_xmalloc((size_t)c->p * sizeof(int));
     bal_inflight(c, kk);
-    int d = c->order[i], k = kk[i];
-    free(kk);
+    int d = c->order[i], k = kk[i], p = c->p;
     uint64_t need = bal_mem_need(pb->pstatic[cuts[i + 1]] - pb->pstatic[cuts[i]],
                                  pb->pstash[cuts[i + 1]] - pb->pstash[cuts[i]], k);
+    if (bal_is_u(c) && i == 0) {
+        need = bal_owner_need(pb, cuts[1], k, cuts[p - 1], kk[p - 1]);
+        free(kk);
+        return sl_err_set(err, SL_EINVAL,
+                          "%s: data owner %s (units 0-%d and %d-%d) needs %llu bytes, the device "
+                          "has %llu: short by %llu bytes", algo, pb->dev[d].id, cuts[1] - 1,
+                          cuts[p - 1], cuts[p] - 1, (unsigned long long)need,
+                          (unsigned long long)pb->dev[d].mem_bytes,
+                          (unsigned long long)(need - pb->dev[d].mem_bytes));
+    }
+    free(kk);
     return sl_err_set(err, SL_EINVAL,
                       "%s: stage %d on %s (units %d-%d, %d micro-batches stashed) needs %llu "
                       "bytes, the device has %llu: short by %llu bytes",

@@ -216,7 +216,7 @@ static double exhaustive(const bal_problem *pb, int D, int m, long *chains)
         /* the same placements optimal can make: textbook 1F1B, and a lookahead
          * sized at the chain's speed floor or at its textbook cycle */
         int extra[8], cuts2[9];
-        bal_chain ch = {p, order, extra, m, BAL_1F1B, 1};
+        bal_chain ch = {p, order, extra, m, BAL_1F1B, 1, 0};
         double inv = 0;
         for (int i = 0; i < p; i++)
             inv += 1 / floor_time(pb, order[i]);

@@ -84,11 +84,12 @@ static inst make_instance(uint64_t seed, int tight_memory)
 }
 
 /* The objective written again from the public accessors only: every run of
- * stages i..j, its compute and round trips over its length. */
-static double bf_cycle(const bal_problem *pb, const int *order, const int *extra, int p,
-                       const int *cuts, int m, int schedule, int window)
+ * stages i..j, its compute and round trips over its length. U-shaped: the
+ * first and last stage share their device's time and memory. */
+static double bf_cycle_u(const bal_problem *pb, const int *order, const int *extra, int p,
+                         const int *cuts, int m, int schedule, int window, int ushaped)
 {
-    double cyc = 0, t[8], rt[8];
+    double cyc = 0, t[16], rt[16], own = 0;
     for (int i = 0; i < p; i++) {
         int d = order[i];
         uint64_t st = 0, sh = 0;
@@ -102,7 +103,12 @@ static double bf_cycle(const bal_problem *pb, const int *order, const int *extra
         for (int l = i; l < p - 1 && extra; l++)
             ahead += extra[l];
         int k = schedule == BAL_GPIPE ? m : (p - i + ahead < m ? p - i + ahead : m);
-        if ((double)st + (double)k * (double)sh > (double)bal_problem_device(pb, d)->mem_bytes)
+        double need = (double)st + (double)k * (double)sh;
+        if (ushaped && (i == 0 || i == p - 1)) {
+            own += need;
+            if (i == p - 1 && own > (double)bal_problem_device(pb, d)->mem_bytes)
+                return INFINITY;
+        } else if (need > (double)bal_problem_device(pb, d)->mem_bytes)
             return INFINITY;
         cyc = fmax(cyc, t[i]);
         rt[i] = 0;
@@ -113,6 +119,8 @@ static double bf_cycle(const bal_problem *pb, const int *order, const int *extra
             rt[i] = f.lat + r.lat + bytes / f.bw + bytes / r.bw;
         }
     }
+    if (ushaped)
+        cyc = fmax(cyc, t[0] + t[p - 1]);
     for (int i = 0; window && schedule == BAL_1F1B && i < p; i++)
         for (int j = i; j < p; j++) {
             double sum = 0, slots = j - i + 1;
@@ -125,12 +133,14 @@ static double bf_cycle(const bal_problem *pb, const int *order, const int *extra
     return cyc;
 }
 
+static int g_ushaped; /* brute(): the chain is U-shaped */
+
 static double brute(const bal_problem *pb, const int *order, const int *extra, int p, int n,
                     int m, int sched, int window, int *cuts, int i)
 {
     if (i == p - 1) {
         cuts[p] = n;
-        return bf_cycle(pb, order, extra, p, cuts, m, sched, window);
+        return bf_cycle_u(pb, order, extra, p, cuts, m, sched, window, g_ushaped);
     }
     double best = INFINITY;
     for (int e = cuts[i] + 1; e <= n - (p - 1 - i); e++) {
@@ -142,7 +152,7 @@ static double brute(const bal_problem *pb, const int *order, const int *extra, i
 
 static void test_exact_vs_brute_force(void)
 {
-    int compared = 0, feasible = 0;
+    int compared = 0, feasible = 0, ushaped_runs = 0;
     for (uint64_t seed = 1; seed <= 400; seed++) {
         inst in = make_instance(seed, seed % 3 == 0);
         CHECK(in.pb != NULL);
@@ -164,7 +174,14 @@ static void test_exact_vs_brute_force(void)
         int extra[8], *ex = urand(seed, &k) < 0.4 ? extra : NULL;
         for (int l = 0; l < 8; l++)
             extra[l] = (int)(urand(seed, &k) * 3);
-        bal_chain ch = {p, order, ex, m, sched, window};
+        /* one in three: U-shaped, the first device also runs the last stage */
+        g_ushaped = seed % 3 == 1 && in.D >= 2 && in.n >= 3;
+        if (g_ushaped) {
+            p = in.D + 1 < in.n ? in.D + 1 : in.n;
+            order[p - 1] = order[0];
+            ushaped_runs++;
+        }
+        bal_chain ch = {p, order, ex, m, sched, window, g_ushaped};
         double got = bal_chain_best(in.pb, &ch, cuts);
         bcuts[0] = 0;
         double want = brute(in.pb, order, ex, p, in.n, m, sched, window, bcuts, 0);
@@ -177,16 +194,117 @@ static void test_exact_vs_brute_force(void)
             feasible++;
             CHECKF(fabs(got - want) <= 1e-9 * want, "seed %llu: dp %.12g brute %.12g",
                    (unsigned long long)seed, got, want);
-            double again = bf_cycle(in.pb, order, ex, p, cuts, m, sched, window);
+            double again = bf_cycle_u(in.pb, order, ex, p, cuts, m, sched, window, g_ushaped);
             CHECK(fabs(bal_chain_cycle(in.pb, &ch, cuts) - got) <= 1e-12 * got);
             CHECKF(fabs(again - got) <= 1e-9 * got, "seed %llu: cuts give %.12g, said %.12g",
                    (unsigned long long)seed, again, got);
         }
         bal_problem_free(in.pb);
     }
+    g_ushaped = 0;
     CHECK(compared >= 300);
     CHECK(feasible >= 200);
-    printf("  %d instances, %d feasible\n", compared, feasible);
+    CHECK(ushaped_runs >= 90);
+    printf("  %d instances (%d U-shaped), %d feasible\n", compared, ushaped_runs, feasible);
+}
+
+/* Every subset of the devices in every order (U-shaped: the owner first and
+ * last, others between), every cut: the smallest bottleneck cycle. */
+static double bf_subsets(const bal_problem *pb, int D, int n, int m, int sched, int owner,
+                         int *seq, int depth, unsigned used)
+{
+    double best = INFINITY;
+    int chain[16], cuts[17], p = 0;
+    if (owner >= 0)
+        chain[p++] = owner;
+    for (int i = 0; i < depth; i++)
+        chain[p++] = seq[i];
+    if (owner >= 0 && depth > 0)
+        chain[p++] = owner;
+    g_ushaped = owner >= 0 && depth > 0;
+    if (p >= 1 && p <= n && (owner >= 0 || depth > 0)) {
+        cuts[0] = 0;
+        best = brute(pb, chain, NULL, p, n, m, sched, 0, cuts, 0);
+    }
+    for (int d = 0; d < D; d++)
+        if (d != owner && !(used >> d & 1)) {
+            seq[depth] = d;
+            best = fmin(best, bf_subsets(pb, D, n, m, sched, owner, seq, depth + 1, used | 1u << d));
+        }
+    return best;
+}
+
+/* A small BERT (identical layers) on 2..5 devices: FLOP/s or per-kind
+ * measured times, memory from tight to ample, up to 3 sites. */
+static inst make_bert_instance(uint64_t seed)
+{
+    uint64_t k = 0;
+    bal_bert c = {.hidden = 64, .layers = 2 + (int)(urand(seed, &k) * 6), .heads = 2,
+                  .intermediate = 128, .vocab = 300 + (int)(urand(seed, &k) * 3000),
+                  .max_pos = 64, .type_vocab = 2};
+    bal_unit *u;
+    int n;
+    sl_err err = {0};
+    CHECK(bal_bert_units(&c, 2, 32, &u, &n, &err) == 0);
+    int D = 2 + (int)(urand(seed, &k) * 4);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += 4 * u[i].param_bytes + 3 * u[i].stash_bytes;
+    bal_device dv[8];
+    memset(dv, 0, sizeof dv);
+    static const char *sites[] = {"a", "b", "c"};
+    for (int d = 0; d < D; d++) {
+        snprintf(dv[d].id, sizeof dv[d].id, "d%d", d);
+        strcpy(dv[d].site, sites[(int)(urand(seed, &k) * 3)]);
+        dv[d].mem_bytes = (uint64_t)((0.3 + 2 * urand(seed, &k)) * (double)total / D);
+        dv[d].flops = 1e9 * (1 + 5 * urand(seed, &k));
+    }
+    bal_network net = bal_network_default();
+    net.between_sites = (bal_link){1e7 * (0.1 + urand(seed, &k)), 1e-3};
+    inst r = {bal_problem_new(u, n, dv, D, &net, &err), n, D};
+    free(u);
+    return r;
+}
+
+static void test_exact_search_vs_brute_force(void)
+{
+    int compared = 0, feasible = 0, owned = 0;
+    for (uint64_t seed = 7000; compared < 250 && seed < 8000; seed++) {
+        /* a third BERT-like: identical layers take the U-shaped shortcut */
+        inst in = compared % 3 == 2 ? make_bert_instance(seed) : make_instance(seed, seed % 3 == 0);
+        if (!in.pb || in.D > 5) {
+            bal_problem_free(in.pb);
+            continue;
+        }
+        uint64_t k = 0;
+        int m = 1 + (int)(urand(seed + 1, &k) * 8);
+        int sched = urand(seed + 1, &k) < 0.3 ? BAL_GPIPE : BAL_1F1B;
+        int owner = urand(seed + 1, &k) < 0.4 ? (int)(urand(seed + 1, &k) * in.D) : -1;
+        int order[16], cuts[17], p = 0, seq[8];
+        double got = bal_exact_best(in.pb, m, sched, owner, order, cuts, &p);
+        double want = bf_subsets(in.pb, in.D, in.n, m, sched, owner, seq, 0, 0);
+        g_ushaped = 0;
+        compared++;
+        owned += owner >= 0;
+        if (isinf(want)) {
+            CHECKF(isinf(got) && p == 0, "seed %llu: brute force infeasible, exact %g",
+                   (unsigned long long)seed, got);
+        } else {
+            feasible++;
+            CHECKF(fabs(got - want) <= 1e-9 * want, "seed %llu (D=%d n=%d owner %d): exact %.12g, "
+                   "brute force %.12g", (unsigned long long)seed, in.D, in.n, owner, got, want);
+            /* and the chain it names has that cycle */
+            int u = owner >= 0 && p >= 3;
+            CHECK(p >= 1 && (owner < 0 || (order[0] == owner && (p == 1 || order[p - 1] == owner))));
+            if (p >= 1) {
+                bal_chain ch = {p, order, NULL, m, sched, 0, u};
+                CHECK(fabs(bal_chain_cycle(in.pb, &ch, cuts) - got) <= 1e-12 * got);
+            }
+        }
+        bal_problem_free(in.pb);
+    }
+    CHECK(compared >= 250 && feasible >= 150 && owned >= 80);
+    printf("  %d instances (%d with a data owner), %d feasible\n", compared, owned, feasible);
 }
 
 /* optimal <= even, sky under the simulator; memory never exceeded. */
@@ -287,7 +405,7 @@ static void test_closed_forms(void)
             cuts[p] = n;
             double tf = 2e-3, tb = 4e-3; /* two units of 1 GFLOP fwd, 2 bwd at 1 TFLOP/s */
             for (int s = 0; s < 2; s++) {
-                bal_chain ch = {p, order, NULL, m, s, 1};
+                bal_chain ch = {p, order, NULL, m, s, 1, 0};
                 bal_plan *pl = bal_plan_chain(pb, &ch, cuts, &err);
                 CHECK(pl != NULL);
                 bal_timeline *tl = bal_simulate(pl, s, 1, &err);
@@ -342,7 +460,7 @@ static void test_link_in_simulator(void)
     net.between_sites = (bal_link){1e8, 0.01}; /* 1 MB: 10 ms + 10 ms latency */
     bal_problem *pb = bal_problem_new(u, 2, d, 2, &net, &err);
     int order[2] = {0, 1}, cuts[3] = {0, 1, 2};
-    bal_chain ch = {2, order, NULL, 1, BAL_1F1B, 1};
+    bal_chain ch = {2, order, NULL, 1, BAL_1F1B, 1, 0};
     bal_plan *pl = bal_plan_chain(pb, &ch, cuts, &err);
     bal_timeline *tl = bal_simulate(pl, BAL_1F1B, 0, &err);
     /* F0 1ms, send 10+10, F1 1ms, B1 1ms, send 10+10, B0 1ms: 44 ms */
@@ -645,7 +763,7 @@ static void test_chain_validation(void)
     bal_problem *pb = homogeneous(3, 6, 1e12, &err);
     int order[3] = {0, 1, 2}, bad[3] = {0, 0, 2};
     int cuts[4] = {0, 2, 4, 6}, empty[4] = {0, 2, 2, 6};
-    bal_chain cb = {3, bad, NULL, 4, BAL_1F1B, 1}, c = {3, order, NULL, 4, BAL_1F1B, 1};
+    bal_chain cb = {3, bad, NULL, 4, BAL_1F1B, 1, 0}, c = {3, order, NULL, 4, BAL_1F1B, 1, 0};
     CHECK(bal_plan_chain(pb, &cb, cuts, &err) == NULL);
     CHECK(strstr(err.msg, "twice") != NULL);
     CHECK(bal_plan_chain(pb, &c, empty, &err) == NULL);
@@ -669,8 +787,9 @@ static void test_chain_validation(void)
 
 /* The simulator's order of computes and sends on every stage is the list
  * bal_stage_ops gives (what the stage runner executes): 1F1B with textbook
- * and plan warm-ups (the lookahead), GPipe, p <= 16, m <= 64, random stage
- * and link times so that no order comes from timing alone. */
+ * and plan warm-ups (the lookahead), GPipe, and 1F1B with the first and last
+ * stage on one device (U-shaped), p <= 16, m <= 64, random stage and link
+ * times so that no order comes from timing alone. */
 static int seg_cmp(const void *a, const void *b)
 {
     const bal_segment *x = a, *y = b;
@@ -683,7 +802,7 @@ static void test_stage_ops_match_simulator(void)
     int cases = 0, bad = 0;
     for (int p = 1; p <= 16; p++)
         for (int m = 1; m <= 64; m += (m < 8 ? 1 : 7)) {
-            for (int variant = 0; variant < 3; variant++) {
+            for (int variant = 0; variant < 4; variant++) {
                 int schedule = variant == 2 ? BAL_GPIPE : BAL_1F1B;
                 bal_plan pl = {.algo = BAL_EVEN, .schedule = schedule, .micro_batches = m,
                                .n_stages = p};
@@ -702,6 +821,7 @@ static void test_stage_ops_match_simulator(void)
                         extra += (int)(urand(99, &k) * 3);
                     st->warmup = p - i - 1 + extra;
                     warm[i] = st->warmup;
+                    st->device = variant == 3 && i == p - 1 && p >= 3 ? 0 : i;
                 }
                 sl_err err = {0};
                 if (schedule == BAL_1F1B)
@@ -760,7 +880,7 @@ static void test_stage_ops_match_simulator(void)
                             ok &= q == ns;
                         bad += !ok;
                         CHECKF(ok, "p=%d m=%d %s stage %d: the simulator's %s differ from bal_stage_ops",
-                               p, m, variant == 2 ? "gpipe" : variant ? "1f1b+lookahead" : "1f1b", i,
+                               p, m, variant == 3 ? "u-shaped" : variant == 2 ? "gpipe" : variant ? "1f1b+lookahead" : "1f1b", i,
                                pass ? "sends" : "computes");
                     }
                 }
@@ -786,6 +906,7 @@ int main(void)
 {
     RUN(test_bert_units);
     RUN(test_exact_vs_brute_force);
+    RUN(test_exact_search_vs_brute_force);
     RUN(test_never_worse_and_memory);
     RUN(test_closed_forms);
     RUN(test_link_in_simulator);
