@@ -128,6 +128,9 @@ bal_problem *bal_problem_parse(const char *config_text, const char *config_name,
                                int seq, const char *devices_text, const char *devices_name,
                                const char *network_text, const char *network_name, sl_err *err);
 void bal_problem_free(bal_problem *pb);
+/* The same problem over the devices flagged in keep[n_devices], in their
+ * order (indices renumbered), with the links among their sites. */
+bal_problem *bal_problem_subset(const bal_problem *pb, const unsigned char *keep, sl_err *err);
 
 int bal_problem_n_units(const bal_problem *pb);
 int bal_problem_n_devices(const bal_problem *pb);

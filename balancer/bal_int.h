@@ -25,6 +25,7 @@ struct bal_problem {
     uint64_t *pstatic;    /* prefix of param + optim bytes, n_units + 1 */
     uint64_t *pstash;     /* prefix of stash bytes */
     uint64_t *pparam;     /* prefix of param bytes */
+    unsigned char *measured; /* the device came with unit_seconds, not flops */
     int *site_of, *host_of;
     int n_sites;
     char (*site)[BAL_NAME_MAX];

@@ -136,6 +136,7 @@ void bal_problem_free(bal_problem *pb)
     free(pb->pstatic);
     free(pb->pstash);
     free(pb->pparam);
+    free(pb->measured);
     free(pb->site_of);
     free(pb->host_of);
     free(pb->site);
@@ -184,6 +185,7 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
     pb->pstatic = sl_xmalloc((nu + 1) * sizeof(uint64_t));
     pb->pstash = sl_xmalloc((nu + 1) * sizeof(uint64_t));
     pb->pparam = sl_xmalloc((nu + 1) * sizeof(uint64_t));
+    pb->measured = sl_xcalloc(nd, 1);
     pb->pstatic[0] = pb->pstash[0] = pb->pparam[0] = 0;
     for (size_t u = 0; u < nu; u++) {
         pb->pstatic[u + 1] = pb->pstatic[u] + units[u].param_bytes + units[u].optim_bytes;
@@ -199,6 +201,7 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
         x->backend[sizeof x->backend - 1] = 0;
         double *tf = pb->tf + d * nu, *tb = pb->tb + d * nu, fsum = 0;
         if (x->unit_fwd_s && x->unit_bwd_s) {
+            pb->measured[d] = 1;
             for (size_t u = 0; u < nu; u++) {
                 tf[u] = x->unit_fwd_s[u];
                 tb[u] = x->unit_bwd_s[u];
@@ -299,6 +302,51 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
     return pb;
 }
 
+bal_problem *bal_problem_subset(const bal_problem *pb, const unsigned char *keep, sl_err *err)
+{
+    int D = pb->n_dev, ns = pb->n_sites, k = 0;
+    bal_device *dev = sl_xmalloc((size_t)D * sizeof *dev);
+    for (int d = 0; d < D; d++)
+        if (keep[d]) {
+            dev[k] = pb->dev[d];
+            if (!pb->measured[d])
+                dev[k].unit_fwd_s = dev[k].unit_bwd_s = NULL;
+            k++;
+        }
+    /* every link of the sites kept, given explicitly */
+    unsigned char *has = sl_xcalloc((size_t)ns, 1);
+    for (int d = 0; d < D; d++)
+        if (keep[d])
+            has[pb->site_of[d]] = 1;
+    bal_site_inside *in = sl_xcalloc((size_t)ns, sizeof *in);
+    bal_site_link *ln = sl_xcalloc((size_t)ns * ns + 1, sizeof *ln);
+    bal_network net = bal_network_default();
+    net.same_host = pb->same_host;
+    for (int a = 0; a < ns; a++) {
+        if (!has[a])
+            continue;
+        memcpy(in[net.n_inside].site, pb->site[a], BAL_NAME_MAX);
+        in[net.n_inside++].link = pb->inside[a];
+        for (int b = a + 1; b < ns; b++)
+            if (has[b]) {
+                bal_site_link *x = &ln[net.n_links++];
+                memcpy(x->a, pb->site[a], BAL_NAME_MAX);
+                memcpy(x->b, pb->site[b], BAL_NAME_MAX);
+                x->link = pb->between[(size_t)a * ns + b];
+            }
+    }
+    net.inside = in;
+    net.links = ln;
+    bal_problem *sub = k ? bal_problem_new(pb->unit, pb->n_units, dev, k, &net, err) : NULL;
+    if (!k)
+        sl_err_set(err, SL_EINVAL, "subset: no device kept");
+    free(dev);
+    free(has);
+    free(in);
+    free(ln);
+    return sub;
+}
+
 int bal_problem_n_units(const bal_problem *pb) { return pb->n_units; }
 int bal_problem_n_devices(const bal_problem *pb) { return pb->n_dev; }
 const bal_unit *bal_problem_unit(const bal_problem *pb, int u) { return &pb->unit[u]; }
@@ -322,6 +370,8 @@ double bal_optim_s(const bal_problem *pb, int d, int first, int last)
 
 bal_link bal_problem_link(const bal_problem *pb, int a, int b)
 {
+    if (a == b) /* a device to itself: as on one host */
+        return pb->same_host;
     if (pb->host_of[a] >= 0 && pb->host_of[a] == pb->host_of[b])
         return pb->same_host;
     int sa = pb->site_of[a], sb = pb->site_of[b];

@@ -146,17 +146,7 @@ typedef struct dp_ws {
     double t_last;
 } dp_ws;
 
-/* Can stage i (device d, k stashed) take cuts s..e within bound B? The
- * first stage of a U-shaped chain shares time and memory with the last. */
-static int stage_ok(const bal_problem *pb, const dp_ws *w, int i, int d, int s, int e, int k,
-                    double B)
-{
-    const double *pre = pb->pre + (size_t)d * (pb->n_units + 1);
-    if (w->ub >= 0 && i == 0)
-        return pre[e] - pre[s] + w->t_last <= B &&
-               bal_owner_fits(pb, d, e, k, w->ub, w->k[w->p - 1]);
-    return pre[e] - pre[s] <= B && bal_fits(pb, d, s, e, k);
-}
+
 
 /* One feasibility test at bound B; on success fills cuts. */
 static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_ws *w, int *cuts)
@@ -194,11 +184,16 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
                 x = x - ahead + gn[e];
                 w->v[e] = pre[e] + (x > 0 ? x : 0);
             }
+            /* the first stage of a U-shaped chain shares the owner with the last */
+            int own = w->ub >= 0 && i == 0;
+            double Bi = own ? B - w->t_last : B;
             int head = 0, tail = 0, eh = smin, push = smin + 1;
             for (int s = smin; s <= smax; s++) {
                 if (eh < s)
                     eh = s;
-                while (eh + 1 <= emax && stage_ok(pb, w, i, d, s, eh + 1, k, B))
+                while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= Bi &&
+                       (own ? bal_owner_fits(pb, d, eh + 1, k, w->ub, w->k[p - 1])
+                            : bal_fits(pb, d, s, eh + 1, k)))
                     eh++;
                 if (push < s + 1)
                     push = s + 1;
@@ -510,16 +505,30 @@ int bal_choose_m(const bal_problem *pb, const bal_chain *c, const int *cuts, con
     return best;
 }
 
-/* even: floor(n/D) units each in the given order, the first n mod D one more. */
-static int even_cuts(const bal_problem *pb, int *order, int *cuts)
+/* even: floor(n/D) units each in the given order, the first n mod D one more.
+ * With a data owner: the owner first, the others in the given order, the
+ * owner again last (the owner alone if there is no room between). */
+static int even_cuts(const bal_problem *pb, int owner, int *order, int *cuts)
 {
-    int n = pb->n_units, p = pb->n_dev < n ? pb->n_dev : n;
+    int n = pb->n_units, p = 0;
+    if (owner >= 0) {
+        order[p++] = owner;
+        for (int d = 0; d < pb->n_dev && p < n - 1; d++)
+            if (d != owner)
+                order[p++] = d;
+        if (p >= 2)
+            order[p++] = owner;
+        else
+            p = 1;
+    } else {
+        p = pb->n_dev < n ? pb->n_dev : n;
+        for (int i = 0; i < p; i++)
+            order[i] = i;
+    }
     int q = n / p, r = n % p;
     cuts[0] = 0;
-    for (int i = 0; i < p; i++) {
-        order[i] = i;
+    for (int i = 0; i < p; i++)
         cuts[i + 1] = cuts[i] + q + (i < r);
-    }
     return p;
 }
 
@@ -536,10 +545,11 @@ static double sky_load(const bal_problem *pb, int d, int a, int b)
     return f / pb->rate[d];
 }
 
-static int sky_cuts(const bal_problem *pb, int *order, int *cuts, int m, int schedule)
+static int sky_cuts(const bal_problem *pb, int owner, int *order, int *cuts, int m, int schedule)
 {
-    int p = even_cuts(pb, order, cuts);
-    bal_chain c = {.p = p, .order = order, .m = m, .schedule = schedule};
+    int p = even_cuts(pb, owner, order, cuts);
+    bal_chain c = {.p = p, .order = order, .m = m, .schedule = schedule,
+                   .ushaped = owner >= 0 && p >= 3};
     int *k = sl_xmalloc((size_t)p * sizeof(int));
     bal_inflight(&c, k);
 #define FITS(i, a, b) bal_fits(pb, order[i], a, b, k[i])
@@ -620,21 +630,22 @@ static void baseline_extra(const bal_problem *pb, bal_chain *c, const int *cuts,
 bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, int m,
                             sl_err *err)
 {
-    int n = pb->n_units;
-    int *order = sl_xmalloc((size_t)pb->n_dev * sizeof(int));
-    int *cuts = sl_xmalloc(((size_t)pb->n_dev + 1) * sizeof(int));
-    int *extra = sl_xcalloc((size_t)pb->n_dev, sizeof(int));
+    int n = pb->n_units, owner = o->data_owner;
+    int *order = sl_xmalloc(((size_t)pb->n_dev + 1) * sizeof(int));
+    int *cuts = sl_xmalloc(((size_t)pb->n_dev + 2) * sizeof(int));
+    int *extra = sl_xcalloc((size_t)pb->n_dev + 1, sizeof(int));
     int m0 = m > 0 ? m : (o->schedule == BAL_GPIPE ? 1 : o->max_micro_batches);
     int p;
     bal_plan *pl = NULL;
     if (algo == BAL_EVEN) {
-        p = even_cuts(pb, order, cuts);
-    } else if ((p = sky_cuts(pb, order, cuts, m0, o->schedule)) < 0) {
+        p = even_cuts(pb, owner, order, cuts);
+    } else if ((p = sky_cuts(pb, owner, order, cuts, m0, o->schedule)) < 0) {
         sl_err_set(err, SL_EINVAL, "sky: memory repair failed: the units do not fit on the "
                    "devices in the given order");
         goto out;
     }
-    bal_chain c = {.p = p, .order = order, .m = m0, .schedule = o->schedule, .window = o->window};
+    bal_chain c = {.p = p, .order = order, .m = m0, .schedule = o->schedule, .window = o->window,
+                   .ushaped = owner >= 0 && p >= 3};
     bal_opts oo = *o;
     oo.micro_batches = m;
     c.m = bal_choose_m(pb, &c, cuts, &oo);
@@ -644,6 +655,7 @@ bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, 
         overflow_err(pb, &c, cuts, i, bal_algo_name(algo), err);
     else {
         pl = bal_plan_build(pb, algo, &c, cuts);
+        pl->data_owner = owner;
         for (int k = 0; k < pl->n_dropped; k++)
             snprintf(pl->dropped[k].reason, sizeof pl->dropped[k].reason,
                      "more devices than the %d units", n);
@@ -669,6 +681,11 @@ bal_plan *bal_plan_make(const bal_problem *pb, int algo, const bal_opts *opts, s
     }
     if (o.max_micro_batches == 0)
         o.max_micro_batches = 1024;
+    if (o.data_owner < -1 || o.data_owner >= bal_problem_n_devices(pb)) {
+        sl_err_set(err, SL_EINVAL, "data owner %d is not a device (0..%d, or -1 for none)",
+                   o.data_owner, bal_problem_n_devices(pb) - 1);
+        return NULL;
+    }
     double t0 = sl_now_s();
     bal_plan *pl;
     if (algo == BAL_EVEN || algo == BAL_SKY)

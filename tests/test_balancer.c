@@ -310,10 +310,15 @@ static void test_exact_search_vs_brute_force(void)
 /* optimal <= even, sky under the simulator; memory never exceeded. */
 static void check_memory(const bal_plan *pl, const bal_timeline *tl)
 {
-    CHECK(pl->stage[0].first == 0 && pl->stage[pl->n_stages - 1].last == pl->n_units - 1);
-    for (int i = 0; i + 1 < pl->n_stages; i++)
+    int p = pl->n_stages, u = p >= 3 && pl->stage[0].device == pl->stage[p - 1].device;
+    CHECK(pl->stage[0].first == 0 && pl->stage[p - 1].last == pl->n_units - 1);
+    for (int i = 0; i + 1 < p; i++)
         CHECK(pl->stage[i].last + 1 == pl->stage[i + 1].first && pl->stage[i].first <= pl->stage[i].last);
-    for (int i = 0; i < pl->n_stages; i++) {
+    /* a device's stages together fit its memory (a data owner has two) */
+    CHECK(!u || tl->stage[0].peak_mem_bytes + tl->stage[p - 1].peak_mem_bytes <= pl->stage[0].mem_bytes);
+    for (int i = 0; i < p; i++) {
+        for (int j = 0; j < i; j++)
+            CHECK(pl->stage[j].device != pl->stage[i].device || (u && j == 0 && i == p - 1));
         CHECK(tl->stage[i].peak_mem_bytes <= pl->stage[i].mem_bytes);
         CHECK(tl->stage[i].peak_inflight <= pl->stage[i].max_inflight);
         if (pl->schedule == BAL_1F1B)
@@ -331,6 +336,8 @@ static void test_never_worse_and_memory(void)
         bal_opts o = bal_opts_default();
         o.micro_batches = 1 + (int)(seed % 12);
         o.schedule = seed % 4 == 0 ? BAL_GPIPE : BAL_1F1B;
+        if (seed % 3 == 2) /* U-shaped: a data owner holds unit 0 and the head */
+            o.data_owner = (int)(seed % (uint64_t)in.D);
         double t[3] = {INFINITY, INFINITY, INFINITY};
         for (int a = 0; a < 3; a++) {
             sl_err err = {0};
@@ -344,6 +351,13 @@ static void test_never_worse_and_memory(void)
                 check_memory(pl, tl);
                 CHECK(tl->bubble >= 0 && tl->bubble < 1);
             }
+            int p = pl->n_stages;
+            CHECK(pl->data_owner == o.data_owner);
+            if (o.data_owner >= 0)
+                CHECKF(pl->stage[0].device == o.data_owner && pl->stage[p - 1].device == o.data_owner &&
+                       (p == 1 || p >= 3), "seed %llu %s: stages %d, first on %d, last on %d, owner %d",
+                       (unsigned long long)seed, bal_algo_name(a), p, pl->stage[0].device,
+                       pl->stage[p - 1].device, o.data_owner);
             bal_timeline_free(tl);
             bal_plan_free(pl);
         }
@@ -358,6 +372,111 @@ static void test_never_worse_and_memory(void)
     CHECK(runs >= 200);
     CHECK(wins > runs / 2); /* and usually strictly better */
     printf("  %d runs, optimal strictly faster in %d\n", runs, wins);
+}
+
+/* The simulated iteration of a chain placed at given cuts (textbook 1F1B or
+ * GPipe); INFINITY when memory fails. */
+static double sim_chain(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
+                        int sched, int ushaped)
+{
+    bal_chain c = {p, order, NULL, m, sched, 1, ushaped};
+    bal_plan *pl = bal_plan_chain(pb, &c, cuts, NULL);
+    bal_timeline *tl = pl ? bal_simulate(pl, sched, 0, NULL) : NULL;
+    double t = tl ? tl->iteration_s : INFINITY;
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    return t;
+}
+
+/* The best plan on one device or two, every cut, textbook 1F1B (GPipe if
+ * asked); with a data owner: the owner alone, or around one other device. */
+static double best_small(const bal_problem *pb, int m, int sched, int owner)
+{
+    int D = bal_problem_n_devices(pb), n = bal_problem_n_units(pb);
+    double best = INFINITY;
+    for (int a = 0; a < D; a++) {
+        int one[1] = {a}, c1[2] = {0, n};
+        if (owner < 0 || a == owner)
+            best = fmin(best, sim_chain(pb, one, 1, c1, m, sched, 0));
+        for (int b = 0; b < D; b++) {
+            if (a == b || (owner >= 0 && a != owner))
+                continue;
+            for (int x = 1; x < n; x++)
+                for (int y = owner >= 0 ? x + 1 : n; y < n || (owner < 0 && y == n); y++) {
+                    int ord[3] = {a, b, a}, cuts[4] = {0, x, y, n};
+                    best = fmin(best, owner >= 0 ? sim_chain(pb, ord, 3, cuts, m, sched, 1)
+                                                 : sim_chain(pb, ord, 2, cuts, m, sched, 0));
+                }
+        }
+    }
+    return best;
+}
+
+/* optimal is never beaten by a smaller plan: any plan on one or two devices
+ * (every cut, textbook), or optimal given only one site's devices (the data
+ * owner's site when there is one). */
+static void test_never_beaten_by_smaller(void)
+{
+    int runs = 0, owned = 0, sites = 0, small_wins = 0;
+    for (uint64_t seed = 20000; runs < 320 && seed < 21000; seed++) {
+        inst in = make_instance(seed, seed % 4 == 0);
+        if (!in.pb)
+            continue;
+        uint64_t k = 0;
+        bal_opts o = bal_opts_default();
+        o.micro_batches = 1 + (int)(urand(seed, &k) * 16);
+        o.schedule = urand(seed, &k) < 0.2 ? BAL_GPIPE : BAL_1F1B;
+        if (urand(seed, &k) < 0.35)
+            o.data_owner = (int)(urand(seed, &k) * in.D);
+        sl_err err = {0};
+        bal_plan *pl = bal_plan_make(in.pb, BAL_OPTIMAL, &o, &err);
+        double t = INFINITY;
+        if (pl) {
+            bal_timeline *tl = bal_simulate(pl, o.schedule, 0, &err);
+            t = tl ? tl->iteration_s : INFINITY;
+            bal_timeline_free(tl);
+        }
+        double small = best_small(in.pb, o.micro_batches, o.schedule, o.data_owner);
+        CHECKF(t <= small * (1 + 1e-12), "seed %llu: optimal %.9g, a plan on one or two devices "
+               "%.9g", (unsigned long long)seed, t, small);
+        small_wins += t < small * 0.999;
+        /* each site's devices alone */
+        int D = in.D;
+        unsigned char keep[8];
+        for (int s = 0; s < 3; s++) {
+            const char *name = s == 0 ? "a" : s == 1 ? "b" : "c";
+            int cnt = 0, sub_owner = -1;
+            for (int d = 0; d < D; d++) {
+                keep[d] = !strcmp(bal_problem_device(in.pb, d)->site, name);
+                if (keep[d] && d == o.data_owner)
+                    sub_owner = cnt;
+                cnt += keep[d];
+            }
+            if (cnt == 0 || cnt == D || (o.data_owner >= 0 && sub_owner < 0))
+                continue;
+            bal_problem *sub = bal_problem_subset(in.pb, keep, &err);
+            CHECKF(sub && bal_problem_n_devices(sub) == cnt, "%s", err.msg);
+            bal_opts so = o;
+            so.data_owner = sub_owner;
+            bal_plan *sp = sub ? bal_plan_make(sub, BAL_OPTIMAL, &so, &err) : NULL;
+            bal_timeline *st = sp ? bal_simulate(sp, o.schedule, 0, &err) : NULL;
+            if (st) {
+                sites++;
+                CHECKF(t <= st->iteration_s * (1 + 1e-12), "seed %llu: optimal %.9g, optimal on "
+                       "site %s alone %.9g", (unsigned long long)seed, t, name, st->iteration_s);
+            }
+            bal_timeline_free(st);
+            bal_plan_free(sp);
+            bal_problem_free(sub);
+        }
+        runs++;
+        owned += o.data_owner >= 0;
+        bal_plan_free(pl);
+        bal_problem_free(in.pb);
+    }
+    CHECK(runs >= 300 && owned >= 80 && sites >= 120);
+    printf("  %d instances (%d with a data owner), %d site comparisons; optimal strictly faster "
+           "than every 1-2 device plan in %d\n", runs, owned, sites, small_wins);
 }
 
 /* ---- homogeneous pipelines, free links: closed forms ---- */
@@ -445,6 +564,81 @@ static void test_micro_batch_choice(void)
     CHECK(tl && fabs(tl->bubble - 3.0 / 30) < 1e-9);
     bal_timeline_free(tl);
     bal_plan_free(pl);
+    bal_problem_free(pb);
+}
+
+/* A U-shaped chain: the owner's two stages share its compute. The owner is
+ * the bottleneck (3 ms per micro-batch in each of its stages, the middle
+ * device 0.3 ms), so one iteration takes at least m x 6 ms; the same plan
+ * with the last stage on a device of its own takes about half. The owner
+ * never computes two ops at once, and each stage keeps bal_stage_ops' order. */
+static void test_ushaped_shares_compute(void)
+{
+    sl_err err = {0};
+    bal_unit u[4];
+    memset(u, 0, sizeof u);
+    for (int i = 0; i < 4; i++)
+        u[i] = (bal_unit){.kind = 1, .fwd_flops = 1e9, .bwd_flops = 2e9, .out_bytes = 1000,
+                          .stash_bytes = 10};
+    bal_device d[3];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < 3; i++) {
+        snprintf(d[i].id, sizeof d[i].id, "d%d", i);
+        d[i].mem_bytes = 1 << 30;
+        d[i].flops = i == 1 ? 20e12 : 1e12;
+    }
+    bal_network net = bal_network_default();
+    net.inside_site = (bal_link){1e300, 0};
+    bal_problem *pb = bal_problem_new(u, 4, d, 3, &net, &err);
+    int order[3] = {0, 1, 0}, other[3] = {0, 1, 2}, cuts[4] = {0, 1, 3, 4};
+    enum { M = 8 };
+    bal_chain c = {3, order, NULL, M, BAL_1F1B, 1, 1};
+    bal_plan *pl = bal_plan_chain(pb, &c, cuts, &err);
+    CHECKF(pl && pl->data_owner == 0 && pl->stage[2].device == 0, "%s", err.msg);
+    bal_timeline *tl = pl ? bal_simulate(pl, BAL_1F1B, 1, &err) : NULL;
+    CHECK(tl && tl->iteration_s >= M * 6e-3 - 1e-12 && tl->iteration_s < M * 6e-3 * 1.2);
+    /* the owner's computes never overlap */
+    for (int a = 0; tl && a < tl->n_seg; a++)
+        for (int b = 0; b < a; b++) {
+            const bal_segment *x = &tl->seg[a], *y = &tl->seg[b];
+            int cx = x->kind <= BAL_SEG_OPT && (x->stage == 0 || x->stage == 2);
+            int cy = y->kind <= BAL_SEG_OPT && (y->stage == 0 || y->stage == 2);
+            if (cx && cy)
+                CHECKF(x->end <= y->start + 1e-15 || y->end <= x->start + 1e-15,
+                       "owner busy twice: [%g, %g] and [%g, %g]", x->start, x->end, y->start, y->end);
+        }
+    /* a U needs 3 stages, the owner at both ends; the owner's memory is shared */
+    bal_chain bad = {2, order, NULL, M, BAL_1F1B, 1, 1};
+    int cuts2[3] = {0, 2, 4};
+    CHECK(bal_plan_chain(pb, &bad, cuts2, &err) == NULL && strstr(err.msg, "U-shaped"));
+    c.order = other;
+    c.ushaped = 0;
+    bal_plan *pl2 = bal_plan_chain(pb, &c, cuts, &err);
+    bal_timeline *t2 = pl2 ? bal_simulate(pl2, BAL_1F1B, 0, &err) : NULL;
+    CHECK(tl && t2 && t2->iteration_s < 0.7 * tl->iteration_s);
+    bal_timeline_free(t2);
+    bal_plan_free(pl2);
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    /* memory: each of the owner's stages (60 bytes of stash, one micro-batch)
+     * fits its 100 bytes alone, both together do not */
+    bal_device small[3];
+    memcpy(small, d, sizeof d);
+    small[0].mem_bytes = 100;
+    u[0].stash_bytes = u[3].stash_bytes = 60;
+    bal_problem *q = bal_problem_new(u, 4, small, 3, &net, &err);
+    c.order = order;
+    c.ushaped = 1;
+    c.m = 1;
+    CHECKF(bal_plan_chain(q, &c, cuts, &err) == NULL && strstr(err.msg, "data owner d0"), "%s",
+           err.msg);
+    small[0].mem_bytes = 120;
+    bal_problem_free(q);
+    q = bal_problem_new(u, 4, small, 3, &net, &err);
+    pl = bal_plan_chain(q, &c, cuts, &err);
+    CHECKF(pl != NULL, "%s", err.msg);
+    bal_plan_free(pl);
+    bal_problem_free(q);
     bal_problem_free(pb);
 }
 
@@ -908,8 +1102,10 @@ int main(void)
     RUN(test_exact_vs_brute_force);
     RUN(test_exact_search_vs_brute_force);
     RUN(test_never_worse_and_memory);
+    RUN(test_never_beaten_by_smaller);
     RUN(test_closed_forms);
     RUN(test_link_in_simulator);
+    RUN(test_ushaped_shares_compute);
     RUN(test_micro_batch_choice);
     RUN(test_infeasible_message);
     RUN(test_malformed_json);
