@@ -256,6 +256,12 @@ void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double 
 double bal_exact_best(const bal_problem *pb, int m, int schedule, int data_owner, int *order,
                       int *cuts, int *p);
 
+/* A lower bound on the simulated iteration of every plan of pb with m
+ * micro-batches: any subset and order of the devices, any cuts, 1F1B with
+ * any warm-up or GPipe, with the given data owner (-1: none) or without.
+ * Proved in docs/balancer.md; plan / bound - 1 is a certified gap. */
+double bal_lower_bound(const bal_problem *pb, int m, int data_owner);
+
 /* ---- the schedule: what one stage does in one iteration ---- */
 
 enum bal_op_kind {

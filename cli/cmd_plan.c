@@ -12,7 +12,7 @@
 static const char usage_text[] =
     "usage: skyloom plan --config config.json --seq T --micro-batch B --devices devices.json\n"
     "                    --network network.json [--algo optimal|sky|even] [--micro-batches M]\n"
-    "                    [--schedule 1f1b|gpipe] [--json] [--svg timeline.svg] [--compare]\n\n"
+    "                    [--schedule 1f1b|gpipe] [--data-owner DEVICE] [--json] [--svg F] [--compare]\n\n"
     "Places the units of a BERT (embeddings, encoder layers, MLM head) on a chain of\n"
     "devices and replays one training iteration with the pipeline simulator.\n\n"
     "  --config F          BERT config.json (hidden_size, num_hidden_layers, ...)\n"
@@ -23,6 +23,8 @@ static const char usage_text[] =
     "  --algo A            optimal (default), sky (the Sky Computing allocator), even\n"
     "  --micro-batches M   micro-batches per iteration (default: chosen for <= 10%% bubble)\n"
     "  --schedule S        1f1b (default) or gpipe\n"
+    "  --data-owner D      device id that holds the embeddings and the head, as the chain's\n"
+    "                      first and last stage (U-shaped: tokens and labels stay on D)\n"
     "  --json              print the plan and simulated timeline as JSON\n"
     "  --svg F             write a Gantt chart of the simulated iteration to F\n"
     "  --compare           run even, sky and optimal at the same micro-batch count\n"
@@ -56,6 +58,8 @@ static void print_table(const bal_plan *pl, const bal_timeline *tl, int n_dev)
     }
     for (int i = 0; i < pl->n_dropped; i++)
         printf("left out: %s: %s\n", pl->dropped[i].id, pl->dropped[i].reason);
+    if (pl->data_owner >= 0)
+        printf("data owner: %s runs the first and the last stage (U-shaped)\n", pl->stage[0].id);
     printf("iteration %.6f s (simulated), bubble %.1f%%, cycle %.6f s per micro-batch, "
            "estimate %.6f s\n", tl->iteration_s, 100 * tl->bubble, pl->cycle_s, pl->est_iter_s);
 }
@@ -73,7 +77,7 @@ static int write_file(const char *path, const char *text, sl_err *err)
 
 int cmd_plan(int argc, char **argv)
 {
-    const char *config = NULL, *devices = NULL, *network = NULL, *svg = NULL;
+    const char *config = NULL, *devices = NULL, *network = NULL, *svg = NULL, *owner = NULL;
     int seq = 0, batch = 0, json = 0, compare = 0, algo = BAL_OPTIMAL;
     bal_opts o = bal_opts_default();
     sl_err err = {0};
@@ -89,7 +93,7 @@ int cmd_plan(int argc, char **argv)
         else if (!strcmp(a, "--config") || !strcmp(a, "--devices") || !strcmp(a, "--network") ||
                  !strcmp(a, "--svg") || !strcmp(a, "--seq") || !strcmp(a, "--micro-batch") ||
                  !strcmp(a, "--micro-batches") || !strcmp(a, "--algo") ||
-                 !strcmp(a, "--schedule")) {
+                 !strcmp(a, "--schedule") || !strcmp(a, "--data-owner")) {
             if (i + 1 >= argc)
                 return sl_cli_fail("plan", 2, "%s needs a value", a);
             const char *v = argv[++i];
@@ -101,6 +105,8 @@ int cmd_plan(int argc, char **argv)
                 network = v;
             else if (!strcmp(a, "--svg"))
                 svg = v;
+            else if (!strcmp(a, "--data-owner"))
+                owner = v;
             else if (!strcmp(a, "--seq")) {
                 if (sl_parse_int(a, v, 1, 1000000, &seq, &err))
                     return sl_cli_fail("plan", 2, "%s", err.msg);
@@ -125,6 +131,13 @@ int cmd_plan(int argc, char **argv)
     if (!pb)
         return sl_cli_fail("plan", 1, "%s", err.msg);
     int n_dev = bal_problem_n_devices(pb), rc = 0;
+    for (int d = 0; owner && d < n_dev && o.data_owner < 0; d++)
+        if (!strcmp(bal_problem_device(pb, d)->id, owner))
+            o.data_owner = d;
+    if (owner && o.data_owner < 0) {
+        bal_problem_free(pb);
+        return sl_cli_fail("plan", 1, "--data-owner: no device '%s' in %s", owner, devices);
+    }
     int algos[3] = {BAL_OPTIMAL, BAL_SKY, BAL_EVEN}, na = compare ? 3 : 1;
     if (!compare)
         algos[0] = algo;

@@ -350,6 +350,10 @@ static void test_never_worse_and_memory(void)
                 t[a] = tl->iteration_s;
                 check_memory(pl, tl);
                 CHECK(tl->bubble >= 0 && tl->bubble < 1);
+                /* no plan beats the certified bound */
+                double lb = bal_lower_bound(in.pb, pl->micro_batches, o.data_owner);
+                CHECKF(lb > 0 && tl->iteration_s >= lb * (1 - 1e-12), "seed %llu %s: %.9g < bound %.9g",
+                       (unsigned long long)seed, bal_algo_name(a), tl->iteration_s, lb);
             }
             int p = pl->n_stages;
             CHECK(pl->data_owner == o.data_owner);
@@ -376,6 +380,8 @@ static void test_never_worse_and_memory(void)
 
 /* The simulated iteration of a chain placed at given cuts (textbook 1F1B or
  * GPipe); INFINITY when memory fails. */
+static int g_below_bound; /* sim_chain: plans that beat the lower bound */
+
 static double sim_chain(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
                         int sched, int ushaped)
 {
@@ -383,6 +389,8 @@ static double sim_chain(const bal_problem *pb, const int *order, int p, const in
     bal_plan *pl = bal_plan_chain(pb, &c, cuts, NULL);
     bal_timeline *tl = pl ? bal_simulate(pl, sched, 0, NULL) : NULL;
     double t = tl ? tl->iteration_s : INFINITY;
+    if (tl && t < bal_lower_bound(pb, m, ushaped ? order[0] : -1) * (1 - 1e-12))
+        g_below_bound++;
     bal_timeline_free(tl);
     bal_plan_free(pl);
     return t;
@@ -475,6 +483,7 @@ static void test_never_beaten_by_smaller(void)
         bal_problem_free(in.pb);
     }
     CHECK(runs >= 300 && owned >= 80 && sites >= 120);
+    CHECKF(g_below_bound == 0, "%d plans on one or two devices beat the lower bound", g_below_bound);
     printf("  %d instances (%d with a data owner), %d site comparisons; optimal strictly faster "
            "than every 1-2 device plan in %d\n", runs, owned, sites, small_wins);
 }
@@ -550,6 +559,65 @@ static void test_closed_forms(void)
             }
             bal_problem_free(pb);
         }
+}
+
+/* The lower bound on identical devices with free links and no optimizer
+ * cost is the fluid optimum W / (v (1 - (1 - 1/m)^p)), below the balanced
+ * pipeline's (m + p - 1) t; and no plan the simulator scores beats it: every
+ * chain of the devices at every cut, 1F1B with lookaheads up to 3 per link,
+ * and GPipe. */
+static void test_lower_bound(void)
+{
+    for (int p = 1; p <= 4; p++)
+        for (int m = 1; m <= 16; m *= 2) {
+            sl_err err = {0};
+            int n = 2 * p + 1;
+            bal_problem *pb = homogeneous(p, n, 1e12, &err);
+            double W = n * 3e-3, q = 1 - 1.0 / m, lb = bal_lower_bound(pb, m, -1);
+            double want = W / (1 - pow(q, p));
+            CHECKF(fabs(lb - want) <= 1e-9 * want, "p=%d m=%d: bound %.12g, fluid %.12g", p, m, lb, want);
+            CHECK(lb <= (m + p - 1) * W / p * (1 + 1e-12));
+            bal_problem_free(pb);
+        }
+    int below = 0, plans = 0;
+    for (uint64_t seed = 30000; seed < 30060; seed++) {
+        inst in = make_instance(seed, 0);
+        if (!in.pb || in.D > 4)
+            goto next;
+        uint64_t k = 0;
+        for (int trial = 0; trial < 40; trial++) {
+            int p = 1 + (int)(urand(seed, &k) * in.D), order[8], cuts[9], extra[8];
+            if (p > in.n)
+                p = in.n;
+            for (int i = 0; i < in.D; i++)
+                order[i] = i;
+            for (int i = in.D - 1; i > 0; i--) {
+                int j = (int)(urand(seed, &k) * (i + 1)), t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+            cuts[0] = 0;
+            cuts[p] = in.n;
+            for (int i = 1; i < p; i++) /* p-1 distinct cuts in 1..n-1, increasing */
+                cuts[i] = cuts[i - 1] + 1 + (int)(urand(seed, &k) * (in.n - cuts[i - 1] - (p - i)));
+            for (int l = 0; l < 8; l++)
+                extra[l] = (int)(urand(seed, &k) * 4);
+            int m = 1 + (int)(urand(seed, &k) * 12), sched = trial % 3 == 0 ? BAL_GPIPE : BAL_1F1B;
+            bal_chain c = {p, order, trial % 2 ? extra : NULL, m, sched, 1, 0};
+            bal_plan *pl = bal_plan_chain(in.pb, &c, cuts, NULL);
+            bal_timeline *tl = pl ? bal_simulate(pl, sched, 0, NULL) : NULL;
+            if (tl) {
+                plans++;
+                below += tl->iteration_s < bal_lower_bound(in.pb, m, -1) * (1 - 1e-12);
+            }
+            bal_timeline_free(tl);
+            bal_plan_free(pl);
+        }
+next:
+        bal_problem_free(in.pb);
+    }
+    CHECKF(below == 0 && plans >= 500, "%d of %d plans beat the bound", below, plans);
+    printf("  %d random plans replayed, none below the bound\n", plans);
 }
 
 /* Without --micro-batches: the smallest m with an estimated bubble <= 10%:
@@ -1107,6 +1175,7 @@ int main(void)
     RUN(test_link_in_simulator);
     RUN(test_ushaped_shares_compute);
     RUN(test_micro_batch_choice);
+    RUN(test_lower_bound);
     RUN(test_infeasible_message);
     RUN(test_malformed_json);
     RUN(test_slow_link_avoided);
