@@ -230,6 +230,32 @@ typedef struct bal_chain {
 bal_plan *bal_plan_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err);
 void bal_plan_free(bal_plan *pl);
 
+/* ---- re-planning after devices were lost or joined ----
+ *
+ *   bal_problem *now = bal_problem_new(...the devices present now...);
+ *   bal_replan_info ri;
+ *   bal_plan *next = bal_replan(now, running, NULL, 0.05, &ri, &err);
+ *   ... ri.moved_units units change device; ri.new_s vs ri.fastest_s ...
+ *
+ * The old plan's devices are matched to the problem's by id. */
+typedef struct bal_replan_info {
+    double old_s;            /* the old plan's simulated iteration, on the devices it had */
+    double fastest_s;        /* the fastest plan `optimal` finds over the devices present */
+    int fastest_moved_units; /* units that plan runs on another device than before */
+    double new_s;            /* the plan returned */
+    int moved_units;         /* units it runs on another device than before */
+    int lost, joined;        /* devices of the old plan gone; devices new to it */
+} bal_replan_info;
+
+/* A plan over pb's devices with old's micro-batch count and schedule (opts
+ * for the rest; NULL: defaults) and old's data owner unless opts names one.
+ * Among the fastest plan and the cuts that move the fewest units on its
+ * chain and on the old chain without the lost devices, returns the one that
+ * moves the fewest units within (1 + margin) x the fastest's simulated
+ * iteration (margin 0: the fastest). info may be NULL. */
+bal_plan *bal_replan(const bal_problem *pb, const bal_plan *old, const bal_opts *opts,
+                     double margin, bal_replan_info *info, sl_err *err);
+
 /* ---- the exact partition for one chain (exposed for tests and benchmarks) ---- */
 
 /* The objective ("cycle", seconds per micro-batch) of cuts over the chain:

@@ -620,6 +620,134 @@ next:
     printf("  %d random plans replayed, none below the bound\n", plans);
 }
 
+/* The plan keeps m and the schedule, covers every unit, fits memory and runs
+ * only on devices of pb. */
+static void check_replanned(const bal_plan *old, const bal_plan *pl, const bal_problem *pb)
+{
+    CHECK(pl->micro_batches == old->micro_batches && pl->schedule == old->schedule);
+    bal_timeline *tl = bal_simulate(pl, pl->schedule, 0, NULL);
+    CHECK(tl != NULL);
+    if (tl)
+        check_memory(pl, tl);
+    for (int i = 0; i < pl->n_stages; i++)
+        CHECK(pl->stage[i].device >= 0 && pl->stage[i].device < bal_problem_n_devices(pb) &&
+              !strcmp(bal_problem_device(pb, pl->stage[i].device)->id, pl->stage[i].id));
+    bal_timeline_free(tl);
+}
+
+/* Re-planning: a lost device's units move and, within a margin, nothing else
+ * does; a device that joins is used only if that is worth the margin; the
+ * data owner stays at both ends (and its loss is refused); on random
+ * instances the plan is within the margin of the fastest and moves no more. */
+static void test_replan(void)
+{
+    sl_err err = {0};
+    bal_problem *pb = homogeneous(5, 10, 1e12, &err);
+    bal_opts o = bal_opts_default();
+    o.micro_batches = 16;
+    int order[5] = {0, 1, 2, 3, 4}, cuts[6] = {0, 2, 4, 6, 8, 10};
+    bal_chain c = {5, order, NULL, 16, BAL_1F1B, 1, 0};
+    bal_plan *old = bal_plan_chain(pb, &c, cuts, &err);
+    unsigned char keep[5] = {1, 1, 0, 1, 1};
+    bal_problem *now = bal_problem_subset(pb, keep, &err);
+    bal_replan_info ri;
+    bal_plan *pl = bal_replan(now, old, &o, 0.5, &ri, &err);
+    CHECKF(pl != NULL, "%s", err.msg);
+    if (pl) {
+        check_replanned(old, pl, now);
+        /* g2's two units move; g0, g1, g3, g4 keep theirs */
+        CHECKF(ri.moved_units == 2 && ri.lost == 1 && ri.joined == 0, "moved %d lost %d joined %d",
+               ri.moved_units, ri.lost, ri.joined);
+        CHECK(ri.new_s <= ri.fastest_s * 1.5 * (1 + 1e-12) && ri.old_s > 0 && ri.old_s < ri.new_s);
+        CHECK(ri.fastest_moved_units >= ri.moved_units);
+    }
+    bal_plan_free(pl);
+    /* margin 0: the fastest plan, however much moves */
+    pl = bal_replan(now, old, &o, 0, &ri, &err);
+    CHECK(pl && ri.new_s <= ri.fastest_s * (1 + 1e-12));
+    bal_plan_free(pl);
+    bal_problem_free(now);
+    /* a device joins: with a margin of 50% nothing moves (the old cuts are 32%
+     * slower than the fastest plan, which uses the new device) */
+    unsigned char four[5] = {1, 1, 1, 1, 0};
+    bal_problem *small = bal_problem_subset(pb, four, &err);
+    int cuts4[5] = {0, 3, 6, 8, 10};
+    c.p = 4;
+    bal_plan *old4 = bal_plan_chain(small, &c, cuts4, &err);
+    pl = bal_replan(pb, old4, &o, 0.5, &ri, &err);
+    CHECKF(pl && ri.joined == 1 && ri.lost == 0 && ri.moved_units == 0 && ri.fastest_moved_units > 0,
+           "joined %d lost %d moved %d (fastest %d) new %g fastest %g", ri.joined, ri.lost,
+           ri.moved_units, ri.fastest_moved_units, ri.new_s, ri.fastest_s);
+    printf("  a device joins: keeping the old cuts is %.0f%% slower than the fastest plan\n",
+           100 * (ri.new_s / ri.fastest_s - 1));
+    bal_plan_free(pl);
+    pl = bal_replan(pb, old4, &o, 0, &ri, &err);
+    CHECK(pl && pl->n_stages == 5 && ri.moved_units > 0);
+    bal_plan_free(pl);
+    bal_plan_free(old4);
+    bal_problem_free(small);
+    bal_plan_free(old);
+    /* U-shaped: the owner stays at both ends; without it, refused */
+    o.data_owner = 1;
+    old = bal_plan_make(pb, BAL_OPTIMAL, &o, &err);
+    CHECK(old && old->data_owner == 1 && old->n_stages >= 3);
+    unsigned char no3[5] = {1, 1, 1, 0, 1}, no1[5] = {1, 0, 1, 1, 1};
+    now = bal_problem_subset(pb, no3, &err);
+    bal_opts d = bal_opts_default();
+    pl = old ? bal_replan(now, old, &d, 0.1, &ri, &err) : NULL;
+    CHECKF(pl && pl->data_owner == 1 && pl->stage[0].device == 1 &&
+           pl->stage[pl->n_stages - 1].device == 1, "%s", err.msg);
+    if (pl)
+        check_replanned(old, pl, now);
+    bal_plan_free(pl);
+    bal_problem_free(now);
+    now = bal_problem_subset(pb, no1, &err);
+    CHECK(old && bal_replan(now, old, &d, 0.1, &ri, &err) == NULL && strstr(err.msg, "data owner g1"));
+    bal_problem_free(now);
+    bal_plan_free(old);
+    bal_problem_free(pb);
+    /* random instances: lose a device the plan uses */
+    int runs = 0;
+    for (uint64_t seed = 40000; seed < 40200; seed++) {
+        inst in = make_instance(seed, 0);
+        if (!in.pb || in.D < 3) {
+            bal_problem_free(in.pb);
+            continue;
+        }
+        bal_opts r = bal_opts_default();
+        r.micro_batches = 1 + (int)(seed % 8);
+        if (seed % 3 == 0)
+            r.data_owner = 0;
+        bal_plan *p0 = bal_plan_make(in.pb, BAL_OPTIMAL, &r, NULL);
+        if (!p0 || p0->n_stages < 2) {
+            bal_plan_free(p0);
+            bal_problem_free(in.pb);
+            continue;
+        }
+        unsigned char kk[8];
+        memset(kk, 1, sizeof kk);
+        kk[p0->stage[1].device] = 0; /* never the owner: stage 1 is in the middle */
+        bal_problem *q = bal_problem_subset(in.pb, kk, NULL);
+        double margin = 0.05 * (double)(seed % 4);
+        bal_plan *p1 = q ? bal_replan(q, p0, NULL, margin, &ri, &err) : NULL;
+        if (p1) {
+            runs++;
+            check_replanned(p0, p1, q);
+            CHECKF(ri.new_s <= ri.fastest_s * (1 + margin) * (1 + 1e-12) &&
+                   ri.moved_units <= ri.fastest_moved_units && ri.lost == 1,
+                   "seed %llu: new %g fastest %g moved %d / %d", (unsigned long long)seed, ri.new_s,
+                   ri.fastest_s, ri.moved_units, ri.fastest_moved_units);
+            CHECK(p1->data_owner == p0->data_owner);
+        }
+        bal_plan_free(p1);
+        bal_problem_free(q);
+        bal_plan_free(p0);
+        bal_problem_free(in.pb);
+    }
+    CHECK(runs >= 60);
+    printf("  %d random re-plans within their margin\n", runs);
+}
+
 /* Without --micro-batches: the smallest m with an estimated bubble <= 10%:
  * homogeneous, free links, no optimizer cost: (p-1)/(m+p-1) <= 0.1, m = 9(p-1). */
 static void test_micro_batch_choice(void)
@@ -1176,6 +1304,7 @@ int main(void)
     RUN(test_ushaped_shares_compute);
     RUN(test_micro_batch_choice);
     RUN(test_lower_bound);
+    RUN(test_replan);
     RUN(test_infeasible_message);
     RUN(test_malformed_json);
     RUN(test_slow_link_avoided);
