@@ -38,7 +38,7 @@ static void human_bytes(uint64_t b, char *out, size_t n)
         snprintf(out, n, "%.1f MiB", (double)b / (1ull << 20));
 }
 
-static void print_table(const bal_plan *pl, const bal_timeline *tl, int n_dev)
+static void print_table(const bal_plan *pl, const bal_timeline *tl, int n_dev, double lb)
 {
     printf("%s, %s, %d micro-batches, %d of %d devices, %d units\n", bal_algo_name(pl->algo),
            bal_schedule_name(pl->schedule), pl->micro_batches, pl->n_stages, n_dev, pl->n_units);
@@ -62,6 +62,19 @@ static void print_table(const bal_plan *pl, const bal_timeline *tl, int n_dev)
         printf("data owner: %s runs the first and the last stage (U-shaped)\n", pl->stage[0].id);
     printf("iteration %.6f s (simulated), bubble %.1f%%, cycle %.6f s per micro-batch, "
            "estimate %.6f s\n", tl->iteration_s, 100 * tl->bubble, pl->cycle_s, pl->est_iter_s);
+    printf("lower bound %.6f s for any plan at %d micro-batches: certified gap %.1f%%\n", lb,
+           pl->micro_batches, 100 * (tl->iteration_s / lb - 1));
+}
+
+/* The plan's JSON with the bound every plan of the problem respects. */
+static json_t *plan_json(const bal_problem *pb, const bal_plan *pl, const bal_timeline *tl,
+                         int owner)
+{
+    json_t *j = bal_plan_json(pl, tl);
+    double lb = bal_lower_bound(pb, pl->micro_batches, owner);
+    json_object_set_new(j, "lower_bound_s", json_real(lb));
+    json_object_set_new(j, "certified_gap", json_real(tl->iteration_s / lb - 1));
+    return j;
 }
 
 static int write_file(const char *path, const char *text, sl_err *err)
@@ -175,10 +188,10 @@ int cmd_plan(int argc, char **argv)
             out = json_object();
             for (int k = 0; k < na; k++)
                 json_object_set_new(out, bal_algo_name(algos[k]),
-                                    pl[k] ? bal_plan_json(pl[k], tl[k])
+                                    pl[k] ? plan_json(pb, pl[k], tl[k], o.data_owner)
                                           : json_pack("{s:s}", "error", msg[k]));
         } else
-            out = bal_plan_json(pl[0], tl[0]);
+            out = plan_json(pb, pl[0], tl[0], o.data_owner);
         char *s = json_dumps(out, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
         printf("%s\n", s);
         free(s);
@@ -202,7 +215,8 @@ int cmd_plan(int argc, char **argv)
         if (!pl[0])
             rc = 1;
     } else
-        print_table(pl[0], tl[0], n_dev);
+        print_table(pl[0], tl[0], n_dev,
+                    bal_lower_bound(pb, pl[0]->micro_batches, o.data_owner));
 out:
     for (int k = 0; k < 3; k++) {
         bal_timeline_free(tl[k]);
