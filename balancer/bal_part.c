@@ -144,6 +144,7 @@ typedef struct dp_ws {
      * the first stage shares the owner with it. ub < 0: not U-shaped. */
     int ub;
     double t_last;
+    long long cells; /* stage x cut cells visited: the work done */
 } dp_ws;
 
 
@@ -154,6 +155,7 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
     int n = pb->n_units, p = c->p;
     size_t n1 = (size_t)n + 1;
     double *g = w->g, *gn = w->gn;
+    w->cells += (long long)p * n;
     int runs = c->window && c->schedule == BAL_1F1B;
     for (int i = p - 1; i >= 0; i--) {
         int d = c->order[i], k = w->k[i];
@@ -257,11 +259,17 @@ double bal_chain_best(const bal_problem *pb, const bal_chain *ch, int *cuts)
 
 double bal_chain_best_tol(const bal_problem *pb, const bal_chain *ch, int *cuts, double tol)
 {
+    return bal_chain_best_work(pb, ch, cuts, tol, NULL);
+}
+
+double bal_chain_best_work(const bal_problem *pb, const bal_chain *ch, int *cuts, double tol,
+                           long long *work)
+{
     int n = pb->n_units, p = ch->p;
     if (p < 1 || p > n)
         return INFINITY;
     size_t n1 = (size_t)n + 1;
-    dp_ws w;
+    dp_ws w = {.cells = 0};
     w.g = sl_xmalloc(n1 * sizeof(double));
     w.gn = sl_xmalloc(n1 * sizeof(double));
     w.v = sl_xmalloc(n1 * sizeof(double));
@@ -300,6 +308,8 @@ double bal_chain_best_tol(const bal_problem *pb, const bal_chain *ch, int *cuts,
     free(w.nxt);
     free(w.k);
     free(c);
+    if (work)
+        *work += w.cells;
     return hi;
 }
 

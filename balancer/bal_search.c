@@ -30,12 +30,14 @@ typedef struct search {
     int pmin, pmax; /* lengths of the part of a chain the search moves */
     double tol; /* relative precision of each placement while searching */
     int evals;
+    long long work, work_max; /* DP cells visited, and the climbs' limit */
     int thorough; /* small inputs: try every lookahead variant, keep a pool */
     struct chain *var, *pool;
     int npool;
 } search;
 
 #define POOL 6
+#define WORK_MAX 20000000LL /* DP cells the climbs may visit: a few hundred ms */
 
 /* The search moves `order`: the whole chain, or a U-shaped chain's middle
  * (the owner runs the first and the last stage around it; with no middle,
@@ -125,7 +127,7 @@ static double place(search *S, chain *c, double ref)
             c->has_extra |= c->extra[l] > 0;
     }
     bal_chain b = spec(S, c, S->m_mem);
-    c->cycle = bal_chain_best_tol(S->pb, &b, c->cuts, S->tol);
+    c->cycle = bal_chain_best_work(S->pb, &b, c->cuts, S->tol, &S->work);
     c->est = INFINITY;
     if (c->cycle < INFINITY) {
         b = spec(S, c, S->m_eval);
@@ -202,6 +204,12 @@ static double evaluate(search *S, chain *c)
     }
     pool_offer(S, c);
     return c->est;
+}
+
+/* The climbs stop at `budget` evaluations or S->work_max DP cells. */
+static int room(const search *S, int budget)
+{
+    return S->evals < budget && S->work < S->work_max;
 }
 
 static int better(const chain *a, const chain *b)
@@ -429,10 +437,10 @@ static void local_search(search *S, chain *best, const int *bysite_rank, int nd,
     chain_init(&t, S->D);
     unsigned char *in = sl_xmalloc((size_t)S->D);
     int improved = 1;
-    while (improved && S->evals < budget) {
+    while (improved && room(S, budget)) {
         improved = 0;
         /* drop one device, slowest first */
-        for (int i = best->p - 1; i >= 0 && best->p > S->pmin && S->evals < budget; i--) {
+        for (int i = best->p - 1; i >= 0 && best->p > S->pmin && room(S, budget); i--) {
             chain_without(&t, best, i);
             improved |= accept(S, &t, best);
         }
@@ -440,7 +448,7 @@ static void local_search(search *S, chain *best, const int *bysite_rank, int nd,
         memset(in, 0, (size_t)S->D);
         for (int j = 0; j < best->p; j++)
             in[best->order[j]] = 1;
-        for (int k = 0; k < nd && best->p < S->pmax && S->evals < budget; k++) {
+        for (int k = 0; k < nd && best->p < S->pmax && room(S, budget); k++) {
             int d = bysite_rank[k];
             if (in[d])
                 continue;
@@ -453,7 +461,7 @@ static void local_search(search *S, chain *best, const int *bysite_rank, int nd,
                 in[d] = 1, improved = 1;
         }
         /* swap neighbours */
-        for (int i = 0; i + 1 < best->p && S->evals < budget; i++) {
+        for (int i = 0; i + 1 < best->p && room(S, budget); i++) {
             chain_copy(&t, best);
             int x = t.order[i];
             t.order[i] = t.order[i + 1];
@@ -520,18 +528,18 @@ static void local_search_full(search *S, chain *best, int budget)
     chain_init(&t, S->D);
     unsigned char *in = sl_xmalloc((size_t)S->D);
     int improved = 1;
-    while (improved && S->evals < budget) {
+    while (improved && room(S, budget)) {
         improved = 0;
         memset(in, 0, (size_t)S->D);
         for (int j = 0; j < best->p; j++)
             in[best->order[j]] = 1;
         if (S->owner >= 0)
             in[S->owner] = 1;
-        for (int i = 0; i < best->p && best->p > S->pmin && !improved && S->evals < budget; i++) {
+        for (int i = 0; i < best->p && best->p > S->pmin && !improved && room(S, budget); i++) {
             chain_without(&t, best, i);
             improved = accept(S, &t, best);
         }
-        for (int d = 0; d < S->D && best->p < S->pmax && !improved && S->evals < budget; d++) {
+        for (int d = 0; d < S->D && best->p < S->pmax && !improved && room(S, budget); d++) {
             if (in[d])
                 continue;
             for (int pos = 0; pos <= best->p && !improved; pos++) {
@@ -539,7 +547,7 @@ static void local_search_full(search *S, chain *best, int budget)
                 improved = accept(S, &t, best);
             }
         }
-        for (int i = 0; i < best->p && !improved && S->evals < budget; i++)
+        for (int i = 0; i < best->p && !improved && room(S, budget); i++)
             for (int j = i + 1; j < best->p && !improved; j++) {
                 chain_copy(&t, best);
                 t.order[i] = best->order[j];
@@ -547,10 +555,10 @@ static void local_search_full(search *S, chain *best, int budget)
                 improved = accept(S, &t, best);
             }
         /* reorder whole site blocks (every permutation of up to 5 blocks) */
-        if (!improved && S->evals < budget)
+        if (!improved && room(S, budget))
             improved = permute_blocks(S, best, &t);
         /* move one device to another position */
-        for (int i = 0; i < best->p && !improved && S->evals < budget; i++)
+        for (int i = 0; i < best->p && !improved && room(S, budget); i++)
             for (int j = 0; j < best->p && !improved; j++) {
                 if (j == i || j == i - 1)
                     continue;
@@ -583,7 +591,7 @@ static void perturb_blocks(search *S, chain *best, int budget)
     int total = 1;
     for (int i = 2; i <= nb; i++)
         total *= i;
-    for (int code = 1; code < total && S->evals < budget; code++) {
+    for (int code = 1; code < total && room(S, budget); code++) {
         int perm[4], used[4] = {0}, c = code;
         for (int k = 0; k < nb; k++) { /* the code-th permutation, factorial base */
             int f = 1;
@@ -790,27 +798,19 @@ static void judge_chain(judge *J, const bal_chain *c, const int *cuts)
         judge_offer(J, bal_plan_build(J->pb, BAL_OPTIMAL, c, cuts));
 }
 
-/* The closed-form estimate of a textbook chain (2 or 3 stages) for ranking cuts. */
-static double quick_estimate(const bal_problem *pb, const bal_chain *c, const int *cuts)
-{
-    if (bal_plan_overflow(pb, c, cuts) >= 0)
-        return INFINITY;
-    double cyc = bal_chain_cycle(pb, c, cuts);
-    return cyc < INFINITY ? bal_estimate(pb, c, cuts, cyc) : INFINITY;
-}
-
-#define SMALL_SIMS 4000 /* replays for the 1- and 2-device plans; past it, the best cuts by estimate */
+#define SMALL_SIMS 4000 /* replays for the 1- and 2-device plans; past it, each pair's best cut */
 
 /* Every plan on one device and on two (every cut, textbook 1F1B); with a data
- * owner, the owner alone and the owner around one other device. */
+ * owner, the owner alone and the owner around one other device. When there
+ * are more than SMALL_SIMS of them, each pair is placed at its best cycle. */
 static void small_plans(const search *S, int m, judge *J)
 {
     const bal_problem *pb = S->pb;
-    int n = pb->n_units, D = pb->n_dev, o = S->owner;
+    int n = pb->n_units, D = pb->n_dev, o = S->owner, u = o >= 0;
     int order[3], cuts[4];
     bal_chain c = {.order = order, .m = m, .schedule = S->o->schedule, .window = 1};
     for (int d = 0; d < D; d++) { /* one device */
-        if (o >= 0 && d != o)
+        if (u && d != o)
             continue;
         order[0] = d;
         cuts[0] = 0;
@@ -818,52 +818,33 @@ static void small_plans(const search *S, int m, judge *J)
         c.p = 1;
         judge_chain(J, &c, cuts);
     }
-    if (D < 2 || n < 2 || (o >= 0 && n < 3))
+    if (D < 2 || n < 2 + u)
         return;
-    /* two devices: a, b around one cut; U-shaped: owner, a, owner around two */
-    long combos = o >= 0 ? (long)(D - 1) * (n - 1) * (n - 2) / 2 : (long)D * (D - 1) * (n - 1);
-    int all = combos <= SMALL_SIMS;
+    /* two devices a, b around one cut; U-shaped: owner, b, owner around two */
+    long combos = u ? (long)(D - 1) * (n - 1) * (n - 2) / 2 : (long)D * (D - 1) * (n - 1);
+    c.p = 2 + u;
+    c.ushaped = u;
     for (int a = 0; a < D; a++)
         for (int b = 0; b < D; b++) {
-            if (a == b || (o >= 0 && (a != o || b == o)))
+            if (a == b || (u && (a != o || b == o)))
                 continue;
-            int bc[2] = {-1, -1};
-            double be[2] = {INFINITY, INFINITY};
-            int lo1 = 1, hi1 = o >= 0 ? n - 2 : n - 1;
-            for (int x = lo1; x <= hi1; x++)
-                for (int y = o >= 0 ? x + 1 : n; y <= (o >= 0 ? n - 1 : n); y++) {
-                    c.p = o >= 0 ? 3 : 2;
-                    c.ushaped = o >= 0;
-                    order[0] = a;
-                    order[1] = b;
-                    order[2] = a;
-                    cuts[0] = 0;
+            order[0] = a;
+            order[1] = b;
+            order[2] = a;
+            if (combos > SMALL_SIMS) {
+                if (bal_chain_best(pb, &c, cuts) < INFINITY)
+                    judge_chain(J, &c, cuts);
+                continue;
+            }
+            cuts[0] = 0;
+            cuts[c.p] = n;
+            for (int x = 1; x <= n - 1 - u; x++)
+                for (int y = u ? x + 1 : n; y <= n - u; y++) {
                     cuts[1] = x;
-                    cuts[2] = y;
-                    cuts[3] = n;
-                    if (o < 0)
-                        cuts[2] = n;
-                    if (all) {
-                        judge_chain(J, &c, cuts);
-                        continue;
-                    }
-                    double e = quick_estimate(pb, &c, cuts);
-                    int at = e < be[0] ? 0 : e < be[1] ? 1 : -1;
-                    if (at == 0) {
-                        be[1] = be[0], bc[1] = bc[0];
-                        be[0] = e, bc[0] = x * (n + 1) + y;
-                    } else if (at == 1)
-                        be[1] = e, bc[1] = x * (n + 1) + y;
-                }
-            for (int k = 0; k < 2 && !all; k++)
-                if (bc[k] >= 0) {
-                    cuts[1] = bc[k] / (n + 1);
-                    cuts[2] = o >= 0 ? bc[k] % (n + 1) : n;
-                    cuts[3] = n;
-                    c.p = o >= 0 ? 3 : 2;
+                    if (u)
+                        cuts[2] = y;
                     judge_chain(J, &c, cuts);
                 }
-            c.ushaped = 0;
         }
 }
 
@@ -934,7 +915,8 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
 {
     int n = pb->n_units, D = pb->n_dev, owner = o->data_owner;
     search S = {.pb = pb, .o = o, .n = n, .D = D, .tol = 1e-3, .owner = owner,
-                .pmin = owner >= 0 ? 0 : 1, .pmax = owner >= 0 ? n - 2 : n};
+                .pmin = owner >= 0 ? 0 : 1, .pmax = owner >= 0 ? n - 2 : n,
+                .work_max = WORK_MAX};
     if (S.pmax < S.pmin)
         S.pmax = S.pmin;
     if (o->micro_batches > 0)
@@ -1030,7 +1012,7 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
         perturb_blocks(&S, &best, budget);
         chain start;
         chain_init(&start, D);
-        for (int r = 1; r < POOL && S.evals < budget; r++) {
+        for (int r = 1; r < POOL && room(&S, budget); r++) {
             if (r >= S.npool)
                 break;
             chain_copy(&start, &pool[r]);
