@@ -121,9 +121,10 @@ bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, 
 
 /* bal_chain_best to a relative tolerance (the search ranks with a coarse one). */
 double bal_chain_best_tol(const bal_problem *pb, const bal_chain *c, int *cuts, double tol);
-/* The same, adding the DP cells it visited to *work (the search's budget). */
+/* The same from a hint (a neighbouring chain's cycle, 0: none), adding the
+ * DP cells it visited to *work (the search's budget). */
 double bal_chain_best_work(const bal_problem *pb, const bal_chain *c, int *cuts, double tol,
-                           long long *work);
+                           double hint, long long *work);
 
 /* bal_exact.c: chains over every subset and order of up to BAL_EXACT_MAX
  * devices (the data owner not counted). out[0] is the optimum of the

@@ -259,11 +259,11 @@ double bal_chain_best(const bal_problem *pb, const bal_chain *ch, int *cuts)
 
 double bal_chain_best_tol(const bal_problem *pb, const bal_chain *ch, int *cuts, double tol)
 {
-    return bal_chain_best_work(pb, ch, cuts, tol, NULL);
+    return bal_chain_best_work(pb, ch, cuts, tol, 0, NULL);
 }
 
 double bal_chain_best_work(const bal_problem *pb, const bal_chain *ch, int *cuts, double tol,
-                           long long *work)
+                           double hint, long long *work)
 {
     int n = pb->n_units, p = ch->p;
     if (p < 1 || p > n)
@@ -286,6 +286,21 @@ double bal_chain_best_work(const bal_problem *pb, const bal_chain *ch, int *cuts
         /* the cycle a feasible cut achieves tightens hi below mid; on long
          * chains (O(p^2) to evaluate) plain bisection is cheaper */
         int tighten = p <= 128;
+        /* a hint (a neighbouring chain's cycle) brackets the optimum in two tests */
+        for (int j = 0; j < 2 && hint > 0; j++) {
+            double b = hint * (j ? 0.98 : 1.02);
+            if (!(b > lo && b < hi))
+                continue;
+            if (feasible(pb, ch, b, &w, c)) {
+                double got = tighten ? bal_chain_cycle(pb, ch, c) : b;
+                if (got < hi) {
+                    hi = got;
+                    memcpy(cuts, c, ((size_t)p + 1) * sizeof(int));
+                } else
+                    hi = b;
+            } else
+                lo = b;
+        }
         for (int it = 0; it < 200 && hi - lo > tol * hi; it++) {
             double mid = lo > 0 && hi > 4 * lo ? sqrt(lo * hi) : 0.5 * (lo + hi);
             if (feasible(pb, ch, mid, &w, c)) {

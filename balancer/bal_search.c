@@ -31,6 +31,7 @@ typedef struct search {
     double tol; /* relative precision of each placement while searching */
     int evals;
     long long work, work_max; /* DP cells visited, and the climbs' limit */
+    double hint;              /* the best chain's cycle: a neighbour's is close */
     int thorough; /* small inputs: try every lookahead variant, keep a pool */
     struct chain *var, *pool;
     int npool;
@@ -127,7 +128,7 @@ static double place(search *S, chain *c, double ref)
             c->has_extra |= c->extra[l] > 0;
     }
     bal_chain b = spec(S, c, S->m_mem);
-    c->cycle = bal_chain_best_work(S->pb, &b, c->cuts, S->tol, &S->work);
+    c->cycle = bal_chain_best_work(S->pb, &b, c->cuts, S->tol, S->hint, &S->work);
     c->est = INFINITY;
     if (c->cycle < INFINITY) {
         b = spec(S, c, S->m_eval);
@@ -423,6 +424,7 @@ static void chain_with(chain *t, const chain *c, int d, int pos)
 /* Evaluates t; if it is better than *best it becomes the best: 1. */
 static int accept(search *S, chain *t, chain *best)
 {
+    S->hint = best->cycle < INFINITY ? best->cycle : 0;
     if (evaluate(S, t) < INFINITY && better(t, best)) {
         chain_copy(best, t);
         return 1;
@@ -1023,7 +1025,7 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
         chain_free(&start);
     }
     else if (D <= 64)
-        local_search(&S, &best, bysite, nd, S.evals + 60);
+        local_search(&S, &best, bysite, nd, S.evals + 100);
 
     /* 5. finalists (the winner, and on small inputs the pool) placed to full
      * precision at the micro-batch count chosen for the winner; the simulator
