@@ -35,21 +35,40 @@ typedef struct bal_unit {
     uint64_t stash_bytes; /* kept per in-flight micro-batch until its backward */
 } bal_unit;
 
-/* BERT config.json fields the cost model needs. */
+/* A BERT config.json: the one reader for the balancer and the device.
+ * Required: hidden_size, num_hidden_layers, num_attention_heads,
+ * intermediate_size, vocab_size. Defaults as in transformers' BertConfig:
+ * max_position_embeddings 512, type_vocab_size 2, layer_norm_eps 1e-12,
+ * hidden_act "gelu", hidden_dropout_prob and attention_probs_dropout_prob
+ * 0.1, initializer_range 0.02. Other fields are ignored, so a Hugging Face
+ * file works unchanged. */
+enum bal_act { BAL_ACT_GELU = 0, BAL_ACT_GELU_TANH = 1 }; /* gelu; gelu_new, gelu_pytorch_tanh */
 typedef struct bal_bert {
     int hidden, layers, heads, intermediate, vocab, max_pos, type_vocab;
+    double ln_eps;
+    int act; /* enum bal_act */
+    double hidden_dropout, attn_dropout, init_range;
 } bal_bert;
 /* Share of the tokens the MLM head (decoder and loss) runs at: BERT's 15%. */
 #define BAL_MASK_FRAC 0.15
-/* The largest sizes accepted (the JSON reader and bal_bert_units). */
+/* The sizes a config may have (the reader, bal_bert_check, the device). */
 enum {
-    BAL_MAX_HIDDEN = 65536, BAL_MAX_LAYERS = 100000, BAL_MAX_HEADS = 4096,
-    BAL_MAX_INTERMEDIATE = 262144, BAL_MAX_VOCAB = 4000000, BAL_MAX_POS = 1000000,
-    BAL_MAX_TYPE_VOCAB = 1000
+    BAL_MAX_HIDDEN = 16384, BAL_MAX_LAYERS = 256, BAL_MAX_HEADS = 1024,
+    BAL_MAX_INTERMEDIATE = 65536, BAL_MAX_VOCAB = 1 << 22, BAL_MIN_VOCAB = 5,
+    BAL_MAX_POS = 65536, BAL_MAX_TYPE_VOCAB = 1024
 };
 
+/* Parses config.json text; `name` starts every message, which names the line
+ * and the field: "config.json:3: num_hidden_layers: must be between 1 and 256, got 0". */
+int bal_bert_parse(bal_bert *b, const char *text, const char *name, sl_err *err);
+int bal_bert_load(bal_bert *b, const char *path, sl_err *err);
+/* The sizes: each within its limit, hidden a multiple of heads. */
+int bal_bert_check(const bal_bert *b, sl_err *err);
+
 /* Units for `cfg` at micro-batch `batch` x sequence `seq`: 0 embeddings,
- * 1..L encoder layers, L+1 MLM head + loss. *out is sl_xmalloc'd. */
+ * 1..L encoder layers, L+1 MLM head + loss. *out is sl_xmalloc'd. This is
+ * the one cost description of a unit (the device's tests check a stage's
+ * parameters and stash against it). */
 int bal_bert_units(const bal_bert *cfg, int batch, int seq, bal_unit **out, int *n_units,
                    sl_err *err);
 
@@ -109,6 +128,9 @@ bal_problem *bal_problem_parse(const char *config_text, const char *config_name,
                                int seq, const char *devices_text, const char *devices_name,
                                const char *network_text, const char *network_name, sl_err *err);
 void bal_problem_free(bal_problem *pb);
+/* The same problem over the devices flagged in keep[n_devices], in their
+ * order (indices renumbered), with the links among their sites. */
+bal_problem *bal_problem_subset(const bal_problem *pb, const unsigned char *keep, sl_err *err);
 
 int bal_problem_n_units(const bal_problem *pb);
 int bal_problem_n_devices(const bal_problem *pb);
@@ -117,7 +139,7 @@ const bal_device *bal_problem_device(const bal_problem *pb, int d); /* unit_*_s 
 /* Seconds device d spends on unit u for one micro-batch. */
 double bal_unit_fwd_s(const bal_problem *pb, int d, int u);
 double bal_unit_bwd_s(const bal_problem *pb, int d, int u);
-/* Optimizer step seconds on device d for units [first, last). */
+/* Optimizer step seconds on device d for units first..last (inclusive). */
 double bal_optim_s(const bal_problem *pb, int d, int first, int last);
 /* The link between two devices (same host, same site, or between sites). */
 bal_link bal_problem_link(const bal_problem *pb, int d_from, int d_to);
@@ -138,15 +160,18 @@ typedef struct bal_opts {
     int max_micro_batches; /* upper limit when choosing (default 1024) */
     double target_bubble;  /* choose the smallest m whose estimated bubble is below (0.10) */
     int window;        /* 1F1B: count round trips over runs of stages in the cycle (default 1) */
+    int data_owner;    /* device index, -1: none (default). The owner holds unit 0 and the
+                        * head as the chain's first and last stage (a U-shaped chain) */
 } bal_opts;
 
+/* Start from this: every field has its default (data_owner -1). */
 bal_opts bal_opts_default(void);
 
 typedef struct bal_stage {
     int device;               /* index into the problem's devices */
     char id[BAL_NAME_MAX];
     char site[BAL_NAME_MAX];
-    int first, last;          /* units [first, last) */
+    int first, last;          /* units first..last, inclusive */
     double fwd_s, bwd_s;      /* per micro-batch */
     double optim_s;           /* optimizer step */
     uint64_t static_bytes;    /* weights + optimizer state + gradients */
@@ -154,6 +179,7 @@ typedef struct bal_stage {
     uint64_t mem_bytes;       /* the device's usable memory */
     int max_inflight;         /* micro-batches stashed at most under the plan's schedule */
     int warmup;               /* forwards before the first backward (1F1B) */
+    int extra;                /* lookahead micro-batches the link to the next stage adds */
     /* link to the next stage (unused on the last one) */
     double lat_s;             /* latency of the link to the next stage */
     double act_s, grad_s;     /* serialization time of one activation / gradient */
@@ -170,7 +196,9 @@ typedef struct bal_plan {
     int micro_batches;
     int n_units;
     int n_stages;
-    bal_stage *stage;
+    bal_stage *stage;  /* in a U-shaped plan the first and last have the same device */
+    int data_owner;    /* device holding unit 0 and the head when asked for one, else -1 */
+    double *unit_fwd_s, *unit_bwd_s; /* n_units: seconds of unit u on the device running it */
     int n_dropped;
     bal_dropped *dropped;
     double cycle_s;    /* steady-state seconds per micro-batch the planner predicts */
@@ -192,17 +220,45 @@ int bal_even_cuts(int n_units, int p, int *cuts);
  * stashes m everywhere. extra == NULL is the textbook 1F1B (p - i). */
 typedef struct bal_chain {
     int p;
-    const int *order; /* p device indices, each at most once */
+    const int *order; /* p device indices, each at most once (U-shaped: order[0] twice) */
     const int *extra; /* p-1 entries >= 0, or NULL */
     int m;            /* micro-batches per iteration */
     int schedule;     /* enum bal_schedule */
     int window;       /* 1F1B: count round trips over runs of stages in the cycle */
+    int ushaped;      /* 1: order[p-1] == order[0], p >= 3: the two stages share that device's
+                       * compute and memory (a data owner holding unit 0 and the head) */
 } bal_chain;
 
 /* A plan for a given chain and cut points (cuts[0]=0 < ... < cuts[p]=n_units);
  * validates the chain and memory. Used by tests, benchmarks and replanning. */
 bal_plan *bal_plan_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err);
 void bal_plan_free(bal_plan *pl);
+
+/* ---- re-planning after devices were lost or joined ----
+ *
+ *   bal_problem *now = bal_problem_new(...the devices present now...);
+ *   bal_replan_info ri;
+ *   bal_plan *next = bal_replan(now, running, NULL, 0.05, &ri, &err);
+ *   ... ri.moved_units units change device; ri.new_s vs ri.fastest_s ...
+ *
+ * The old plan's devices are matched to the problem's by id. */
+typedef struct bal_replan_info {
+    double old_s;            /* the old plan's simulated iteration, on the devices it had */
+    double fastest_s;        /* the fastest plan `optimal` finds over the devices present */
+    int fastest_moved_units; /* units that plan runs on another device than before */
+    double new_s;            /* the plan returned */
+    int moved_units;         /* units it runs on another device than before */
+    int lost, joined;        /* devices of the old plan gone; devices new to it */
+} bal_replan_info;
+
+/* A plan over pb's devices with old's micro-batch count and schedule (opts
+ * for the rest; NULL: defaults) and old's data owner unless opts names one.
+ * Among the fastest plan and the cuts that move the fewest units on its
+ * chain and on the old chain without the lost devices, returns the one that
+ * moves the fewest units within (1 + margin) x the fastest's simulated
+ * iteration (margin 0: the fastest). info may be NULL. */
+bal_plan *bal_replan(const bal_problem *pb, const bal_plan *old, const bal_opts *opts,
+                     double margin, bal_replan_info *info, sl_err *err);
 
 /* ---- the exact partition for one chain (exposed for tests and benchmarks) ---- */
 
@@ -220,6 +276,21 @@ double bal_chain_best(const bal_problem *pb, const bal_chain *c, int *cuts);
  * exceeds half the cycle gets ceil(round trip / cycle) extra micro-batches. */
 void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double cycle, int m,
                          int *extra);
+
+/* The exact search `optimal` runs up to 12 devices (a data owner not counted):
+ * the smallest bottleneck cycle (every stage's fwd+bwd time, a data owner's
+ * two stages added up; every link's serialization either way; memory for the
+ * schedule's stash, textbook 1F1B) over every subset and order of the devices
+ * and every cut. Fills order and cuts (up to 14 and 15 entries) and *p;
+ * INFINITY (and *p = 0) when nothing fits or there are more devices. */
+double bal_exact_best(const bal_problem *pb, int m, int schedule, int data_owner, int *order,
+                      int *cuts, int *p);
+
+/* A lower bound on the simulated iteration of every plan of pb with m
+ * micro-batches: any subset and order of the devices, any cuts, 1F1B with
+ * any warm-up or GPipe, with the given data owner (-1: none) or without.
+ * Proved in docs/balancer.md; plan / bound - 1 is a certified gap. */
+double bal_lower_bound(const bal_problem *pb, int m, int data_owner);
 
 /* ---- the schedule: what one stage does in one iteration ---- */
 

@@ -10,6 +10,11 @@
  * memory-bound; we charge this many FLOPs per parameter at the device's rate. */
 #define BAL_OPT_FLOPS_PER_PARAM 16.0
 
+/* Limits of the seven BERT sizes in config.json order (hidden_size,
+ * num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
+ * max_position_embeddings, type_vocab_size). */
+extern const int bal_bert_min[7], bal_bert_max[7];
+
 struct bal_problem {
     int n_units, n_dev;
     bal_unit *unit;
@@ -20,6 +25,7 @@ struct bal_problem {
     uint64_t *pstatic;    /* prefix of param + optim bytes, n_units + 1 */
     uint64_t *pstash;     /* prefix of stash bytes */
     uint64_t *pparam;     /* prefix of param bytes */
+    unsigned char *measured; /* the device came with unit_seconds, not flops */
     int *site_of, *host_of;
     int n_sites;
     char (*site)[BAL_NAME_MAX];
@@ -28,7 +34,8 @@ struct bal_problem {
     bal_link *between; /* n_sites * n_sites */
 };
 
-/* Stage time on device d for units [s, e). */
+/* Internal helpers take cut points: s < e covers units s..e-1.
+ * Stage time on device d between cuts s and e. */
 static inline double bal_time(const bal_problem *pb, int d, int s, int e)
 {
     const double *p = pb->pre + (size_t)d * (pb->n_units + 1);
@@ -63,7 +70,29 @@ static inline int bal_fits(const bal_problem *pb, int d, int s, int e, int k)
     return need != UINT64_MAX && need <= pb->dev[d].mem_bytes;
 }
 
-/* Serialization seconds of the boundary after unit e-1 on a link. */
+/* Bytes of two stages on one device: cuts 0..a with k0 micro-batches stashed
+ * and cuts b..n with kl (a U-shaped chain's data owner); UINT64_MAX on overflow. */
+static inline uint64_t bal_owner_need(const bal_problem *pb, int a, int k0, int b, int kl)
+{
+    int n = pb->n_units;
+    uint64_t x = bal_mem_need(pb->pstatic[a], pb->pstash[a], k0);
+    uint64_t y = bal_mem_need(pb->pstatic[n] - pb->pstatic[b], pb->pstash[n] - pb->pstash[b], kl);
+    uint64_t s;
+    if (x == UINT64_MAX || y == UINT64_MAX || __builtin_add_overflow(x, y, &s))
+        return UINT64_MAX;
+    return s;
+}
+
+static inline int bal_owner_fits(const bal_problem *pb, int d, int a, int k0, int b, int kl)
+{
+    uint64_t need = bal_owner_need(pb, a, k0, b, kl);
+    return need != UINT64_MAX && need <= pb->dev[d].mem_bytes;
+}
+
+/* A U-shaped chain: its first and last stage on one device (p >= 3). */
+static inline int bal_is_u(const bal_chain *c) { return c->ushaped && c->p >= 3; }
+
+/* Serialization seconds of the boundary at cut e (after unit e-1) on a link. */
 static inline double bal_ser(const bal_problem *pb, bal_link l, int e)
 {
     return (double)pb->unit[e - 1].out_bytes / l.bw;
@@ -92,6 +121,25 @@ bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, 
 
 /* bal_chain_best to a relative tolerance (the search ranks with a coarse one). */
 double bal_chain_best_tol(const bal_problem *pb, const bal_chain *c, int *cuts, double tol);
+/* The same from a hint (a neighbouring chain's cycle, 0: none), adding the
+ * DP cells it visited to *work (the search's budget). */
+double bal_chain_best_work(const bal_problem *pb, const bal_chain *c, int *cuts, double tol,
+                           double hint, long long *work);
+
+/* bal_exact.c: chains over every subset and order of up to BAL_EXACT_MAX
+ * devices (the data owner not counted). out[0] is the optimum of the
+ * bottleneck-cycle model (the fewest stages among the optimal chains); then,
+ * for each bound cycle x (1 + ladder[i]), the chain with the fewest stages
+ * that meets it when that is fewer than the previous. Returns the count. */
+#define BAL_EXACT_MAX 12
+#define BAL_EXACT_OUT 16
+typedef struct bal_exact_chain {
+    int p;
+    int order[BAL_EXACT_MAX + 2], cuts[BAL_EXACT_MAX + 3];
+    double cycle;
+} bal_exact_chain;
+int bal_exact_chains(const bal_problem *pb, int m, int schedule, int owner, const double *ladder,
+                     int nl, bal_exact_chain *out);
 
 /* bal_search.c */
 bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err);

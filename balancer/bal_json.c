@@ -167,6 +167,49 @@ static int line_of(const char *text, size_t n, const jpath *path, int depth)
     return best;
 }
 
+/* ---- messages: never raw control bytes from a file ---- */
+
+/* Length of the valid UTF-8 sequence at p that is not a C1 control, else 0. */
+static size_t utf8_ok(const unsigned char *p)
+{
+    size_t n = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+    if (p[0] >= 0xf5 || !n)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if (n == 2 && p[0] == 0xc2 && p[1] < 0xa0) /* U+0080..U+009F */
+        return 0;
+    return n;
+}
+
+/* Rewrites the message with control bytes (and bytes that are not UTF-8)
+ * as \xNN, so a file cannot put terminal escapes into our one-line errors. */
+static void msg_clean(sl_err *err)
+{
+    if (!err)
+        return;
+    char out[sizeof err->msg];
+    const unsigned char *p = (const unsigned char *)err->msg;
+    size_t n = 0, cap = sizeof out - 1;
+    while (*p && n < cap) {
+        size_t k = *p >= 0x80 ? utf8_ok(p) : (*p >= 0x20 && *p != 0x7f);
+        if (k) {
+            if (n + k > cap)
+                break;
+            memcpy(out + n, p, k);
+            n += k;
+            p += k;
+        } else {
+            if (n + 4 > cap)
+                break;
+            n += (size_t)snprintf(out + n, 5, "\\x%02x", *p++);
+        }
+    }
+    out[n] = 0;
+    memcpy(err->msg, out, n + 1);
+}
+
 /* ---- typed getters with path-aware errors ---- */
 
 typedef struct jctx {
@@ -194,8 +237,10 @@ static int jfail(jctx *c, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     int line = line_of(c->text, c->len, c->path, c->depth);
-    return sl_err_set(c->err, SL_EINVAL, "%s:%d: %s: %s", c->name, line,
-                      c->depth ? where : "(top level)", msg);
+    sl_err_set(c->err, SL_EINVAL, "%s:%d: %s: %s", c->name, line, c->depth ? where : "(top level)",
+               msg);
+    msg_clean(c->err);
+    return -1;
 }
 
 static void jpush_key(jctx *c, const char *k)
@@ -254,6 +299,16 @@ static int get_int(jctx *c, json_t *o, const char *k, int required, long long lo
     return r;
 }
 
+static int has_control(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *p = (const unsigned char *)s + i;
+        if (*p < 0x20 || *p == 0x7f || (*p == 0xc2 && i + 1 < n && p[1] < 0xa0))
+            return 1;
+    }
+    return 0;
+}
+
 static int get_str(jctx *c, json_t *o, const char *k, int required, char *buf, size_t size)
 {
     int r;
@@ -262,6 +317,8 @@ static int get_str(jctx *c, json_t *o, const char *k, int required, char *buf, s
         r = jfail(c, "must be a string");
     else if (v && (json_string_length(v) == 0 || json_string_length(v) >= size))
         r = jfail(c, "must be 1 to %zu characters", size - 1);
+    else if (v && has_control(json_string_value(v), json_string_length(v)))
+        r = jfail(c, "must not contain control characters");
     else if (v)
         memcpy(buf, json_string_value(v), json_string_length(v) + 1);
     c->depth--;
@@ -291,8 +348,10 @@ static json_t *load(const char *text, const char *name, sl_err *err)
 {
     json_error_t je;
     json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je);
-    if (!j)
+    if (!j) {
         sl_err_set(err, SL_EINVAL, "%s:%d: column %d: %s", name, je.line, je.column, je.text);
+        msg_clean(err);
+    }
     else if (!json_is_object(j) && !json_is_array(j)) {
         sl_err_set(err, SL_EINVAL, "%s:1: (top level): must be an object", name);
         json_decref(j);
@@ -307,24 +366,48 @@ static int parse_config(jctx *c, json_t *j, bal_bert *b)
 {
     if (!json_is_object(j))
         return jfail(c, "must be an object");
-    long long v[7] = {0, 0, 0, 0, 0, 512, 2};
     static const char *const k[7] = {"hidden_size", "num_hidden_layers", "num_attention_heads",
                                      "intermediate_size", "vocab_size",
                                      "max_position_embeddings", "type_vocab_size"};
-    static const long long hi[7] = {BAL_MAX_HIDDEN, BAL_MAX_LAYERS, BAL_MAX_HEADS,
-                                    BAL_MAX_INTERMEDIATE, BAL_MAX_VOCAB, BAL_MAX_POS,
-                                    BAL_MAX_TYPE_VOCAB};
+    long long v[7] = {0, 0, 0, 0, 0, 512, 2};
     for (int i = 0; i < 7; i++)
-        if (get_int(c, j, k[i], i < 5, i == 1 ? 0 : 1, hi[i], &v[i]) < 0)
+        if (get_int(c, j, k[i], i < 5, bal_bert_min[i], bal_bert_max[i], &v[i]) < 0)
             return -1;
     if (v[0] % v[2]) {
         jpush_key(c, "num_attention_heads");
-        jfail(c, "hidden_size %lld is not a multiple of %lld heads", v[0], v[2]);
+        jfail(c, "hidden_size %lld is not a multiple of num_attention_heads %lld", v[0], v[2]);
         c->depth--;
         return -1;
     }
-    *b = (bal_bert){(int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6]};
+    *b = (bal_bert){(int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6],
+                    1e-12, BAL_ACT_GELU, 0.1, 0.1, 0.02};
+    if (get_num(c, j, "layer_norm_eps", 0, 1e-30, 0.5, &b->ln_eps) < 0 ||
+        get_num(c, j, "hidden_dropout_prob", 0, 0, 0.99, &b->hidden_dropout) < 0 ||
+        get_num(c, j, "attention_probs_dropout_prob", 0, 0, 0.99, &b->attn_dropout) < 0 ||
+        get_num(c, j, "initializer_range", 0, 0, 10, &b->init_range) < 0)
+        return -1;
+    char act[32] = "gelu";
+    int r = get_str(c, j, "hidden_act", 0, act, sizeof act);
+    if (r < 0)
+        return -1;
+    if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh"))
+        b->act = BAL_ACT_GELU_TANH;
+    else if (strcmp(act, "gelu")) {
+        jpush_key(c, "hidden_act");
+        jfail(c, "'%s' is not supported (gelu, gelu_new, gelu_pytorch_tanh)", act);
+        c->depth--;
+        return -1;
+    }
     return 0;
+}
+
+int bal_bert_parse(bal_bert *b, const char *text, const char *name, sl_err *err)
+{
+    jctx c = {.name = name, .text = text, .len = strlen(text), .err = err};
+    json_t *j = load(text, name, err);
+    int rc = j ? parse_config(&c, j, b) : -1;
+    json_decref(j);
+    return rc;
 }
 
 static int parse_pair(jctx *c, json_t *a, double *f, double *b)
@@ -457,6 +540,13 @@ static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_d
             double *tf = t + i * 2 * (size_t)n, *tb = tf + n;
             if (parse_measured(c, us, units, n, tf, tb))
                 goto fail;
+            double sum = 0;
+            for (int u = 0; u < n; u++)
+                sum += tf[u] + tb[u];
+            if (!(sum > 0)) {
+                jfail(c, "are all zero: a device that takes no time cannot be planned");
+                goto fail;
+            }
             c->depth--;
             d->unit_fwd_s = tf;
             d->unit_bwd_s = tb;
@@ -564,6 +654,13 @@ static int parse_network(jctx *c, json_t *j, const bal_device *dev, int nd, bal_
                 jpush_key(c, "b");
                 return jfail(c, "a link joins two different sites (use \"sites\" for inside one)");
             }
+            for (size_t k = 0; k < i; k++) {
+                const bal_site_link *y = &(*links)[k];
+                if ((!strcmp(x->a, y->a) && !strcmp(x->b, y->b)) ||
+                    (!strcmp(x->a, y->b) && !strcmp(x->b, y->a)))
+                    return jfail(c, "links[%zu] already joins sites '%s' and '%s' (links are "
+                                 "symmetric: give each pair once)", k, y->a, y->b);
+            }
             c->depth--;
         }
         net->n_links = (int)nl;
@@ -583,12 +680,12 @@ bal_problem *bal_problem_parse(const char *config_text, const char *config_name,
     double *times = NULL;
     bal_site_inside *inside = NULL;
     bal_site_link *links = NULL;
-    json_t *jc = NULL, *jd = NULL, *jn = NULL;
+    json_t *jd = NULL, *jn = NULL;
     int n = 0, nd = 0;
     bal_bert b;
     bal_network net;
-    jctx c = {.name = config_name, .text = config_text, .len = strlen(config_text), .err = err};
-    if (!(jc = load(config_text, config_name, err)) || parse_config(&c, jc, &b))
+    jctx c;
+    if (bal_bert_parse(&b, config_text, config_name, err))
         goto out;
     if (bal_bert_units(&b, batch, seq, &units, &n, err)) {
         sl_err_wrap(err, "%s", config_name);
@@ -608,7 +705,8 @@ bal_problem *bal_problem_parse(const char *config_text, const char *config_name,
         net = bal_network_default();
     pb = bal_problem_new(units, n, dev, nd, &net, err);
 out:
-    json_decref(jc);
+    if (!pb)
+        msg_clean(err);
     json_decref(jd);
     json_decref(jn);
     free(units);
@@ -619,12 +717,12 @@ out:
     return pb;
 }
 
-/* Reads a whole file (at most 64 MiB) as a string. */
-static char *read_text(const char *path, sl_err *err)
+/* Reads a whole file (at most `max` bytes) as a string. */
+static char *read_text(const char *path, uint64_t max, sl_err *err)
 {
     char *buf;
     size_t len;
-    if (sl_read_file(path, 64u << 20, &buf, &len, err))
+    if (sl_read_file(path, max, &buf, &len, err))
         return NULL;
     if (strlen(buf) != len) {
         sl_err_set(err, SL_EINVAL, "%s: contains a NUL byte", path);
@@ -634,14 +732,22 @@ static char *read_text(const char *path, sl_err *err)
     return buf;
 }
 
+int bal_bert_load(bal_bert *b, const char *path, sl_err *err)
+{
+    char *text = read_text(path, 1u << 20, err);
+    int rc = text ? bal_bert_parse(b, text, path, err) : -1;
+    free(text);
+    return rc;
+}
+
 bal_problem *bal_problem_load(const char *config_path, int batch, int seq,
                               const char *devices_path, const char *network_path, sl_err *err)
 {
-    char *ct = read_text(config_path, err), *dt = NULL, *nt = NULL;
+    char *ct = read_text(config_path, 1u << 20, err), *dt = NULL, *nt = NULL;
     bal_problem *pb = NULL;
-    if (!ct || !(dt = read_text(devices_path, err)))
+    if (!ct || !(dt = read_text(devices_path, 64u << 20, err)))
         goto out;
-    if (network_path && !(nt = read_text(network_path, err)))
+    if (network_path && !(nt = read_text(network_path, 64u << 20, err)))
         goto out;
     pb = bal_problem_parse(ct, config_path, batch, seq, dt, devices_path, nt, network_path, err);
 out:

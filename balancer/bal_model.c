@@ -7,6 +7,10 @@
 #include "bal_int.h"
 #include "sl_mem.h"
 
+const int bal_bert_min[7] = {1, 1, 1, 1, BAL_MIN_VOCAB, 1, 1};
+const int bal_bert_max[7] = {BAL_MAX_HIDDEN, BAL_MAX_LAYERS, BAL_MAX_HEADS, BAL_MAX_INTERMEDIATE,
+                             BAL_MAX_VOCAB, BAL_MAX_POS, BAL_MAX_TYPE_VOCAB};
+
 /* Units of one BERT at micro-batch B x sequence T, N = B*T tokens (fp32).
  *   embeddings: word+position+type tables and a LayerNorm
  *   encoder:    QKV+O (4H^2), FFN (2HI), two LayerNorms; attention 2 x 2BT^2H
@@ -14,19 +18,28 @@
  * Backward costs twice the forward (two GEMMs per forward GEMM). The head's
  * decoder is tied to the word embeddings in Hugging Face BERT; a stage that
  * holds the head keeps its own copy, so it is counted on both. */
-int bal_bert_units(const bal_bert *c, int batch, int seq, bal_unit **out, int *n_units, sl_err *err)
+int bal_bert_check(const bal_bert *c, sl_err *err)
 {
-    if (c->hidden <= 0 || c->layers < 0 || c->heads <= 0 || c->intermediate <= 0 ||
-        c->vocab <= 0 || c->max_pos <= 0 || c->type_vocab <= 0)
-        return sl_err_set(err, SL_EINVAL, "BERT config: sizes must be positive");
+    static const char *const name[7] = {"hidden_size", "num_hidden_layers",
+                                        "num_attention_heads", "intermediate_size", "vocab_size",
+                                        "max_position_embeddings", "type_vocab_size"};
+    const int v[7] = {c->hidden, c->layers, c->heads, c->intermediate, c->vocab, c->max_pos,
+                      c->type_vocab};
+    for (int i = 0; i < 7; i++)
+        if (v[i] < bal_bert_min[i] || v[i] > bal_bert_max[i])
+            return sl_err_set(err, SL_EINVAL, "BERT config: %s must be between %d and %d, got %d",
+                              name[i], bal_bert_min[i], bal_bert_max[i], v[i]);
     if (c->hidden % c->heads)
         return sl_err_set(err, SL_EINVAL, "BERT config: hidden_size %d is not a multiple of "
                           "num_attention_heads %d", c->hidden, c->heads);
-    if (c->hidden > BAL_MAX_HIDDEN || c->intermediate > BAL_MAX_INTERMEDIATE ||
-        c->vocab > BAL_MAX_VOCAB || c->layers > BAL_MAX_LAYERS || c->max_pos > BAL_MAX_POS ||
-        c->type_vocab > BAL_MAX_TYPE_VOCAB || c->heads > BAL_MAX_HEADS)
-        return sl_err_set(err, SL_EINVAL, "BERT config: sizes out of range");
-    if (batch <= 0 || batch > 65536 || seq <= 0 || seq > 1000000)
+    return 0;
+}
+
+int bal_bert_units(const bal_bert *c, int batch, int seq, bal_unit **out, int *n_units, sl_err *err)
+{
+    if (bal_bert_check(c, err))
+        return -1;
+    if (batch <= 0 || batch > 65536 || seq <= 0 || seq > BAL_MAX_POS)
         return sl_err_set(err, SL_EINVAL, "micro-batch size and sequence length must be positive");
     if (seq > c->max_pos)
         return sl_err_set(err, SL_EINVAL, "sequence length %d exceeds max_position_embeddings %d",
@@ -94,6 +107,14 @@ static int link_ok(bal_link l)
     return isfinite(l.bw) && l.bw > 0 && isfinite(l.lat) && l.lat >= 0;
 }
 
+static double pre_total(const double *tf, const double *tb, size_t n)
+{
+    double t = 0;
+    for (size_t u = 0; u < n; u++)
+        t += tf[u] + tb[u];
+    return t;
+}
+
 static int site_index(const bal_problem *pb, const char *s)
 {
     for (int i = 0; i < pb->n_sites; i++)
@@ -115,6 +136,7 @@ void bal_problem_free(bal_problem *pb)
     free(pb->pstatic);
     free(pb->pstash);
     free(pb->pparam);
+    free(pb->measured);
     free(pb->site_of);
     free(pb->host_of);
     free(pb->site);
@@ -163,6 +185,7 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
     pb->pstatic = sl_xmalloc((nu + 1) * sizeof(uint64_t));
     pb->pstash = sl_xmalloc((nu + 1) * sizeof(uint64_t));
     pb->pparam = sl_xmalloc((nu + 1) * sizeof(uint64_t));
+    pb->measured = sl_xcalloc(nd, 1);
     pb->pstatic[0] = pb->pstash[0] = pb->pparam[0] = 0;
     for (size_t u = 0; u < nu; u++) {
         pb->pstatic[u + 1] = pb->pstatic[u] + units[u].param_bytes + units[u].optim_bytes;
@@ -178,6 +201,7 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
         x->backend[sizeof x->backend - 1] = 0;
         double *tf = pb->tf + d * nu, *tb = pb->tb + d * nu, fsum = 0;
         if (x->unit_fwd_s && x->unit_bwd_s) {
+            pb->measured[d] = 1;
             for (size_t u = 0; u < nu; u++) {
                 tf[u] = x->unit_fwd_s[u];
                 tb[u] = x->unit_bwd_s[u];
@@ -187,6 +211,11 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
                     return NULL;
                 }
                 fsum += tf[u];
+            }
+            if (!(pre_total(tf, tb, nu) > 0)) {
+                sl_err_set(err, SL_EINVAL, "device %s: measured unit times are all zero", x->id);
+                bal_problem_free(pb);
+                return NULL;
             }
             pb->rate[d] = fsum > 0 && total_fwd > 0 ? total_fwd / fsum : 1e12;
         } else {
@@ -246,19 +275,76 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
         }
         pb->inside[s] = net->inside[i].link;
     }
+    unsigned char *given = sl_xcalloc(ns * ns, 1);
     for (int i = 0; i < net->n_links; i++) {
         int a = site_index(pb, net->links[i].a), b = site_index(pb, net->links[i].b);
+        if (a >= 0 && b >= 0 && given[(size_t)a * ns + b]) {
+            sl_err_set(err, SL_EINVAL, "network: link %s-%s is given twice", net->links[i].a,
+                       net->links[i].b);
+            free(given);
+            bal_problem_free(pb);
+            return NULL;
+        }
+        if (a >= 0 && b >= 0)
+            given[(size_t)a * ns + b] = given[(size_t)b * ns + a] = 1;
         if (a < 0 || b < 0 || a == b || !link_ok(net->links[i].link)) {
             sl_err_set(err, SL_EINVAL, "network: link %s-%s: %s", net->links[i].a,
                        net->links[i].b,
                        a < 0 || b < 0 ? "unknown site" : a == b ? "a site to itself"
                                                             : "bad bandwidth or latency");
+            free(given);
             bal_problem_free(pb);
             return NULL;
         }
         pb->between[(size_t)a * ns + b] = pb->between[(size_t)b * ns + a] = net->links[i].link;
     }
+    free(given);
     return pb;
+}
+
+bal_problem *bal_problem_subset(const bal_problem *pb, const unsigned char *keep, sl_err *err)
+{
+    int D = pb->n_dev, ns = pb->n_sites, k = 0;
+    bal_device *dev = sl_xmalloc((size_t)D * sizeof *dev);
+    for (int d = 0; d < D; d++)
+        if (keep[d]) {
+            dev[k] = pb->dev[d];
+            if (!pb->measured[d])
+                dev[k].unit_fwd_s = dev[k].unit_bwd_s = NULL;
+            k++;
+        }
+    /* every link of the sites kept, given explicitly */
+    unsigned char *has = sl_xcalloc((size_t)ns, 1);
+    for (int d = 0; d < D; d++)
+        if (keep[d])
+            has[pb->site_of[d]] = 1;
+    bal_site_inside *in = sl_xcalloc((size_t)ns, sizeof *in);
+    bal_site_link *ln = sl_xcalloc((size_t)ns * ns + 1, sizeof *ln);
+    bal_network net = bal_network_default();
+    net.same_host = pb->same_host;
+    for (int a = 0; a < ns; a++) {
+        if (!has[a])
+            continue;
+        memcpy(in[net.n_inside].site, pb->site[a], BAL_NAME_MAX);
+        in[net.n_inside++].link = pb->inside[a];
+        for (int b = a + 1; b < ns; b++)
+            if (has[b]) {
+                bal_site_link *x = &ln[net.n_links++];
+                memcpy(x->a, pb->site[a], BAL_NAME_MAX);
+                memcpy(x->b, pb->site[b], BAL_NAME_MAX);
+                x->link = pb->between[(size_t)a * ns + b];
+            }
+    }
+    net.inside = in;
+    net.links = ln;
+    bal_problem *sub = k ? bal_problem_new(pb->unit, pb->n_units, dev, k, &net, err) : NULL;
+    if (!k)
+        sl_err_set(err, SL_EINVAL, "subset: no device kept");
+    free(dev);
+    free(has);
+    free(in);
+    free(ln);
+    return sub;
 }
 
 int bal_problem_n_units(const bal_problem *pb) { return pb->n_units; }
@@ -278,12 +364,14 @@ double bal_unit_bwd_s(const bal_problem *pb, int d, int u)
 
 double bal_optim_s(const bal_problem *pb, int d, int first, int last)
 {
-    double params = (double)(pb->pparam[last] - pb->pparam[first]) / 4;
+    double params = (double)(pb->pparam[last + 1] - pb->pparam[first]) / 4;
     return BAL_OPT_FLOPS_PER_PARAM * params / pb->rate[d];
 }
 
 bal_link bal_problem_link(const bal_problem *pb, int a, int b)
 {
+    if (a == b) /* a device to itself: as on one host */
+        return pb->same_host;
     if (pb->host_of[a] >= 0 && pb->host_of[a] == pb->host_of[b])
         return pb->same_host;
     int sa = pb->site_of[a], sb = pb->site_of[b];

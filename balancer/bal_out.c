@@ -17,21 +17,32 @@ json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl)
     json_object_set_new(o, "units", json_integer(pl->n_units));
     json_object_set_new(o, "cycle_s", json_real(pl->cycle_s));
     json_object_set_new(o, "estimated_iteration_s", json_real(pl->est_iter_s));
+    json_object_set_new(o, "data_owner", pl->data_owner >= 0 && pl->n_stages > 0
+                                             ? json_string(pl->stage[0].id) : json_null());
     json_t *st = json_array();
     for (int i = 0; i < pl->n_stages; i++) {
         const bal_stage *s = &pl->stage[i];
+        json_t *uf = json_array(), *ub = json_array();
+        for (int u = s->first; u <= s->last; u++) {
+            json_array_append_new(uf, json_real(pl->unit_fwd_s[u]));
+            json_array_append_new(ub, json_real(pl->unit_bwd_s[u]));
+        }
         json_t *x = json_pack("{s:i, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:I, s:I, s:I, s:i}",
                               "stage", i, "device", s->id, "site", s->site, "first_unit",
-                              s->first, "last_unit", s->last - 1, "fwd_s", s->fwd_s, "bwd_s",
+                              s->first, "last_unit", s->last, "fwd_s", s->fwd_s, "bwd_s",
                               s->bwd_s, "optim_s", s->optim_s, "static_bytes",
                               (json_int_t)s->static_bytes, "stash_bytes",
                               (json_int_t)s->stash_bytes, "memory_bytes",
                               (json_int_t)s->mem_bytes, "max_inflight", s->max_inflight);
+        json_object_set_new(x, "device_index", json_integer(s->device));
+        json_object_set_new(x, "unit_fwd_s", uf);
+        json_object_set_new(x, "unit_bwd_s", ub);
         json_object_set_new(x, "warmup", json_integer(s->warmup));
         if (i + 1 < pl->n_stages)
-            json_object_set_new(x, "link_next", json_pack("{s:f, s:f, s:f}", "latency_s",
-                                                          s->lat_s, "activation_s", s->act_s,
-                                                          "gradient_s", s->grad_s));
+            json_object_set_new(x, "link_next",
+                                json_pack("{s:f, s:f, s:f, s:i}", "latency_s", s->lat_s,
+                                          "activation_s", s->act_s, "gradient_s", s->grad_s,
+                                          "lookahead", s->extra));
         if (tl) {
             const bal_stage_stats *t = &tl->stage[i];
             json_object_set_new(x, "simulated",

@@ -57,7 +57,7 @@ int bal_schedule_parse(const char *s)
 bal_opts bal_opts_default(void)
 {
     bal_opts o = {.schedule = BAL_1F1B, .micro_batches = 0, .max_micro_batches = 1024,
-                  .target_bubble = 0.10, .window = 1};
+                  .target_bubble = 0.10, .window = 1, .data_owner = -1};
     return o;
 }
 
@@ -77,11 +77,15 @@ double bal_chain_cycle(const bal_problem *pb, const bal_chain *c, const int *cut
     int p = c->p;
     double cyc = 0;
     double *t = sl_xmalloc((size_t)p * sizeof(double)), *rt = sl_xmalloc((size_t)p * sizeof(double));
-    int *k = sl_xmalloc((size_t)p * sizeof(int));
+    int *k = sl_xmalloc((size_t)p * sizeof(int)), u = bal_is_u(c);
     bal_inflight(c, k);
+    if (u && !bal_owner_fits(pb, c->order[0], cuts[1], k[0], cuts[p - 1], k[p - 1])) {
+        cyc = INFINITY;
+        goto out;
+    }
     for (int i = 0; i < p; i++) {
         int d = c->order[i];
-        if (!bal_fits(pb, d, cuts[i], cuts[i + 1], k[i])) {
+        if (!(u && (i == 0 || i == p - 1)) && !bal_fits(pb, d, cuts[i], cuts[i + 1], k[i])) {
             cyc = INFINITY;
             goto out;
         }
@@ -96,6 +100,8 @@ double bal_chain_cycle(const bal_problem *pb, const bal_chain *c, const int *cut
                 cyc = smax;
         }
     }
+    if (u && t[0] + t[p - 1] > cyc) /* the owner computes both of its stages */
+        cyc = t[0] + t[p - 1];
     if (c->window && c->schedule == BAL_1F1B)
         for (int i = 0; i < p; i++) {
             double S = 0, slots = 0;
@@ -133,8 +139,15 @@ void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double 
 
 typedef struct dp_ws {
     double *g, *gn, *v;
-    int *nxt, *dq, *k;
+    int *nxt, *dq, *k, p;
+    /* U-shaped chains: the last stage is fixed to cuts ub..n (time t_last);
+     * the first stage shares the owner with it. ub < 0: not U-shaped. */
+    int ub;
+    double t_last;
+    long long cells; /* stage x cut cells visited: the work done */
 } dp_ws;
+
+
 
 /* One feasibility test at bound B; on success fills cuts. */
 static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_ws *w, int *cuts)
@@ -142,6 +155,7 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
     int n = pb->n_units, p = c->p;
     size_t n1 = (size_t)n + 1;
     double *g = w->g, *gn = w->gn;
+    w->cells += (long long)p * n;
     int runs = c->window && c->schedule == BAL_1F1B;
     for (int i = p - 1; i >= 0; i--) {
         int d = c->order[i], k = w->k[i];
@@ -151,7 +165,8 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
         if (i == p - 1) {
             for (int s = smin; s <= smax; s++) {
                 double t = pre[n] - pre[s];
-                g[s] = (t <= B && bal_fits(pb, d, s, n, k)) ? t - B : INFINITY;
+                int ok = w->ub >= 0 ? s == w->ub && t <= B : t <= B && bal_fits(pb, d, s, n, k);
+                g[s] = ok ? t - B : INFINITY;
                 nxt[s] = n;
             }
         } else {
@@ -171,11 +186,16 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
                 x = x - ahead + gn[e];
                 w->v[e] = pre[e] + (x > 0 ? x : 0);
             }
+            /* the first stage of a U-shaped chain shares the owner with the last */
+            int own = w->ub >= 0 && i == 0;
+            double Bi = own ? B - w->t_last : B;
             int head = 0, tail = 0, eh = smin, push = smin + 1;
             for (int s = smin; s <= smax; s++) {
                 if (eh < s)
                     eh = s;
-                while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= B && bal_fits(pb, d, s, eh + 1, k))
+                while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= Bi &&
+                       (own ? bal_owner_fits(pb, d, eh + 1, k, w->ub, w->k[p - 1])
+                            : bal_fits(pb, d, s, eh + 1, k)))
                     eh++;
                 if (push < s + 1)
                     push = s + 1;
@@ -211,6 +231,27 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
     return 1;
 }
 
+/* Feasibility at bound B; a U-shaped chain tries every start of the owner's
+ * last stage whose time fits (there are few: its time grows as it starts
+ * earlier). */
+static int feasible(const bal_problem *pb, const bal_chain *c, double B, dp_ws *w, int *cuts)
+{
+    if (!bal_is_u(c)) {
+        w->ub = -1;
+        return dp_feasible(pb, c, B, w, cuts);
+    }
+    int n = pb->n_units, p = c->p, d = c->order[0];
+    for (int b = n - 1; b >= p - 1; b--) {
+        w->ub = b;
+        w->t_last = bal_time(pb, d, b, n);
+        if (w->t_last > B || !bal_owner_fits(pb, d, 1, w->k[0], b, w->k[p - 1]))
+            break;
+        if (dp_feasible(pb, c, B, w, cuts))
+            return 1;
+    }
+    return 0;
+}
+
 double bal_chain_best(const bal_problem *pb, const bal_chain *ch, int *cuts)
 {
     return bal_chain_best_tol(pb, ch, cuts, 1e-10);
@@ -218,29 +259,51 @@ double bal_chain_best(const bal_problem *pb, const bal_chain *ch, int *cuts)
 
 double bal_chain_best_tol(const bal_problem *pb, const bal_chain *ch, int *cuts, double tol)
 {
+    return bal_chain_best_work(pb, ch, cuts, tol, 0, NULL);
+}
+
+double bal_chain_best_work(const bal_problem *pb, const bal_chain *ch, int *cuts, double tol,
+                           double hint, long long *work)
+{
     int n = pb->n_units, p = ch->p;
     if (p < 1 || p > n)
         return INFINITY;
     size_t n1 = (size_t)n + 1;
-    dp_ws w;
+    dp_ws w = {.cells = 0};
     w.g = sl_xmalloc(n1 * sizeof(double));
     w.gn = sl_xmalloc(n1 * sizeof(double));
     w.v = sl_xmalloc(n1 * sizeof(double));
     w.dq = sl_xmalloc(n1 * sizeof(int));
     w.nxt = sl_xmalloc((size_t)p * n1 * sizeof(int));
     w.k = sl_xmalloc((size_t)p * sizeof(int));
+    w.p = p;
     bal_inflight(ch, w.k);
     int *c = sl_xmalloc(((size_t)p + 1) * sizeof(int));
     double hi = INFINITY, lo = 0;
-    if (dp_feasible(pb, ch, INFINITY, &w, c)) {
+    if (feasible(pb, ch, INFINITY, &w, c)) {
         hi = bal_chain_cycle(pb, ch, c);
         memcpy(cuts, c, ((size_t)p + 1) * sizeof(int));
         /* the cycle a feasible cut achieves tightens hi below mid; on long
          * chains (O(p^2) to evaluate) plain bisection is cheaper */
         int tighten = p <= 128;
+        /* a hint (a neighbouring chain's cycle) brackets the optimum in two tests */
+        for (int j = 0; j < 2 && hint > 0; j++) {
+            double b = hint * (j ? 0.98 : 1.02);
+            if (!(b > lo && b < hi))
+                continue;
+            if (feasible(pb, ch, b, &w, c)) {
+                double got = tighten ? bal_chain_cycle(pb, ch, c) : b;
+                if (got < hi) {
+                    hi = got;
+                    memcpy(cuts, c, ((size_t)p + 1) * sizeof(int));
+                } else
+                    hi = b;
+            } else
+                lo = b;
+        }
         for (int it = 0; it < 200 && hi - lo > tol * hi; it++) {
             double mid = lo > 0 && hi > 4 * lo ? sqrt(lo * hi) : 0.5 * (lo + hi);
-            if (dp_feasible(pb, ch, mid, &w, c)) {
+            if (feasible(pb, ch, mid, &w, c)) {
                 double got = tighten ? bal_chain_cycle(pb, ch, c) : mid;
                 if (!(got < hi)) { /* rounding: the bound was met only to the last bit */
                     hi = mid;
@@ -260,14 +323,18 @@ double bal_chain_best_tol(const bal_problem *pb, const bal_chain *ch, int *cuts,
     free(w.nxt);
     free(w.k);
     free(c);
+    if (work)
+        *work += w.cells;
     return hi;
 }
 
 int bal_plan_overflow(const bal_problem *pb, const bal_chain *c, const int *cuts)
 {
-    int *k = sl_xmalloc((size_t)c->p * sizeof(int)), bad = -1;
+    int p = c->p, *k = sl_xmalloc((size_t)p * sizeof(int)), bad = -1, u = bal_is_u(c);
     bal_inflight(c, k);
-    for (int i = 0; i < c->p && bad < 0; i++)
+    if (u && !bal_owner_fits(pb, c->order[0], cuts[1], k[0], cuts[p - 1], k[p - 1]))
+        bad = 0;
+    for (int i = u; i < p - u && bad < 0; i++)
         if (!bal_fits(pb, c->order[i], cuts[i], cuts[i + 1], k[i]))
             bad = i;
     free(k);
@@ -281,13 +348,19 @@ double bal_estimate(const bal_problem *pb, const bal_chain *c, const int *cuts, 
     for (int i = 0; i < c->p; i++) {
         int d = c->order[i];
         R += bal_time(pb, d, cuts[i], cuts[i + 1]);
-        double o = bal_optim_s(pb, d, cuts[i], cuts[i + 1]);
+        double o = bal_optim_s(pb, d, cuts[i], cuts[i + 1] - 1);
         if (o > opt)
             opt = o;
         if (i < c->p - 1) {
             double smax;
             R += round_trip(pb, d, c->order[i + 1], cuts[i + 1], &smax);
         }
+    }
+    if (bal_is_u(c)) { /* the owner steps both of its stages */
+        int d = c->order[0], p = c->p;
+        double o = bal_optim_s(pb, d, 0, cuts[1] - 1) + bal_optim_s(pb, d, cuts[p - 1], cuts[p] - 1);
+        if (o > opt)
+            opt = o;
     }
     return R + (c->m - 1) * cycle + opt;
 }
@@ -302,6 +375,9 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
     pl->n_units = pb->n_units;
     pl->n_stages = p;
     pl->stage = sl_xcalloc((size_t)p, sizeof *pl->stage);
+    pl->data_owner = bal_is_u(c) ? c->order[0] : -1;
+    pl->unit_fwd_s = sl_xmalloc((size_t)pb->n_units * sizeof(double));
+    pl->unit_bwd_s = sl_xmalloc((size_t)pb->n_units * sizeof(double));
     int *k = sl_xmalloc((size_t)p * sizeof(int));
     bal_inflight(c, k);
     unsigned char *used = sl_xcalloc((size_t)pb->n_dev, 1);
@@ -313,18 +389,21 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
         memcpy(s->id, pb->dev[d].id, BAL_NAME_MAX);
         memcpy(s->site, pb->dev[d].site, BAL_NAME_MAX);
         s->first = a;
-        s->last = b;
+        s->last = b - 1;
         for (int u = a; u < b; u++) {
-            s->fwd_s += bal_unit_fwd_s(pb, d, u);
-            s->bwd_s += bal_unit_bwd_s(pb, d, u);
+            pl->unit_fwd_s[u] = bal_unit_fwd_s(pb, d, u);
+            pl->unit_bwd_s[u] = bal_unit_bwd_s(pb, d, u);
+            s->fwd_s += pl->unit_fwd_s[u];
+            s->bwd_s += pl->unit_bwd_s[u];
         }
-        s->optim_s = bal_optim_s(pb, d, a, b);
+        s->optim_s = bal_optim_s(pb, d, a, b - 1);
         s->static_bytes = pb->pstatic[b] - pb->pstatic[a];
         s->stash_bytes = pb->pstash[b] - pb->pstash[a];
         s->mem_bytes = pb->dev[d].mem_bytes;
         s->max_inflight = k[i];
         s->warmup = c->schedule == BAL_GPIPE ? c->m : k[i] - 1;
         if (i < p - 1) {
+            s->extra = c->extra ? c->extra[i] : 0;
             bal_link f = bal_problem_link(pb, d, c->order[i + 1]);
             bal_link r = bal_problem_link(pb, c->order[i + 1], d);
             s->lat_s = 0.5 * (f.lat + r.lat); /* links are symmetric in our inputs */
@@ -356,16 +435,21 @@ void bal_plan_free(bal_plan *pl)
         return;
     free(pl->stage);
     free(pl->dropped);
+    free(pl->unit_fwd_s);
+    free(pl->unit_bwd_s);
     free(pl);
 }
 
 static int check_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err)
 {
-    int p = c->p;
-    if (p < 1 || p > pb->n_dev || p > pb->n_units || c->m < 1 ||
+    int p = c->p, u = c->ushaped != 0;
+    if (p < 1 || p > pb->n_dev + u || p > pb->n_units || c->m < 1 ||
         (c->schedule != BAL_1F1B && c->schedule != BAL_GPIPE))
         return sl_err_set(err, SL_EINVAL, "chain: need 1..%d stages, m >= 1 and a schedule",
-                          pb->n_dev < pb->n_units ? pb->n_dev : pb->n_units);
+                          pb->n_dev + u < pb->n_units ? pb->n_dev + u : pb->n_units);
+    if (u && (p < 3 || c->order[0] != c->order[p - 1]))
+        return sl_err_set(err, SL_EINVAL, "chain: a U-shaped chain has at least 3 stages, the "
+                          "first and the last on the same device");
     if (cuts[0] != 0 || cuts[p] != pb->n_units)
         return sl_err_set(err, SL_EINVAL, "chain: cuts must run from 0 to %d", pb->n_units);
     for (int i = 0; i < p; i++) {
@@ -376,7 +460,7 @@ static int check_chain(const bal_problem *pb, const bal_chain *c, const int *cut
         if (c->extra && i < p - 1 && (c->extra[i] < 0 || c->extra[i] > 1000000))
             return sl_err_set(err, SL_EINVAL, "chain: extra[%d] out of range", i);
         for (int j = 0; j < i; j++)
-            if (c->order[j] == c->order[i])
+            if (c->order[j] == c->order[i] && !(u && j == 0 && i == p - 1))
                 return sl_err_set(err, SL_EINVAL, "chain: device %d used twice", c->order[i]);
     }
     return 0;
@@ -387,10 +471,20 @@ static int overflow_err(const bal_problem *pb, const bal_chain *c, const int *cu
 {
     int *kk = sl_xmalloc((size_t)c->p * sizeof(int));
     bal_inflight(c, kk);
-    int d = c->order[i], k = kk[i];
-    free(kk);
+    int d = c->order[i], k = kk[i], p = c->p;
     uint64_t need = bal_mem_need(pb->pstatic[cuts[i + 1]] - pb->pstatic[cuts[i]],
                                  pb->pstash[cuts[i + 1]] - pb->pstash[cuts[i]], k);
+    if (bal_is_u(c) && i == 0) {
+        need = bal_owner_need(pb, cuts[1], k, cuts[p - 1], kk[p - 1]);
+        free(kk);
+        return sl_err_set(err, SL_EINVAL,
+                          "%s: data owner %s (units 0-%d and %d-%d) needs %llu bytes, the device "
+                          "has %llu: short by %llu bytes", algo, pb->dev[d].id, cuts[1] - 1,
+                          cuts[p - 1], cuts[p] - 1, (unsigned long long)need,
+                          (unsigned long long)pb->dev[d].mem_bytes,
+                          (unsigned long long)(need - pb->dev[d].mem_bytes));
+    }
+    free(kk);
     return sl_err_set(err, SL_EINVAL,
                       "%s: stage %d on %s (units %d-%d, %d micro-batches stashed) needs %llu "
                       "bytes, the device has %llu: short by %llu bytes",
@@ -447,12 +541,27 @@ int bal_even_cuts(int n_units, int p, int *cuts)
     return p;
 }
 
-/* even over the devices in the given order. */
-static int even_cuts(const bal_problem *pb, int *order, int *cuts)
+/* even: floor(n/D) units each in the given order, the first n mod D one more.
+ * With a data owner: the owner first, the others in the given order, the
+ * owner again last (the owner alone if there is no room between). */
+static int even_cuts(const bal_problem *pb, int owner, int *order, int *cuts)
 {
-    int p = bal_even_cuts(pb->n_units, pb->n_dev, cuts);
-    for (int i = 0; i < p; i++)
-        order[i] = i;
+    int n = pb->n_units, p = 0;
+    if (owner >= 0) {
+        order[p++] = owner;
+        for (int d = 0; d < pb->n_dev && p < n - 1; d++)
+            if (d != owner)
+                order[p++] = d;
+        if (p >= 2)
+            order[p++] = owner;
+        else
+            p = 1;
+    } else {
+        p = pb->n_dev < n ? pb->n_dev : n;
+        for (int i = 0; i < p; i++)
+            order[i] = i;
+    }
+    bal_even_cuts(n, p, cuts);
     return p;
 }
 
@@ -469,10 +578,11 @@ static double sky_load(const bal_problem *pb, int d, int a, int b)
     return f / pb->rate[d];
 }
 
-static int sky_cuts(const bal_problem *pb, int *order, int *cuts, int m, int schedule)
+static int sky_cuts(const bal_problem *pb, int owner, int *order, int *cuts, int m, int schedule)
 {
-    int p = even_cuts(pb, order, cuts);
-    bal_chain c = {.p = p, .order = order, .m = m, .schedule = schedule};
+    int p = even_cuts(pb, owner, order, cuts);
+    bal_chain c = {.p = p, .order = order, .m = m, .schedule = schedule,
+                   .ushaped = owner >= 0 && p >= 3};
     int *k = sl_xmalloc((size_t)p * sizeof(int));
     bal_inflight(&c, k);
 #define FITS(i, a, b) bal_fits(pb, order[i], a, b, k[i])
@@ -553,21 +663,22 @@ static void baseline_extra(const bal_problem *pb, bal_chain *c, const int *cuts,
 bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, int m,
                             sl_err *err)
 {
-    int n = pb->n_units;
-    int *order = sl_xmalloc((size_t)pb->n_dev * sizeof(int));
-    int *cuts = sl_xmalloc(((size_t)pb->n_dev + 1) * sizeof(int));
-    int *extra = sl_xcalloc((size_t)pb->n_dev, sizeof(int));
+    int n = pb->n_units, owner = o->data_owner;
+    int *order = sl_xmalloc(((size_t)pb->n_dev + 1) * sizeof(int));
+    int *cuts = sl_xmalloc(((size_t)pb->n_dev + 2) * sizeof(int));
+    int *extra = sl_xcalloc((size_t)pb->n_dev + 1, sizeof(int));
     int m0 = m > 0 ? m : (o->schedule == BAL_GPIPE ? 1 : o->max_micro_batches);
     int p;
     bal_plan *pl = NULL;
     if (algo == BAL_EVEN) {
-        p = even_cuts(pb, order, cuts);
-    } else if ((p = sky_cuts(pb, order, cuts, m0, o->schedule)) < 0) {
+        p = even_cuts(pb, owner, order, cuts);
+    } else if ((p = sky_cuts(pb, owner, order, cuts, m0, o->schedule)) < 0) {
         sl_err_set(err, SL_EINVAL, "sky: memory repair failed: the units do not fit on the "
                    "devices in the given order");
         goto out;
     }
-    bal_chain c = {.p = p, .order = order, .m = m0, .schedule = o->schedule, .window = o->window};
+    bal_chain c = {.p = p, .order = order, .m = m0, .schedule = o->schedule, .window = o->window,
+                   .ushaped = owner >= 0 && p >= 3};
     bal_opts oo = *o;
     oo.micro_batches = m;
     c.m = bal_choose_m(pb, &c, cuts, &oo);
@@ -577,6 +688,7 @@ bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, 
         overflow_err(pb, &c, cuts, i, bal_algo_name(algo), err);
     else {
         pl = bal_plan_build(pb, algo, &c, cuts);
+        pl->data_owner = owner;
         for (int k = 0; k < pl->n_dropped; k++)
             snprintf(pl->dropped[k].reason, sizeof pl->dropped[k].reason,
                      "more devices than the %d units", n);
@@ -602,6 +714,11 @@ bal_plan *bal_plan_make(const bal_problem *pb, int algo, const bal_opts *opts, s
     }
     if (o.max_micro_batches == 0)
         o.max_micro_batches = 1024;
+    if (o.data_owner < -1 || o.data_owner >= bal_problem_n_devices(pb)) {
+        sl_err_set(err, SL_EINVAL, "data owner %d is not a device (0..%d, or -1 for none)",
+                   o.data_owner, bal_problem_n_devices(pb) - 1);
+        return NULL;
+    }
     double t0 = sl_now_s();
     bal_plan *pl;
     if (algo == BAL_EVEN || algo == BAL_SKY)

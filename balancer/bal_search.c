@@ -26,33 +26,43 @@ typedef struct search {
     int m_mem;  /* micro-batches assumed for memory while searching */
     int m_eval; /* micro-batches for the estimate that ranks candidates */
     int n, D;
+    int owner;      /* the data owner (U-shaped chains), or -1 */
+    int pmin, pmax; /* lengths of the part of a chain the search moves */
     double tol; /* relative precision of each placement while searching */
     int evals;
+    long long work, work_max; /* DP cells visited, and the climbs' limit */
+    double hint;              /* the best chain's cycle: a neighbour's is close */
     int thorough; /* small inputs: try every lookahead variant, keep a pool */
     struct chain *var, *pool;
     int npool;
 } search;
 
 #define POOL 6
+#define WORK_MAX 20000000LL /* DP cells the climbs may visit: a few hundred ms */
 
+/* The search moves `order`: the whole chain, or a U-shaped chain's middle
+ * (the owner runs the first and the last stage around it; with no middle,
+ * the owner alone). `full` is the chain placed, `cuts` and `extra` its own. */
 typedef struct chain {
-    int *order, *cuts, *extra;
-    int p, has_extra;
+    int *order, *full, *cuts, *extra;
+    int p, pf, has_extra;
     double cycle, est;
 } chain;
 
 static void chain_init(chain *c, int D)
 {
     c->order = sl_xmalloc((size_t)D * sizeof(int));
-    c->cuts = sl_xmalloc(((size_t)D + 1) * sizeof(int));
-    c->extra = sl_xcalloc((size_t)D, sizeof(int));
-    c->p = c->has_extra = 0;
+    c->full = sl_xmalloc(((size_t)D + 2) * sizeof(int));
+    c->cuts = sl_xmalloc(((size_t)D + 3) * sizeof(int));
+    c->extra = sl_xcalloc((size_t)D + 2, sizeof(int));
+    c->p = c->pf = c->has_extra = 0;
     c->cycle = c->est = INFINITY;
 }
 
 static void chain_free(chain *c)
 {
     free(c->order);
+    free(c->full);
     free(c->cuts);
     free(c->extra);
 }
@@ -60,18 +70,29 @@ static void chain_free(chain *c)
 static void chain_copy(chain *dst, const chain *src)
 {
     memcpy(dst->order, src->order, (size_t)src->p * sizeof(int));
-    memcpy(dst->cuts, src->cuts, ((size_t)src->p + 1) * sizeof(int));
-    memcpy(dst->extra, src->extra, (size_t)src->p * sizeof(int));
+    memcpy(dst->full, src->full, (size_t)src->pf * sizeof(int));
+    memcpy(dst->cuts, src->cuts, ((size_t)src->pf + 1) * sizeof(int));
+    memcpy(dst->extra, src->extra, (size_t)src->pf * sizeof(int));
     dst->p = src->p;
+    dst->pf = src->pf;
     dst->has_extra = src->has_extra;
     dst->cycle = src->cycle;
     dst->est = src->est;
 }
 
-static bal_chain spec(const search *S, const chain *c, int m)
+/* The chain to place: fills c->full from c->order. */
+static bal_chain spec(const search *S, chain *c, int m)
 {
-    bal_chain b = {.p = c->p, .order = c->order, .extra = c->has_extra ? c->extra : NULL,
-                   .m = m, .schedule = S->o->schedule, .window = S->o->window};
+    c->pf = 0;
+    if (S->owner >= 0)
+        c->full[c->pf++] = S->owner;
+    memcpy(c->full + c->pf, c->order, (size_t)c->p * sizeof(int));
+    c->pf += c->p;
+    if (S->owner >= 0 && c->p > 0)
+        c->full[c->pf++] = S->owner;
+    bal_chain b = {.p = c->pf, .order = c->full, .extra = c->has_extra ? c->extra : NULL,
+                   .m = m, .schedule = S->o->schedule, .window = S->o->window,
+                   .ushaped = c->pf >= 3 && S->owner >= 0};
     return b;
 }
 
@@ -80,12 +101,13 @@ static bal_chain spec(const search *S, const chain *c, int m)
 static double chain_floor(const bal_problem *pb, const chain *c)
 {
     double inv = 0, ser = 0;
-    int e = pb->n_units > 1 ? 1 : 0;
-    for (int i = 0; i < c->p; i++) {
-        double t = bal_time(pb, c->order[i], 0, pb->n_units);
-        inv += t > 0 ? 1 / t : 1e30;
-        if (i + 1 < c->p && e) {
-            bal_link f = bal_problem_link(pb, c->order[i], c->order[i + 1]);
+    int e = pb->n_units > 1 ? 1 : 0, u = c->pf >= 3 && c->full[0] == c->full[c->pf - 1];
+    for (int i = 0; i < c->pf; i++) {
+        double t = bal_time(pb, c->full[i], 0, pb->n_units);
+        if (!(u && i == c->pf - 1)) /* the owner counts once */
+            inv += t > 0 ? 1 / t : 1e30;
+        if (i + 1 < c->pf && e) {
+            bal_link f = bal_problem_link(pb, c->full[i], c->full[i + 1]);
             if (bal_ser(pb, f, e) > ser)
                 ser = bal_ser(pb, f, e);
         }
@@ -94,18 +116,19 @@ static double chain_floor(const bal_problem *pb, const chain *c)
     return lb > ser ? lb : ser;
 }
 
-/* Places c->order exactly with a lookahead sized at `ref` seconds per
+/* Places the chain exactly with a lookahead sized at `ref` seconds per
  * micro-batch (ref <= 0: textbook 1F1B). Returns the estimated iteration. */
 static double place(search *S, chain *c, double ref)
 {
     c->has_extra = 0;
-    if (S->o->schedule == BAL_1F1B && c->p > 1 && ref > 0) {
-        bal_chain_lookahead(S->pb, c->order, c->p, ref, S->m_mem, c->extra);
-        for (int l = 0; l + 1 < c->p; l++)
+    spec(S, c, S->m_mem);
+    if (S->o->schedule == BAL_1F1B && c->pf > 1 && ref > 0) {
+        bal_chain_lookahead(S->pb, c->full, c->pf, ref, S->m_mem, c->extra);
+        for (int l = 0; l + 1 < c->pf; l++)
             c->has_extra |= c->extra[l] > 0;
     }
     bal_chain b = spec(S, c, S->m_mem);
-    c->cycle = bal_chain_best_tol(S->pb, &b, c->cuts, S->tol);
+    c->cycle = bal_chain_best_work(S->pb, &b, c->cuts, S->tol, S->hint, &S->work);
     c->est = INFINITY;
     if (c->cycle < INFINITY) {
         b = spec(S, c, S->m_eval);
@@ -128,7 +151,7 @@ static int same_chain(const chain *a, const chain *b)
     if (a->p != b->p || a->has_extra != b->has_extra ||
         memcmp(a->order, b->order, (size_t)a->p * sizeof(int)))
         return 0;
-    return !a->has_extra || !memcmp(a->extra, b->extra, (size_t)a->p * sizeof(int));
+    return !a->has_extra || !memcmp(a->extra, b->extra, (size_t)a->pf * sizeof(int));
 }
 
 /* Keeps the POOL best distinct chains by estimate for the simulator to judge. */
@@ -160,9 +183,10 @@ static double evaluate(search *S, chain *c)
 {
     S->evals++;
     c->est = c->cycle = INFINITY;
-    if (c->p < 1 || c->p > S->n)
+    if (c->p < S->pmin || c->p > S->pmax)
         return INFINITY;
-    if (S->o->schedule != BAL_1F1B || c->p == 1) {
+    spec(S, c, S->m_mem);
+    if (S->o->schedule != BAL_1F1B || c->pf == 1) {
         place(S, c, 0);
     } else if (!S->thorough) {
         if (place(S, c, chain_floor(S->pb, c)) == INFINITY)
@@ -181,6 +205,12 @@ static double evaluate(search *S, chain *c)
     }
     pool_offer(S, c);
     return c->est;
+}
+
+/* The climbs stop at `budget` evaluations or S->work_max DP cells. */
+static int room(const search *S, int budget)
+{
+    return S->evals < budget && S->work < S->work_max;
 }
 
 static int better(const chain *a, const chain *b)
@@ -214,17 +244,21 @@ static int cmp_dkey(const void *x, const void *y)
     return a->idx - b->idx;
 }
 
-/* out[0..D): the devices fastest first, by site then memory, or by memory. */
-static void sort_devices(const bal_problem *pb, int mode, int *out)
+/* The devices other than `skip`, fastest first, by site then memory, or by
+ * memory; returns their count. */
+static int sort_devices(const bal_problem *pb, int mode, int skip, int *out)
 {
     dkey *k = sl_xmalloc((size_t)pb->n_dev * sizeof *k);
+    int nk = 0;
     for (int d = 0; d < pb->n_dev; d++)
-        k[d] = (dkey){mode, pb->site_of[d], d, pb->dev[d].mem_bytes,
-                      bal_time(pb, d, 0, pb->n_units)};
-    qsort(k, (size_t)pb->n_dev, sizeof *k, cmp_dkey);
-    for (int d = 0; d < pb->n_dev; d++)
+        if (d != skip)
+            k[nk++] = (dkey){mode, pb->site_of[d], d, pb->dev[d].mem_bytes,
+                             bal_time(pb, d, 0, pb->n_units)};
+    qsort(k, (size_t)nk, sizeof *k, cmp_dkey);
+    for (int d = 0; d < nk; d++)
         out[d] = k[d].idx;
     free(k);
+    return nk;
 }
 
 typedef struct site_order {
@@ -235,17 +269,24 @@ typedef struct site_order {
 static double site_hop(const bal_problem *pb, int a, int b, double bytes, double *ser)
 {
     double sf, sr;
+    if (a == b) {
+        *ser = 0;
+        return 0;
+    }
     double rt = bal_round_trip(pb->between[(size_t)a * pb->n_sites + b],
                                pb->between[(size_t)b * pb->n_sites + a], bytes, &sf, &sr);
     *ser = sf > sr ? sf : sr;
     return rt;
 }
 
-static void score_sites(const bal_problem *pb, site_order *so, double bytes)
+/* A U-shaped chain starts and ends at the owner's site `os` (-1: none). */
+static void score_sites(const bal_problem *pb, site_order *so, double bytes, int os)
 {
+    int ns = pb->n_sites;
     so->worst = so->sum = 0;
-    for (int i = 0; i + 1 < pb->n_sites; i++) {
-        double ser, h = site_hop(pb, so->s[i], so->s[i + 1], bytes, &ser);
+    for (int i = os < 0; i <= ns - (os < 0); i++) {
+        int a = i == 0 ? os : so->s[i - 1], b = i == ns ? os : so->s[i];
+        double ser, h = site_hop(pb, a, b, bytes, &ser);
         so->sum += h;
         if (ser > so->worst)
             so->worst = ser;
@@ -263,10 +304,10 @@ static int cmp_site_order(const site_order *a, const site_order *b)
 
 /* Keeps the `keep` best orders in best[] (sorted); returns how many. */
 static void offer(site_order *best, int *nb, int keep, const int *s, int ns, const bal_problem *pb,
-                  double bytes)
+                  double bytes, int os)
 {
     site_order t = {.s = (int *)s};
-    score_sites(pb, &t, bytes);
+    score_sites(pb, &t, bytes, os);
     int pos = *nb;
     while (pos > 0 && cmp_site_order(&t, &best[pos - 1]) < 0)
         pos--;
@@ -285,17 +326,17 @@ static void offer(site_order *best, int *nb, int keep, const int *s, int ns, con
 }
 
 static void permute(int *a, int k, int ns, site_order *best, int *nb, int keep,
-                    const bal_problem *pb, double bytes)
+                    const bal_problem *pb, double bytes, int os)
 {
     if (k == ns) {
-        offer(best, nb, keep, a, ns, pb, bytes);
+        offer(best, nb, keep, a, ns, pb, bytes, os);
         return;
     }
     for (int i = k; i < ns; i++) {
         int t = a[k];
         a[k] = a[i];
         a[i] = t;
-        permute(a, k + 1, ns, best, nb, keep, pb, bytes);
+        permute(a, k + 1, ns, best, nb, keep, pb, bytes, os);
         a[i] = a[k];
         a[k] = t;
     }
@@ -303,7 +344,7 @@ static void permute(int *a, int k, int ns, site_order *best, int *nb, int keep,
 
 #define SITE_KEEP 24 /* site orders kept: all of them up to 4 sites */
 
-static int site_orders(const bal_problem *pb, site_order *best)
+static int site_orders(const bal_problem *pb, site_order *best, int os)
 {
     int ns = pb->n_sites, nb = 0;
     double bytes = 0;
@@ -314,7 +355,7 @@ static int site_orders(const bal_problem *pb, site_order *best)
     for (int i = 0; i < ns; i++)
         a[i] = i;
     if (ns <= 7) {
-        permute(a, 0, ns, best, &nb, SITE_KEEP, pb, bytes);
+        permute(a, 0, ns, best, &nb, SITE_KEEP, pb, bytes, os);
     } else { /* nearest neighbour from every start */
         unsigned char *used = sl_xmalloc((size_t)ns);
         for (int st = 0; st < ns; st++) {
@@ -335,7 +376,7 @@ static int site_orders(const bal_problem *pb, site_order *best)
                 a[i] = bj;
                 used[bj] = 1;
             }
-            offer(best, &nb, SITE_KEEP, a, ns, pb, bytes);
+            offer(best, &nb, SITE_KEEP, a, ns, pb, bytes, os);
         }
         free(used);
     }
@@ -343,13 +384,14 @@ static int site_orders(const bal_problem *pb, site_order *best)
     return nb;
 }
 
-/* Devices flagged in use[], grouped by site in site order, by memory inside. */
-static void build_order(const bal_problem *pb, const int *bysite, const int *so,
+/* Devices flagged in use[] (nd of them in bysite), grouped by site in site
+ * order, by memory inside. */
+static void build_order(const bal_problem *pb, const int *bysite, int nd, const int *so,
                         const unsigned char *use, chain *c)
 {
     c->p = 0;
     for (int k = 0; k < pb->n_sites; k++)
-        for (int j = 0; j < pb->n_dev; j++) {
+        for (int j = 0; j < nd; j++) {
             int d = bysite[j];
             if (use[d] && pb->site_of[d] == so[k])
                 c->order[c->p++] = d;
@@ -382,6 +424,7 @@ static void chain_with(chain *t, const chain *c, int d, int pos)
 /* Evaluates t; if it is better than *best it becomes the best: 1. */
 static int accept(search *S, chain *t, chain *best)
 {
+    S->hint = best->cycle < INFINITY ? best->cycle : 0;
     if (evaluate(S, t) < INFINITY && better(t, best)) {
         chain_copy(best, t);
         return 1;
@@ -389,17 +432,17 @@ static int accept(search *S, chain *t, chain *best)
     return 0;
 }
 
-static void local_search(search *S, chain *best, const int *bysite_rank, int budget)
+static void local_search(search *S, chain *best, const int *bysite_rank, int nd, int budget)
 {
     const bal_problem *pb = S->pb;
     chain t;
     chain_init(&t, S->D);
     unsigned char *in = sl_xmalloc((size_t)S->D);
     int improved = 1;
-    while (improved && S->evals < budget) {
+    while (improved && room(S, budget)) {
         improved = 0;
         /* drop one device, slowest first */
-        for (int i = best->p - 1; i >= 0 && best->p > 1 && S->evals < budget; i--) {
+        for (int i = best->p - 1; i >= 0 && best->p > S->pmin && room(S, budget); i--) {
             chain_without(&t, best, i);
             improved |= accept(S, &t, best);
         }
@@ -407,7 +450,7 @@ static void local_search(search *S, chain *best, const int *bysite_rank, int bud
         memset(in, 0, (size_t)S->D);
         for (int j = 0; j < best->p; j++)
             in[best->order[j]] = 1;
-        for (int k = 0; k < S->D && best->p < S->n && S->evals < budget; k++) {
+        for (int k = 0; k < nd && best->p < S->pmax && room(S, budget); k++) {
             int d = bysite_rank[k];
             if (in[d])
                 continue;
@@ -420,7 +463,7 @@ static void local_search(search *S, chain *best, const int *bysite_rank, int bud
                 in[d] = 1, improved = 1;
         }
         /* swap neighbours */
-        for (int i = 0; i + 1 < best->p && S->evals < budget; i++) {
+        for (int i = 0; i + 1 < best->p && room(S, budget); i++) {
             chain_copy(&t, best);
             int x = t.order[i];
             t.order[i] = t.order[i + 1];
@@ -487,16 +530,18 @@ static void local_search_full(search *S, chain *best, int budget)
     chain_init(&t, S->D);
     unsigned char *in = sl_xmalloc((size_t)S->D);
     int improved = 1;
-    while (improved && S->evals < budget) {
+    while (improved && room(S, budget)) {
         improved = 0;
         memset(in, 0, (size_t)S->D);
         for (int j = 0; j < best->p; j++)
             in[best->order[j]] = 1;
-        for (int i = 0; i < best->p && best->p > 1 && !improved && S->evals < budget; i++) {
+        if (S->owner >= 0)
+            in[S->owner] = 1;
+        for (int i = 0; i < best->p && best->p > S->pmin && !improved && room(S, budget); i++) {
             chain_without(&t, best, i);
             improved = accept(S, &t, best);
         }
-        for (int d = 0; d < S->D && best->p < S->n && !improved && S->evals < budget; d++) {
+        for (int d = 0; d < S->D && best->p < S->pmax && !improved && room(S, budget); d++) {
             if (in[d])
                 continue;
             for (int pos = 0; pos <= best->p && !improved; pos++) {
@@ -504,7 +549,7 @@ static void local_search_full(search *S, chain *best, int budget)
                 improved = accept(S, &t, best);
             }
         }
-        for (int i = 0; i < best->p && !improved && S->evals < budget; i++)
+        for (int i = 0; i < best->p && !improved && room(S, budget); i++)
             for (int j = i + 1; j < best->p && !improved; j++) {
                 chain_copy(&t, best);
                 t.order[i] = best->order[j];
@@ -512,10 +557,10 @@ static void local_search_full(search *S, chain *best, int budget)
                 improved = accept(S, &t, best);
             }
         /* reorder whole site blocks (every permutation of up to 5 blocks) */
-        if (!improved && S->evals < budget)
+        if (!improved && room(S, budget))
             improved = permute_blocks(S, best, &t);
         /* move one device to another position */
-        for (int i = 0; i < best->p && !improved && S->evals < budget; i++)
+        for (int i = 0; i < best->p && !improved && room(S, budget); i++)
             for (int j = 0; j < best->p && !improved; j++) {
                 if (j == i || j == i - 1)
                     continue;
@@ -548,7 +593,7 @@ static void perturb_blocks(search *S, chain *best, int budget)
     int total = 1;
     for (int i = 2; i <= nb; i++)
         total *= i;
-    for (int code = 1; code < total && S->evals < budget; code++) {
+    for (int code = 1; code < total && room(S, budget); code++) {
         int perm[4], used[4] = {0}, c = code;
         for (int k = 0; k < nb; k++) { /* the code-th permutation, factorial base */
             int f = 1;
@@ -646,7 +691,7 @@ static void infeasible(const bal_problem *pb, const bal_opts *o, int m, sl_err *
 {
     int n = pb->n_units, D = pb->n_dev;
     int *bymem = sl_xmalloc((size_t)D * sizeof(int));
-    sort_devices(pb, BY_MEM, bymem);
+    sort_devices(pb, BY_MEM, -1, bymem);
     uint64_t need = pb->pstatic[n] + pb->pstash[n], have = 0;
     for (int d = 0; d < D; d++)
         have += pb->dev[d].mem_bytes;
@@ -677,7 +722,10 @@ static void infeasible(const bal_problem *pb, const bal_opts *o, int m, sl_err *
         L += pb->unit[u].kind == BAL_UNIT_ENCODER;
     int bert = n >= 2 && L == n - 2 && pb->unit[0].kind == BAL_UNIT_EMBED &&
                pb->unit[n - 1].kind == BAL_UNIT_HEAD;
-    if (!bert) {
+    if (o->data_owner >= 0) { /* the memory-only search below knows no data owner */
+        sl_err_set(err, SL_EINVAL, "model does not fit in the devices' memory with %s holding "
+                   "the embeddings and the head: %s", pb->dev[o->data_owner].id, what);
+    } else if (!bert) {
         sl_err_set(err, SL_EINVAL, "model does not fit in the devices' memory: %s", what);
     } else if (!model_fits(pb, 0, bymem, m, o->schedule)) {
         sl_err_set(err, SL_EINVAL, "model does not fit in the devices' memory: %s; not even the "
@@ -697,12 +745,182 @@ static void infeasible(const bal_problem *pb, const bal_opts *o, int m, sl_err *
     free(bymem);
 }
 
+/* ---- candidates from outside the climb ---- */
+
+/* A plan's chain: order, cuts and lookahead from its stages. */
+static bal_chain plan_chain(const bal_plan *pl, int *order, int *cuts, int *extra)
+{
+    int p = pl->n_stages;
+    for (int i = 0; i < p; i++) {
+        order[i] = pl->stage[i].device;
+        cuts[i] = pl->stage[i].first;
+        extra[i] = pl->stage[i].extra;
+    }
+    cuts[p] = pl->n_units;
+    bal_chain c = {.p = p, .order = order, .extra = extra, .m = pl->micro_batches,
+                   .schedule = pl->schedule, .window = 1,
+                   .ushaped = p >= 3 && order[0] == order[p - 1]};
+    return c;
+}
+
+/* The finalists' judge: keeps the plan if the simulator finds it faster. */
+typedef struct judge {
+    const bal_problem *pb;
+    int schedule;
+    bal_plan *best;
+    double t;
+} judge;
+
+static double simulate(const bal_plan *pl, int schedule)
+{
+    if ((double)pl->n_stages * pl->micro_batches > 2e6)
+        return pl->est_iter_s;
+    bal_timeline *tl = bal_simulate(pl, schedule, 0, NULL);
+    double t = tl ? tl->iteration_s : INFINITY;
+    bal_timeline_free(tl);
+    return t;
+}
+
+static void judge_offer(judge *J, bal_plan *pl)
+{
+    if (!pl)
+        return;
+    double t = simulate(pl, J->schedule);
+    if (!J->best || t < J->t) {
+        bal_plan_free(J->best);
+        J->best = pl;
+        J->t = t;
+    } else
+        bal_plan_free(pl);
+}
+
+static void judge_chain(judge *J, const bal_chain *c, const int *cuts)
+{
+    if (bal_plan_overflow(J->pb, c, cuts) < 0)
+        judge_offer(J, bal_plan_build(J->pb, BAL_OPTIMAL, c, cuts));
+}
+
+#define SMALL_SIMS 4000 /* replays for the 1- and 2-device plans; past it, each pair's best cut */
+
+/* Every plan on one device and on two (every cut, textbook 1F1B); with a data
+ * owner, the owner alone and the owner around one other device. When there
+ * are more than SMALL_SIMS of them, each pair is placed at its best cycle. */
+static void small_plans(const search *S, int m, judge *J)
+{
+    const bal_problem *pb = S->pb;
+    int n = pb->n_units, D = pb->n_dev, o = S->owner, u = o >= 0;
+    int order[3], cuts[4];
+    bal_chain c = {.order = order, .m = m, .schedule = S->o->schedule, .window = 1};
+    for (int d = 0; d < D; d++) { /* one device */
+        if (u && d != o)
+            continue;
+        order[0] = d;
+        cuts[0] = 0;
+        cuts[1] = n;
+        c.p = 1;
+        judge_chain(J, &c, cuts);
+    }
+    if (D < 2 || n < 2 + u)
+        return;
+    /* two devices a, b around one cut; U-shaped: owner, b, owner around two */
+    long combos = u ? (long)(D - 1) * (n - 1) * (n - 2) / 2 : (long)D * (D - 1) * (n - 1);
+    c.p = 2 + u;
+    c.ushaped = u;
+    for (int a = 0; a < D; a++)
+        for (int b = 0; b < D; b++) {
+            if (a == b || (u && (a != o || b == o)))
+                continue;
+            order[0] = a;
+            order[1] = b;
+            order[2] = a;
+            if (combos > SMALL_SIMS) {
+                if (bal_chain_best(pb, &c, cuts) < INFINITY)
+                    judge_chain(J, &c, cuts);
+                continue;
+            }
+            cuts[0] = 0;
+            cuts[c.p] = n;
+            for (int x = 1; x <= n - 1 - u; x++)
+                for (int y = u ? x + 1 : n; y <= n - u; y++) {
+                    cuts[1] = x;
+                    if (u)
+                        cuts[2] = y;
+                    judge_chain(J, &c, cuts);
+                }
+        }
+}
+
+/* `optimal` on each site's devices alone (with a data owner, its site), as
+ * bal_plan_make would plan bal_problem_subset of them; each plan is offered
+ * on the whole problem. */
+static void site_plans(const search *S, int m, judge *J)
+{
+    const bal_problem *pb = S->pb;
+    unsigned char *keep = sl_xmalloc((size_t)pb->n_dev);
+    int *map = sl_xmalloc((size_t)pb->n_dev * sizeof(int));
+    for (int s = 0; s < pb->n_sites; s++) {
+        if (S->owner >= 0 && pb->site_of[S->owner] != s)
+            continue;
+        int k = 0, sub_owner = -1;
+        for (int d = 0; d < pb->n_dev; d++) {
+            keep[d] = pb->site_of[d] == s;
+            if (keep[d]) {
+                if (d == S->owner)
+                    sub_owner = k;
+                map[k++] = d;
+            }
+        }
+        bal_problem *sub = bal_problem_subset(pb, keep, NULL);
+        bal_opts o = *S->o;
+        o.micro_batches = m;
+        o.data_owner = sub_owner;
+        bal_plan *sp = sub ? bal_plan_make(sub, BAL_OPTIMAL, &o, NULL) : NULL;
+        if (sp) {
+            int p = sp->n_stages;
+            int *order = sl_xmalloc((size_t)p * sizeof(int)), *cuts = sl_xmalloc(((size_t)p + 1) * sizeof(int));
+            int *extra = sl_xmalloc((size_t)p * sizeof(int));
+            for (int i = 0; i < p; i++)
+                sp->stage[i].device = map[sp->stage[i].device];
+            bal_chain c = plan_chain(sp, order, cuts, extra);
+            judge_chain(J, &c, cuts);
+            free(order);
+            free(cuts);
+            free(extra);
+        }
+        bal_plan_free(sp);
+        bal_problem_free(sub);
+    }
+    free(keep);
+    free(map);
+}
+
+/* The exact search's chains (bal_exact.c), each placed and climbed from. */
+static void exact_candidates(search *S, chain *best, chain *t)
+{
+    static const double ladder[] = {0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3};
+    bal_exact_chain ec[BAL_EXACT_OUT];
+    int ne = bal_exact_chains(S->pb, S->m_mem, S->o->schedule, S->owner, ladder,
+                              (int)(sizeof ladder / sizeof ladder[0]), ec);
+    for (int i = 0; i < ne; i++) {
+        int u = S->owner >= 0;
+        t->p = 0;
+        for (int j = u; j < ec[i].p - u; j++)
+            t->order[t->p++] = ec[i].order[j];
+        if (evaluate(S, t) < INFINITY && (best->p < 0 || better(t, best)))
+            chain_copy(best, t);
+    }
+}
+
 /* ---- the search ---- */
 
 bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err)
 {
-    int n = pb->n_units, D = pb->n_dev;
-    search S = {.pb = pb, .o = o, .n = n, .D = D, .tol = 1e-3};
+    int n = pb->n_units, D = pb->n_dev, owner = o->data_owner;
+    search S = {.pb = pb, .o = o, .n = n, .D = D, .tol = 1e-3, .owner = owner,
+                .pmin = owner >= 0 ? 0 : 1, .pmax = owner >= 0 ? n - 2 : n,
+                .work_max = WORK_MAX};
+    if (S.pmax < S.pmin)
+        S.pmax = S.pmin;
     if (o->micro_batches > 0)
         S.m_mem = S.m_eval = o->micro_batches;
     else {
@@ -711,12 +929,12 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     }
     int *byspeed = sl_xmalloc((size_t)D * sizeof(int));
     int *bysite = sl_xmalloc((size_t)D * sizeof(int));
-    sort_devices(pb, BY_SPEED, byspeed);
-    sort_devices(pb, BY_SITE, bysite);
+    int nd = sort_devices(pb, BY_SPEED, owner, byspeed);
+    sort_devices(pb, BY_SITE, owner, bysite);
     site_order so[SITE_KEEP];
     for (int i = 0; i < SITE_KEEP; i++)
         so[i].s = sl_xmalloc((size_t)pb->n_sites * sizeof(int));
-    int nso = site_orders(pb, so);
+    int nso = site_orders(pb, so, owner >= 0 ? pb->site_of[owner] : -1);
 
     unsigned char *use = sl_xcalloc((size_t)D, 1);
     chain best, t, var, pool[POOL];
@@ -725,62 +943,70 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     chain_init(&var, D);
     for (int i = 0; i < POOL; i++)
         chain_init(&pool[i], D);
+    best.p = -1; /* none yet */
     if (D <= 16) {
         S.thorough = 1;
         S.var = &var;
         S.pool = pool;
     }
-    /* 1. site order, with the fastest min(D, n) devices */
-    int kfull = D < n ? D : n;
+    /* 1. site order, with the fastest devices that fit in the chain */
+    int kfull = nd < S.pmax ? nd : S.pmax;
     for (int j = 0; j < kfull; j++)
         use[byspeed[j]] = 1;
     int bs = 0;
     if (!S.thorough && nso > 4) /* large inputs: place only the 4 best-ranked */
         nso = 4;
     for (int i = 0; i < nso; i++) {
-        build_order(pb, bysite, so[i].s, use, &t);
-        if (evaluate(&S, &t) < INFINITY && (best.p == 0 || better(&t, &best))) {
+        build_order(pb, bysite, nd, so[i].s, use, &t);
+        if (evaluate(&S, &t) < INFINITY && (best.p < 0 || better(&t, &best))) {
             chain_copy(&best, &t);
             bs = i;
         }
     }
     /* 2. subsets: the fastest k devices, on a grid of about 16 k, then finer
      * grids around the best (the estimate is close to unimodal in k) */
-    int step = (kfull + 15) / 16, k0 = 1, k1 = kfull;
+    int step = (kfull + 15) / 16, k0 = S.pmin, k1 = kfull;
+    if (step < 1)
+        step = 1;
     for (;;) {
         for (int k = k1; k >= k0; k -= step) {
             memset(use, 0, (size_t)D);
             for (int j = 0; j < k; j++)
                 use[byspeed[j]] = 1;
-            build_order(pb, bysite, so[bs].s, use, &t);
-            if (evaluate(&S, &t) < INFINITY && (best.p == 0 || better(&t, &best)))
+            build_order(pb, bysite, nd, so[bs].s, use, &t);
+            if (evaluate(&S, &t) < INFINITY && (best.p < 0 || better(&t, &best)))
                 chain_copy(&best, &t);
         }
-        if (step == 1 || best.p == 0)
+        if (step == 1 || best.p < 0)
             break;
-        k0 = best.p - step + 1 > 1 ? best.p - step + 1 : 1;
+        k0 = best.p - step + 1 > S.pmin ? best.p - step + 1 : S.pmin;
         k1 = best.p + step - 1 < kfull ? best.p + step - 1 : kfull;
         step = (step + 7) / 8;
     }
-    if (best.p == 0) { /* nothing fast fits: the devices with the most memory */
+    if (best.p < 0) { /* nothing fast fits: the devices with the most memory */
         int *bymem = sl_xmalloc((size_t)D * sizeof(int));
-        sort_devices(pb, BY_MEM, bymem);
-        for (int k = kfull; k >= 1 && best.p == 0; k = k > 64 ? k - k / 16 : k - 1) {
+        int nm = sort_devices(pb, BY_MEM, owner, bymem);
+        int km = nm < S.pmax ? nm : S.pmax;
+        for (int k = km; k >= S.pmin && best.p < 0; k = k > 64 ? k - k / 16 : k - 1) {
             memset(use, 0, (size_t)D);
             for (int j = 0; j < k; j++)
                 use[bymem[j]] = 1;
-            build_order(pb, bysite, so[bs].s, use, &t);
+            build_order(pb, bysite, nd, so[bs].s, use, &t);
             if (evaluate(&S, &t) < INFINITY)
                 chain_copy(&best, &t);
         }
         free(bymem);
     }
+    /* 3. up to BAL_EXACT_MAX devices: every subset and order, exactly, in the
+     * bottleneck model; its chains join the climb */
+    if (nd <= BAL_EXACT_MAX)
+        exact_candidates(&S, &best, &t);
     bal_plan *pl = NULL;
-    if (best.p == 0) {
+    if (best.p < 0) {
         infeasible(pb, o, S.m_mem, err);
         goto out;
     }
-    /* 3. local search */
+    /* 4. local search */
     if (S.thorough) {
         /* climb from the best start, then from the other pool entries */
         int budget = S.evals + (D <= 8 ? 5000 : 1500);
@@ -788,7 +1014,7 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
         perturb_blocks(&S, &best, budget);
         chain start;
         chain_init(&start, D);
-        for (int r = 1; r < POOL && S.evals < budget; r++) {
+        for (int r = 1; r < POOL && room(&S, budget); r++) {
             if (r >= S.npool)
                 break;
             chain_copy(&start, &pool[r]);
@@ -799,11 +1025,12 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
         chain_free(&start);
     }
     else if (D <= 64)
-        local_search(&S, &best, bysite, S.evals + 60);
+        local_search(&S, &best, bysite, nd, S.evals + 100);
 
-    /* 4. finalists (the winner, and on small inputs the pool) placed to full
+    /* 5. finalists (the winner, and on small inputs the pool) placed to full
      * precision at the micro-batch count chosen for the winner; the simulator
-     * judges them together with the even and sky placements */
+     * judges them with the even and sky placements, every plan on one or two
+     * devices and, on small inputs, each site's own optimal plan */
     S.tol = 1e-10;
     int nfin = 1 + (S.thorough ? S.npool : 0);
     chain *fin = sl_xcalloc((size_t)nfin, sizeof(chain));
@@ -815,46 +1042,35 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     evaluate(&S, &fin[0]);
     bal_chain bc = spec(&S, &fin[0], S.m_mem);
     int m = bal_choose_m(pb, &bc, fin[0].cuts, o);
-    double tbest = INFINITY;
+    judge J = {.pb = pb, .schedule = o->schedule, .t = INFINITY};
     for (int i = 0; i < nfin; i++) {
         if (i > 0 && (same_chain(&fin[i], &fin[0]) || evaluate(&S, &fin[i]) == INFINITY))
             continue;
         bc = spec(&S, &fin[i], m);
-        if (bal_plan_overflow(pb, &bc, fin[i].cuts) >= 0)
-            continue;
-        bal_plan *c = bal_plan_build(pb, BAL_OPTIMAL, &bc, fin[i].cuts);
-        bal_timeline *tl = (double)c->n_stages * m <= 2e6 ? bal_simulate(c, o->schedule, 0, NULL)
-                                                         : NULL;
-        double ti = tl ? tl->iteration_s : c->est_iter_s;
-        bal_timeline_free(tl);
-        if (!pl || ti < tbest) {
-            bal_plan_free(pl);
-            pl = c;
-            tbest = ti;
-        } else
-            bal_plan_free(c);
+        judge_chain(&J, &bc, fin[i].cuts);
     }
     for (int i = 0; i < nfin; i++)
         chain_free(&fin[i]);
     free(fin);
+    if (!J.best || (double)J.best->n_stages * m <= 2e6) {
+        for (int a = BAL_EVEN; a <= BAL_SKY; a++) {
+            bal_plan *b = bal_plan_baseline(pb, a, o, m, NULL);
+            if (b)
+                b->algo = BAL_OPTIMAL;
+            judge_offer(&J, b);
+        }
+        if (D <= 16 || (long)D * D * n <= 100000)
+            small_plans(&S, m, &J);
+        if (S.thorough && pb->n_sites > 1)
+            site_plans(&S, m, &J);
+    }
+    pl = J.best;
     if (!pl) { /* cannot happen: the winner fit at m_mem >= m; a guard */
         infeasible(pb, o, m, err);
         goto out;
     }
-    if ((double)pl->n_stages * m <= 2e6)
-        for (int a = BAL_EVEN; a <= BAL_SKY; a++) {
-            bal_plan *b = bal_plan_baseline(pb, a, o, m, NULL);
-            bal_timeline *tb = b ? bal_simulate(b, o->schedule, 0, NULL) : NULL;
-            if (tb && tb->iteration_s < tbest) {
-                tbest = tb->iteration_s;
-                b->algo = BAL_OPTIMAL;
-                bal_plan_free(pl);
-                pl = b;
-                b = NULL;
-            }
-            bal_timeline_free(tb);
-            bal_plan_free(b);
-        }
+    pl->algo = BAL_OPTIMAL;
+    pl->data_owner = owner;
     for (int k = 0; k < pl->n_dropped; k++) {
         int d = pl->dropped[k].device, site_used = 0;
         double tmin = INFINITY;

@@ -1,10 +1,14 @@
 /* bal_sim.c - discrete-event replay of one pipeline iteration.
  *
- * Resources: every stage computes one operation at a time in its schedule's
- * fixed order; every directed link sends one message at a time (serialization
- * = bytes / bandwidth), and the message arrives one latency later. Sends run
- * on the link, not the stage, so they overlap compute. After its last
- * backward a stage steps its optimizer; the iteration ends with the last step.
+ * Resources: every device computes one operation at a time; each stage runs
+ * its operations in its schedule's fixed order. Two stages on one device (a
+ * U-shaped chain's data owner) share its compute: when the device is free it
+ * starts the op that has been ready longest (ties: the later stage, which
+ * drains work). Every directed link sends one message at a time
+ * (serialization = bytes / bandwidth), and the message arrives one latency
+ * later. Sends run on the link, not the device, so they overlap compute.
+ * After its last backward a stage steps its optimizer; the iteration ends
+ * with the last step.
  *
  * Orders: GPipe runs F0..F(m-1) then B0..B(m-1). 1F1B (PipeDream-flush)
  * warms up with min(p-i-1, m) forwards, then alternates F and B, then drains
@@ -81,8 +85,11 @@ typedef struct sim {
     const bal_plan *pl;
     int p, m, schedule;
     int *ops;          /* [i * 2m + k]: mb for forward, -(mb+1) for backward */
-    int *pc, *busy, *inflight, *done;
-    unsigned char *act, *grad; /* [i * m + mb] arrived */
+    int *pc, *inflight, *done;
+    int *res, *rbusy;  /* stage -> its device's compute resource; resource busy */
+    int *rfirst, *rnext; /* stages of a resource as a list (-1 ends) */
+    double *avail;     /* when the stage's previous op ended */
+    double *act, *grad; /* [i * m + mb] arrival time, -1 until it arrives */
     link_q *fwd, *bwd; /* fwd[i]: i -> i+1; bwd[i]: i+1 -> i */
     heap h;
     uint64_t seq;
@@ -211,14 +218,31 @@ static void link_kick(sim *S, link_q *l, int from, int dir, double t)
     S->tl->stage[dir == 0 ? from + 1 : from - 1].recv_s += ser;
 }
 
-static void try_start(sim *S, int i, double t)
+/* When stage i's next op can start (-1: its input has not arrived). */
+static double ready_at(const sim *S, int i)
 {
-    if (S->busy[i] || S->done[i])
-        return;
+    int m = S->m;
+    if (S->done[i])
+        return -1;
+    if (S->pc[i] == 2 * m)
+        return S->avail[i];
+    int op = S->ops[(size_t)i * 2 * m + S->pc[i]];
+    double in = 0;
+    if (op >= 0 && i > 0)
+        in = S->act[(size_t)i * m + op];
+    else if (op < 0)
+        in = S->grad[(size_t)i * m + (-op - 1)];
+    if (in < 0)
+        return -1;
+    return in > S->avail[i] ? in : S->avail[i];
+}
+
+static void start(sim *S, int i, double t)
+{
     int m = S->m;
     const bal_stage *st = &S->pl->stage[i];
+    S->rbusy[S->res[i]] = 1;
     if (S->pc[i] == 2 * m) {
-        S->busy[i] = 1;
         push(S, t + st->optim_s, EV_DONE, i, 2, -1);
         add_seg(S, t, t + st->optim_s, i, BAL_SEG_OPT, -1);
         S->tl->stage[i].optim_s += st->optim_s;
@@ -226,30 +250,45 @@ static void try_start(sim *S, int i, double t)
     }
     int op = S->ops[(size_t)i * 2 * m + S->pc[i]];
     if (op >= 0) {
-        if (i > 0 && !S->act[(size_t)i * m + op])
-            return;
-        S->busy[i] = 1;
         if (++S->inflight[i] > S->tl->stage[i].peak_inflight)
             S->tl->stage[i].peak_inflight = S->inflight[i];
         push(S, t + st->fwd_s, EV_DONE, i, 0, op);
         add_seg(S, t, t + st->fwd_s, i, BAL_SEG_FWD, op);
         S->tl->stage[i].fwd_s += st->fwd_s;
     } else {
-        int mb = -op - 1;
-        if (i < S->p - 1 && !S->grad[(size_t)i * m + mb])
-            return;
-        S->busy[i] = 1;
-        push(S, t + st->bwd_s, EV_DONE, i, 1, mb);
-        add_seg(S, t, t + st->bwd_s, i, BAL_SEG_BWD, mb);
+        push(S, t + st->bwd_s, EV_DONE, i, 1, -op - 1);
+        add_seg(S, t, t + st->bwd_s, i, BAL_SEG_BWD, -op - 1);
         S->tl->stage[i].bwd_s += st->bwd_s;
     }
+}
+
+/* A free device starts the op of its stages that has been ready longest. */
+static void kick(sim *S, int r, double t)
+{
+    if (S->rbusy[r])
+        return;
+    int best = -1;
+    double bt = 0;
+    for (int i = S->rfirst[r]; i >= 0; i = S->rnext[i]) {
+        double x = ready_at(S, i);
+        if (x >= 0 && (best < 0 || x < bt || (x == bt && i > best))) {
+            best = i;
+            bt = x;
+        }
+    }
+    if (best >= 0)
+        start(S, best, t);
 }
 
 static void sim_free(sim *S)
 {
     free(S->ops);
     free(S->pc);
-    free(S->busy);
+    free(S->res);
+    free(S->rbusy);
+    free(S->rfirst);
+    free(S->rnext);
+    free(S->avail);
     free(S->inflight);
     free(S->done);
     free(S->act);
@@ -279,11 +318,35 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
     sim S = {.pl = pl, .p = p, .m = m, .schedule = schedule, .want_seg = segments};
     S.ops = sl_xmalloc(P * 2 * M * sizeof(int));
     S.pc = sl_xcalloc(P, sizeof(int));
-    S.busy = sl_xcalloc(P, sizeof(int));
     S.inflight = sl_xcalloc(P, sizeof(int));
     S.done = sl_xcalloc(P, sizeof(int));
-    S.act = sl_xcalloc(P * M, 1);
-    S.grad = sl_xcalloc(P * M, 1);
+    S.avail = sl_xcalloc(P, sizeof(double));
+    S.act = sl_xmalloc(P * M * sizeof(double));
+    S.grad = sl_xmalloc(P * M * sizeof(double));
+    for (size_t j = 0; j < P * M; j++)
+        S.act[j] = S.grad[j] = -1;
+    /* one compute resource per device; stages on it listed in order */
+    S.res = sl_xmalloc(P * sizeof(int));
+    S.rbusy = sl_xcalloc(P, sizeof(int));
+    S.rfirst = sl_xmalloc(P * sizeof(int));
+    S.rnext = sl_xmalloc(P * sizeof(int));
+    int nres = 0;
+    for (int i = 0; i < p; i++) {
+        S.res[i] = -1;
+        S.rnext[i] = -1;
+        for (int j = 0; j < i && S.res[i] < 0; j++)
+            if (pl->stage[j].device == pl->stage[i].device)
+                S.res[i] = S.res[j];
+        if (S.res[i] < 0) {
+            S.res[i] = nres;
+            S.rfirst[nres++] = i;
+        } else {
+            int j = S.rfirst[S.res[i]];
+            while (S.rnext[j] >= 0)
+                j = S.rnext[j];
+            S.rnext[j] = i;
+        }
+    }
     S.fwd = sl_xcalloc(P, sizeof(link_q));
     S.bwd = sl_xcalloc(P, sizeof(link_q));
     for (size_t i = 0; i < P; i++) {
@@ -297,18 +360,20 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
     tl->stage = sl_xcalloc(P, sizeof *tl->stage);
     S.tl = tl;
     build_ops(&S);
-    for (int i = 0; i < p; i++)
-        try_start(&S, i, 0);
+    for (int r = 0; r < nres; r++)
+        kick(&S, r, 0);
     double now = 0;
     while (S.h.n) {
         event e = heap_pop(&S.h);
         now = e.t;
         int i = e.stage;
         if (e.type == EV_DONE) {
-            S.busy[i] = 0;
+            S.rbusy[S.res[i]] = 0;
+            S.avail[i] = now;
             if (e.dir == 2) {
                 S.done[i] = 1;
                 tl->stage[i].end_s = now;
+                kick(&S, S.res[i], now);
                 continue;
             }
             S.pc[i]++;
@@ -316,7 +381,7 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
                 S.fwd[i].q[S.fwd[i].tail++] = e.mb;
                 link_kick(&S, &S.fwd[i], i, 0, now);
             } else if (e.dir == 0) {
-                S.grad[(size_t)i * M + e.mb] = 1; /* the loss: backward may start */
+                S.grad[(size_t)i * M + e.mb] = now; /* the loss: backward may start */
             }
             if (e.dir == 1) {
                 S.inflight[i]--;
@@ -325,7 +390,7 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
                     link_kick(&S, &S.bwd[i - 1], i, 1, now);
                 }
             }
-            try_start(&S, i, now);
+            kick(&S, S.res[i], now);
         } else if (e.type == EV_XMIT) {
             link_q *l = e.dir == 0 ? &S.fwd[i] : &S.bwd[i - 1];
             const bal_stage *st = &pl->stage[e.dir == 0 ? i : i - 1];
@@ -334,10 +399,10 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
             link_kick(&S, l, i, e.dir, now);
         } else {
             if (e.dir == 0)
-                S.act[(size_t)i * M + e.mb] = 1;
+                S.act[(size_t)i * M + e.mb] = now;
             else
-                S.grad[(size_t)i * M + e.mb] = 1;
-            try_start(&S, i, now);
+                S.grad[(size_t)i * M + e.mb] = now;
+            kick(&S, S.res[i], now);
         }
     }
     int stuck = 0;

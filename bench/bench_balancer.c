@@ -2,12 +2,15 @@
  * docs/balancer.md; asserts nothing about time.
  *
  *   1. 160-layer BERT (H 1024, 16 heads, I 4096, seq 128, micro-batch 8),
- *      64 devices over 4 sites: even / sky / optimal, simulated iteration,
- *      speed-up, gap to the lower bound, planning time.
+ *      64 devices over 4 sites, 128 and 256 micro-batches, on 10 seeds:
+ *      even / sky / optimal, simulated iteration, speed-up, the certified
+ *      gap to bal_lower_bound, planning time; median and worst.
  *   2. <= 8 devices: optimal vs the exhaustive search over every subset and
- *      order (each placed exactly), judged by the simulator.
- *   3. planning time at 1,024 devices x 1,000 layers.
- * Usage: bench_balancer [seed] [--quick] */
+ *      order (each placed exactly), judged by the simulator; with and
+ *      without a data owner (U-shaped chains).
+ *   3. 12 devices: the exact subset search's time, and optimal's.
+ *   4. planning time at 1,024 devices x 1,000 layers.
+ * Usage: bench_balancer [first seed, default 1001] [--quick] */
 #include <math.h>
 #include <stdio.h>
 #include <time.h>
@@ -19,7 +22,7 @@
 #include "sl_mem.h"
 #include "sl_rng.h"
 
-static uint64_t g_seed = 42;
+static uint64_t g_seed = 1001;
 
 static double U(uint64_t stream, uint64_t i) { return sl_rng_uniform(g_seed, stream, i); }
 
@@ -38,13 +41,25 @@ typedef struct setting {
  * Gbit/s with latency uniform in [lat_min, lat_max]. */
 static bal_problem *build(const setting *s, double *total_flops)
 {
-    bal_bert c = {s->hidden, s->layers, s->heads, s->inter, s->vocab, 512, 2};
+    bal_bert c = {.hidden = s->hidden, .layers = s->layers, .heads = s->heads,
+                  .intermediate = s->inter, .vocab = s->vocab, .max_pos = 512, .type_vocab = 2};
     bal_unit *u;
     int n;
     sl_err err = {0};
+    /* config.json allows BAL_MAX_LAYERS; a deeper chain repeats the layer unit */
+    if (c.layers > BAL_MAX_LAYERS)
+        c.layers = 1;
     if (bal_bert_units(&c, s->batch, s->seq, &u, &n, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
+    }
+    if (c.layers != s->layers) {
+        bal_unit head = u[n - 1], layer = u[1];
+        n = s->layers + 2;
+        u = sl_xrealloc(u, (size_t)n * sizeof *u);
+        for (int i = 1; i < n - 1; i++)
+            u[i] = layer;
+        u[n - 1] = head;
     }
     bal_device *d = sl_xcalloc((size_t)s->n_dev, sizeof *d);
     static const uint64_t gib[6] = {16, 24, 32, 40, 48, 80};
@@ -134,34 +149,67 @@ static int measure(const bal_problem *pb, int algo, const bal_opts *o, int reps,
     return 0;
 }
 
-static void paper_setting(int m, int reps)
+static int cmp_double(const void *a, const void *b) { return bench_cmp_double(a, b); }
+
+/* Plans algo once, simulates; the iteration, stages and planning CPU time. */
+static int plan_once(const bal_problem *pb, int algo, const bal_opts *o, double *it, int *st,
+                     double *cpu)
 {
-    setting s = {160, 1024, 16, 4096, 30522, 128, 8, 64, 4, 6.0, 2.0, 1.0, 20, 80, 10.0, 100};
-    double F;
-    bal_problem *pb = build(&s, &F);
-    double work = 0;
-    for (int u = 0; u < bal_problem_n_units(pb); u++)
-        work += bal_problem_unit(pb, u)->fwd_flops + bal_problem_unit(pb, u)->bwd_flops;
-    double lb = m * work / F;
-    bal_opts o = bal_opts_default();
-    o.micro_batches = m;
-    printf("\n## 160-layer BERT, 64 devices, 4 sites, %d micro-batches of 8 x 128 (seed %llu)\n",
-           m, (unsigned long long)g_seed);
-    printf("lower bound = m x sum(fwd+bwd FLOPs of all units) / sum(device FLOP/s) = %.3f s\n", lb);
-    printf("| algo | stages | iteration (s) | speed-up vs even | gap to bound | planning CPU ms (median of %d) |\n", reps);
-    printf("|---|---|---|---|---|---|\n");
-    double even = NAN;
-    for (int a = 0; a < 3; a++) {
-        double pt, it;
-        int st;
-        if (measure(pb, a, &o, reps, &pt, &it, &st))
-            continue;
-        if (a == BAL_EVEN)
-            even = it;
-        printf("| %s | %d | %.3f | %.2fx | %.1f%% | %.2f |\n", bal_algo_name(a), st, it,
-               even / it, 100 * (it / lb - 1), 1e3 * pt);
+    sl_err err = {0};
+    double t0 = cpu_s();
+    bal_plan *pl = bal_plan_make(pb, algo, o, &err);
+    *cpu = cpu_s() - t0;
+    if (!pl) {
+        printf("  %s: %s\n", bal_algo_name(algo), err.msg);
+        return -1;
     }
-    bal_problem_free(pb);
+    bal_timeline *tl = bal_simulate(pl, o->schedule, 0, &err);
+    *it = tl ? tl->iteration_s : NAN;
+    *st = pl->n_stages;
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    return 0;
+}
+
+/* The paper's setting on `count` seeds from g_seed: one row per seed. */
+static void paper_setting(int m, int count)
+{
+    double sp[64], gap[64], cpu_opt[64];
+    int rows = 0;
+    printf("\n## 160-layer BERT, 64 devices, 4 sites, %d micro-batches of 8 x 128 (seeds %llu-%llu)\n",
+           m, (unsigned long long)g_seed, (unsigned long long)g_seed + (uint64_t)count - 1);
+    printf("| seed | even (s) | sky (s) | optimal (s) | stages | speed-up vs even | lower bound (s) | "
+           "certified gap | planning CPU ms |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    uint64_t first = g_seed;
+    for (int k = 0; k < count; k++, g_seed++) {
+        setting s = {160, 1024, 16, 4096, 30522, 128, 8, 64, 4, 6.0, 2.0, 1.0, 20, 80, 10.0, 100};
+        double F, it[3], cpu[3];
+        int st[3], ok = 1;
+        bal_problem *pb = build(&s, &F);
+        bal_opts o = bal_opts_default();
+        o.micro_batches = m;
+        for (int a = 0; a < 3; a++)
+            ok &= plan_once(pb, a, &o, &it[a], &st[a], &cpu[a]) == 0;
+        double lb = bal_lower_bound(pb, m, -1);
+        bal_problem_free(pb);
+        if (!ok)
+            continue;
+        sp[rows] = it[0] / it[2];
+        gap[rows] = it[2] / lb - 1;
+        cpu_opt[rows++] = cpu[2];
+        printf("| %llu | %.3f | %.3f | %.3f | %d | %.2fx | %.3f | %.1f%% | %.1f |\n",
+               (unsigned long long)g_seed, it[0], it[1], it[2], st[2], it[0] / it[2], lb,
+               100 * (it[2] / lb - 1), 1e3 * cpu[2]);
+    }
+    g_seed = first;
+    if (!rows)
+        return;
+    qsort(sp, (size_t)rows, sizeof(double), cmp_double);
+    double worst = sp[0];
+    printf("speed-up of optimal over even: median %.2fx, worst %.2fx; certified gap: median %.1f%%; "
+           "planning CPU: median %.1f ms\n", bench_median(sp, rows), worst,
+           100 * bench_median(gap, rows), 1e3 * bench_median(cpu_opt, rows));
 }
 
 /* Seconds device d needs for the whole model (one micro-batch, fwd + bwd). */
@@ -173,90 +221,88 @@ static double floor_time(const bal_problem *pb, int d)
     return t;
 }
 
-static int g_best_order[8], g_best_p, g_best_variant; /* the exhaustive winner */
-
-/* Every nonempty subset in every order, each placed exactly, simulated. */
-static double exhaustive(const bal_problem *pb, int D, int m, long *chains)
+/* Every subset of the devices in every order (with a data owner: the owner
+ * first and last around every sequence of the others, or alone), each placed
+ * exactly under the three schedules optimal may pick (textbook 1F1B, and a
+ * lookahead sized at the chain's speed floor or at its textbook cycle),
+ * judged by the simulator. */
+static double exhaustive(const bal_problem *pb, int D, int m, int owner, long *chains)
 {
     double best = INFINITY;
-    int order[8], cuts[9], used[8] = {0};
+    int seq[8], used[8] = {0};
     *chains = 0;
-    /* iterative DFS over sequences without repetition */
+    /* iterative DFS over sequences without repetition; depth 0 = the empty one */
     int depth = 0, next[9] = {0};
     for (;;) {
-        if (next[depth] >= D) {
-            if (depth == 0)
-                break;
-            depth--;
-            used[order[depth]] = 0;
-            next[depth]++;
-            continue;
-        }
-        int d = next[depth];
-        if (used[d]) {
-            next[depth]++;
-            continue;
-        }
-        order[depth] = d;
-        used[d] = 1;
-        int p = depth + 1;
-        (*chains)++;
-        /* the same placements optimal can make: textbook 1F1B, and a lookahead
-         * sized at the chain's speed floor or at its textbook cycle */
-        int extra[8], cuts2[9];
-        bal_chain ch = {p, order, extra, m, BAL_1F1B, 1};
-        double inv = 0;
-        for (int i = 0; i < p; i++)
-            inv += 1 / floor_time(pb, order[i]);
-        double refs[3] = {0, 1 / inv, 0};
-        for (int v = 0; v < 3; v++) {
-            bal_chain_lookahead(pb, order, p, refs[v], m, extra);
-            double cyc = bal_chain_best(pb, &ch, cuts);
-            if (v == 0)
-                refs[2] = cyc;
-            if (!(cyc < INFINITY))
-                continue;
-            memcpy(cuts2, cuts, sizeof cuts2);
-            sl_err err = {0};
-            bal_plan *pl = bal_plan_chain(pb, &ch, cuts2, &err);
-            bal_timeline *tl = pl ? bal_simulate(pl, BAL_1F1B, 0, &err) : NULL;
-            if (tl && tl->iteration_s < best) {
-                best = tl->iteration_s;
-                g_best_p = p;
-                g_best_variant = v;
-                memcpy(g_best_order, order, sizeof order);
+        int L = depth, order[10], cuts[11], extra[10], p = 0;
+        if (owner >= 0)
+            order[p++] = owner;
+        for (int i = 0; i < L; i++)
+            order[p++] = seq[i];
+        if (owner >= 0 && L > 0)
+            order[p++] = owner;
+        if (p > 0 && !(owner < 0 && L == 0) && p <= bal_problem_n_units(pb)) {
+            (*chains)++;
+            bal_chain ch = {p, order, extra, m, BAL_1F1B, 1, owner >= 0 && p >= 3};
+            double inv = 0;
+            for (int i = 0; i < p - (owner >= 0 && p >= 3); i++)
+                inv += 1 / floor_time(pb, order[i]);
+            double refs[3] = {0, 1 / inv, 0};
+            for (int v = 0; v < 3; v++) {
+                bal_chain_lookahead(pb, order, p, refs[v], m, extra);
+                double cyc = bal_chain_best(pb, &ch, cuts);
+                if (v == 0)
+                    refs[2] = cyc;
+                if (!(cyc < INFINITY))
+                    continue;
+                bal_plan *pl = bal_plan_chain(pb, &ch, cuts, NULL);
+                bal_timeline *tl = pl ? bal_simulate(pl, BAL_1F1B, 0, NULL) : NULL;
+                if (tl && tl->iteration_s < best)
+                    best = tl->iteration_s;
+                bal_timeline_free(tl);
+                bal_plan_free(pl);
             }
-            bal_timeline_free(tl);
-            bal_plan_free(pl);
         }
-        if (depth + 1 < D) {
-            depth++;
-            next[depth] = 0;
-        } else {
-            used[d] = 0;
-            next[depth]++;
+        /* the next sequence */
+        for (;;) {
+            if (depth < D && next[depth] < D) {
+                int d = next[depth]++;
+                if (used[d] || d == owner)
+                    continue;
+                seq[depth] = d;
+                used[d] = 1;
+                depth++;
+                next[depth] = 0;
+                break;
+            }
+            if (depth == 0)
+                return best;
+            depth--;
+            used[seq[depth]] = 0;
         }
     }
-    return best;
 }
 
 static void small_exhaustive(int count, int maxdev)
 {
     printf("\n## optimal vs exhaustive subset x order search (24-layer BERT-large, seq 128, "
            "micro-batch 8, 32 micro-batches)\n");
-    printf("| devices | sites | chains searched | exhaustive (s) | optimal (s) | optimal / exhaustive | sky / exhaustive | even / exhaustive | optimal planning CPU ms |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
+    printf("| devices | sites | data owner | chains searched | exhaustive (s) | optimal (s) | "
+           "optimal / exhaustive | sky / exhaustive | even / exhaustive | certified gap | "
+           "optimal planning CPU ms |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     double worst = 0;
     for (int k = 0; k < count; k++) {
-        int D = maxdev - (k % 3);
-        setting s = {24, 1024, 16, 4096, 30522, 128, 8, D, 2 + k % 2, 6.0, 2.0, 1.0, 20, 80,
-                     10.0, 200 + 10 * (uint64_t)k};
+        int D = maxdev - (k / 2 % 3), owner = k % 2 ? 0 : -1;
+        setting s = {24, 1024, 16, 4096, 30522, 128, 8, D, 2 + k / 2 % 2, 6.0, 2.0, 1.0, 20, 80,
+                     10.0, 200 + 10 * (uint64_t)(k / 2)};
         double F;
         bal_problem *pb = build(&s, &F);
         bal_opts o = bal_opts_default();
         o.micro_batches = 32;
+        o.data_owner = owner;
         long chains;
-        double ex = exhaustive(pb, D, 32, &chains);
+        double ex = exhaustive(pb, D, 32, owner, &chains);
         double t[3], pt = NAN;
         for (int a = 0; a < 3; a++) {
             int st;
@@ -265,11 +311,51 @@ static void small_exhaustive(int count, int maxdev)
         }
         if (t[2] / ex > worst)
             worst = t[2] / ex;
-        printf("| %d | %d | %ld | %.4f | %.4f | %.4f | %.3f | %.3f | %.0f |\n", D, s.n_sites,
-               chains, ex, t[2], t[2] / ex, t[1] / ex, t[0] / ex, 1e3 * pt);
+        double lb = bal_lower_bound(pb, 32, owner);
+        printf("| %d | %d | %s | %ld | %.4f | %.4f | %.4f | %.3f | %.3f | %.1f%% | %.0f |\n", D,
+               s.n_sites, owner >= 0 ? bal_problem_device(pb, owner)->id : "-", chains, ex, t[2],
+               t[2] / ex, t[1] / ex, t[0] / ex, 100 * (t[2] / lb - 1), 1e3 * pt);
         bal_problem_free(pb);
     }
     printf("worst optimal / exhaustive: %.4f\n", worst);
+}
+
+/* 12 devices: the exact search over every subset and order, and optimal. */
+static void exact12(void)
+{
+    printf("\n## 12 devices over 3 sites: the exact subset x order search (bal_exact_best) and "
+           "optimal\n");
+    printf("| layers | data owner | micro-batches | exact cycle (ms) | exact CPU ms | optimal "
+           "cycle (ms) | optimal iteration (s) | certified gap | optimal planning CPU ms |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    static const int layers[2] = {24, 160}, mb[2] = {32, 128};
+    for (int l = 0; l < 2; l++)
+        for (int owner = -1; owner <= 0; owner++) {
+            setting s = {layers[l], 1024, 16, 4096, 30522, 128, 8, 12, 3, 6.0, 2.0, 1.0, 20, 80,
+                         10.0, 400};
+            double F;
+            bal_problem *pb = build(&s, &F);
+            int order[16], cuts[17], p;
+            double t0 = cpu_s();
+            double cyc = bal_exact_best(pb, mb[l], BAL_1F1B, owner, order, cuts, &p);
+            double ex_s = cpu_s() - t0;
+            bal_opts o = bal_opts_default();
+            o.micro_batches = mb[l];
+            o.data_owner = owner;
+            sl_err err = {0};
+            t0 = cpu_s();
+            bal_plan *pl = bal_plan_make(pb, BAL_OPTIMAL, &o, &err);
+            double pl_s = cpu_s() - t0;
+            bal_timeline *tl = pl ? bal_simulate(pl, BAL_1F1B, 0, &err) : NULL;
+            if (tl)
+                printf("| %d | %s | %d | %.2f | %.0f | %.2f | %.4f | %.1f%% | %.0f |\n", layers[l],
+                       owner >= 0 ? bal_problem_device(pb, owner)->id : "-", mb[l], 1e3 * cyc,
+                       1e3 * ex_s, 1e3 * pl->cycle_s, tl->iteration_s,
+                       100 * (tl->iteration_s / bal_lower_bound(pb, mb[l], owner) - 1), 1e3 * pl_s);
+            bal_timeline_free(tl);
+            bal_plan_free(pl);
+            bal_problem_free(pb);
+        }
 }
 
 static void large(int reps)
@@ -300,9 +386,10 @@ int main(int argc, char **argv)
         else
             g_seed = strtoull(argv[i], NULL, 10);
     }
-    paper_setting(128, quick ? 1 : 5);
-    paper_setting(256, quick ? 1 : 5);
-    small_exhaustive(quick ? 2 : 9, 8);
+    paper_setting(128, quick ? 2 : 10);
+    paper_setting(256, quick ? 2 : 10);
+    small_exhaustive(quick ? 2 : 12, 8);
+    exact12();
     large(quick ? 1 : 3);
     return 0;
 }

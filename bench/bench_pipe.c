@@ -66,8 +66,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_pipe: %s\n", err.msg);
         return 1;
     }
-    bal_bert bb = {cfg.hidden, cfg.layers, cfg.heads, cfg.intermediate, cfg.vocab, cfg.max_pos,
-                   cfg.type_vocab};
+    bal_bert bb = {.hidden = cfg.hidden, .layers = cfg.layers, .heads = cfg.heads,
+                   .intermediate = cfg.intermediate, .vocab = cfg.vocab, .max_pos = cfg.max_pos,
+                   .type_vocab = cfg.type_vocab};
     bal_unit *units = NULL;
     int nu = 0;
     if (bal_bert_units(&bb, B / M, T, &units, &nu, &err)) {

@@ -45,6 +45,8 @@ static void usage(FILE *f)
             "                     the end\n"
             "  --init FILE        start from this model (safetensors, HF names)\n"
             "  --devices ID,...   the candidate devices (default: every online one)\n"
+            "  --no-u-shape       a plain chain: the data owner holds unit 0 only, and the\n"
+            "                     labels and the tied gradient travel to the last stage\n"
             "  --lr X --warmup N --seed S --optimizer adamw|lamb --optim-state fp32|bf16\n"
             "  --weight-decay X --clip X --mask-prob P --first N --sequences K\n"
             "  --no-shuffle --recompute --recompute-attention\n"
@@ -152,6 +154,7 @@ static const sopt submit_opts[] = {
     {"--mask-prob", "mask_prob", 1},   {"--first", "first", 0},
     {"--sequences", "sequences", 0},   {"--no-shuffle", "shuffle", 4},
     {"--recompute", "recompute", 3},   {"--recompute-attention", "recompute_attention", 3},
+    {"--no-u-shape", "u_shape", 4},
     {NULL, NULL, 0},
 };
 

@@ -12,7 +12,7 @@
 static const char usage_text[] =
     "usage: skyloom plan --config config.json --seq T --micro-batch B --devices devices.json\n"
     "                    --network network.json [--algo optimal|sky|even] [--micro-batches M]\n"
-    "                    [--schedule 1f1b|gpipe] [--json] [--svg timeline.svg] [--compare]\n\n"
+    "                    [--schedule 1f1b|gpipe] [--data-owner DEVICE] [--json] [--svg F] [--compare]\n\n"
     "Places the units of a BERT (embeddings, encoder layers, MLM head) on a chain of\n"
     "devices and replays one training iteration with the pipeline simulator.\n\n"
     "  --config F          BERT config.json (hidden_size, num_hidden_layers, ...)\n"
@@ -23,6 +23,8 @@ static const char usage_text[] =
     "  --algo A            optimal (default), sky (the Sky Computing allocator), even\n"
     "  --micro-batches M   micro-batches per iteration (default: chosen for <= 10%% bubble)\n"
     "  --schedule S        1f1b (default) or gpipe\n"
+    "  --data-owner D      device id that holds the embeddings and the head, as the chain's\n"
+    "                      first and last stage (U-shaped: tokens and labels stay on D)\n"
     "  --json              print the plan and simulated timeline as JSON\n"
     "  --svg F             write a Gantt chart of the simulated iteration to F\n"
     "  --compare           run even, sky and optimal at the same micro-batch count\n"
@@ -36,7 +38,7 @@ static void human_bytes(uint64_t b, char *out, size_t n)
         snprintf(out, n, "%.1f MiB", (double)b / (1ull << 20));
 }
 
-static void print_table(const bal_plan *pl, const bal_timeline *tl, int n_dev)
+static void print_table(const bal_plan *pl, const bal_timeline *tl, int n_dev, double lb)
 {
     printf("%s, %s, %d micro-batches, %d of %d devices, %d units\n", bal_algo_name(pl->algo),
            bal_schedule_name(pl->schedule), pl->micro_batches, pl->n_stages, n_dev, pl->n_units);
@@ -47,7 +49,7 @@ static void print_table(const bal_plan *pl, const bal_timeline *tl, int n_dev)
         const bal_stage *s = &pl->stage[i];
         const bal_stage_stats *t = &tl->stage[i];
         char units[32], peak[32], mem[32];
-        snprintf(units, sizeof units, "%d-%d", s->first, s->last - 1);
+        snprintf(units, sizeof units, "%d-%d", s->first, s->last);
         human_bytes(t->peak_mem_bytes, peak, sizeof peak);
         human_bytes(s->mem_bytes, mem, sizeof mem);
         printf("%-5d %-16.16s %-10.10s %-9s %9.3f %9.3f %9.4f %8.4f %8.4f %8.4f %10s %10s\n", i,
@@ -56,8 +58,23 @@ static void print_table(const bal_plan *pl, const bal_timeline *tl, int n_dev)
     }
     for (int i = 0; i < pl->n_dropped; i++)
         printf("left out: %s: %s\n", pl->dropped[i].id, pl->dropped[i].reason);
+    if (pl->data_owner >= 0)
+        printf("data owner: %s runs the first and the last stage (U-shaped)\n", pl->stage[0].id);
     printf("iteration %.6f s (simulated), bubble %.1f%%, cycle %.6f s per micro-batch, "
            "estimate %.6f s\n", tl->iteration_s, 100 * tl->bubble, pl->cycle_s, pl->est_iter_s);
+    printf("lower bound %.6f s for any plan at %d micro-batches: certified gap %.1f%%\n", lb,
+           pl->micro_batches, 100 * (tl->iteration_s / lb - 1));
+}
+
+/* The plan's JSON with the bound every plan of the problem respects. */
+static json_t *plan_json(const bal_problem *pb, const bal_plan *pl, const bal_timeline *tl,
+                         int owner)
+{
+    json_t *j = bal_plan_json(pl, tl);
+    double lb = bal_lower_bound(pb, pl->micro_batches, owner);
+    json_object_set_new(j, "lower_bound_s", json_real(lb));
+    json_object_set_new(j, "certified_gap", json_real(tl->iteration_s / lb - 1));
+    return j;
 }
 
 static int write_file(const char *path, const char *text, sl_err *err)
@@ -73,7 +90,7 @@ static int write_file(const char *path, const char *text, sl_err *err)
 
 int cmd_plan(int argc, char **argv)
 {
-    const char *config = NULL, *devices = NULL, *network = NULL, *svg = NULL;
+    const char *config = NULL, *devices = NULL, *network = NULL, *svg = NULL, *owner = NULL;
     int seq = 0, batch = 0, json = 0, compare = 0, algo = BAL_OPTIMAL;
     bal_opts o = bal_opts_default();
     sl_err err = {0};
@@ -89,7 +106,7 @@ int cmd_plan(int argc, char **argv)
         else if (!strcmp(a, "--config") || !strcmp(a, "--devices") || !strcmp(a, "--network") ||
                  !strcmp(a, "--svg") || !strcmp(a, "--seq") || !strcmp(a, "--micro-batch") ||
                  !strcmp(a, "--micro-batches") || !strcmp(a, "--algo") ||
-                 !strcmp(a, "--schedule")) {
+                 !strcmp(a, "--schedule") || !strcmp(a, "--data-owner")) {
             if (i + 1 >= argc)
                 return sl_cli_fail("plan", 2, "%s needs a value", a);
             const char *v = argv[++i];
@@ -101,6 +118,8 @@ int cmd_plan(int argc, char **argv)
                 network = v;
             else if (!strcmp(a, "--svg"))
                 svg = v;
+            else if (!strcmp(a, "--data-owner"))
+                owner = v;
             else if (!strcmp(a, "--seq")) {
                 if (sl_parse_int(a, v, 1, 1000000, &seq, &err))
                     return sl_cli_fail("plan", 2, "%s", err.msg);
@@ -125,6 +144,13 @@ int cmd_plan(int argc, char **argv)
     if (!pb)
         return sl_cli_fail("plan", 1, "%s", err.msg);
     int n_dev = bal_problem_n_devices(pb), rc = 0;
+    for (int d = 0; owner && d < n_dev && o.data_owner < 0; d++)
+        if (!strcmp(bal_problem_device(pb, d)->id, owner))
+            o.data_owner = d;
+    if (owner && o.data_owner < 0) {
+        bal_problem_free(pb);
+        return sl_cli_fail("plan", 1, "--data-owner: no device '%s' in %s", owner, devices);
+    }
     int algos[3] = {BAL_OPTIMAL, BAL_SKY, BAL_EVEN}, na = compare ? 3 : 1;
     if (!compare)
         algos[0] = algo;
@@ -162,10 +188,10 @@ int cmd_plan(int argc, char **argv)
             out = json_object();
             for (int k = 0; k < na; k++)
                 json_object_set_new(out, bal_algo_name(algos[k]),
-                                    pl[k] ? bal_plan_json(pl[k], tl[k])
+                                    pl[k] ? plan_json(pb, pl[k], tl[k], o.data_owner)
                                           : json_pack("{s:s}", "error", msg[k]));
         } else
-            out = bal_plan_json(pl[0], tl[0]);
+            out = plan_json(pb, pl[0], tl[0], o.data_owner);
         char *s = json_dumps(out, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
         printf("%s\n", s);
         free(s);
@@ -189,7 +215,8 @@ int cmd_plan(int argc, char **argv)
         if (!pl[0])
             rc = 1;
     } else
-        print_table(pl[0], tl[0], n_dev);
+        print_table(pl[0], tl[0], n_dev,
+                    bal_lower_bound(pb, pl[0]->micro_batches, o.data_owner));
 out:
     for (int k = 0; k < 3; k++) {
         bal_timeline_free(tl[k]);

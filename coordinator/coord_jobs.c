@@ -537,23 +537,17 @@ static cjob *job_new(coord_jobs *j)
     return jb;
 }
 
-/* The numbers of the config the coordinator needs, once the balancer's
- * reader has accepted it. */
+/* The numbers of the config the coordinator needs, from the reader the
+ * devices use too (so a job the devices would refuse fails at submit). */
 static int config_numbers(const char *text, int *layers, int *max_pos, int *vocab, rpc_status *st)
 {
     sl_err err = {0};
-    static const char devs[] = "{\"devices\": [{\"id\": \"x\", \"site\": \"s\", \"memory_gib\": 1, \"flops\": 1e12}]}";
-    bal_problem *pb = bal_problem_parse(text, "config.json", 1, 1, devs, "devices", "{}", "network", &err);
-    if (!pb)
+    bal_bert b;
+    if (bal_bert_parse(&b, text, "config.json", &err))
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "%s", err.msg);
-    bal_problem_free(pb);
-    json_error_t je;
-    json_t *c = json_loads(text, 0, &je);
-    *layers = (int)json_integer_value(json_object_get(c, "num_hidden_layers"));
-    json_t *mp = json_object_get(c, "max_position_embeddings");
-    *max_pos = mp ? (int)json_integer_value(mp) : 512;
-    *vocab = (int)json_integer_value(json_object_get(c, "vocab_size"));
-    json_decref(c);
+    *layers = b.layers;
+    *max_pos = b.max_pos;
+    *vocab = b.vocab;
     return RPC_OK;
 }
 
@@ -1577,6 +1571,8 @@ static char *plan_job(coord_jobs *j, plan_in *in, uint8_t **sig, size_t *sig_len
     bo.schedule = bal_schedule_parse(json_string_value(json_object_get(in->opts, "schedule")));
     int algo = bal_algo_parse(json_string_value(json_object_get(in->opts, "algo")));
     int owner = owner_index(in);
+    if (json_is_true(json_object_get(in->opts, "u_shape")))
+        bo.data_owner = owner;
     char *text = NULL;
     bal_timeline *tl = NULL;
     bal_plan *pl = owner < 0 ? NULL : bal_plan_make(pb, algo, &bo, err);

@@ -84,11 +84,12 @@ static inst make_instance(uint64_t seed, int tight_memory)
 }
 
 /* The objective written again from the public accessors only: every run of
- * stages i..j, its compute and round trips over its length. */
-static double bf_cycle(const bal_problem *pb, const int *order, const int *extra, int p,
-                       const int *cuts, int m, int schedule, int window)
+ * stages i..j, its compute and round trips over its length. U-shaped: the
+ * first and last stage share their device's time and memory. */
+static double bf_cycle_u(const bal_problem *pb, const int *order, const int *extra, int p,
+                         const int *cuts, int m, int schedule, int window, int ushaped)
 {
-    double cyc = 0, t[8], rt[8];
+    double cyc = 0, t[16], rt[16], own = 0;
     for (int i = 0; i < p; i++) {
         int d = order[i];
         uint64_t st = 0, sh = 0;
@@ -102,7 +103,12 @@ static double bf_cycle(const bal_problem *pb, const int *order, const int *extra
         for (int l = i; l < p - 1 && extra; l++)
             ahead += extra[l];
         int k = schedule == BAL_GPIPE ? m : (p - i + ahead < m ? p - i + ahead : m);
-        if ((double)st + (double)k * (double)sh > (double)bal_problem_device(pb, d)->mem_bytes)
+        double need = (double)st + (double)k * (double)sh;
+        if (ushaped && (i == 0 || i == p - 1)) {
+            own += need;
+            if (i == p - 1 && own > (double)bal_problem_device(pb, d)->mem_bytes)
+                return INFINITY;
+        } else if (need > (double)bal_problem_device(pb, d)->mem_bytes)
             return INFINITY;
         cyc = fmax(cyc, t[i]);
         rt[i] = 0;
@@ -113,6 +119,8 @@ static double bf_cycle(const bal_problem *pb, const int *order, const int *extra
             rt[i] = f.lat + r.lat + bytes / f.bw + bytes / r.bw;
         }
     }
+    if (ushaped)
+        cyc = fmax(cyc, t[0] + t[p - 1]);
     for (int i = 0; window && schedule == BAL_1F1B && i < p; i++)
         for (int j = i; j < p; j++) {
             double sum = 0, slots = j - i + 1;
@@ -125,12 +133,14 @@ static double bf_cycle(const bal_problem *pb, const int *order, const int *extra
     return cyc;
 }
 
+static int g_ushaped; /* brute(): the chain is U-shaped */
+
 static double brute(const bal_problem *pb, const int *order, const int *extra, int p, int n,
                     int m, int sched, int window, int *cuts, int i)
 {
     if (i == p - 1) {
         cuts[p] = n;
-        return bf_cycle(pb, order, extra, p, cuts, m, sched, window);
+        return bf_cycle_u(pb, order, extra, p, cuts, m, sched, window, g_ushaped);
     }
     double best = INFINITY;
     for (int e = cuts[i] + 1; e <= n - (p - 1 - i); e++) {
@@ -142,7 +152,7 @@ static double brute(const bal_problem *pb, const int *order, const int *extra, i
 
 static void test_exact_vs_brute_force(void)
 {
-    int compared = 0, feasible = 0;
+    int compared = 0, feasible = 0, ushaped_runs = 0;
     for (uint64_t seed = 1; seed <= 400; seed++) {
         inst in = make_instance(seed, seed % 3 == 0);
         CHECK(in.pb != NULL);
@@ -164,7 +174,14 @@ static void test_exact_vs_brute_force(void)
         int extra[8], *ex = urand(seed, &k) < 0.4 ? extra : NULL;
         for (int l = 0; l < 8; l++)
             extra[l] = (int)(urand(seed, &k) * 3);
-        bal_chain ch = {p, order, ex, m, sched, window};
+        /* one in three: U-shaped, the first device also runs the last stage */
+        g_ushaped = seed % 3 == 1 && in.D >= 2 && in.n >= 3;
+        if (g_ushaped) {
+            p = in.D + 1 < in.n ? in.D + 1 : in.n;
+            order[p - 1] = order[0];
+            ushaped_runs++;
+        }
+        bal_chain ch = {p, order, ex, m, sched, window, g_ushaped};
         double got = bal_chain_best(in.pb, &ch, cuts);
         bcuts[0] = 0;
         double want = brute(in.pb, order, ex, p, in.n, m, sched, window, bcuts, 0);
@@ -177,25 +194,131 @@ static void test_exact_vs_brute_force(void)
             feasible++;
             CHECKF(fabs(got - want) <= 1e-9 * want, "seed %llu: dp %.12g brute %.12g",
                    (unsigned long long)seed, got, want);
-            double again = bf_cycle(in.pb, order, ex, p, cuts, m, sched, window);
+            double again = bf_cycle_u(in.pb, order, ex, p, cuts, m, sched, window, g_ushaped);
             CHECK(fabs(bal_chain_cycle(in.pb, &ch, cuts) - got) <= 1e-12 * got);
             CHECKF(fabs(again - got) <= 1e-9 * got, "seed %llu: cuts give %.12g, said %.12g",
                    (unsigned long long)seed, again, got);
         }
         bal_problem_free(in.pb);
     }
+    g_ushaped = 0;
     CHECK(compared >= 300);
     CHECK(feasible >= 200);
-    printf("  %d instances, %d feasible\n", compared, feasible);
+    CHECK(ushaped_runs >= 90);
+    printf("  %d instances (%d U-shaped), %d feasible\n", compared, ushaped_runs, feasible);
+}
+
+/* Every subset of the devices in every order (U-shaped: the owner first and
+ * last, others between), every cut: the smallest bottleneck cycle. */
+static double bf_subsets(const bal_problem *pb, int D, int n, int m, int sched, int owner,
+                         int *seq, int depth, unsigned used)
+{
+    double best = INFINITY;
+    int chain[16], cuts[17], p = 0;
+    if (owner >= 0)
+        chain[p++] = owner;
+    for (int i = 0; i < depth; i++)
+        chain[p++] = seq[i];
+    if (owner >= 0 && depth > 0)
+        chain[p++] = owner;
+    g_ushaped = owner >= 0 && depth > 0;
+    if (p >= 1 && p <= n && (owner >= 0 || depth > 0)) {
+        cuts[0] = 0;
+        best = brute(pb, chain, NULL, p, n, m, sched, 0, cuts, 0);
+    }
+    for (int d = 0; d < D; d++)
+        if (d != owner && !(used >> d & 1)) {
+            seq[depth] = d;
+            best = fmin(best, bf_subsets(pb, D, n, m, sched, owner, seq, depth + 1, used | 1u << d));
+        }
+    return best;
+}
+
+/* A small BERT (identical layers) on 2..5 devices: FLOP/s or per-kind
+ * measured times, memory from tight to ample, up to 3 sites. */
+static inst make_bert_instance(uint64_t seed)
+{
+    uint64_t k = 0;
+    bal_bert c = {.hidden = 64, .layers = 2 + (int)(urand(seed, &k) * 6), .heads = 2,
+                  .intermediate = 128, .vocab = 300 + (int)(urand(seed, &k) * 3000),
+                  .max_pos = 64, .type_vocab = 2};
+    bal_unit *u;
+    int n;
+    sl_err err = {0};
+    CHECK(bal_bert_units(&c, 2, 32, &u, &n, &err) == 0);
+    int D = 2 + (int)(urand(seed, &k) * 4);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += 4 * u[i].param_bytes + 3 * u[i].stash_bytes;
+    bal_device dv[8];
+    memset(dv, 0, sizeof dv);
+    static const char *sites[] = {"a", "b", "c"};
+    for (int d = 0; d < D; d++) {
+        snprintf(dv[d].id, sizeof dv[d].id, "d%d", d);
+        strcpy(dv[d].site, sites[(int)(urand(seed, &k) * 3)]);
+        dv[d].mem_bytes = (uint64_t)((0.3 + 2 * urand(seed, &k)) * (double)total / D);
+        dv[d].flops = 1e9 * (1 + 5 * urand(seed, &k));
+    }
+    bal_network net = bal_network_default();
+    net.between_sites = (bal_link){1e7 * (0.1 + urand(seed, &k)), 1e-3};
+    inst r = {bal_problem_new(u, n, dv, D, &net, &err), n, D};
+    free(u);
+    return r;
+}
+
+static void test_exact_search_vs_brute_force(void)
+{
+    int compared = 0, feasible = 0, owned = 0;
+    for (uint64_t seed = 7000; compared < 250 && seed < 8000; seed++) {
+        /* a third BERT-like: identical layers take the U-shaped shortcut */
+        inst in = compared % 3 == 2 ? make_bert_instance(seed) : make_instance(seed, seed % 3 == 0);
+        if (!in.pb || in.D > 5) {
+            bal_problem_free(in.pb);
+            continue;
+        }
+        uint64_t k = 0;
+        int m = 1 + (int)(urand(seed + 1, &k) * 8);
+        int sched = urand(seed + 1, &k) < 0.3 ? BAL_GPIPE : BAL_1F1B;
+        int owner = urand(seed + 1, &k) < 0.4 ? (int)(urand(seed + 1, &k) * in.D) : -1;
+        int order[16], cuts[17], p = 0, seq[8];
+        double got = bal_exact_best(in.pb, m, sched, owner, order, cuts, &p);
+        double want = bf_subsets(in.pb, in.D, in.n, m, sched, owner, seq, 0, 0);
+        g_ushaped = 0;
+        compared++;
+        owned += owner >= 0;
+        if (isinf(want)) {
+            CHECKF(isinf(got) && p == 0, "seed %llu: brute force infeasible, exact %g",
+                   (unsigned long long)seed, got);
+        } else {
+            feasible++;
+            CHECKF(fabs(got - want) <= 1e-9 * want, "seed %llu (D=%d n=%d owner %d): exact %.12g, "
+                   "brute force %.12g", (unsigned long long)seed, in.D, in.n, owner, got, want);
+            /* and the chain it names has that cycle */
+            int u = owner >= 0 && p >= 3;
+            CHECK(p >= 1 && (owner < 0 || (order[0] == owner && (p == 1 || order[p - 1] == owner))));
+            if (p >= 1) {
+                bal_chain ch = {p, order, NULL, m, sched, 0, u};
+                CHECK(fabs(bal_chain_cycle(in.pb, &ch, cuts) - got) <= 1e-12 * got);
+            }
+        }
+        bal_problem_free(in.pb);
+    }
+    CHECK(compared >= 250 && feasible >= 150 && owned >= 80);
+    printf("  %d instances (%d with a data owner), %d feasible\n", compared, owned, feasible);
 }
 
 /* optimal <= even, sky under the simulator; memory never exceeded. */
 static void check_memory(const bal_plan *pl, const bal_timeline *tl)
 {
-    CHECK(pl->stage[0].first == 0 && pl->stage[pl->n_stages - 1].last == pl->n_units);
-    for (int i = 0; i + 1 < pl->n_stages; i++)
-        CHECK(pl->stage[i].last == pl->stage[i + 1].first && pl->stage[i].first < pl->stage[i].last);
-    for (int i = 0; i < pl->n_stages; i++) {
+    int p = pl->n_stages, u = p >= 3 && pl->stage[0].device == pl->stage[p - 1].device;
+    CHECK(pl->stage[0].first == 0 && pl->stage[p - 1].last == pl->n_units - 1);
+    for (int i = 0; i + 1 < p; i++)
+        CHECK(pl->stage[i].last + 1 == pl->stage[i + 1].first && pl->stage[i].first <= pl->stage[i].last);
+    /* a device's stages together fit its memory (a data owner has two) */
+    CHECK(!u || tl->stage[0].peak_mem_bytes + tl->stage[p - 1].peak_mem_bytes <= pl->stage[0].mem_bytes);
+    for (int i = 0; i < p; i++) {
+        for (int j = 0; j < i; j++)
+            CHECK(pl->stage[j].device != pl->stage[i].device || (u && j == 0 && i == p - 1));
         CHECK(tl->stage[i].peak_mem_bytes <= pl->stage[i].mem_bytes);
         CHECK(tl->stage[i].peak_inflight <= pl->stage[i].max_inflight);
         if (pl->schedule == BAL_1F1B)
@@ -213,6 +336,8 @@ static void test_never_worse_and_memory(void)
         bal_opts o = bal_opts_default();
         o.micro_batches = 1 + (int)(seed % 12);
         o.schedule = seed % 4 == 0 ? BAL_GPIPE : BAL_1F1B;
+        if (seed % 3 == 2) /* U-shaped: a data owner holds unit 0 and the head */
+            o.data_owner = (int)(seed % (uint64_t)in.D);
         double t[3] = {INFINITY, INFINITY, INFINITY};
         for (int a = 0; a < 3; a++) {
             sl_err err = {0};
@@ -225,7 +350,18 @@ static void test_never_worse_and_memory(void)
                 t[a] = tl->iteration_s;
                 check_memory(pl, tl);
                 CHECK(tl->bubble >= 0 && tl->bubble < 1);
+                /* no plan beats the certified bound */
+                double lb = bal_lower_bound(in.pb, pl->micro_batches, o.data_owner);
+                CHECKF(lb > 0 && tl->iteration_s >= lb * (1 - 1e-12), "seed %llu %s: %.9g < bound %.9g",
+                       (unsigned long long)seed, bal_algo_name(a), tl->iteration_s, lb);
             }
+            int p = pl->n_stages;
+            CHECK(pl->data_owner == o.data_owner);
+            if (o.data_owner >= 0)
+                CHECKF(pl->stage[0].device == o.data_owner && pl->stage[p - 1].device == o.data_owner &&
+                       (p == 1 || p >= 3), "seed %llu %s: stages %d, first on %d, last on %d, owner %d",
+                       (unsigned long long)seed, bal_algo_name(a), p, pl->stage[0].device,
+                       pl->stage[p - 1].device, o.data_owner);
             bal_timeline_free(tl);
             bal_plan_free(pl);
         }
@@ -240,6 +376,116 @@ static void test_never_worse_and_memory(void)
     CHECK(runs >= 200);
     CHECK(wins > runs / 2); /* and usually strictly better */
     printf("  %d runs, optimal strictly faster in %d\n", runs, wins);
+}
+
+/* The simulated iteration of a chain placed at given cuts (textbook 1F1B or
+ * GPipe); INFINITY when memory fails. */
+static int g_below_bound; /* sim_chain: plans that beat the lower bound */
+
+static double sim_chain(const bal_problem *pb, const int *order, int p, const int *cuts, int m,
+                        int sched, int ushaped)
+{
+    bal_chain c = {p, order, NULL, m, sched, 1, ushaped};
+    bal_plan *pl = bal_plan_chain(pb, &c, cuts, NULL);
+    bal_timeline *tl = pl ? bal_simulate(pl, sched, 0, NULL) : NULL;
+    double t = tl ? tl->iteration_s : INFINITY;
+    if (tl && t < bal_lower_bound(pb, m, ushaped ? order[0] : -1) * (1 - 1e-12))
+        g_below_bound++;
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    return t;
+}
+
+/* The best plan on one device or two, every cut, textbook 1F1B (GPipe if
+ * asked); with a data owner: the owner alone, or around one other device. */
+static double best_small(const bal_problem *pb, int m, int sched, int owner)
+{
+    int D = bal_problem_n_devices(pb), n = bal_problem_n_units(pb);
+    double best = INFINITY;
+    for (int a = 0; a < D; a++) {
+        int one[1] = {a}, c1[2] = {0, n};
+        if (owner < 0 || a == owner)
+            best = fmin(best, sim_chain(pb, one, 1, c1, m, sched, 0));
+        for (int b = 0; b < D; b++) {
+            if (a == b || (owner >= 0 && a != owner))
+                continue;
+            for (int x = 1; x < n; x++)
+                for (int y = owner >= 0 ? x + 1 : n; y < n || (owner < 0 && y == n); y++) {
+                    int ord[3] = {a, b, a}, cuts[4] = {0, x, y, n};
+                    best = fmin(best, owner >= 0 ? sim_chain(pb, ord, 3, cuts, m, sched, 1)
+                                                 : sim_chain(pb, ord, 2, cuts, m, sched, 0));
+                }
+        }
+    }
+    return best;
+}
+
+/* optimal is never beaten by a smaller plan: any plan on one or two devices
+ * (every cut, textbook), or optimal given only one site's devices (the data
+ * owner's site when there is one). */
+static void test_never_beaten_by_smaller(void)
+{
+    int runs = 0, owned = 0, sites = 0, small_wins = 0;
+    for (uint64_t seed = 20000; runs < 320 && seed < 21000; seed++) {
+        inst in = make_instance(seed, seed % 4 == 0);
+        if (!in.pb)
+            continue;
+        uint64_t k = 0;
+        bal_opts o = bal_opts_default();
+        o.micro_batches = 1 + (int)(urand(seed, &k) * 16);
+        o.schedule = urand(seed, &k) < 0.2 ? BAL_GPIPE : BAL_1F1B;
+        if (urand(seed, &k) < 0.35)
+            o.data_owner = (int)(urand(seed, &k) * in.D);
+        sl_err err = {0};
+        bal_plan *pl = bal_plan_make(in.pb, BAL_OPTIMAL, &o, &err);
+        double t = INFINITY;
+        if (pl) {
+            bal_timeline *tl = bal_simulate(pl, o.schedule, 0, &err);
+            t = tl ? tl->iteration_s : INFINITY;
+            bal_timeline_free(tl);
+        }
+        double small = best_small(in.pb, o.micro_batches, o.schedule, o.data_owner);
+        CHECKF(t <= small * (1 + 1e-12), "seed %llu: optimal %.9g, a plan on one or two devices "
+               "%.9g", (unsigned long long)seed, t, small);
+        small_wins += t < small * 0.999;
+        /* each site's devices alone */
+        int D = in.D;
+        unsigned char keep[8];
+        for (int s = 0; s < 3; s++) {
+            const char *name = s == 0 ? "a" : s == 1 ? "b" : "c";
+            int cnt = 0, sub_owner = -1;
+            for (int d = 0; d < D; d++) {
+                keep[d] = !strcmp(bal_problem_device(in.pb, d)->site, name);
+                if (keep[d] && d == o.data_owner)
+                    sub_owner = cnt;
+                cnt += keep[d];
+            }
+            if (cnt == 0 || cnt == D || (o.data_owner >= 0 && sub_owner < 0))
+                continue;
+            bal_problem *sub = bal_problem_subset(in.pb, keep, &err);
+            CHECKF(sub && bal_problem_n_devices(sub) == cnt, "%s", err.msg);
+            bal_opts so = o;
+            so.data_owner = sub_owner;
+            bal_plan *sp = sub ? bal_plan_make(sub, BAL_OPTIMAL, &so, &err) : NULL;
+            bal_timeline *st = sp ? bal_simulate(sp, o.schedule, 0, &err) : NULL;
+            if (st) {
+                sites++;
+                CHECKF(t <= st->iteration_s * (1 + 1e-12), "seed %llu: optimal %.9g, optimal on "
+                       "site %s alone %.9g", (unsigned long long)seed, t, name, st->iteration_s);
+            }
+            bal_timeline_free(st);
+            bal_plan_free(sp);
+            bal_problem_free(sub);
+        }
+        runs++;
+        owned += o.data_owner >= 0;
+        bal_plan_free(pl);
+        bal_problem_free(in.pb);
+    }
+    CHECK(runs >= 300 && owned >= 80 && sites >= 120);
+    CHECKF(g_below_bound == 0, "%d plans on one or two devices beat the lower bound", g_below_bound);
+    printf("  %d instances (%d with a data owner), %d site comparisons; optimal strictly faster "
+           "than every 1-2 device plan in %d\n", runs, owned, sites, small_wins);
 }
 
 /* ---- homogeneous pipelines, free links: closed forms ---- */
@@ -287,7 +533,7 @@ static void test_closed_forms(void)
             cuts[p] = n;
             double tf = 2e-3, tb = 4e-3; /* two units of 1 GFLOP fwd, 2 bwd at 1 TFLOP/s */
             for (int s = 0; s < 2; s++) {
-                bal_chain ch = {p, order, NULL, m, s, 1};
+                bal_chain ch = {p, order, NULL, m, s, 1, 0};
                 bal_plan *pl = bal_plan_chain(pb, &ch, cuts, &err);
                 CHECK(pl != NULL);
                 bal_timeline *tl = bal_simulate(pl, s, 1, &err);
@@ -315,6 +561,193 @@ static void test_closed_forms(void)
         }
 }
 
+/* The lower bound on identical devices with free links and no optimizer
+ * cost is the fluid optimum W / (v (1 - (1 - 1/m)^p)), below the balanced
+ * pipeline's (m + p - 1) t; and no plan the simulator scores beats it: every
+ * chain of the devices at every cut, 1F1B with lookaheads up to 3 per link,
+ * and GPipe. */
+static void test_lower_bound(void)
+{
+    for (int p = 1; p <= 4; p++)
+        for (int m = 1; m <= 16; m *= 2) {
+            sl_err err = {0};
+            int n = 2 * p + 1;
+            bal_problem *pb = homogeneous(p, n, 1e12, &err);
+            double W = n * 3e-3, q = 1 - 1.0 / m, lb = bal_lower_bound(pb, m, -1);
+            double want = W / (1 - pow(q, p));
+            CHECKF(fabs(lb - want) <= 1e-9 * want, "p=%d m=%d: bound %.12g, fluid %.12g", p, m, lb, want);
+            CHECK(lb <= (m + p - 1) * W / p * (1 + 1e-12));
+            bal_problem_free(pb);
+        }
+    int below = 0, plans = 0;
+    for (uint64_t seed = 30000; seed < 30060; seed++) {
+        inst in = make_instance(seed, 0);
+        if (!in.pb || in.D > 4)
+            goto next;
+        uint64_t k = 0;
+        for (int trial = 0; trial < 40; trial++) {
+            int p = 1 + (int)(urand(seed, &k) * in.D), order[8], cuts[9], extra[8];
+            if (p > in.n)
+                p = in.n;
+            for (int i = 0; i < in.D; i++)
+                order[i] = i;
+            for (int i = in.D - 1; i > 0; i--) {
+                int j = (int)(urand(seed, &k) * (i + 1)), t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+            cuts[0] = 0;
+            cuts[p] = in.n;
+            for (int i = 1; i < p; i++) /* p-1 distinct cuts in 1..n-1, increasing */
+                cuts[i] = cuts[i - 1] + 1 + (int)(urand(seed, &k) * (in.n - cuts[i - 1] - (p - i)));
+            for (int l = 0; l < 8; l++)
+                extra[l] = (int)(urand(seed, &k) * 4);
+            int m = 1 + (int)(urand(seed, &k) * 12), sched = trial % 3 == 0 ? BAL_GPIPE : BAL_1F1B;
+            bal_chain c = {p, order, trial % 2 ? extra : NULL, m, sched, 1, 0};
+            bal_plan *pl = bal_plan_chain(in.pb, &c, cuts, NULL);
+            bal_timeline *tl = pl ? bal_simulate(pl, sched, 0, NULL) : NULL;
+            if (tl) {
+                plans++;
+                below += tl->iteration_s < bal_lower_bound(in.pb, m, -1) * (1 - 1e-12);
+            }
+            bal_timeline_free(tl);
+            bal_plan_free(pl);
+        }
+next:
+        bal_problem_free(in.pb);
+    }
+    CHECKF(below == 0 && plans >= 500, "%d of %d plans beat the bound", below, plans);
+    printf("  %d random plans replayed, none below the bound\n", plans);
+}
+
+/* The plan keeps m and the schedule, covers every unit, fits memory and runs
+ * only on devices of pb. */
+static void check_replanned(const bal_plan *old, const bal_plan *pl, const bal_problem *pb)
+{
+    CHECK(pl->micro_batches == old->micro_batches && pl->schedule == old->schedule);
+    bal_timeline *tl = bal_simulate(pl, pl->schedule, 0, NULL);
+    CHECK(tl != NULL);
+    if (tl)
+        check_memory(pl, tl);
+    for (int i = 0; i < pl->n_stages; i++)
+        CHECK(pl->stage[i].device >= 0 && pl->stage[i].device < bal_problem_n_devices(pb) &&
+              !strcmp(bal_problem_device(pb, pl->stage[i].device)->id, pl->stage[i].id));
+    bal_timeline_free(tl);
+}
+
+/* Re-planning: a lost device's units move and, within a margin, nothing else
+ * does; a device that joins is used only if that is worth the margin; the
+ * data owner stays at both ends (and its loss is refused); on random
+ * instances the plan is within the margin of the fastest and moves no more. */
+static void test_replan(void)
+{
+    sl_err err = {0};
+    bal_problem *pb = homogeneous(5, 10, 1e12, &err);
+    bal_opts o = bal_opts_default();
+    o.micro_batches = 16;
+    int order[5] = {0, 1, 2, 3, 4}, cuts[6] = {0, 2, 4, 6, 8, 10};
+    bal_chain c = {5, order, NULL, 16, BAL_1F1B, 1, 0};
+    bal_plan *old = bal_plan_chain(pb, &c, cuts, &err);
+    unsigned char keep[5] = {1, 1, 0, 1, 1};
+    bal_problem *now = bal_problem_subset(pb, keep, &err);
+    bal_replan_info ri;
+    bal_plan *pl = bal_replan(now, old, &o, 0.5, &ri, &err);
+    CHECKF(pl != NULL, "%s", err.msg);
+    if (pl) {
+        check_replanned(old, pl, now);
+        /* g2's two units move; g0, g1, g3, g4 keep theirs */
+        CHECKF(ri.moved_units == 2 && ri.lost == 1 && ri.joined == 0, "moved %d lost %d joined %d",
+               ri.moved_units, ri.lost, ri.joined);
+        CHECK(ri.new_s <= ri.fastest_s * 1.5 * (1 + 1e-12) && ri.old_s > 0 && ri.old_s < ri.new_s);
+        CHECK(ri.fastest_moved_units >= ri.moved_units);
+    }
+    bal_plan_free(pl);
+    /* margin 0: the fastest plan, however much moves */
+    pl = bal_replan(now, old, &o, 0, &ri, &err);
+    CHECK(pl && ri.new_s <= ri.fastest_s * (1 + 1e-12));
+    bal_plan_free(pl);
+    bal_problem_free(now);
+    /* a device joins: with a margin of 50% nothing moves (the old cuts are 32%
+     * slower than the fastest plan, which uses the new device) */
+    unsigned char four[5] = {1, 1, 1, 1, 0};
+    bal_problem *small = bal_problem_subset(pb, four, &err);
+    int cuts4[5] = {0, 3, 6, 8, 10};
+    c.p = 4;
+    bal_plan *old4 = bal_plan_chain(small, &c, cuts4, &err);
+    pl = bal_replan(pb, old4, &o, 0.5, &ri, &err);
+    CHECKF(pl && ri.joined == 1 && ri.lost == 0 && ri.moved_units == 0 && ri.fastest_moved_units > 0,
+           "joined %d lost %d moved %d (fastest %d) new %g fastest %g", ri.joined, ri.lost,
+           ri.moved_units, ri.fastest_moved_units, ri.new_s, ri.fastest_s);
+    printf("  a device joins: keeping the old cuts is %.0f%% slower than the fastest plan\n",
+           100 * (ri.new_s / ri.fastest_s - 1));
+    bal_plan_free(pl);
+    pl = bal_replan(pb, old4, &o, 0, &ri, &err);
+    CHECK(pl && pl->n_stages == 5 && ri.moved_units > 0);
+    bal_plan_free(pl);
+    bal_plan_free(old4);
+    bal_problem_free(small);
+    bal_plan_free(old);
+    /* U-shaped: the owner stays at both ends; without it, refused */
+    o.data_owner = 1;
+    old = bal_plan_make(pb, BAL_OPTIMAL, &o, &err);
+    CHECK(old && old->data_owner == 1 && old->n_stages >= 3);
+    unsigned char no3[5] = {1, 1, 1, 0, 1}, no1[5] = {1, 0, 1, 1, 1};
+    now = bal_problem_subset(pb, no3, &err);
+    bal_opts d = bal_opts_default();
+    pl = old ? bal_replan(now, old, &d, 0.1, &ri, &err) : NULL;
+    CHECKF(pl && pl->data_owner == 1 && pl->stage[0].device == 1 &&
+           pl->stage[pl->n_stages - 1].device == 1, "%s", err.msg);
+    if (pl)
+        check_replanned(old, pl, now);
+    bal_plan_free(pl);
+    bal_problem_free(now);
+    now = bal_problem_subset(pb, no1, &err);
+    CHECK(old && bal_replan(now, old, &d, 0.1, &ri, &err) == NULL && strstr(err.msg, "data owner g1"));
+    bal_problem_free(now);
+    bal_plan_free(old);
+    bal_problem_free(pb);
+    /* random instances: lose a device the plan uses */
+    int runs = 0;
+    for (uint64_t seed = 40000; seed < 40200; seed++) {
+        inst in = make_instance(seed, 0);
+        if (!in.pb || in.D < 3) {
+            bal_problem_free(in.pb);
+            continue;
+        }
+        bal_opts r = bal_opts_default();
+        r.micro_batches = 1 + (int)(seed % 8);
+        if (seed % 3 == 0)
+            r.data_owner = 0;
+        bal_plan *p0 = bal_plan_make(in.pb, BAL_OPTIMAL, &r, NULL);
+        if (!p0 || p0->n_stages < 2) {
+            bal_plan_free(p0);
+            bal_problem_free(in.pb);
+            continue;
+        }
+        unsigned char kk[8];
+        memset(kk, 1, sizeof kk);
+        kk[p0->stage[1].device] = 0; /* never the owner: stage 1 is in the middle */
+        bal_problem *q = bal_problem_subset(in.pb, kk, NULL);
+        double margin = 0.05 * (double)(seed % 4);
+        bal_plan *p1 = q ? bal_replan(q, p0, NULL, margin, &ri, &err) : NULL;
+        if (p1) {
+            runs++;
+            check_replanned(p0, p1, q);
+            CHECKF(ri.new_s <= ri.fastest_s * (1 + margin) * (1 + 1e-12) &&
+                   ri.moved_units <= ri.fastest_moved_units && ri.lost == 1,
+                   "seed %llu: new %g fastest %g moved %d / %d", (unsigned long long)seed, ri.new_s,
+                   ri.fastest_s, ri.moved_units, ri.fastest_moved_units);
+            CHECK(p1->data_owner == p0->data_owner);
+        }
+        bal_plan_free(p1);
+        bal_problem_free(q);
+        bal_plan_free(p0);
+        bal_problem_free(in.pb);
+    }
+    CHECK(runs >= 60);
+    printf("  %d random re-plans within their margin\n", runs);
+}
+
 /* Without --micro-batches: the smallest m with an estimated bubble <= 10%:
  * homogeneous, free links, no optimizer cost: (p-1)/(m+p-1) <= 0.1, m = 9(p-1). */
 static void test_micro_batch_choice(void)
@@ -330,6 +763,81 @@ static void test_micro_batch_choice(void)
     bal_problem_free(pb);
 }
 
+/* A U-shaped chain: the owner's two stages share its compute. The owner is
+ * the bottleneck (3 ms per micro-batch in each of its stages, the middle
+ * device 0.3 ms), so one iteration takes at least m x 6 ms; the same plan
+ * with the last stage on a device of its own takes about half. The owner
+ * never computes two ops at once, and each stage keeps bal_stage_ops' order. */
+static void test_ushaped_shares_compute(void)
+{
+    sl_err err = {0};
+    bal_unit u[4];
+    memset(u, 0, sizeof u);
+    for (int i = 0; i < 4; i++)
+        u[i] = (bal_unit){.kind = 1, .fwd_flops = 1e9, .bwd_flops = 2e9, .out_bytes = 1000,
+                          .stash_bytes = 10};
+    bal_device d[3];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < 3; i++) {
+        snprintf(d[i].id, sizeof d[i].id, "d%d", i);
+        d[i].mem_bytes = 1 << 30;
+        d[i].flops = i == 1 ? 20e12 : 1e12;
+    }
+    bal_network net = bal_network_default();
+    net.inside_site = (bal_link){1e300, 0};
+    bal_problem *pb = bal_problem_new(u, 4, d, 3, &net, &err);
+    int order[3] = {0, 1, 0}, other[3] = {0, 1, 2}, cuts[4] = {0, 1, 3, 4};
+    enum { M = 8 };
+    bal_chain c = {3, order, NULL, M, BAL_1F1B, 1, 1};
+    bal_plan *pl = bal_plan_chain(pb, &c, cuts, &err);
+    CHECKF(pl && pl->data_owner == 0 && pl->stage[2].device == 0, "%s", err.msg);
+    bal_timeline *tl = pl ? bal_simulate(pl, BAL_1F1B, 1, &err) : NULL;
+    CHECK(tl && tl->iteration_s >= M * 6e-3 - 1e-12 && tl->iteration_s < M * 6e-3 * 1.2);
+    /* the owner's computes never overlap */
+    for (int a = 0; tl && a < tl->n_seg; a++)
+        for (int b = 0; b < a; b++) {
+            const bal_segment *x = &tl->seg[a], *y = &tl->seg[b];
+            int cx = x->kind <= BAL_SEG_OPT && (x->stage == 0 || x->stage == 2);
+            int cy = y->kind <= BAL_SEG_OPT && (y->stage == 0 || y->stage == 2);
+            if (cx && cy)
+                CHECKF(x->end <= y->start + 1e-15 || y->end <= x->start + 1e-15,
+                       "owner busy twice: [%g, %g] and [%g, %g]", x->start, x->end, y->start, y->end);
+        }
+    /* a U needs 3 stages, the owner at both ends; the owner's memory is shared */
+    bal_chain bad = {2, order, NULL, M, BAL_1F1B, 1, 1};
+    int cuts2[3] = {0, 2, 4};
+    CHECK(bal_plan_chain(pb, &bad, cuts2, &err) == NULL && strstr(err.msg, "U-shaped"));
+    c.order = other;
+    c.ushaped = 0;
+    bal_plan *pl2 = bal_plan_chain(pb, &c, cuts, &err);
+    bal_timeline *t2 = pl2 ? bal_simulate(pl2, BAL_1F1B, 0, &err) : NULL;
+    CHECK(tl && t2 && t2->iteration_s < 0.7 * tl->iteration_s);
+    bal_timeline_free(t2);
+    bal_plan_free(pl2);
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    /* memory: each of the owner's stages (60 bytes of stash, one micro-batch)
+     * fits its 100 bytes alone, both together do not */
+    bal_device small[3];
+    memcpy(small, d, sizeof d);
+    small[0].mem_bytes = 100;
+    u[0].stash_bytes = u[3].stash_bytes = 60;
+    bal_problem *q = bal_problem_new(u, 4, small, 3, &net, &err);
+    c.order = order;
+    c.ushaped = 1;
+    c.m = 1;
+    CHECKF(bal_plan_chain(q, &c, cuts, &err) == NULL && strstr(err.msg, "data owner d0"), "%s",
+           err.msg);
+    small[0].mem_bytes = 120;
+    bal_problem_free(q);
+    q = bal_problem_new(u, 4, small, 3, &net, &err);
+    pl = bal_plan_chain(q, &c, cuts, &err);
+    CHECKF(pl != NULL, "%s", err.msg);
+    bal_plan_free(pl);
+    bal_problem_free(q);
+    bal_problem_free(pb);
+}
+
 /* A link's latency and bandwidth show up where they should. */
 static void test_link_in_simulator(void)
 {
@@ -342,7 +850,7 @@ static void test_link_in_simulator(void)
     net.between_sites = (bal_link){1e8, 0.01}; /* 1 MB: 10 ms + 10 ms latency */
     bal_problem *pb = bal_problem_new(u, 2, d, 2, &net, &err);
     int order[2] = {0, 1}, cuts[3] = {0, 1, 2};
-    bal_chain ch = {2, order, NULL, 1, BAL_1F1B, 1};
+    bal_chain ch = {2, order, NULL, 1, BAL_1F1B, 1, 0};
     bal_plan *pl = bal_plan_chain(pb, &ch, cuts, &err);
     bal_timeline *tl = bal_simulate(pl, BAL_1F1B, 0, &err);
     /* F0 1ms, send 10+10, F1 1ms, B1 1ms, send 10+10, B0 1ms: 44 ms */
@@ -358,7 +866,8 @@ static void test_link_in_simulator(void)
 
 static void test_bert_units(void)
 {
-    bal_bert base = {768, 12, 12, 3072, 30522, 512, 2};
+    bal_bert base = {.hidden = 768, .layers = 12, .heads = 12, .intermediate = 3072,
+                     .vocab = 30522, .max_pos = 512, .type_vocab = 2};
     bal_unit *u;
     int n;
     sl_err err = {0};
@@ -480,6 +989,49 @@ static void test_malformed_json(void)
                        "network.json:1: inside_site.bandwidth_gbps: must be between");
     expect_parse_error(cfg_small, dev_ok, "[1, 2]", "network.json:1: (top level): must be an object");
     expect_parse_error(cfg_small, "", "{}", "devices.json:");
+    /* the model limits are the device's (one reader): 0 or 257 layers, hidden 32768 */
+    expect_parse_error("{\"hidden_size\": 256,\n \"num_hidden_layers\": 0, \"num_attention_heads\": 4, "
+                       "\"intermediate_size\": 1024, \"vocab_size\": 9}",
+                       dev_ok, "{}", "config.json:2: num_hidden_layers: must be between 1 and 256, got 0");
+    expect_parse_error("{\"hidden_size\": 256, \"num_hidden_layers\": 257, \"num_attention_heads\": 4, "
+                       "\"intermediate_size\": 1024, \"vocab_size\": 9}",
+                       dev_ok, "{}", "num_hidden_layers: must be between 1 and 256, got 257");
+    expect_parse_error("{\"hidden_size\": 32768, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                       "\"intermediate_size\": 1024, \"vocab_size\": 9}",
+                       dev_ok, "{}", "hidden_size: must be between 1 and 16384");
+    expect_parse_error("{\"hidden_size\": 256, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                       "\"intermediate_size\": 1024, \"vocab_size\": 9, \"hidden_act\": \"relu\"}",
+                       dev_ok, "{}", "hidden_act: 'relu' is not supported");
+    /* measured times that are all zero would plan a 0 s cycle */
+    expect_parse_error(cfg_small,
+                       "[{\"id\": \"a\", \"memory_gib\": 1,\n \"unit_seconds\": {\"embeddings\": "
+                       "[0, 0], \"encoder\": [0, 0], \"head\": [0, 0]}}]",
+                       "{}", "devices.json:2: [0].unit_seconds: are all zero");
+    /* two links for one site pair, in either order */
+    const char *two_sites = "[{\"id\": \"a\", \"site\": \"x\", \"memory_gib\": 8, \"flops\": 1e12},"
+                            " {\"id\": \"b\", \"site\": \"y\", \"memory_gib\": 8, \"flops\": 1e12}]";
+    expect_parse_error(cfg_small, two_sites,
+                       "{\"links\": [{\"a\": \"x\", \"b\": \"y\", \"bandwidth_gbps\": 1, \"latency_ms\": 9},\n"
+                       " {\"a\": \"y\", \"b\": \"x\", \"bandwidth_gbps\": 5, \"latency_ms\": 1}]}",
+                       "network.json:2: links[1]: links[0] already joins sites 'x' and 'y'");
+    /* control bytes from a file never reach a message; names may not hold them */
+    {
+        sl_err e = {0};
+        const char *esc = "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1, \"x\\u001b[2J\": 1}]";
+        bal_problem *q = bal_problem_parse(cfg_small, "c", 2, 64, esc, "d", "{}", "n", &e);
+        CHECKF(q == NULL && strstr(e.msg, "x\\x1b[2J: unknown field"), "%s", e.msg);
+        for (const char *p = e.msg; *p; p++)
+            CHECK((unsigned char)*p >= 0x20 && *p != 0x7f);
+        bal_problem_free(q);
+        const char *raw = "{\"devices\": [\x01\x07\x1b]}";
+        q = bal_problem_parse(cfg_small, "c", 2, 64, raw, "d", "{}", "n", &e);
+        CHECK(q == NULL && strncmp(e.msg, "d:1:", 4) == 0);
+        for (const char *p = e.msg; *p; p++)
+            CHECKF((unsigned char)*p >= 0x20 && *p != 0x7f, "%s", e.msg);
+        bal_problem_free(q);
+        expect_parse_error(cfg_small, "[{\"id\": \"a\\u0007\", \"memory_gib\": 1, \"flops\": 1}]",
+                           "{}", "[0].id: must not contain control characters");
+    }
     /* and a good one parses */
     sl_err err = {0};
     bal_problem *pb = bal_problem_parse(cfg_small, "c", 2, 64, dev_ok, "d", "{}", "n", &err);
@@ -494,7 +1046,8 @@ static void test_malformed_json(void)
 static void test_slow_link_avoided(void)
 {
     sl_err err = {0};
-    bal_bert c = {256, 12, 4, 1024, 2000, 512, 2};
+    bal_bert c = {.hidden = 256, .layers = 12, .heads = 4, .intermediate = 1024, .vocab = 2000,
+                  .max_pos = 512, .type_vocab = 2};
     bal_unit *u;
     int n;
     CHECK(bal_bert_units(&c, 4, 128, &u, &n, &err) == 0);
@@ -557,11 +1110,11 @@ static void test_sky_moves_both_ways(void)
     o.micro_batches = 8;
     bal_plan *pl = bal_plan_make(pb, BAL_SKY, &o, &err);
     CHECK(pl != NULL && pl->n_stages == 4);
-    CHECKF(pl && pl->stage[0].last - pl->stage[0].first < 3, "slow device keeps %d units",
-           pl ? pl->stage[0].last - pl->stage[0].first : -1);
+    CHECKF(pl && pl->stage[0].last - pl->stage[0].first + 1 < 3, "slow device keeps %d units",
+           pl ? pl->stage[0].last - pl->stage[0].first + 1 : -1);
     bal_plan_free(pl);
     pl = bal_plan_make(pb, BAL_EVEN, &o, &err);
-    CHECK(pl && pl->stage[0].last == 3);
+    CHECK(pl && pl->stage[0].first == 0 && pl->stage[0].last == 2); /* inclusive: units 0-2 */
     bal_plan_free(pl);
     bal_problem_free(pb);
 }
@@ -600,7 +1153,7 @@ static void test_chain_validation(void)
     bal_problem *pb = homogeneous(3, 6, 1e12, &err);
     int order[3] = {0, 1, 2}, bad[3] = {0, 0, 2};
     int cuts[4] = {0, 2, 4, 6}, empty[4] = {0, 2, 2, 6};
-    bal_chain cb = {3, bad, NULL, 4, BAL_1F1B, 1}, c = {3, order, NULL, 4, BAL_1F1B, 1};
+    bal_chain cb = {3, bad, NULL, 4, BAL_1F1B, 1, 0}, c = {3, order, NULL, 4, BAL_1F1B, 1, 0};
     CHECK(bal_plan_chain(pb, &cb, cuts, &err) == NULL);
     CHECK(strstr(err.msg, "twice") != NULL);
     CHECK(bal_plan_chain(pb, &c, empty, &err) == NULL);
@@ -624,8 +1177,9 @@ static void test_chain_validation(void)
 
 /* The simulator's order of computes and sends on every stage is the list
  * bal_stage_ops gives (what the stage runner executes): 1F1B with textbook
- * and plan warm-ups (the lookahead), GPipe, p <= 16, m <= 64, random stage
- * and link times so that no order comes from timing alone. */
+ * and plan warm-ups (the lookahead), GPipe, and 1F1B with the first and last
+ * stage on one device (U-shaped), p <= 16, m <= 64, random stage and link
+ * times so that no order comes from timing alone. */
 static int seg_cmp(const void *a, const void *b)
 {
     const bal_segment *x = a, *y = b;
@@ -638,7 +1192,7 @@ static void test_stage_ops_match_simulator(void)
     int cases = 0, bad = 0;
     for (int p = 1; p <= 16; p++)
         for (int m = 1; m <= 64; m += (m < 8 ? 1 : 7)) {
-            for (int variant = 0; variant < 3; variant++) {
+            for (int variant = 0; variant < 4; variant++) {
                 int schedule = variant == 2 ? BAL_GPIPE : BAL_1F1B;
                 bal_plan pl = {.algo = BAL_EVEN, .schedule = schedule, .micro_batches = m,
                                .n_stages = p};
@@ -657,6 +1211,7 @@ static void test_stage_ops_match_simulator(void)
                         extra += (int)(urand(99, &k) * 3);
                     st->warmup = p - i - 1 + extra;
                     warm[i] = st->warmup;
+                    st->device = variant == 3 && i == p - 1 && p >= 3 ? 0 : i;
                 }
                 sl_err err = {0};
                 if (schedule == BAL_1F1B)
@@ -715,7 +1270,7 @@ static void test_stage_ops_match_simulator(void)
                             ok &= q == ns;
                         bad += !ok;
                         CHECKF(ok, "p=%d m=%d %s stage %d: the simulator's %s differ from bal_stage_ops",
-                               p, m, variant == 2 ? "gpipe" : variant ? "1f1b+lookahead" : "1f1b", i,
+                               p, m, variant == 3 ? "u-shaped" : variant == 2 ? "gpipe" : variant ? "1f1b+lookahead" : "1f1b", i,
                                pass ? "sends" : "computes");
                     }
                 }
@@ -741,10 +1296,15 @@ int main(void)
 {
     RUN(test_bert_units);
     RUN(test_exact_vs_brute_force);
+    RUN(test_exact_search_vs_brute_force);
     RUN(test_never_worse_and_memory);
+    RUN(test_never_beaten_by_smaller);
     RUN(test_closed_forms);
     RUN(test_link_in_simulator);
+    RUN(test_ushaped_shares_compute);
     RUN(test_micro_batch_choice);
+    RUN(test_lower_bound);
+    RUN(test_replan);
     RUN(test_infeasible_message);
     RUN(test_malformed_json);
     RUN(test_slow_link_avoided);

@@ -474,21 +474,21 @@ static void test_config(void)
         const char *json, *want;
     } bad[] = {
         {"{\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 128, "
-         "\"vocab_size\": 100}", "missing field 'hidden_size'"},
+         "\"vocab_size\": 100}", "hidden_size: missing"},
         {"{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 5, "
          "\"intermediate_size\": 128, \"vocab_size\": 100}", "multiple of num_attention_heads"},
         {"{\"hidden_size\": \"64\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
-         "\"intermediate_size\": 128, \"vocab_size\": 100}", "'hidden_size' must be an integer"},
+         "\"intermediate_size\": 128, \"vocab_size\": 100}", "hidden_size: must be an integer"},
         {"{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
          "\"intermediate_size\": 128, \"vocab_size\": 100, \"hidden_act\": \"relu\"}",
-         "hidden_act 'relu' is not supported"},
+         "hidden_act: 'relu' is not supported"},
         {"{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
          "\"intermediate_size\": 128, \"vocab_size\": 100, \"hidden_dropout_prob\": 1.5}",
-         "'hidden_dropout_prob' must be between"},
+         "hidden_dropout_prob: must be between"},
         {"{\"hidden_size\": 64, \"num_hidden_layers\": -1, \"num_attention_heads\": 4, "
-         "\"intermediate_size\": 128, \"vocab_size\": 100}", "'num_hidden_layers' must be between"},
-        {"[1, 2]", "top level must be a JSON object"},
-        {"{\"hidden_size\": 64,", "invalid JSON"},
+         "\"intermediate_size\": 128, \"vocab_size\": 100}", "num_hidden_layers: must be between 1 and 256"},
+        {"[1, 2]", "(top level): must be an object"},
+        {"{\"hidden_size\": 64,", "config:1: column"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sl_err e = {0};

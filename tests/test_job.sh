@@ -31,38 +31,64 @@ cl_device dev2 lab-b --threads 1 || exit 1; MID=$CL_ID
 cl_device dev3 lab-b --threads 1 || exit 1; LAST=$CL_ID
 cl_wait_online 3 || exit 1
 
-# 3 stages, the data owner first (even: units 0-1, 2-3, 4)
-out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 20 --batch 8 \
-      --micro-batches 4 --algo even --checkpoint-every 10 --devices "$OWNER,$MID,$LAST" --lr 2e-3 --json 2>&1); rc=$?
-JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
-check "job submit: planned and running" bash -c 'test $0 -eq 0 && [ -n "$1" ] && grep -q "\"state\": \"running\"" <<<"$2"' "$rc" "$JOB" "$out"
-check "the plan has 3 stages, stage 0 on the data owner" bash -c 'grep -B4 -A4 "\"index\": 0" <<<"$0" | grep -q "$1" && grep -q "\"index\": 2" <<<"$0" && ! grep -q "\"index\": 3" <<<"$0"' "$out" "$OWNER"
-cl_job watch "$JOB" > "$d/watch.txt"; rc=$?
-check "job watch follows it to done" bash -c 'test $0 -eq 0 && grep -q "step=20 " "$1" && grep -q "done after" "$1"' "$rc" "$d/watch.txt"
-cl_job status "$JOB" --json > "$d/status.json"
-check "job status --json: committed step 20, per-stage and per-link figures" \
-    bash -c 'grep -q "\"committed_step\": 20" "$0" && grep -q "\"busy\"" "$0" && grep -q "\"wire_bytes\"" "$0"' "$d/status.json"
-cl_job export "$JOB" --out "$d/export" >/dev/null; rc=$?
 "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps 20 --batch 8 --micro-batches 4 \
     --lr 2e-3 --save "$d/ref" >/dev/null 2>&1
-check "export: the job's model.safetensors equals skyloom train's, byte for byte" \
-    bash -c 'test $0 -eq 0 && cmp -s "$1/export/model.safetensors" "$1/ref/step-20/model.safetensors"' "$rc" "$d"
-check "the job's per-step losses equal skyloom train's" \
-    bash -c '[ "$(tail -n +2 "$0" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | cut -d, -f1,2)" ]' \
-    "$d/coord/jobs/$JOB/metrics.csv" "$d/ref/metrics.csv"
-check "the exported model evaluates" \
-    bash -c '"$0" -q eval --config "$1/export/config.json" --model "$1/export/model.safetensors" --data "$1/text.shard" --batches 2 >/dev/null' "$SK" "$d"
-check "frames were sealed (wire bytes exceed raw bytes on every link)" \
+
+# job NAME DEVICES [submit args]: a 20-step job like the reference run;
+# its id in JOB, its submit output in $d/NAME.submit
+job() {
+  local name=$1 devs=$2; shift 2
+  out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 20 --batch 8 \
+        --micro-batches 4 --algo even --checkpoint-every 10 --devices "$devs" --lr 2e-3 --json "$@" 2>&1)
+  local rc=$?
+  echo "$out" > "$d/$name.submit"
+  JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
+  check "$name: submitted, planned and running" bash -c 'test $0 -eq 0 && [ -n "$1" ] && grep -q "\"state\": \"running\"" "$2"' "$rc" "$JOB" "$d/$name.submit"
+  cl_job watch "$JOB" > "$d/$name.watch"; rc=$?
+  check "$name: job watch follows it to done" bash -c 'test $0 -eq 0 && grep -q "step=20 " "$1" && grep -q "done after" "$1"' "$rc" "$d/$name.watch"
+  cl_job export "$JOB" --out "$d/$name.export" >/dev/null; rc=$?
+  check "$name: the exported model.safetensors equals skyloom train's, byte for byte" \
+      bash -c 'test $0 -eq 0 && cmp -s "$1/model.safetensors" "$2/ref/step-20/model.safetensors"' "$rc" "$d/$name.export" "$d"
+  check "$name: the per-step losses equal skyloom train's" \
+      bash -c '[ "$(tail -n +2 "$0" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | cut -d, -f1,2)" ]' \
+      "$d/coord/jobs/$JOB/metrics.csv" "$d/ref/metrics.csv"
+}
+# stage I of the submit output's plan is on device ID
+stage_on() { python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["plan"]; sys.exit(p["stages"][int(sys.argv[2])]["device"] != sys.argv[3])' "$@"; }
+export -f stage_on
+nstages() { python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["plan"]["stages"]))' "$1"; }
+
+# three devices, the default U-shaped chain: the owner holds the first and the last stage
+job u3 "$OWNER,$MID,$LAST"
+p=$(nstages "$d/u3.submit")
+check "u3: 4 stages, the data owner first and last" \
+    bash -c 'test "$0" = 4 && stage_on "$1" 0 "$2" && stage_on "$1" 3 "$2"' "$p" "$d/u3.submit" "$OWNER"
+cl_job status "$JOB" --json > "$d/u3.status"
+check "u3: job status --json: committed step 20, the plan, per-stage and per-link figures" \
+    bash -c 'grep -q "\"committed_step\": 20" "$0" && grep -q "\"busy\"" "$0" && grep -q "\"wire_bytes\"" "$0" && grep -q "\"predicted_iteration_s\"" "$0"' "$d/u3.status"
+check "u3: frames were sealed (wire bytes exceed raw bytes on every link)" \
     bash -c 'tail -1 "$0" | awk -F, "{n=split(\$10,r,\";\"); split(\$11,w,\";\"); for(i=1;i<=n;i++) if (w[i]+0 <= r[i]+0) exit 1}"' \
     "$d/coord/jobs/$JOB/metrics.csv"
-recv=$(grep "job done here" "$d/dev2.log" | grep -o 'received=.*')
-echo "     the middle device received: $recv"
-check "the middle device received activations and masks but no labels" \
-    bash -c 'grep -q "act:[1-9]" <<<"$0" && grep -q "labels:0," <<<"$0"' "$recv"
-check "the device at the end received the labels (the head is its)" \
-    bash -c 'grep "job done here" "$0" | grep -q "labels:[1-9]"' "$d/dev3.log"
-check "no process or frame trouble: nothing refused, nothing stopped" \
-    bash -c '! grep -q "frame refused\|pipeline stopped" "$0"/dev*.log' "$d"
+for dev in dev2 dev3; do
+  recv=$(grep "job done here job=$JOB" "$d/$dev.log" | grep -o 'received=.*')
+  echo "     $dev (neither the data owner nor unit 0 or the head) received: $recv"
+  check "u3: $dev received activations and masks, no labels, no tied gradient" \
+      bash -c 'grep -q "act:[1-9]" <<<"$0" && grep -q "labels:0," <<<"$0" && grep -q "tied:0," <<<"$0"' "$recv"
+done
+check "the exported model evaluates" \
+    bash -c '"$0" -q eval --config "$1/u3.export/config.json" --model "$1/u3.export/model.safetensors" --data "$1/text.shard" --batches 2 >/dev/null' "$SK" "$d"
+
+# two devices: the data owner holds both ends, the other the middle
+job u2 "$OWNER,$MID"
+check "u2: 3 stages, the data owner first and last" \
+    bash -c 'test "$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))[\"plan\"][\"stages\"]))" "$1")" = 3 && stage_on "$1" 0 "$0" && stage_on "$1" 2 "$0" && stage_on "$1" 1 "$2"' \
+    "$OWNER" "$d/u2.submit" "$MID"
+
+# a plain chain: the labels and the tied gradient cross to the last device
+job chain "$OWNER,$MID,$LAST" --no-u-shape
+check "chain: the device holding the head received the labels and the tied gradient" \
+    bash -c 'grep "job done here job=$1" "$0" | grep -q "labels:[1-9][0-9]*,tied:[1-9]"' "$d/dev3.log" "$JOB"
+check "no frame refused, no pipeline stopped" bash -c '! grep -q "frame refused\|pipeline stopped" "$0"/dev*.log' "$d"
 
 # the owner refuses what it cannot train on: the reason reaches submit
 out=$(cl_job submit --config "$d/small.json" --data "$OWNER:wiki" --steps 5 2>&1); rc=$?

@@ -18,6 +18,7 @@ check "good run exits 0" test $rc -eq 0
 check "table names the algorithm and schedule" grep -q '^optimal, 1f1b, ' <<<"$out"
 check "table has the simulated iteration" grep -q '^iteration [0-9.]* s (simulated), bubble' <<<"$out"
 check "table lists left-out devices with a reason" grep -q '^left out: eu-cpu: ' <<<"$out"
+check "table has the lower bound and the certified gap" grep -q '^lower bound [0-9.]* s for any plan at [0-9]* micro-batches: certified gap [0-9.]*%' <<<"$out"
 
 "$sk" plan "${args[@]}" --json >"$tmp/a.json"; rc=$?
 check "--json exits 0" test $rc -eq 0
@@ -29,6 +30,15 @@ assert st[0]["first_unit"] == 0 and st[-1]["last_unit"] == p["units"] - 1
 assert all(a["last_unit"] + 1 == b["first_unit"] for a, b in zip(st, st[1:]))
 assert p["iteration_s"] > 0 and 0 <= p["bubble"] < 1
 assert all(s["simulated"]["peak_memory_bytes"] <= s["memory_bytes"] for s in st)
+# per-unit times: one per unit of the (inclusive) range, adding up to the stage time
+for s in st:
+    n = s["last_unit"] - s["first_unit"] + 1
+    assert len(s["unit_fwd_s"]) == n and len(s["unit_bwd_s"]) == n
+    assert abs(sum(s["unit_fwd_s"]) - s["fwd_s"]) <= 1e-9 * s["fwd_s"]
+    assert abs(sum(s["unit_bwd_s"]) - s["bwd_s"]) <= 1e-9 * s["bwd_s"]
+    assert s["simulated"]["peak_memory_bytes"] == s["static_bytes"] + s["simulated"]["peak_inflight"] * s["stash_bytes"]
+assert 0 < p["lower_bound_s"] <= p["iteration_s"] and p["certified_gap"] >= 0
+assert p["data_owner"] is None
 ' "$tmp/a.json"
 "$sk" plan "${args[@]}" --json >"$tmp/b.json"
 check "same input, same output" cmp -s "$tmp/a.json" "$tmp/b.json"
@@ -51,6 +61,25 @@ assert p["optimal"]["iteration_s"] <= min(p["even"]["iteration_s"], p["sky"]["it
 assert len({p[a]["micro_batches"] for a in p}) == 1
 '; check "--compare --json: optimal is fastest at one micro-batch count" test $? -eq 0
 
+"$sk" plan "${args[@]}" --data-owner us-laptop --json | /usr/bin/python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+st = p["stages"]
+assert p["data_owner"] == "us-laptop"
+assert st[0]["device"] == "us-laptop" and st[-1]["device"] == "us-laptop"
+assert st[0]["first_unit"] == 0 and st[-1]["last_unit"] == p["units"] - 1
+assert len(st) == 1 or len(st) >= 3
+assert len({s["device"] for s in st[1:-1]} | {"us-laptop"}) == len(st) - (len(st) > 1)
+'; check "--data-owner: the owner runs the first and the last stage" test $? -eq 0
+"$sk" plan "${args[@]}" --data-owner eu-a100 --compare --json | /usr/bin/python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+for a in ("even", "sky", "optimal"):
+    st = p[a]["stages"]
+    assert st[0]["device"] == "eu-a100" and st[-1]["device"] == "eu-a100", a
+assert p["optimal"]["iteration_s"] <= min(p["even"]["iteration_s"], p["sky"]["iteration_s"])
+'; check "--data-owner --compare: every algorithm keeps the owner at both ends" test $? -eq 0
+
 "$sk" plan --help | grep -q 'usage: skyloom plan'; check "--help" test $? -eq 0
 
 expect_fail() { # expect_fail DESC CODE PATTERN ARGS...
@@ -68,6 +97,7 @@ expect_fail "unknown algorithm" 2 "unknown --algo 'best'" "${args[@]}" --algo be
 expect_fail "unknown schedule" 2 "unknown --schedule" "${args[@]}" --schedule zigzag
 expect_fail "bad --seq" 2 "--seq must be" "${args[@]}" --seq zero
 expect_fail "unknown option" 2 "unknown option '--frob'" "${args[@]}" --frob
+expect_fail "unknown data owner" 1 "--data-owner: no device 'mars-1'" "${args[@]}" --data-owner mars-1
 expect_fail "missing file" 1 "nope.json: No such file" --config "$tmp/nope.json" --seq 128 \
     --micro-batch 8 --devices "$ex/devices.json" --network "$ex/network.json"
 printf '{"devices": [\n  {"id": "a", "memory_gib": 8, "flops": 1e12},\n  {"id": "b", "memory_gib": -1, "flops": 1e12}\n]}\n' >"$tmp/bad.json"
@@ -79,6 +109,20 @@ expect_fail "network syntax error: file and line" 1 "net.json:2:" \
 printf '[{"id": "t1", "site": "eu", "memory_bytes": 100000000, "flops": 1e12},\n {"id": "t2", "site": "us", "memory_bytes": 100000000, "flops": 1e12}]\n' >"$tmp/tiny.json"
 expect_fail "infeasible: shortfall and largest model" 1 "short by [0-9]* bytes.*largest model that fits" \
     --config "$ex/bert-base.json" --seq 128 --micro-batch 8 --devices "$tmp/tiny.json" --network "$ex/network.json"
+printf '{"hidden_size": 64, "num_hidden_layers": 0, "num_attention_heads": 2,\n "intermediate_size": 128, "vocab_size": 100}\n' >"$tmp/zero.json"
+expect_fail "0 layers refused" 1 "zero.json:1: num_hidden_layers: must be between 1 and 256, got 0" \
+    --config "$tmp/zero.json" --seq 16 --micro-batch 2 --devices "$ex/devices.json" --network "$ex/network.json"
+printf '[{"id": "z", "memory_gib": 8, "unit_seconds": {"embeddings": [0, 0], "encoder": [0, 0], "head": [0, 0]}}]\n' >"$tmp/zeros.json"
+expect_fail "all-zero unit_seconds refused" 1 "zeros.json:1: \[0\].unit_seconds: are all zero" \
+    --config "$ex/bert-base.json" --seq 128 --micro-batch 8 --devices "$tmp/zeros.json" --network "$ex/network.json"
+printf '{"links": [{"a": "eu", "b": "us", "bandwidth_gbps": 1, "latency_ms": 9},\n {"a": "us", "b": "eu", "bandwidth_gbps": 9, "latency_ms": 1}]}\n' >"$tmp/twice.json"
+expect_fail "a site pair linked twice refused" 1 "twice.json:2: links\[1\]: links\[0\] already joins" \
+    --config "$ex/bert-base.json" --seq 128 --micro-batch 8 --devices "$ex/devices.json" --network "$tmp/twice.json"
+printf '{"devices": [{"id": "a\x1b[31m", "memory_gib": 8, "flops": 1e12}]}\n' >"$tmp/esc.json"
+err=$("$sk" plan --config "$ex/bert-base.json" --seq 128 --micro-batch 8 --devices "$tmp/esc.json" --network "$ex/network.json" 2>&1 >/dev/null)
+if LC_ALL=C grep -q "$(printf '\x1b')" <<<"$err" || ! grep -q 'x1b' <<<"$err"; then
+    echo "FAIL a control byte from a file is escaped ($err)"; fail=1
+else echo "ok   a control byte from a file is escaped"; fi
 expect_fail "seq above max_position_embeddings" 1 "exceeds max_position_embeddings" \
     --config "$ex/bert-base.json" --seq 4096 --micro-batch 8 --devices "$ex/devices.json" --network "$ex/network.json"
 exit $fail

@@ -1,72 +1,31 @@
 #include "dev_config.h"
 
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sl_file.h"
 #include "kn_ops.h"
 
-static int get_int(json_t *root, const char *key, int required, int def, int min, int max,
-                   int *out, sl_err *err)
+void dev_config_bert(const dev_config *c, bal_bert *b)
 {
-    json_t *v = json_object_get(root, key);
-    if (!v) {
-        if (required)
-            return sl_err_set(err, SL_EINVAL, "config: missing field '%s'", key);
-        *out = def;
-        return 0;
-    }
-    if (!json_is_integer(v))
-        return sl_err_set(err, SL_EINVAL, "config: '%s' must be an integer", key);
-    json_int_t x = json_integer_value(v);
-    if (x < min || x > max)
-        return sl_err_set(err, SL_EINVAL, "config: '%s' must be between %d and %d, got %lld", key,
-                          min, max, (long long)x);
-    *out = (int)x;
-    return 0;
-}
-
-static int get_float(json_t *root, const char *key, double def, double min, double max,
-                     float *out, sl_err *err)
-{
-    json_t *v = json_object_get(root, key);
-    if (!v) {
-        *out = (float)def;
-        return 0;
-    }
-    if (!json_is_number(v))
-        return sl_err_set(err, SL_EINVAL, "config: '%s' must be a number", key);
-    double x = json_number_value(v);
-    if (!isfinite(x) || x < min || x > max)
-        return sl_err_set(err, SL_EINVAL, "config: '%s' must be between %g and %g, got %g", key,
-                          min, max, x);
-    *out = (float)x;
-    return 0;
+    *b = (bal_bert){.hidden = c->hidden, .layers = c->layers, .heads = c->heads,
+                    .intermediate = c->intermediate, .vocab = c->vocab, .max_pos = c->max_pos,
+                    .type_vocab = c->type_vocab, .ln_eps = c->ln_eps,
+                    .act = c->gelu == KN_GELU_TANH ? BAL_ACT_GELU_TANH : BAL_ACT_GELU,
+                    .hidden_dropout = c->hidden_dropout, .attn_dropout = c->attn_dropout,
+                    .init_range = c->init_range};
 }
 
 int dev_config_validate(const dev_config *c, sl_err *err)
 {
-    if (c->hidden < 1 || c->hidden > 16384)
-        return sl_err_set(err, SL_EINVAL, "config: hidden_size must be between 1 and 16384");
-    if (c->layers < 1 || c->layers > 256)
-        return sl_err_set(err, SL_EINVAL, "config: num_hidden_layers must be between 1 and 256");
-    if (c->heads < 1 || c->hidden % c->heads != 0)
-        return sl_err_set(err, SL_EINVAL,
-                          "config: hidden_size (%d) must be a multiple of num_attention_heads (%d)",
-                          c->hidden, c->heads);
-    if (c->intermediate < 1 || c->intermediate > 65536)
-        return sl_err_set(err, SL_EINVAL, "config: intermediate_size must be between 1 and 65536");
-    if (c->vocab < 5 || c->vocab > (1 << 22))
-        return sl_err_set(err, SL_EINVAL, "config: vocab_size must be between 5 and 4194304");
-    if (c->max_pos < 1 || c->max_pos > 65536)
-        return sl_err_set(err, SL_EINVAL,
-                          "config: max_position_embeddings must be between 1 and 65536");
-    if (c->type_vocab < 1 || c->type_vocab > 1024)
-        return sl_err_set(err, SL_EINVAL, "config: type_vocab_size must be between 1 and 1024");
-    if (!(c->ln_eps > 0 && c->ln_eps < 1))
-        return sl_err_set(err, SL_EINVAL, "config: layer_norm_eps must be in (0, 1)");
+    bal_bert b;
+    dev_config_bert(c, &b);
+    if (bal_bert_check(&b, err))
+        return -1;
+    if (!(c->ln_eps > 0 && c->ln_eps <= 0.5f))
+        return sl_err_set(err, SL_EINVAL, "config: layer_norm_eps must be in (0, 0.5]");
     if (!(c->hidden_dropout >= 0 && c->hidden_dropout < 1) ||
         !(c->attn_dropout >= 0 && c->attn_dropout < 1))
         return sl_err_set(err, SL_EINVAL, "config: dropout probabilities must be in [0, 1)");
@@ -75,67 +34,34 @@ int dev_config_validate(const dev_config *c, sl_err *err)
     return 0;
 }
 
+static void from_bert(dev_config *c, const bal_bert *b)
+{
+    *c = (dev_config){.hidden = b->hidden, .layers = b->layers, .heads = b->heads,
+                      .intermediate = b->intermediate, .vocab = b->vocab, .max_pos = b->max_pos,
+                      .type_vocab = b->type_vocab, .ln_eps = (float)b->ln_eps,
+                      .gelu = b->act == BAL_ACT_GELU_TANH ? KN_GELU_TANH : KN_GELU_ERF,
+                      .hidden_dropout = (float)b->hidden_dropout,
+                      .attn_dropout = (float)b->attn_dropout, .init_range = (float)b->init_range};
+}
+
 int dev_config_parse(dev_config *c, const char *json_text, sl_err *err)
 {
-    json_error_t je;
-    json_t *root = json_loads(json_text, 0, &je);
-    if (!root)
-        return sl_err_set(err, SL_EINVAL, "config: invalid JSON at line %d: %s", je.line, je.text);
-    int rc = -1;
+    bal_bert b;
     memset(c, 0, sizeof *c);
-    if (!json_is_object(root)) {
-        sl_err_set(err, SL_EINVAL, "config: top level must be a JSON object");
-        goto out;
-    }
-    if (get_int(root, "hidden_size", 1, 0, 1, 16384, &c->hidden, err) ||
-        get_int(root, "num_hidden_layers", 1, 0, 1, 256, &c->layers, err) ||
-        get_int(root, "num_attention_heads", 1, 0, 1, 1024, &c->heads, err) ||
-        get_int(root, "intermediate_size", 1, 0, 1, 65536, &c->intermediate, err) ||
-        get_int(root, "vocab_size", 1, 0, 5, 1 << 22, &c->vocab, err) ||
-        get_int(root, "max_position_embeddings", 0, 512, 1, 65536, &c->max_pos, err) ||
-        get_int(root, "type_vocab_size", 0, 2, 1, 1024, &c->type_vocab, err) ||
-        get_float(root, "layer_norm_eps", 1e-12, 1e-30, 0.5, &c->ln_eps, err) ||
-        get_float(root, "hidden_dropout_prob", 0.1, 0, 0.99, &c->hidden_dropout, err) ||
-        get_float(root, "attention_probs_dropout_prob", 0.1, 0, 0.99, &c->attn_dropout, err) ||
-        get_float(root, "initializer_range", 0.02, 0, 10, &c->init_range, err))
-        goto out;
-    json_t *act = json_object_get(root, "hidden_act");
-    c->gelu = KN_GELU_ERF;
-    if (act) {
-        const char *a = json_string_value(act);
-        if (!a) {
-            sl_err_set(err, SL_EINVAL, "config: 'hidden_act' must be a string");
-            goto out;
-        }
-        if (!strcmp(a, "gelu"))
-            c->gelu = KN_GELU_ERF;
-        else if (!strcmp(a, "gelu_new") || !strcmp(a, "gelu_pytorch_tanh"))
-            c->gelu = KN_GELU_TANH;
-        else {
-            sl_err_set(err, SL_EINVAL,
-                       "config: hidden_act '%s' is not supported (gelu, gelu_new, "
-                       "gelu_pytorch_tanh)",
-                       a);
-            goto out;
-        }
-    }
-    rc = dev_config_validate(c, err);
-out:
-    json_decref(root);
-    return rc;
+    if (bal_bert_parse(&b, json_text, "config", err))
+        return -1;
+    from_bert(c, &b);
+    return dev_config_validate(c, err);
 }
 
 int dev_config_load(dev_config *c, const char *path, sl_err *err)
 {
-    char *text = NULL;
-    size_t n = 0;
-    if (sl_read_file(path, 1 << 20, &text, &n, err))
+    bal_bert b;
+    memset(c, 0, sizeof *c);
+    if (bal_bert_load(&b, path, err))
         return -1;
-    int rc = dev_config_parse(c, text, err);
-    free(text);
-    if (rc)
-        sl_err_wrap(err, "%s", path);
-    return rc;
+    from_bert(c, &b);
+    return dev_config_validate(c, err);
 }
 
 int dev_config_save(const dev_config *c, const char *path, sl_err *err)

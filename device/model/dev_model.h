@@ -52,15 +52,4 @@ uint64_t dev_tensor_key(const dev_tensor *t);
  * any split into stages starts from the same weights. */
 void dev_model_init(const dev_tensor *t, int n, float *params, uint64_t seed, float std);
 
-/* Cost of one unit for one sequence of length T (the balancer's input);
- * mask_frac is the share of masked positions (the head runs on those only).
- * The head's param_bytes include its own copy of the word embeddings, which
- * it holds when it is not on the stage of unit 0. */
-typedef struct dev_unit_cost {
-    double fwd_flops, bwd_flops;
-    size_t param_bytes, optim_bytes, act_bytes; /* act: stash per sequence */
-    size_t boundary_bytes;                      /* output activation per sequence */
-} dev_unit_cost;
-void dev_unit_cost_of(const dev_config *c, int unit, int T, double mask_frac, dev_unit_cost *out);
-
 #endif
