@@ -102,11 +102,18 @@ int cert_revoke(const char *dir, const char *device_id, sl_err *err);
 enum cert_spool_kind { CERT_SPOOL_TOKEN, CERT_SPOOL_REVOKE };
 /* Called for each spool entry: TOKEN (key = hash, site, t = expiry) or REVOKE
  * (key = device id, site = NULL, t = time of revocation). Returning 0 removes
- * the entry from the spool; -1 keeps it and stops. */
-typedef int (*cert_spool_fn)(void *ud, int kind, const char *key, const char *site, int64_t t);
-/* Imports and removes every entry in DIR/spool. Malformed entries are
- * renamed to *.bad and reported in the return count of skipped ones. */
-int cert_spool_drain(const char *dir, cert_spool_fn fn, void *ud, int *bad, sl_err *err);
+ * the entry from the spool; -1 (with err set) keeps it and stops. */
+typedef int (*cert_spool_fn)(void *ud, int kind, const char *key, const char *site, int64_t t,
+                             sl_err *err);
+/* Told of each malformed entry (renamed to *.bad) and why. */
+typedef void (*cert_spool_bad_fn)(void *ud, const char *file, const char *why);
+/* Imports and removes every entry in DIR/spool. Entries are opened without
+ * blocking and must be small regular files; anything else (a FIFO, a
+ * device, a link, a directory, a malformed body) is renamed to *.bad and
+ * reported to bad_fn (may be NULL) and in *bad, the count. An import that
+ * fails stops the drain with an error naming the entry and the cause. */
+int cert_spool_drain(const char *dir, cert_spool_fn fn, cert_spool_bad_fn bad_fn, void *ud,
+                     int *bad, sl_err *err);
 
 /* ---- pinning the CA (devices, before they have a certificate) --------------- */
 

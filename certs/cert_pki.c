@@ -16,6 +16,7 @@
 #include "cert.h"
 #include "cert_internal.h"
 #include "sl_file.h"
+#include "sl_log.h"
 #include "sl_mem.h"
 
 struct cert_ca {
@@ -297,8 +298,13 @@ int cert_pki_init(const char *dir, const char *name, const char *sans, sl_err *e
     char san[2048], p[4096];
     if (build_sans(sans, san, sizeof san, err))
         return -1;
-    if (sl_mkdir(dir, 0700, err))
+    mode_t old;
+    int r = sl_private_dir(dir, &old, err);
+    if (r < 0)
         return -1;
+    if (r > 0)
+        sl_log_warn("certs: the PKI directory was open to group or others; made it private",
+                    "dir=%s old_mode=%04o mode=0700", dir, (unsigned)old);
     static const char *const files[] = {"ca.key", "ca.crt", "coordinator.key", "coordinator.crt",
                                         "admin.key", "admin.crt"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {

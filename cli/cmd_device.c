@@ -49,6 +49,7 @@ int cmd_device(int argc, char **argv)
     }
     if (!o.coordinator || !o.state || !o.site)
         return sl_cli_fail("device", 2, "--coordinator, --state and --site are required");
+    cli_raise_fd_limit();
     rpc_global_init();
     sl_err err = {0};
     int status = 0;
@@ -102,7 +103,11 @@ int cmd_device(int argc, char **argv)
         }
         dev_agent_close(a);
     }
-    dev_stagesvc_stop(stage);
+    if (dev_stagesvc_stop(stage) != 0) {
+        sl_log_error("device: exiting with a Stage call still running", "%s", "");
+        fflush(NULL);
+        _exit(status ? status : 1);
+    }
     rpc_global_shutdown();
     return status;
 }

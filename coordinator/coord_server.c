@@ -1,47 +1,173 @@
 /* coord_server.c - the Coordinator service: enrollment, heartbeats, the
  * device list, and the authorization every call after enrollment goes
- * through. Handlers run one at a time on the rpc server thread. */
+ * through. Handlers run on the rpc server's worker threads, several at a
+ * time: each takes a database connection of its own from a small pool (the
+ * database is WAL: readers do not wait for writers, SQLite orders the
+ * writers), and the spool import and the CA key are used one thread at a
+ * time. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cert.h"
 #include "coord.h"
 #include "coord_state.h"
 #include "skyloom.pb-c.h"
+#include "sl_file.h"
 #include "sl_log.h"
 #include "sl_mem.h"
 #include "sl_time.h"
+
+#define POOL_MAX 16
+#define LOCK_FILE "coordinator.lock"
 
 struct coord {
     coord_opts o;
     char *pki;
     cert_ca *ca;
-    coord_state *state;
+    coord_state *state; /* the first connection: opened, checked and migrated */
     rpc_server *srv;
+    int lock_fd[2];
+    pthread_mutex_t mu; /* pool */
+    coord_state *pool[POOL_MAX];
+    int n_pool;
+    pthread_mutex_t spool_mu, ca_mu;
 };
 
-static int import_one(void *ud, int kind, const char *key, const char *site, int64_t t)
+/* ---- exclusive use of the directories ------------------------------------------ */
+
+/* Takes DIR/coordinator.lock (flock, released when the process ends); a
+ * second coordinator on the same directory is refused, naming the holder. */
+static int lock_dir(const char *dir, const char *what, int *fd_out, sl_err *err)
 {
-    coord *c = ud;
-    sl_err err = {0};
-    int rc = kind == CERT_SPOOL_TOKEN ? coord_state_add_token(c->state, key, site, t, &err)
-                                      : coord_state_add_revocation(c->state, key, t, &err);
+    char p[4200];
+    if (cert_path(p, sizeof p, dir, LOCK_FILE, err))
+        return -1;
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return sl_err_set(err, SL_EIO, "cannot open %s: %s", p, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[32] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return sl_err_set(err, SL_ESTATE,
+                              "the %s directory %s is in use by another coordinator%s%s%s "
+                              "(it holds %s)",
+                              what, dir, holder[0] ? " (pid " : "", holder,
+                              holder[0] ? ")" : "", p);
+        return sl_err_set(err, SL_EIO, "cannot lock %s: %s", p, strerror(e));
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        sl_log_warn("coordinator: cannot write the lock file", "path=%s", p);
+    *fd_out = fd;
+    return 0;
+}
+
+static int same_dir(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* The PKI directory and its spool hold the CA key and pending tokens. */
+static int private_pki(const char *pki, sl_err *err)
+{
+    char spool[4200];
+    if (cert_path(spool, sizeof spool, pki, "spool", err))
+        return -1;
+    const char *dirs[2] = {pki, spool};
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        if (stat(dirs[i], &st) != 0 || !S_ISDIR(st.st_mode))
+            return sl_err_set(err, SL_EIO, "%s is missing: is %s a PKI directory (skyloom certs "
+                              "init)?", dirs[i], pki);
+        mode_t old;
+        int r = sl_private_dir(dirs[i], &old, err);
+        if (r < 0)
+            return -1;
+        if (r > 0)
+            sl_log_warn("coordinator: a PKI directory was open to group or others; made it "
+                        "private", "dir=%s old_mode=%04o mode=0700", dirs[i], (unsigned)old);
+    }
+    return 0;
+}
+
+/* ---- database connections ------------------------------------------------------ */
+
+static coord_state *db_get(coord *c, sl_err *err)
+{
+    coord_state *s = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (c->n_pool)
+        s = c->pool[--c->n_pool];
+    pthread_mutex_unlock(&c->mu);
+    return s ? s : coord_state_attach(c->state, err);
+}
+
+static void db_put(coord *c, coord_state *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (c->n_pool < POOL_MAX) {
+        c->pool[c->n_pool++] = s;
+        s = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    coord_state_close(s);
+}
+
+/* ---- the spool ------------------------------------------------------------------ */
+
+typedef struct import_ctx {
+    coord *c;
+    coord_state *db;
+} import_ctx;
+
+static int import_one(void *ud, int kind, const char *key, const char *site, int64_t t,
+                      sl_err *err)
+{
+    import_ctx *x = ud;
+    int rc = kind == CERT_SPOOL_TOKEN ? coord_state_add_token(x->db, key, site, t, err)
+                                      : coord_state_add_revocation(x->db, key, t, err);
     if (rc)
-        sl_log_error("coordinator: import failed", "reason=\"%s\"", err.msg);
-    else if (kind == CERT_SPOOL_REVOKE)
+        return -1;
+    if (kind == CERT_SPOOL_REVOKE)
         sl_log_info("coordinator: device revoked", "device=%s", key);
     else
         sl_log_info("coordinator: enrollment token imported", "site=%s", site);
-    return rc;
+    return 0;
+}
+
+static void import_bad(void *ud, const char *file, const char *why)
+{
+    (void)ud;
+    sl_log_warn("coordinator: spool entry refused, renamed to .bad", "entry=%s reason=\"%s\"", file,
+                why);
 }
 
 /* Tokens and revocations written by `skyloom certs` since the last call. */
-static int import_spool(coord *c, sl_err *err)
+static int import_spool(coord *c, coord_state *db, sl_err *err)
 {
     int bad = 0;
-    int rc = cert_spool_drain(c->pki, import_one, c, &bad, err);
-    if (bad)
-        sl_log_warn("coordinator: malformed spool entries renamed to .bad", "count=%d", bad);
+    import_ctx x = {c, db};
+    pthread_mutex_lock(&c->spool_mu);
+    int rc = cert_spool_drain(c->pki, import_one, import_bad, &x, &bad, err);
+    pthread_mutex_unlock(&c->spool_mu);
+    if (rc)
+        sl_log_error("coordinator: spool import failed", "reason=\"%s\"", err ? err->msg : "");
     return rc;
 }
 
@@ -49,6 +175,10 @@ coord *coord_open(const coord_opts *o, sl_err *err)
 {
     coord *c = sl_xcalloc(1, sizeof *c);
     c->o = *o;
+    c->lock_fd[0] = c->lock_fd[1] = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->spool_mu, NULL);
+    pthread_mutex_init(&c->ca_mu, NULL);
     if (!c->o.max_message)
         c->o.max_message = COORD_DEFAULT_MAX_MESSAGE;
     if (!c->o.heartbeat_ms)
@@ -56,8 +186,19 @@ coord *coord_open(const coord_opts *o, sl_err *err)
     if (!c->o.cert_days)
         c->o.cert_days = 365;
     c->pki = sl_xstrdup(o->pki);
-    if (!(c->ca = cert_ca_load(o->pki, err)) || !(c->state = coord_state_open(o->state, err)) ||
-        import_spool(c, err)) {
+    mode_t old;
+    int r = private_pki(o->pki, err);
+    if (!r)
+        r = lock_dir(o->pki, "PKI", &c->lock_fd[0], err);
+    if (!r && (r = sl_private_dir(o->state, &old, err)) > 0) {
+        sl_log_warn("coordinator: the state directory was open to group or others; made it "
+                    "private", "dir=%s old_mode=%04o mode=0700", o->state, (unsigned)old);
+        r = 0;
+    }
+    if (!r && !same_dir(o->pki, o->state))
+        r = lock_dir(o->state, "state", &c->lock_fd[1], err);
+    if (r || !(c->ca = cert_ca_load(o->pki, err)) || !(c->state = coord_state_open(o->state, err)) ||
+        import_spool(c, c->state, err)) {
         coord_close(c);
         return NULL;
     }
@@ -76,25 +217,42 @@ int coord_start(coord *c, sl_err *err)
         .tls = {ca, crt, key},
         .client_auth = RPC_CLIENT_CERT_OPTIONAL,
         .max_message = c->o.max_message,
+        /* anyone may connect here: a connection lives 10 minutes at most */
+        .conn_age_ms = 10 * 60 * 1000,
+        .shutdown_grace_ms = c->o.shutdown_grace_ms,
     };
+    /* Heartbeats have workers of their own: enrollments, listings (and the
+     * calls to come) never hold them up. */
+    const rpc_unary_opts hb = {.workers = 2}, other = {.workers = 2};
     if (!(c->srv = rpc_server_create(&so, err)))
         return -1;
-    if (rpc_server_add_unary(c->srv, RPC_M_ENROLL, coord_handle_enroll, c, err) ||
-        rpc_server_add_unary(c->srv, RPC_M_HEARTBEAT, coord_handle_heartbeat, c, err) ||
-        rpc_server_add_unary(c->srv, RPC_M_LIST_DEVICES, coord_handle_list_devices, c, err))
+    if (rpc_server_add_unary_opts(c->srv, RPC_M_ENROLL, &other, coord_handle_enroll, c, err) ||
+        rpc_server_add_unary_opts(c->srv, RPC_M_HEARTBEAT, &hb, coord_handle_heartbeat, c, err) ||
+        rpc_server_add_unary_opts(c->srv, RPC_M_LIST_DEVICES, &other, coord_handle_list_devices, c,
+                                  err))
         return -1;
     return rpc_server_start(c->srv, err);
 }
 
-void coord_close(coord *c)
+int coord_close(coord *c)
 {
     if (!c)
-        return;
-    rpc_server_destroy(c->srv);
+        return 0;
+    if (rpc_server_destroy(c->srv) != 0)
+        return -1; /* a handler still runs: it may use everything below */
+    for (int i = 0; i < c->n_pool; i++)
+        coord_state_close(c->pool[i]);
     coord_state_close(c->state);
     cert_ca_free(c->ca);
+    for (int i = 0; i < 2; i++)
+        if (c->lock_fd[i] >= 0)
+            close(c->lock_fd[i]);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->spool_mu);
+    pthread_mutex_destroy(&c->ca_mu);
     free(c->pki);
     free(c);
+    return 0;
 }
 
 /* ---- authorization ----------------------------------------------------------- */
@@ -102,7 +260,8 @@ void coord_close(coord *c)
 enum { ALLOW_DEVICE = 1, ALLOW_ADMIN = 2 };
 
 /* Checks a post-enrollment call; returns RPC_OK or the refusal. */
-static int authorize(coord *c, const rpc_peer *peer, const char *claimed, int allow, rpc_status *st)
+static int authorize(coord *c, coord_state *db, const rpc_peer *peer, const char *claimed, int allow,
+                     rpc_status *st)
 {
     if (!peer->authenticated)
         return rpc_status_set(st, RPC_UNAUTHENTICATED,
@@ -124,14 +283,14 @@ static int authorize(coord *c, const rpc_peer *peer, const char *claimed, int al
                               "certificate is for device %s but the request claims device '%s'",
                               id, claimed);
     sl_err err = {0};
-    if (import_spool(c, &err))
+    if (import_spool(c, db, &err))
         return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
-    int r = coord_state_is_revoked(c->state, id, &err);
+    int r = coord_state_is_revoked(db, id, &err);
     if (r < 0)
         return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     if (r)
         return rpc_status_set(st, RPC_UNAUTHENTICATED, "device %s is revoked", id);
-    r = coord_state_device_known(c->state, id, &err);
+    r = coord_state_device_known(db, id, &err);
     if (r < 0)
         return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     if (!r)
@@ -153,6 +312,11 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
     char *pem = NULL;
     char hash[CERT_HEX_LEN], tsite[CERT_SITE_MAX + 1] = "", id[CERT_ID_LEN];
     sl_err err = {0};
+    coord_state *db = db_get(c, &err);
+    if (!db) {
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        goto out;
+    }
     if (strlen(r->token) != 64) {
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "token secret must be 64 hex digits");
         goto out;
@@ -165,13 +329,13 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "name longer than 255 bytes");
         goto out;
     }
-    if (import_spool(c, &err)) {
+    if (import_spool(c, db, &err)) {
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         goto out;
     }
     cert_token_hash(r->token, hash);
     int64_t now = sl_unix_time();
-    switch (coord_state_check_token(c->state, hash, r->site, now, tsite, &err)) {
+    switch (coord_state_check_token(db, hash, r->site, now, tsite, &err)) {
     case COORD_TOKEN_OK:
         break;
     case COORD_TOKEN_UNKNOWN:
@@ -191,12 +355,15 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         goto out;
     }
-    if (cert_ca_sign_csr(c->ca, r->csr_der.data, r->csr_der.len, r->site, c->o.cert_days, id,
-                         &pem, &err)) {
+    pthread_mutex_lock(&c->ca_mu);
+    int signed_bad = cert_ca_sign_csr(c->ca, r->csr_der.data, r->csr_der.len, r->site,
+                                      c->o.cert_days, id, &pem, &err);
+    pthread_mutex_unlock(&c->ca_mu);
+    if (signed_bad) {
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "CSR refused: %s", err.msg);
         goto out;
     }
-    int rev = coord_state_is_revoked(c->state, id, &err);
+    int rev = coord_state_is_revoked(db, id, &err);
     if (rev) {
         code = rev < 0 ? rpc_status_set(st, RPC_INTERNAL, "%s", err.msg)
                        : rpc_status_set(st, RPC_PERMISSION_DENIED,
@@ -208,7 +375,7 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
         rpc_pack(r->profile, &prof);
     coord_device d = {.id = id, .site = r->site, .name = r->name, .cert_pem = pem,
                       .profile = prof.data, .profile_len = prof.len};
-    int rc = coord_state_enroll(c->state, hash, &d, now, &err);
+    int rc = coord_state_enroll(db, hash, &d, now, &err);
     rpc_buf_free(&prof);
     if (rc) {
         code = rpc_status_set(st, err.code == SL_EAUTH ? RPC_UNAUTHENTICATED : RPC_INTERNAL, "%s",
@@ -225,6 +392,7 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
     out.heartbeat_ms = c->o.heartbeat_ms;
     rpc_pack(&out, resp);
 out:
+    db_put(c, db);
     free(pem);
     rpc_unpacked_free(r);
     return code;
@@ -255,7 +423,7 @@ static int add_revoked(void *ud, const char *id)
 }
 
 /* The heartbeat's answer: the server time, the interval and the revoked ids. */
-static int heartbeat_reply(coord *c, int64_t now, rpc_buf *resp, rpc_status *st)
+static int heartbeat_reply(coord *c, coord_state *db, int64_t now, rpc_buf *resp, rpc_status *st)
 {
     Skyloom__V1__HeartbeatResponse out = SKYLOOM__V1__HEARTBEAT_RESPONSE__INIT;
     out.server_time = now;
@@ -263,7 +431,7 @@ static int heartbeat_reply(coord *c, int64_t now, rpc_buf *resp, rpc_status *st)
     str_list rev = {0};
     sl_err err = {0};
     int code = RPC_OK;
-    if (coord_state_list_revoked(c->state, add_revoked, &rev, &err)) {
+    if (coord_state_list_revoked(db, add_revoked, &rev, &err)) {
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     } else {
         out.revoked = rev.v;
@@ -277,7 +445,7 @@ static int heartbeat_reply(coord *c, int64_t now, rpc_buf *resp, rpc_status *st)
 }
 
 /* Records an authorized device's heartbeat and answers it. */
-static int heartbeat(coord *c, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *resp,
+static int heartbeat(coord *c, coord_state *db, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *resp,
                      rpc_status *st)
 {
     if (strlen(r->stage_address) > 255)
@@ -287,7 +455,7 @@ static int heartbeat(coord *c, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *
         rpc_pack(r->profile, &prof);
     sl_err err = {0};
     int64_t now = sl_unix_time();
-    int rc = coord_state_heartbeat(c->state, r->device_id, r->seq, r->profile ? prof.data : NULL,
+    int rc = coord_state_heartbeat(db, r->device_id, r->seq, r->profile ? prof.data : NULL,
                                    prof.len, r->stage_address, now, &err);
     rpc_buf_free(&prof);
     if (rc < 0)
@@ -295,7 +463,7 @@ static int heartbeat(coord *c, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *
     if (rc > 0)
         return rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here",
                               r->device_id);
-    return heartbeat_reply(c, now, resp, st);
+    return heartbeat_reply(c, db, now, resp, st);
 }
 
 int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
@@ -306,9 +474,13 @@ int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, s
         rpc_unpack(&skyloom__v1__heartbeat_request__descriptor, req, len);
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed HeartbeatRequest");
-    int code = authorize(c, peer, r->device_id, ALLOW_DEVICE, st);
+    sl_err err = {0};
+    coord_state *db = db_get(c, &err);
+    int code = db ? authorize(c, db, peer, r->device_id, ALLOW_DEVICE, st)
+                  : rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     if (code == RPC_OK)
-        code = heartbeat(c, r, resp, st);
+        code = heartbeat(c, db, r, resp, st);
+    db_put(c, db);
     rpc_unpacked_free(r);
     return code;
 }
@@ -354,14 +526,18 @@ int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req
         rpc_unpack(&skyloom__v1__list_devices_request__descriptor, req, len);
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed ListDevicesRequest");
-    int code = authorize(c, peer, r->device_id, ALLOW_DEVICE | ALLOW_ADMIN, st);
+    sl_err err = {0};
+    coord_state *db = db_get(c, &err);
+    int code = db ? authorize(c, db, peer, r->device_id, ALLOW_DEVICE | ALLOW_ADMIN, st)
+                  : rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     rpc_unpacked_free(r);
-    if (code != RPC_OK)
+    if (code != RPC_OK) {
+        db_put(c, db);
         return code;
+    }
     list_ctx l = {.c = c, .now = sl_unix_time()};
     skyloom__v1__list_devices_response__init(&l.out);
-    sl_err err = {0};
-    if (coord_state_list_devices(c->state, list_one, &l, &err))
+    if (coord_state_list_devices(db, list_one, &l, &err))
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     else
         rpc_pack(&l.out, resp);
@@ -376,5 +552,6 @@ int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req
         free(i);
     }
     free(l.out.devices);
+    db_put(c, db);
     return code;
 }

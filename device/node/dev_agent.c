@@ -170,10 +170,16 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     if (!a->o.timeout_ms)
         a->o.timeout_ms = 10000;
     a->heartbeat_ms = 5000;
-    if (sl_mkdir(o->state, 0700, err)) {
+    mode_t old;
+    int r = sl_private_dir(o->state, &old, err);
+    if (r < 0) {
+        pthread_mutex_destroy(&a->mu);
         free(a);
         return NULL;
     }
+    if (r > 0)
+        sl_log_warn("device: the state directory was open to group or others; made it private",
+                    "dir=%s old_mode=%04o mode=0700", o->state, (unsigned)old);
     if (dev_identity_files_init(&a->f, o->state, err))
         goto fail;
     sl_err perr = {0};

@@ -78,12 +78,14 @@ dev_stagesvc *dev_stagesvc_start(const dev_stagesvc_opts *o, int *port, sl_err *
     return d;
 }
 
-void dev_stagesvc_stop(dev_stagesvc *d)
+int dev_stagesvc_stop(dev_stagesvc *d)
 {
     if (!d)
-        return;
-    rpc_server_destroy(d->srv);
+        return 0;
+    if (rpc_server_destroy(d->srv) != 0)
+        return -1;
     free(d);
+    return 0;
 }
 
 rpc_channel *dev_stagesvc_connect(const char *state, const char *target, const char *peer_id,

@@ -33,7 +33,9 @@ typedef struct dev_stagesvc_opts {
 typedef struct dev_stagesvc dev_stagesvc;
 
 dev_stagesvc *dev_stagesvc_start(const dev_stagesvc_opts *o, int *port, sl_err *err);
-void dev_stagesvc_stop(dev_stagesvc *s);
+/* 0: stopped and freed; -1: a handler is still running after the grace
+ * period (rpc_server_destroy): the process should exit. */
+int dev_stagesvc_stop(dev_stagesvc *s);
 
 /* A channel from this device (state dir) to the neighbour expected to be
  * device `peer_id` at target. */
