@@ -40,10 +40,12 @@ int rpc_status_set(rpc_status *st, int code, const char *fmt, ...)
     if (!st)
         return code;
     st->code = code;
+    char raw[sizeof st->details];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(st->details, sizeof st->details, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    sl_escape_ctl(st->details, sizeof st->details, raw);
     return code;
 }
 

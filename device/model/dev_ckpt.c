@@ -410,8 +410,15 @@ int dev_ckpt_load_dir(dev_stage *s, int kind, const char *dir, sl_err *err)
     if (st) {
         const char *v = dev_st_meta(st, "skyloom.step");
         step = v ? atoi(v) : -1;
+        int ours = dev_st_checked(st);
         dev_st_close(st);
-        rc = dev_ckpt_load_model(s, p, err);
+        /* a checkpoint is always ours, with checksums: a file without them
+         * is not one (or its header lost them) */
+        if (!ours)
+            sl_err_set(err, SL_ECORRUPT, "%s has no checksums: not a checkpoint written by "
+                       "skyloom, or its header is damaged", p);
+        else
+            rc = dev_ckpt_load_model(s, p, err);
     }
     if (!rc) {
         snprintf(p, n, "%s/optim.bin", dir);
