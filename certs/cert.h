@@ -76,8 +76,11 @@ int cert_key_device_id(const char *key_path, char id[CERT_ID_LEN], sl_err *err);
 int cert_write_new(const char *path, const void *data, size_t len, int mode, sl_err *err);
 /* SHA-256 fingerprint (hex) of the first certificate in a PEM buffer. */
 int cert_pem_fingerprint(const char *pem, size_t len, char hex[CERT_HEX_LEN], sl_err *err);
-/* The common name of the first certificate in a PEM file. */
+/* The common name of the first certificate in a PEM file (one with a NUL
+ * inside is refused). */
 int cert_file_cn(const char *path, char *cn, size_t cap, sl_err *err);
+/* The same from a PEM buffer. */
+int cert_pem_cn(const char *pem, size_t len, char *cn, size_t cap, sl_err *err);
 /* Prints what a PEM file holds (certificates: subject, issuer, serial,
  * validity, names, fingerprint), as text or as one JSON document. */
 int cert_show(const char *path, int json, FILE *out, sl_err *err);

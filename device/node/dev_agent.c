@@ -122,32 +122,27 @@ static int enroll(dev_agent *a, sl_err *err)
     req.name = host;
     req.profile = a->have_profile ? &prof : NULL;
     rpc_status st = {0};
-    Skyloom__V1__EnrollResponse *resp = NULL;
-    int code = rpc_call_pb(ch, RPC_M_ENROLL, &req, &skyloom__v1__enroll_response__descriptor,
-                           (void **)&resp, a->o.timeout_ms, &st);
+    rpc_buf in, out = {0};
+    rpc_pack(&req, &in);
+    int code = rpc_call_unary(ch, RPC_M_ENROLL, in.data, in.len, a->o.timeout_ms, &out, &st);
+    rpc_buf_free(&in);
     rpc_channel_destroy(ch);
     free(csr);
     if (code != RPC_OK)
         return sl_err_set(err, code == RPC_UNAVAILABLE ? SL_EIO : SL_EAUTH,
                           "Enroll refused: %s: %s", rpc_code_name(code), st.details);
-    int rc = -1;
-    char cn[128];
-    if (strcmp(resp->device_id, a->id) != 0) {
-        sl_err_set(err, SL_EAUTH, "coordinator returned device id %s, expected %s",
-                   resp->device_id, a->id);
-    } else if (!cert_write_new(a->f.crt, resp->cert_pem.data, resp->cert_pem.len, 0644, err)) {
-        if (cert_file_cn(a->f.crt, cn, sizeof cn, err) || strcmp(cn, a->id) != 0) {
-            unlink(a->f.crt);
-            if (!err || !err->msg[0])
-                sl_err_set(err, SL_EAUTH, "the certificate is not for %s", a->id);
-        } else {
-            a->heartbeat_ms = resp->heartbeat_ms;
-            rc = 0;
-        }
-    }
-    rpc_unpacked_free(resp);
+    char *pem = NULL;
+    size_t pem_len = 0;
+    unsigned hb = 0;
+    int rc = dev_enroll_reply_check(out.data, out.len, a->id, &hb, &pem, &pem_len, err);
+    rpc_buf_free(&out);
+    if (rc == 0)
+        rc = cert_write_new(a->f.crt, pem, pem_len, 0644, err);
+    free(pem);
     if (rc)
         return -1;
+    if (hb)
+        a->heartbeat_ms = hb;
     char p[4200];
     snprintf(p, sizeof p, "%s/device.json", a->o.state);
     json_t *j = json_pack("{s:s, s:s, s:s}", "device_id", a->id, "site", a->o.site, "coordinator",
@@ -240,31 +235,73 @@ int dev_agent_is_revoked(void *agent, const char *id)
     return found;
 }
 
-static void set_revoked(dev_agent *a, char **ids, size_t n)
-{
-    size_t len = 1;
-    for (size_t i = 0; i < n; i++)
-        len += strlen(ids[i]) + 1;
-    char *s = sl_xmalloc(len), *p = s;
-    for (size_t i = 0; i < n; i++) {
-        size_t k = strlen(ids[i]);
-        memcpy(p, ids[i], k);
-        p[k] = ' ';
-        p += k + 1;
-    }
-    *p = 0;
-    pthread_mutex_lock(&a->mu);
-    free(a->revoked);
-    a->revoked = s;
-    pthread_mutex_unlock(&a->mu);
-}
-
 const char *dev_agent_id(const dev_agent *a) { return a->id; }
 unsigned dev_agent_heartbeat_ms(const dev_agent *a) { return a->heartbeat_ms; }
 
 void dev_agent_set_stage_address(dev_agent *a, const char *host_port)
 {
     snprintf(a->stage_address, sizeof a->stage_address, "%s", host_port ? host_port : "");
+}
+
+int dev_enroll_reply_check(const uint8_t *reply, size_t len, const char *want_id,
+                           unsigned *heartbeat_ms, char **cert_pem, size_t *cert_len, sl_err *err)
+{
+    *cert_pem = NULL;
+    *cert_len = 0;
+    *heartbeat_ms = 0;
+    Skyloom__V1__EnrollResponse *r =
+        rpc_unpack(&skyloom__v1__enroll_response__descriptor, reply, len);
+    if (!r)
+        return sl_err_set(err, SL_ECORRUPT, "malformed reply to Enroll");
+    int rc = -1;
+    char cn[128];
+    if (strcmp(r->device_id, want_id) != 0) {
+        sl_err_set(err, SL_EAUTH, "coordinator returned device id '%.40s', expected %s",
+                   r->device_id, want_id);
+    } else if (!r->cert_pem.len || memchr(r->cert_pem.data, 0, r->cert_pem.len)) {
+        sl_err_set(err, SL_ECORRUPT, "the coordinator's reply holds no certificate");
+    } else if (cert_pem_cn((const char *)r->cert_pem.data, r->cert_pem.len, cn, sizeof cn, err)) {
+        sl_err_wrap(err, "the certificate in the coordinator's reply");
+    } else if (strcmp(cn, want_id) != 0) {
+        sl_err_set(err, SL_EAUTH, "the certificate is for '%.40s', not for %s", cn, want_id);
+    } else {
+        *cert_pem = sl_xmalloc(r->cert_pem.len);
+        memcpy(*cert_pem, r->cert_pem.data, r->cert_pem.len);
+        *cert_len = r->cert_pem.len;
+        if (r->heartbeat_ms >= DEV_HEARTBEAT_MIN_MS && r->heartbeat_ms <= DEV_HEARTBEAT_MAX_MS)
+            *heartbeat_ms = r->heartbeat_ms;
+        rc = 0;
+    }
+    rpc_unpacked_free(r);
+    return rc;
+}
+
+int dev_heartbeat_reply_parse(const uint8_t *reply, size_t len, unsigned *heartbeat_ms,
+                              char **revoked, sl_err *err)
+{
+    *heartbeat_ms = 0;
+    *revoked = NULL;
+    Skyloom__V1__HeartbeatResponse *r =
+        rpc_unpack(&skyloom__v1__heartbeat_response__descriptor, reply, len);
+    if (!r)
+        return sl_err_set(err, SL_ECORRUPT, "malformed reply to Heartbeat");
+    if (r->heartbeat_ms >= DEV_HEARTBEAT_MIN_MS && r->heartbeat_ms <= DEV_HEARTBEAT_MAX_MS)
+        *heartbeat_ms = r->heartbeat_ms;
+    size_t n = 1;
+    for (size_t i = 0; i < r->n_revoked; i++)
+        n += CERT_ID_LEN;
+    char *s = sl_xmalloc(n), *p = s;
+    for (size_t i = 0; i < r->n_revoked; i++) {
+        if (!cert_valid_device_id(r->revoked[i]))
+            continue; /* not an id: it could never match one, nor split one */
+        memcpy(p, r->revoked[i], CERT_ID_LEN - 1);
+        p[CERT_ID_LEN - 1] = ' ';
+        p += CERT_ID_LEN;
+    }
+    *p = 0;
+    *revoked = s;
+    rpc_unpacked_free(r);
+    return 0;
 }
 
 int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
@@ -276,14 +313,25 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
     req.seq = ++a->seq;
     req.profile = a->seq == 1 && a->have_profile ? &prof : NULL;
     req.stage_address = a->stage_address;
-    Skyloom__V1__HeartbeatResponse *resp = NULL;
-    int code = rpc_call_pb(a->ch, RPC_M_HEARTBEAT, &req,
-                           &skyloom__v1__heartbeat_response__descriptor, (void **)&resp,
-                           a->o.timeout_ms, st);
-    if (code == RPC_OK && resp->heartbeat_ms >= 100)
-        a->heartbeat_ms = resp->heartbeat_ms;
-    if (code == RPC_OK)
-        set_revoked(a, resp->revoked, resp->n_revoked);
-    rpc_unpacked_free(resp);
-    return code;
+    rpc_buf in, out = {0};
+    rpc_pack(&req, &in);
+    int code = rpc_call_unary(a->ch, RPC_M_HEARTBEAT, in.data, in.len, a->o.timeout_ms, &out, st);
+    rpc_buf_free(&in);
+    if (code != RPC_OK)
+        return code;
+    unsigned hb;
+    char *revoked;
+    sl_err err = {0};
+    if (dev_heartbeat_reply_parse(out.data, out.len, &hb, &revoked, &err)) {
+        rpc_buf_free(&out);
+        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    }
+    rpc_buf_free(&out);
+    if (hb)
+        a->heartbeat_ms = hb;
+    pthread_mutex_lock(&a->mu);
+    free(a->revoked);
+    a->revoked = revoked;
+    pthread_mutex_unlock(&a->mu);
+    return RPC_OK;
 }

@@ -48,6 +48,22 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st);
  * Thread-safe (a Stage server asks from its own thread). */
 int dev_agent_is_revoked(void *agent, const char *id);
 
+/* The heartbeat interval a coordinator may ask for; anything else is ignored. */
+#define DEV_HEARTBEAT_MIN_MS 100
+#define DEV_HEARTBEAT_MAX_MS 3600000
+
+/* The coordinator's EnrollResponse, checked before anything is written:
+ * the device id must be want_id and the certificate a PEM whose common name
+ * is want_id. *cert_pem (malloc'd) gets the certificate, *heartbeat_ms the
+ * interval asked for (0: none, or out of range). */
+int dev_enroll_reply_check(const uint8_t *reply, size_t len, const char *want_id,
+                           unsigned *heartbeat_ms, char **cert_pem, size_t *cert_len, sl_err *err);
+/* The coordinator's HeartbeatResponse: *heartbeat_ms as above, *revoked
+ * (malloc'd) the revoked device ids, each followed by ' ' (entries that are
+ * not device ids are dropped). */
+int dev_heartbeat_reply_parse(const uint8_t *reply, size_t len, unsigned *heartbeat_ms,
+                              char **revoked, sl_err *err);
+
 /* dev_profile -> skyloom.v1.DeviceProfile (pb is a Skyloom__V1__DeviceProfile;
  * its strings point into p). */
 void dev_profile_to_pb(const dev_profile *p, void *pb);
