@@ -394,7 +394,7 @@ static void test_deadline(void)
 static void test_stream_limits(void)
 {
     int port;
-    rpc_server_opts o = {.max_streams = 2, .stream_idle_ms = 500};
+    rpc_server_opts o = {.max_streams = 2, .stream_idle_ms = 2000};
     rpc_unary_opts slow = {0};
     rpc_server *s = start(&o, &slow, &port);
     rpc_channel *c = dial(port);
