@@ -36,7 +36,7 @@ static void setup(void)
     if (!(stage = dev_stage_create(&c, 0, 2, 1, 4, 1, 7, NULL, 0, &err)))
         fu_die("stage", err.msg);
     dev_stage_set_step(stage, 5);
-    char *buf;
+    char *buf = NULL;
     if (dev_ckpt_save_optim(stage, DEV_OPT_ADAMW, path, &err) ||
         sl_read_file(path, 1u << 24, &buf, &good_len, &err))
         fu_die("optim.bin", err.msg);

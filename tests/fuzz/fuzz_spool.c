@@ -80,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     name[nlen] = 0;
     if (!nlen || !strcmp(name, ".") || !strcmp(name, ".."))
         snprintf(name, sizeof name, "x");
-    char path[400];
+    char path[600];
     snprintf(path, sizeof path, "%s/%s", spool, name);
     const uint8_t *body = nl ? nl + 1 : in + size - 1;
     size_t blen = (size_t)(in + size - 1 - body);

@@ -44,7 +44,7 @@ static inline void fu_cleanup(void)
         nftw(fu_root, fu_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static inline void fu_die(const char *what, const char *msg)
+__attribute__((noreturn)) static inline void fu_die(const char *what, const char *msg)
 {
     fprintf(stderr, "fuzz setup: %s: %s\n", what, msg);
     abort();
