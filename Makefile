@@ -6,6 +6,10 @@ ASAN_BUILD ?= build-asan
 CUDA_BUILD ?= build-cuda
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
+# The whole fuzz run's budget: each target gets FUZZ_SECONDS, or less when
+# that would pass the budget (13 targets x 60 s would be 13 minutes; CI
+# allows about 12).
+FUZZ_BUDGET ?= 720
 MESON_OPTS ?=
 PYTHON     ?= /usr/bin/python3
 # CI builds warning-free or not at all.
@@ -57,7 +61,8 @@ test-cuda: deps $(CUDA_BUILD)/build.ninja
 	@$(PYTHON) scripts/test-summary.py $(CUDA_BUILD)/meson-logs/testlog.json
 
 # libFuzzer targets (tests/fuzz/meson.build): clang, coverage instrumentation
-# on all code, ASan+UBSan; each target runs FUZZ_SECONDS on its own corpus in
+# on all code, ASan+UBSan; each target runs min(FUZZ_SECONDS, FUZZ_BUDGET /
+# number of targets) seconds on its own corpus in
 # $(FUZZ_BUILD)/corpus/NAME (seeded from tests/fuzz/corpus/NAME and
 # tests/fuzz/regress/NAME when present). A crash stops the run and leaves its
 # input in $(FUZZ_BUILD)/crashes/: fix it and add the input to
@@ -69,12 +74,15 @@ $(FUZZ_BUILD)/build.ninja:
 fuzz: deps $(FUZZ_BUILD)/build.ninja
 	ninja -C $(FUZZ_BUILD) fuzz-targets
 	@mkdir -p $(FUZZ_BUILD)/crashes
-	@set -e; for exe in $(FUZZ_BUILD)/tests/fuzz/fuzz_*; do \
+	@set -e; n=0; for exe in $(FUZZ_BUILD)/tests/fuzz/fuzz_*; do [ -f "$$exe" ] && [ -x "$$exe" ] && n=$$((n + 1)); done; \
+	secs=$$(( $(FUZZ_BUDGET) / (n > 0 ? n : 1) )); [ $$secs -gt $(FUZZ_SECONDS) ] && secs=$(FUZZ_SECONDS); [ $$secs -ge 1 ] || secs=1; \
+	echo "== $$n targets, $$secs s each (FUZZ_SECONDS=$(FUZZ_SECONDS), FUZZ_BUDGET=$(FUZZ_BUDGET))"; \
+	for exe in $(FUZZ_BUILD)/tests/fuzz/fuzz_*; do \
 	  [ -f "$$exe" ] && [ -x "$$exe" ] || continue; \
 	  name=$${exe##*/fuzz_}; dirs=$(FUZZ_BUILD)/corpus/$$name; mkdir -p $$dirs; \
 	  for d in tests/fuzz/corpus/$$name tests/fuzz/regress/$$name; do if [ -d $$d ]; then dirs="$$dirs $$d"; fi; done; \
-	  echo "== fuzz_$$name for $(FUZZ_SECONDS) s (log: $(FUZZ_BUILD)/fuzz_$$name.log)"; \
-	  if UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $$exe -max_total_time=$(FUZZ_SECONDS) \
+	  echo "== fuzz_$$name for $$secs s (log: $(FUZZ_BUILD)/fuzz_$$name.log)"; \
+	  if UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $$exe -max_total_time=$$secs \
 	      -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crashes/$$name- $$dirs \
 	      >$(FUZZ_BUILD)/fuzz_$$name.log 2>&1; then \
 	    grep -E '^(Done|stat::(number_of_executed_units|new_units_added|peak_rss_mb))' $(FUZZ_BUILD)/fuzz_$$name.log; \

@@ -128,8 +128,11 @@ int cert_key_device_id(const char *key_path, char id[CERT_ID_LEN], sl_err *err);
 int cert_write_new(const char *path, const void *data, size_t len, int mode, sl_err *err);
 /* SHA-256 fingerprint (hex) of the first certificate in a PEM buffer. */
 int cert_pem_fingerprint(const char *pem, size_t len, char hex[CERT_HEX_LEN], sl_err *err);
-/* The common name of the first certificate in a PEM file. */
+/* The common name of the first certificate in a PEM file (one with a NUL
+ * inside is refused). */
 int cert_file_cn(const char *path, char *cn, size_t cap, sl_err *err);
+/* The same from a PEM buffer. */
+int cert_pem_cn(const char *pem, size_t len, char *cn, size_t cap, sl_err *err);
 /* Prints what a PEM file holds (certificates: subject, issuer, serial,
  * validity, names, fingerprint), as text or as one JSON document. */
 int cert_show(const char *path, int json, FILE *out, sl_err *err);
@@ -159,12 +162,19 @@ enum cert_spool_kind { CERT_SPOOL_TOKEN, CERT_SPOOL_REVOKE };
 /* Called for each spool entry: TOKEN (key = hash, site, t = expiry, cert_s =
  * the lifetime of the device's certificates, 0 for the default) or REVOKE
  * (key = device id, site = NULL, t = time of revocation, cert_s = 0).
- * Returning 0 removes the entry from the spool; -1 keeps it and stops. */
+ * Returning 0 removes the entry from the spool; -1 (with err set) keeps it
+ * and stops. */
 typedef int (*cert_spool_fn)(void *ud, int kind, const char *key, const char *site, int64_t t,
-                             int64_t cert_s);
-/* Imports and removes every entry in DIR/spool. Malformed entries are
- * renamed to *.bad and reported in the return count of skipped ones. */
-int cert_spool_drain(const char *dir, cert_spool_fn fn, void *ud, int *bad, sl_err *err);
+                             int64_t cert_s, sl_err *err);
+/* Told of each malformed entry (renamed to *.bad) and why. */
+typedef void (*cert_spool_bad_fn)(void *ud, const char *file, const char *why);
+/* Imports and removes every entry in DIR/spool. Entries are opened without
+ * blocking and must be small regular files; anything else (a FIFO, a
+ * device, a link, a directory, a malformed body) is renamed to *.bad and
+ * reported to bad_fn (may be NULL) and in *bad, the count. An import that
+ * fails stops the drain with an error naming the entry and the cause. */
+int cert_spool_drain(const char *dir, cert_spool_fn fn, cert_spool_bad_fn bad_fn, void *ud,
+                     int *bad, sl_err *err);
 
 /* ---- pinning the CA (devices, before they have a certificate) --------------- */
 

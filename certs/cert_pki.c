@@ -16,6 +16,7 @@
 #include "cert.h"
 #include "cert_internal.h"
 #include "sl_file.h"
+#include "sl_log.h"
 #include "sl_mem.h"
 
 struct cert_ca {
@@ -326,8 +327,13 @@ int cert_pki_init(const char *dir, const char *name, const char *sans, sl_err *e
     char san[2048], p[4096];
     if (build_sans(sans, san, sizeof san, err))
         return -1;
-    if (sl_mkdir(dir, 0700, err))
+    mode_t old;
+    int r = sl_private_dir(dir, &old, err);
+    if (r < 0)
         return -1;
+    if (r > 0)
+        sl_log_warn("certs: the PKI directory was open to group or others; made it private",
+                    "dir=%s old_mode=%04o mode=0700", dir, (unsigned)old);
     static const char *const files[] = {"ca.key", "ca.crt", "coordinator.key", "coordinator.crt",
                                         "admin.key", "admin.crt"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
@@ -649,6 +655,8 @@ int cert_csr_create(const char *key_path, const char *cn, uint8_t **der, size_t 
 
 int cert_pem_fingerprint(const char *pem, size_t len, char hex[CERT_HEX_LEN], sl_err *err)
 {
+    if (len > (1u << 20))
+        return sl_err_set(err, SL_EINVAL, "certificate larger than 1 MiB");
     BIO *b = BIO_new_mem_buf(pem, (int)len);
     X509 *x = PEM_read_bio_X509(b, NULL, NULL, NULL);
     BIO_free(b);
@@ -666,11 +674,25 @@ static int name_cn(X509_NAME *n, char *cn, size_t cap)
         return -1;
     ASN1_STRING *s = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(n, i));
     int l = ASN1_STRING_length(s);
-    if (l < 0 || (size_t)l >= cap)
-        return -1;
+    if (l < 0 || (size_t)l >= cap || memchr(ASN1_STRING_get0_data(s), 0, (size_t)l))
+        return -1; /* a NUL inside would make "id\0junk" compare equal to "id" */
     memcpy(cn, ASN1_STRING_get0_data(s), (size_t)l);
     cn[l] = 0;
     return 0;
+}
+
+int cert_pem_cn(const char *pem, size_t len, char *cn, size_t cap, sl_err *err)
+{
+    if (len > (1u << 20))
+        return sl_err_set(err, SL_EINVAL, "certificate larger than 1 MiB");
+    BIO *b = BIO_new_mem_buf(pem, (int)len);
+    X509 *x = PEM_read_bio_X509(b, NULL, NULL, NULL);
+    BIO_free(b);
+    if (!x)
+        return cert_ssl_err(err, SL_ECORRUPT, "not a PEM certificate");
+    int rc = name_cn(X509_get_subject_name(x), cn, cap);
+    X509_free(x);
+    return rc ? sl_err_set(err, SL_ECORRUPT, "the certificate has no (usable) common name") : 0;
 }
 
 int cert_file_cn(const char *path, char *cn, size_t cap, sl_err *err)

@@ -50,8 +50,11 @@ static json_t *describe(X509 *x)
         GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
         char buf[300] = "";
         if (g->type == GEN_DNS) {
-            snprintf(buf, sizeof buf, "DNS:%.*s", ASN1_STRING_length(g->d.dNSName),
+            char raw[256];
+            snprintf(raw, sizeof raw, "%.*s", ASN1_STRING_length(g->d.dNSName),
                      (const char *)ASN1_STRING_get0_data(g->d.dNSName));
+            char safe[260];
+            snprintf(buf, sizeof buf, "DNS:%s", sl_escape_ctl(safe, sizeof safe, raw));
         } else if (g->type == GEN_IPADD) {
             const unsigned char *a = ASN1_STRING_get0_data(g->d.iPAddress);
             int l = ASN1_STRING_length(g->d.iPAddress);

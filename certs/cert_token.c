@@ -2,6 +2,7 @@
  * carries both from `skyloom certs` to the coordinator's state. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,21 +114,51 @@ int cert_revoke(const char *dir, const char *device_id, sl_err *err)
     return spool_put(dir, name, body, err);
 }
 
-static int read_small(const char *path, char *buf, size_t cap)
+/* Reads a spool entry without ever blocking: a FIFO or device is refused
+ * before any read. 0 ok, -1 with the reason in why. */
+static int read_small(const char *path, char *buf, size_t cap, const char **why)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        *why = errno == ELOOP ? "a symbolic link" : strerror(errno);
         return -1;
-    size_t n = fread(buf, 1, cap - 1, f);
-    int bad = ferror(f) || !feof(f);
-    fclose(f);
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        *why = "not a regular file";
+        return -1;
+    }
+    if ((uint64_t)st.st_size >= cap) {
+        close(fd);
+        *why = "too large for a spool entry";
+        return -1;
+    }
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            *why = strerror(errno);
+            close(fd);
+            return -1;
+        }
+        if (r == 0 || (n += (size_t)r) == cap - 1)
+            break;
+    }
+    close(fd);
     buf[n] = 0;
-    return bad ? -1 : 0;
+    if (memchr(buf, 0, n)) {
+        *why = "a NUL byte in the body";
+        return -1;
+    }
+    return 0;
 }
 
-/* Parses one spool entry; 0 ok, -1 malformed. */
+/* Parses one spool entry; 0 ok, -1 malformed (the reason in why). */
 static int parse_entry(const char *file, const char *body, int *kind, char *key, char *site,
-                       int64_t *t, int64_t *cert_s)
+                       int64_t *t, int64_t *cert_s, const char **why)
 {
     long long v, cs = 0;
     char extra;
@@ -135,9 +166,11 @@ static int parse_entry(const char *file, const char *body, int *kind, char *key,
     if (!strncmp(file, "token-", 6)) {
         *kind = CERT_SPOOL_TOKEN;
         snprintf(key, CERT_HEX_LEN, "%s", file + 6);
-        if (!cert_is_hex(key, 64))
+        *why = "the name is not token-<64 hex>";
+        if (!cert_is_hex(file + 6, 64))
             return -1;
         char s[CERT_SITE_MAX + 2];
+        *why = "the body is not \"SITE EXPIRY [CERT_SECONDS]\"";
         int n = sscanf(body, "%65s %lld %lld %c", s, &v, &cs, &extra);
         if ((n != 2 && n != 3) || !cert_valid_site(s))
             return -1;
@@ -148,19 +181,23 @@ static int parse_entry(const char *file, const char *body, int *kind, char *key,
     } else if (!strncmp(file, "revoke-", 7)) {
         *kind = CERT_SPOOL_REVOKE;
         snprintf(key, CERT_HEX_LEN, "%s", file + 7);
-        if (!cert_valid_device_id(key))
+        *why = "the name is not revoke-<device id>";
+        if (strlen(file + 7) != CERT_ID_LEN - 1 || !cert_valid_device_id(key))
             return -1;
+        *why = "the body is not \"TIME\"";
         if (sscanf(body, "%lld %c", &v, &extra) != 1)
             return -1;
         site[0] = 0;
     } else {
+        *why = "unknown entry (token-* or revoke-* expected)";
         return -1;
     }
     *t = v;
     return 0;
 }
 
-int cert_spool_drain(const char *dir, cert_spool_fn fn, void *ud, int *bad, sl_err *err)
+int cert_spool_drain(const char *dir, cert_spool_fn fn, cert_spool_bad_fn bad_fn, void *ud,
+                     int *bad, sl_err *err)
 {
     char sp[4096];
     *bad = 0;
@@ -173,22 +210,28 @@ int cert_spool_drain(const char *dir, cert_spool_fn fn, void *ud, int *bad, sl_e
     int rc = 0;
     while ((e = readdir(d)) != NULL) {
         const char *f = e->d_name;
-        if (f[0] == '.' || strstr(f, ".bad"))
+        size_t fl = strlen(f);
+        if (f[0] == '.' || (fl >= 4 && !strcmp(f + fl - 4, ".bad")))
             continue;
         char path[4400], body[256], key[CERT_HEX_LEN], site[CERT_SITE_MAX + 1];
+        const char *why = "";
         int kind;
         int64_t t, cert_s;
         snprintf(path, sizeof path, "%s/%s", sp, f);
-        if (read_small(path, body, sizeof body) != 0 ||
-            parse_entry(f, body, &kind, key, site, &t, &cert_s) != 0) {
+        if (read_small(path, body, sizeof body, &why) != 0 ||
+            parse_entry(f, body, &kind, key, site, &t, &cert_s, &why) != 0) {
             char badp[4500];
             snprintf(badp, sizeof badp, "%s.bad", path);
             rename(path, badp);
             (*bad)++;
+            if (bad_fn)
+                bad_fn(ud, f, why);
             continue;
         }
-        if (fn(ud, kind, key, kind == CERT_SPOOL_TOKEN ? site : NULL, t, cert_s) != 0) {
-            rc = sl_err_set(err, SL_EIO, "importing %s failed", path);
+        sl_err ierr = {0};
+        if (fn(ud, kind, key, kind == CERT_SPOOL_TOKEN ? site : NULL, t, cert_s, &ierr) != 0) {
+            rc = sl_err_set(err, ierr.code ? ierr.code : SL_EIO, "importing %s: %s", path,
+                            ierr.msg[0] ? ierr.msg : "failed");
             break;
         }
         unlink(path);

@@ -19,6 +19,9 @@ int cmd_job(int argc, char **argv);
  * flag (the signal number, 0 before any) is what cli_stop_signal returns. */
 void cli_catch_stop_signals(void);
 int cli_stop_signal(void);
+/* Raises the soft descriptor limit to the hard one (servers: every
+ * connection is a descriptor). */
+void cli_raise_fd_limit(void);
 /* Options that take a value. */
 typedef struct cli_opt {
     const char *name;

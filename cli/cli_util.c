@@ -2,8 +2,10 @@
  * options from a table, stopping on SIGINT/SIGTERM. */
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli.h"
+#include "sl_log.h"
 
 int cli_opt_take(const char *cmd, int argc, char **argv, int *i, const cli_opt *opts)
 {
@@ -33,3 +35,19 @@ void cli_catch_stop_signals(void)
 }
 
 int cli_stop_signal(void) { return stop_flag; }
+
+void cli_raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur != rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = was;
+    }
+    sl_log_debug("descriptor limit", "soft=%llu hard=%llu was=%llu",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+                 (unsigned long long)was);
+}

@@ -1,4 +1,6 @@
-/* skyloom coordinator: the control plane (enrollment and device registry). */
+/* skyloom coordinator: the control plane (enrollment and device registry),
+ * and `skyloom coordinator backup`, the copy of its state. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -6,11 +8,46 @@
 #include "cert.h"
 #include "cli.h"
 #include "coord.h"
+#include "coord_state.h"
 #include "rpc.h"
+#include "sl_file.h"
 #include "sl_log.h"
+
+static int backup(int argc, char **argv)
+{
+    const char *state = NULL, *out = NULL;
+    const cli_opt table[] = {{"--state", &state}, {"--out", &out}, {NULL, NULL}};
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: skyloom coordinator backup --state DIR --out FILE\n\n"
+                   "Copies the coordinator's state (DIR/coordinator.db with what its -wal file\n"
+                   "holds) to FILE with SQLite's online backup, while the coordinator runs or\n"
+                   "not, and checks the copy. Copying coordinator.db alone can lose the last\n"
+                   "enrollments: they may be only in coordinator.db-wal. To restore, stop the\n"
+                   "coordinator, put FILE in place of DIR/coordinator.db and delete\n"
+                   "DIR/coordinator.db-wal and DIR/coordinator.db-shm.\n");
+            return 0;
+        }
+        int r = cli_opt_take("coordinator backup", argc, argv, &i, table);
+        if (r < 0)
+            return 2;
+        if (r == 0)
+            return sl_cli_fail("coordinator backup", 2, "unknown option '%s'", argv[i]);
+    }
+    if (!state || !out)
+        return sl_cli_fail("coordinator backup", 2, "--state and --out are required");
+    sl_err err = {0};
+    int64_t devices = 0;
+    if (coord_state_backup(state, out, &devices, &err))
+        return sl_cli_fail("coordinator backup", 1, "%s", err.msg);
+    printf("backed up %s/coordinator.db (%" PRId64 " devices) to %s\n", state, devices, out);
+    return 0;
+}
 
 int cmd_coordinator(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "backup"))
+        return backup(argc, argv);
     coord_opts o = {0};
     const char *port_file = NULL, *heartbeat = NULL, *max_message = NULL;
     sl_err err = {0};
@@ -22,13 +59,16 @@ int cmd_coordinator(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: skyloom coordinator --listen ADDR --pki DIR --state DIR\n"
-                   "                           [--heartbeat 5s] [--max-message 1M] [--port-file F]\n\n"
+                   "                           [--heartbeat 5s] [--max-message 1M] [--port-file F]\n"
+                   "       skyloom coordinator backup --state DIR --out FILE\n\n"
                    "Serves the Coordinator service over mutual TLS on ADDR (HOST:PORT; port 0\n"
                    "picks a free one, written to --port-file). Devices without a certificate\n"
                    "may only call Enroll, with a one-time token from skyloom certs token; every\n"
                    "other call needs a certificate from the CA in --pki. State (devices, token\n"
-                   "hashes, revocations) lives in DIR/coordinator.db (SQLite, WAL) and survives\n"
-                   "restarts. Stops cleanly on SIGINT or SIGTERM.\n");
+                   "hashes, revocations) lives in DIR/coordinator.db and DIR/coordinator.db-wal\n"
+                   "(SQLite, WAL: both are the state; copy it with `backup`) and survives\n"
+                   "restarts. One coordinator per PKI and state directory. Stops on SIGINT or\n"
+                   "SIGTERM (within seconds, even with a call stuck on a hung disk).\n");
             return 0;
         }
         int r = cli_opt_take("coordinator", argc, argv, &i, table);
@@ -51,6 +91,7 @@ int cmd_coordinator(int argc, char **argv)
     }
     if (!o.listen || !o.pki || !o.state)
         return sl_cli_fail("coordinator", 2, "--listen, --pki and --state are required");
+    cli_raise_fd_limit();
     rpc_global_init();
     int status = 0;
     coord *c = coord_open(&o, &err);
@@ -61,20 +102,20 @@ int cmd_coordinator(int argc, char **argv)
         cli_catch_stop_signals();
         sl_log_info("coordinator: serving", "listen=%s port=%d pki=%s state=%s", o.listen, port,
                     o.pki, o.state);
-        if (port_file) {
-            FILE *f = fopen(port_file, "w");
-            if (f) {
-                fprintf(f, "%d\n", port);
-                fclose(f);
-            } else {
-                sl_log_warn("coordinator: cannot write port file", "path=%s", port_file);
-            }
-        }
+        char line[16];
+        snprintf(line, sizeof line, "%d\n", port);
+        if (port_file && sl_write_file_atomic(port_file, line, strlen(line), &err))
+            sl_log_warn("coordinator: cannot write port file", "reason=\"%s\"", err.msg);
         while (!cli_stop_signal())
             usleep(50 * 1000);
         sl_log_info("coordinator: stopping", "signal=%d", cli_stop_signal());
     }
-    coord_close(c);
+    if (coord_close(c) != 0) {
+        /* gRPC's own teardown would wait for the stuck call: leave now. */
+        sl_log_error("coordinator: exiting with a call still running", "%s", "");
+        fflush(NULL);
+        _exit(status ? status : 1);
+    }
     rpc_global_shutdown();
     return status;
 }

@@ -107,6 +107,7 @@ int cmd_device(int argc, char **argv)
         if (dev_profile_probe(&prof, NULL) == 0)
             memory = prof.memory_bytes;
     }
+    cli_raise_fd_limit();
     rpc_global_init();
     int status = 0;
     dev_kx_keypair kp;
@@ -178,7 +179,12 @@ int cmd_device(int argc, char **argv)
                 usleep(50 * 1000);
         }
     }
-    dev_stagesvc_stop(stage);
+    dev_jobs_stop(jobs); /* the jobs' streams end, so the Stage service can stop */
+    if (dev_stagesvc_stop(stage) != 0) {
+        sl_log_error("device: exiting with a Stage call still running", "%s", "");
+        fflush(NULL);
+        _exit(status ? status : 1);
+    }
     dev_jobs_close(jobs);
     dev_agent_close(a);
     sodium_memzero(&kp, sizeof kp);

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "dev_ckpt.h"
+#include "dev_order.h"
 #include "dev_train.h"
 #include "kn_be.h"
 #include "sl_log.h"
@@ -79,6 +80,11 @@ int cmd_eval(int argc, char **argv)
     dev_train *tr = NULL;
     dev_mlm_batch mb = {0};
     if (dev_train_check_shard(&cfg, shard, &err)) {
+        sl_cli_fail("eval", 1, "%s: %s", data, err.msg);
+        goto out;
+    }
+    dev_order range; /* the same check train makes of --first */
+    if (dev_order_init(&range, dev_shard_count(shard), (uint64_t)first, 0, 0, 0, &err)) {
         sl_cli_fail("eval", 1, "%s: %s", data, err.msg);
         goto out;
     }

@@ -12,12 +12,12 @@
 
 int sl_cli_fail(const char *cmd, int status, const char *fmt, ...)
 {
-    fprintf(stderr, "skyloom %s: ", cmd);
+    char msg[2048], safe[2048];
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "skyloom %s: %s\n", cmd, sl_escape_ctl(safe, sizeof safe, msg));
     return status;
 }
 

@@ -3,6 +3,64 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Length of the UTF-8 sequence at p that encodes a printable character
+ * (not C1), or 0. */
+static size_t utf8_ok(const unsigned char *p)
+{
+    unsigned c = p[0];
+    size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+    if (!n || c > 0xf4)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if (c == 0xc2 && p[1] < 0xa0) /* U+0080..U+009F */
+        return 0;
+    if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] > 0x8f) ||
+        (c == 0xed && p[1] > 0x9f))
+        return 0; /* overlong, beyond U+10FFFF, surrogates */
+    return n;
+}
+
+char *sl_escape_ctl(char *dst, size_t cap, const char *src)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    if (!cap)
+        return dst;
+    for (const unsigned char *p = (const unsigned char *)src; *p;) {
+        size_t n = *p >= 0x20 && *p < 0x7f ? 1 : *p >= 0x80 ? utf8_ok(p) : 0;
+        if (n) {
+            if (o + n >= cap)
+                break;
+            memcpy(dst + o, p, n);
+            o += n;
+            p += n;
+            continue;
+        }
+        if (o + 4 >= cap)
+            break;
+        dst[o++] = '\\';
+        dst[o++] = 'x';
+        dst[o++] = hex[*p >> 4];
+        dst[o++] = hex[*p & 15];
+        p++;
+    }
+    dst[o] = 0;
+    return dst;
+}
+
+static void clean(sl_err *err)
+{
+    char tmp[sizeof err->msg];
+    for (const char *p = err->msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) {
+            memcpy(tmp, err->msg, sizeof tmp);
+            sl_escape_ctl(err->msg, sizeof err->msg, tmp);
+            return;
+        }
+}
+
 int sl_err_set(sl_err *err, int code, const char *fmt, ...)
 {
     if (!err)
@@ -12,6 +70,7 @@ int sl_err_set(sl_err *err, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    clean(err);
     return -1;
 }
 
@@ -35,6 +94,7 @@ int sl_err_wrap(sl_err *err, const char *fmt, ...)
     for (const char *p = old; *p && n < cap; p++)
         err->msg[n++] = *p;
     err->msg[n] = '\0';
+    clean(err);
     if (!err->code)
         err->code = SL_EINTERNAL;
     return -1;

@@ -7,6 +7,7 @@
 #define SL_ERR_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 enum sl_errcode {
     SL_OK = 0,
@@ -26,6 +27,10 @@ typedef struct sl_err {
     char msg[512];
 } sl_err;
 
+/* Messages never carry raw control characters: sl_err_set and sl_err_wrap
+ * (like sl_log and sl_cli_fail) write them as \xNN (sl_escape_ctl), since
+ * messages quote names and bytes from files and the network. */
+
 /* Sets code and message; always returns -1 so callers can `return sl_err_set(...)`. */
 int sl_err_set(sl_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -33,5 +38,11 @@ int sl_err_set(sl_err *err, int code, const char *fmt, ...)
 int sl_err_wrap(sl_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sl_err_clear(sl_err *err);
 const char *sl_errcode_name(int code);
+
+/* Copies src into dst (cap bytes, always NUL-terminated, cut short if need
+ * be) with C0 controls, DEL, C1 controls and bytes that are not UTF-8
+ * written as \xNN, so text from a file cannot drive a terminal. Escaping
+ * twice changes nothing. Returns dst. */
+char *sl_escape_ctl(char *dst, size_t cap, const char *src);
 
 #endif

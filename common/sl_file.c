@@ -63,7 +63,9 @@ int sl_atomic_open(sl_atomic *a, const char *path, sl_err *err)
     a->path = sl_xstrdup(path);
     a->tmp = sl_xmalloc(n + 32);
     snprintf(a->tmp, n + 32, "%s.tmp.%ld", path, (long)getpid());
-    a->f = fopen(a->tmp, "wb");
+    int fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd >= 0 && !(a->f = fdopen(fd, "wb")))
+        close(fd);
     if (!a->f) {
         sl_err_set(err, SL_EIO, "%s: %s", a->tmp, strerror(errno));
         free(a->path);
@@ -138,6 +140,28 @@ int sl_mkdir(const char *path, mode_t mode, sl_err *err)
     if (stat(path, &st) || !S_ISDIR(st.st_mode))
         return sl_err_set(err, SL_EIO, "%s: not a directory", path);
     return 0;
+}
+
+int sl_private_dir(const char *path, mode_t *old_mode, sl_err *err)
+{
+    if (sl_mkdir(path, 0700, err))
+        return -1;
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return sl_err_set(err, SL_EIO, "%s: not a directory", path);
+    if (!(st.st_mode & 077))
+        return 0;
+    if (st.st_uid != geteuid())
+        return sl_err_set(err, SL_EAUTH,
+                          "%s (mode %04o) may be used by group or others and belongs to uid %u, "
+                          "not to us: refusing to keep secrets there",
+                          path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+    if (chmod(path, 0700) != 0)
+        return sl_err_set(err, SL_EIO, "%s (mode %04o): cannot make it private: %s", path,
+                          (unsigned)(st.st_mode & 07777), strerror(errno));
+    if (old_mode)
+        *old_mode = st.st_mode & 07777;
+    return 1;
 }
 
 int sl_write_file_atomic(const char *path, const void *p, size_t n, sl_err *err)

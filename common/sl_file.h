@@ -19,7 +19,9 @@
  * free(). */
 int sl_read_file(const char *path, uint64_t max_bytes, char **buf, size_t *len, sl_err *err);
 
-/* Streaming atomic write, for files written piece by piece (checkpoints). */
+/* Streaming atomic write, for files written piece by piece (checkpoints).
+ * The file is created 0644 (or tighter, under a stricter umask) whatever
+ * the umask allows. */
 typedef struct sl_atomic {
     FILE *f;
     char *path, *tmp;
@@ -40,5 +42,11 @@ int sl_write_file_atomic(const char *path, const void *p, size_t n, sl_err *err)
 /* mkdir for one level with `mode` (0700 for private state, 0755 otherwise);
  * an existing directory is fine, anything else by that name is an error. */
 int sl_mkdir(const char *path, mode_t mode, sl_err *err);
+
+/* A directory that holds secrets (keys, state): made 0700 if missing; an
+ * existing one that group or others may use is set to 0700. Returns 1 when
+ * it changed the mode (the old one in *old_mode, for the caller to say so),
+ * 0 when nothing changed, -1 on error (a file by that name, not ours). */
+int sl_private_dir(const char *path, mode_t *old_mode, sl_err *err);
 
 #endif

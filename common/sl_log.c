@@ -1,5 +1,7 @@
 #include "sl_log.h"
 
+#include "sl_err.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,15 +33,17 @@ void sl_log(int level, const char *msg, const char *fmt, ...)
     gmtime_r(&ts.tv_sec, &tm);
     char when[32];
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-    pthread_mutex_lock(&g_lock);
-    fprintf(stderr, "%s.%03ldZ %s %s", when, ts.tv_nsec / 1000000, names[level], msg);
+    char fields[2048] = "", safe[2048], safe_msg[512];
     if (fmt && fmt[0]) {
-        fputc(' ', stderr);
         va_list ap;
         va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
+        vsnprintf(fields, sizeof fields, fmt, ap);
         va_end(ap);
     }
-    fputc('\n', stderr);
+    sl_escape_ctl(safe, sizeof safe, fields);
+    sl_escape_ctl(safe_msg, sizeof safe_msg, msg);
+    pthread_mutex_lock(&g_lock);
+    fprintf(stderr, "%s.%03ldZ %s %s%s%s\n", when, ts.tv_nsec / 1000000, names[level], safe_msg,
+            safe[0] ? " " : "", safe);
     pthread_mutex_unlock(&g_lock);
 }

@@ -30,19 +30,28 @@ typedef struct coord_opts {
     unsigned heartbeat_ms; /* 0: 5000 */
     int cert_days;         /* device certificate lifetime for devices whose token named
                             * none; 0: the PKI's default (cert_pki_device_seconds) */
+    int64_t shutdown_grace_ms; /* how long coord_close waits for handlers; 0: 5 s */
 } coord_opts;
 
 typedef struct coord coord;
 
-/* Loads the CA, opens the state and imports the PKI spool. Serves nothing yet. */
+/* Takes the PKI and state directories for this process (a second
+ * coordinator on either is refused), makes them private, loads the CA,
+ * opens and checks the state (coord_state_open) and imports the PKI spool.
+ * Serves nothing yet. */
 coord *coord_open(const coord_opts *o, sl_err *err);
-/* Starts serving; returns the bound port or -1. */
+/* Starts serving; returns the bound port or -1. Handlers run on worker
+ * threads (rpc.h): Heartbeat has its own, so slow calls of other methods
+ * never delay it. */
 int coord_start(coord *c, sl_err *err);
-/* Stops serving (if started) and closes everything. */
-void coord_close(coord *c);
+/* Stops serving (if started) and closes everything: 0. -1 when a handler
+ * is still blocked after the grace period: nothing was freed and the
+ * process should exit without rpc_global_shutdown. */
+int coord_close(coord *c);
 
-/* The handlers, callable without a network (tests and fuzzers). They have
- * the rpc_unary_fn signature with ud = the coord. */
+/* The handlers, callable without a network (tests and fuzzers), from any
+ * number of threads. They have the rpc_unary_fn signature with ud = the
+ * coord. */
 int coord_handle_enroll(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
                         rpc_buf *resp, rpc_status *st);
 int coord_handle_heartbeat(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,

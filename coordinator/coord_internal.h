@@ -10,12 +10,21 @@
 
 typedef struct coord_jobs coord_jobs;
 
+#include <pthread.h>
+
+#define COORD_POOL_MAX 16
+
 struct coord {
     coord_opts o;
     char *pki;
     cert_ca *ca;
-    coord_state *state;
+    coord_state *state; /* the first connection: opened, checked and migrated */
     rpc_server *srv;
+    int lock_fd[2];
+    pthread_mutex_t mu; /* pool */
+    coord_state *pool[COORD_POOL_MAX];
+    int n_pool;
+    pthread_mutex_t spool_mu, ca_mu;
     coord_jobs *jobs;
 };
 

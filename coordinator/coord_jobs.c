@@ -1820,7 +1820,7 @@ coord_jobs *coord_jobs_open(coord *c, sl_err *err)
         sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
         goto fail;
     }
-    if (!(j->db = coord_state_open(c->o.state, err)) || db_exec(j, job_schema, err) ||
+    if (!(j->db = coord_state_attach(c->state, err)) || db_exec(j, job_schema, err) ||
         sl_mkdir(j->root, 0700, err) || load_jobs(j, err))
         goto fail;
     if (pthread_create(&j->engine, NULL, engine_main, j)) {

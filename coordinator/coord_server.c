@@ -1,38 +1,157 @@
 /* coord_server.c - the Coordinator service: enrollment, heartbeats, the
  * device list, and the authorization every call after enrollment goes
- * through. Handlers run one at a time on the rpc server thread. */
+ * through. Handlers run on the rpc server's worker threads, several at a
+ * time: each takes a database connection of its own from a small pool (the
+ * database is WAL: readers do not wait for writers, SQLite orders the
+ * writers), and the spool import and the CA key are used one thread at a
+ * time. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "coord_internal.h"
 #include "skyloom.pb-c.h"
+#include "sl_file.h"
 #include "sl_log.h"
 #include "sl_mem.h"
 #include "sl_time.h"
 
-static int import_one(void *ud, int kind, const char *key, const char *site, int64_t t,
-                      int64_t cert_s)
+#define LOCK_FILE "coordinator.lock"
+
+/* ---- exclusive use of the directories ------------------------------------------ */
+
+/* Takes DIR/coordinator.lock (flock, released when the process ends); a
+ * second coordinator on the same directory is refused, naming the holder. */
+static int lock_dir(const char *dir, const char *what, int *fd_out, sl_err *err)
 {
-    coord *c = ud;
-    sl_err err = {0};
-    int rc = kind == CERT_SPOOL_TOKEN ? coord_state_add_token(c->state, key, site, t, cert_s, &err)
-                                      : coord_state_add_revocation(c->state, key, t, &err);
+    char p[4200];
+    if (cert_path(p, sizeof p, dir, LOCK_FILE, err))
+        return -1;
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return sl_err_set(err, SL_EIO, "cannot open %s: %s", p, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[32] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return sl_err_set(err, SL_ESTATE,
+                              "the %s directory %s is in use by another coordinator%s%s%s "
+                              "(it holds %s)",
+                              what, dir, holder[0] ? " (pid " : "", holder,
+                              holder[0] ? ")" : "", p);
+        return sl_err_set(err, SL_EIO, "cannot lock %s: %s", p, strerror(e));
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        sl_log_warn("coordinator: cannot write the lock file", "path=%s", p);
+    *fd_out = fd;
+    return 0;
+}
+
+static int same_dir(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* The PKI directory and its spool hold the CA key and pending tokens. */
+static int private_pki(const char *pki, sl_err *err)
+{
+    char spool[4200];
+    if (cert_path(spool, sizeof spool, pki, "spool", err))
+        return -1;
+    const char *dirs[2] = {pki, spool};
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        if (stat(dirs[i], &st) != 0 || !S_ISDIR(st.st_mode))
+            return sl_err_set(err, SL_EIO, "%s is missing: is %s a PKI directory (skyloom certs "
+                              "init)?", dirs[i], pki);
+        mode_t old;
+        int r = sl_private_dir(dirs[i], &old, err);
+        if (r < 0)
+            return -1;
+        if (r > 0)
+            sl_log_warn("coordinator: a PKI directory was open to group or others; made it "
+                        "private", "dir=%s old_mode=%04o mode=0700", dirs[i], (unsigned)old);
+    }
+    return 0;
+}
+
+/* ---- database connections ------------------------------------------------------ */
+
+static coord_state *db_get(coord *c, sl_err *err)
+{
+    coord_state *s = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (c->n_pool)
+        s = c->pool[--c->n_pool];
+    pthread_mutex_unlock(&c->mu);
+    return s ? s : coord_state_attach(c->state, err);
+}
+
+static void db_put(coord *c, coord_state *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (c->n_pool < COORD_POOL_MAX) {
+        c->pool[c->n_pool++] = s;
+        s = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    coord_state_close(s);
+}
+
+/* ---- the spool ------------------------------------------------------------------ */
+
+typedef struct import_ctx {
+    coord *c;
+    coord_state *db;
+} import_ctx;
+
+static int import_one(void *ud, int kind, const char *key, const char *site, int64_t t,
+                      int64_t cert_s, sl_err *err)
+{
+    import_ctx *x = ud;
+    int rc = kind == CERT_SPOOL_TOKEN ? coord_state_add_token(x->db, key, site, t, cert_s, err)
+                                      : coord_state_add_revocation(x->db, key, t, err);
     if (rc)
-        sl_log_error("coordinator: import failed", "reason=\"%s\"", err.msg);
-    else if (kind == CERT_SPOOL_REVOKE)
+        return -1;
+    if (kind == CERT_SPOOL_REVOKE)
         sl_log_info("coordinator: device revoked", "device=%s", key);
     else
         sl_log_info("coordinator: enrollment token imported", "site=%s", site);
-    return rc;
+    return 0;
+}
+
+static void import_bad(void *ud, const char *file, const char *why)
+{
+    (void)ud;
+    sl_log_warn("coordinator: spool entry refused, renamed to .bad", "entry=%s reason=\"%s\"", file,
+                why);
 }
 
 /* Tokens and revocations written by `skyloom certs` since the last call. */
-static int import_spool(coord *c, sl_err *err)
+static int import_spool(coord *c, coord_state *db, sl_err *err)
 {
     int bad = 0;
-    int rc = cert_spool_drain(c->pki, import_one, c, &bad, err);
-    if (bad)
-        sl_log_warn("coordinator: malformed spool entries renamed to .bad", "count=%d", bad);
+    import_ctx x = {c, db};
+    pthread_mutex_lock(&c->spool_mu);
+    int rc = cert_spool_drain(c->pki, import_one, import_bad, &x, &bad, err);
+    pthread_mutex_unlock(&c->spool_mu);
+    if (rc)
+        sl_log_error("coordinator: spool import failed", "reason=\"%s\"", err ? err->msg : "");
     return rc;
 }
 
@@ -40,16 +159,32 @@ coord *coord_open(const coord_opts *o, sl_err *err)
 {
     coord *c = sl_xcalloc(1, sizeof *c);
     c->o = *o;
+    c->lock_fd[0] = c->lock_fd[1] = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->spool_mu, NULL);
+    pthread_mutex_init(&c->ca_mu, NULL);
     if (!c->o.max_message)
         c->o.max_message = COORD_DEFAULT_MAX_MESSAGE;
     if (!c->o.heartbeat_ms)
         c->o.heartbeat_ms = 5000;
     c->pki = sl_xstrdup(o->pki);
+    mode_t old;
     int64_t def;
-    if (cert_pair_recover(o->pki, "coordinator", err) < 0 ||
-        cert_pki_device_seconds(o->pki, &def, err) || !(c->ca = cert_ca_load(o->pki, err)) ||
-        !(c->state = coord_state_open(o->state, err)) || import_spool(c, err) ||
-        !(c->jobs = coord_jobs_open(c, err))) {
+    /* a lifetime that cannot be read is named before anything is taken */
+    int r = cert_pki_device_seconds(o->pki, &def, err) ? -1 : private_pki(o->pki, err);
+    if (!r)
+        r = lock_dir(o->pki, "PKI", &c->lock_fd[0], err);
+    if (!r && (r = sl_private_dir(o->state, &old, err)) > 0) {
+        sl_log_warn("coordinator: the state directory was open to group or others; made it "
+                    "private", "dir=%s old_mode=%04o mode=0700", o->state, (unsigned)old);
+        r = 0;
+    }
+    if (!r && !same_dir(o->pki, o->state))
+        r = lock_dir(o->state, "state", &c->lock_fd[1], err);
+    if (!r && cert_pair_recover(o->pki, "coordinator", err) < 0)
+        r = -1;
+    if (r || !(c->ca = cert_ca_load(o->pki, err)) || !(c->state = coord_state_open(o->state, err)) ||
+        import_spool(c, c->state, err) || !(c->jobs = coord_jobs_open(c, err))) {
         coord_close(c);
         return NULL;
     }
@@ -68,50 +203,78 @@ int coord_start(coord *c, sl_err *err)
         .tls = {ca, crt, key},
         .client_auth = RPC_CLIENT_CERT_OPTIONAL,
         .max_message = c->o.max_message,
+        /* anyone may connect here: a connection lives 10 minutes at most */
+        .conn_age_ms = 10 * 60 * 1000,
+        .shutdown_grace_ms = c->o.shutdown_grace_ms,
         .reload_tls = 1, /* certs rotate-coordinator applies without a restart */
     };
-    if (!(c->srv = rpc_server_create(&so, err)))
-        return -1;
+    /* Every method has workers of its own: heartbeats are never held up by
+     * enrollments, listings, step reports or checkpoint uploads. */
     static const struct {
         const char *method;
         rpc_unary_fn fn;
+        int workers;
     } handlers[] = {
-        {RPC_M_ENROLL, coord_handle_enroll},         {RPC_M_HEARTBEAT, coord_handle_heartbeat},
-        {RPC_M_LIST_DEVICES, coord_handle_list_devices}, {RPC_M_RENEW, coord_handle_renew},
-        {RPC_M_SUBMIT_JOB, coord_handle_submit_job}, {RPC_M_LIST_JOBS, coord_handle_list_jobs},
-        {RPC_M_GET_JOB, coord_handle_get_job},       {RPC_M_STOP_JOB, coord_handle_stop_job},
-        {RPC_M_FETCH_FILE, coord_handle_fetch_file}, {RPC_M_REPORT_TASK, coord_handle_report_task},
-        {RPC_M_GET_PLAN, coord_handle_get_plan},     {RPC_M_REPORT_STEP, coord_handle_report_step},
-        {RPC_M_UPLOAD_CHUNK, coord_handle_upload_chunk},
+        {RPC_M_ENROLL, coord_handle_enroll, 2},
+        {RPC_M_HEARTBEAT, coord_handle_heartbeat, 2},
+        {RPC_M_LIST_DEVICES, coord_handle_list_devices, 2},
+        {RPC_M_RENEW, coord_handle_renew, 1},
+        {RPC_M_SUBMIT_JOB, coord_handle_submit_job, 1},
+        {RPC_M_LIST_JOBS, coord_handle_list_jobs, 1},
+        {RPC_M_GET_JOB, coord_handle_get_job, 2},
+        {RPC_M_STOP_JOB, coord_handle_stop_job, 1},
+        {RPC_M_FETCH_FILE, coord_handle_fetch_file, 2},
+        {RPC_M_REPORT_TASK, coord_handle_report_task, 2},
+        {RPC_M_GET_PLAN, coord_handle_get_plan, 2},
+        {RPC_M_REPORT_STEP, coord_handle_report_step, 2},
+        {RPC_M_UPLOAD_CHUNK, coord_handle_upload_chunk, 2},
     };
-    for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
-        if (rpc_server_add_unary(c->srv, handlers[i].method, handlers[i].fn, c, err))
+    if (!(c->srv = rpc_server_create(&so, err)))
+        return -1;
+    for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++) {
+        const rpc_unary_opts uo = {.workers = handlers[i].workers};
+        if (rpc_server_add_unary_opts(c->srv, handlers[i].method, &uo, handlers[i].fn, c, err))
             return -1;
+    }
     return rpc_server_start(c->srv, err);
 }
 
-void coord_close(coord *c)
+int coord_close(coord *c)
 {
     if (!c)
-        return;
-    rpc_server_destroy(c->srv);
+        return 0;
+    if (rpc_server_destroy(c->srv) != 0)
+        return -1; /* a handler still runs: it may use everything below */
     coord_jobs_close(c->jobs);
+    for (int i = 0; i < c->n_pool; i++)
+        coord_state_close(c->pool[i]);
     coord_state_close(c->state);
     cert_ca_free(c->ca);
+    for (int i = 0; i < 2; i++)
+        if (c->lock_fd[i] >= 0)
+            close(c->lock_fd[i]);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->spool_mu);
+    pthread_mutex_destroy(&c->ca_mu);
     free(c->pki);
     free(c);
+    return 0;
 }
 
 /* ---- authorization ----------------------------------------------------------- */
 
-int coord_authorize(coord *c, const rpc_peer *peer, const char *claimed, int allow, rpc_status *st)
+enum { ALLOW_DEVICE = COORD_ALLOW_DEVICE, ALLOW_ADMIN = COORD_ALLOW_ADMIN };
+
+/* Checks a post-enrollment call; returns RPC_OK or the refusal. */
+static int authorize(coord *c, coord_state *db, const rpc_peer *peer, const char *claimed, int allow,
+                     rpc_status *st)
 {
     if (!peer->authenticated)
         return rpc_status_set(st, RPC_UNAUTHENTICATED,
                               "a client certificate from the project CA is required (enroll first)");
     const char *id = peer->identity;
     if (!strcmp(id, CERT_ADMIN_CN)) {
-        if ((allow & COORD_ALLOW_ADMIN) && !*claimed)
+        if ((allow & ALLOW_ADMIN) && !*claimed)
             return RPC_OK;
         return rpc_status_set(st, RPC_PERMISSION_DENIED,
                               "the admin certificate may not act as device '%s'", claimed);
@@ -119,26 +282,36 @@ int coord_authorize(coord *c, const rpc_peer *peer, const char *claimed, int all
     if (!cert_valid_device_id(id))
         return rpc_status_set(st, RPC_PERMISSION_DENIED,
                               "certificate identity '%s' is not a device", id);
-    if (!(allow & COORD_ALLOW_DEVICE))
+    if (!(allow & ALLOW_DEVICE))
         return rpc_status_set(st, RPC_PERMISSION_DENIED, "devices may not make this call");
     if (strcmp(id, claimed) != 0)
         return rpc_status_set(st, RPC_PERMISSION_DENIED,
                               "certificate is for device %s but the request claims device '%s'",
                               id, claimed);
     sl_err err = {0};
-    if (import_spool(c, &err))
+    if (import_spool(c, db, &err))
         return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
-    int r = coord_state_is_revoked(c->state, id, &err);
+    int r = coord_state_is_revoked(db, id, &err);
     if (r < 0)
         return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     if (r)
         return rpc_status_set(st, RPC_UNAUTHENTICATED, "device %s is revoked", id);
-    r = coord_state_device_known(c->state, id, &err);
+    r = coord_state_device_known(db, id, &err);
     if (r < 0)
         return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     if (!r)
         return rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here", id);
     return RPC_OK;
+}
+
+int coord_authorize(coord *c, const rpc_peer *peer, const char *claimed, int allow, rpc_status *st)
+{
+    sl_err err = {0};
+    coord_state *db = db_get(c, &err);
+    int code = db ? authorize(c, db, peer, claimed, allow, st)
+                  : rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    db_put(c, db);
+    return code;
 }
 
 /* The lifetime of a device certificate: the device's own (from its token),
@@ -171,6 +344,11 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
     char *pem = NULL;
     char hash[CERT_HEX_LEN], tsite[CERT_SITE_MAX + 1] = "", id[CERT_ID_LEN];
     sl_err err = {0};
+    coord_state *db = db_get(c, &err);
+    if (!db) {
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        goto out;
+    }
     if (strlen(r->token) != 64) {
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "token secret must be 64 hex digits");
         goto out;
@@ -183,13 +361,13 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "name longer than 255 bytes");
         goto out;
     }
-    if (import_spool(c, &err)) {
+    if (import_spool(c, db, &err)) {
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         goto out;
     }
     cert_token_hash(r->token, hash);
     int64_t now = sl_unix_time(), cert_s = 0, life;
-    switch (coord_state_check_token(c->state, hash, r->site, now, tsite, &cert_s, &err)) {
+    switch (coord_state_check_token(db, hash, r->site, now, tsite, &cert_s, &err)) {
     case COORD_TOKEN_OK:
         break;
     case COORD_TOKEN_UNKNOWN:
@@ -213,12 +391,15 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         goto out;
     }
-    if (cert_ca_issue(c->ca, r->csr_der.data, r->csr_der.len, r->site, life, NULL, NULL, id, &pem,
-                      &err)) {
+    pthread_mutex_lock(&c->ca_mu);
+    int signed_bad = cert_ca_issue(c->ca, r->csr_der.data, r->csr_der.len, r->site, life, NULL,
+                                   NULL, id, &pem, &err);
+    pthread_mutex_unlock(&c->ca_mu);
+    if (signed_bad) {
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "CSR refused: %s", err.msg);
         goto out;
     }
-    int rev = coord_state_is_revoked(c->state, id, &err);
+    int rev = coord_state_is_revoked(db, id, &err);
     if (rev) {
         code = rev < 0 ? rpc_status_set(st, RPC_INTERNAL, "%s", err.msg)
                        : rpc_status_set(st, RPC_PERMISSION_DENIED,
@@ -230,7 +411,7 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
         rpc_pack(r->profile, &prof);
     coord_device d = {.id = id, .site = r->site, .name = r->name, .cert_pem = pem,
                       .profile = prof.data, .profile_len = prof.len, .cert_seconds = cert_s};
-    int rc = coord_state_enroll(c->state, hash, &d, now, &err);
+    int rc = coord_state_enroll(db, hash, &d, now, &err);
     rpc_buf_free(&prof);
     if (rc) {
         code = rpc_status_set(st, err.code == SL_EAUTH ? RPC_UNAUTHENTICATED : RPC_INTERNAL, "%s",
@@ -247,6 +428,7 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
     out.heartbeat_ms = c->o.heartbeat_ms;
     rpc_pack(&out, resp);
 out:
+    db_put(c, db);
     free(pem);
     rpc_unpacked_free(r);
     return code;
@@ -256,14 +438,15 @@ out:
 
 /* A new certificate for an authorized device's new key: the same id and site,
  * the device's lifetime. */
-static int renew(coord *c, const Skyloom__V1__RenewRequest *r, rpc_buf *resp, rpc_status *st)
+static int renew(coord *c, coord_state *db, const Skyloom__V1__RenewRequest *r, rpc_buf *resp,
+                 rpc_status *st)
 {
     char site[CERT_SITE_MAX + 1], id[CERT_ID_LEN];
     char *old = NULL, *pem = NULL;
     int64_t own = 0, life;
     sl_err err = {0};
     int code = RPC_OK;
-    int rc = coord_state_device_cert(c->state, r->device_id, site, &old, &own, &err);
+    int rc = coord_state_device_cert(db, r->device_id, site, &old, &own, &err);
     if (rc) {
         code = rc < 0 ? rpc_status_set(st, RPC_INTERNAL, "%s", err.msg)
                       : rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here",
@@ -274,12 +457,15 @@ static int renew(coord *c, const Skyloom__V1__RenewRequest *r, rpc_buf *resp, rp
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         goto out;
     }
-    if (cert_ca_issue(c->ca, r->csr_der.data, r->csr_der.len, site, life, r->device_id,
-                      old[0] ? old : NULL, id, &pem, &err)) {
+    pthread_mutex_lock(&c->ca_mu);
+    rc = cert_ca_issue(c->ca, r->csr_der.data, r->csr_der.len, site, life, r->device_id,
+                       old[0] ? old : NULL, id, &pem, &err);
+    pthread_mutex_unlock(&c->ca_mu);
+    if (rc) {
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "CSR refused: %s", err.msg);
         goto out;
     }
-    if ((rc = coord_state_set_cert(c->state, r->device_id, pem, &err)) != 0) {
+    if ((rc = coord_state_set_cert(db, r->device_id, pem, &err)) != 0) {
         code = rpc_status_set(st, rc < 0 ? RPC_INTERNAL : RPC_PERMISSION_DENIED, "%s",
                               rc < 0 ? err.msg : "device is not enrolled here");
         goto out;
@@ -303,9 +489,13 @@ int coord_handle_renew(void *ud, const rpc_peer *peer, const uint8_t *req, size_
     Skyloom__V1__RenewRequest *r = rpc_unpack(&skyloom__v1__renew_request__descriptor, req, len);
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed RenewRequest");
-    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_DEVICE, st);
+    sl_err err = {0};
+    coord_state *db = db_get(c, &err);
+    int code = db ? authorize(c, db, peer, r->device_id, ALLOW_DEVICE, st)
+                  : rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     if (code == RPC_OK)
-        code = renew(c, r, resp, st);
+        code = renew(c, db, r, resp, st);
+    db_put(c, db);
     rpc_unpacked_free(r);
     return code;
 }
@@ -336,7 +526,8 @@ static int add_revoked(void *ud, const char *id)
 
 /* The heartbeat's answer: the server time, the interval, the revoked ids and
  * the device's tasks. */
-static int heartbeat_reply(coord *c, const char *id, int64_t now, rpc_buf *resp, rpc_status *st)
+static int heartbeat_reply(coord *c, coord_state *db, const char *id, int64_t now, rpc_buf *resp,
+                           rpc_status *st)
 {
     Skyloom__V1__HeartbeatResponse out = SKYLOOM__V1__HEARTBEAT_RESPONSE__INIT;
     out.server_time = now;
@@ -346,7 +537,7 @@ static int heartbeat_reply(coord *c, const char *id, int64_t now, rpc_buf *resp,
     int code = RPC_OK;
     void **tasks = NULL;
     size_t ntasks = 0;
-    if (coord_state_list_revoked(c->state, add_revoked, &rev, &err)) {
+    if (coord_state_list_revoked(db, add_revoked, &rev, &err)) {
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     } else {
         coord_jobs_tasks(c->jobs, id, &tasks, &ntasks);
@@ -364,7 +555,7 @@ static int heartbeat_reply(coord *c, const char *id, int64_t now, rpc_buf *resp,
 }
 
 /* Records an authorized device's heartbeat and answers it. */
-static int heartbeat(coord *c, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *resp,
+static int heartbeat(coord *c, coord_state *db, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *resp,
                      rpc_status *st)
 {
     if (strlen(r->stage_address) > 255)
@@ -374,7 +565,7 @@ static int heartbeat(coord *c, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *
         rpc_pack(r->profile, &prof);
     sl_err err = {0};
     int64_t now = sl_unix_time();
-    int rc = coord_state_heartbeat(c->state, r->device_id, r->seq, r->profile ? prof.data : NULL,
+    int rc = coord_state_heartbeat(db, r->device_id, r->seq, r->profile ? prof.data : NULL,
                                    prof.len, r->stage_address, now, &err);
     rpc_buf_free(&prof);
     if (rc < 0)
@@ -392,7 +583,7 @@ static int heartbeat(coord *c, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *
                        .memory_bytes = r->profile ? r->profile->memory_bytes : 0,
                        .backend = r->profile && r->profile->cuda ? "cuda" : "cpu"};
     coord_jobs_seen(c->jobs, &seen, now);
-    return heartbeat_reply(c, r->device_id, now, resp, st);
+    return heartbeat_reply(c, db, r->device_id, now, resp, st);
 }
 
 int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
@@ -403,9 +594,13 @@ int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, s
         rpc_unpack(&skyloom__v1__heartbeat_request__descriptor, req, len);
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed HeartbeatRequest");
-    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_DEVICE, st);
+    sl_err err = {0};
+    coord_state *db = db_get(c, &err);
+    int code = db ? authorize(c, db, peer, r->device_id, ALLOW_DEVICE, st)
+                  : rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     if (code == RPC_OK)
-        code = heartbeat(c, r, resp, st);
+        code = heartbeat(c, db, r, resp, st);
+    db_put(c, db);
     rpc_unpacked_free(r);
     return code;
 }
@@ -451,14 +646,18 @@ int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req
         rpc_unpack(&skyloom__v1__list_devices_request__descriptor, req, len);
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed ListDevicesRequest");
-    int code = coord_authorize(c, peer, r->device_id, COORD_ALLOW_DEVICE | COORD_ALLOW_ADMIN, st);
+    sl_err err = {0};
+    coord_state *db = db_get(c, &err);
+    int code = db ? authorize(c, db, peer, r->device_id, ALLOW_DEVICE | ALLOW_ADMIN, st)
+                  : rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     rpc_unpacked_free(r);
-    if (code != RPC_OK)
+    if (code != RPC_OK) {
+        db_put(c, db);
         return code;
+    }
     list_ctx l = {.c = c, .now = sl_unix_time()};
     skyloom__v1__list_devices_response__init(&l.out);
-    sl_err err = {0};
-    if (coord_state_list_devices(c->state, list_one, &l, &err))
+    if (coord_state_list_devices(db, list_one, &l, &err))
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     else
         rpc_pack(&l.out, resp);
@@ -473,5 +672,6 @@ int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req
         free(i);
     }
     free(l.out.devices);
+    db_put(c, db);
     return code;
 }

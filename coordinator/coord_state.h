@@ -10,8 +10,19 @@
 typedef struct coord_state coord_state;
 
 /* Opens (creating if needed) DIR/coordinator.db, WAL journal, schema migrated
- * to the current version. */
+ * to the current version. The directory is made private (0700; a wider mode
+ * is narrowed and logged). DIR/coordinator.id marks a directory that holds
+ * state (the same id is in the database): a database that is missing or
+ * empty where the marker is, one whose id differs from it, a WAL file
+ * without its database, a damaged first page or a failed quick_check is
+ * refused with the reason. The -wal file is part of the state. */
 coord_state *coord_state_open(const char *dir, sl_err *err);
+/* Another connection to the database of an open state (one per thread). */
+coord_state *coord_state_attach(const coord_state *first, sl_err *err);
+/* Copies DIR's database, committed -wal contents included, to `out` (which
+ * must not exist) with SQLite's online backup: safe while a coordinator
+ * runs. The copy is integrity-checked; *devices gets its device count. */
+int coord_state_backup(const char *dir, const char *out, int64_t *devices, sl_err *err);
 void coord_state_close(coord_state *s);
 /* The schema version stored in the database. */
 int coord_state_schema_version(coord_state *s);

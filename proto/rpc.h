@@ -4,12 +4,33 @@
  * protobuf messages of skyloom.proto (skyloom.pb-c.h) themselves. Transport
  * security is always mutual TLS with the project CA as the only root.
  *
- * Server model: one completion-queue thread accepts calls. Unary handlers run
- * on that thread one at a time (so a handler may use a single SQLite
- * connection without locks); each streaming call runs its handler on a
- * thread of its own with blocking send/recv. Methods nobody registered get
- * UNIMPLEMENTED. rpc_server_destroy cancels what is in flight, joins every
- * thread and frees every call.
+ * Server model. One thread runs gRPC's completion queue: it accepts calls,
+ * answers unknown methods with UNIMPLEMENTED and never runs a handler. Each
+ * unary method has its own queue and its own worker threads (1 by default,
+ * rpc_unary_opts.workers), so a slow call of one method never delays
+ * another method, and handlers of different methods (and the workers of one
+ * method) run at the same time: handlers must be thread-safe. A method's
+ * queue is bounded (RESOURCE_EXHAUSTED beyond it). Every unary call has a
+ * deadline, the earlier of the client's and the method's timeout: a call
+ * still queued at its deadline is not run, and a handler still running at
+ * it gets its call answered DEADLINE_EXCEEDED (its late result is dropped;
+ * the handler itself runs to its end, C cannot stop it). Each streaming call
+ * runs its handler on a thread of its own with blocking send/recv, at most
+ * max_streams at once; a stream whose next message takes longer than
+ * stream_idle_ms either way is cancelled. To add a method, write an
+ * rpc_unary_fn and register it: it gets these guarantees as is.
+ *
+ * rpc_server_destroy stops accepting, answers queued and running calls
+ * UNAVAILABLE, cancels streams and waits up to shutdown_grace_ms for every
+ * handler; a handler blocked past that (a hung disk) is left running and
+ * the server is not freed, so the process can still exit on time.
+ *
+ * Connections: TLS handshakes must finish in 10 s, idle connections are
+ * closed (conn_idle_ms), connections may be given a maximum age
+ * (conn_age_ms), at most 32 concurrent calls per connection, keepalive pings
+ * every 60 s during calls (20 s to answer). When the process runs short of
+ * descriptors, new connections are closed at once instead of stopping the
+ * listener (rpc_accept.c). docs/security.md lists the limits.
  *
  * Client model: blocking calls, each with a deadline; a channel may be used
  * from several threads. */
@@ -27,6 +48,9 @@ void rpc_global_init(void);
 void rpc_global_shutdown(void);
 /* The gRPC core version string ("29.0.0" on Debian 12's 1.51). */
 const char *rpc_grpc_version(void);
+/* Incoming connections closed at once because the process was at (or near)
+ * its descriptor limit (see rpc_accept.c), since the start. */
+long rpc_connections_dropped(void);
 
 /* Full method names of skyloom.proto. */
 #define RPC_M_ENROLL "/skyloom.v1.Coordinator/Enroll"
@@ -108,6 +132,12 @@ enum rpc_client_auth {
     RPC_CLIENT_CERT_OPTIONAL, /* verified if presented; handlers check peer->authenticated */
 };
 
+#define RPC_DEFAULT_CALL_TIMEOUT_MS 30000
+#define RPC_DEFAULT_MAX_STREAMS 64
+#define RPC_DEFAULT_STREAM_IDLE_MS (10 * 60 * 1000)
+#define RPC_DEFAULT_CONN_IDLE_MS (5 * 60 * 1000)
+#define RPC_DEFAULT_SHUTDOWN_GRACE_MS 5000
+
 typedef struct rpc_server_opts {
     const char *listen;      /* "127.0.0.1:0" picks a free port */
     rpc_tls_files tls;       /* cert and key required */
@@ -115,6 +145,14 @@ typedef struct rpc_server_opts {
     size_t max_message;      /* receive and send limit in bytes; 0 = 4 MiB */
     int reload_tls;          /* 1: new connections get the cert/key files' latest pair
                               * (the files are checked every second); 0: read once */
+    /* Limits; 0 takes the RPC_DEFAULT_ above. */
+    int64_t call_timeout_ms;   /* unary calls without a method timeout of their own */
+    int max_streams;           /* streaming calls at once; more get RESOURCE_EXHAUSTED */
+    int64_t stream_idle_ms;    /* the longest wait for one stream message, either way */
+    int64_t conn_idle_ms;      /* a connection without calls for this long is closed */
+    int64_t conn_age_ms;       /* connections are closed after this (30 s grace for their
+                                  calls); 0: no limit */
+    int64_t shutdown_grace_ms; /* how long rpc_server_destroy waits for handlers */
 } rpc_server_opts;
 
 typedef struct rpc_server rpc_server;
@@ -129,15 +167,27 @@ typedef int (*rpc_unary_fn)(void *ud, const rpc_peer *peer, const uint8_t *req, 
 typedef int (*rpc_stream_fn)(void *ud, const rpc_peer *peer, rpc_stream *s, rpc_status *st);
 
 rpc_server *rpc_server_create(const rpc_server_opts *o, sl_err *err);
-/* method: "/skyloom.v1.Coordinator/Enroll". Register before rpc_server_start. */
+/* method: "/skyloom.v1.Coordinator/Enroll". Register before rpc_server_start.
+ * One worker thread, the server's call timeout, a queue of 64. */
 int rpc_server_add_unary(rpc_server *srv, const char *method, rpc_unary_fn fn, void *ud,
                          sl_err *err);
+typedef struct rpc_unary_opts {
+    int workers;        /* threads running this method's handler; 0: 1 */
+    int64_t timeout_ms; /* the answer is due this long after the call came; 0: the server's */
+    int max_queue;      /* calls waiting for a worker before RESOURCE_EXHAUSTED; 0: 64 */
+} rpc_unary_opts;
+int rpc_server_add_unary_opts(rpc_server *srv, const char *method, const rpc_unary_opts *uo,
+                              rpc_unary_fn fn, void *ud, sl_err *err);
 int rpc_server_add_stream(rpc_server *srv, const char *method, rpc_stream_fn fn, void *ud,
                           sl_err *err);
 /* Binds, starts serving on a background thread; returns the bound port or -1. */
 int rpc_server_start(rpc_server *srv, sl_err *err);
-/* Cancels calls in flight, waits for every handler, frees everything. */
-void rpc_server_destroy(rpc_server *srv);
+/* Stops serving: answers or cancels every call in flight and waits up to
+ * shutdown_grace_ms for the handlers. 0: everything is freed. -1: a handler
+ * is still running (logged); the server stays allocated, so neither it nor
+ * anything that handler uses may be freed, and rpc_global_shutdown must not
+ * be called: exit the process instead. */
+int rpc_server_destroy(rpc_server *srv);
 
 /* ---- client ---------------------------------------------------------------- */
 

@@ -236,7 +236,7 @@ static int send_bb(rpc_stream *s, grpc_byte_buffer *bb, sl_err *err)
     op.op = GRPC_OP_SEND_MESSAGE;
     op.data.send_message.send_message = bb;
     int ok = rpc_batch(s->call, &op, 1, &s->tag_send, err) == 0;
-    if (ok && !rpc_pluck(s->cq, &s->tag_send)) {
+    if (ok && !rpc_stream_wait(s, &s->tag_send)) {
         ok = 0;
         s->failed = 1;
         sl_err_set(err, SL_EIO, "stream send failed: the call is over");
@@ -269,7 +269,7 @@ int rpc_stream_recv(rpc_stream *s, rpc_buf *msg, sl_err *err)
     ops[n++].data.recv_message.recv_message = &bb;
     if (rpc_batch(s->call, ops, n, &s->tag_recv, err) != 0)
         return -1;
-    if (!rpc_pluck(s->cq, &s->tag_recv)) {
+    if (!rpc_stream_wait(s, &s->tag_recv)) {
         if (bb)
             grpc_byte_buffer_destroy(bb);
         s->failed = 1;

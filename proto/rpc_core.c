@@ -12,9 +12,14 @@
 #include "sl_file.h"
 #include "sl_mem.h"
 
-void rpc_global_init(void) { grpc_init(); }
+void rpc_global_init(void)
+{
+    rpc_accept_init();
+    grpc_init();
+}
 void rpc_global_shutdown(void) { grpc_shutdown(); }
 const char *rpc_grpc_version(void) { return grpc_version_string(); }
+long rpc_connections_dropped(void) { return rpc_accept_dropped(); }
 
 const char *rpc_code_name(int code)
 {
@@ -35,10 +40,12 @@ int rpc_status_set(rpc_status *st, int code, const char *fmt, ...)
     if (!st)
         return code;
     st->code = code;
+    char raw[sizeof st->details];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(st->details, sizeof st->details, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    sl_escape_ctl(st->details, sizeof st->details, raw);
     return code;
 }
 
@@ -128,28 +135,50 @@ void rpc_pems_free(rpc_pems *p)
     memset(p, 0, sizeof *p);
 }
 
-void rpc_args_init(rpc_args *ra, size_t max_message, const char *server_name)
+static void arg_int(rpc_args *ra, const char *key, int64_t v)
+{
+    grpc_arg *a = &ra->a[ra->args.num_args++];
+    a->type = GRPC_ARG_INTEGER;
+    a->key = (char *)key;
+    a->value.integer = v > 0x7fffffff ? 0x7fffffff : (int)v;
+}
+
+static void args_common(rpc_args *ra, size_t max_message)
 {
     if (max_message == 0)
         max_message = RPC_DEFAULT_MAX_MESSAGE;
-    if (max_message > 0x7fffffff)
-        max_message = 0x7fffffff;
     memset(ra, 0, sizeof *ra);
-    ra->a[0].type = GRPC_ARG_INTEGER;
-    ra->a[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    ra->a[0].value.integer = (int)max_message;
-    ra->a[1].type = GRPC_ARG_INTEGER;
-    ra->a[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-    ra->a[1].value.integer = (int)max_message;
-    size_t n = 2;
-    if (server_name) {
-        ra->a[2].type = GRPC_ARG_STRING;
-        ra->a[2].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-        ra->a[2].value.string = (char *)server_name;
-        n = 3;
-    }
-    ra->args.num_args = n;
     ra->args.args = ra->a;
+    arg_int(ra, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int64_t)max_message);
+    arg_int(ra, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int64_t)max_message);
+    arg_int(ra, GRPC_ARG_KEEPALIVE_TIME_MS, RPC_KEEPALIVE_MS);
+    arg_int(ra, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, RPC_KEEPALIVE_TIMEOUT_MS);
+}
+
+void rpc_args_init(rpc_args *ra, size_t max_message, const char *server_name)
+{
+    args_common(ra, max_message);
+    if (server_name) {
+        grpc_arg *a = &ra->a[ra->args.num_args++];
+        a->type = GRPC_ARG_STRING;
+        a->key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        a->value.string = (char *)server_name;
+    }
+}
+
+void rpc_args_server(rpc_args *ra, const rpc_server_opts *o)
+{
+    args_common(ra, o->max_message);
+    arg_int(ra, GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, RPC_HANDSHAKE_TIMEOUT_MS);
+    arg_int(ra, GRPC_ARG_MAX_CONCURRENT_STREAMS, RPC_MAX_STREAMS_PER_CONN);
+    /* Clients' keepalive pings (every RPC_KEEPALIVE_MS during calls) are welcome. */
+    arg_int(ra, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, RPC_KEEPALIVE_MS / 2);
+    arg_int(ra, GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+            o->conn_idle_ms > 0 ? o->conn_idle_ms : RPC_DEFAULT_CONN_IDLE_MS);
+    if (o->conn_age_ms > 0) {
+        arg_int(ra, GRPC_ARG_MAX_CONNECTION_AGE_MS, o->conn_age_ms);
+        arg_int(ra, GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, RPC_CONN_AGE_GRACE_MS);
+    }
 }
 
 grpc_byte_buffer *rpc_bb_from_iov(const rpc_iov *iov, int n)
@@ -223,6 +252,20 @@ int rpc_pluck(grpc_completion_queue *cq, void *tag)
 {
     grpc_event ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+int rpc_stream_wait(rpc_stream *s, void *tag)
+{
+    if (s->client || s->idle_ms <= 0)
+        return rpc_pluck(s->cq, tag);
+    grpc_event ev = grpc_completion_queue_pluck(s->cq, tag, rpc_deadline_ms(s->idle_ms), NULL);
+    if (ev.type == GRPC_OP_COMPLETE)
+        return ev.success;
+    char why[96];
+    snprintf(why, sizeof why, "no stream message for %lld ms", (long long)s->idle_ms);
+    grpc_call_cancel_with_status(s->call, GRPC_STATUS_DEADLINE_EXCEEDED, why, NULL);
+    rpc_pluck(s->cq, tag);
+    return 0;
 }
 
 void rpc_cq_destroy_pluck(grpc_completion_queue *cq)

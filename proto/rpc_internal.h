@@ -29,6 +29,8 @@ struct rpc_stream {
     const char *error_string;        /* client */
     int cancelled;                   /* server: RECV_CLOSE_ON_SERVER result */
     /* server side */
+    int64_t idle_ms;    /* the longest wait for one message; 0: none */
+    grpc_slice refusal; /* status details of a stream refused at the door */
     gpr_timespec deadline;
     struct rpc_server *srv;
     int method;
@@ -47,23 +49,38 @@ typedef struct rpc_pems {
 } rpc_pems;
 int rpc_pems_read(const rpc_tls_files *t, int need_pair, rpc_pems *p, sl_err *err);
 void rpc_pems_free(rpc_pems *p);
+/* Connection limits every server gets (docs/security.md). */
+#define RPC_HANDSHAKE_TIMEOUT_MS 10000
+#define RPC_MAX_STREAMS_PER_CONN 32
+#define RPC_KEEPALIVE_MS 60000
+#define RPC_KEEPALIVE_TIMEOUT_MS 20000
+#define RPC_CONN_AGE_GRACE_MS 30000
+
 /* The server's TLS credentials: from the PEM texts, or with o->reload_tls
  * from the files through gRPC's file watcher (pem only validated them). */
 grpc_server_credentials *rpc_server_credentials(const rpc_server_opts *o, const rpc_pems *pem);
-/* Channel args with message limits (and an optional target name override). */
+/* Channel args: message limits, keepalive, and an optional target name
+ * override (clients) or the connection limits of a server. */
 typedef struct rpc_args {
-    grpc_arg a[3];
+    grpc_arg a[16];
     grpc_channel_args args;
 } rpc_args;
 void rpc_args_init(rpc_args *ra, size_t max_message, const char *server_name);
+void rpc_args_server(rpc_args *ra, const rpc_server_opts *o);
 grpc_byte_buffer *rpc_bb_from_iov(const rpc_iov *iov, int n);
 /* Moves bb's bytes into b and destroys bb. */
 void rpc_buf_from_bb(grpc_byte_buffer *bb, rpc_buf *b);
 void rpc_peer_from_call(grpc_call *call, rpc_peer *p);
 /* Waits for `tag` on a pluck queue; returns its success flag. */
 int rpc_pluck(grpc_completion_queue *cq, void *tag);
+/* rpc_pluck for a stream op: on the server, a wait longer than the stream's
+ * idle limit cancels the call (DEADLINE_EXCEEDED) and fails. */
+int rpc_stream_wait(rpc_stream *s, void *tag);
 /* Shuts down, drains and destroys a pluck queue. */
 void rpc_cq_destroy_pluck(grpc_completion_queue *cq);
 int rpc_batch(grpc_call *call, const grpc_op *ops, size_t n, void *tag, sl_err *err);
+/* Opens the spare descriptor of rpc_accept.c (rpc_global_init). */
+void rpc_accept_init(void);
+long rpc_accept_dropped(void);
 
 #endif

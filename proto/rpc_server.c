@@ -1,5 +1,11 @@
-/* rpc_server.c - the server side: one completion-queue thread for accepting
- * calls and for unary calls, one thread per streaming call. */
+/* rpc_server.c - the server side (the model is described in rpc.h).
+ *
+ * A unary call is a `pending` shared by the queue thread and a worker:
+ * srv->mu guards its state and refs counts its holders (the call itself
+ * until its reply batch completes, the method queue or the worker running
+ * it). Whoever answers first (the worker, the deadline check, the shutdown)
+ * posts the one reply; later answers are dropped. */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,17 +18,11 @@
 #include "sl_mem.h"
 
 #define MAX_METHODS 32
+#define DEFAULT_MAX_QUEUE 64
+#define TICK_MS 100
 
 enum tag_kind { T_UNARY_REQ, T_UNARY_DONE, T_STREAM_REQ, T_GENERIC_REQ, T_GENERIC_DONE, T_SHUTDOWN };
-
-typedef struct method {
-    char *name;
-    void *handle; /* from grpc_server_register_method */
-    int stream;
-    rpc_unary_fn unary;
-    rpc_stream_fn streamfn;
-    void *ud;
-} method;
+enum call_state { P_NEW, P_QUEUED, P_RUNNING, P_ANSWERED };
 
 /* One outstanding accept or reply; the tag of every event on the main queue
  * points at one of these (or at the stream waiting to be accepted). */
@@ -37,7 +37,31 @@ typedef struct pending {
     grpc_byte_buffer *reply;
     grpc_slice status_details;
     int cancelled;
+    /* unary calls, under srv->mu */
+    int state, refs;
+    int64_t due_ms; /* monotonic: the answer is due by then */
+    rpc_peer peer;
+    rpc_buf req;
+    struct pending *qnext;         /* the method's queue */
+    struct pending *anext, *aprev; /* srv->active: queued or running */
 } pending;
+
+typedef struct method {
+    char *name;
+    void *handle; /* from grpc_server_register_method */
+    int stream;
+    rpc_unary_fn unary;
+    rpc_stream_fn streamfn;
+    void *ud;
+    struct rpc_server *srv;
+    int workers, max_queue;
+    int64_t timeout_ms;
+    pthread_t *threads;
+    int n_threads;
+    pending *qhead, *qtail; /* under srv->mu */
+    int queued;
+    pthread_cond_t cv; /* work for this method, or stopping */
+} method;
 
 /* A stream waiting to be accepted sits behind this header in the tag. */
 typedef struct stream_req {
@@ -50,14 +74,37 @@ struct rpc_server {
     grpc_completion_queue *cq;
     method methods[MAX_METHODS];
     int n_methods;
-    int started, shutdown_notified, port;
-    atomic_int shutting_down;
-    long outstanding; /* tags posted on cq and not yet seen */
+    int started, port;
+    int64_t call_timeout_ms, stream_idle_ms, grace_ms;
+    int max_streams;
+    atomic_int shutting_down; /* the loop posts no new requests */
     int shutdown_kind;
     pthread_t thread;
-    pthread_mutex_t mu; /* guards streams */
+    /* the loop thread only */
+    int shutdown_notified, cq_shut;
+    rpc_stream *refused; /* refused streams whose status is on its way */
+    /* under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t changed; /* a thread ended */
+    int stopping, loop_done, workers_alive, running, n_streams;
+    long outstanding; /* tags posted on cq and not yet seen */
+    pending *active;
     rpc_stream *streams;
 };
+
+/* Servers that rpc_server_destroy had to leave behind stay reachable here. */
+static rpc_server *abandoned[8];
+static atomic_int n_abandoned;
+
+static int64_t mono_ms(gpr_timespec t)
+{
+    t = gpr_convert_clock_type(t, GPR_CLOCK_MONOTONIC);
+    if (t.tv_sec >= INT64_MAX / 1000 - 1)
+        return INT64_MAX;
+    return t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static int64_t now_ms(void) { return mono_ms(gpr_now(GPR_CLOCK_MONOTONIC)); }
 
 rpc_server *rpc_server_create(const rpc_server_opts *o, sl_err *err)
 {
@@ -66,9 +113,14 @@ rpc_server *rpc_server_create(const rpc_server_opts *o, sl_err *err)
         return NULL;
     rpc_server *srv = sl_xcalloc(1, sizeof *srv);
     pthread_mutex_init(&srv->mu, NULL);
+    pthread_cond_init(&srv->changed, NULL);
     srv->shutdown_kind = T_SHUTDOWN;
+    srv->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : RPC_DEFAULT_CALL_TIMEOUT_MS;
+    srv->stream_idle_ms = o->stream_idle_ms > 0 ? o->stream_idle_ms : RPC_DEFAULT_STREAM_IDLE_MS;
+    srv->grace_ms = o->shutdown_grace_ms > 0 ? o->shutdown_grace_ms : RPC_DEFAULT_SHUTDOWN_GRACE_MS;
+    srv->max_streams = o->max_streams > 0 ? o->max_streams : RPC_DEFAULT_MAX_STREAMS;
     rpc_args ra;
-    rpc_args_init(&ra, o->max_message, NULL);
+    rpc_args_server(&ra, o);
     srv->server = grpc_server_create(&ra.args, NULL);
     srv->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
@@ -87,8 +139,8 @@ rpc_server *rpc_server_create(const rpc_server_opts *o, sl_err *err)
     return srv;
 }
 
-static int add_method(rpc_server *srv, const char *name, int stream, rpc_unary_fn u,
-                      rpc_stream_fn s, void *ud, sl_err *err)
+static int add_method(rpc_server *srv, const char *name, int stream, const rpc_unary_opts *uo,
+                      rpc_unary_fn u, rpc_stream_fn s, void *ud, sl_err *err)
 {
     if (srv->started || srv->n_methods >= MAX_METHODS)
         return sl_err_set(err, SL_ESTATE, "cannot register %s now", name);
@@ -99,28 +151,47 @@ static int add_method(rpc_server *srv, const char *name, int stream, rpc_unary_f
         stream ? GRPC_SRM_PAYLOAD_NONE : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
     if (!m->handle) {
         free(m->name);
+        m->name = NULL;
         return sl_err_set(err, SL_EINVAL, "cannot register method %s", name);
     }
     m->stream = stream;
     m->unary = u;
     m->streamfn = s;
     m->ud = ud;
+    m->srv = srv;
+    m->workers = uo && uo->workers > 0 ? uo->workers : 1;
+    m->timeout_ms = uo && uo->timeout_ms > 0 ? uo->timeout_ms : srv->call_timeout_ms;
+    m->max_queue = uo && uo->max_queue > 0 ? uo->max_queue : DEFAULT_MAX_QUEUE;
+    pthread_cond_init(&m->cv, NULL);
     srv->n_methods++;
     return 0;
 }
 
 int rpc_server_add_unary(rpc_server *srv, const char *name, rpc_unary_fn fn, void *ud, sl_err *err)
 {
-    return add_method(srv, name, 0, fn, NULL, ud, err);
+    return add_method(srv, name, 0, NULL, fn, NULL, ud, err);
+}
+
+int rpc_server_add_unary_opts(rpc_server *srv, const char *name, const rpc_unary_opts *uo,
+                              rpc_unary_fn fn, void *ud, sl_err *err)
+{
+    return add_method(srv, name, 0, uo, fn, NULL, ud, err);
 }
 
 int rpc_server_add_stream(rpc_server *srv, const char *name, rpc_stream_fn fn, void *ud,
                           sl_err *err)
 {
-    return add_method(srv, name, 1, NULL, fn, ud, err);
+    return add_method(srv, name, 1, NULL, NULL, fn, ud, err);
 }
 
 /* ---- accepting ------------------------------------------------------------- */
+
+static void posted(rpc_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    srv->outstanding++;
+    pthread_mutex_unlock(&srv->mu);
+}
 
 static void request_unary(rpc_server *srv, int mi)
 {
@@ -138,7 +209,7 @@ static void request_unary(rpc_server *srv, int mi)
         free(p);
         return;
     }
-    srv->outstanding++;
+    posted(srv);
 }
 
 static void request_stream(rpc_server *srv, int mi)
@@ -149,6 +220,8 @@ static void request_stream(rpc_server *srv, int mi)
     r->s = s;
     s->srv = srv;
     s->method = mi;
+    s->idle_ms = srv->stream_idle_ms;
+    s->refusal = grpc_empty_slice();
     s->cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_metadata_array_init(&s->initial_md);
     grpc_call_error e = grpc_server_request_registered_call(
@@ -163,7 +236,7 @@ static void request_stream(rpc_server *srv, int mi)
         free(r);
         return;
     }
-    srv->outstanding++;
+    posted(srv);
 }
 
 static void request_generic(rpc_server *srv)
@@ -182,26 +255,60 @@ static void request_generic(rpc_server *srv)
         free(p);
         return;
     }
-    srv->outstanding++;
+    posted(srv);
+}
+
+/* The gRPC side of a call: released when its reply batch completes. */
+static void release_call(pending *p)
+{
+    if (p->call)
+        grpc_call_unref(p->call);
+    p->call = NULL;
+    if (p->payload)
+        grpc_byte_buffer_destroy(p->payload);
+    p->payload = NULL;
+    if (p->reply)
+        grpc_byte_buffer_destroy(p->reply);
+    p->reply = NULL;
+    grpc_slice_unref(p->status_details);
+    p->status_details = grpc_empty_slice();
+    grpc_metadata_array_destroy(&p->md);
+    grpc_metadata_array_init(&p->md);
+    if (p->kind == T_GENERIC_REQ || p->kind == T_GENERIC_DONE) {
+        grpc_call_details_destroy(&p->details);
+        grpc_call_details_init(&p->details);
+    }
 }
 
 static void pending_free(pending *p)
 {
-    if (p->call)
-        grpc_call_unref(p->call);
-    if (p->payload)
-        grpc_byte_buffer_destroy(p->payload);
-    if (p->reply)
-        grpc_byte_buffer_destroy(p->reply);
-    grpc_slice_unref(p->status_details);
+    release_call(p);
     grpc_metadata_array_destroy(&p->md);
-    if (p->kind == T_GENERIC_REQ || p->kind == T_GENERIC_DONE)
-        grpc_call_details_destroy(&p->details);
+    rpc_buf_free(&p->req);
     free(p);
 }
 
-/* Sends the reply (message when code is OK) and the status in one batch. */
-static void reply(rpc_server *srv, pending *p, int code, const char *details)
+/* Drops one holder of a unary call; under srv->mu. */
+static void unref_locked(pending *p)
+{
+    if (--p->refs == 0)
+        pending_free(p);
+}
+
+static void active_remove(rpc_server *srv, pending *p)
+{
+    if (p->aprev)
+        p->aprev->anext = p->anext;
+    else if (srv->active == p)
+        srv->active = p->anext;
+    if (p->anext)
+        p->anext->aprev = p->aprev;
+    p->anext = p->aprev = NULL;
+}
+
+/* Sends the reply (message when code is OK) and the status in one batch.
+ * Under srv->mu for unary calls (the loop thread alone for the others). */
+static void post_reply(rpc_server *srv, pending *p, int code, const char *details)
 {
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
@@ -219,39 +326,138 @@ static void reply(rpc_server *srv, pending *p, int code, const char *details)
     ops[n++].data.recv_close_on_server.cancelled = &p->cancelled;
     if (rpc_batch(p->call, ops, n, p, NULL) != 0) {
         sl_log_error("rpc: cannot send a reply", "%s", "");
-        pending_free(p);
+        if (p->kind == T_UNARY_DONE) {
+            release_call(p);
+            unref_locked(p);
+        } else {
+            pending_free(p);
+        }
         return;
     }
     srv->outstanding++;
 }
 
-static void handle_unary(rpc_server *srv, pending *p)
+/* Answers a unary call that has not been answered yet; under srv->mu. */
+static void answer_locked(rpc_server *srv, pending *p, int code, const char *details,
+                          const rpc_buf *resp)
 {
     method *m = &srv->methods[p->method];
-    rpc_peer peer;
-    rpc_peer_from_call(p->call, &peer);
-    rpc_status st = {RPC_OK, ""};
-    rpc_buf req = {0}, resp = {0};
-    int code;
-    if (!p->payload) {
-        code = rpc_status_set(&st, RPC_INVALID_ARGUMENT, "no request message");
-    } else {
-        rpc_buf_from_bb(p->payload, &req);
-        p->payload = NULL;
-        code = m->unary(m->ud, &peer, req.data, req.len, &resp, &st);
-        rpc_buf_free(&req);
-    }
     if (code == RPC_OK) {
-        rpc_iov iov = {resp.data, resp.len};
+        rpc_iov iov = {resp ? resp->data : NULL, resp ? resp->len : 0};
         p->reply = rpc_bb_from_iov(&iov, 1);
     } else {
         sl_log_info("rpc: refused", "method=%s peer=%s identity=%s code=%s reason=\"%s\"", m->name,
-                    peer.address, peer.identity[0] ? peer.identity : "-", rpc_code_name(code),
-                    st.details);
+                    p->peer.address, p->peer.identity[0] ? p->peer.identity : "-",
+                    rpc_code_name(code), details);
     }
-    rpc_buf_free(&resp);
+    active_remove(srv, p);
+    p->state = P_ANSWERED;
     p->kind = T_UNARY_DONE;
-    reply(srv, p, code, code == RPC_OK ? "" : st.details);
+    post_reply(srv, p, code, code == RPC_OK ? "" : details);
+}
+
+/* A unary call has arrived (loop thread): queue it for its method's workers. */
+static void dispatch_unary(rpc_server *srv, pending *p)
+{
+    method *m = &srv->methods[p->method];
+    rpc_peer_from_call(p->call, &p->peer);
+    int have = p->payload != NULL;
+    if (have) {
+        rpc_buf_from_bb(p->payload, &p->req);
+        p->payload = NULL;
+    }
+    int64_t now = now_ms(), due = mono_ms(p->deadline);
+    p->due_ms = now > INT64_MAX - m->timeout_ms || now + m->timeout_ms > due ? due
+                                                                               : now + m->timeout_ms;
+    pthread_mutex_lock(&srv->mu);
+    p->refs = 1;
+    p->state = P_NEW;
+    if (!have) {
+        answer_locked(srv, p, RPC_INVALID_ARGUMENT, "no request message", NULL);
+    } else if (srv->stopping) {
+        answer_locked(srv, p, RPC_UNAVAILABLE, "the server is shutting down", NULL);
+    } else if (m->queued >= m->max_queue) {
+        char why[128];
+        snprintf(why, sizeof why, "%d calls of this method are waiting already", m->queued);
+        answer_locked(srv, p, RPC_RESOURCE_EXHAUSTED, why, NULL);
+    } else {
+        p->state = P_QUEUED;
+        p->refs++;
+        if (m->qtail)
+            m->qtail->qnext = p;
+        else
+            m->qhead = p;
+        m->qtail = p;
+        m->queued++;
+        p->anext = srv->active;
+        if (srv->active)
+            srv->active->aprev = p;
+        srv->active = p;
+        pthread_cond_signal(&m->cv);
+    }
+    pthread_mutex_unlock(&srv->mu);
+}
+
+static void *unary_worker(void *arg)
+{
+    method *m = arg;
+    rpc_server *srv = m->srv;
+    pthread_mutex_lock(&srv->mu);
+    for (;;) {
+        while (!m->qhead && !srv->stopping)
+            pthread_cond_wait(&m->cv, &srv->mu);
+        pending *p = m->qhead;
+        if (!p)
+            break;
+        m->qhead = p->qnext;
+        if (!m->qhead)
+            m->qtail = NULL;
+        m->queued--;
+        if (p->state != P_QUEUED) { /* answered while it waited */
+            unref_locked(p);
+            continue;
+        }
+        if (now_ms() >= p->due_ms) {
+            answer_locked(srv, p, RPC_DEADLINE_EXCEEDED, "the call waited past its deadline", NULL);
+            unref_locked(p);
+            continue;
+        }
+        p->state = P_RUNNING;
+        srv->running++;
+        pthread_mutex_unlock(&srv->mu);
+        rpc_status st = {RPC_OK, ""};
+        rpc_buf resp = {0};
+        int code = m->unary(m->ud, &p->peer, p->req.data, p->req.len, &resp, &st);
+        pthread_mutex_lock(&srv->mu);
+        srv->running--;
+        if (p->state == P_RUNNING)
+            answer_locked(srv, p, code, st.details, &resp);
+        else
+            sl_log_warn("rpc: a late answer was dropped", "method=%s peer=%s code=%s", m->name,
+                        p->peer.address, rpc_code_name(code));
+        rpc_buf_free(&resp);
+        unref_locked(p);
+    }
+    srv->workers_alive--;
+    pthread_cond_broadcast(&srv->changed);
+    pthread_mutex_unlock(&srv->mu);
+    return NULL;
+}
+
+/* Answers every queued or running call past its deadline (loop thread). */
+static void expire_calls(rpc_server *srv)
+{
+    int64_t now = now_ms();
+    pthread_mutex_lock(&srv->mu);
+    for (pending *p = srv->active, *next; p; p = next) {
+        next = p->anext;
+        if (now >= p->due_ms)
+            answer_locked(srv, p, RPC_DEADLINE_EXCEEDED,
+                          p->state == P_RUNNING ? "the handler did not answer before the deadline"
+                                                : "the call waited past its deadline",
+                          NULL);
+    }
+    pthread_mutex_unlock(&srv->mu);
 }
 
 static void handle_generic(rpc_server *srv, pending *p)
@@ -265,7 +471,9 @@ static void handle_generic(rpc_server *srv, pending *p)
     char details[320];
     snprintf(details, sizeof details, "method %s is not implemented", name);
     p->kind = T_GENERIC_DONE;
-    reply(srv, p, RPC_UNIMPLEMENTED, details);
+    pthread_mutex_lock(&srv->mu);
+    post_reply(srv, p, RPC_UNIMPLEMENTED, details);
+    pthread_mutex_unlock(&srv->mu);
 }
 
 /* ---- streams (server side) ------------------------------------------------- */
@@ -274,7 +482,9 @@ static void stream_free(rpc_stream *s)
 {
     if (s->call)
         grpc_call_unref(s->call);
+    s->call = NULL;
     grpc_metadata_array_destroy(&s->initial_md);
+    grpc_slice_unref(s->refusal);
     rpc_cq_destroy_pluck(s->cq);
 }
 
@@ -288,7 +498,7 @@ static void *stream_main(void *arg)
     grpc_op ops[1];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    int ok = rpc_batch(s->call, ops, 1, &s->tag_send, NULL) == 0 && rpc_pluck(s->cq, &s->tag_send);
+    int ok = rpc_batch(s->call, ops, 1, &s->tag_send, NULL) == 0 && rpc_stream_wait(s, &s->tag_send);
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[0].data.recv_close_on_server.cancelled = &s->cancelled;
@@ -303,14 +513,16 @@ static void *stream_main(void *arg)
     ops[0].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[0].data.send_status_from_server.status = (grpc_status_code)code;
     ops[0].data.send_status_from_server.status_details = &details;
-    if (rpc_batch(s->call, ops, 1, &s->tag_send, NULL) == 0)
-        rpc_pluck(s->cq, &s->tag_send);
+    if (rpc_batch(s->call, ops, 1, &s->tag_send, NULL) == 0 && !rpc_stream_wait(s, &s->tag_send))
+        grpc_call_cancel(s->call, NULL);
     grpc_slice_unref(details);
     if (close_posted)
         rpc_pluck(s->cq, &s->tag_end);
     stream_free(s);
     pthread_mutex_lock(&srv->mu);
     s->done = 1;
+    srv->n_streams--;
+    pthread_cond_broadcast(&srv->changed);
     pthread_mutex_unlock(&srv->mu);
     return NULL;
 }
@@ -335,6 +547,47 @@ static void reap_streams(rpc_server *srv, int all)
     pthread_mutex_unlock(&srv->mu);
 }
 
+/* Ends a stream at once with a status, without a thread; the loop frees it
+ * when the status has gone out (reap_refused). */
+static void refuse_stream(rpc_server *srv, rpc_stream *s, int code, const char *why)
+{
+    sl_log_warn("rpc: stream refused", "method=%s code=%s reason=\"%s\"",
+                srv->methods[s->method].name, rpc_code_name(code), why);
+    s->refusal = grpc_slice_from_copied_string(why);
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[1].data.send_status_from_server.status = (grpc_status_code)code;
+    ops[1].data.send_status_from_server.status_details = &s->refusal;
+    ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[2].data.recv_close_on_server.cancelled = &s->cancelled;
+    if (rpc_batch(s->call, ops, 3, &s->tag_end, NULL) != 0) {
+        grpc_call_cancel(s->call, NULL);
+        stream_free(s);
+        free(s);
+        return;
+    }
+    s->next = srv->refused;
+    srv->refused = s;
+}
+
+static void reap_refused(rpc_server *srv)
+{
+    for (rpc_stream **pp = &srv->refused; *pp;) {
+        rpc_stream *s = *pp;
+        grpc_event ev =
+            grpc_completion_queue_pluck(s->cq, &s->tag_end, gpr_time_0(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type != GRPC_OP_COMPLETE) {
+            pp = &s->next;
+            continue;
+        }
+        *pp = s->next;
+        stream_free(s);
+        free(s);
+    }
+}
+
 static void accept_stream(rpc_server *srv, stream_req *r, int success)
 {
     rpc_stream *s = r->s;
@@ -346,15 +599,23 @@ static void accept_stream(rpc_server *srv, stream_req *r, int success)
     }
     reap_streams(srv, 0);
     pthread_mutex_lock(&srv->mu);
+    if (srv->stopping || srv->n_streams >= srv->max_streams) {
+        int n = srv->n_streams, stopping = srv->stopping;
+        pthread_mutex_unlock(&srv->mu);
+        char why[96];
+        snprintf(why, sizeof why, stopping ? "the server is shutting down"
+                                           : "too many streams at once (%d)", n);
+        refuse_stream(srv, s, stopping ? RPC_UNAVAILABLE : RPC_RESOURCE_EXHAUSTED, why);
+        return;
+    }
     s->next = srv->streams;
     srv->streams = s;
+    srv->n_streams++;
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
         srv->streams = s->next;
+        srv->n_streams--;
         pthread_mutex_unlock(&srv->mu);
-        grpc_call_cancel(s->call, NULL);
-        stream_free(s);
-        free(s);
-        sl_log_error("rpc: cannot start a stream thread", "%s", "");
+        refuse_stream(srv, s, RPC_RESOURCE_EXHAUSTED, "cannot start a stream thread");
         return;
     }
     pthread_mutex_unlock(&srv->mu);
@@ -362,58 +623,83 @@ static void accept_stream(rpc_server *srv, stream_req *r, int success)
 
 /* ---- the loop -------------------------------------------------------------- */
 
+static void handle_event(rpc_server *srv, grpc_event *ev)
+{
+    int kind = *(int *)ev->tag;
+    if (kind == T_SHUTDOWN) {
+        srv->shutdown_notified = 1;
+        return;
+    }
+    pthread_mutex_lock(&srv->mu);
+    srv->outstanding--;
+    pthread_mutex_unlock(&srv->mu);
+    pending *p = ev->tag;
+    switch (kind) {
+    case T_UNARY_REQ:
+        if (!ev->success) {
+            pending_free(p);
+            break;
+        }
+        if (!atomic_load(&srv->shutting_down))
+            request_unary(srv, p->method);
+        dispatch_unary(srv, p);
+        break;
+    case T_STREAM_REQ: {
+        stream_req *r = ev->tag;
+        int mi = r->s->method;
+        if (ev->success && !atomic_load(&srv->shutting_down))
+            request_stream(srv, mi);
+        accept_stream(srv, r, ev->success);
+        break;
+    }
+    case T_GENERIC_REQ:
+        if (!ev->success) {
+            pending_free(p);
+            break;
+        }
+        if (!atomic_load(&srv->shutting_down))
+            request_generic(srv);
+        handle_generic(srv, p);
+        break;
+    case T_UNARY_DONE:
+        pthread_mutex_lock(&srv->mu);
+        release_call(p);
+        unref_locked(p);
+        pthread_mutex_unlock(&srv->mu);
+        break;
+    case T_GENERIC_DONE:
+        pending_free(p);
+        break;
+    }
+}
+
 static void *server_main(void *arg)
 {
     rpc_server *srv = arg;
+    int64_t next_tick = now_ms() + TICK_MS;
     for (;;) {
-        grpc_event ev =
-            grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_event ev = grpc_completion_queue_next(srv->cq, rpc_deadline_ms(TICK_MS), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
-        if (ev.type != GRPC_OP_COMPLETE)
-            continue;
-        int kind = *(int *)ev.tag;
-        if (kind == T_SHUTDOWN) {
-            srv->shutdown_notified = 1;
-        } else {
-            srv->outstanding--;
-            pending *p = ev.tag;
-            switch (kind) {
-            case T_UNARY_REQ:
-                if (!ev.success) {
-                    pending_free(p);
-                    break;
-                }
-                if (!atomic_load(&srv->shutting_down))
-                    request_unary(srv, p->method);
-                handle_unary(srv, p);
-                break;
-            case T_STREAM_REQ: {
-                stream_req *r = ev.tag;
-                int mi = r->s->method;
-                if (ev.success && !atomic_load(&srv->shutting_down))
-                    request_stream(srv, mi);
-                accept_stream(srv, r, ev.success);
-                break;
-            }
-            case T_GENERIC_REQ:
-                if (!ev.success) {
-                    pending_free(p);
-                    break;
-                }
-                if (!atomic_load(&srv->shutting_down))
-                    request_generic(srv);
-                handle_generic(srv, p);
-                break;
-            case T_UNARY_DONE:
-            case T_GENERIC_DONE:
-                pending_free(p);
-                break;
-            }
+        if (ev.type == GRPC_OP_COMPLETE)
+            handle_event(srv, &ev);
+        if (now_ms() >= next_tick) {
+            expire_calls(srv);
+            next_tick = now_ms() + TICK_MS;
         }
-        if (srv->shutdown_notified && srv->outstanding == 0)
+        reap_refused(srv);
+        pthread_mutex_lock(&srv->mu);
+        int done = srv->shutdown_notified && srv->outstanding == 0 && !srv->refused;
+        pthread_mutex_unlock(&srv->mu);
+        if (done && !srv->cq_shut) {
+            srv->cq_shut = 1;
             grpc_completion_queue_shutdown(srv->cq);
+        }
     }
+    pthread_mutex_lock(&srv->mu);
+    srv->loop_done = 1;
+    pthread_cond_broadcast(&srv->changed);
+    pthread_mutex_unlock(&srv->mu);
     return NULL;
 }
 
@@ -422,38 +708,96 @@ int rpc_server_start(rpc_server *srv, sl_err *err)
     grpc_server_start(srv->server);
     srv->started = 1;
     for (int i = 0; i < srv->n_methods; i++) {
-        if (srv->methods[i].stream)
+        method *m = &srv->methods[i];
+        if (m->stream) {
             request_stream(srv, i);
-        else
-            request_unary(srv, i);
+            continue;
+        }
+        request_unary(srv, i);
+        m->threads = sl_xcalloc((size_t)m->workers, sizeof *m->threads);
+        for (; m->n_threads < m->workers; m->n_threads++) {
+            if (pthread_create(&m->threads[m->n_threads], NULL, unary_worker, m) != 0)
+                break;
+            pthread_mutex_lock(&srv->mu);
+            srv->workers_alive++;
+            pthread_mutex_unlock(&srv->mu);
+        }
     }
     request_generic(srv);
     if (pthread_create(&srv->thread, NULL, server_main, srv) != 0) {
-        sl_err_set(err, SL_EINTERNAL, "cannot start the server thread");
         srv->started = 2; /* started, no thread: destroy drains inline */
-        return -1;
+        return sl_err_set(err, SL_EINTERNAL, "cannot start the server thread");
     }
+    for (int i = 0; i < srv->n_methods; i++)
+        if (!srv->methods[i].stream && srv->methods[i].n_threads < srv->methods[i].workers)
+            return sl_err_set(err, SL_EINTERNAL, "cannot start the workers of %s",
+                              srv->methods[i].name);
     return srv->port;
 }
 
-void rpc_server_destroy(rpc_server *srv)
+static int all_stopped_locked(rpc_server *srv)
+{
+    return srv->loop_done && srv->workers_alive == 0 && srv->n_streams == 0;
+}
+
+int rpc_server_destroy(rpc_server *srv)
 {
     if (!srv)
-        return;
+        return 0;
+    pthread_mutex_lock(&srv->mu);
+    srv->stopping = 1;
+    for (pending *p = srv->active, *next; p; p = next) {
+        next = p->anext;
+        answer_locked(srv, p, RPC_UNAVAILABLE, "the server is shutting down", NULL);
+    }
+    for (int i = 0; i < srv->n_methods; i++)
+        pthread_cond_broadcast(&srv->methods[i].cv);
+    pthread_mutex_unlock(&srv->mu);
     /* The loop sees this flag only after the notify tag below, or never
      * posts again when it is not running. */
     atomic_store(&srv->shutting_down, 1);
     grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_kind);
     grpc_server_cancel_all_calls(srv->server);
+    if (srv->started != 1)
+        server_main(srv); /* never started: drains the queue here */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += srv->grace_ms / 1000;
+    until.tv_nsec += (srv->grace_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&srv->mu);
+    while (!all_stopped_locked(srv))
+        if (pthread_cond_timedwait(&srv->changed, &srv->mu, &until) == ETIMEDOUT)
+            break;
+    int clean = all_stopped_locked(srv), running = srv->running, streams = srv->n_streams;
+    pthread_mutex_unlock(&srv->mu);
+    if (!clean) {
+        sl_log_error("rpc: handlers still running after the shutdown grace period; leaving them",
+                     "grace_ms=%lld unary=%d streams=%d", (long long)srv->grace_ms, running,
+                     streams);
+        int k = atomic_fetch_add(&n_abandoned, 1);
+        if (k < (int)(sizeof abandoned / sizeof abandoned[0]))
+            abandoned[k] = srv;
+        return -1;
+    }
     if (srv->started == 1)
         pthread_join(srv->thread, NULL);
-    else
-        server_main(srv); /* never started: drains the queue here */
+    for (int i = 0; i < srv->n_methods; i++) {
+        method *m = &srv->methods[i];
+        for (int k = 0; k < m->n_threads; k++)
+            pthread_join(m->threads[k], NULL);
+        free(m->threads);
+        free(m->name);
+        pthread_cond_destroy(&m->cv);
+    }
     reap_streams(srv, 1);
     grpc_server_destroy(srv->server);
     grpc_completion_queue_destroy(srv->cq);
-    for (int i = 0; i < srv->n_methods; i++)
-        free(srv->methods[i].name);
+    pthread_cond_destroy(&srv->changed);
     pthread_mutex_destroy(&srv->mu);
     free(srv);
+    return 0;
 }

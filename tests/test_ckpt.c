@@ -144,6 +144,29 @@ static void test_round_trip_and_resume(void)
     copy_file(path("ck3.manifest"), path("ck5/manifest.json"), -1, -1);
     CHECKF(dev_ckpt_load(t, o.kind, path("ck"), &e) == -1 && strstr(e.msg, "another checksum"),
            "mixed manifest: '%s'", e.msg);
+    /* a checkpoint whose model lost its metadata (checksums and all) is
+     * refused, even with a manifest that matches it, though the same file
+     * loads as a model from elsewhere */
+    CHECKF(dev_ckpt_save(&s, 1, o.kind, path("ck6"), NULL, 0, &err) == 0, "%s", err.msg);
+    FILE *f = fopen(path("ck6/model.safetensors"), "r+b");
+    static char hdr[16384];
+    size_t got = f ? fread(hdr, 1, sizeof hdr, f) : 0;
+    char *m = memmem(hdr, got, "\"__metadata__\":{", 16), *me = m ? strstr(m, "},") : NULL;
+    CHECK(m && me);
+    if (f && m && me) {
+        memset(m, ' ', (size_t)(me - m) + 2);
+        CHECK(fseek(f, 0, SEEK_SET) == 0 && fwrite(hdr, 1, got, f) == got);
+    }
+    if (f)
+        fclose(f);
+    dev_ckpt_file mf[3];
+    CHECK(dev_ckpt_file_of(path("ck6"), "model.safetensors", &mf[0], &err) == 0 &&
+          dev_ckpt_file_of(path("ck6"), "optim.safetensors", &mf[1], &err) == 0 &&
+          dev_ckpt_file_of(path("ck6"), "config.json", &mf[2], &err) == 0 &&
+          dev_ckpt_write_manifest(path("ck6"), dev_stage_get_step(s), o.kind, 0, mf, 3, &err) == 0);
+    CHECKF(dev_ckpt_load(t, o.kind, path("ck6"), &e) == -1 && strstr(e.msg, "has no checksums"),
+           "metadata blanked: '%s'", e.msg);
+    CHECKF(dev_ckpt_load_model(t, path("ck6/model.safetensors"), &e) == 0, "%s", e.msg);
     /* The full model loads into the slices of a 2-stage split (the head's
      * decoder copy from the word embeddings) and evaluates identically. */
     int bounds[3] = {0, 2, 4};
@@ -214,12 +237,44 @@ static void test_damaged_model(void)
     char *q = memmem(hdr, got, "blake2b/bert.embeddings.LayerNorm.bias", 38);
     CHECK(q != NULL);
     copy_file(good, path("key.safetensors"), -1, q ? (long)(q - hdr) + 12 : 20);
-    refused(t, path("key.safetensors"), "bert.embeddings.LayerNorm.bias' has no checksum",
+    refused(t, path("key.safetensors"), "which the file does not have",
             "flipped byte in a checksum key");
     q = memmem(hdr, got, "\"bert.embeddings.LayerNorm.bias\":{", 33);
     CHECK(q != NULL);
     copy_file(good, path("name.safetensors"), -1, q ? (long)(q - hdr) + 12 : 20);
     refused(t, path("name.safetensors"), "tensor '", "flipped byte in a name");
+    /* bytes after the last tensor */
+    copy_file(good, path("tail.safetensors"), -1, -1);
+    f = fopen(path("tail.safetensors"), "ab");
+    CHECK(f && fwrite("junk", 1, 4, f) == 4);
+    if (f)
+        fclose(f);
+    refused(t, path("tail.safetensors"), "4 bytes of trailing data after the last tensor",
+            "trailing bytes");
+    /* __metadata__ that is not an object of strings cannot turn the checksums
+     * off: a damaged tensor behind it is still refused */
+    const char *meta = memmem(hdr, got, "\"__metadata__\":{", 16);
+    const char *mend = meta ? memchr(meta, '}', got - (size_t)(meta - hdr)) : NULL;
+    CHECK(meta && mend);
+    static const char *const repl[] = {"\"__metadata__\":5", "\"__metadata__\":{\"format\":1}"};
+    for (int i = 0; i < 2 && meta && mend; i++) {
+        char *buf = malloc((size_t)n);
+        FILE *g = fopen(good, "rb");
+        CHECK(g && fread(buf, 1, (size_t)n, g) == (size_t)n);
+        if (g)
+            fclose(g);
+        size_t at = (size_t)(meta - hdr), len = (size_t)(mend - meta) + 1;
+        memset(buf + at, ' ', len);
+        memcpy(buf + at, repl[i], strlen(repl[i]));
+        buf[data_flip] ^= 0x10;
+        g = fopen(path("meta.safetensors"), "wb");
+        CHECK(g && fwrite(buf, 1, (size_t)n, g) == (size_t)n);
+        if (g)
+            fclose(g);
+        free(buf);
+        refused(t, path("meta.safetensors"), "__metadata__ must be an object of strings",
+                i ? "metadata with a number" : "metadata 5 over a damaged tensor");
+    }
 
     /* wrong shape: a model of another width */
     dev_config wide = cfg;
@@ -497,6 +552,84 @@ static void test_config(void)
     }
 }
 
+static void write_st(const char *name, const char *hdr, const void *data, size_t n)
+{
+    uint64_t hl = strlen(hdr);
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)(hl >> (8 * i));
+    FILE *f = fopen(path(name), "wb");
+    CHECK(f && fwrite(len, 1, 8, f) == 8 && fwrite(hdr, 1, hl, f) == hl &&
+          fwrite(data, 1, n, f) == n);
+    if (f)
+        fclose(f);
+}
+
+static void st_refused(const char *name, const char *want)
+{
+    sl_err err = {0};
+    dev_st *st = dev_st_open(path(name), &err);
+    CHECKF(st == NULL && strstr(err.msg, want), "%s: %s", name, st ? "opened" : err.msg);
+    dev_st_close(st);
+}
+
+/* The tensors must tile the data; __metadata__ is a map of strings; a
+ * checksum covers the raw bytes of any dtype. */
+static void test_safetensors_layout(void)
+{
+    static const uint8_t data[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    write_st("gap.safetensors",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+             data, 12);
+    st_refused("gap.safetensors", "4 bytes before tensor 'b' belong to no tensor");
+    write_st("overlap.safetensors",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+             data, 12);
+    st_refused("overlap.safetensors", "tensors 'a' and 'b' overlap");
+    write_st("tail.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+             data, 8);
+    st_refused("tail.safetensors", "4 bytes of trailing data");
+    write_st("meta.safetensors",
+             "{\"__metadata__\":[\"x\"],\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+             data, 4);
+    st_refused("meta.safetensors", "__metadata__ must be an object of strings");
+    /* "skyloom." metadata without checksums: ours, damaged */
+    write_st("nosum.safetensors",
+             "{\"__metadata__\":{\"skyloom.step\":\"3\"},"
+             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+             data, 4);
+    sl_err err = {0};
+    float x[8];
+    dev_st *st = dev_st_open(path("nosum.safetensors"), &err);
+    CHECK(st && dev_st_checked(st) &&
+          dev_st_read_f32(st, dev_st_find(st, "a"), 0, 1, x, &err) == -1 &&
+          strstr(err.msg, "has no checksum"));
+    dev_st_close(st);
+    /* an F16 tensor with its checksum: verified on its raw bytes */
+    uint8_t h[16];
+    char hex[33], hdr[256];
+    crypto_generichash(h, 16, data, 8, NULL, 0);
+    sodium_bin2hex(hex, sizeof hex, h, 16);
+    snprintf(hdr, sizeof hdr,
+             "{\"__metadata__\":{\"blake2b/h\":\"%s\"},"
+             "\"h\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[0,8]}}",
+             hex);
+    write_st("f16.safetensors", hdr, data, 8);
+    st = dev_st_open(path("f16.safetensors"), &err);
+    CHECK(st && dev_st_read_f32(st, dev_st_find(st, "h"), 0, 4, x, &err) == 0);
+    dev_st_close(st);
+    uint8_t bad[8];
+    memcpy(bad, data, 8);
+    bad[5] ^= 1;
+    write_st("f16bad.safetensors", hdr, bad, 8);
+    st = dev_st_open(path("f16bad.safetensors"), &err);
+    CHECK(st && dev_st_read_f32(st, dev_st_find(st, "h"), 0, 4, x, &err) == -1 &&
+          strstr(err.msg, "checksum mismatch"));
+    dev_st_close(st);
+}
+
 /* F16 and BF16 tensors (as torch users often save) are widened to F32. */
 static void test_half_precision(void)
 {
@@ -554,6 +687,7 @@ static void all(void)
 {
     RUN(test_too_big);
     RUN(test_half_precision);
+    RUN(test_safetensors_layout);
     RUN(test_config);
     RUN(test_round_trip_and_resume);
     RUN(test_damaged_model);

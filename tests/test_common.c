@@ -1,4 +1,5 @@
-/* sl_err, sl_cli parsers, sl_mem size arithmetic, sl_mkdir. */
+/* sl_err, sl_cli parsers, sl_mem size arithmetic, sl_mkdir, private
+ * directories, escaping of control bytes. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,11 +101,56 @@ static void test_mkdir(void)
     rmdir(root);
 }
 
+/* Private directories are made (or narrowed to) 0700 and say when they
+ * changed; atomic writes are 0644 even under umask 000. */
+static void test_private(void)
+{
+    char root[] = "/tmp/sl-private-XXXXXX", d[64], f[80];
+    CHECK(mkdtemp(root) != NULL);
+    snprintf(d, sizeof d, "%s/keys", root);
+    snprintf(f, sizeof f, "%s/keys/x.json", root);
+    mode_t old = umask(0), was = 0;
+    struct stat st;
+    sl_err err = {0};
+    CHECK(sl_private_dir(d, &was, &err) == 0 && stat(d, &st) == 0 && (st.st_mode & 0777) == 0700);
+    CHECK(chmod(d, 0777) == 0);
+    CHECK(sl_private_dir(d, &was, &err) == 1 && was == 0777);
+    CHECK(stat(d, &st) == 0 && (st.st_mode & 0777) == 0700);
+    CHECK(sl_write_file_atomic(f, "{}", 2, &err) == 0 && stat(f, &st) == 0 &&
+          (st.st_mode & 0777) == 0644);
+    umask(old);
+    unlink(f);
+    rmdir(d);
+    rmdir(root);
+}
+
+/* Control bytes from files never reach a terminal through a message. */
+static void test_escape(void)
+{
+    char out[64], again[64];
+    CHECK(!strcmp(sl_escape_ctl(out, sizeof out, "a\x1b[31mb\n\x7f"), "a\\x1b[31mb\\x0a\\x7f"));
+    CHECK(!strcmp(sl_escape_ctl(out, sizeof out, "caf\xc3\xa9 \xe6\x97\xa5"), "caf\xc3\xa9 \xe6\x97\xa5"));
+    /* C1 (CSI as UTF-8), a lone byte, a cut sequence, a surrogate */
+    CHECK(!strcmp(sl_escape_ctl(out, sizeof out, "\xc2\x9b|\xff|\xe6\x97|\xed\xa0\x80"),
+                  "\\xc2\\x9b|\\xff|\\xe6\\x97|\\xed\\xa0\\x80"));
+    sl_escape_ctl(out, sizeof out, "x\x01y\xc3");
+    CHECK(!strcmp(sl_escape_ctl(again, sizeof again, out), out));
+    /* cut short, never in the middle of an escape, always terminated */
+    CHECK(!strcmp(sl_escape_ctl(out, 6, "ab\x01" "cd"), "ab"));
+    sl_err err = {0};
+    sl_err_set(&err, SL_EINVAL, "tensor '%s'", "\x1b]0;owned\x07");
+    CHECK(!strcmp(err.msg, "tensor '\\x1b]0;owned\\x07'"));
+    sl_err_wrap(&err, "file \x1b");
+    CHECK(!strncmp(err.msg, "file \\x1b: tensor", 17));
+}
+
 int main(void)
 {
     RUN(test_err);
     RUN(test_parse);
     RUN(test_mem);
     RUN(test_mkdir);
+    RUN(test_private);
+    RUN(test_escape);
     return sl_test_done();
 }

@@ -297,6 +297,27 @@ static void test_damage(void)
     b[97] = 0xff;
     resign(b, good_len);
     CHECK(refused(b, good_len, "special token", NULL));
+    /* special ids swapped, equal, or pointing at ordinary tokens */
+    uint32_t ids[5];
+    memcpy(ids, good + 96, 20);
+    memcpy(b, good, good_len);
+    memcpy(b + 112, &ids[3], 4); /* [MASK] := [SEP] */
+    resign(b, good_len);
+    CHECK(refused(b, good_len, "[SEP] and [MASK] have the same id", NULL));
+    memcpy(b, good, good_len);
+    memcpy(b + 100, &ids[0], 4); /* [UNK] := [PAD] */
+    resign(b, good_len);
+    CHECK(refused(b, good_len, "[PAD] and [UNK] have the same id", NULL));
+    memcpy(b, good, good_len);
+    uint32_t ordinary = 7;
+    memcpy(b + 112, &ordinary, 4); /* [MASK] := an ordinary token */
+    resign(b, good_len);
+    CHECK(refused(b, good_len, "the header gives [MASK] id 7, which is", NULL));
+    memcpy(b, good, good_len);
+    memcpy(b + 96, &ids[1], 4); /* [PAD] and [UNK] swapped */
+    memcpy(b + 100, &ids[0], 4);
+    resign(b, good_len);
+    CHECK(refused(b, good_len, "the header gives [PAD] id", NULL));
 
     /* not a file */
     CHECK(dev_shard_open(tmp_dir, &err) == NULL && strstr(err.msg, "not a regular file"));

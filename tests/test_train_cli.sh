@@ -64,6 +64,13 @@ check "--optim-state bf16 with lamb: exit 2, named" bash -c 'test $0 -eq 2 && gr
 nseq=$("$sk" data inspect "$d/text.shard" | sed -n 's/^sequences: *\([0-9]*\) .*/\1/p')
 err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --first "$nseq" 2>&1); rc=$?
 check "--first past the shard: exit 1, named" bash -c 'test $0 -eq 1 && [ $(wc -l <<<"$1") -eq 1 ] && grep -q "first sequence $2 is past" <<<"$1"' "$rc" "$err" "$nseq"
+err=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --first 999999999 2>&1); rc=$?
+check "eval --first past the shard: exit 1, named like train's" bash -c 'test $0 -eq 1 && [ $(wc -l <<<"$1") -eq 1 ] && grep -q "first sequence 999999999 is past" <<<"$1"' "$rc" "$err"
+# a name with control bytes in a file comes back escaped, never raw
+hdr='{"\u001b[31mevil\u0007":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+{ printf "\\x$(printf %02x ${#hdr})\\x00\\x00\\x00\\x00\\x00\\x00\\x00"; printf '%s' "$hdr"; printf '\0\0\0\0'; } > "$d/evil.safetensors"
+err=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/evil.safetensors" --data "$d/text.shard" 2>&1); rc=$?
+check "control bytes from a file are escaped in the error" bash -c 'test $0 -eq 1 && grep -qF "tensor '"'"'\\x1b[31mevil\\x07'"'"'" <<<"$1" && ! grep -q "$(printf "\033")" <<<"$1"' "$rc" "$err"
 err=$("$sk" train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --first 5 --sequences "$nseq" 2>&1); rc=$?
 check "--sequences past the shard: exit 1, named" bash -c 'test $0 -eq 1 && grep -q "run past the shard" <<<"$1"' "$rc" "$err"
 out=$("$sk" train --config "$d/tiny.json" --data "$d/text.shard" --steps 10 --batch 4 --threads 1 --first 5 --sequences 10 --no-shuffle --log-every 4 --metrics "$d/range.csv" 2>&1); rc=$?

@@ -21,8 +21,8 @@ check() { # check DESC CMD...
 }
 start_coord() { # start_coord [PKI STATE HEARTBEAT]
     rm -f "$tmp/port"
-    "$sk" -q coordinator --listen 127.0.0.1:0 --pki "${1:-$tmp/pki}" --state "${2:-$tmp/state}" \
-        --port-file "$tmp/port" --heartbeat "${3:-60s}" &
+    "$sk" coordinator --listen 127.0.0.1:0 --pki "${1:-$tmp/pki}" --state "${2:-$tmp/state}" \
+        --port-file "$tmp/port" --heartbeat "${3:-60s}" 2>>"$tmp/coord.log" &
     cpid=$!
     for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.05; done
     port=$(cat "$tmp/port" 2>/dev/null)
@@ -46,10 +46,26 @@ check "certs token rejects --ttl 0s" test $? -eq 2
 tok=$("$sk" certs token --pki "$tmp/pki" --site lab --ttl 10m)
 check "certs token carries the CA fingerprint" grep -q "^skyloom1\.$("$sk" certs show --json "$tmp/pki/ca.crt" | grep -o '"sha256": "[0-9a-f]*"' | cut -d'"' -f4)\." <<<"$tok"
 
+chmod 0777 "$tmp/pki"
 start_coord
 check "coordinator writes its port" test -n "$port"
-id=$("$sk" -q device --coordinator 127.0.0.1:$port --token "$tok" --state "$tmp/dev" --site lab --once | sed -n 's/^device //p')
+check "an open PKI directory is made private, and the log says so" \
+    bash -c '[ "$(stat -c %a "$0")" = 700 ] && grep -q "PKI directory was open to group or others" "$1"' "$tmp/pki" "$tmp/coord.log"
+id=$(umask 000; "$sk" -q device --coordinator 127.0.0.1:$port --token "$tok" --state "$tmp/dev" --site lab --once | sed -n 's/^device //p')
 check "device enrolls" grep -Eq '^d[0-9a-f]{16}$' <<<"$id"
+check "under umask 000 device.json is 0644, device.key 0600, the directory 0700" \
+    test "$(stat -c %a "$tmp/dev/device.json") $(stat -c %a "$tmp/dev/device.key") $(stat -c %a "$tmp/dev")" = "644 600 700"
+out=$("$sk" coordinator --listen 127.0.0.1:0 --pki "$tmp/pki" --state "$tmp/state2" 2>&1); rc=$?
+check "a second coordinator on the same PKI is refused" \
+    bash -c '[ $0 -eq 1 ] && grep -q "PKI directory .* is in use by another coordinator (pid $2)" <<<"$1"' "$rc" "$out" "$cpid"
+# A FIFO in the spool neither blocks the heartbeat that imports the spool nor
+# the shutdown; it is set aside with its reason.
+fifo="$tmp/pki/spool/token-$(printf '%064d' 0)"
+mkfifo "$fifo"
+check "a heartbeat is answered with a FIFO in the spool" \
+    timeout 20 "$sk" -q device --coordinator 127.0.0.1:$port --state "$tmp/dev" --site lab --once >/dev/null
+check "the FIFO is renamed .bad and the log says why" \
+    bash -c '[ -p "$0.bad" ] && grep -q "entry=token-0*.*not a regular file" "$1"' "$fifo" "$tmp/coord.log"
 "$sk" -q device --coordinator 127.0.0.1:$port --state "$tmp/dev" --site lab --once \
     --stage-listen 127.0.0.1:0 --stage-advertise 127.0.0.1:7777 >/dev/null
 check "device restarts from its stored certificate (serving Stage)" test $? -eq 0
@@ -62,10 +78,68 @@ check "status --json shows where it serves Stage" grep -q '"stage_address": "127
 check "certs revoke" test $? -eq 0
 out=$("$sk" -q device --coordinator 127.0.0.1:$port --state "$tmp/dev" --site lab --once 2>&1); rc=$?
 check "a revoked device is refused" bash -c '[ $0 -eq 1 ] && grep -q "UNAUTHENTICATED: device $2 is revoked" <<<"$1"' "$rc" "$out" "$id"
+out=$("$sk" coordinator backup --state "$tmp/state" --out "$tmp/backup.db" 2>&1)
+check "coordinator backup while it runs" bash -c '[ $? -eq 0 ] && grep -q "(1 devices)" <<<"$0"' "$out"
+out=$("$sk" coordinator backup --state "$tmp/state" --out "$tmp/backup.db" 2>&1)
+check "coordinator backup does not overwrite" grep -q "exists already" <<<"$out"
 stop_coord; check "coordinator stops cleanly on SIGTERM" test $? -eq 0
 start_coord
 "$sk" status --coordinator 127.0.0.1:$port --pki "$tmp/pki" | grep -q "^$id .*revoked"
 check "after a restart the device is still there and still revoked" test $? -eq 0
+stop_coord
+mkdir -m 700 "$tmp/restored" && cp "$tmp/backup.db" "$tmp/restored/coordinator.db"
+start_coord "$tmp/pki" "$tmp/restored"
+"$sk" status --coordinator 127.0.0.1:$port --pki "$tmp/pki" | grep -q "^$id .*revoked"
+check "a coordinator on the restored backup knows the device" test $? -eq 0
+stop_coord
+
+# State that is not there is not an empty registry.
+refused() { # DESC PATTERN: the coordinator refuses $tmp/state as it is now
+    local out rc
+    out=$(timeout 20 "$sk" coordinator --listen 127.0.0.1:0 --pki "$tmp/pki" --state "$tmp/state" 2>&1); rc=$?
+    check "$1" bash -c '[ $0 -eq 1 ] && grep -q "$2" <<<"$1"' "$rc" "$out" "$2"
+}
+cp "$tmp/state/coordinator.db" "$tmp/db.good"
+: > "$tmp/state/coordinator.db"
+refused "an emptied coordinator.db is refused" "coordinator.db is empty (0 bytes), but .*coordinator.id shows"
+rm "$tmp/state/coordinator.db"
+refused "a deleted coordinator.db is refused" "coordinator.db is missing, but"
+head -c 8192 "$tmp/db.good" > "$tmp/state/coordinator.db"
+refused "a truncated coordinator.db is refused" "malformed.*restore it from a backup"
+cp "$tmp/db.good" "$tmp/state/coordinator.db"
+printf 'garbage' | dd of="$tmp/state/coordinator.db" conv=notrunc status=none
+refused "a damaged first page is refused" "not an SQLite database"
+
+# A flood of connections under a low descriptor limit does not wedge the
+# listener: once it ends, the coordinator serves again.
+cp "$tmp/db.good" "$tmp/state/coordinator.db"
+rm -f "$tmp/port"
+(ulimit -n 128; exec "$sk" coordinator --listen 127.0.0.1:0 --pki "$tmp/pki" --state "$tmp/state" \
+    --port-file "$tmp/port" 2>>"$tmp/flood.log") &
+cpid=$!
+for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+port=$(cat "$tmp/port" 2>/dev/null)
+python3 - "$port" "$tmp/flood.log" <<'PY'
+import socket, sys, time
+port, log = int(sys.argv[1]), sys.argv[2]
+socks = []
+for _ in range(400):
+    s = socket.socket()
+    s.connect(("127.0.0.1", port))
+    socks.append(s)
+end = time.time() + 30
+while time.time() < end and "descriptor limit" not in open(log).read():
+    time.sleep(0.05)
+for s in socks:
+    s.close()
+PY
+check "the coordinator under ulimit -n 128 reached its limit" grep -q "descriptor limit reached" "$tmp/flood.log"
+ok=1
+for _ in $(seq 30); do
+    "$sk" -q status --coordinator 127.0.0.1:$port --pki "$tmp/pki" >/dev/null 2>&1 && { ok=0; break; }
+    sleep 0.5
+done
+check "after the flood the coordinator answers again" test $ok -eq 0
 stop_coord
 
 # ---- certificates that last -------------------------------------------------

@@ -195,9 +195,35 @@ dev_shard *dev_shard_open(const char *path, sl_err *err)
         REFUSE(SL_ECORRUPT, "inconsistent: %llu vocabulary lines, header says %d",
                (unsigned long long)lines, s->vocab_size);
     int spv[5] = {s->sp.pad, s->sp.unk, s->sp.cls, s->sp.sep, s->sp.mask};
-    for (int i = 0; i < 5; i++)
+    static const char *const spname[5] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    for (int i = 0; i < 5; i++) {
         if (spv[i] < 0 || spv[i] >= s->vocab_size)
             REFUSE(SL_ECORRUPT, "inconsistent: special token id %d outside the vocabulary", spv[i]);
+        for (int j = 0; j < i; j++)
+            if (spv[i] == spv[j])
+                REFUSE(SL_ECORRUPT, "inconsistent: %s and %s have the same id %d", spname[j],
+                       spname[i], spv[i]);
+    }
+    /* Each id must name its token in the stored vocabulary. */
+    const char *line[5] = {0};
+    size_t line_len[5] = {0};
+    int id = 0;
+    for (uint64_t i = 0, start = 0; i < s->vocab_bytes; i++) {
+        if (s->vocab[i] != '\n')
+            continue;
+        for (int k = 0; k < 5; k++)
+            if (spv[k] == id) {
+                line[k] = (const char *)s->vocab + start;
+                line_len[k] = (size_t)(i - start);
+            }
+        id++;
+        start = i + 1;
+    }
+    for (int k = 0; k < 5; k++)
+        if (line_len[k] != strlen(spname[k]) || memcmp(line[k], spname[k], line_len[k]) != 0)
+            REFUSE(SL_ECORRUPT, "inconsistent: the header gives %s id %d, which is '%.*s' in the "
+                   "stored vocabulary", spname[k], spv[k], line_len[k] > 32 ? 32 : (int)line_len[k],
+                   line[k] ? line[k] : "");
     if (s->n == 0)
         REFUSE(SL_ECORRUPT, "no sequences");
     if (rd64(s->seq) != 0 || rd64(s->seq + 8 * s->n) != s->ntok)

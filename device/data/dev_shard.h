@@ -15,7 +15,8 @@
  *
  * Opening memory-maps the file and checks everything before returning:
  * size against the header (truncated / trailing bytes), checksum, then every
- * offset and id, so later reads need no checks. */
+ * offset and id (the special tokens: distinct, and named so in the stored
+ * vocabulary), so later reads need no checks. */
 #ifndef DEV_SHARD_H
 #define DEV_SHARD_H
 

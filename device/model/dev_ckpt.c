@@ -623,7 +623,14 @@ static int add_part(ck_dir *d, const char *name, int step, const dev_config *c, 
         return 0; /* config.json, data.json, ... */
     char *path = join(d->dir, name);
     dev_st *st = dev_st_open(path, err);
-    int rc = st ? part_step(st, path, step, err) : -1;
+    int rc = st ? 0 : -1;
+    /* a checkpoint is always ours, with checksums: a part without them is
+     * not one (or its header lost them) */
+    if (!rc && !dev_st_checked(st))
+        rc = sl_err_set(err, SL_ECORRUPT, "%s has no checksums: not a checkpoint part written "
+                        "by skyloom, or its header is damaged", path);
+    if (!rc)
+        rc = part_step(st, path, step, err);
     if (!rc && is_model)
         rc = check_unknown(c, st, path, err);
     if (!rc && is_optim) {

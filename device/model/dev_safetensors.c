@@ -22,12 +22,15 @@ struct dev_st {
     dev_st_tensor *t;
     int n;
     json_t *meta; /* __metadata__, or NULL */
-    int checked;  /* the metadata holds checksums: every tensor must have one */
+    int checked;  /* written by us: every tensor must have a checksum */
 };
 
 /* Our files carry a BLAKE2b-128 of every tensor's bytes in __metadata__
  * under "blake2b/<name>" (metadata is a free string map, so other readers
- * ignore it); files from elsewhere have none and are read unchecked. */
+ * ignore it); files from elsewhere have none and are read unchecked. A file
+ * with any checksum, or with our "skyloom." keys, is ours: from then on a
+ * tensor without its checksum is an error, so damage cannot switch the
+ * check off. */
 #define HASH_BYTES 16
 static void hash_hex(const void *p, size_t n, char out[2 * HASH_BYTES + 1])
 {
@@ -126,6 +129,82 @@ static int parse_tensor(dev_st *st, const char *name, json_t *v, uint64_t data_l
     return 0;
 }
 
+/* __metadata__ is a map of strings (the format's rule); ours has checksums. */
+static int check_meta(dev_st *st, json_t *v, sl_err *err)
+{
+    if (!json_is_object(v))
+        return sl_err_set(err, SL_ECORRUPT, "%s: __metadata__ must be an object of strings",
+                          st->path);
+    const char *mk;
+    json_t *mv;
+    json_object_foreach(v, mk, mv)
+    {
+        if (!json_is_string(mv))
+            return sl_err_set(err, SL_ECORRUPT,
+                              "%s: __metadata__ must be an object of strings ('%s' is not)",
+                              st->path, mk);
+        st->checked |= !strncmp(mk, "blake2b/", 8) || !strncmp(mk, "skyloom.", 8);
+    }
+    st->meta = json_incref(v);
+    return 0;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const dev_st_tensor *x = *(const dev_st_tensor *const *)a, *y = *(const dev_st_tensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset ? 1 : (x->nbytes > y->nbytes) - (x->nbytes < y->nbytes);
+}
+
+/* The tensors cover the data exactly: no byte twice, none left over. */
+static int check_layout(dev_st *st, sl_err *err)
+{
+    const dev_st_tensor **o = sl_xcalloc((size_t)(st->n ? st->n : 1), sizeof *o);
+    for (int i = 0; i < st->n; i++)
+        o[i] = &st->t[i];
+    qsort(o, (size_t)st->n, sizeof *o, by_offset);
+    uint64_t at = st->data_start;
+    int rc = 0;
+    for (int i = 0; i < st->n && !rc; i++) {
+        if (o[i]->offset < at)
+            rc = sl_err_set(err, SL_ECORRUPT, "%s: tensors '%s' and '%s' overlap", st->path,
+                            o[i - 1]->name, o[i]->name);
+        else if (o[i]->offset > at)
+            rc = sl_err_set(err, SL_ECORRUPT,
+                            "%s: %llu bytes before tensor '%s' belong to no tensor", st->path,
+                            (unsigned long long)(o[i]->offset - at), o[i]->name);
+        at = o[i]->offset + o[i]->nbytes;
+    }
+    if (!rc && at != st->size)
+        rc = sl_err_set(err, SL_ECORRUPT,
+                        "%s: %llu bytes of trailing data after the last tensor", st->path,
+                        (unsigned long long)(st->size - at));
+    free(o);
+    return rc;
+}
+
+/* A checksum for a tensor the file does not have means a damaged header. */
+static int check_sums_known(dev_st *st, sl_err *err)
+{
+    const char *mk;
+    json_t *mv;
+    json_object_foreach(st->meta, mk, mv)
+    {
+        if (strncmp(mk, "blake2b/", 8) != 0)
+            continue;
+        int found = 0;
+        for (int i = 0; i < st->n && !found; i++)
+            found = !strcmp(st->t[i].name, mk + 8);
+        if (!found)
+            return sl_err_set(err, SL_ECORRUPT,
+                              "%s: a checksum for tensor '%s', which the file does not have "
+                              "(damaged header?)",
+                              st->path, mk + 8);
+    }
+    return 0;
+}
+
+int dev_st_checked(const dev_st *st) { return st->checked; }
+
 dev_st *dev_st_open(const char *path, sl_err *err)
 {
     dev_st *st = sl_xcalloc(1, sizeof *st);
@@ -177,18 +256,16 @@ dev_st *dev_st_open(const char *path, sl_err *err)
     json_object_foreach(root, key, v)
     {
         if (!strcmp(key, "__metadata__")) {
-            if (json_is_object(v)) {
-                st->meta = json_incref(v);
-                const char *mk;
-                json_t *mv;
-                json_object_foreach(v, mk, mv) st->checked |= !strncmp(mk, "blake2b/", 8);
-            }
+            if (check_meta(st, v, err))
+                goto fail;
             continue;
         }
         if (parse_tensor(st, key, v, st->size - st->data_start, &st->t[st->n], err))
             goto fail;
         st->n++;
     }
+    if (check_layout(st, err) || check_sums_known(st, err))
+        goto fail;
     json_decref(root);
     free(hdr);
     return st;
@@ -241,6 +318,19 @@ int dev_st_read_f32(dev_st *st, const dev_st_tensor *t, uint64_t first, size_t c
                           st->path, t->name, t->dtype_name);
     if (first > t->numel || count > t->numel - first)
         return sl_err_set(err, SL_EINVAL, "%s: tensor '%s': read past its end", st->path, t->name);
+    char key[160];
+    snprintf(key, sizeof key, "blake2b/%s", t->name);
+    const char *sum = st->meta ? json_string_value(json_object_get(st->meta, key)) : NULL;
+    int whole = first == 0 && count == t->numel;
+    if (!sum && st->checked && whole)
+        return sl_err_set(err, SL_ECORRUPT,
+                          "%s: tensor '%s' has no checksum in a checksummed file (damaged "
+                          "header?)",
+                          st->path, t->name);
+    int verify = sum && whole;
+    crypto_generichash_state h;
+    if (verify)
+        crypto_generichash_init(&h, NULL, 0, HASH_BYTES);
     size_t es = t->dtype == DEV_ST_F32 ? 4 : 2;
     uint64_t off = t->offset + first * es;
     if (es == 4) {
@@ -252,37 +342,35 @@ int dev_st_read_f32(dev_st *st, const dev_st_tensor *t, uint64_t first, size_t c
             got += (size_t)r;
         }
         /* little-endian host (x86-64, aarch64): the bytes are the floats */
-        char key[160];
-        snprintf(key, sizeof key, "blake2b/%s", t->name);
-        const char *sum = st->meta ? json_string_value(json_object_get(st->meta, key)) : NULL;
-        if (!sum && st->checked && first == 0 && count == t->numel)
-            return sl_err_set(err, SL_ECORRUPT,
-                              "%s: tensor '%s' has no checksum in a checksummed file (damaged "
-                              "header?)",
-                              st->path, t->name);
-        if (sum && first == 0 && count == t->numel) {
-            char hex[2 * HASH_BYTES + 1];
-            hash_hex(dst, want, hex);
-            if (strcmp(hex, sum) != 0)
-                return sl_err_set(err, SL_ECORRUPT, "%s: tensor '%s': checksum mismatch (damaged file)",
-                                  st->path, t->name);
-        }
-        return 0;
-    }
-    uint16_t buf[4096];
-    for (size_t done = 0; done < count;) {
-        size_t k = count - done < 4096 ? count - done : 4096;
-        if (pread(st->fd, buf, k * 2, (off_t)(off + done * 2)) != (ssize_t)(k * 2))
-            return sl_err_set(err, SL_EIO, "%s: tensor '%s': short read", st->path, t->name);
-        for (size_t i = 0; i < k; i++) {
-            if (t->dtype == DEV_ST_BF16) {
-                uint32_t f = (uint32_t)buf[i] << 16;
-                memcpy(&dst[done + i], &f, 4);
-            } else {
-                dst[done + i] = half_to_float(buf[i]);
+        if (verify)
+            crypto_generichash_update(&h, (const uint8_t *)dst, want);
+    } else {
+        uint16_t buf[4096];
+        for (size_t done = 0; done < count;) {
+            size_t k = count - done < 4096 ? count - done : 4096;
+            if (pread(st->fd, buf, k * 2, (off_t)(off + done * 2)) != (ssize_t)(k * 2))
+                return sl_err_set(err, SL_EIO, "%s: tensor '%s': short read", st->path, t->name);
+            if (verify)
+                crypto_generichash_update(&h, (const uint8_t *)buf, k * 2);
+            for (size_t i = 0; i < k; i++) {
+                if (t->dtype == DEV_ST_BF16) {
+                    uint32_t f = (uint32_t)buf[i] << 16;
+                    memcpy(&dst[done + i], &f, 4);
+                } else {
+                    dst[done + i] = half_to_float(buf[i]);
+                }
             }
+            done += k;
         }
-        done += k;
+    }
+    if (verify) {
+        uint8_t got[HASH_BYTES];
+        char hex[2 * HASH_BYTES + 1];
+        crypto_generichash_final(&h, got, sizeof got);
+        sodium_bin2hex(hex, sizeof hex, got, sizeof got);
+        if (strcmp(hex, sum) != 0)
+            return sl_err_set(err, SL_ECORRUPT, "%s: tensor '%s': checksum mismatch (damaged file)",
+                              st->path, t->name);
     }
     return 0;
 }

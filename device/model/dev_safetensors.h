@@ -3,8 +3,10 @@
  *   {"name": {"dtype": "F32", "shape": [r, c], "data_offsets": [b, e]}, ...,
  *    "__metadata__": {"format": "pt"}}
  * and the tensor bytes (offsets relative to the end of the header).
- * Every length and offset is checked against the file before use. Tensors are
- * read with pread, one at a time, so a large file is never held twice. */
+ * Every length and offset is checked against the file before use: the
+ * tensors must cover the data exactly (no overlap, no gap, no trailing
+ * bytes) and __metadata__ must be an object of strings. Tensors are read
+ * with pread, one at a time, so a large file is never held twice. */
 #ifndef DEV_SAFETENSORS_H
 #define DEV_SAFETENSORS_H
 
@@ -33,6 +35,10 @@ void dev_st_close(dev_st *st);
 int dev_st_count(const dev_st *st);
 const dev_st_tensor *dev_st_at(const dev_st *st, int i);
 const dev_st_tensor *dev_st_find(const dev_st *st, const char *name);
+/* 1 if the file is one of ours (it has checksums or "skyloom." metadata):
+ * then every tensor read whole is verified against its BLAKE2b, and a
+ * tensor without one is refused. 0: a file from elsewhere, read unchecked. */
+int dev_st_checked(const dev_st *st);
 /* Reads `count` elements starting at element `first` of the tensor into dst
  * as float (F16 and BF16 are widened). */
 int dev_st_read_f32(dev_st *st, const dev_st_tensor *t, uint64_t first, size_t count, float *dst,

@@ -152,33 +152,28 @@ static int enroll(dev_agent *a, sl_err *err)
     req.name = host;
     req.profile = a->have_profile ? &prof : NULL;
     rpc_status st = {0};
-    Skyloom__V1__EnrollResponse *resp = NULL;
-    int code = rpc_call_pb(ch, RPC_M_ENROLL, &req, &skyloom__v1__enroll_response__descriptor,
-                           (void **)&resp, a->o.timeout_ms, &st);
+    rpc_buf in, out = {0};
+    rpc_pack(&req, &in);
+    int code = rpc_call_unary(ch, RPC_M_ENROLL, in.data, in.len, a->o.timeout_ms, &out, &st);
+    rpc_buf_free(&in);
     rpc_channel_destroy(ch);
     free(csr);
     if (code != RPC_OK)
         return sl_err_set(err, code == RPC_UNAVAILABLE ? SL_EIO : SL_EAUTH,
                           "Enroll refused: %s: %s", rpc_code_name(code), st.details);
-    int rc = -1;
-    char cn[128];
-    if (strcmp(resp->device_id, a->id) != 0) {
-        sl_err_set(err, SL_EAUTH, "coordinator returned device id %s, expected %s",
-                   resp->device_id, a->id);
-    } else if (!cert_write_new(a->f.crt, resp->cert_pem.data, resp->cert_pem.len, 0644, err)) {
-        if (cert_file_cn(a->f.crt, cn, sizeof cn, err) || strcmp(cn, a->id) != 0 ||
-            load_identity(a, err)) {
-            unlink(a->f.crt);
-            if (!err || !err->msg[0])
-                sl_err_set(err, SL_EAUTH, "the certificate is not for %s", a->id);
-        } else {
-            a->heartbeat_ms = resp->heartbeat_ms;
-            rc = 0;
-        }
-    }
-    rpc_unpacked_free(resp);
+    char *pem = NULL;
+    size_t pem_len = 0;
+    unsigned hb = 0;
+    int rc = dev_enroll_reply_check(out.data, out.len, a->id, &hb, &pem, &pem_len, err);
+    rpc_buf_free(&out);
+    if (rc == 0 && (rc = cert_write_new(a->f.crt, pem, pem_len, 0644, err)) == 0 &&
+        (rc = load_identity(a, err)) != 0)
+        unlink(a->f.crt);
+    free(pem);
     if (rc)
         return -1;
+    if (hb)
+        a->heartbeat_ms = hb;
     char p[4200];
     snprintf(p, sizeof p, "%s/device.json", a->o.state);
     json_t *j = json_pack("{s:s, s:s, s:s}", "device_id", a->id, "site", a->o.site, "coordinator",
@@ -201,10 +196,16 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     if (!a->o.timeout_ms)
         a->o.timeout_ms = 10000;
     a->heartbeat_ms = 5000;
-    if (sl_mkdir(o->state, 0700, err)) {
+    mode_t old;
+    int r = sl_private_dir(o->state, &old, err);
+    if (r < 0) {
+        pthread_mutex_destroy(&a->mu);
         free(a);
         return NULL;
     }
+    if (r > 0)
+        sl_log_warn("device: the state directory was open to group or others; made it private",
+                    "dir=%s old_mode=%04o mode=0700", o->state, (unsigned)old);
     if (dev_identity_files_init(&a->f, o->state, err))
         goto fail;
     sl_err perr = {0};
@@ -264,25 +265,6 @@ int dev_agent_is_revoked(void *agent, const char *id)
     }
     pthread_mutex_unlock(&a->mu);
     return found;
-}
-
-static void set_revoked(dev_agent *a, char **ids, size_t n)
-{
-    size_t len = 1;
-    for (size_t i = 0; i < n; i++)
-        len += strlen(ids[i]) + 1;
-    char *s = sl_xmalloc(len), *p = s;
-    for (size_t i = 0; i < n; i++) {
-        size_t k = strlen(ids[i]);
-        memcpy(p, ids[i], k);
-        p[k] = ' ';
-        p += k + 1;
-    }
-    *p = 0;
-    pthread_mutex_lock(&a->mu);
-    free(a->revoked);
-    a->revoked = s;
-    pthread_mutex_unlock(&a->mu);
 }
 
 const char *dev_agent_id(const dev_agent *a) { return a->id; }
@@ -364,6 +346,67 @@ static void keep_tasks(dev_agent *a, Skyloom__V1__Task **t, size_t n)
     }
 }
 
+int dev_enroll_reply_check(const uint8_t *reply, size_t len, const char *want_id,
+                           unsigned *heartbeat_ms, char **cert_pem, size_t *cert_len, sl_err *err)
+{
+    *cert_pem = NULL;
+    *cert_len = 0;
+    *heartbeat_ms = 0;
+    Skyloom__V1__EnrollResponse *r =
+        rpc_unpack(&skyloom__v1__enroll_response__descriptor, reply, len);
+    if (!r)
+        return sl_err_set(err, SL_ECORRUPT, "malformed reply to Enroll");
+    int rc = -1;
+    char cn[128];
+    if (strcmp(r->device_id, want_id) != 0) {
+        sl_err_set(err, SL_EAUTH, "coordinator returned device id '%.40s', expected %s",
+                   r->device_id, want_id);
+    } else if (!r->cert_pem.len || memchr(r->cert_pem.data, 0, r->cert_pem.len)) {
+        sl_err_set(err, SL_ECORRUPT, "the coordinator's reply holds no certificate");
+    } else if (cert_pem_cn((const char *)r->cert_pem.data, r->cert_pem.len, cn, sizeof cn, err)) {
+        sl_err_wrap(err, "the certificate in the coordinator's reply");
+    } else if (strcmp(cn, want_id) != 0) {
+        sl_err_set(err, SL_EAUTH, "the certificate is for '%.40s', not for %s", cn, want_id);
+    } else {
+        *cert_pem = sl_xmalloc(r->cert_pem.len);
+        memcpy(*cert_pem, r->cert_pem.data, r->cert_pem.len);
+        *cert_len = r->cert_pem.len;
+        if (r->heartbeat_ms >= DEV_HEARTBEAT_MIN_MS && r->heartbeat_ms <= DEV_HEARTBEAT_MAX_MS)
+            *heartbeat_ms = r->heartbeat_ms;
+        rc = 0;
+    }
+    rpc_unpacked_free(r);
+    return rc;
+}
+
+int dev_heartbeat_reply_parse(const uint8_t *reply, size_t len, unsigned *heartbeat_ms,
+                              char **revoked, sl_err *err)
+{
+    *heartbeat_ms = 0;
+    *revoked = NULL;
+    Skyloom__V1__HeartbeatResponse *r =
+        rpc_unpack(&skyloom__v1__heartbeat_response__descriptor, reply, len);
+    if (!r)
+        return sl_err_set(err, SL_ECORRUPT, "malformed reply to Heartbeat");
+    if (r->heartbeat_ms >= DEV_HEARTBEAT_MIN_MS && r->heartbeat_ms <= DEV_HEARTBEAT_MAX_MS)
+        *heartbeat_ms = r->heartbeat_ms;
+    size_t n = 1;
+    for (size_t i = 0; i < r->n_revoked; i++)
+        n += CERT_ID_LEN;
+    char *s = sl_xmalloc(n), *p = s;
+    for (size_t i = 0; i < r->n_revoked; i++) {
+        if (!cert_valid_device_id(r->revoked[i]))
+            continue; /* not an id: it could never match one, nor split one */
+        memcpy(p, r->revoked[i], CERT_ID_LEN - 1);
+        p[CERT_ID_LEN - 1] = ' ';
+        p += CERT_ID_LEN;
+    }
+    *p = 0;
+    *revoked = s;
+    rpc_unpacked_free(r);
+    return 0;
+}
+
 int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
 {
     int64_t now = sl_unix_time();
@@ -393,18 +436,32 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
     req.link_public_key.data = a->has_key ? a->link_key : NULL;
     req.link_public_key.len = a->has_key ? 32 : 0;
     req.threads = a->threads;
-    Skyloom__V1__HeartbeatResponse *resp = NULL;
-    int code = rpc_call_pb(a->ch, RPC_M_HEARTBEAT, &req,
-                           &skyloom__v1__heartbeat_response__descriptor, (void **)&resp,
-                           a->o.timeout_ms, st);
-    if (code == RPC_OK && resp->heartbeat_ms >= 100)
-        a->heartbeat_ms = resp->heartbeat_ms;
-    if (code == RPC_OK)
-        set_revoked(a, resp->revoked, resp->n_revoked);
-    if (code == RPC_OK)
+    rpc_buf in, out = {0};
+    rpc_pack(&req, &in);
+    int code = rpc_call_unary(a->ch, RPC_M_HEARTBEAT, in.data, in.len, a->o.timeout_ms, &out, st);
+    rpc_buf_free(&in);
+    if (code != RPC_OK)
+        return code;
+    unsigned hb;
+    char *revoked;
+    sl_err err = {0};
+    if (dev_heartbeat_reply_parse(out.data, out.len, &hb, &revoked, &err)) {
+        rpc_buf_free(&out);
+        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    }
+    Skyloom__V1__HeartbeatResponse *resp =
+        rpc_unpack(&skyloom__v1__heartbeat_response__descriptor, out.data, out.len);
+    if (resp)
         keep_tasks(a, resp->tasks, resp->n_tasks);
     rpc_unpacked_free(resp);
-    return code;
+    rpc_buf_free(&out);
+    if (hb)
+        a->heartbeat_ms = hb;
+    pthread_mutex_lock(&a->mu);
+    free(a->revoked);
+    a->revoked = revoked;
+    pthread_mutex_unlock(&a->mu);
+    return RPC_OK;
 }
 
 void dev_agent_set_job_info(dev_agent *a, const char *const *datasets, int n, const uint8_t key[32],

@@ -84,6 +84,21 @@ void dev_tasks_free(dev_task *t, int n);
 rpc_channel *dev_agent_channel_new(dev_agent *a, sl_err *err);
 const char *dev_agent_state_dir(const dev_agent *a);
 int dev_agent_timeout_ms(const dev_agent *a);
+/* The heartbeat interval a coordinator may ask for; anything else is ignored. */
+#define DEV_HEARTBEAT_MIN_MS 100
+#define DEV_HEARTBEAT_MAX_MS 3600000
+
+/* The coordinator's EnrollResponse, checked before anything is written:
+ * the device id must be want_id and the certificate a PEM whose common name
+ * is want_id. *cert_pem (malloc'd) gets the certificate, *heartbeat_ms the
+ * interval asked for (0: none, or out of range). */
+int dev_enroll_reply_check(const uint8_t *reply, size_t len, const char *want_id,
+                           unsigned *heartbeat_ms, char **cert_pem, size_t *cert_len, sl_err *err);
+/* The coordinator's HeartbeatResponse: *heartbeat_ms as above, *revoked
+ * (malloc'd) the revoked device ids, each followed by ' ' (entries that are
+ * not device ids are dropped). */
+int dev_heartbeat_reply_parse(const uint8_t *reply, size_t len, unsigned *heartbeat_ms,
+                              char **revoked, sl_err *err);
 
 /* dev_profile -> skyloom.v1.DeviceProfile (pb is a Skyloom__V1__DeviceProfile;
  * its strings point into p). */

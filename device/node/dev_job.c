@@ -1165,7 +1165,7 @@ int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *
     rpc_unpacked_free(f);
     pthread_mutex_lock(&js->mu);
     job_rt *rt = NULL;
-    for (job_rt *x = js->runs; x; x = x->next)
+    for (job_rt *x = js->closing ? NULL : js->runs; x; x = x->next)
         if (!strcmp(x->job, job) && x->epoch == epoch && x->net && !x->finished)
             rt = x;
     if (rt)
@@ -1182,7 +1182,7 @@ int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *
     return code;
 }
 
-void dev_jobs_close(dev_jobs *js)
+void dev_jobs_stop(dev_jobs *js)
 {
     if (!js)
         return;
@@ -1213,6 +1213,13 @@ void dev_jobs_close(dev_jobs *js)
         }
     }
     pthread_mutex_unlock(&js->mu);
+}
+
+void dev_jobs_close(dev_jobs *js)
+{
+    if (!js)
+        return;
+    dev_jobs_stop(js);
     free(js->datasets);
     pthread_cond_destroy(&js->cv);
     pthread_mutex_destroy(&js->mu);

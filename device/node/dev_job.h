@@ -52,7 +52,11 @@ dev_jobs *dev_jobs_open(const dev_jobs_opts *o, sl_err *err);
 void dev_jobs_task(dev_jobs *j, const dev_task *t);
 /* The Stage Exchange handler (dev_stagesvc_opts.exchange, ud = the jobs). */
 int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *st);
-/* Stops every job this device runs and waits for its threads. */
+/* Stops every job this device runs and waits for its threads; from then on
+ * tasks are ignored and Exchange streams refused. */
+void dev_jobs_stop(dev_jobs *j);
+/* dev_jobs_stop, then frees j (after the Stage service that calls
+ * dev_jobs_exchange has stopped). */
 void dev_jobs_close(dev_jobs *j);
 
 #endif

@@ -16,23 +16,23 @@ struct dev_stagesvc {
 };
 
 /* The caller must be a device the coordinator has not revoked. */
-static int check_peer(dev_stagesvc *d, const rpc_peer *peer, rpc_status *st)
+static int check_peer(const dev_stagesvc_opts *o, const rpc_peer *peer, rpc_status *st)
 {
     if (!cert_valid_device_id(peer->identity))
         return rpc_status_set(st, RPC_PERMISSION_DENIED,
                               "certificate identity '%s' is not a device", peer->identity);
-    if (d->o.revoked && d->o.revoked(d->o.revoked_ud, peer->identity))
+    if (o->revoked && o->revoked(o->revoked_ud, peer->identity))
         return rpc_status_set(st, RPC_UNAUTHENTICATED, "device %s is revoked", peer->identity);
     return RPC_OK;
 }
 
-static int ping(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, rpc_buf *resp,
-                rpc_status *st)
+int dev_stagesvc_handle_ping(void *opts, const rpc_peer *peer, const uint8_t *req, size_t len,
+                             rpc_buf *resp, rpc_status *st)
 {
     Skyloom__V1__PingRequest *r = rpc_unpack(&skyloom__v1__ping_request__descriptor, req, len);
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed PingRequest");
-    int code = check_peer(ud, peer, st);
+    int code = check_peer(opts, peer, st);
     if (code == RPC_OK && strcmp(peer->identity, r->device_id) != 0)
         code = rpc_status_set(st, RPC_PERMISSION_DENIED,
                               "certificate is for device %s but the request claims device '%s'",
@@ -49,7 +49,7 @@ static int ping(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, 
 static int exchange(void *ud, const rpc_peer *peer, rpc_stream *s, rpc_status *st)
 {
     dev_stagesvc *d = ud;
-    int code = check_peer(d, peer, st);
+    int code = check_peer(&d->o, peer, st);
     if (code != RPC_OK)
         return code;
     if (!d->o.exchange)
@@ -70,7 +70,7 @@ dev_stagesvc *dev_stagesvc_start(const dev_stagesvc_opts *o, int *port, sl_err *
                           .max_message = o->max_message ? o->max_message : STAGE_DEFAULT_MAX_MESSAGE,
                           .reload_tls = 1}; /* a renewed certificate serves new neighbours */
     if (!(d->srv = rpc_server_create(&so, err)) ||
-        rpc_server_add_unary(d->srv, RPC_M_STAGE_PING, ping, d, err) ||
+        rpc_server_add_unary(d->srv, RPC_M_STAGE_PING, dev_stagesvc_handle_ping, &d->o, err) ||
         rpc_server_add_stream(d->srv, RPC_M_STAGE_EXCHANGE, exchange, d, err) ||
         (*port = rpc_server_start(d->srv, err)) < 0) {
         dev_stagesvc_stop(d);
@@ -79,12 +79,14 @@ dev_stagesvc *dev_stagesvc_start(const dev_stagesvc_opts *o, int *port, sl_err *
     return d;
 }
 
-void dev_stagesvc_stop(dev_stagesvc *d)
+int dev_stagesvc_stop(dev_stagesvc *d)
 {
     if (!d)
-        return;
-    rpc_server_destroy(d->srv);
+        return 0;
+    if (rpc_server_destroy(d->srv) != 0)
+        return -1;
     free(d);
+    return 0;
 }
 
 rpc_channel *dev_stagesvc_connect(const char *state, const char *target, const char *peer_id,

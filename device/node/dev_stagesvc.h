@@ -33,7 +33,14 @@ typedef struct dev_stagesvc_opts {
 typedef struct dev_stagesvc dev_stagesvc;
 
 dev_stagesvc *dev_stagesvc_start(const dev_stagesvc_opts *o, int *port, sl_err *err);
-void dev_stagesvc_stop(dev_stagesvc *s);
+/* 0: stopped and freed; -1: a handler is still running after the grace
+ * period (rpc_server_destroy): the process should exit. */
+int dev_stagesvc_stop(dev_stagesvc *s);
+
+/* The Ping handler (an rpc_unary_fn whose ud is the dev_stagesvc_opts),
+ * callable without a network (fuzzers). */
+int dev_stagesvc_handle_ping(void *opts, const rpc_peer *peer, const uint8_t *req, size_t len,
+                             rpc_buf *resp, rpc_status *st);
 
 /* A channel from this device (state dir) to the neighbour expected to be
  * device `peer_id` at target. */
