@@ -3,9 +3,12 @@
  *   bal_problem *pb = bal_problem_load("config.json", 8, 128, "devices.json",
  *                                      "network.json", &err);
  *   bal_opts o = bal_opts_default();            (1F1B, micro-batch count chosen)
+ *   o.data_owner = d;                           (optional: U-shaped around device d)
  *   bal_plan *pl = bal_plan_make(pb, BAL_OPTIMAL, &o, &err);
  *   bal_timeline *tl = bal_simulate(pl, BAL_1F1B, 1, &err);
- *   ... pl->stage[i], tl->iteration_s ...
+ *   ... pl->stage[i] (units first..last inclusive), tl->iteration_s,
+ *       bal_lower_bound(pb, pl->micro_batches, o.data_owner) ...
+ *   later, devices lost or joined: bal_replan(now, pl, &o, 0.05, &info, &err)
  *   bal_timeline_free(tl); bal_plan_free(pl); bal_problem_free(pb);
  *
  * A plan does not point into its problem: it carries every number the

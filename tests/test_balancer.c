@@ -931,6 +931,14 @@ static void test_infeasible_message(void)
             bal_problem_free(q);
         }
     }
+    /* with a data owner the message says which device holds the ends */
+    bal_opts ou = o;
+    ou.data_owner = 1;
+    CHECK(bal_plan_make(pb, BAL_OPTIMAL, &ou, &err) == NULL &&
+          strstr(err.msg, "does not fit in the devices' memory with b holding the embeddings") &&
+          strstr(err.msg, "short by"));
+    ou.data_owner = 7;
+    CHECK(bal_plan_make(pb, BAL_OPTIMAL, &ou, &err) == NULL && strstr(err.msg, "data owner 7 is not a device"));
     /* the shortfall is the difference when total memory is short */
     const char *tiny = "[{\"id\": \"a\", \"memory_bytes\": 1000, \"flops\": 1e12}]";
     bal_problem *q = bal_problem_parse(cfg_small, "c", 4, 128, tiny, "d", NULL, NULL, &err);
