@@ -7,8 +7,10 @@
  * drains work). Every directed link sends one message at a time
  * (serialization = bytes / bandwidth), and the message arrives one latency
  * later. Sends run on the link, not the device, so they overlap compute.
- * After its last backward a stage steps its optimizer; the iteration ends
- * with the last step.
+ * The optimizer steps wait for the global gradient norm: once every stage
+ * has run its last backward, the stages' partial sums travel down the chain
+ * and the total back up (one latency per link each way), then every stage
+ * steps its optimizer; the iteration ends with the last step.
  *
  * Orders: GPipe runs F0..F(m-1) then B0..B(m-1). 1F1B (PipeDream-flush)
  * warms up with min(p-i-1, m) forwards, then alternates F and B, then drains
@@ -21,7 +23,7 @@
 #include "bal_int.h"
 #include "sl_mem.h"
 
-enum { EV_DONE, EV_XMIT, EV_ARRIVE };
+enum { EV_DONE, EV_XMIT, EV_ARRIVE, EV_NORM };
 
 typedef struct event {
     double t;
@@ -89,6 +91,8 @@ typedef struct sim {
     int *res, *rbusy;  /* stage -> its device's compute resource; resource busy */
     int *rfirst, *rnext; /* stages of a resource as a list (-1 ends) */
     double *avail;     /* when the stage's previous op ended */
+    int drained;       /* stages past their last backward */
+    double norm_at;    /* when the global norm is known everywhere (-1 before) */
     double *act, *grad; /* [i * m + mb] arrival time, -1 until it arrives */
     link_q *fwd, *bwd; /* fwd[i]: i -> i+1; bwd[i]: i+1 -> i */
     heap h;
@@ -225,7 +229,7 @@ static double ready_at(const sim *S, int i)
     if (S->done[i])
         return -1;
     if (S->pc[i] == 2 * m)
-        return S->avail[i];
+        return S->norm_at < 0 ? -1 : S->norm_at > S->avail[i] ? S->norm_at : S->avail[i];
     int op = S->ops[(size_t)i * 2 * m + S->pc[i]];
     double in = 0;
     if (op >= 0 && i > 0)
@@ -315,7 +319,10 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
         return NULL;
     }
     size_t P = (size_t)p, M = (size_t)m;
-    sim S = {.pl = pl, .p = p, .m = m, .schedule = schedule, .want_seg = segments};
+    sim S = {.pl = pl, .p = p, .m = m, .schedule = schedule, .want_seg = segments, .norm_at = -1};
+    double gather_s = 0; /* the norm's partial sums down the chain and the total back */
+    for (int i = 0; i + 1 < p; i++)
+        gather_s += 2 * pl->stage[i].lat_s;
     S.ops = sl_xmalloc(P * 2 * M * sizeof(int));
     S.pc = sl_xcalloc(P, sizeof(int));
     S.inflight = sl_xcalloc(P, sizeof(int));
@@ -377,6 +384,8 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
                 continue;
             }
             S.pc[i]++;
+            if (S.pc[i] == 2 * m && ++S.drained == p)
+                push(&S, now + gather_s, EV_NORM, 0, 0, -1);
             if (e.dir == 0 && i < p - 1) {
                 S.fwd[i].q[S.fwd[i].tail++] = e.mb;
                 link_kick(&S, &S.fwd[i], i, 0, now);
@@ -391,6 +400,10 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
                 }
             }
             kick(&S, S.res[i], now);
+        } else if (e.type == EV_NORM) {
+            S.norm_at = now;
+            for (int r = 0; r < nres; r++)
+                kick(&S, r, now);
         } else if (e.type == EV_XMIT) {
             link_q *l = e.dir == 0 ? &S.fwd[i] : &S.bwd[i - 1];
             const bal_stage *st = &pl->stage[e.dir == 0 ? i : i - 1];

@@ -41,7 +41,7 @@ cl_device() {
   local name=$1 site=$2; shift 2
   local tok
   tok=$("$SK" -q certs token --pki "$CL/pki" --site "$site") || return 1
-  "$SK" device --coordinator "$CL_ADDR" --token "$tok" --state "$CL/$name" --site "$site" \
+  OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$SK" device --coordinator "$CL_ADDR" --token "$tok" --state "$CL/$name" --site "$site" \
       --stage-listen 127.0.0.1:0 "$@" >"$CL/$name.log" 2>&1 &
   CL_PIDS+=($!)
   CL_ALL+=($!)

@@ -196,6 +196,24 @@ static dev_micro micro_of(const dev_pipe *pp, const dev_batch *b, int j, int slo
 
 static double since(double t0) { return sl_now_s() - t0; }
 
+/* Takes the device's compute lock (if shared); the wait is time this stage
+ * is idle, not computing: *t0 restarts after it. */
+static void compute_begin(dev_pipe *pp, double *t0)
+{
+    if (pp->c.compute_lock) {
+        pthread_mutex_lock(pp->c.compute_lock);
+        double now = sl_now_s();
+        pp->t.wait_s += now - *t0;
+        *t0 = now;
+    }
+}
+
+static void compute_end(dev_pipe *pp)
+{
+    if (pp->c.compute_lock)
+        pthread_mutex_unlock(pp->c.compute_lock);
+}
+
 /* Labels and the masked count: stage 0 counts them and sends them to the
  * last stage (when that is another stage); the last stage receives them. */
 static int step_labels(dev_pipe *pp, const dev_batch *b, int *total, sl_err *err)
@@ -245,7 +263,9 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
             pp->mb[slot] = micro_of(pp, b, j, slot, seq0, step, scale, train);
             double l = 0;
             int n = 0;
+            compute_begin(pp, &t0);
             rc = dev_stage_forward(pp->st, slot, &pp->mb[slot], pp->in, pp->out, &l, &n, err);
+            compute_end(pp);
             *loss += l;
             *masked += n;
             pp->t.fwd_s += since(t0);
@@ -261,7 +281,9 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
             pp->t.recv_s += since(t0);
             break;
         case BAL_OP_BWD:
+            compute_begin(pp, &t0);
             rc = dev_stage_backward(pp->st, slot, &pp->mb[slot], pp->gin, pp->gout, err);
+            compute_end(pp);
             pp->t.bwd_s += since(t0);
             break;
         case BAL_OP_SEND_GRAD:
@@ -363,7 +385,10 @@ int dev_pipe_step(dev_pipe *pp, const dev_batch *b, const dev_optim *o, dev_step
     double t0 = sl_now_s();
     float clip = dev_clip_scale(info->grad_norm, o->clip);
     info->lr = dev_optim_lr(o, (int)step);
-    if (dev_stage_step(pp->st, o, clip, err)) {
+    compute_begin(pp, &t0);
+    int rc = dev_stage_step(pp->st, o, clip, err);
+    compute_end(pp);
+    if (rc) {
         sl_err_wrap(err, "stage %d", pp->c.index);
         return fail(pp, err);
     }

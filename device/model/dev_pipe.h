@@ -19,6 +19,7 @@
 #ifndef DEV_PIPE_H
 #define DEV_PIPE_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "dev_port.h"
@@ -43,6 +44,10 @@ typedef struct dev_pipe_cfg {
     int warmup;        /* 1F1B: forwards before the first backward; -1: p - index - 1 */
     int B, T, micro;   /* batch, sequence length, micro-batches (B % micro == 0) */
     uint64_t seed;     /* run seed (dropout keys) */
+    /* Stages of one device that share its cores (a data owner's first and
+     * last stage) share this lock: one computes at a time, with all the
+     * device's threads, as the balancer models them. NULL: none. */
+    pthread_mutex_t *compute_lock;
 } dev_pipe_cfg;
 
 /* Micro-batches the stage stashes at most under cfg: the slots to create
@@ -55,6 +60,7 @@ typedef struct dev_pipe_times {
     double fwd_s, bwd_s;   /* computing */
     double recv_s, send_s; /* in port calls (waiting for a neighbour included) */
     double finish_s;       /* tied exchange, norm, optimizer */
+    double wait_s;         /* waiting for the device's compute lock */
     double step_s;         /* the whole step */
 } dev_pipe_times;
 

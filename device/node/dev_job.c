@@ -327,9 +327,15 @@ typedef struct run_ctx {
     char dir[4096];        /* state/jobs/JOB */
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_mutex_t compute; /* the local stages compute one at a time */
     int at_barrier, barrier_gen;
     int failed;
     char why[512];
+    /* step reports */
+    struct step_report *rh, *rt_tail;
+    int reporting, report_stop;
+    pthread_t reporter;
+    int has_reporter;
     /* uploads */
     upload_item *uh, *ut;
     int uploading, upload_stop;
@@ -456,7 +462,9 @@ static int read_plan(run_ctx *r, sl_err *err)
                       json_number_value(json_object_get(o, "weight_decay")),
                       json_number_value(json_object_get(o, "clip")), r->steps,
                       (int)json_integer_value(json_object_get(o, "warmup")));
-    r->threads = r->js->o.threads / r->nlocal > 0 ? r->js->o.threads / r->nlocal : 1;
+    /* the local stages take turns computing (compute_lock), each with all
+     * the device's threads */
+    r->threads = r->js->o.threads;
     return 0;
 }
 
@@ -510,7 +518,8 @@ static int open_stages(run_ctx *r, sl_err *err)
         json_t *s = json_array_get(st, (size_t)i);
         dev_pipe_cfg pc = {.stages = r->p, .index = i, .schedule = bal_schedule_parse(sched ?: ""),
                            .warmup = (int)json_integer_value(json_object_get(s, "warmup")),
-                           .B = r->batch, .T = r->T, .micro = r->micro, .seed = seed};
+                           .B = r->batch, .T = r->T, .micro = r->micro, .seed = seed,
+                           .compute_lock = r->nlocal > 1 ? &r->compute : NULL};
         if (pc.schedule < 0)
             return sl_err_set(err, SL_EINVAL, "the plan's schedule is unknown");
         int slots = dev_pipe_slots(&pc);
@@ -785,34 +794,58 @@ static int write_part(run_ctx *r, int step, sl_err *err)
 
 /* ---- run: the stages ----------------------------------------------------- */
 
-static int report_step(run_ctx *r, int k, int step, const dev_step_info *info, int *stop)
-{
+/* A step's figures for the coordinator, sent by the reporter thread so that
+ * no stage waits for the call. */
+typedef struct step_report {
+    struct step_report *next;
+    int stage, step;
+    dev_step_info info;
     dev_pipe_times t;
-    dev_pipe_times_get(r->pipe[k], &t);
     dev_net_bytes b;
-    dev_net_take_bytes(r->net, r->local[k], &b);
+} step_report;
+
+static void report_step(run_ctx *r, int k, int step, const dev_step_info *info)
+{
+    step_report *q = sl_xcalloc(1, sizeof *q);
+    q->stage = r->local[k];
+    q->step = step;
+    q->info = *info;
+    dev_pipe_times_get(r->pipe[k], &q->t);
+    dev_net_take_bytes(r->net, r->local[k], &q->b);
+    pthread_mutex_lock(&r->mu);
+    if (r->rt_tail)
+        r->rt_tail->next = q;
+    else
+        r->rh = q;
+    r->rt_tail = q;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static int send_report(run_ctx *r, const step_report *s, int *stop)
+{
     Skyloom__V1__ReportStepRequest q = SKYLOOM__V1__REPORT_STEP_REQUEST__INIT;
     q.device_id = (char *)self(r->js);
     q.job_id = r->rt->job;
     q.epoch = (uint32_t)json_integer_value(json_object_get(r->plan, "epoch"));
-    q.stage = (uint32_t)r->local[k];
-    q.step = (uint32_t)step;
-    q.loss = info->loss;
-    q.grad_norm = info->grad_norm;
-    q.lr = info->lr;
-    q.masked = (uint32_t)info->masked;
-    q.fwd_s = t.fwd_s;
-    q.bwd_s = t.bwd_s;
-    q.recv_s = t.recv_s;
-    q.send_s = t.send_s;
-    q.finish_s = t.finish_s;
-    q.step_s = t.step_s;
-    q.raw_bytes = b.raw_down;
-    q.wire_bytes = b.wire_down;
-    q.raw_bytes_up = b.raw_up;
-    q.wire_bytes_up = b.wire_up;
-    q.raw_bytes_side = b.raw_side;
-    q.wire_bytes_side = b.wire_side;
+    q.stage = (uint32_t)s->stage;
+    q.step = (uint32_t)s->step;
+    q.loss = s->info.loss;
+    q.grad_norm = s->info.grad_norm;
+    q.lr = s->info.lr;
+    q.masked = (uint32_t)s->info.masked;
+    q.fwd_s = s->t.fwd_s;
+    q.bwd_s = s->t.bwd_s;
+    q.recv_s = s->t.recv_s;
+    q.send_s = s->t.send_s;
+    q.finish_s = s->t.finish_s;
+    q.step_s = s->t.step_s;
+    q.raw_bytes = s->b.raw_down;
+    q.wire_bytes = s->b.wire_down;
+    q.raw_bytes_up = s->b.raw_up;
+    q.wire_bytes_up = s->b.wire_up;
+    q.raw_bytes_side = s->b.raw_side;
+    q.wire_bytes_side = s->b.wire_side;
     Skyloom__V1__ReportStepResponse *resp = NULL;
     rpc_status st = {0};
     int code = rpc_call_pb(r->ch, RPC_M_REPORT_STEP, &q, &skyloom__v1__report_step_response__descriptor,
@@ -822,8 +855,37 @@ static int report_step(run_ctx *r, int k, int step, const dev_step_info *info, i
     rpc_unpacked_free(resp);
     if (code != RPC_OK)
         sl_log_warn("device: step report failed", "job=%s step=%d code=%s reason=\"%s\"",
-                    r->rt->job, step, rpc_code_name(code), st.details);
-    return 0;
+                    r->rt->job, s->step, rpc_code_name(code), st.details);
+    return code;
+}
+
+static void *reporter_main(void *arg)
+{
+    run_ctx *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        while (!r->rh && !r->report_stop)
+            pthread_cond_wait(&r->cv, &r->mu);
+        step_report *q = r->rh;
+        if (q) {
+            r->rh = q->next;
+            if (!r->rh)
+                r->rt_tail = NULL;
+            r->reporting = 1;
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (!q)
+            return NULL;
+        int stop = 0;
+        send_report(r, q, &stop);
+        free(q);
+        pthread_mutex_lock(&r->mu);
+        r->reporting = 0;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        if (stop)
+            run_fail(r, "the coordinator stopped the job");
+    }
 }
 
 /* The local stages meet after a checkpoint step; the last to arrive writes
@@ -880,12 +942,7 @@ static void *stage_main(void *arg)
             run_fail(r, why);
             break;
         }
-        int stop = 0;
-        report_step(r, k, step, &info, &stop);
-        if (stop) {
-            run_fail(r, "the coordinator stopped the job");
-            break;
-        }
+        report_step(r, k, step, &info);
         if ((r->every > 0 && step % r->every == 0) || step == r->steps) {
             if (barrier(r, step, &err)) {
                 run_fail(r, err.msg);
@@ -898,6 +955,18 @@ static void *stage_main(void *arg)
 
 static void run_free(run_ctx *r)
 {
+    if (r->has_reporter) {
+        pthread_mutex_lock(&r->mu);
+        r->report_stop = 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->reporter, NULL);
+    }
+    while (r->rh) {
+        struct step_report *q = r->rh;
+        r->rh = q->next;
+        free(q);
+    }
     if (r->has_uploader) {
         pthread_mutex_lock(&r->mu);
         r->upload_stop = 1;
@@ -921,6 +990,7 @@ static void run_free(run_ctx *r)
         rpc_channel_destroy(r->ch);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->compute);
 }
 
 /* Takes the net away from new Exchange handlers and waits for the ones in it. */
@@ -967,6 +1037,9 @@ static int run_job(run_ctx *r, const dev_task *t, sl_err *err)
     if (pthread_create(&r->uploader, NULL, uploader_main, r))
         return sl_err_set(err, SL_ENOMEM, "cannot start the uploader");
     r->has_uploader = 1;
+    if (pthread_create(&r->reporter, NULL, reporter_main, r))
+        return sl_err_set(err, SL_ENOMEM, "cannot start the reporter");
+    r->has_reporter = 1;
     sl_log_info("device: job running", "job=%s epoch=%u stages=%d local=%d start=%d steps=%d",
                 t->job, t->epoch, r->p, r->nlocal, r->start, r->steps);
     pthread_t th[MAX_LOCAL];
@@ -982,9 +1055,9 @@ static int run_job(run_ctx *r, const dev_task *t, sl_err *err)
     }
     for (int k = 0; k < started; k++)
         pthread_join(th[k], NULL);
-    /* the last part must be uploaded before the job is done here */
+    /* the last part uploaded and every step reported before the job is done here */
     pthread_mutex_lock(&r->mu);
-    while (!r->failed && (r->uh || r->uploading))
+    while (!r->failed && (r->uh || r->uploading || r->rh || r->reporting))
         pthread_cond_wait(&r->cv, &r->mu);
     int failed = r->failed;
     pthread_mutex_unlock(&r->mu);
@@ -1003,6 +1076,7 @@ static void *run_main(void *arg)
     t.epoch = rt->epoch;
     run_ctx r = {.js = js, .rt = rt};
     pthread_mutex_init(&r.mu, NULL);
+    pthread_mutex_init(&r.compute, NULL);
     pthread_cond_init(&r.cv, NULL);
     sl_err err = {0};
     int rc = run_job(&r, &t, &err);
