@@ -13,6 +13,7 @@
 #include "dev_profile.h"
 #include "dev_stagesvc.h"
 #include "sl_log.h"
+#include "sl_time.h"
 
 static void usage(void)
 {
@@ -150,9 +151,12 @@ int cmd_device(int argc, char **argv)
         cli_catch_stop_signals();
         printf("device %s\n", dev_agent_id(a));
         fflush(stdout);
+        int failures = 0;
+        double fast_until = 0;
         while (!cli_stop_signal()) {
             rpc_status st;
             int code = dev_agent_heartbeat(a, &st);
+            failures = code == RPC_OK ? 0 : failures + 1;
             if (code == RPC_UNAUTHENTICATED || code == RPC_PERMISSION_DENIED) {
                 status = sl_cli_fail("device", 1, "coordinator refused %s: %s: %s",
                                      dev_agent_id(a), rpc_code_name(code), st.details);
@@ -175,8 +179,22 @@ int cmd_device(int argc, char **argv)
             dev_tasks_free(tasks, nt);
             if (once)
                 break;
-            for (unsigned t = 0; t < dev_agent_heartbeat_ms(a) && !cli_stop_signal(); t += 50)
+            /* after a failed heartbeat (the coordinator restarting, say) the
+             * next comes sooner, backing off to the interval: 250 ms, 500 ms, ... */
+            unsigned wait_ms = dev_agent_heartbeat_ms(a);
+            if (failures > 0 && failures < 8 && (250u << (failures - 1)) < wait_ms)
+                wait_ms = 250u << (failures - 1);
+            /* a job that failed here pokes: heartbeats every 500 ms for 10 s,
+             * so that the re-planned epoch starts without waiting an interval */
+            if (sl_now_s() < fast_until && wait_ms > 500)
+                wait_ms = 500;
+            for (unsigned t = 0; t < wait_ms && !cli_stop_signal(); t += 50) {
+                if (dev_agent_take_poke(a)) {
+                    fast_until = sl_now_s() + 10;
+                    break;
+                }
                 usleep(50 * 1000);
+            }
         }
     }
     dev_jobs_stop(jobs); /* the jobs' streams end, so the Stage service can stop */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,6 +48,8 @@ static void usage(FILE *f)
             "  --devices ID,...   the candidate devices (default: every online one)\n"
             "  --no-u-shape       a plain chain: the data owner holds unit 0 only, and the\n"
             "                     labels and the tied gradient travel to the last stage\n"
+            "  --replan-margin F  a device that joins during the job is taken in when the\n"
+            "                     plan with it is predicted F faster (default 0.10)\n"
             "  --lr X --warmup N --seed S --optimizer adamw|lamb --optim-state fp32|bf16\n"
             "  --weight-decay X --clip X --mask-prob P --first N --sequences K\n"
             "  --no-shuffle --recompute --recompute-attention\n"
@@ -154,7 +157,7 @@ static const sopt submit_opts[] = {
     {"--mask-prob", "mask_prob", 1},   {"--first", "first", 0},
     {"--sequences", "sequences", 0},   {"--no-shuffle", "shuffle", 4},
     {"--recompute", "recompute", 3},   {"--recompute-attention", "recompute_attention", 3},
-    {"--no-u-shape", "u_shape", 4},
+    {"--no-u-shape", "u_shape", 4},    {"--replan-margin", "replan_margin", 1},
     {NULL, NULL, 0},
 };
 
@@ -314,6 +317,22 @@ static int list(client *c, int json)
     return 0;
 }
 
+/* One recovery event: when (UTC), what, on which device, the epoch. */
+static void print_event(const json_t *e)
+{
+    int64_t ms = json_integer_value(json_object_get(e, "at_ms"));
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    char when[32];
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%H:%M:%S", &tm);
+    const char *dev = json_string_value(json_object_get(e, "device"));
+    printf("  %s.%03d  epoch %lld  %-21s %s%s%s\n", when, (int)(ms % 1000),
+           (long long)json_integer_value(json_object_get(e, "epoch")),
+           json_string_value(json_object_get(e, "kind")), dev && *dev ? dev : "", dev && *dev ? ": " : "",
+           json_string_value(json_object_get(e, "detail")));
+}
+
 static int status(client *c, const char *id, int json)
 {
     sl_err err = {0};
@@ -328,6 +347,7 @@ static int status(client *c, const char *id, int json)
         json_object_set_new(out, "last_step", loads_or_null(j->stages));
         json_object_set_new(out, "profiles", loads_or_null(j->profiles));
         json_object_set_new(out, "metrics_csv", json_string(j->metrics));
+        json_object_set_new(out, "events", loads_or_null(j->events));
         char *s = json_dumps(out, JSON_INDENT(2));
         printf("%s\n", s);
         free(s);
@@ -363,6 +383,13 @@ static int status(client *c, const char *id, int json)
             }
             json_decref(ls);
         }
+        json_error_t je2;
+        json_t *ev = *j->events ? json_loads(j->events, 0, &je2) : NULL;
+        if (json_array_size(ev))
+            printf("events:\n");
+        for (size_t i = 0; i < json_array_size(ev); i++)
+            print_event(json_array_get(ev, i));
+        json_decref(ev);
     }
     rpc_unpacked_free(j);
     return 0;
@@ -377,6 +404,7 @@ static int watch(client *c, const char *id)
 {
     int tty = sl_cli_stdout_is_tty();
     uint32_t next = 1;
+    size_t nev = (size_t)-1; /* events already shown (-1: none looked at yet) */
     double t0 = sl_now_s();
     sl_err err = {0};
     for (;;) {
@@ -384,6 +412,20 @@ static int watch(client *c, const char *id)
         if (!j)
             return sl_cli_fail("job", 1, "%s", err.msg);
         const Skyloom__V1__JobSummary *s = j->summary;
+        /* recovery: the events since the last look; after a re-plan the steps
+         * from the committed one on are trained (and shown) again */
+        json_error_t je;
+        json_t *ev = *j->events ? json_loads(j->events, 0, &je) : NULL;
+        for (size_t i = nev == (size_t)-1 ? json_array_size(ev) : nev; i < json_array_size(ev); i++) {
+            const json_t *e = json_array_get(ev, i);
+            if (tty)
+                printf("\n");
+            print_event(e);
+            if (!strcmp(json_string_value(json_object_get(e, "kind")) ?: "", "planned"))
+                next = (uint32_t)json_integer_value(json_object_get(e, "committed_step")) + 1;
+        }
+        nev = json_array_size(ev);
+        json_decref(ev);
         /* rows: step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,... */
         for (char *line = j->metrics, *nl; line && *line; line = nl ? nl + 1 : NULL) {
             nl = strchr(line, '\n');

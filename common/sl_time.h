@@ -10,5 +10,7 @@ uint64_t sl_now_ns(void);
 double sl_now_s(void);
 /* Wall-clock UNIX time in seconds. */
 int64_t sl_unix_time(void);
+/* Wall-clock UNIX time in milliseconds. */
+int64_t sl_unix_ms(void);
 
 #endif

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <sodium.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,10 @@
 #define CHECK_WAIT_S 120     /* the data owner must answer the check by then */
 #define ENDED_TASK_S 600     /* how long devices are told to stop an ended job */
 #define MAX_JOBS 4096
+#define DECIDE_MS 1500       /* failure reports of one epoch gathered this long before deciding */
+#define MAX_STALLS 3         /* recoveries in a row without a new committed step before failing */
+#define STORE_RETRY_S 10     /* a job paused by its checkpoint store tries again after this */
+#define WAIT_RETRY_S 5       /* a job waiting for devices re-plans this often */
 
 typedef struct cdev {
     char id[CERT_ID_LEN];
@@ -51,7 +56,7 @@ typedef struct cdev {
     unsigned threads;
     uint64_t memory;
     char backend[8];
-    int64_t seen;
+    int64_t seen, seen_ms;
 } cdev;
 
 typedef struct stage_rep {
@@ -74,6 +79,15 @@ typedef struct upload {
     int n;
 } upload;
 
+/* A device the job may run on: its profile, and what recovery knows of it. */
+typedef struct cand {
+    char id[CERT_ID_LEN];
+    json_t *result;           /* the profile for this job; NULL while one is asked */
+    int64_t lost_ms;          /* declared lost then (0: not lost) */
+    int suspect, reported;    /* named by a failed neighbour; reported a failure (this epoch) */
+    int joining;              /* came online during the job: weighed at the next commit */
+} cand;
+
 typedef struct cjob {
     char id[JOB_ID_LEN];
     uint64_t num;
@@ -94,15 +108,28 @@ typedef struct cjob {
     double loss, tokens_s;
     int64_t created, started, ended;
     int ncand;
-    char (*cand)[CERT_ID_LEN];
-    json_t **cand_result;
+    cand *cand;
     stage_rep *acc;           /* [ACC_STEPS][p] */
     int acc_step[ACC_STEPS];
     json_t *last_stages;
     upload up[ACC_STEPS];
     char *dir;
     int planning;             /* the engine is planning it, outside the lock */
+    /* recovery */
+    int64_t fail_ms;          /* first failure report of this epoch (0: none) */
+    char fail_why[600];       /* a failure that named no lost peer, else the first one */
+    int fail_primary;         /* fail_why is a device's own failure */
+    int stalls;               /* recoveries since the last committed step */
+    int64_t detect_ms;        /* when the last recovery began; 0 once a step completed after it */
+    int64_t wait_ms;          /* when the job last started waiting or recovering */
+    int wait_kind;            /* WAIT_* */
+    int weigh_joiners;        /* a step was committed: joiners with a profile are weighed */
+    int store_fails;          /* checkpoint store failures since the last commit */
+    int restarted;            /* recovering after a coordinator restart */
+    double predicted;         /* the plan's predicted iteration time */
 } cjob;
+
+enum { WAIT_NONE, WAIT_OWNER, WAIT_DEVICES, WAIT_STORE };
 
 struct coord_jobs {
     coord *c;
@@ -127,7 +154,11 @@ static const char *const job_schema =
     "  committed_step INTEGER NOT NULL DEFAULT 0, loss REAL NOT NULL DEFAULT 0,"
     "  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS job_profiles(job TEXT NOT NULL, device TEXT NOT NULL,"
-    "  result TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(job, device));";
+    "  result TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(job, device));"
+    "CREATE TABLE IF NOT EXISTS job_events(job TEXT NOT NULL, at_ms INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL, step INTEGER NOT NULL, committed_step INTEGER NOT NULL,"
+    "  kind TEXT NOT NULL, device TEXT NOT NULL DEFAULT '', detail TEXT NOT NULL DEFAULT '');"
+    "CREATE INDEX IF NOT EXISTS job_events_job ON job_events(job, at_ms);";
 
 /* ---- small helpers -------------------------------------------------------- */
 
@@ -216,6 +247,60 @@ static int job_ended(const cjob *jb)
            !strcmp(jb->state, "stopped");
 }
 
+/* Records what recovery decided and did: job status lists these. */
+static void job_event(coord_jobs *j, const cjob *jb, const char *kind, const char *device,
+                      const char *fmt, ...)
+{
+    char detail[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    sqlite3 *db = coord_state_db(j->db);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, "INSERT INTO job_events(job, at_ms, epoch, step, committed_step,"
+                                " kind, device, detail) VALUES(?,?,?,?,?,?,?,?)", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, jb->id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, sl_unix_ms());
+        sqlite3_bind_int(st, 3, jb->epoch);
+        sqlite3_bind_int(st, 4, jb->step);
+        sqlite3_bind_int(st, 5, jb->committed);
+        sqlite3_bind_text(st, 6, kind, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 7, device ? device : "", -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 8, detail, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK)
+        sl_log_error("coordinator: cannot record a job event", "job=%s kind=%s reason=\"%s\"",
+                     jb->id, kind, sqlite3_errmsg(db));
+    sl_log_info("coordinator: job event", "job=%s kind=%s device=%s epoch=%d committed=%d detail=\"%s\"",
+                jb->id, kind, device && *device ? device : "-", jb->epoch, jb->committed, detail);
+}
+
+/* The job's events, oldest first, as JSON. */
+static json_t *events_json(coord_jobs *j, const cjob *jb)
+{
+    json_t *a = json_array();
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(coord_state_db(j->db), "SELECT at_ms, epoch, step, committed_step, kind,"
+                           " device, detail FROM job_events WHERE job = ? ORDER BY at_ms, rowid",
+                           -1, &st, NULL) != SQLITE_OK)
+        return a;
+    sqlite3_bind_text(st, 1, jb->id, -1, SQLITE_STATIC);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(a, json_pack("{s:I, s:i, s:i, s:i, s:s, s:s, s:s}", "at_ms",
+                                           (json_int_t)sqlite3_column_int64(st, 0), "epoch",
+                                           sqlite3_column_int(st, 1), "step", sqlite3_column_int(st, 2),
+                                           "committed_step", sqlite3_column_int(st, 3), "kind",
+                                           (const char *)sqlite3_column_text(st, 4), "device",
+                                           (const char *)sqlite3_column_text(st, 5), "detail",
+                                           (const char *)sqlite3_column_text(st, 6)));
+    sqlite3_finalize(st);
+    return a;
+}
+
 static void job_free(cjob *jb)
 {
     if (!jb)
@@ -227,10 +312,9 @@ static void job_free(cjob *jb)
     free(jb->sig);
     json_decref(jb->plan_json);
     free(jb->stage_dev);
+    for (int i = 0; i < jb->ncand; i++)
+        json_decref(jb->cand[i].result);
     free(jb->cand);
-    for (int i = 0; jb->cand_result && i < jb->ncand; i++)
-        json_decref(jb->cand_result[i]);
-    free(jb->cand_result);
     free(jb->acc);
     json_decref(jb->last_stages);
     for (int i = 0; i < ACC_STEPS; i++)
@@ -275,9 +359,33 @@ static int in_plan(const cjob *jb, const char *d)
 static int is_candidate(const cjob *jb, const char *d)
 {
     for (int i = 0; i < jb->ncand; i++)
-        if (!strcmp(jb->cand[i], d))
+        if (!strcmp(jb->cand[i].id, d))
             return i;
     return -1;
+}
+
+static cand *cand_add(cjob *jb, const char *d)
+{
+    int k = is_candidate(jb, d);
+    if (k >= 0)
+        return &jb->cand[k];
+    jb->cand = sl_xrealloc(jb->cand, (size_t)(jb->ncand + 1) * sizeof *jb->cand);
+    cand *c = &jb->cand[jb->ncand++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->id, sizeof c->id, "%s", d);
+    return c;
+}
+
+/* A device the job's options let it use. */
+static int allowed(const cjob *jb, const char *d)
+{
+    json_t *want = json_object_get(jb->opts, "devices");
+    if (!strcmp(d, jb->owner) || !want || json_array_size(want) == 0)
+        return 1;
+    for (size_t k = 0; k < json_array_size(want); k++)
+        if (!strcmp(json_string_value(json_array_get(want, k)), d))
+            return 1;
+    return 0;
 }
 
 /* ---- devices as their heartbeats describe them ----------------------------- */
@@ -315,6 +423,8 @@ void coord_jobs_seen(coord_jobs *j, const coord_seen *s, int64_t now)
     if (s->backend)
         snprintf(d->backend, sizeof d->backend, "%s", s->backend);
     d->seen = now;
+    d->seen_ms = sl_unix_ms();
+    pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -325,7 +435,7 @@ typedef struct task_list {
     size_t n, cap;
 } task_list;
 
-static void add_task(task_list *l, const cjob *jb, const char *kind, json_t *spec)
+static void add_task(task_list *l, const cjob *jb, const char *kind, int epoch, json_t *spec)
 {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 4;
@@ -335,7 +445,7 @@ static void add_task(task_list *l, const cjob *jb, const char *kind, json_t *spe
     skyloom__v1__task__init(t);
     t->job_id = sl_xstrdup(jb->id);
     t->kind = sl_xstrdup(kind);
-    t->epoch = (uint32_t)jb->epoch;
+    t->epoch = (uint32_t)epoch;
     t->spec = spec ? json_dumps(spec, JSON_COMPACT) : sl_xstrdup("{}");
     json_decref(spec);
     l->v[l->n++] = t;
@@ -358,7 +468,7 @@ static json_t *profile_spec(coord_jobs *j, const cjob *jb)
     json_error_t je;
     json_t *cfg = json_loads(jb->config, 0, &je), *peers = json_array();
     for (int i = 0; i < jb->ncand; i++) {
-        const cdev *d = find_dev(j, jb->cand[i]);
+        const cdev *d = find_dev(j, jb->cand[i].id);
         if (d)
             json_array_append_new(peers, json_pack("{s:s, s:s}", "id", d->id, "address", d->address));
     }
@@ -373,20 +483,26 @@ void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_
     task_list l = {0};
     int64_t now = sl_unix_time();
     pthread_mutex_lock(&j->mu);
+    /* "stop" with epoch E: leave the job's runs of epochs before E */
     for (int i = 0; i < j->njob; i++) {
         cjob *jb = j->job[i];
+        int k = is_candidate(jb, device_id);
+        int profile = k >= 0 && !jb->cand[k].result &&
+                      (!strcmp(jb->state, "profiling") ||
+                       (jb->cand[k].joining && (!strcmp(jb->state, "running") || !strcmp(jb->state, "waiting"))));
         if (!strcmp(jb->state, "checking") && !strcmp(jb->owner, device_id)) {
-            add_task(&l, jb, "check", check_spec(jb));
-        } else if (!strcmp(jb->state, "profiling")) {
-            int k = is_candidate(jb, device_id);
-            if (k >= 0 && !jb->cand_result[k])
-                add_task(&l, jb, "profile", profile_spec(j, jb));
+            add_task(&l, jb, "check", jb->epoch, check_spec(jb));
         } else if (!strcmp(jb->state, "running") && in_plan(jb, device_id) >= 0) {
-            add_task(&l, jb, "run", NULL);
-        } else if (job_ended(jb) && jb->p && in_plan(jb, device_id) >= 0 &&
-                   now - jb->ended < ENDED_TASK_S) {
-            add_task(&l, jb, "stop", NULL);
+            add_task(&l, jb, "run", jb->epoch, NULL);
+        } else if (job_ended(jb)) {
+            if (jb->p && (k >= 0 || in_plan(jb, device_id) >= 0) && now - jb->ended < ENDED_TASK_S)
+                add_task(&l, jb, "stop", jb->epoch + 1, NULL);
+        } else if (k >= 0 && jb->epoch > 0) {
+            /* recovering, waiting, re-planning, or not in this epoch's plan */
+            add_task(&l, jb, "stop", !strcmp(jb->state, "running") ? jb->epoch : jb->epoch + 1, NULL);
         }
+        if (profile)
+            add_task(&l, jb, "profile", jb->epoch, profile_spec(j, jb));
     }
     pthread_mutex_unlock(&j->mu);
     *tasks = (void **)l.v;
@@ -443,12 +559,12 @@ static json_t *job_options(const char *text, rpc_status *st)
     }
     json_t *o = json_pack(
         "{s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, s:I, "
-        "s:I, s:b, s:b, s:b, s:b}",
+        "s:I, s:b, s:b, s:b, s:b, s:f}",
         "batch", 8, "micro_batches", 1, "codec_act", "none", "codec_grad", "none", "sealed", 1,
         "algo", "optimal", "schedule", "1f1b", "checkpoint_every", 50, "lr", -1.0, "warmup", -1,
         "seed", (json_int_t)1, "optimizer", "adamw", "optim_state", "fp32", "weight_decay", 0.01,
         "clip", 1.0, "mask_prob", 0.15, "first", (json_int_t)0, "sequences", (json_int_t)0,
-        "shuffle", 1, "recompute", 0, "recompute_attention", 0, "u_shape", 1);
+        "shuffle", 1, "recompute", 0, "recompute_attention", 0, "u_shape", 1, "replan_margin", 0.10);
     const char *key;
     json_t *v;
     json_object_foreach(in, key, v) {
@@ -497,9 +613,11 @@ static json_t *job_options(const char *text, rpc_status *st)
              json_integer_value(json_object_get(o, "first")) < 0 ||
              json_integer_value(json_object_get(o, "sequences")) < 0 ||
              json_real_value(json_object_get(o, "mask_prob")) <= 0 ||
-             json_real_value(json_object_get(o, "mask_prob")) >= 1)
+             json_real_value(json_object_get(o, "mask_prob")) >= 1 ||
+             json_real_value(json_object_get(o, "replan_margin")) < 0 ||
+             json_real_value(json_object_get(o, "replan_margin")) >= 1)
         rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: checkpoint_every, first and sequences "
-                       "must not be negative, mask_prob in (0, 1)");
+                       "must not be negative, mask_prob and replan_margin in (0, 1) and [0, 1)");
     else {
         json_t *devs = json_object_get(o, "devices");
         size_t i;
@@ -722,8 +840,8 @@ static json_t *profiles_json(const cjob *jb)
 {
     json_t *o = json_object();
     for (int i = 0; i < jb->ncand; i++)
-        if (jb->cand_result && jb->cand_result[i])
-            json_object_set(o, jb->cand[i], jb->cand_result[i]);
+        if (jb->cand[i].result)
+            json_object_set(o, jb->cand[i].id, jb->cand[i].result);
     return o;
 }
 
@@ -755,9 +873,11 @@ int coord_handle_get_job(void *ud, const rpc_peer *peer, const uint8_t *req, siz
     out.epoch = (uint32_t)jb->epoch;
     out.stages = jb->last_stages ? json_dumps(jb->last_stages, JSON_COMPACT) : sl_xstrdup("");
     out.metrics = metrics_from(jb, (int)r->metrics_from);
-    json_t *pj = profiles_json(jb);
+    json_t *pj = profiles_json(jb), *ev = events_json(j, jb);
     out.profiles = json_dumps(pj, JSON_COMPACT);
+    out.events = json_dumps(ev, JSON_COMPACT);
     json_decref(pj);
+    json_decref(ev);
     pthread_mutex_unlock(&j->mu);
     rpc_pack(&out, resp);
     summary_free(out.summary);
@@ -766,6 +886,7 @@ int coord_handle_get_job(void *ud, const rpc_peer *peer, const uint8_t *req, siz
     free(out.stages);
     free(out.metrics);
     free(out.profiles);
+    free(out.events);
     rpc_unpacked_free(r);
     return RPC_OK;
 }
@@ -806,6 +927,74 @@ static char *step_dir(const cjob *jb, int step, int partial)
     char sub[64];
     snprintf(sub, sizeof sub, "ckpt/step-%d%s", step, partial ? ".partial" : "");
     return path_of(jb->dir, sub);
+}
+
+/* Removes a directory of files (checkpoint directories hold no subdirectories). */
+static void rm_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char *f = path_of(dir, e->d_name);
+        unlink(f);
+        free(f);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+}
+
+/* Drops the parts of steps that were never committed. */
+static void drop_partials(const cjob *jb)
+{
+    char *ck = path_of(jb->dir, "ckpt");
+    DIR *d = opendir(ck);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "step-", 5) || n < 8 || strcmp(e->d_name + n - 8, ".partial"))
+            continue;
+        char *p = path_of(ck, e->d_name);
+        rm_dir(p);
+        free(p);
+    }
+    if (d)
+        closedir(d);
+    free(ck);
+}
+
+/* metrics.csv keeps the rows of the steps up to the committed one: the
+ * steps after it are trained again. Returns the loss of the last row kept. */
+static double metrics_truncate(const cjob *jb)
+{
+    char *p = path_of(jb->dir, "metrics.csv"), *buf = NULL;
+    size_t n = 0, o = 0;
+    double loss = 0;
+    sl_err err = {0};
+    if (sl_read_file(p, 256u << 20, &buf, &n, &err)) {
+        free(p);
+        return 0;
+    }
+    char *out = sl_xmalloc(n + 1);
+    int row = 0;
+    for (char *line = buf; line < buf + n; row++) {
+        char *nl = memchr(line, '\n', (size_t)(buf + n - line));
+        size_t l = nl ? (size_t)(nl - line) + 1 : (size_t)(buf + n - line);
+        if (row == 0 || (nl && atoi(line) <= jb->committed)) {
+            memcpy(out + o, line, l);
+            o += l;
+            const char *c = row ? strchr(line, ',') : NULL;
+            if (c && (c = strchr(c + 1, ',')))
+                loss = atof(c + 1);
+        }
+        line += l;
+    }
+    if (o != n && sl_write_file_atomic(p, out, o, &err))
+        sl_log_error("coordinator: cannot truncate metrics", "job=%s reason=\"%s\"", jb->id, err.msg);
+    free(out);
+    free(buf);
+    free(p);
+    return loss;
 }
 
 /* A part's file name: model.TAG.safetensors, optim.TAG.safetensors, data.json. */
@@ -949,23 +1138,40 @@ static int commit_step(coord_jobs *j, cjob *jb, upload *u, sl_err *err)
             jb->committed = was;
         else if (was > 0 && was != u->step) { /* one committed step is kept */
             char *old = step_dir(jb, was, 0);
-            DIR *d = opendir(old);
-            for (struct dirent *e; d && (e = readdir(d));) {
-                if (e->d_name[0] == '.')
-                    continue;
-                char *f = path_of(old, e->d_name);
-                unlink(f);
-                free(f);
-            }
-            if (d)
-                closedir(d);
-            rmdir(old);
+            rm_dir(old);
             free(old);
         }
     }
     free(part);
     free(final);
     return rc;
+}
+
+static void fail_reset(cjob *jb)
+{
+    jb->fail_ms = 0;
+    jb->fail_why[0] = 0;
+    jb->fail_primary = 0;
+    for (int i = 0; i < jb->ncand; i++)
+        jb->cand[i].suspect = jb->cand[i].reported = 0;
+}
+
+/* The checkpoint store refused a write (disk full, an I/O error): the step
+ * is not committed, the committed one stays as it is, and the job waits and
+ * then runs again from it. */
+static int store_failed(coord_jobs *j, cjob *jb, int step, const char *what, rpc_status *st)
+{
+    int wait_s = STORE_RETRY_S << (jb->store_fails < 5 ? jb->store_fails : 5);
+    char why[512];
+    snprintf(why, sizeof why, "the checkpoint store could not take step %d (%.300s); step %d "
+             "stays committed; trying again in %d s", step, what, jb->committed, wait_s);
+    job_event(j, jb, "store_failed", "", "step %d: %s", step, what);
+    fail_reset(jb);
+    jb->store_fails++;
+    jb->wait_kind = WAIT_STORE;
+    jb->wait_ms = sl_unix_ms() + (int64_t)(wait_s - STORE_RETRY_S) * 1000;
+    set_state(j, jb, "waiting", why);
+    return rpc_status_set(st, RPC_UNAVAILABLE, "%s", why);
 }
 
 static upload *upload_of(cjob *jb, int step)
@@ -1021,13 +1227,15 @@ int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req
                                   r->name, (unsigned long long)r->offset,
                                   (unsigned long long)(pt ? pt->size : 0));
         } else if (sl_mkdir(ck, 0700, &err) || sl_mkdir(dir, 0700, &err)) {
-            code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+            code = store_failed(j, jb, (int)r->step, err.msg, st);
         } else {
             char *p = path_of(dir, r->name);
             int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | (r->offset ? 0 : O_TRUNC), 0600);
             if (fd < 0 || pwrite(fd, r->data.data, r->data.len, (off_t)r->offset) != (ssize_t)r->data.len ||
                 (r->last && fsync(fd))) {
-                code = rpc_status_set(st, RPC_INTERNAL, "%s: %s", p, strerror(errno));
+                char what[4400];
+                snprintf(what, sizeof what, "%s: %s", p, strerror(errno ? errno : EIO));
+                code = store_failed(j, jb, (int)r->step, what, st);
             } else {
                 pt->size += r->data.len;
             }
@@ -1065,12 +1273,14 @@ int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req
             if (commit_step(j, jb, u, &err)) {
                 sl_log_error("coordinator: commit failed", "job=%s step=%u reason=\"%s\"", jb->id,
                              r->step, err.msg);
-                snprintf(jb->reason, sizeof jb->reason, "checkpoint of step %u not committed: %.400s",
-                         r->step, err.msg);
-                code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+                code = store_failed(j, jb, (int)r->step, err.msg, st);
             } else {
                 committed = 1;
                 jb->reason[0] = 0;
+                jb->stalls = 0;
+                jb->store_fails = 0;
+                jb->weigh_joiners = 1;
+                pthread_cond_broadcast(&j->cv);
                 sl_log_info("coordinator: step committed", "job=%s step=%u", jb->id, r->step);
             }
         }
@@ -1091,24 +1301,19 @@ out:
 static void start_profiling(coord_jobs *j, cjob *jb)
 {
     int64_t now = sl_unix_time();
-    json_t *want = json_object_get(jb->opts, "devices");
+    for (int i = 0; i < jb->ncand; i++)
+        json_decref(jb->cand[i].result);
     free(jb->cand);
-    for (int i = 0; jb->cand_result && i < jb->ncand; i++)
-        json_decref(jb->cand_result[i]);
-    free(jb->cand_result);
-    jb->cand = sl_xcalloc((size_t)j->ndev + 1, sizeof *jb->cand);
-    jb->cand_result = sl_xcalloc((size_t)j->ndev + 1, sizeof *jb->cand_result);
+    jb->cand = NULL;
     jb->ncand = 0;
     /* the data owner first: the balancer's chains start with their first device */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < j->ndev; i++) {
             const cdev *d = &j->dev[i];
             int owner = !strcmp(d->id, jb->owner);
-            int asked = owner || !want || json_array_size(want) == 0;
-            for (size_t k = 0; !asked && k < json_array_size(want); k++)
-                asked = !strcmp(json_string_value(json_array_get(want, k)), d->id);
-            if (owner == !pass && asked && dev_online(j, d, now) && d->address[0] && d->has_key)
-                snprintf(jb->cand[jb->ncand++], CERT_ID_LEN, "%s", d->id);
+            if (owner == !pass && allowed(jb, d->id) && dev_online(j, d, now) && d->address[0] &&
+                d->has_key)
+                cand_add(jb, d->id);
         }
     jb->started = now;
     set_state(j, jb, "profiling", NULL);
@@ -1143,7 +1348,8 @@ static void report_check(coord_jobs *j, cjob *jb, const Skyloom__V1__ReportTaskR
 static void report_profile(coord_jobs *j, cjob *jb, const Skyloom__V1__ReportTaskRequest *r)
 {
     int k = is_candidate(jb, r->device_id);
-    if (strcmp(jb->state, "profiling") || k < 0 || jb->cand_result[k])
+    if (k < 0 || jb->cand[k].result || (strcmp(jb->state, "profiling") &&
+                                         !(jb->cand[k].joining && !job_ended(jb))))
         return;
     json_error_t je;
     json_t *res = r->ok ? json_loads(r->result, 0, &je) : NULL;
@@ -1152,7 +1358,9 @@ static void report_profile(coord_jobs *j, cjob *jb, const Skyloom__V1__ReportTas
                     r->device_id, r->ok ? "malformed result" : r->reason);
         res = json_pack("{s:b, s:s}", "failed", 1, "reason", r->ok ? "malformed result" : r->reason);
     }
-    jb->cand_result[k] = res;
+    jb->cand[k].result = res;
+    if (jb->cand[k].joining)
+        sl_log_info("coordinator: joining device profiled", "job=%s device=%s", jb->id, r->device_id);
     sqlite3_stmt *st = NULL;
     sqlite3 *db = coord_state_db(j->db);
     char *text = json_dumps(res, JSON_COMPACT);
@@ -1166,6 +1374,31 @@ static void report_profile(coord_jobs *j, cjob *jb, const Skyloom__V1__ReportTas
     }
     sqlite3_finalize(st);
     free(text);
+    pthread_cond_broadcast(&j->cv);
+}
+
+/* A device's run of this epoch failed. Its report names the neighbour whose
+ * link broke first, if that was the cause; the engine weighs the reports of
+ * the epoch together (check_running). */
+static void report_run_failure(coord_jobs *j, cjob *jb, const Skyloom__V1__ReportTaskRequest *r)
+{
+    json_error_t je;
+    json_t *res = *r->result ? json_loads(r->result, 0, &je) : NULL;
+    const char *lost = json_string_value(json_object_get(res, "lost"));
+    int k = is_candidate(jb, r->device_id), s = lost ? is_candidate(jb, lost) : -1;
+    if (k >= 0)
+        jb->cand[k].reported = 1;
+    if (s >= 0 && s != k && in_plan(jb, lost) >= 0)
+        jb->cand[s].suspect = 1;
+    if (!jb->fail_ms)
+        jb->fail_ms = sl_unix_ms();
+    if (!jb->fail_why[0] || (s < 0 && !jb->fail_primary)) {
+        snprintf(jb->fail_why, sizeof jb->fail_why, "device %s: %.500s", r->device_id, r->reason);
+        jb->fail_primary = s < 0;
+    }
+    sl_log_info("coordinator: run failure reported", "job=%s epoch=%d device=%s suspect=%s reason=\"%.300s\"",
+                jb->id, jb->epoch, r->device_id, s >= 0 ? lost : "-", r->reason);
+    json_decref(res);
     pthread_cond_broadcast(&j->cv);
 }
 
@@ -1190,11 +1423,8 @@ int coord_handle_report_task(void *ud, const rpc_peer *peer, const uint8_t *req,
         else if (!strcmp(r->kind, "profile"))
             report_profile(j, jb, r);
         else if (!strcmp(r->kind, "run") && !r->ok && !strcmp(jb->state, "running") &&
-                 (int)r->epoch == jb->epoch) {
-            char why[600];
-            snprintf(why, sizeof why, "device %s: %.500s", r->device_id, r->reason);
-            set_state(j, jb, "failed", why);
-        }
+                 (int)r->epoch == jb->epoch)
+            report_run_failure(j, jb, r);
         pthread_mutex_unlock(&j->mu);
     }
     if (code == RPC_OK) {
@@ -1340,6 +1570,11 @@ int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req,
                 all &= rep[i].have;
             if (all && (int)r->step > jb->step) {
                 step_complete(jb, (int)r->step, rep);
+                if (jb->detect_ms) {
+                    job_event(j, jb, "resumed", "", "step %u completed %.2f s after the failure "
+                              "was detected", r->step, (double)(sl_unix_ms() - jb->detect_ms) / 1000);
+                    jb->detect_ms = 0;
+                }
                 if ((int)r->step % 10 == 0 || (int)r->step == jb->steps)
                     job_persist(j, jb);
                 pthread_cond_broadcast(&j->cv);
@@ -1632,9 +1867,23 @@ static int adopt_plan(cjob *jb, char *text, uint8_t *sig, size_t sig_len, sl_err
     return 0;
 }
 
-/* Under the lock: what plan_job needs. */
-static void plan_in_of(coord_jobs *j, cjob *jb, plan_in *in)
+/* A candidate a re-plan may use: profiled, not lost, online and reachable. */
+static int usable(const coord_jobs *j, const cjob *jb, int k, int64_t now)
 {
+    const cand *c = &jb->cand[k];
+    const cdev *d = NULL;
+    for (int i = 0; i < j->ndev && !d; i++)
+        if (!strcmp(j->dev[i].id, c->id))
+            d = &j->dev[i];
+    return c->result && !json_object_get(c->result, "failed") && !c->lost_ms && d &&
+           dev_online(j, d, now) && d->address[0] && d->has_key;
+}
+
+/* Under the lock: what plan_job needs. The first plan takes every candidate
+ * that reported a profile; a re-plan only the usable ones. */
+static void plan_in_of(coord_jobs *j, cjob *jb, plan_in *in, int replan)
+{
+    int64_t now = sl_unix_time();
     memset(in, 0, sizeof *in);
     snprintf(in->id, sizeof in->id, "%s", jb->id);
     in->num = jb->num;
@@ -1650,11 +1899,11 @@ static void plan_in_of(coord_jobs *j, cjob *jb, plan_in *in)
     in->res = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->res);
     in->dev = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->dev);
     for (int i = 0; i < jb->ncand; i++) {
-        json_t *r = jb->cand_result[i];
-        const cdev *d = find_dev(j, jb->cand[i]);
-        if (!r || json_object_get(r, "failed") || !d)
+        json_t *r = jb->cand[i].result;
+        const cdev *d = find_dev(j, jb->cand[i].id);
+        if (!r || json_object_get(r, "failed") || !d || (replan && !usable(j, jb, i, now)))
             continue;
-        snprintf(in->ids[in->n], CERT_ID_LEN, "%s", jb->cand[i]);
+        snprintf(in->ids[in->n], CERT_ID_LEN, "%s", jb->cand[i].id);
         in->res[in->n] = json_incref(r);
         in->dev[in->n] = *d;
         in->dev[in->n].datasets = NULL;
@@ -1663,12 +1912,44 @@ static void plan_in_of(coord_jobs *j, cjob *jb, plan_in *in)
     }
 }
 
-static void engine_plan(coord_jobs *j, cjob *jb)
+static double predicted_of(const json_t *plan)
+{
+    return json_number_value(json_object_get(plan, "predicted_iteration_s"));
+}
+
+/* A new epoch: what the old one left unfinished is dropped (parts of
+ * uncommitted steps, their metrics rows, reports in flight); the steps after
+ * the committed one are trained again. */
+static void epoch_reset(cjob *jb)
+{
+    for (int i = 0; i < ACC_STEPS; i++) {
+        free(jb->up[i].parts);
+        memset(&jb->up[i], 0, sizeof jb->up[i]);
+    }
+    drop_partials(jb);
+    jb->loss = metrics_truncate(jb);
+    jb->step = jb->committed;
+    json_decref(jb->last_stages);
+    jb->last_stages = NULL;
+    fail_reset(jb);
+}
+
+enum { PLAN_FIRST, PLAN_RECOVER, PLAN_JOIN };
+
+/* Plans the job outside the lock (called and returns with it held).
+ * PLAN_FIRST: the profiled candidates; a failure fails the job.
+ * PLAN_RECOVER: the usable candidates, from the committed step, with the
+ * epoch bumped; a failure makes the job wait for devices.
+ * PLAN_JOIN: as PLAN_RECOVER with the joiners, while the job runs on; taken
+ * only when predicted faster than the running plan by the job's margin. */
+static void engine_plan(coord_jobs *j, cjob *jb, int mode)
 {
     plan_in in;
-    plan_in_of(j, jb, &in);
+    plan_in_of(j, jb, &in, mode != PLAN_FIRST);
+    int epoch = jb->epoch, committed = jb->committed;
     jb->planning = 1;
-    set_state(j, jb, "planning", NULL);
+    if (mode != PLAN_JOIN)
+        set_state(j, jb, "planning", mode == PLAN_RECOVER ? jb->reason : NULL);
     pthread_mutex_unlock(&j->mu);
     site_of_ctx sc = {in.ids, in.sites, in.n};
     sl_err err = {0};
@@ -1681,7 +1962,41 @@ static void engine_plan(coord_jobs *j, cjob *jb)
     double dt = sl_now_s() - t0;
     pthread_mutex_lock(&j->mu);
     jb->planning = 0;
-    if (strcmp(jb->state, "planning")) { /* stopped meanwhile */
+    json_error_t je;
+    json_t *pj = text ? json_loads(text, 0, &je) : NULL;
+    double pred = predicted_of(pj), now_pred = predicted_of(jb->plan_json);
+    json_decref(pj);
+    int take = 1;
+    if (mode == PLAN_JOIN) {
+        char who[600] = "";
+        for (int i = 0; i < jb->ncand; i++)
+            if (jb->cand[i].joining && jb->cand[i].result) {
+                size_t o = strlen(who);
+                snprintf(who + o, sizeof who - o, "%s%.40s", o ? "," : "", jb->cand[i].id);
+            }
+        if (strcmp(jb->state, "running") || jb->epoch != epoch || jb->committed != committed) {
+            take = 0; /* the job moved on meanwhile: weighed again at the next commit */
+        } else {
+            for (int i = 0; i < jb->ncand; i++)
+                if (jb->cand[i].joining && jb->cand[i].result)
+                    jb->cand[i].joining = 0;
+            double margin = json_number_value(json_object_get(jb->opts, "replan_margin"));
+            if (!text) {
+                take = 0;
+                job_event(j, jb, "weighed", who, "not taken: planning with them failed: %.400s", err.msg);
+            } else if (pred > (1 - margin) * now_pred) {
+                take = 0;
+                job_event(j, jb, "weighed", who, "not taken: predicted %.4f s per step with them, "
+                          "%.4f s now (margin %.0f%%)", pred, now_pred, 100 * margin);
+            } else {
+                job_event(j, jb, "weighed", who, "taken: predicted %.4f s per step with them, "
+                          "%.4f s now", pred, now_pred);
+            }
+        }
+    } else if (strcmp(jb->state, "planning")) {
+        take = 0; /* stopped meanwhile */
+    }
+    if (!take) {
         free(text);
         free(sig);
     } else if (!text || adopt_plan(jb, text, sig, sig_len, &err)) {
@@ -1690,22 +2005,158 @@ static void engine_plan(coord_jobs *j, cjob *jb)
             free(sig);
         }
         char why[600];
-        snprintf(why, sizeof why, "planning: %.560s", err.msg);
-        set_state(j, jb, "failed", why);
+        if (mode == PLAN_FIRST) {
+            snprintf(why, sizeof why, "planning: %.560s", err.msg);
+            set_state(j, jb, "failed", why);
+        } else {
+            snprintf(why, sizeof why, "no plan over the %d devices left (%.400s); waiting for "
+                     "devices", in.n, err.msg);
+            job_event(j, jb, "waiting", "", "%s", why);
+            jb->wait_kind = WAIT_DEVICES;
+            jb->wait_ms = sl_unix_ms();
+            set_state(j, jb, "waiting", why);
+        }
     } else {
         jb->epoch = in.epoch;
+        if (mode != PLAN_FIRST)
+            epoch_reset(jb);
+        for (int i = 0; i < jb->ncand; i++) /* weighed by this plan */
+            if (jb->cand[i].result)
+                jb->cand[i].joining = 0;
         sl_log_info("coordinator: job planned", "job=%s epoch=%d stages=%d devices=%d "
-                    "predicted_s=%.4f planning_s=%.3f", jb->id, jb->epoch, jb->p, jb->ndev,
-                    json_real_value(json_object_get(jb->plan_json, "predicted_iteration_s")), dt);
+                    "predicted_s=%.4f planning_s=%.3f start=%d", jb->id, jb->epoch, jb->p, jb->ndev,
+                    predicted_of(jb->plan_json), dt, in.start_step);
+        if (mode != PLAN_FIRST) {
+            char devs[600] = "";
+            for (int i = 0; i < jb->p; i++) {
+                size_t o = strlen(devs);
+                if (i == 0 || strcmp(jb->stage_dev[i], jb->stage_dev[i - 1]))
+                    snprintf(devs + o, sizeof devs - o, "%s%.40s", o ? "," : "", jb->stage_dev[i]);
+            }
+            job_event(j, jb, "planned", "", "epoch %d: %d stages on %s, from step %d, predicted "
+                      "%.4f s per step, planned in %.3f s", jb->epoch, jb->p, devs, in.start_step,
+                      predicted_of(jb->plan_json), dt);
+        }
         set_state(j, jb, "running", NULL);
     }
     plan_in_free(&in);
 }
 
-/* One pass over the jobs: the steps that wait for no device. */
-static void engine_pass(coord_jobs *j)
+/* Declares a candidate lost (once). */
+static void mark_lost(coord_jobs *j, cjob *jb, int k, const char *how)
 {
-    int64_t now = sl_unix_time();
+    cand *c = &jb->cand[k];
+    if (c->lost_ms)
+        return;
+    c->lost_ms = sl_unix_ms();
+    c->joining = 0;
+    job_event(j, jb, "lost", c->id, "%s", how);
+}
+
+/* The running epoch is over: every device leaves it (the step in flight is
+ * applied nowhere) and the engine re-plans from the committed step. */
+static void job_recover(coord_jobs *j, cjob *jb, const char *why)
+{
+    fail_reset(jb);
+    jb->detect_ms = jb->wait_ms = sl_unix_ms();
+    jb->wait_kind = WAIT_NONE;
+    if (++jb->stalls > MAX_STALLS) {
+        char m[700];
+        snprintf(m, sizeof m, "%d recoveries without a step committed in between; the last: %.500s",
+                 MAX_STALLS, why);
+        job_event(j, jb, "failed", "", "%s", m);
+        set_state(j, jb, "failed", m);
+        return;
+    }
+    job_event(j, jb, "recovering", "", "%s", why);
+    set_state(j, jb, "recovering", why);
+}
+
+/* A running job: devices whose heartbeats stopped, and the failure reports
+ * of the epoch once they are all in (or DECIDE_MS after the first). A device
+ * named by a neighbour whose link to it broke is lost unless it reported a
+ * failure itself or heartbeated since (then its own report says why). */
+static void check_running(coord_jobs *j, cjob *jb, int64_t now)
+{
+    int64_t now_ms = sl_unix_ms();
+    char lost[600] = "";
+    for (int i = 0; i < jb->p; i++) {
+        int k = is_candidate(jb, jb->stage_dev[i]);
+        const cdev *d = find_dev(j, jb->stage_dev[i]);
+        if (k < 0 || jb->cand[k].lost_ms || (d && dev_online(j, d, now)))
+            continue;
+        char how[200];
+        snprintf(how, sizeof how, "no heartbeat for %lld s (3 intervals)",
+                 d ? (long long)(now - d->seen) : -1LL);
+        mark_lost(j, jb, k, how);
+        size_t o = strlen(lost);
+        snprintf(lost + o, sizeof lost - o, "%s%.40s (no heartbeat)", o ? ", " : "", jb->cand[k].id);
+    }
+    if (jb->fail_ms) {
+        int all = 1;
+        for (int i = 0; i < jb->p; i++) {
+            int k = is_candidate(jb, jb->stage_dev[i]);
+            all &= k >= 0 && (jb->cand[k].reported || jb->cand[k].lost_ms);
+        }
+        if (!lost[0] && !all && now_ms - jb->fail_ms < DECIDE_MS)
+            return;
+        for (int k = 0; k < jb->ncand; k++) {
+            cand *c = &jb->cand[k];
+            const cdev *d = find_dev(j, c->id);
+            if (!c->suspect || c->reported || c->lost_ms || in_plan(jb, c->id) < 0 ||
+                (d && d->seen_ms > jb->fail_ms))
+                continue;
+            mark_lost(j, jb, k, "a neighbour's link to it broke and it reported nothing");
+            size_t o = strlen(lost);
+            snprintf(lost + o, sizeof lost - o, "%s%.40s (link broke)", o ? ", " : "", c->id);
+        }
+    }
+    char why[800];
+    if (lost[0])
+        snprintf(why, sizeof why, "lost %.600s; running again from step %d", lost, jb->committed + 1);
+    else if (jb->fail_ms)
+        snprintf(why, sizeof why, "%.600s; running again from step %d", jb->fail_why, jb->committed + 1);
+    else
+        return;
+    job_recover(j, jb, why);
+}
+
+/* Devices that came online during the job (enrolled, or back after being
+ * lost) are profiled for it; a commit weighs them (PLAN_JOIN). */
+static void find_joiners(coord_jobs *j, cjob *jb, int64_t now)
+{
+    for (int i = 0; i < j->ndev; i++) {
+        const cdev *d = &j->dev[i];
+        if (!dev_online(j, d, now) || !d->address[0] || !d->has_key || !strcmp(d->id, jb->owner) ||
+            !allowed(jb, d->id))
+            continue;
+        int k = is_candidate(jb, d->id);
+        if (k >= 0 && !(jb->cand[k].lost_ms && d->seen_ms > jb->cand[k].lost_ms))
+            continue;
+        cand *c = cand_add(jb, d->id);
+        json_decref(c->result);
+        c->result = NULL;
+        c->joining = 1;
+        job_event(j, jb, "joining", d->id, "%s; profiling it", c->lost_ms ? "back online" : "online");
+        c->lost_ms = 0;
+    }
+}
+
+static int owner_available(const coord_jobs *j, const cjob *jb, int64_t now)
+{
+    int k = is_candidate(jb, jb->owner);
+    const cdev *d = NULL;
+    for (int i = 0; i < j->ndev && !d; i++)
+        if (!strcmp(j->dev[i].id, jb->owner))
+            d = &j->dev[i];
+    return k >= 0 && d && dev_online(j, d, now) && (!jb->cand[k].lost_ms || d->seen_ms > jb->cand[k].lost_ms);
+}
+
+/* One pass over the jobs: the steps that wait for no device. Returns 1 when
+ * it planned (the lock was released: the caller starts over). */
+static int engine_pass(coord_jobs *j)
+{
+    int64_t now = sl_unix_time(), now_ms = sl_unix_ms();
     for (int i = 0; i < j->njob; i++) {
         cjob *jb = j->job[i];
         if (jb->planning)
@@ -1718,16 +2169,72 @@ static void engine_pass(coord_jobs *j)
         } else if (!strcmp(jb->state, "profiling")) {
             int left = 0;
             for (int k = 0; k < jb->ncand; k++)
-                left += !jb->cand_result[k];
+                left += !jb->cand[k].result;
             if (left == 0 || now - jb->started > PROFILE_WAIT_S) {
-                engine_plan(j, jb);
-                return; /* the list may have changed while unlocked */
+                engine_plan(j, jb, PLAN_FIRST);
+                return 1;
             }
-        } else if (!strcmp(jb->state, "running") && jb->committed >= jb->steps &&
-                   jb->step >= jb->steps) {
-            set_state(j, jb, "done", NULL);
+        } else if (!strcmp(jb->state, "running")) {
+            if (jb->committed >= jb->steps && jb->step >= jb->steps) {
+                set_state(j, jb, "done", NULL);
+                continue;
+            }
+            check_running(j, jb, now);
+            if (strcmp(jb->state, "running"))
+                continue;
+            find_joiners(j, jb, now);
+            if (jb->weigh_joiners) {
+                jb->weigh_joiners = 0;
+                for (int k = 0; k < jb->ncand; k++)
+                    if (jb->cand[k].joining && jb->cand[k].result) {
+                        engine_plan(j, jb, PLAN_JOIN);
+                        return 1;
+                    }
+            }
+        } else if (!strcmp(jb->state, "recovering")) {
+            if (jb->restarted) { /* the devices of the plan get a while to come back */
+                int all = 1;
+                for (int s = 0; s < jb->p; s++) {
+                    const cdev *d = find_dev(j, jb->stage_dev[s]);
+                    all &= d && dev_online(j, d, now);
+                }
+                if (!all && now_ms - jb->wait_ms < 3 * (int64_t)j->c->o.heartbeat_ms + 2000)
+                    continue;
+                jb->restarted = 0;
+            }
+            if (!owner_available(j, jb, now)) {
+                char why[300];
+                snprintf(why, sizeof why, "the data owner %s is offline; the job goes on from step "
+                         "%d when it is back", jb->owner, jb->committed + 1);
+                job_event(j, jb, "waiting", jb->owner, "%s", why);
+                jb->wait_kind = WAIT_OWNER;
+                jb->wait_ms = now_ms;
+                set_state(j, jb, "waiting", why);
+                continue;
+            }
+            engine_plan(j, jb, PLAN_RECOVER);
+            return 1;
+        } else if (!strcmp(jb->state, "waiting")) {
+            int go = 0;
+            if (jb->wait_kind == WAIT_OWNER) {
+                go = owner_available(j, jb, now);
+                if (go) {
+                    jb->cand[is_candidate(jb, jb->owner)].lost_ms = 0;
+                    job_event(j, jb, "returned", jb->owner, "the data owner is back");
+                }
+            } else if (jb->wait_kind == WAIT_STORE) {
+                go = now_ms - jb->wait_ms >= STORE_RETRY_S * 1000;
+            } else {
+                find_joiners(j, jb, now);
+                go = now_ms - jb->wait_ms >= WAIT_RETRY_S * 1000;
+            }
+            if (go) {
+                jb->detect_ms = jb->wait_ms = now_ms;
+                set_state(j, jb, "recovering", "re-planning");
+            }
         }
     }
+    return 0;
 }
 
 static void *engine_main(void *arg)
@@ -1735,7 +2242,8 @@ static void *engine_main(void *arg)
     coord_jobs *j = arg;
     pthread_mutex_lock(&j->mu);
     while (!j->stop) {
-        engine_pass(j);
+        if (engine_pass(j))
+            continue;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 200 * 1000000L;
@@ -1750,6 +2258,32 @@ static void *engine_main(void *arg)
 }
 
 /* ---- open and close ---------------------------------------------------------- */
+
+/* The candidates' profiles of a job, the data owner first. */
+static int load_profiles(coord_jobs *j, cjob *jb, sl_err *err)
+{
+    sqlite3 *db = coord_state_db(j->db);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT device, result FROM job_profiles WHERE job = ?"
+                           " ORDER BY device != ?, at, device", -1, &st, NULL) != SQLITE_OK)
+        return sl_err_set(err, SL_EIO, "sqlite: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, jb->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, jb->owner, -1, SQLITE_STATIC);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *dev = (const char *)sqlite3_column_text(st, 0);
+        json_error_t je;
+        json_t *res = json_loads((const char *)sqlite3_column_text(st, 1), 0, &je);
+        if (!dev || !cert_valid_device_id(dev) || !res) {
+            json_decref(res);
+            continue;
+        }
+        cand *c = cand_add(jb, dev);
+        json_decref(c->result);
+        c->result = res;
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
 
 static int load_jobs(coord_jobs *j, sl_err *err)
 {
@@ -1798,14 +2332,32 @@ static int load_jobs(coord_jobs *j, sl_err *err)
             memcpy(sig, sqlite3_column_blob(st, 11), (size_t)n);
             rc = adopt_plan(jb, sl_xstrdup(plan), sig, (size_t)n, err);
         }
-        if (!strcmp(jb->state, "planning") || !strcmp(jb->state, "profiling"))
-            snprintf(jb->state, sizeof jb->state, "checking"); /* profiles are not kept */
+        if (!*plan && (!strcmp(jb->state, "planning") || !strcmp(jb->state, "profiling")))
+            snprintf(jb->state, sizeof jb->state, "checking"); /* profiled again */
         if (job_ended(jb))
             jb->ended = sqlite3_column_int64(st, 15);
         j->job = sl_xrealloc(j->job, (size_t)(j->njob + 1) * sizeof *j->job);
         j->job[j->njob++] = jb;
     }
     sqlite3_finalize(st);
+    for (int i = 0; !rc && i < j->njob; i++) {
+        cjob *jb = j->job[i];
+        if (job_ended(jb) || !jb->plan || !strcmp(jb->state, "checking"))
+            continue;
+        /* a job that had a plan goes on from its committed step in a new
+         * epoch, once the plan's devices are back */
+        rc = load_profiles(j, jb, err);
+        drop_partials(jb);
+        jb->loss = metrics_truncate(jb);
+        jb->step = jb->committed;
+        jb->restarted = 1;
+        jb->detect_ms = jb->wait_ms = sl_unix_ms();
+        job_event(j, jb, "coordinator_restarted", "", "was %s; going on from step %d",
+                  jb->state, jb->committed + 1);
+        snprintf(jb->state, sizeof jb->state, "recovering");
+        snprintf(jb->reason, sizeof jb->reason, "the coordinator restarted; waiting for the "
+                 "plan's devices");
+    }
     return rc;
 }
 

@@ -5,6 +5,9 @@
 #   cl_device NAME SITE [device args...]  enrolls a device by token; its id in CL_ID
 #   cl_wait_online N                    until N devices are online
 #   cl_job ARGS...                      skyloom job ARGS with --coordinator and --pki
+#   cl_kill9 NAME                       SIGKILLs device NAME (or "coord") and reaps it
+#   cl_restart NAME                     starts device NAME again (its stored identity, the
+#                                       same arguments); "coord": the coordinator, same port
 #   cl_stop                             stops every process it started and waits for them
 # Every process is started in the background with its log in $CL/NAME.log and
 # its pid recorded; cl_stop (run it from an EXIT trap) kills and reaps them.
@@ -12,14 +15,18 @@
 
 CL_PIDS=()
 CL_ALL=() # every pid ever started, for cl_alive
+declare -A CL_PID_OF=() CL_ARGS_OF=()
 
 cl_die() { echo "cluster: $*" >&2; return 1; }
 
-# cl_poll SECONDS CMD...: runs CMD every 0.1 s until it succeeds.
+# cl_poll SECONDS CMD...: runs CMD every 0.1 s until it succeeds (or CMD
+# sets CL_POLL_STOP: it never will).
 cl_poll() {
   local t=$(( $1 * 10 )); shift
+  CL_POLL_STOP=
   while [ $t -gt 0 ]; do
     "$@" && return 0
+    [ -n "$CL_POLL_STOP" ] && return 1
     sleep 0.1
     t=$(( t - 1 ))
   done
@@ -29,10 +36,19 @@ cl_poll() {
 cl_start() {
   mkdir -p "$CL"
   "$SK" -q certs init --pki "$CL/pki" >/dev/null || return 1
-  "$SK" coordinator --listen 127.0.0.1:0 --pki "$CL/pki" --state "$CL/coord" \
-      --port-file "$CL/port" --heartbeat 1s "$@" >"$CL/coord.log" 2>&1 &
+  CL_ARGS_OF[coord]="$*"
+  _cl_coord 0 "$@"
+}
+
+# _cl_coord PORT ARGS...: the coordinator on PORT (0: a free one)
+_cl_coord() {
+  local port=$1; shift
+  rm -f "$CL/port"
+  "$SK" coordinator --listen "127.0.0.1:$port" --pki "$CL/pki" --state "$CL/coord" \
+      --port-file "$CL/port" --heartbeat 1s "$@" >>"$CL/coord.log" 2>&1 &
   CL_PIDS+=($!)
   CL_ALL+=($!)
+  CL_PID_OF[coord]=$!
   cl_poll 20 test -s "$CL/port" || { cl_die "the coordinator did not start (see $CL/coord.log)"; return 1; }
   CL_ADDR="127.0.0.1:$(cat "$CL/port")"
 }
@@ -41,12 +57,41 @@ cl_device() {
   local name=$1 site=$2; shift 2
   local tok
   tok=$("$SK" -q certs token --pki "$CL/pki" --site "$site") || return 1
-  OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$SK" device --coordinator "$CL_ADDR" --token "$tok" --state "$CL/$name" --site "$site" \
-      --stage-listen 127.0.0.1:0 "$@" >"$CL/$name.log" 2>&1 &
-  CL_PIDS+=($!)
-  CL_ALL+=($!)
+  CL_ARGS_OF[$name]="--site $site $*"
+  _cl_dev "$name" --token "$tok" --site "$site" "$@"
   cl_poll 30 grep -qs '^device d' "$CL/$name.log" || { cl_die "device $name did not enroll (see $CL/$name.log)"; return 1; }
   CL_ID=$(grep '^device d' "$CL/$name.log" | head -1 | cut -d' ' -f2)
+}
+
+_cl_dev() {
+  local name=$1; shift
+  OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$SK" device --coordinator "$CL_ADDR" --state "$CL/$name" \
+      --stage-listen 127.0.0.1:0 "$@" >>"$CL/$name.log" 2>&1 &
+  CL_PIDS+=($!)
+  CL_ALL+=($!)
+  CL_PID_OF[$name]=$!
+}
+
+cl_kill9() {
+  local p=${CL_PID_OF[$1]:-}
+  [ -n "$p" ] || { cl_die "no process $1"; return 1; }
+  kill -9 "$p" 2>/dev/null
+  wait "$p" 2>/dev/null
+  CL_PID_OF[$1]=""
+  local keep=() q
+  for q in "${CL_PIDS[@]}"; do [ "$q" = "$p" ] || keep+=("$q"); done
+  CL_PIDS=("${keep[@]}")
+  return 0
+}
+
+cl_restart() {
+  if [ "$1" = coord ]; then
+    # shellcheck disable=SC2086
+    _cl_coord "${CL_ADDR##*:}" ${CL_ARGS_OF[coord]}
+  else
+    # shellcheck disable=SC2086
+    _cl_dev "$1" ${CL_ARGS_OF[$1]}
+  fi
 }
 
 cl_online() {
@@ -77,5 +122,4 @@ cl_stop() {
     wait "$p" 2>/dev/null
   done
   CL_PIDS=()
-CL_ALL=() # every pid ever started, for cl_alive
 }

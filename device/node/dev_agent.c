@@ -36,6 +36,7 @@ struct dev_agent {
     unsigned threads;
     dev_task *tasks; /* of the last heartbeat reply */
     int n_tasks;
+    _Atomic int poked; /* a heartbeat is wanted before the interval is up */
 };
 
 void dev_profile_to_pb(const dev_profile *p, void *out)
@@ -499,3 +500,12 @@ void dev_agent_take_tasks(dev_agent *a, dev_task **tasks, int *n)
 rpc_channel *dev_agent_channel_new(dev_agent *a, sl_err *err) { return connect_as(a, 1, err); }
 const char *dev_agent_state_dir(const dev_agent *a) { return a->o.state; }
 int dev_agent_timeout_ms(const dev_agent *a) { return a->o.timeout_ms; }
+
+void dev_agent_poke(dev_agent *a) { a->poked = 1; }
+
+int dev_agent_take_poke(dev_agent *a)
+{
+    int p = a->poked;
+    a->poked = 0;
+    return p;
+}

@@ -48,6 +48,11 @@ void dev_agent_close(dev_agent *a);
 const char *dev_agent_id(const dev_agent *a);
 /* Milliseconds between heartbeats the coordinator asked for. */
 unsigned dev_agent_heartbeat_ms(const dev_agent *a);
+/* Asks for the next heartbeat now (from any thread): a job that failed
+ * here wants its next task without waiting out the interval. */
+void dev_agent_poke(dev_agent *a);
+/* 1 if a heartbeat was asked for since the last call (clears it). */
+int dev_agent_take_poke(dev_agent *a);
 /* Where this device serves Stage, reported with every heartbeat. */
 void dev_agent_set_stage_address(dev_agent *a, const char *host_port);
 /* One heartbeat (the first one carries the profile); returns the rpc code.

@@ -75,6 +75,7 @@ typedef struct job_rt {
     int refs;              /* Exchange handlers inside the net */
     dev_net *net;
     int stop;
+    struct job_rt *prev;   /* the run of an older epoch this one waits out */
     struct job_rt *next;
 } job_rt;
 
@@ -500,6 +501,8 @@ static int open_net(run_ctx *r, sl_err *err)
         return -1;
     pthread_mutex_lock(&r->js->mu);
     r->rt->net = r->net;
+    if (r->rt->stop)
+        dev_net_abort(r->net, "the coordinator stopped this epoch");
     pthread_mutex_unlock(&r->js->mu);
     return dev_net_start(r->net, err);
 }
@@ -1079,14 +1082,27 @@ static void *run_main(void *arg)
     pthread_mutex_init(&r.compute, NULL);
     pthread_cond_init(&r.cv, NULL);
     sl_err err = {0};
-    int rc = run_job(&r, &t, &err);
+    /* the old epoch's stages leave first: one run of a job at a time */
     pthread_mutex_lock(&js->mu);
+    while (rt->prev && !rt->prev->finished)
+        pthread_cond_wait(&js->cv, &js->mu);
     int stopped = rt->stop || js->closing;
     pthread_mutex_unlock(&js->mu);
+    int rc = stopped ? sl_err_set(&err, SL_ECANCELED, "stopped before it started") : run_job(&r, &t, &err);
+    pthread_mutex_lock(&js->mu);
+    stopped = rt->stop || js->closing;
+    pthread_mutex_unlock(&js->mu);
     if (rc && !stopped && strstr(err.msg, "the coordinator stopped the job") == NULL) {
-        sl_log_error("device: job failed", "job=%s epoch=%u reason=\"%s\"", rt->job, rt->epoch, err.msg);
+        char lost[64] = "", result[128] = "";
+        if (r.net && dev_net_lost_peer(r.net, lost, sizeof lost))
+            snprintf(result, sizeof result, "{\"lost\": \"%s\"}", lost);
+        sl_log_error("device: job failed", "job=%s epoch=%u suspect=%s reason=\"%s\"", rt->job,
+                     rt->epoch, lost[0] ? lost : "-", err.msg);
+        if (!r.ch)
+            r.ch = channel(js, &err);
         if (r.ch)
-            report_task(js, r.ch, &t, 0, err.msg, NULL);
+            report_task(js, r.ch, &t, 0, err.msg, result);
+        dev_agent_poke(js->o.agent); /* the next epoch's task, soon */
     } else if (!rc) {
         char got[200] = "";
         static const int kinds[] = {DEV_DIR_ACTIVATION, DEV_DIR_MASK, DEV_DIR_GRADIENT,
@@ -1156,8 +1172,8 @@ static void reap(dev_jobs *js)
 
 static void start_side(dev_jobs *js, const dev_task *t)
 {
-    char key[64];
-    snprintf(key, sizeof key, "%s/%s", t->job, t->kind);
+    char key[64]; /* a device joining during the job profiles again, in that epoch */
+    snprintf(key, sizeof key, "%s/%s/%u", t->job, t->kind, t->epoch);
     for (side_job *s = js->side; s; s = s->next)
         if (!strcmp(s->key, key))
             return; /* in progress or done */
@@ -1175,15 +1191,36 @@ static void start_side(dev_jobs *js, const dev_task *t)
     js->side = s;
 }
 
+/* Leaves the job's runs of epochs before `epoch`; returns the newest of
+ * them that has not finished yet. */
+static job_rt *leave_older(dev_jobs *js, const char *job, uint32_t epoch, const char *why)
+{
+    job_rt *newest = NULL;
+    for (job_rt *rt = js->runs; rt; rt = rt->next) {
+        if (strcmp(rt->job, job) || rt->epoch >= epoch || rt->finished)
+            continue;
+        if (!rt->stop) {
+            rt->stop = 1;
+            if (rt->net)
+                dev_net_abort(rt->net, why);
+            sl_log_info("device: leaving job", "job=%s epoch=%u reason=\"%s\"", rt->job, rt->epoch, why);
+        }
+        if (!newest || rt->epoch > newest->epoch)
+            newest = rt;
+    }
+    return newest;
+}
+
 static void start_run(dev_jobs *js, const dev_task *t)
 {
     for (job_rt *rt = js->runs; rt; rt = rt->next)
-        if (!strcmp(rt->job, t->job) && (rt->epoch >= t->epoch || !rt->finished))
-            return; /* run or running (a new epoch waits for the old one to leave) */
+        if (!strcmp(rt->job, t->job) && rt->epoch >= t->epoch)
+            return; /* run or running: an epoch runs once */
     job_rt *rt = sl_xcalloc(1, sizeof *rt);
     rt->js = js;
     snprintf(rt->job, sizeof rt->job, "%s", t->job);
     rt->epoch = t->epoch;
+    rt->prev = leave_older(js, t->job, t->epoch, "a new epoch of the job replaces this one");
     if (pthread_create(&rt->thread, NULL, run_main, rt)) {
         free(rt);
         return;
@@ -1192,15 +1229,10 @@ static void start_run(dev_jobs *js, const dev_task *t)
     js->runs = rt;
 }
 
+/* "stop" with epoch E: the runs of the job's epochs before E end. */
 static void stop_run(dev_jobs *js, const dev_task *t)
 {
-    for (job_rt *rt = js->runs; rt; rt = rt->next)
-        if (!strcmp(rt->job, t->job) && !rt->finished && !rt->stop) {
-            rt->stop = 1;
-            if (rt->net)
-                dev_net_abort(rt->net, "the coordinator stopped the job");
-            sl_log_info("device: leaving job", "job=%s epoch=%u", rt->job, rt->epoch);
-        }
+    leave_older(js, t->job, t->epoch, "the coordinator stopped the job");
 }
 
 void dev_jobs_task(dev_jobs *js, const dev_task *t)

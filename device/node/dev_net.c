@@ -99,6 +99,7 @@ struct dev_net {
     nport *ports;          /* [stages]; only local stages are used */
     int aborted, closing;
     char why[320];
+    char lost[32];         /* the peer whose link broke, when that stopped the net */
     uint64_t refused[DEV_FR_NREASONS];
 };
 
@@ -132,6 +133,24 @@ static void abort_locked(dev_net *n, const char *why)
         if (n->links[i].st)
             rpc_stream_interrupt(n->links[i].st);
     pthread_cond_broadcast(&n->cv);
+}
+
+/* Stops the net because the link to `peer` broke (peer unreachable, its
+ * stream failed): the peer is named only if this is the first cause. */
+static void abort_lost_locked(dev_net *n, const char *peer, const char *why)
+{
+    if (!n->aborted && !n->closing)
+        snprintf(n->lost, sizeof n->lost, "%s", peer);
+    abort_locked(n, why);
+}
+
+int dev_net_lost_peer(dev_net *n, char *peer, size_t cap)
+{
+    pthread_mutex_lock(&n->mu);
+    int have = n->lost[0] != 0;
+    snprintf(peer, cap, "%s", n->lost);
+    pthread_mutex_unlock(&n->mu);
+    return have;
 }
 
 void dev_net_abort(dev_net *n, const char *why)
@@ -367,8 +386,11 @@ static int take(dev_net *n, link *l, flow *f, int dir, uint64_t step, int mb, in
         } else if (n->aborted) {
             rc = stopped(n, stage, err);
         } else {
+            /* a neighbour closes its side only once it sent all it had: an
+             * end while a frame is still due means it went away */
             rc = sl_err_set(err, SL_EIO, "stage %d: the link to stage %d ended before its %s came",
                             stage, f->from, kind_name[k]);
+            abort_lost_locked(n, n->stage[local(n, l->a) ? l->b : l->a].device, err->msg);
         }
         pthread_mutex_unlock(&n->mu);
         if (rc)
@@ -451,10 +473,10 @@ static void receive_loop(link *l, flow *in)
             l->state = 2;
             if (r < 0 && !n->closing && !n->aborted) {
                 char why[300];
+                const char *peer = n->stage[local(n, l->a) ? l->b : l->a].device;
                 snprintf(why, sizeof why, "the link between stages %d and %d (device %s) ended%s%.200s",
-                         l->a, l->b, n->stage[local(n, l->a) ? l->b : l->a].device,
-                         r < 0 ? ": " : "", r < 0 ? err.msg : "");
-                abort_locked(n, why);
+                         l->a, l->b, peer, r < 0 ? ": " : "", r < 0 ? err.msg : "");
+                abort_lost_locked(n, peer, why);
             }
             pthread_cond_broadcast(&n->cv);
             pthread_mutex_unlock(&n->mu);
@@ -533,10 +555,12 @@ static int send_loop(link *l)
         free(o);
         if (rc) {
             char why[300];
+            const char *peer = n->stage[local(n, l->a) ? l->b : l->a].device;
             snprintf(why, sizeof why, "sending to stage %d (device %s): %.200s",
-                     local(n, l->a) ? l->b : l->a, n->stage[local(n, l->a) ? l->b : l->a].device,
-                     err.msg);
-            dev_net_abort(n, why);
+                     local(n, l->a) ? l->b : l->a, peer, err.msg);
+            pthread_mutex_lock(&n->mu);
+            abort_lost_locked(n, peer, why);
+            pthread_mutex_unlock(&n->mu);
             return -1;
         }
     }
@@ -626,7 +650,9 @@ static void *sender_main(void *arg)
     dev_net *n = l->n;
     sl_err err = {0};
     if (connect_link(l, &err)) {
-        dev_net_abort(n, err.msg);
+        pthread_mutex_lock(&n->mu);
+        abort_lost_locked(n, n->stage[l->b].device, err.msg);
+        pthread_mutex_unlock(&n->mu);
         return NULL;
     }
     if (pthread_create(&l->receiver, NULL, receiver_main, l) == 0) {

@@ -72,6 +72,10 @@ void dev_net_abort(dev_net *n, const char *why);
 int dev_net_close(dev_net *n, int timeout_ms, sl_err *err);
 void dev_net_free(dev_net *n);
 int dev_net_aborted(dev_net *n, char *why, size_t cap);
+/* 1 and the peer's device id when the net stopped because its link to that
+ * peer broke first (the peer may be gone, or may have stopped for a reason
+ * of its own); 0 otherwise. */
+int dev_net_lost_peer(dev_net *n, char *peer, size_t cap);
 
 /* Bytes local stage i sent since the last call: to the next stage (down),
  * to the previous one (up), and between the first and the last stage when

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Training that survives losing devices, on loopback: a coordinator and four
+# device processes run a plain chain (codec none). SIGKILL at a random point
+# inside a step of (1) the device of a middle stage, (2) the device at the
+# chain's end, which is not the data owner, and (3) the data owner itself:
+# the coordinator declares each lost (a neighbour's broken link, no heartbeat
+# needed), re-plans over the devices left from the committed step, the job
+# waits while the data owner is away and goes on when it is back; the killed
+# devices restarted are profiled again and weighed at the next commit. The
+# job ends with the same model.safetensors bytes and the same per-step
+# losses as `skyloom train`.
+set -u
+SK="$1"; src="$2"
+CL=$(mktemp -d /tmp/skyloom-recovery-XXXXXX)
+. "$src/scripts/cluster.sh"
+fail=0
+check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
+trap 'cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
+
+d=$CL
+cat "$src"/README.md "$src"/docs/*.md > "$d/corpus.txt"
+"$SK" -q data vocab --corpus "$d/corpus.txt" --size 400 --out "$d/vocab.txt" >/dev/null
+"$SK" -q data prepare --vocab "$d/vocab.txt" --in "$d/corpus.txt" --out "$d/text.shard" --seq 24 >/dev/null
+V=$(wc -l < "$d/vocab.txt")
+cat > "$d/cfg.json" <<JSON
+{"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 128,
+ "vocab_size": $V, "max_position_embeddings": 24, "hidden_dropout_prob": 0.1,
+ "attention_probs_dropout_prob": 0.1}
+JSON
+STEPS=400
+
+cl_start || exit 1
+cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" || exit 1; OWNER=$CL_ID
+declare -A NAME_OF=([$OWNER]=dev1)
+for n in dev2 dev3 dev4; do
+  cl_device $n lab-b --threads 1 || exit 1
+  NAME_OF[$CL_ID]=$n
+done
+cl_wait_online 4 || exit 1
+
+"$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS --batch 16 --micro-batches 4 \
+    --lr 2e-3 --save "$d/ref" >/dev/null 2>&1
+
+# field F of job status --json (python expression over j)
+jq_() { cl_job status "$JOB" --json 2>/dev/null | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>/dev/null; }
+state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
+# running in epoch E or later, a step done in it
+# (an ended job stops the poll: it cannot make progress any more)
+progress_in() {
+  local v; v=$(jq_ '"end" if j["state"] in ("done", "failed", "stopped") else int(j["state"] == "running" and j["epoch"] >= '"$1"' and j["step"] > j["plan"]["start_step"])')
+  [ "$v" = end ] && { echo "     the job ended early: $(jq_ 'j["state"], j["step"], j["reason"]')"; CL_POLL_STOP=1; }
+  [ "$v" = 1 ]
+}
+# the device of stage S of the running plan (-1: the last)
+stage_dev() { jq_ "j['plan']['stages'][$1]['device']"; }
+# kills NAME at a random point inside a step, once epoch E has made progress
+kill_inside_step() {
+  local name=$1 epoch=$2
+  cl_poll 120 progress_in "$epoch" || { echo "FAIL the job made progress in epoch $epoch"; fail=1; return 1; }
+  sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+  echo "     SIGKILL $name at step $(jq_ 'j["step"]') (epoch $(jq_ 'j["epoch"]'))"
+  cl_kill9 "$name"
+}
+weighed() { cl_job status "$JOB" --json 2>/dev/null | grep -q '"kind": "weighed"'; }
+lost_events() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(sum(1 for e in j["events"] if e["kind"]=="lost" and e["device"]==sys.argv[2] and sys.argv[3] in e["detail"]))' "$@"; }
+
+out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps $STEPS --batch 16 \
+      --micro-batches 4 --algo even --checkpoint-every 20 --no-u-shape --lr 2e-3 --json 2>&1)
+JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
+check "submitted and running" bash -c '[ -n "$0" ] && grep -q "\"state\": \"running\"" <<<"$1"' "$JOB" "$out"
+[ -n "$JOB" ] || exit 1
+cl_job status "$JOB" --json > "$d/status1.json"
+P=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["plan"]["stages"]))' "$d/status1.json")
+check "epoch 1: four stages, one on each device" test "$P" = 4
+
+# (1) the device of a middle stage
+MID=$(stage_dev 1)
+kill_inside_step "${NAME_OF[$MID]}" 1
+check "(1) the job runs again in epoch 2" cl_poll 60 progress_in 2
+cl_job status "$JOB" --json > "$d/status2.json"
+check "(1) the middle device is declared lost once, from its neighbours' broken links" \
+    test "$(lost_events "$d/status2.json" "$MID" link)" = 1
+check "(1) epoch 2's plan leaves it out and starts after the committed step" \
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); p=j["plan"]; assert all(s["device"]!=sys.argv[2] for s in p["stages"]); assert p["start_step"]<=j["committed_step"]+1, (p["start_step"], j["committed_step"])' \
+    "$d/status2.json" "$MID"
+
+# it comes back: profiled again, weighed at the next commit
+cl_restart "${NAME_OF[$MID]}"
+check "(1) back online, it is profiled and weighed at a commit" \
+    cl_poll 60 weighed
+E=$(jq_ 'j["epoch"]')
+
+# (2) the device at the chain's end (not the data owner)
+LAST=$(stage_dev -1)
+check "(2) the last stage is not the data owner's" test "$LAST" != "$OWNER"
+kill_inside_step "${NAME_OF[$LAST]}" "$E"
+check "(2) the job runs again in epoch $((E + 1))" cl_poll 60 progress_in $((E + 1))
+cl_job status "$JOB" --json > "$d/status3.json"
+check "(2) the last device is declared lost once" test "$(lost_events "$d/status3.json" "$LAST" "")" = 1
+E=$(jq_ 'j["epoch"]')
+
+# (3) the data owner: the job waits, and goes on when it is back
+kill_inside_step dev1 "$E"
+check "(3) without its data owner the job waits, and says why" cl_poll 30 state_is waiting
+reason=$(jq_ 'j["reason"]')
+echo "     reason: $reason"
+check "(3) the reason names the data owner" grep -q "data owner $OWNER is offline" <<<"$reason"
+cl_restart dev1
+check "(3) the data owner back, the job runs again" cl_poll 60 progress_in $((E + 1))
+
+cl_job watch "$JOB" > "$d/watch.txt"; rc=$?
+check "the job finishes" bash -c 'test $0 -eq 0 && grep -q "done after" "$1"' "$rc" "$d/watch.txt"
+cl_job status "$JOB" --json > "$d/status.json"
+python3 - "$d/status.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+t0 = j["events"][0]["at_ms"] if j["events"] else 0
+for e in j["events"]:
+    print("     %8.2f s  epoch %-2d committed %-3d %-10s %-18s %s" % ((e["at_ms"] - t0) / 1000, e["epoch"], e["committed_step"], e["kind"], e["device"][:18], e["detail"]))
+PY
+check "every recovery resumed training" \
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); k=[e["kind"] for e in j["events"]]; assert k.count("resumed")>=3, k' "$d/status.json"
+cl_job export "$JOB" --out "$d/export" >/dev/null; rc=$?
+check "the model equals skyloom train's, byte for byte" \
+    bash -c 'test $0 -eq 0 && cmp -s "$1/export/model.safetensors" "$1/ref/step-'$STEPS'/model.safetensors"' "$rc" "$d"
+check "the per-step losses equal skyloom train's, one row per step" \
+    bash -c '[ "$(tail -n +2 "$0" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | cut -d, -f1,2)" ]' \
+    "$d/coord/jobs/$JOB/metrics.csv" "$d/ref/metrics.csv"
+check "no partial checkpoint left behind" bash -c '! ls -d "$0"/ckpt/*.partial 2>/dev/null | grep -q .' "$d/coord/jobs/$JOB"
+
+cl_stop
+if cl_alive; then echo "FAIL every process stopped"; fail=1; else echo "ok   every process stopped"; fi
+exit $fail
