@@ -1,7 +1,8 @@
 # scripts/cluster.sh - a coordinator and devices on loopback, for tests, the
 # demo and benchmarks. Source it, set SK (the skyloom binary) and CL (a
 # directory of its own), then:
-#   cl_start [coordinator args...]      CA, coordinator (port 0, port file); sets CL_ADDR
+#   cl_start [coordinator args...]      CA, coordinator (port 0, port file); sets CL_ADDR,
+#                                       and CL_HTTP (its HTTP server, also on a free port)
 #   cl_device NAME SITE [device args...]  enrolls a device by token; its id in CL_ID
 #   cl_wait_online N                    until N devices are online
 #   cl_job ARGS...                      skyloom job ARGS with --coordinator and --pki
@@ -30,11 +31,15 @@ cl_start() {
   mkdir -p "$CL"
   "$SK" -q certs init --pki "$CL/pki" >/dev/null || return 1
   "$SK" coordinator --listen 127.0.0.1:0 --pki "$CL/pki" --state "$CL/coord" \
-      --port-file "$CL/port" --heartbeat 1s "$@" >"$CL/coord.log" 2>&1 &
+      --port-file "$CL/port" --heartbeat 1s \
+      --http-listen 127.0.0.1:0 --http-port-file "$CL/http-port" "$@" >"$CL/coord.log" 2>&1 &
   CL_PIDS+=($!)
   CL_ALL+=($!)
   cl_poll 20 test -s "$CL/port" || { cl_die "the coordinator did not start (see $CL/coord.log)"; return 1; }
   CL_ADDR="127.0.0.1:$(cat "$CL/port")"
+  CL_HTTP=""
+  [ -s "$CL/http-port" ] && CL_HTTP="127.0.0.1:$(cat "$CL/http-port")"
+  return 0
 }
 
 cl_device() {
