@@ -215,7 +215,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     msg[strcspn(msg, "\n")] = 0;
-    sl_log_warn("coordinator: HTTP", "reason=\"%s\"", msg);
+    /* mostly per request (a malformed one): debug, so that a flood does not flood the log */
+    sl_log_debug("coordinator: HTTP", "reason=\"%s\"", msg);
 }
 
 /* ---- start and stop ---------------------------------------------------------------- */

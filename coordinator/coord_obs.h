@@ -149,7 +149,8 @@ typedef struct coord_http_opts {
     const char *listen;     /* HOST:PORT (port 0 picks one) */
     const char *token;      /* bearer token every request must carry, or NULL */
 } coord_http_opts;
-/* Refuses a non-loopback address without a token. */
+/* Serves c (started or not) until coord_http_stop, which must come before
+ * coord_close. Refuses a non-loopback address without a token. */
 coord_http *coord_http_start(coord *c, const coord_http_opts *o, sl_err *err);
 int coord_http_port(const coord_http *h);
 void coord_http_stop(coord_http *h);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -310,6 +311,7 @@ static void test_http(const char *job)
     f = fopen(tu_path(root, "tok"), "w");
     fprintf(f, "abcdefghijklmnopqrstuvwxyz\n");
     fclose(f);
+    chmod(tu_path(root, "tok"), 0600);
     CHECK(coord_http_read_token(tu_path(root, "tok"), &tok, &err) == 0 && tok &&
           !strcmp(tok, "abcdefghijklmnopqrstuvwxyz"));
     free(tok);
