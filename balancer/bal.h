@@ -366,5 +366,9 @@ void bal_timeline_free(bal_timeline *tl);
 json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl);
 /* A Gantt chart of the timeline (needs segments) as an SVG document; free(). */
 char *bal_timeline_svg(const bal_plan *pl, const bal_timeline *tl);
+/* The plan bal_plan_json wrote (its timeline part ignored), for simulating
+ * it again: every number the simulator uses, checked (finite, in range,
+ * units contiguous from 0). NULL with the reason. */
+bal_plan *bal_plan_from_json(const json_t *j, sl_err *err);
 
 #endif

@@ -1,5 +1,6 @@
 /* bal_out.c - a plan as JSON, a timeline as an SVG Gantt chart (strings in
  * memory; the caller writes them where it wants). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,4 +161,101 @@ char *bal_timeline_svg(const bal_plan *pl, const bal_timeline *tl)
     sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e6e6e6\"/>"
               "<text x=\"%d\" y=\"%d\">idle</text>\n</svg>\n", xl, yl, xl + 16, yl + 10);
     return b.s;
+}
+
+/* ---- a plan back from its JSON --------------------------------------------- */
+
+static int num_in(json_t *o, const char *k, double lo, double hi, double *v)
+{
+    json_t *x = json_object_get(o, k);
+    if (!json_is_number(x))
+        return -1;
+    *v = json_number_value(x);
+    return isfinite(*v) && *v >= lo && *v <= hi ? 0 : -1;
+}
+
+static int int_in(json_t *o, const char *k, long long lo, long long hi, int *v)
+{
+    json_t *x = json_object_get(o, k);
+    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
+        return -1;
+    *v = (int)json_integer_value(x);
+    return 0;
+}
+
+bal_plan *bal_plan_from_json(const json_t *pj, sl_err *err)
+{
+    json_t *j = (json_t *)pj, *st = json_object_get(j, "stages");
+    const char *algo = json_string_value(json_object_get(j, "algo"));
+    const char *sched = json_string_value(json_object_get(j, "schedule"));
+    int p = (int)json_array_size(st), m = 0, units = 0;
+    if (!json_is_object(j) || !algo || bal_algo_parse(algo) < 0 || !sched ||
+        bal_schedule_parse(sched) < 0 || p < 1 || p > 4096 ||
+        int_in(j, "micro_batches", 1, 1 << 20, &m) || int_in(j, "units", 1, 1 << 20, &units)) {
+        sl_err_set(err, SL_ECORRUPT, "plan: algo, schedule, micro_batches, units or stages "
+                   "missing or out of range");
+        return NULL;
+    }
+    bal_plan *pl = sl_xcalloc(1, sizeof *pl);
+    pl->algo = bal_algo_parse(algo);
+    pl->schedule = bal_schedule_parse(sched);
+    pl->micro_batches = m;
+    pl->n_units = units;
+    pl->n_stages = p;
+    pl->stage = sl_xcalloc((size_t)p, sizeof *pl->stage);
+    pl->unit_fwd_s = sl_xcalloc((size_t)units, sizeof(double));
+    pl->unit_bwd_s = sl_xcalloc((size_t)units, sizeof(double));
+    double cyc = 0, est = 0;
+    num_in(j, "cycle_s", 0, 1e12, &cyc);
+    num_in(j, "estimated_iteration_s", 0, 1e12, &est);
+    pl->cycle_s = cyc;
+    pl->est_iter_s = est;
+    int next = 0, *warm = sl_xcalloc((size_t)p, sizeof *warm);
+    for (int i = 0; i < p; i++) {
+        json_t *x = json_array_get(st, (size_t)i), *ln = json_object_get(x, "link_next");
+        bal_stage *s = &pl->stage[i];
+        const char *id = json_string_value(json_object_get(x, "device"));
+        const char *site = json_string_value(json_object_get(x, "site"));
+        double a = 0, b = 0, c = 0, look = 0;
+        int bad = !json_is_object(x) || !id || !site || int_in(x, "device_index", 0, 1 << 20, &s->device) ||
+                  int_in(x, "first_unit", next, next, &s->first) ||
+                  int_in(x, "last_unit", s->first, units - 1, &s->last) ||
+                  num_in(x, "fwd_s", 0, 1e6, &s->fwd_s) || num_in(x, "bwd_s", 0, 1e6, &s->bwd_s) ||
+                  num_in(x, "optim_s", 0, 1e6, &s->optim_s) ||
+                  int_in(x, "warmup", 0, 1 << 20, &warm[i]);
+        if (!bad && i + 1 < p)
+            bad = num_in(ln, "latency_s", 0, 1e6, &a) || num_in(ln, "activation_s", 0, 1e6, &b) ||
+                  num_in(ln, "gradient_s", 0, 1e6, &c) || num_in(ln, "lookahead", 0, 1 << 20, &look);
+        if (bad) {
+            free(warm);
+            bal_plan_free(pl);
+            sl_err_set(err, SL_ECORRUPT, "plan: stage %d is malformed", i);
+            return NULL;
+        }
+        snprintf(s->id, sizeof s->id, "%s", id);
+        snprintf(s->site, sizeof s->site, "%s", site);
+        s->warmup = warm[i];
+        s->lat_s = a;
+        s->act_s = b;
+        s->grad_s = c;
+        s->extra = (int)look;
+        json_t *uf = json_object_get(x, "unit_fwd_s"), *ub = json_object_get(x, "unit_bwd_s");
+        for (int u = s->first; u <= s->last; u++) {
+            double f = json_number_value(json_array_get(uf, (size_t)(u - s->first)));
+            double g = json_number_value(json_array_get(ub, (size_t)(u - s->first)));
+            pl->unit_fwd_s[u] = isfinite(f) ? f : 0;
+            pl->unit_bwd_s[u] = isfinite(g) ? g : 0;
+        }
+        next = s->last + 1;
+    }
+    /* warm-ups are not checked: the simulator reports a schedule that stalls */
+    int rc = next != units ? sl_err_set(err, SL_ECORRUPT, "plan: the stages cover units 0-%d of %d",
+                                        next - 1, units) : 0;
+    free(warm);
+    if (rc) {
+        bal_plan_free(pl);
+        return NULL;
+    }
+    pl->data_owner = json_is_string(json_object_get(j, "data_owner")) ? pl->stage[0].device : -1;
+    return pl;
 }

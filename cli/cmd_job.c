@@ -1,4 +1,4 @@
-/* skyloom job: submit, list, status, watch, stop and export federated jobs
+/* skyloom job: submit, list, status, watch, stop, export and trace federated jobs
  * on a coordinator, with the admin certificate of the PKI. */
 #include <errno.h>
 #include <jansson.h>
@@ -12,6 +12,7 @@
 
 #include "cert.h"
 #include "cli.h"
+#include "coord_obs.h"
 #include "dev_ckpt.h"
 #include "dev_config.h"
 #include "rpc.h"
@@ -29,7 +30,8 @@ static void usage(FILE *f)
             "       skyloom job status JOB --coordinator HOST:PORT --pki DIR [--json]\n"
             "       skyloom job watch JOB --coordinator HOST:PORT --pki DIR\n"
             "       skyloom job stop JOB --coordinator HOST:PORT --pki DIR\n"
-            "       skyloom job export JOB --coordinator HOST:PORT --pki DIR --out DIR\n\n"
+            "       skyloom job export JOB --coordinator HOST:PORT --pki DIR --out DIR\n"
+            "       skyloom job trace JOB --coordinator HOST:PORT --pki DIR --svg F [--json]\n\n"
             "A job trains a BERT across the devices of a coordinator: the data owner\n"
             "checks its dataset, the candidate devices profile themselves, the balancer\n"
             "places the layers (by default the data owner holds the first and the last\n"
@@ -56,7 +58,10 @@ static void usage(FILE *f)
             "                     as for skyloom train: the job's result is the same\n"
             "  --no-wait          return once submitted (default: wait until it runs or\n"
             "                     fails, and print the plan)\n"
-            "  --json             print the job (submit, status, list) as JSON\n");
+            "  --json             print the job (submit, status, list) as JSON\n\n"
+            "trace: the measured timeline of a recent step (every stage's forward, backward,\n"
+            "send, receive and sync, idle between), as the devices reported it, to an SVG\n"
+            "file (--svg), with the plan's predicted step marked; --json prints the ops.\n");
 }
 
 typedef struct client {
@@ -475,6 +480,52 @@ static int stop(client *c, const char *id)
     return 0;
 }
 
+/* ---- trace -------------------------------------------------------------------- */
+
+static int trace(client *c, const char *id, const char *svg, int json)
+{
+    sl_err err = {0};
+    Skyloom__V1__GetJobRequest q = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    q.job_id = (char *)id;
+    q.trace = 1;
+    Skyloom__V1__JobInfo *j = NULL;
+    if (call(c, RPC_M_GET_JOB, &q, &skyloom__v1__job_info__descriptor, (void **)&j, &err))
+        return sl_cli_fail("job", 1, "%s", err.msg);
+    if (!j->trace || !*j->trace) {
+        int rc = sl_cli_fail("job", 1, "job %s (%s, step %u) has no traced step yet: the devices "
+                             "send one with their step reports", id, j->summary->state,
+                             j->summary->step);
+        rpc_unpacked_free(j);
+        return rc;
+    }
+    coord_obs_trace *t = coord_trace_parse(j->trace, &err);
+    json_t *plan = loads_or_null(j->plan);
+    double predicted = json_number_value(json_object_get(plan, "predicted_iteration_s"));
+    json_decref(plan);
+    int rc = 0;
+    if (!t) {
+        rc = sl_cli_fail("job", 1, "job %s: %s", id, err.msg);
+    } else if (json) {
+        json_t *x = loads_or_null(j->trace);
+        char *text = json_dumps(x, JSON_INDENT(1));
+        printf("%s\n", text);
+        free(text);
+        json_decref(x);
+    }
+    if (t && svg) {
+        char *doc = coord_trace_svg(t, predicted);
+        if (sl_write_file_atomic(svg, doc, strlen(doc), &err))
+            rc = sl_cli_fail("job", 1, "%s", err.msg);
+        else if (!json)
+            printf("job %s: step %d (epoch %d, %d stages) written to %s\n", id, t->step, t->epoch,
+                   t->p, svg);
+        free(doc);
+    }
+    coord_trace_free(t);
+    rpc_unpacked_free(j);
+    return rc;
+}
+
 /* ---- export ------------------------------------------------------------------ */
 
 static int fetch(client *c, const char *id, int step, const char *name, const char *to, sl_err *err)
@@ -583,7 +634,7 @@ int cmd_job(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    const char *sub = argv[1], *id = NULL, *target = NULL, *pki = NULL, *out = NULL;
+    const char *sub = argv[1], *id = NULL, *target = NULL, *pki = NULL, *out = NULL, *svg = NULL;
     int json = 0, first = 2;
     if (strcmp(sub, "submit") && strcmp(sub, "list")) {
         if (argc < 3 || argv[2][0] == '-')
@@ -596,8 +647,10 @@ int cmd_job(int argc, char **argv)
     int nrest = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
-        if ((!strcmp(a, "--coordinator") || !strcmp(a, "--pki") || !strcmp(a, "--out")) && i + 1 < argc) {
-            const char **dst = !strcmp(a, "--coordinator") ? &target : !strcmp(a, "--pki") ? &pki : &out;
+        if ((!strcmp(a, "--coordinator") || !strcmp(a, "--pki") || !strcmp(a, "--out") ||
+             (!strcmp(a, "--svg") && !strcmp(sub, "trace"))) && i + 1 < argc) {
+            const char **dst = !strcmp(a, "--coordinator") ? &target : !strcmp(a, "--pki") ? &pki
+                               : !strcmp(a, "--svg") ? &svg : &out;
             *dst = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = 1;
@@ -616,10 +669,14 @@ int cmd_job(int argc, char **argv)
     } else if (strcmp(sub, "submit") && nrest > json) {
         rc = sl_cli_fail("job", 2, "job %s: unknown option '%s'", sub, rest[0]);
     } else if (strcmp(sub, "submit") && strcmp(sub, "list") && strcmp(sub, "status") &&
-               strcmp(sub, "watch") && strcmp(sub, "stop") && strcmp(sub, "export")) {
-        rc = sl_cli_fail("job", 2, "unknown job command '%s' (submit, list, status, watch, stop, export)", sub);
+               strcmp(sub, "watch") && strcmp(sub, "stop") && strcmp(sub, "export") &&
+               strcmp(sub, "trace")) {
+        rc = sl_cli_fail("job", 2, "unknown job command '%s' (submit, list, status, watch, stop, "
+                         "export, trace)", sub);
     } else if (!strcmp(sub, "export") && !out) {
         rc = sl_cli_fail("job", 2, "job export needs --out DIR");
+    } else if (!strcmp(sub, "trace") && !svg && !json) {
+        rc = sl_cli_fail("job", 2, "job trace needs --svg FILE (or --json)");
     } else {
         client c = {0};
         sl_err err = {0};
@@ -636,6 +693,8 @@ int cmd_job(int argc, char **argv)
             rc = watch(&c, id);
         else if (!strcmp(sub, "stop"))
             rc = stop(&c, id);
+        else if (!strcmp(sub, "trace"))
+            rc = trace(&c, id, svg, json);
         else
             rc = export_job(&c, id, out);
         if (c.ch)

@@ -3,6 +3,7 @@
 #include <hwloc.h>
 #include <openssl/crypto.h>
 #include <sodium.h>
+#include <microhttpd.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +37,7 @@ int cmd_version(int argc, char **argv)
     printf("  openssl:   %s\n", OpenSSL_version(OPENSSL_VERSION));
     printf("  libsodium: %s\n", sodium_version_string());
     printf("  sqlite:    %s\n", sqlite3_libversion());
+    printf("  http:      libmicrohttpd %s\n", MHD_get_version());
     printf("  hwloc:     %u.%u.%u\n", hw >> 16, (hw >> 8) & 0xff, hw & 0xff);
     return 0;
 }

@@ -14,10 +14,10 @@ typedef struct command {
 /* One row per subcommand; `skyloom help` prints them in this order. */
 static const command commands[] = {
     {"certs", cmd_certs, "site PKI: CA, enrollment tokens, revocation, show"},
-    {"coordinator", cmd_coordinator, "run the coordinator (enrollment, device registry)"},
+    {"coordinator", cmd_coordinator, "run the coordinator (enrollment, device registry, jobs, HTTP dashboard and metrics)"},
     {"device", cmd_device, "run the agent on a device: enroll, heartbeat"},
     {"status", cmd_status, "list the devices a coordinator knows"},
-    {"job", cmd_job, "submit, watch, stop and export federated training jobs"},
+    {"job", cmd_job, "submit, watch, stop, export and trace federated training jobs"},
     {"data", cmd_data, "corpus to WordPiece vocabulary and token shards; inspect shards"},
     {"plan", cmd_plan, "place a model on devices and simulate the pipeline (balancer)"},
     {"train", cmd_train, "train a BERT on this machine (the single-device reference)"},

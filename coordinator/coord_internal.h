@@ -6,11 +6,13 @@
 
 #include "cert.h"
 #include "coord.h"
+#include "coord_obs.h"
 #include "coord_state.h"
 
 typedef struct coord_jobs coord_jobs;
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define COORD_POOL_MAX 16
 
@@ -26,6 +28,7 @@ struct coord {
     int n_pool;
     pthread_mutex_t spool_mu, ca_mu;
     coord_jobs *jobs;
+    _Atomic uint64_t enrolled, enroll_refused[COORD_ENROLL_NREASONS]; /* for /metrics */
 };
 
 enum { COORD_ALLOW_DEVICE = 1, COORD_ALLOW_ADMIN = 2 };

@@ -27,6 +27,7 @@
 
 #include "bal.h"
 #include "coord_internal.h"
+#include "coord_obs.h"
 #include "coord_state_internal.h"
 #include "skyloom.pb-c.h"
 #include "sl_file.h"
@@ -127,6 +128,7 @@ typedef struct cjob {
     int store_fails;          /* checkpoint store failures since the last commit */
     int restarted;            /* recovering after a coordinator restart */
     double predicted;         /* the plan's predicted iteration time */
+    struct job_obs *obs;      /* figures for /metrics and the dashboard */
 } cjob;
 
 enum { WAIT_NONE, WAIT_OWNER, WAIT_DEVICES, WAIT_STORE };
@@ -143,7 +145,17 @@ struct coord_jobs {
     int njob;
     coord_state *db;
     char *root;
+    coord_obs_count refused[COORD_OBS_NAMES]; /* frames refused by reason, every job */
+    int nrefused;
 };
+
+/* observation (the end of this file) */
+static void obs_free(struct job_obs *o);
+static void obs_report(cjob *jb, const Skyloom__V1__ReportStepRequest *r);
+static void obs_refused(coord_jobs *j, const Skyloom__V1__ReportStepRequest *r);
+static void obs_upload(cjob *jb, int step, size_t bytes);
+static void obs_commit(cjob *jb, int step);
+static char *obs_trace_text(const cjob *jb);
 
 static const char *const job_schema =
     "CREATE TABLE IF NOT EXISTS jobs(id TEXT PRIMARY KEY, num INTEGER NOT NULL,"
@@ -320,6 +332,7 @@ static void job_free(cjob *jb)
     for (int i = 0; i < ACC_STEPS; i++)
         free(jb->up[i].parts);
     free(jb->dir);
+    obs_free(jb->obs);
     free(jb);
 }
 
@@ -878,8 +891,10 @@ int coord_handle_get_job(void *ud, const rpc_peer *peer, const uint8_t *req, siz
     out.events = json_dumps(ev, JSON_COMPACT);
     json_decref(pj);
     json_decref(ev);
+    out.trace = r->trace ? obs_trace_text(jb) : sl_xstrdup("");
     pthread_mutex_unlock(&j->mu);
     rpc_pack(&out, resp);
+    free(out.trace);
     summary_free(out.summary);
     free(out.options);
     free(out.plan);
@@ -1238,6 +1253,7 @@ int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req
                 code = store_failed(j, jb, (int)r->step, what, st);
             } else {
                 pt->size += r->data.len;
+                obs_upload(jb, (int)r->step, r->data.len);
             }
             if (fd >= 0)
                 close(fd);
@@ -1276,6 +1292,7 @@ int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req
                 code = store_failed(j, jb, (int)r->step, err.msg, st);
             } else {
                 committed = 1;
+                obs_commit(jb, (int)r->step);
                 jb->reason[0] = 0;
                 jb->stalls = 0;
                 jb->store_fails = 0;
@@ -1565,6 +1582,7 @@ int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req,
                                         r->recv_s, r->send_s, r->finish_s, r->step_s, r->raw_bytes,
                                         r->wire_bytes, r->raw_bytes_up, r->wire_bytes_up,
                                         r->raw_bytes_side, r->wire_bytes_side, r->masked};
+            obs_report(jb, r);
             int all = 1;
             for (int i = 0; i < jb->p; i++)
                 all &= rep[i].have;
@@ -1580,6 +1598,8 @@ int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req,
                 pthread_cond_broadcast(&j->cv);
             }
         }
+        if (code == RPC_OK)
+            obs_refused(j, r);
         pthread_mutex_unlock(&j->mu);
     }
     if (code == RPC_OK) {
@@ -2411,4 +2431,319 @@ void coord_jobs_close(coord_jobs *j)
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
+}
+
+/* ---- observation: figures for /metrics and the dashboard ------------------- */
+
+#define OBS_STAGES_MAX 256 /* (stage, device) pairs a job keeps figures for */
+#define OBS_LINKS_MAX 512
+#define OBS_RING 4         /* steps whose traces may be arriving at once */
+
+struct job_obs {
+    coord_obs_stage *stage;
+    int nstage;
+    coord_obs_link *link;
+    int nlink;
+    uint64_t up_bytes, commits;
+    double up_s;
+    int up_step[ACC_STEPS];
+    double up_t0[ACC_STEPS];
+    coord_obs_trace *slot[OBS_RING]; /* traces of a step, arriving */
+    int have[OBS_RING];
+    coord_obs_trace *latest;         /* the latest step every stage traced */
+};
+
+static void obs_free(struct job_obs *o)
+{
+    if (!o)
+        return;
+    free(o->stage);
+    free(o->link);
+    for (int i = 0; i < OBS_RING; i++)
+        coord_trace_free(o->slot[i]);
+    coord_trace_free(o->latest);
+    free(o);
+}
+
+static struct job_obs *obs_of(cjob *jb)
+{
+    if (!jb->obs) {
+        jb->obs = sl_xcalloc(1, sizeof *jb->obs);
+        for (int i = 0; i < ACC_STEPS; i++)
+            jb->obs->up_step[i] = -1;
+    }
+    return jb->obs;
+}
+
+/* A duration from a device: 0 unless finite and plausible. */
+static double obs_secs(double x) { return isfinite(x) && x > 0 && x < 1e7 ? x : 0; }
+
+static void obs_link_add(struct job_obs *o, int from, int to, uint64_t raw, uint64_t wire)
+{
+    if (!raw && !wire)
+        return;
+    coord_obs_link *l = NULL;
+    for (int i = 0; i < o->nlink && !l; i++)
+        if (o->link[i].from == from && o->link[i].to == to)
+            l = &o->link[i];
+    if (!l && o->nlink < OBS_LINKS_MAX) {
+        o->link = sl_xrealloc(o->link, (size_t)(o->nlink + 1) * sizeof *o->link);
+        l = &o->link[o->nlink++];
+        *l = (coord_obs_link){.from = from, .to = to};
+    }
+    if (l) {
+        l->raw += raw;
+        l->wire += wire;
+    }
+}
+
+static coord_obs_trace *obs_trace_new(int p)
+{
+    coord_obs_trace *t = sl_xcalloc(1, sizeof *t);
+    t->p = p;
+    t->step_s = sl_xcalloc((size_t)p, sizeof *t->step_s);
+    t->device = sl_xcalloc((size_t)p, sizeof *t->device);
+    t->nseg = sl_xcalloc((size_t)p, sizeof *t->nseg);
+    t->seg = sl_xcalloc((size_t)p, sizeof *t->seg);
+    return t;
+}
+
+/* A stage's ops as reported: NULL (and the trace ignored) when any is out
+ * of range. */
+static coord_obs_seg *obs_segs(const Skyloom__V1__ReportStepRequest *r, double step_s)
+{
+    if (r->n_ops == 0 || r->n_ops > COORD_TRACE_MAX_OPS || step_s <= 0)
+        return NULL;
+    coord_obs_seg *v = sl_xcalloc(r->n_ops, sizeof *v);
+    for (size_t i = 0; i < r->n_ops; i++) {
+        const Skyloom__V1__OpSegment *o = r->ops[i];
+        double a = o->start_s, b = o->end_s;
+        if ((int)o->kind < SKYLOOM__V1__OP_KIND__OP_RECV_ACT ||
+            (int)o->kind > SKYLOOM__V1__OP_KIND__OP_OPTIMIZER || o->micro_batch < -1 ||
+            o->micro_batch > (1 << 20) || !isfinite(a) || !isfinite(b) || a < 0 || b < a ||
+            b > step_s + 1) {
+            free(v);
+            return NULL;
+        }
+        v[i] = (coord_obs_seg){(int)o->kind, o->micro_batch, a, b};
+    }
+    return v;
+}
+
+/* An accepted step report: the stage's time, its links' bytes, its ops. */
+static void obs_report(cjob *jb, const Skyloom__V1__ReportStepRequest *r)
+{
+    struct job_obs *o = obs_of(jb);
+    int i = (int)r->stage, p = jb->p;
+    coord_obs_stage *s = NULL;
+    for (int k = 0; k < o->nstage && !s; k++)
+        if (o->stage[k].stage == i && !strcmp(o->stage[k].device, r->device_id))
+            s = &o->stage[k];
+    if (!s && o->nstage < OBS_STAGES_MAX) {
+        o->stage = sl_xrealloc(o->stage, (size_t)(o->nstage + 1) * sizeof *o->stage);
+        s = &o->stage[o->nstage++];
+        memset(s, 0, sizeof *s);
+        s->stage = i;
+        snprintf(s->device, sizeof s->device, "%s", r->device_id);
+    }
+    double busy = obs_secs(r->fwd_s) + obs_secs(r->bwd_s), send = obs_secs(r->send_s),
+           recv = obs_secs(r->recv_s), sync = obs_secs(r->finish_s), step = obs_secs(r->step_s);
+    if (s) {
+        s->steps++;
+        s->busy_s += busy;
+        s->send_s += send;
+        s->recv_s += recv;
+        s->sync_s += sync;
+        double idle = step - busy - send - recv - sync;
+        s->idle_s += idle > 0 ? idle : 0;
+    }
+    if (i + 1 < p)
+        obs_link_add(o, i, i + 1, r->raw_bytes, r->wire_bytes);
+    if (i > 0)
+        obs_link_add(o, i, i - 1, r->raw_bytes_up, r->wire_bytes_up);
+    if (p > 2 && (i == 0 || i == p - 1))
+        obs_link_add(o, i, i == 0 ? p - 1 : 0, r->raw_bytes_side, r->wire_bytes_side);
+    coord_obs_seg *seg = obs_segs(r, step);
+    if (!seg) {
+        if (r->n_ops)
+            sl_log_debug("coordinator: a step's ops ignored (out of range)", "job=%s device=%s "
+                         "step=%u ops=%zu", jb->id, r->device_id, r->step, r->n_ops);
+        return;
+    }
+    int k = (int)(r->step % OBS_RING);
+    coord_obs_trace *t = o->slot[k];
+    if (!t || t->step != (int)r->step || t->epoch != jb->epoch || t->p != p) {
+        coord_trace_free(t);
+        t = o->slot[k] = obs_trace_new(p);
+        t->step = (int)r->step;
+        t->epoch = jb->epoch;
+        o->have[k] = 0;
+    }
+    o->have[k] += t->seg[i] == NULL;
+    free(t->seg[i]);
+    t->seg[i] = seg;
+    t->nseg[i] = (int)r->n_ops;
+    t->step_s[i] = step;
+    snprintf(t->device[i], sizeof t->device[i], "%s", r->device_id);
+    if (o->have[k] == p && (!o->latest || o->latest->epoch < t->epoch ||
+                            (o->latest->epoch == t->epoch && o->latest->step < t->step))) {
+        coord_trace_free(o->latest);
+        o->latest = t;
+        o->slot[k] = NULL;
+    }
+}
+
+/* Frame refusals a device counted, by reason name ([a-z0-9_], 1..32). */
+static void obs_refused(coord_jobs *j, const Skyloom__V1__ReportStepRequest *r)
+{
+    for (size_t n = 0; n < r->n_frames_refused && n < 64; n++) {
+        const char *name = r->frames_refused[n]->name;
+        uint64_t v = r->frames_refused[n]->value;
+        size_t len = strlen(name);
+        int ok = len >= 1 && len <= 32 && v > 0;
+        for (size_t c = 0; ok && c < len; c++)
+            ok = (name[c] >= 'a' && name[c] <= 'z') || (name[c] >= '0' && name[c] <= '9') ||
+                 name[c] == '_';
+        if (!ok)
+            continue;
+        coord_obs_count *e = NULL;
+        for (int k = 0; k < j->nrefused && !e; k++)
+            if (!strcmp(j->refused[k].name, name))
+                e = &j->refused[k];
+        if (!e && j->nrefused < COORD_OBS_NAMES) {
+            e = &j->refused[j->nrefused++];
+            snprintf(e->name, sizeof e->name, "%s", name);
+            e->value = 0;
+        }
+        if (e)
+            e->value = v > UINT64_MAX - e->value ? UINT64_MAX : e->value + v;
+    }
+}
+
+static void obs_upload(cjob *jb, int step, size_t bytes)
+{
+    struct job_obs *o = obs_of(jb);
+    o->up_bytes += bytes;
+    int k = step % ACC_STEPS;
+    if (o->up_step[k] != step) {
+        o->up_step[k] = step;
+        o->up_t0[k] = sl_now_s();
+    }
+}
+
+static void obs_commit(cjob *jb, int step)
+{
+    struct job_obs *o = obs_of(jb);
+    int k = step % ACC_STEPS;
+    o->commits++;
+    if (o->up_step[k] == step) {
+        o->up_s += sl_now_s() - o->up_t0[k];
+        o->up_step[k] = -1;
+    }
+}
+
+static char *obs_trace_text(const cjob *jb)
+{
+    char *t = jb->obs && jb->obs->latest ? coord_trace_json(jb->id, jb->obs->latest) : NULL;
+    return t ? t : sl_xstrdup("");
+}
+
+static coord_obs_trace *obs_trace_copy(const coord_obs_trace *t)
+{
+    if (!t)
+        return NULL;
+    coord_obs_trace *c = obs_trace_new(t->p);
+    c->step = t->step;
+    c->epoch = t->epoch;
+    for (int i = 0; i < t->p; i++) {
+        c->step_s[i] = t->step_s[i];
+        memcpy(c->device[i], t->device[i], sizeof c->device[i]);
+        c->nseg[i] = t->nseg[i];
+        c->seg[i] = sl_xmalloc((size_t)(t->nseg[i] + 1) * sizeof **c->seg);
+        if (t->nseg[i])
+            memcpy(c->seg[i], t->seg[i], (size_t)t->nseg[i] * sizeof **c->seg);
+    }
+    return c;
+}
+
+static void obs_job_fill(const cjob *jb, int detail, coord_obs_job *x)
+{
+    memset(x, 0, sizeof *x);
+    snprintf(x->id, sizeof x->id, "%s", jb->id);
+    snprintf(x->state, sizeof x->state, "%s", jb->state);
+    snprintf(x->reason, sizeof x->reason, "%s", jb->reason);
+    snprintf(x->owner, sizeof x->owner, "%s", jb->owner);
+    snprintf(x->dataset, sizeof x->dataset, "%s", jb->dataset);
+    x->steps = jb->steps;
+    x->step = jb->step;
+    x->committed = jb->committed;
+    x->epoch = jb->epoch;
+    x->p = jb->p;
+    x->batch = jb->batch;
+    x->seq = jb->seq;
+    x->loss = jb->loss;
+    x->tokens_s = jb->tokens_s;
+    x->step_s = json_number_value(json_object_get(jb->last_stages, "step_s"));
+    x->created = jb->created;
+    const struct job_obs *o = jb->obs;
+    if (o) {
+        x->nstage = o->nstage;
+        x->stage = sl_xmalloc((size_t)(o->nstage + 1) * sizeof *x->stage);
+        if (o->nstage)
+            memcpy(x->stage, o->stage, (size_t)o->nstage * sizeof *x->stage);
+        x->nlink = o->nlink;
+        x->link = sl_xmalloc((size_t)(o->nlink + 1) * sizeof *x->link);
+        if (o->nlink)
+            memcpy(x->link, o->link, (size_t)o->nlink * sizeof *x->link);
+        x->upload_bytes = o->up_bytes;
+        x->upload_s = o->up_s;
+        x->commits = o->commits;
+    }
+    if (detail) {
+        x->plan = jb->plan ? sl_xstrdup(jb->plan) : NULL;
+        x->trace = o ? obs_trace_copy(o->latest) : NULL;
+    }
+}
+
+int coord_jobs_snapshot(coord_jobs *j, const char *id, coord_snapshot *s)
+{
+    memset(s, 0, sizeof *s);
+    s->now = sl_unix_time();
+    int rc = 0;
+    pthread_mutex_lock(&j->mu);
+    s->ndev = j->ndev;
+    s->dev = sl_xcalloc((size_t)j->ndev + 1, sizeof *s->dev);
+    for (int i = 0; i < j->ndev; i++) {
+        coord_obs_dev *d = &s->dev[i];
+        snprintf(d->id, sizeof d->id, "%s", j->dev[i].id);
+        snprintf(d->backend, sizeof d->backend, "%s", j->dev[i].backend);
+        d->threads = j->dev[i].threads;
+        d->seen = j->dev[i].seen;
+    }
+    s->nrefused = j->nrefused;
+    memcpy(s->refused, j->refused, sizeof s->refused);
+    cjob *one = id ? find_job(j, id) : NULL;
+    if (id && !one) {
+        rc = -1;
+    } else {
+        int n = one ? 1 : j->njob;
+        s->job = sl_xcalloc((size_t)n + 1, sizeof *s->job);
+        for (int i = 0; i < n; i++)
+            obs_job_fill(one ? one : j->job[i], one != NULL, &s->job[s->njob++]);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+void coord_snapshot_free(coord_snapshot *s)
+{
+    for (int i = 0; i < s->njob; i++) {
+        free(s->job[i].stage);
+        free(s->job[i].link);
+        free(s->job[i].plan);
+        coord_trace_free(s->job[i].trace);
+    }
+    free(s->job);
+    free(s->dev);
+    memset(s, 0, sizeof *s);
 }

@@ -332,23 +332,56 @@ static int cert_lifetime(coord *c, int64_t own, int64_t *seconds, sl_err *err)
 
 /* ---- Enroll ------------------------------------------------------------------ */
 
+const char *coord_enroll_reason_name(int reason)
+{
+    static const char *const names[COORD_ENROLL_NREASONS] = {
+        "malformed", "unknown_token", "token_used", "token_expired", "wrong_site", "bad_csr",
+        "revoked_key", "internal"};
+    return reason >= 0 && reason < COORD_ENROLL_NREASONS ? names[reason] : "?";
+}
+
+void coord_enroll_counts(coord *c, uint64_t *accepted, uint64_t *refused)
+{
+    *accepted = atomic_load(&c->enrolled);
+    for (int i = 0; i < COORD_ENROLL_NREASONS; i++)
+        refused[i] = atomic_load(&c->enroll_refused[i]);
+}
+
+static int enroll(coord *c, const Skyloom__V1__EnrollRequest *r, rpc_buf *resp, rpc_status *st,
+                  int *why);
+
 int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
                         rpc_buf *resp, rpc_status *st)
 {
     coord *c = ud;
     (void)peer;
     Skyloom__V1__EnrollRequest *r = rpc_unpack(&skyloom__v1__enroll_request__descriptor, req, len);
-    if (!r)
-        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed EnrollRequest");
+    int why = COORD_ENROLL_MALFORMED;
+    int code = r ? enroll(c, r, resp, st, &why)
+                 : rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed EnrollRequest");
+    if (code == RPC_OK)
+        atomic_fetch_add(&c->enrolled, 1);
+    else
+        atomic_fetch_add(&c->enroll_refused[why], 1);
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* Enroll's checks and work; *why is the refusal's reason (coord_obs.h). */
+static int enroll(coord *c, const Skyloom__V1__EnrollRequest *r, rpc_buf *resp, rpc_status *st,
+                  int *why)
+{
     int code = RPC_OK;
     char *pem = NULL;
     char hash[CERT_HEX_LEN], tsite[CERT_SITE_MAX + 1] = "", id[CERT_ID_LEN];
     sl_err err = {0};
     coord_state *db = db_get(c, &err);
+    *why = COORD_ENROLL_INTERNAL;
     if (!db) {
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         goto out;
     }
+    *why = COORD_ENROLL_MALFORMED;
     if (strlen(r->token) != 64) {
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "token secret must be 64 hex digits");
         goto out;
@@ -361,6 +394,7 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "name longer than 255 bytes");
         goto out;
     }
+    *why = COORD_ENROLL_INTERNAL;
     if (import_spool(c, db, &err)) {
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         goto out;
@@ -371,15 +405,19 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
     case COORD_TOKEN_OK:
         break;
     case COORD_TOKEN_UNKNOWN:
+        *why = COORD_ENROLL_UNKNOWN_TOKEN;
         code = rpc_status_set(st, RPC_UNAUTHENTICATED, "unknown enrollment token");
         goto out;
     case COORD_TOKEN_USED:
+        *why = COORD_ENROLL_TOKEN_USED;
         code = rpc_status_set(st, RPC_UNAUTHENTICATED, "enrollment token already used");
         goto out;
     case COORD_TOKEN_EXPIRED:
+        *why = COORD_ENROLL_TOKEN_EXPIRED;
         code = rpc_status_set(st, RPC_UNAUTHENTICATED, "enrollment token expired");
         goto out;
     case COORD_TOKEN_WRONG_SITE:
+        *why = COORD_ENROLL_WRONG_SITE;
         code = rpc_status_set(st, RPC_PERMISSION_DENIED,
                               "token was issued for site '%s', not '%s'", tsite, r->site);
         goto out;
@@ -396,11 +434,13 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
                                    NULL, id, &pem, &err);
     pthread_mutex_unlock(&c->ca_mu);
     if (signed_bad) {
+        *why = COORD_ENROLL_BAD_CSR;
         code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "CSR refused: %s", err.msg);
         goto out;
     }
     int rev = coord_state_is_revoked(db, id, &err);
     if (rev) {
+        *why = rev < 0 ? COORD_ENROLL_INTERNAL : COORD_ENROLL_REVOKED;
         code = rev < 0 ? rpc_status_set(st, RPC_INTERNAL, "%s", err.msg)
                        : rpc_status_set(st, RPC_PERMISSION_DENIED,
                                         "device %s (this key) is revoked; enroll with a new key", id);
@@ -414,6 +454,7 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
     int rc = coord_state_enroll(db, hash, &d, now, &err);
     rpc_buf_free(&prof);
     if (rc) {
+        *why = err.code == SL_EAUTH ? COORD_ENROLL_TOKEN_USED : COORD_ENROLL_INTERNAL;
         code = rpc_status_set(st, err.code == SL_EAUTH ? RPC_UNAUTHENTICATED : RPC_INTERNAL, "%s",
                               err.msg);
         goto out;
@@ -430,7 +471,6 @@ int coord_handle_enroll(void *ud, const rpc_peer *peer, const uint8_t *req, size
 out:
     db_put(c, db);
     free(pem);
-    rpc_unpacked_free(r);
     return code;
 }
 

@@ -1,7 +1,8 @@
 # scripts/cluster.sh - a coordinator and devices on loopback, for tests, the
 # demo and benchmarks. Source it, set SK (the skyloom binary) and CL (a
 # directory of its own), then:
-#   cl_start [coordinator args...]      CA, coordinator (port 0, port file); sets CL_ADDR
+#   cl_start [coordinator args...]      CA, coordinator (port 0, port file); sets CL_ADDR,
+#                                       and CL_HTTP (its HTTP server, also on a free port)
 #   cl_device NAME SITE [device args...]  enrolls a device by token; its id in CL_ID
 #   cl_wait_online N                    until N devices are online
 #   cl_job ARGS...                      skyloom job ARGS with --coordinator and --pki
@@ -40,17 +41,22 @@ cl_start() {
   _cl_coord 0 "$@"
 }
 
-# _cl_coord PORT ARGS...: the coordinator on PORT (0: a free one)
+# _cl_coord PORT ARGS...: the coordinator on PORT (0: a free one), its HTTP
+# server on a free port
 _cl_coord() {
   local port=$1; shift
-  rm -f "$CL/port"
+  rm -f "$CL/port" "$CL/http-port"
   "$SK" coordinator --listen "127.0.0.1:$port" --pki "$CL/pki" --state "$CL/coord" \
-      --port-file "$CL/port" --heartbeat 1s "$@" >>"$CL/coord.log" 2>&1 &
+      --port-file "$CL/port" --heartbeat 1s \
+      --http-listen 127.0.0.1:0 --http-port-file "$CL/http-port" "$@" >>"$CL/coord.log" 2>&1 &
   CL_PIDS+=($!)
   CL_ALL+=($!)
   CL_PID_OF[coord]=$!
   cl_poll 20 test -s "$CL/port" || { cl_die "the coordinator did not start (see $CL/coord.log)"; return 1; }
   CL_ADDR="127.0.0.1:$(cat "$CL/port")"
+  CL_HTTP=""
+  [ -s "$CL/http-port" ] && CL_HTTP="127.0.0.1:$(cat "$CL/http-port")"
+  return 0
 }
 
 cl_device() {

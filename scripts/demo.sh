@@ -40,6 +40,7 @@ trap 'echo; echo "demo: interrupted"; exit 130' INT TERM
 echo
 echo "== a CA and a coordinator on 127.0.0.1, four devices at two sites, enrolled by token"
 cl_start
+[ -n "$CL_HTTP" ] && echo "   dashboard: http://$CL_HTTP/ (Prometheus metrics: http://$CL_HTTP/metrics)"
 cl_device owner lab-a --threads 2 --data "fortunes=$dir/demo.shard"; OWNER=$CL_ID
 cl_device a2 lab-a --threads 1
 cl_device b1 lab-b --threads 1
@@ -107,5 +108,7 @@ printf 'held-out '
     --data "$dir/demo.shard" --first "$held" --batches 20 --batch 16
 echo "model:   $dir/model (model.safetensors with Hugging Face BERT names, config.json)"
 echo "metrics: $m"
+cl_job trace "$JOB" --svg "$dir/timeline.svg" >/dev/null 2>&1 &&
+  echo "timeline: $dir/timeline.svg (a recent step as the devices measured it: skyloom job trace)"
 cl_stop
 echo "all processes stopped"

@@ -9,9 +9,9 @@ pkgs=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libssl-dev libsodium-dev libhwloc-dev
   libopenblas-openmp-dev libopenblas0-openmp
-  libsqlite3-dev libjansson-dev libutf8proc-dev
+  libsqlite3-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev
   fortunes
-  python3-torch python3-numpy
+  python3-torch python3-numpy prometheus chromium
   clang libclang-rt-14-dev libomp-dev
 )
 
@@ -33,3 +33,8 @@ echo "skyloom: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null &&
+   systemctl is-active --quiet prometheus 2>/dev/null; then
+  echo "skyloom: the prometheus package (for the tests' promtool and scrape check) started" \
+       "prometheus.service on port 9090; stop it with: systemctl disable --now prometheus" >&2
+fi

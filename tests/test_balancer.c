@@ -1301,6 +1301,65 @@ static void test_stage_ops_match_simulator(void)
     CHECK(bal_stage_ops(BAL_1F1B, 2, 2, 1, -1, ops) == -1);
 }
 
+/* A plan read back from its JSON (as text, the way the coordinator keeps
+ * it) simulates to the same timeline; a damaged one is refused. */
+static void test_plan_from_json(void)
+{
+    int same = 0, runs = 0;
+    for (uint64_t seed = 2000; seed < 2100; seed++) {
+        inst in = make_instance(seed, 0);
+        if (!in.pb)
+            continue;
+        bal_opts o = bal_opts_default();
+        o.micro_batches = 1 + (int)(seed % 9);
+        o.schedule = seed % 4 == 0 ? BAL_GPIPE : BAL_1F1B;
+        if (seed % 3 == 2)
+            o.data_owner = (int)(seed % (uint64_t)in.D);
+        sl_err err = {0};
+        bal_plan *pl = bal_plan_make(in.pb, BAL_OPTIMAL, &o, &err);
+        bal_timeline *tl = pl ? bal_simulate(pl, pl->schedule, 1, &err) : NULL;
+        if (tl) {
+            json_t *j = bal_plan_json(pl, tl);
+            char *text = json_dumps(j, JSON_COMPACT);
+            json_error_t je;
+            json_t *back = json_loads(text, 0, &je);
+            bal_plan *p2 = bal_plan_from_json(back, &err);
+            CHECKF(p2 != NULL, "seed %llu: %s", (unsigned long long)seed, err.msg);
+            bal_timeline *t2 = p2 ? bal_simulate(p2, p2->schedule, 1, &err) : NULL;
+            int eq = t2 && t2->iteration_s == tl->iteration_s && t2->n_seg == tl->n_seg &&
+                     p2->data_owner == pl->data_owner;
+            for (int k = 0; eq && k < tl->n_seg; k++)
+                eq = t2->seg[k].start == tl->seg[k].start && t2->seg[k].end == tl->seg[k].end;
+            CHECKF(eq, "seed %llu: the plan read back simulates to %.9g s, not %.9g",
+                   (unsigned long long)seed, t2 ? t2->iteration_s : -1.0, tl->iteration_s);
+            same += eq;
+            runs++;
+            if (seed == 2000 && p2) { /* damage: each refused, naming what */
+                json_t *s0 = json_array_get(json_object_get(back, "stages"), 0);
+                json_object_set_new(s0, "fwd_s", json_real(NAN));
+                CHECK(bal_plan_from_json(back, &err) == NULL && strstr(err.msg, "stage 0"));
+                json_object_set_new(s0, "fwd_s", json_real(1));
+                json_object_set_new(s0, "first_unit", json_integer(1));
+                CHECK(bal_plan_from_json(back, &err) == NULL && strstr(err.msg, "stage 0"));
+                json_object_set_new(s0, "first_unit", json_integer(0));
+                json_object_set_new(back, "schedule", json_string("zigzag"));
+                CHECK(bal_plan_from_json(back, &err) == NULL && strstr(err.msg, "schedule"));
+                CHECK(bal_plan_from_json(json_null(), &err) == NULL);
+            }
+            bal_timeline_free(t2);
+            bal_plan_free(p2);
+            json_decref(back);
+            free(text);
+            json_decref(j);
+        }
+        bal_timeline_free(tl);
+        bal_plan_free(pl);
+        bal_problem_free(in.pb);
+    }
+    printf("    %d of %d plans read back simulate to the same timeline\n", same, runs);
+    CHECK(runs > 50);
+}
+
 int main(void)
 {
     RUN(test_bert_units);
@@ -1321,5 +1380,6 @@ int main(void)
     RUN(test_deterministic);
     RUN(test_chain_validation);
     RUN(test_stage_ops_match_simulator);
+    RUN(test_plan_from_json);
     return sl_test_done();
 }

@@ -3,6 +3,7 @@
  * 1F1B and GPipe, up to 16 stages and 64 micro-batches; a stage that fails
  * stops the others with its own error (nobody waits forever), and the
  * trainer runs the next step after that. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,64 @@ static void test_failure_stops_all(void)
     dev_train_free(tr);
 }
 
+/* Each stage records its step as segments: bal_stage_ops's ops in their
+ * order, then the labels (first and last stage), the sync and the
+ * optimizer; one after the other inside the step, adding up to the step's
+ * forward and backward times. */
+static void test_segments(void)
+{
+    enum { P = 3, M = 4 };
+    int bounds[P + 1];
+    even_bounds(P, bounds);
+    sl_err err = {0};
+    dev_train_opts o = {.schedule = BAL_1F1B, .stage_threads = 1};
+    dev_train *tr = dev_train_open(&cfg, bounds, P, M, T, M, 3, &o, &err);
+    CHECKF(tr != NULL, "%s", err.msg);
+    if (!tr)
+        return;
+    dt_batch b;
+    dt_make_batch(&b, M, T, cfg.vocab, 9);
+    dev_batch db = dt_view(&b, 0);
+    dev_optim opt;
+    dev_optim_default(&opt);
+    dev_step_info info;
+    bal_op want[BAL_STAGE_OPS_MAX(M)];
+    for (int step = 0; step < 2; step++) {
+        CHECKF(dev_train_step(tr, &db, &opt, &info, &err) == 0, "%s", err.msg);
+        for (int i = 0; i < P; i++) {
+            dev_pipe *pp = dev_train_pipe(tr, i);
+            const dev_pipe_seg *s;
+            int n = dev_pipe_segments(pp, &s), nops = bal_stage_ops(BAL_1F1B, P, i, M, -1, want);
+            dev_pipe_times t;
+            dev_pipe_times_get(pp, &t);
+            int k = 0, ok = 1;
+            if (i == 0 || i == P - 1)
+                ok &= n > 0 && s[k++].kind == (i == 0 ? DEV_SEG_SEND_LABELS : DEV_SEG_RECV_LABELS);
+            for (int j = 0; ok && j < nops; j++, k++)
+                ok &= k < n && s[k].kind == want[j].kind && s[k].mb == want[j].mb;
+            ok &= k + 2 == n && s[k].kind == DEV_SEG_SYNC && s[k + 1].kind == DEV_SEG_OPTIM &&
+                  s[k].mb == -1;
+            CHECKF(ok, "step %d stage %d: %d segments, not labels + %d ops + sync + optimizer",
+                   step, i, n, nops);
+            double fwd = 0, bwd = 0;
+            for (int j = 0; j < n; j++) {
+                CHECKF(s[j].start >= 0 && s[j].end >= s[j].start && s[j].end <= t.step_s + 1e-3 &&
+                       (j == 0 || s[j].start >= s[j - 1].end - 1e-9),
+                       "stage %d segment %d: %.6f-%.6f in a step of %.6f s", i, j, s[j].start,
+                       s[j].end, t.step_s);
+                fwd += s[j].kind == DEV_SEG_FWD ? s[j].end - s[j].start : 0;
+                bwd += s[j].kind == DEV_SEG_BWD ? s[j].end - s[j].start : 0;
+            }
+            CHECKF(fabs(fwd - t.fwd_s) <= 1e-4 + 0.01 * t.fwd_s &&
+                   fabs(bwd - t.bwd_s) <= 1e-4 + 0.01 * t.bwd_s,
+                   "stage %d: segments add to %.6f/%.6f s, the times say %.6f/%.6f", i, fwd, bwd,
+                   t.fwd_s, t.bwd_s);
+        }
+    }
+    dt_free_batch(&b);
+    dev_train_free(tr);
+}
+
 /* A runner refuses a stage that does not fit its place in the chain. */
 static void test_runner_checks(void)
 {
@@ -144,6 +203,7 @@ int main(void)
 {
     RUN(test_order);
     RUN(test_failure_stops_all);
+    RUN(test_segments);
     RUN(test_runner_checks);
     return sl_test_done();
 }

@@ -29,7 +29,16 @@ struct dev_pipe {
     dev_pipe_times t;
     void (*trace)(void *ud, int stage, int kind, int mb);
     void *trace_ud;
+    dev_pipe_seg *seg;    /* the last step's ops (dev_pipe_segments) */
+    int nseg, seg_cap;
+    double seg_t0;        /* when that step began */
 };
+
+_Static_assert((int)DEV_SEG_RECV_ACT == (int)BAL_OP_RECV_ACT && (int)DEV_SEG_FWD == (int)BAL_OP_FWD &&
+               (int)DEV_SEG_SEND_ACT == (int)BAL_OP_SEND_ACT &&
+               (int)DEV_SEG_RECV_GRAD == (int)BAL_OP_RECV_GRAD &&
+               (int)DEV_SEG_BWD == (int)BAL_OP_BWD && (int)DEV_SEG_SEND_GRAD == (int)BAL_OP_SEND_GRAD,
+               "the first segment kinds are bal_op kinds");
 
 int dev_pipe_slots(const dev_pipe_cfg *c)
 {
@@ -89,6 +98,8 @@ dev_pipe *dev_pipe_create(dev_stage *st, const dev_pipe_cfg *cfg, dev_port *port
     pp->nops = bal_stage_ops(cfg->schedule, cfg->stages, cfg->index, cfg->micro, cfg->warmup,
                              pp->ops);
     pp->mb = sl_xcalloc((size_t)slots, sizeof *pp->mb);
+    pp->seg_cap = pp->nops + 4; /* the ops, labels, sync, optimizer */
+    pp->seg = sl_xcalloc((size_t)pp->seg_cap, sizeof *pp->seg);
     if (!pp->first) {
         pp->in = sl_try_aligned_alloc(pp->nact * sizeof(float));
         pp->gout = sl_try_aligned_alloc(pp->nact * sizeof(float));
@@ -128,6 +139,7 @@ void dev_pipe_free(dev_pipe *pp)
         return;
     free(pp->ops);
     free(pp->mb);
+    free(pp->seg);
     sl_aligned_free(pp->in);
     sl_aligned_free(pp->out);
     sl_aligned_free(pp->gin);
@@ -143,6 +155,18 @@ void dev_pipe_free(dev_pipe *pp)
 dev_stage *dev_pipe_stage(dev_pipe *pp) { return pp->st; }
 
 void dev_pipe_times_get(const dev_pipe *pp, dev_pipe_times *t) { *t = pp->t; }
+
+int dev_pipe_segments(const dev_pipe *pp, const dev_pipe_seg **seg)
+{
+    *seg = pp->seg;
+    return pp->nseg;
+}
+
+static void seg_add(dev_pipe *pp, int kind, int mb, double t0, double t1)
+{
+    if (pp->nseg < pp->seg_cap)
+        pp->seg[pp->nseg++] = (dev_pipe_seg){kind, mb, t0 - pp->seg_t0, t1 - pp->seg_t0};
+}
 
 void dev_pipe_set_trace(dev_pipe *pp, void (*fn)(void *ud, int stage, int kind, int mb), void *ud)
 {
@@ -228,12 +252,14 @@ static int step_labels(dev_pipe *pp, const dev_batch *b, int *total, sl_err *err
             if (pp->port->ops->send_labels(pp->port, b->labels, N, *total, err))
                 return -1;
             pp->t.send_s += since(t0);
+            seg_add(pp, DEV_SEG_SEND_LABELS, -1, t0, sl_now_s());
         }
     } else if (pp->last) {
         double t0 = sl_now_s();
         if (pp->port->ops->recv_labels(pp->port, pp->labels, N, total, err))
             return -1;
         pp->t.recv_s += since(t0);
+        seg_add(pp, DEV_SEG_RECV_LABELS, -1, t0, sl_now_s());
     }
     return 0;
 }
@@ -293,6 +319,7 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
         }
         if (rc)
             return sl_err_wrap(err, "stage %d, micro-batch %d", pp->c.index, j);
+        seg_add(pp, op->kind, j, t0, sl_now_s());
     }
     return 0;
 }
@@ -310,7 +337,12 @@ static int gather(dev_pipe *pp, int n, sl_err *err)
     return got;
 }
 
-static void reset_times(dev_pipe *pp) { memset(&pp->t, 0, sizeof pp->t); }
+static void reset_times(dev_pipe *pp)
+{
+    memset(&pp->t, 0, sizeof pp->t);
+    pp->nseg = 0;
+    pp->seg_t0 = sl_now_s();
+}
 
 int dev_pipe_grads(dev_pipe *pp, const dev_batch *b, uint64_t step, dev_step_info *info,
                    sl_err *err)
@@ -372,6 +404,7 @@ int dev_pipe_grads(dev_pipe *pp, const dev_batch *b, uint64_t step, dev_step_inf
     info->lr = 0;
     pp->t.finish_s += since(t0);
     pp->t.step_s = since(t_step);
+    seg_add(pp, DEV_SEG_SYNC, -1, t0, sl_now_s());
     return 0;
 }
 
@@ -394,6 +427,7 @@ int dev_pipe_step(dev_pipe *pp, const dev_batch *b, const dev_optim *o, dev_step
     }
     pp->t.finish_s += since(t0);
     pp->t.step_s = since(t_step);
+    seg_add(pp, DEV_SEG_OPTIM, -1, t0, sl_now_s());
     return 0;
 }
 

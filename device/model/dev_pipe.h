@@ -87,6 +87,29 @@ int dev_pipe_step(dev_pipe *pp, const dev_batch *b, const dev_optim *o, dev_step
 int dev_pipe_eval(dev_pipe *pp, const dev_batch *b, double *loss_sum, int *masked, sl_err *err);
 void dev_pipe_times_get(const dev_pipe *pp, dev_pipe_times *t);
 
+/* What the stage did during its last step (or evaluation): each op in the
+ * order it ran, with its start and end in seconds since the step began.
+ * Always recorded (two clock reads per op); the gaps are idle time,
+ * waiting for the device's compute lock included. */
+enum dev_seg_kind {
+    /* 0..5: enum bal_op_kind */
+    DEV_SEG_RECV_ACT = 0, DEV_SEG_FWD, DEV_SEG_SEND_ACT, DEV_SEG_RECV_GRAD, DEV_SEG_BWD,
+    DEV_SEG_SEND_GRAD,
+    DEV_SEG_SEND_LABELS, /* the first stage's labels to the last */
+    DEV_SEG_RECV_LABELS,
+    DEV_SEG_SYNC,        /* gradient finish, tied-embedding exchange, the norm's gather */
+    DEV_SEG_OPTIM,       /* clipping and the update */
+    DEV_SEG_NKINDS
+};
+typedef struct dev_pipe_seg {
+    int kind; /* enum dev_seg_kind */
+    int mb;   /* micro-batch, -1 for the step-wide kinds */
+    double start, end;
+} dev_pipe_seg;
+/* The last step's segments (owned by the runner, valid until its next
+ * step); returns their count. */
+int dev_pipe_segments(const dev_pipe *pp, const dev_pipe_seg **seg);
+
 /* Tests: fn is called with each op (enum bal_op_kind, micro-batch) as it
  * starts. */
 void dev_pipe_set_trace(dev_pipe *pp, void (*fn)(void *ud, int stage, int kind, int mb), void *ud);

@@ -342,6 +342,7 @@ typedef struct run_ctx {
     int uploading, upload_stop;
     pthread_t uploader;
     int has_uploader;
+    uint64_t refused_sent[DEV_FR_NREASONS]; /* frames refused, as reported so far (reporter) */
 } run_ctx;
 
 static void run_fail(run_ctx *r, const char *why)
@@ -805,16 +806,35 @@ typedef struct step_report {
     dev_step_info info;
     dev_pipe_times t;
     dev_net_bytes b;
+    uint64_t refused[DEV_FR_NREASONS]; /* this device's, so far */
+    int nseg;
+    dev_pipe_seg seg[]; /* the step's ops, on traced steps */
 } step_report;
+
+/* Steps whose ops go to the coordinator (every stage traces the same ones):
+ * every step while that is a few hundred segments, else every 10th and the
+ * last; none past 4096 segments a stage. */
+static int traced_step(const run_ctx *r, int step)
+{
+    if (r->micro > 680)
+        return 0;
+    return r->micro <= 40 || step % 10 == 0 || step == r->steps;
+}
 
 static void report_step(run_ctx *r, int k, int step, const dev_step_info *info)
 {
-    step_report *q = sl_xcalloc(1, sizeof *q);
+    const dev_pipe_seg *seg = NULL;
+    int nseg = traced_step(r, step) ? dev_pipe_segments(r->pipe[k], &seg) : 0;
+    step_report *q = sl_xcalloc(1, sizeof *q + (size_t)nseg * sizeof *seg);
     q->stage = r->local[k];
     q->step = step;
     q->info = *info;
     dev_pipe_times_get(r->pipe[k], &q->t);
     dev_net_take_bytes(r->net, r->local[k], &q->b);
+    dev_net_refused(r->net, q->refused);
+    q->nseg = nseg;
+    if (nseg)
+        memcpy(q->seg, seg, (size_t)nseg * sizeof *seg);
     pthread_mutex_lock(&r->mu);
     if (r->rt_tail)
         r->rt_tail->next = q;
@@ -849,10 +869,51 @@ static int send_report(run_ctx *r, const step_report *s, int *stop)
     q.wire_bytes_up = s->b.wire_up;
     q.raw_bytes_side = s->b.raw_side;
     q.wire_bytes_side = s->b.wire_side;
+    static const Skyloom__V1__OpKind op_kind[DEV_SEG_NKINDS] = {
+        SKYLOOM__V1__OP_KIND__OP_RECV_ACT, SKYLOOM__V1__OP_KIND__OP_FORWARD,
+        SKYLOOM__V1__OP_KIND__OP_SEND_ACT, SKYLOOM__V1__OP_KIND__OP_RECV_GRAD,
+        SKYLOOM__V1__OP_KIND__OP_BACKWARD, SKYLOOM__V1__OP_KIND__OP_SEND_GRAD,
+        SKYLOOM__V1__OP_KIND__OP_SEND_LABELS, SKYLOOM__V1__OP_KIND__OP_RECV_LABELS,
+        SKYLOOM__V1__OP_KIND__OP_SYNC, SKYLOOM__V1__OP_KIND__OP_OPTIMIZER};
+    Skyloom__V1__OpSegment *segs = sl_xcalloc((size_t)s->nseg + 1, sizeof *segs);
+    Skyloom__V1__OpSegment **segp = sl_xcalloc((size_t)s->nseg + 1, sizeof *segp);
+    for (int i = 0; i < s->nseg; i++) {
+        skyloom__v1__op_segment__init(&segs[i]);
+        int kd = s->seg[i].kind;
+        segs[i].kind = kd >= 0 && kd < DEV_SEG_NKINDS ? op_kind[kd] : SKYLOOM__V1__OP_KIND__OP_UNKNOWN;
+        segs[i].micro_batch = s->seg[i].mb;
+        segs[i].start_s = s->seg[i].start;
+        segs[i].end_s = s->seg[i].end;
+        segp[i] = &segs[i];
+    }
+    q.ops = segp;
+    q.n_ops = (size_t)s->nseg;
+    /* the frames refused since the last report that reached the coordinator;
+     * reports may be queued out of the order their counts were taken in */
+    Skyloom__V1__Count cnt[DEV_FR_NREASONS], *cntp[DEV_FR_NREASONS];
+    char names[DEV_FR_NREASONS][40];
+    for (int i = 1; i < DEV_FR_NREASONS; i++) {
+        if (s->refused[i] <= r->refused_sent[i])
+            continue;
+        size_t k = q.n_frames_refused++;
+        skyloom__v1__count__init(&cnt[k]);
+        snprintf(names[i], sizeof names[i], "%s", dev_frame_reason_name(i));
+        for (char *c = names[i]; *c; c++)
+            *c = *c == ' ' ? '_' : *c;
+        cnt[k].name = names[i];
+        cnt[k].value = s->refused[i] - r->refused_sent[i];
+        cntp[k] = &cnt[k];
+    }
+    q.frames_refused = cntp;
     Skyloom__V1__ReportStepResponse *resp = NULL;
     rpc_status st = {0};
     int code = rpc_call_pb(r->ch, RPC_M_REPORT_STEP, &q, &skyloom__v1__report_step_response__descriptor,
                            (void **)&resp, CALL_MS, &st);
+    for (int i = 1; code == RPC_OK && i < DEV_FR_NREASONS; i++)
+        if (s->refused[i] > r->refused_sent[i])
+            r->refused_sent[i] = s->refused[i];
+    free(segs);
+    free(segp);
     if (code == RPC_OK && resp->stop)
         *stop = 1;
     rpc_unpacked_free(resp);

@@ -1,0 +1,574 @@
+/* What the coordinator shows about itself, without devices processes: two
+ * devices enrolled through the handlers, a job checked, profiled and
+ * planned, step reports with ops and frame refusals, a checkpoint piece.
+ * Checked: the snapshot (stage figures, link bytes, the refusals summed
+ * over devices, the trace of the latest step every stage traced, a bad
+ * trace ignored), the trace through GetJob and back, the Prometheus text,
+ * the dashboard's pages, enrollment refusals by reason, and the HTTP
+ * server: routes, methods, loopback only without a token, the token
+ * required with one. */
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "cert.h"
+#include "coord.h"
+#include "coord_internal.h"
+#include "coord_obs.h"
+#include "rpc.h"
+#include "skyloom.pb-c.h"
+#include "sl_log.h"
+#include "sl_mem.h"
+#include "sl_test.h"
+#include "sl_time.h"
+#include "trust_util.h"
+
+static char root[256], pki[512], state[512];
+static coord *C;
+
+typedef int (*handler_fn)(void *, const rpc_peer *, const uint8_t *, size_t, rpc_buf *, rpc_status *);
+
+/* Calls a handler with a packed message; the reply unpacked into *out. */
+static int call(handler_fn fn, const char *who, const void *msg, const void *rdesc, void **out,
+                rpc_status *st)
+{
+    rpc_peer peer = {0};
+    if (who) {
+        peer.authenticated = 1;
+        snprintf(peer.identity, sizeof peer.identity, "%s", who);
+    }
+    rpc_buf req = {0}, resp = {0};
+    rpc_pack(msg, &req);
+    memset(st, 0, sizeof *st);
+    int code = fn(C, &peer, req.data, req.len, &resp, st);
+    if (out)
+        *out = code == RPC_OK && rdesc ? rpc_unpack(rdesc, resp.data, resp.len) : NULL;
+    rpc_buf_free(&req);
+    rpc_buf_free(&resp);
+    return code;
+}
+
+static int enroll(const char *key, const char *site, const char *secret, char id[CERT_ID_LEN])
+{
+    sl_err err = {0};
+    uint8_t *csr = NULL;
+    size_t len = 0;
+    if (cert_key_generate(key, &err) || cert_csr_create(key, "host", &csr, &len, &err)) {
+        fprintf(stderr, "key: %s\n", err.msg);
+        exit(1);
+    }
+    Skyloom__V1__EnrollRequest q = SKYLOOM__V1__ENROLL_REQUEST__INIT;
+    q.token = (char *)secret;
+    q.csr_der.data = csr;
+    q.csr_der.len = len;
+    q.site = (char *)site;
+    q.name = "host";
+    Skyloom__V1__EnrollResponse *r = NULL;
+    rpc_status st;
+    int code = call(coord_handle_enroll, NULL, &q, &skyloom__v1__enroll_response__descriptor,
+                    (void **)&r, &st);
+    if (r && id)
+        snprintf(id, CERT_ID_LEN, "%s", r->device_id);
+    rpc_unpacked_free(r);
+    free(csr);
+    return code;
+}
+
+static const char *token_secret(const char *site, char *out)
+{
+    char tok[CERT_TOKEN_LEN];
+    cert_token t;
+    sl_err err = {0};
+    if (cert_token_create(pki, site, 3600, tok, &err) || cert_token_parse(tok, &t, &err)) {
+        fprintf(stderr, "token: %s\n", err.msg);
+        exit(1);
+    }
+    snprintf(out, CERT_HEX_LEN, "%s", t.secret);
+    return out;
+}
+
+static void heartbeat(const char *id, const char *dataset)
+{
+    Skyloom__V1__HeartbeatRequest q = SKYLOOM__V1__HEARTBEAT_REQUEST__INIT;
+    uint8_t key[32];
+    memset(key, id[1], sizeof key);
+    char *ds[1] = {(char *)dataset};
+    q.device_id = (char *)id;
+    q.seq = 1;
+    q.stage_address = "127.0.0.1:9";
+    q.datasets = ds;
+    q.n_datasets = dataset ? 1 : 0;
+    q.link_public_key.data = key;
+    q.link_public_key.len = 32;
+    q.threads = 2;
+    rpc_status st;
+    void *r = NULL;
+    CHECKF(call(coord_handle_heartbeat, id, &q, &skyloom__v1__heartbeat_response__descriptor, &r,
+                &st) == RPC_OK, "%s", st.details);
+    rpc_unpacked_free(r);
+}
+
+static void report_task(const char *dev, const char *job, const char *kind, const char *result)
+{
+    Skyloom__V1__ReportTaskRequest q = SKYLOOM__V1__REPORT_TASK_REQUEST__INIT;
+    q.device_id = (char *)dev;
+    q.job_id = (char *)job;
+    q.kind = (char *)kind;
+    q.ok = 1;
+    q.result = (char *)result;
+    rpc_status st;
+    CHECKF(call(coord_handle_report_task, dev, &q, NULL, NULL, &st) == RPC_OK, "%s", st.details);
+}
+
+/* A state of job `id` within 15 s. */
+static int wait_state(const char *id, const char *want)
+{
+    for (double t0 = sl_now_s(); sl_now_s() - t0 < 15;) {
+        coord_snapshot s;
+        int rc = coord_jobs_snapshot(C->jobs, id, &s);
+        int ok = rc == 0 && !strcmp(s.job[0].state, want);
+        coord_snapshot_free(&s);
+        if (ok)
+            return 1;
+        usleep(20 * 1000);
+    }
+    return 0;
+}
+
+typedef struct seg {
+    int kind, mb;
+    double a, b;
+} seg;
+
+static int report_step(const char *dev, const char *job, int epoch, int stage, int step,
+                       const seg *ops, int nops, const char *const *names, const uint64_t *counts,
+                       int ncounts)
+{
+    Skyloom__V1__ReportStepRequest q = SKYLOOM__V1__REPORT_STEP_REQUEST__INIT;
+    q.device_id = (char *)dev;
+    q.job_id = (char *)job;
+    q.epoch = (uint32_t)epoch;
+    q.stage = (uint32_t)stage;
+    q.step = (uint32_t)step;
+    q.loss = 5.5;
+    q.fwd_s = 0.010;
+    q.bwd_s = 0.020;
+    q.recv_s = 0.005;
+    q.send_s = 0.004;
+    q.finish_s = 0.001;
+    q.step_s = 0.050;
+    q.raw_bytes = stage == 0 ? 1000 : 0;
+    q.wire_bytes = stage == 0 ? 1100 : 0;
+    q.raw_bytes_up = stage == 1 ? 500 : 0;
+    q.wire_bytes_up = stage == 1 ? 560 : 0;
+    q.masked = 10;
+    Skyloom__V1__OpSegment sv[16], *sp[16];
+    for (int i = 0; i < nops; i++) {
+        skyloom__v1__op_segment__init(&sv[i]);
+        sv[i].kind = (Skyloom__V1__OpKind)ops[i].kind;
+        sv[i].micro_batch = ops[i].mb;
+        sv[i].start_s = ops[i].a;
+        sv[i].end_s = ops[i].b;
+        sp[i] = &sv[i];
+    }
+    q.ops = sp;
+    q.n_ops = (size_t)nops;
+    Skyloom__V1__Count cv[8], *cp[8];
+    for (int i = 0; i < ncounts; i++) {
+        skyloom__v1__count__init(&cv[i]);
+        cv[i].name = (char *)names[i];
+        cv[i].value = counts[i];
+        cp[i] = &cv[i];
+    }
+    q.frames_refused = cp;
+    q.n_frames_refused = (size_t)ncounts;
+    rpc_status st;
+    void *r = NULL;
+    int code = call(coord_handle_report_step, dev, &q, &skyloom__v1__report_step_response__descriptor,
+                    &r, &st);
+    CHECKF(code == RPC_OK, "%s", st.details);
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* ---- HTTP, by hand -------------------------------------------------------------- */
+
+/* One request to 127.0.0.1:port; the status, and the body into *body. */
+static int http(int port, const char *method, const char *path, const char *auth, char **body)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    char req[1024];
+    int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: x\r\n%s%s%sConnection: close\r\n\r\n",
+                     method, path, auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "");
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = sl_xmalloc(cap);
+    for (ssize_t k; (k = read(fd, buf + len, cap - len - 1)) > 0;) {
+        len += (size_t)k;
+        if (len + 1 == cap)
+            buf = sl_xrealloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    close(fd);
+    int status = -1;
+    sscanf(buf, "HTTP/1.%*d %d", &status);
+    char *b = strstr(buf, "\r\n\r\n");
+    if (body)
+        *body = sl_xstrdup(b ? b + 4 : "");
+    free(buf);
+    return status;
+}
+
+static int count(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, what)); p++)
+        n++;
+    return n;
+}
+
+static void test_http(const char *job)
+{
+    sl_err err = {0};
+    coord_http_opts ho = {.listen = "127.0.0.1:0"};
+    coord_http *h = coord_http_start(C, &ho, &err);
+    CHECKF(h != NULL, "%s", err.msg);
+    if (!h)
+        return;
+    int port = coord_http_port(h);
+    CHECK(port > 0);
+    char *body = NULL, path[64];
+    CHECK(http(port, "GET", "/metrics", NULL, &body) == 200 &&
+          strstr(body, "skyloom_frames_refused_total{reason=\"replay\"} 3\n"));
+    free(body);
+    CHECK(http(port, "GET", "/", NULL, &body) == 200 && strstr(body, job) &&
+          strstr(body, "<table id=\"devices\">"));
+    free(body);
+    snprintf(path, sizeof path, "/job/%s", job);
+    CHECK(http(port, "GET", path, NULL, &body) == 200 && strstr(body, job) &&
+          count(body, "<svg") == 4 && strstr(body, "class=\"measured\"") &&
+          strstr(body, "class=\"predicted\""));
+    free(body);
+    CHECK(http(port, "HEAD", "/metrics", NULL, NULL) == 200);
+    CHECK(http(port, "POST", "/metrics", NULL, NULL) == 405);
+    CHECK(http(port, "GET", "/job/j0000000000000000", NULL, NULL) == 404);
+    CHECK(http(port, "GET", "/job/../../etc/passwd", NULL, NULL) == 404);
+    CHECK(http(port, "GET", "/nothing", NULL, NULL) == 404);
+    coord_http_stop(h);
+
+    /* anything but loopback needs a token, and with one every request carries it */
+    ho.listen = "0.0.0.0:0";
+    CHECK(coord_http_start(C, &ho, &err) == NULL && strstr(err.msg, "not a loopback address") &&
+          strstr(err.msg, "--http-token"));
+    ho.listen = "[::]:0";
+    CHECK(coord_http_start(C, &ho, &err) == NULL && strstr(err.msg, "not a loopback address"));
+    ho.listen = "127.0.0.1";
+    CHECK(coord_http_start(C, &ho, &err) == NULL && strstr(err.msg, "HOST:PORT"));
+    ho.listen = "127.0.0.1:70000";
+    CHECK(coord_http_start(C, &ho, &err) == NULL && strstr(err.msg, "0..65535"));
+    ho.listen = "0.0.0.0:0";
+    ho.token = "0123456789abcdef0123";
+    h = coord_http_start(C, &ho, &err);
+    CHECKF(h != NULL, "%s", err.msg);
+    if (!h)
+        return;
+    port = coord_http_port(h);
+    CHECK(http(port, "GET", "/metrics", NULL, &body) == 401 && strstr(body, "bearer token"));
+    free(body);
+    CHECK(http(port, "GET", "/metrics", "Bearer 0123456789abcdef0124", NULL) == 401);
+    CHECK(http(port, "GET", "/metrics", "Bearer 0123456789abcdef012", NULL) == 401);
+    CHECK(http(port, "GET", "/", "Bearer 0123456789abcdef0123", NULL) == 200);
+    CHECK(http(port, "GET", "/metrics", "Bearer 0123456789abcdef0123", &body) == 200 &&
+          strstr(body, "skyloom_jobs{state=\"running\"} 1\n"));
+    free(body);
+    coord_http_stop(h);
+
+    /* token files: one line of at least 16 printable characters */
+    char *tok = NULL;
+    FILE *f = fopen(tu_path(root, "tok"), "w");
+    fprintf(f, "short\n");
+    fclose(f);
+    CHECK(coord_http_read_token(tu_path(root, "tok"), &tok, &err) == -1 && strstr(err.msg, "16"));
+    f = fopen(tu_path(root, "tok"), "w");
+    fprintf(f, "abcdefghijklmnopqrstuvwxyz\n");
+    fclose(f);
+    chmod(tu_path(root, "tok"), 0600);
+    CHECK(coord_http_read_token(tu_path(root, "tok"), &tok, &err) == 0 && tok &&
+          !strcmp(tok, "abcdefghijklmnopqrstuvwxyz"));
+    free(tok);
+}
+
+static void test_observe(void)
+{
+    char sec[CERT_HEX_LEN], a[CERT_ID_LEN], b[CERT_ID_LEN], job[32] = "";
+    /* enrollments, and refusals by reason */
+    CHECK(enroll(tu_path(root, "a.key"), "lab-a", token_secret("lab-a", sec), a) == RPC_OK);
+    CHECK(enroll(tu_path(root, "x.key"), "lab-a", sec, NULL) == RPC_UNAUTHENTICATED); /* used */
+    CHECK(enroll(tu_path(root, "z.key"), "lab-b", token_secret("lab-a", sec), NULL) ==
+          RPC_PERMISSION_DENIED); /* wrong site */
+    CHECK(enroll(tu_path(root, "b.key"), "lab-b", token_secret("lab-b", sec), b) == RPC_OK);
+    CHECK(enroll(tu_path(root, "y.key"), "lab-a",
+                 "1111111111111111111111111111111111111111111111111111111111111111", NULL) ==
+          RPC_UNAUTHENTICATED);
+    uint8_t junk[3] = {0xff, 0xff, 0xff};
+    rpc_peer nobody = {0};
+    rpc_buf resp = {0};
+    rpc_status st = {0};
+    CHECK(coord_handle_enroll(C, &nobody, junk, sizeof junk, &resp, &st) == RPC_INVALID_ARGUMENT);
+    uint64_t ok, refused[COORD_ENROLL_NREASONS];
+    coord_enroll_counts(C, &ok, refused);
+    CHECKF(ok == 2 && refused[COORD_ENROLL_TOKEN_USED] == 1 && refused[COORD_ENROLL_WRONG_SITE] == 1 &&
+           refused[COORD_ENROLL_UNKNOWN_TOKEN] == 1 && refused[COORD_ENROLL_MALFORMED] == 1,
+           "enrolled %llu, used %llu, site %llu, unknown %llu, malformed %llu",
+           (unsigned long long)ok, (unsigned long long)refused[COORD_ENROLL_TOKEN_USED],
+           (unsigned long long)refused[COORD_ENROLL_WRONG_SITE],
+           (unsigned long long)refused[COORD_ENROLL_UNKNOWN_TOKEN],
+           (unsigned long long)refused[COORD_ENROLL_MALFORMED]);
+    heartbeat(a, "wiki");
+    heartbeat(b, NULL);
+
+    /* a job: checked by a, profiled by both, planned on both (a first) */
+    Skyloom__V1__SubmitJobRequest sq = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
+    char data[64], opts[256];
+    snprintf(data, sizeof data, "%s:wiki", a);
+    snprintf(opts, sizeof opts, "{\"steps\": 4, \"batch\": 4, \"micro_batches\": 2, \"algo\": \"even\","
+             " \"u_shape\": false, \"devices\": [\"%s\", \"%s\"], \"checkpoint_every\": 0}", a, b);
+    sq.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
+                " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
+    sq.data = data;
+    sq.options = opts;
+    Skyloom__V1__SubmitJobResponse *sr = NULL;
+    CHECKF(call(coord_handle_submit_job, CERT_ADMIN_CN, &sq, &skyloom__v1__submit_job_response__descriptor,
+                (void **)&sr, &st) == RPC_OK, "%s", st.details);
+    if (sr)
+        snprintf(job, sizeof job, "%s", sr->job_id);
+    rpc_unpacked_free(sr);
+    heartbeat(a, "wiki"); /* online when the job looks for candidates */
+    heartbeat(b, NULL);
+    report_task(a, job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
+    CHECK(wait_state(job, "profiling"));
+    const char *prof = "{\"unit_fwd_s\": [0.001, 0.002, 0.002, 0.001], \"unit_bwd_s\": [0.002, 0.004,"
+                       " 0.004, 0.002], \"memory_bytes\": 1000000000, \"threads\": 2, \"backend\": "
+                       "\"cpu\", \"links\": []}";
+    report_task(a, job, "profile", prof);
+    report_task(b, job, "profile", prof);
+    CHECK(wait_state(job, "running"));
+    coord_snapshot s;
+    CHECK(coord_jobs_snapshot(C->jobs, job, &s) == 0 && s.job[0].p == 2 && s.job[0].plan);
+    int epoch = s.job[0].epoch;
+    coord_snapshot_free(&s);
+    CHECK(coord_jobs_snapshot(C->jobs, "jffffffffffffffff", &s) == -1 && s.njob == 0);
+    coord_snapshot_free(&s);
+
+    /* step 1: both stages with their ops; refusals from both devices */
+    const seg s0[] = {{7, -1, 0, 0.001}, {2, 0, 0.001, 0.006}, {3, 0, 0.006, 0.007},
+                      {4, 0, 0.010, 0.012}, {5, 0, 0.012, 0.022}, {9, -1, 0.03, 0.04},
+                      {10, -1, 0.04, 0.05}};
+    const seg s1[] = {{1, 0, 0, 0.007}, {2, 0, 0.007, 0.012}, {5, 0, 0.012, 0.022},
+                      {6, 0, 0.022, 0.023}, {9, -1, 0.03, 0.045}};
+    const char *ra[] = {"replay"}, *rb[] = {"tampered_payload", "replay", "Bad Name!"};
+    const uint64_t ca[] = {2}, cb[] = {1, 1, 5};
+    report_step(a, job, epoch, 0, 1, s0, 7, ra, ca, 1);
+    report_step(b, job, epoch, 1, 1, s1, 5, rb, cb, 3);
+    /* step 2: stage 0's ops out of range: the trace stays step 1's */
+    const seg bad[] = {{99, 0, 0, 0.001}};
+    const seg late[] = {{2, 0, 0.001, 9.0}};
+    report_step(a, job, epoch, 0, 2, bad, 1, NULL, NULL, 0);
+    report_step(b, job, epoch, 1, 2, s1, 5, NULL, NULL, 0);
+    /* step 3: stage 1's op ends after its step: ignored too */
+    report_step(a, job, epoch, 0, 3, s0, 7, NULL, NULL, 0);
+    report_step(b, job, epoch, 1, 3, late, 1, NULL, NULL, 0);
+
+    CHECK(coord_jobs_snapshot(C->jobs, job, &s) == 0);
+    const coord_obs_job *j = &s.job[0];
+    CHECKF(j->step == 3 && j->nstage == 2, "step %d, %d stages", j->step, j->nstage);
+    for (int i = 0; i < j->nstage; i++) {
+        const coord_obs_stage *x = &j->stage[i];
+        CHECKF(x->steps == 3 && fabs(x->busy_s - 0.09) < 1e-9 && fabs(x->send_s - 0.012) < 1e-9 &&
+               fabs(x->recv_s - 0.015) < 1e-9 && fabs(x->sync_s - 0.003) < 1e-9 &&
+               fabs(x->idle_s - 0.03) < 1e-9,
+               "stage %d: %llu steps, busy %g send %g recv %g sync %g idle %g", x->stage,
+               (unsigned long long)x->steps, x->busy_s, x->send_s, x->recv_s, x->sync_s, x->idle_s);
+    }
+    int links = 0;
+    for (int i = 0; i < j->nlink; i++) {
+        const coord_obs_link *l = &j->link[i];
+        links += (l->from == 0 && l->to == 1 && l->raw == 3000 && l->wire == 3300) ||
+                 (l->from == 1 && l->to == 0 && l->raw == 1500 && l->wire == 1680);
+    }
+    CHECKF(links == 2 && j->nlink == 2, "%d links", j->nlink);
+    CHECKF(s.nrefused == 2, "%d refusal reasons", s.nrefused);
+    for (int i = 0; i < s.nrefused; i++)
+        CHECKF((!strcmp(s.refused[i].name, "replay") && s.refused[i].value == 3) ||
+               (!strcmp(s.refused[i].name, "tampered_payload") && s.refused[i].value == 1),
+               "%s %llu", s.refused[i].name, (unsigned long long)s.refused[i].value);
+    const coord_obs_trace *t = j->trace;
+    CHECKF(t && t->step == 1 && t->p == 2 && t->nseg[0] == 7 && t->nseg[1] == 5 &&
+           t->seg[0][1].kind == 2 && t->seg[0][1].mb == 0 && t->seg[1][4].end == 0.045 &&
+           !strcmp(t->device[1], b), "trace of step %d", t ? t->step : -1);
+
+    /* the dashboard's job page: id, loss, plan, measured and predicted */
+    coord_buf page = {0};
+    coord_dash_job(&s, "step,epoch,loss\n1,1,5.5\n2,1,5.25\n3,1,5.0\n", &page);
+    CHECK(strstr(page.s, job) && count(page.s, "<svg") == 4 && strstr(page.s, "class=\"loss\"") &&
+          strstr(page.s, "class=\"chain\"") && strstr(page.s, "class=\"measured\"") &&
+          strstr(page.s, "class=\"predicted\"") && strstr(page.s, "<polyline"));
+    free(page.s);
+    coord_snapshot_free(&s);
+
+    /* the trace through GetJob, parsed back and drawn */
+    Skyloom__V1__GetJobRequest gq = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    gq.job_id = job;
+    Skyloom__V1__JobInfo *ji = NULL;
+    CHECK(call(coord_handle_get_job, CERT_ADMIN_CN, &gq, &skyloom__v1__job_info__descriptor,
+               (void **)&ji, &st) == RPC_OK && ji && !strcmp(ji->trace, ""));
+    rpc_unpacked_free(ji);
+    gq.trace = 1;
+    CHECK(call(coord_handle_get_job, CERT_ADMIN_CN, &gq, &skyloom__v1__job_info__descriptor,
+               (void **)&ji, &st) == RPC_OK && ji && *ji->trace);
+    sl_err err = {0};
+    coord_obs_trace *back = ji ? coord_trace_parse(ji->trace, &err) : NULL;
+    CHECKF(back && back->step == 1 && back->p == 2 && back->nseg[0] == 7 &&
+           back->seg[0][6].kind == SKYLOOM__V1__OP_KIND__OP_OPTIMIZER, "%s", err.msg);
+    char *svg = back ? coord_trace_svg(back, 0.03) : NULL;
+    CHECK(svg && !strncmp(svg, "<svg", 4) && strstr(svg, "stage 1 ") && strstr(svg, "predicted 0.0300 s") &&
+          count(svg, "<rect") >= 12);
+    free(svg);
+    coord_trace_free(back);
+    rpc_unpacked_free(ji);
+    CHECK(coord_trace_parse("{\"stages\": [{\"ops\": [[1, 0, 2, 1]]}]}", &err) == NULL);
+    CHECK(coord_trace_parse("[]", &err) == NULL);
+
+    /* a checkpoint piece counts its bytes */
+    Skyloom__V1__UploadChunkRequest uq = SKYLOOM__V1__UPLOAD_CHUNK_REQUEST__INIT;
+    char name[64];
+    uint8_t bytes[100] = {0};
+    snprintf(name, sizeof name, "model.%s.safetensors", a);
+    uq.device_id = a;
+    uq.job_id = job;
+    uq.epoch = (uint32_t)epoch;
+    uq.step = 4;
+    uq.name = name;
+    uq.data.data = bytes;
+    uq.data.len = sizeof bytes;
+    void *ur = NULL;
+    CHECKF(call(coord_handle_upload_chunk, a, &uq, &skyloom__v1__upload_chunk_response__descriptor,
+                &ur, &st) == RPC_OK, "%s", st.details);
+    rpc_unpacked_free(ur);
+
+    /* the Prometheus text */
+    CHECK(coord_jobs_snapshot(C->jobs, NULL, &s) == 0);
+    coord_buf m = {0};
+    coord_state *db = coord_state_attach(C->state, &err);
+    CHECK(db && coord_metrics_text(C, db, &s, &m, &err) == 0);
+    coord_state_close(db);
+    char want[256];
+    const char *lines[] = {"skyloom_enrollments_total 2\n",
+                           "skyloom_enrollment_refusals_total{reason=\"token_used\"} 1\n",
+                           "skyloom_enrollment_refusals_total{reason=\"bad_csr\"} 0\n",
+                           "skyloom_frames_refused_total{reason=\"replay\"} 3\n",
+                           "skyloom_frames_refused_total{reason=\"tampered_payload\"} 1\n",
+                           "skyloom_devices{site=\"lab-a\",state=\"online\"} 1\n",
+                           "skyloom_jobs{state=\"running\"} 1\n",
+                           "# TYPE skyloom_job_stage_seconds_total counter\n"};
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+        CHECKF(m.s && strstr(m.s, lines[i]), "metrics lack %s", lines[i]);
+    snprintf(want, sizeof want, "skyloom_job_step{job_id=\"%s\"} 3\n", job);
+    CHECKF(m.s && strstr(m.s, want), "metrics lack %s", want);
+    snprintf(want, sizeof want, "skyloom_job_link_bytes_total{job_id=\"%s\",from_stage=\"0\","
+             "to_stage=\"1\",encoding=\"wire\"} 3300\n", job);
+    CHECKF(m.s && strstr(m.s, want), "metrics lack %s", want);
+    snprintf(want, sizeof want, "skyloom_job_checkpoint_upload_bytes_total{job_id=\"%s\"} 100\n", job);
+    CHECKF(m.s && strstr(m.s, want), "metrics lack %s", want);
+    snprintf(want, sizeof want, "skyloom_job_stage_steps_total{job_id=\"%s\",stage=\"1\",device=\"%s\"} 3\n",
+             job, b);
+    CHECKF(m.s && strstr(m.s, want), "metrics lack %s", want);
+    CHECK(m.s && !strstr(m.s, "Bad"));
+    /* every sample line is NAME{labels} VALUE or NAME VALUE, every family announced */
+    int bad_lines = 0;
+    for (char *line = m.s; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = 0;
+        if (line[0] != '#') {
+            char fam[128];
+            sscanf(line, "%127[a-z_]", fam);
+            char type[160];
+            snprintf(type, sizeof type, "# TYPE %s ", fam);
+            bad_lines += strncmp(line, "skyloom_", 8) != 0 || !strstr(m.s, type);
+        }
+        if (nl)
+            *nl = '\n';
+        line = nl ? nl + 1 : NULL;
+    }
+    CHECKF(bad_lines == 0, "%d malformed metric lines", bad_lines);
+    free(m.s);
+    coord_buf idx = {0};
+    db = coord_state_attach(C->state, &err);
+    CHECK(db && coord_dash_index(C, db, &s, &idx, &err) == 0 && strstr(idx.s, job) &&
+          strstr(idx.s, a) && strstr(idx.s, "lab-b") && strstr(idx.s, "<progress"));
+    coord_state_close(db);
+    free(idx.s);
+    coord_snapshot_free(&s);
+
+    test_http(job);
+}
+
+/* What the dashboard shows from devices is escaped: no markup gets through. */
+static void test_escaping(void)
+{
+    coord_buf b = {0};
+    coord_buf_html(&b, "<script>alert('x')</script> & \"q\"");
+    CHECK(b.s && !strchr(b.s, '<') && !strchr(b.s, '\'') && strstr(b.s, "&lt;script&gt;") &&
+          strstr(b.s, "&amp;") && strstr(b.s, "&quot;q&quot;"));
+    free(b.s);
+    coord_buf l = {0};
+    coord_loss_svg("garbage\n1,1,nan\n", &l);
+    CHECK(l.s && strstr(l.s, "no step reported yet"));
+    free(l.s);
+    coord_buf c = {0};
+    coord_chain_svg("{\"stages\": 7}", &c);
+    CHECK(c.s && strstr(c.s, "no plan yet"));
+    free(c.s);
+}
+
+int main(void)
+{
+    sl_log_set_level(SL_LOG_WARN);
+    tu_tmpdir(root, sizeof root, "obs");
+    tu_pki(root, "pki", pki, sizeof pki);
+    snprintf(state, sizeof state, "%s/state", root);
+    rpc_global_init();
+    sl_err err = {0};
+    coord_opts o = {.listen = "127.0.0.1:0", .pki = pki, .state = state, .heartbeat_ms = 1000};
+    C = coord_open(&o, &err);
+    if (!C) {
+        fprintf(stderr, "coord_open: %s\n", err.msg);
+        return 1;
+    }
+    RUN(test_observe);
+    RUN(test_escaping);
+    coord_close(C);
+    rpc_global_shutdown();
+    tu_rmtree(root);
+    return sl_test_done();
+}
