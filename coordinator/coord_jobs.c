@@ -1189,6 +1189,26 @@ static int store_failed(coord_jobs *j, cjob *jb, int step, const char *what, rpc
     return rpc_status_set(st, RPC_UNAVAILABLE, "%s", why);
 }
 
+/* pwrite of all n bytes; -1 with errno set when the store refuses (a short
+ * write is followed by the call that says why). */
+static int pwrite_all(int fd, const uint8_t *p, size_t n, off_t off)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = ENOSPC;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+        off += w;
+    }
+    return 0;
+}
+
 static upload *upload_of(cjob *jb, int step)
 {
     upload *u = &jb->up[step % ACC_STEPS];
@@ -1246,10 +1266,10 @@ int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req
         } else {
             char *p = path_of(dir, r->name);
             int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | (r->offset ? 0 : O_TRUNC), 0600);
-            if (fd < 0 || pwrite(fd, r->data.data, r->data.len, (off_t)r->offset) != (ssize_t)r->data.len ||
+            if (fd < 0 || pwrite_all(fd, r->data.data, r->data.len, (off_t)r->offset) ||
                 (r->last && fsync(fd))) {
                 char what[4400];
-                snprintf(what, sizeof what, "%s: %s", p, strerror(errno ? errno : EIO));
+                snprintf(what, sizeof what, "%s: %s", p, strerror(errno));
                 code = store_failed(j, jb, (int)r->step, what, st);
             } else {
                 pt->size += r->data.len;

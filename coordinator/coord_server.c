@@ -608,8 +608,18 @@ static int heartbeat(coord *c, coord_state *db, const Skyloom__V1__HeartbeatRequ
     int rc = coord_state_heartbeat(db, r->device_id, r->seq, r->profile ? prof.data : NULL,
                                    prof.len, r->stage_address, now, &err);
     rpc_buf_free(&prof);
-    if (rc < 0)
-        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    if (rc < 0) {
+        /* the device is authorized (authorize read the registry); a failed
+         * write of its liveness (a full disk, say) must not cut it off from
+         * its tasks: the job manager keeps its view in memory */
+        static _Atomic int64_t last_logged;
+        if (now - last_logged >= 10) {
+            last_logged = now;
+            sl_log_error("coordinator: cannot record heartbeats", "device=%s reason=\"%s\"",
+                         r->device_id, err.msg);
+        }
+        rc = 0;
+    }
     if (rc > 0)
         return rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here",
                               r->device_id);
