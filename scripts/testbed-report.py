@@ -46,7 +46,7 @@ def balancer_inputs(status, devs):
     for d in order:
         p = prof[d["id"]]
         f, b = p["unit_fwd_s"], p["unit_bwd_s"]
-        out.append({"id": d["id"], "site": d["site"], "backend": p.get("backend", "cpu"),
+        out.append({"id": d["name"], "site": d["site"], "backend": p.get("backend", "cpu"),
                     "memory_bytes": p["memory_bytes"],
                     "unit_seconds": {"embeddings": [f[0], b[0]], "encoder": [f[1], b[1]],
                                      "head": [f[-1], b[-1]]}})
@@ -129,7 +129,7 @@ def main():
         json.dump(nj, open(npath, "w"), indent=1)
         json.dump(config, open(cpath, "w"), indent=1)
         svg = os.path.join(a.out, f"timeline-{algo}.svg")
-        owner = plan["data"]["owner"]
+        owner = name[plan["data"]["owner"]]
         cmd = [a.skyloom, "plan", "--config", cpath, "--seq", str(plan["seq"]),
                "--micro-batch", str(plan["batch"] // plan["micro_batches"]),
                "--devices", dpath, "--network", npath, "--micro-batches", str(plan["micro_batches"]),
@@ -148,6 +148,8 @@ def main():
             m = plan["micro_batches"]
             s["measured_last_step"] = {k: ls[k] for k in ("fwd_s", "bwd_s", "recv_s", "send_s", "finish_s", "step_s")}
             s["predicted_compute_s"] = (s["fwd_s"] + s["bwd_s"]) * m
+        for s, b in zip(stages, bal["stages"]):
+            s["sim_idle_s"] = b["simulated"]["idle_s"]
         res["algos"][algo] = {
             "job": st["job_id"], "state": st["state"], "steps": len(rows),
             "measured_s": meas, "measured_min_s": min(steady) if steady else None,
@@ -205,6 +207,24 @@ def main():
     md.append("")
     for algo, r in res["algos"].items():
         md.append(f"{algo}: " + ", ".join(f'{s["device"]} {s["units"]}' for s in r["stages"]))
+    md.append("")
+    md.append("Per stage, the last step of each job: measured seconds against the plan's (compute: the "
+              "profiled unit times x micro-batches; idle: the simulator's). *other* = receiving (waiting "
+              "and opening frames) + sending (sealing frames) + finishing (the global norm's gather and "
+              "the optimizer step).")
+    md.append("")
+    md.append("| algo | stage | device | units | compute measured | compute predicted | ratio | other measured | idle predicted | of which send | step |")
+    md.append("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for algo, r in res["algos"].items():
+        for i, s in enumerate(r["stages"]):
+            ms = s.get("measured_last_step")
+            if not ms:
+                continue
+            comp = ms["fwd_s"] + ms["bwd_s"]
+            other = ms["recv_s"] + ms["send_s"] + ms["finish_s"]
+            md.append(f'| {algo} | {i} | {s["device"]} | {s["units"]} | {comp:.3f} | {s["predicted_compute_s"]:.3f} | '
+                      f'{comp / s["predicted_compute_s"]:.2f} | {other:.3f} | {s["sim_idle_s"]:.3f} | {ms["send_s"]:.3f} | '
+                      f'{ms["step_s"]:.3f} |')
     md.append("")
     md.append("| job | link | shaped Mbit/s | profiled Mbit/s | error | shaped RTT ms | profiled RTT ms | error | device pairs |")
     md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
