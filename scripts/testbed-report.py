@@ -198,11 +198,12 @@ def main():
     json.dump(res, open(os.path.join(a.out, "results.json"), "w"), indent=1)
 
     md = []
-    md.append("| algo | stages | devices left out | measured s (median after warm-up) | min-max | predicted s | measured / predicted | speed-up over even (measured) | (predicted) |")
-    md.append("|---|---:|---|---:|---|---:|---:|---:|---:|")
+    md.append("| algo | stages | devices left out | measured s (median after warm-up) | min-max | predicted s | measured / predicted | fastest step / predicted | speed-up over even (measured) | (predicted) |")
+    md.append("|---|---:|---|---:|---|---:|---:|---:|---:|---:|")
     for algo, r in res["algos"].items():
         md.append(f'| {algo} | {len(r["stages"])} | {", ".join(r["left_out"]) or "-"} | {r["measured_s"]:.3f} | '
                   f'{r["measured_min_s"]:.2f}-{r["measured_max_s"]:.2f} | {r["predicted_s"]:.3f} | {r["ratio"]:.3f} | '
+                  f'{r["measured_min_s"] / r["predicted_s"]:.3f} | '
                   f'{r["speedup_measured"]:.2f}x | {r["speedup_predicted"]:.2f}x |')
     md.append("")
     for algo, r in res["algos"].items():
