@@ -11,6 +11,7 @@ pkgs=(
   libopenblas-openmp-dev libopenblas0-openmp
   libsqlite3-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev
   fortunes
+  iproute2
   python3-torch python3-numpy prometheus chromium
   clang libclang-rt-14-dev libomp-dev
 )
