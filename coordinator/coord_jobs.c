@@ -6,10 +6,17 @@
  *
  * State: a job's row in SQLite (its own connection to coordinator.db) is
  * the truth for what must survive a restart (options, state, epoch, plan,
- * committed step); the rest (profiles being gathered, step reports, parts
- * arriving) lives here, under one mutex. Files: STATE/jobs/ID/ holds
+ * committed step), the profiles (job_profiles) and what recovery decided
+ * (job_events); the rest (step reports, parts arriving, failure reports of
+ * the epoch) lives here, under one mutex. Files: STATE/jobs/ID/ holds
  * config.json, the init model, metrics.csv and ckpt/step-N/ (committed)
- * and ckpt/step-N.partial/ (arriving). */
+ * and ckpt/step-N.partial/ (arriving).
+ *
+ * Recovery (docs/recovery.md): a device lost (its neighbours' reports, or
+ * no heartbeat), a failure of the epoch, a coordinator restart or a failing
+ * checkpoint store end the epoch; the engine re-plans over the devices left
+ * in a new epoch from the committed step (or waits for the data owner), and
+ * devices that come online are profiled and weighed at the next commit. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -2115,7 +2122,8 @@ static void job_recover(coord_jobs *j, cjob *jb, const char *why)
 /* A running job: devices whose heartbeats stopped, and the failure reports
  * of the epoch once they are all in (or DECIDE_MS after the first). A device
  * named by a neighbour whose link to it broke is lost unless it reported a
- * failure itself or heartbeated since (then its own report says why). */
+ * failure itself (then its own report says why). A heartbeat is no proof of
+ * life here: one sent just before a kill may be handled after the reports. */
 static void check_running(coord_jobs *j, cjob *jb, int64_t now)
 {
     int64_t now_ms = sl_unix_ms();
@@ -2142,9 +2150,7 @@ static void check_running(coord_jobs *j, cjob *jb, int64_t now)
             return;
         for (int k = 0; k < jb->ncand; k++) {
             cand *c = &jb->cand[k];
-            const cdev *d = find_dev(j, c->id);
-            if (!c->suspect || c->reported || c->lost_ms || in_plan(jb, c->id) < 0 ||
-                (d && d->seen_ms > jb->fail_ms))
+            if (!c->suspect || c->reported || c->lost_ms || in_plan(jb, c->id) < 0)
                 continue;
             mark_lost(j, jb, k, "a neighbour's link to it broke and it reported nothing");
             size_t o = strlen(lost);

@@ -30,7 +30,7 @@ cat > "$d/cfg.json" <<JSON
  "vocab_size": $V, "max_position_embeddings": 24, "hidden_dropout_prob": 0.1,
  "attention_probs_dropout_prob": 0.1}
 JSON
-STEPS=300
+STEPS=220
 
 cl_start || exit 1
 cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" || exit 1; OWNER=$CL_ID
