@@ -43,7 +43,7 @@
 #include "sl_time.h"
 
 #define JOB_ID_LEN 18        /* "j" + 16 hex + NUL */
-#define ACC_STEPS 8          /* steps whose reports may be in flight at once */
+#define ACC_STEPS 32         /* steps whose reports may be in flight at once */
 #define MAX_FILE (64ull << 30)
 #define PROFILE_WAIT_S 60    /* candidates that have not reported by then are left out */
 #define CHECK_WAIT_S 120     /* the data owner must answer the check by then */
@@ -85,6 +85,7 @@ typedef struct upload {
     int step;
     part *parts;
     int n;
+    int ready;                /* every part is in; committed once the step's reports are */
 } upload;
 
 /* A device the job may run on: its profile, and what recovery knows of it. */
@@ -119,6 +120,7 @@ typedef struct cjob {
     cand *cand;
     stage_rep *acc;           /* [ACC_STEPS][p] */
     int acc_step[ACC_STEPS];
+    int acc_done[ACC_STEPS];  /* every stage reported it; written once the steps before are */
     json_t *last_stages;
     upload up[ACC_STEPS];
     char *dir;
@@ -1178,6 +1180,25 @@ static void fail_reset(cjob *jb)
         jb->cand[i].suspect = jb->cand[i].reported = 0;
 }
 
+/* The running epoch is over: every device leaves it (the step in flight is
+ * applied nowhere) and the engine re-plans from the committed step. */
+static void job_recover(coord_jobs *j, cjob *jb, const char *why)
+{
+    fail_reset(jb);
+    jb->detect_ms = jb->wait_ms = sl_unix_ms();
+    jb->wait_kind = WAIT_NONE;
+    if (++jb->stalls > MAX_STALLS) {
+        char m[700];
+        snprintf(m, sizeof m, "%d recoveries without a step committed in between; the last: %.500s",
+                 MAX_STALLS, why);
+        job_event(j, jb, "failed", "", "%s", m);
+        set_state(j, jb, "failed", m);
+        return;
+    }
+    job_event(j, jb, "recovering", "", "%s", why);
+    set_state(j, jb, "recovering", why);
+}
+
 /* The checkpoint store refused a write (disk full, an I/O error): the step
  * is not committed, the committed one stays as it is, and the job waits and
  * then runs again from it. */
@@ -1214,6 +1235,32 @@ static int pwrite_all(int fd, const uint8_t *p, size_t n, off_t off)
         off += w;
     }
     return 0;
+}
+
+/* Commits step u->step once every part of it and every stage's report of it
+ * are in, so that a committed step always has its metrics row. */
+static int try_commit(coord_jobs *j, cjob *jb, upload *u, int *committed, rpc_status *st)
+{
+    sl_err err = {0};
+    if (jb->step < u->step) {
+        u->ready = 1;
+        return RPC_OK;
+    }
+    u->ready = 0;
+    if (commit_step(j, jb, u, &err)) {
+        sl_log_error("coordinator: commit failed", "job=%s step=%d reason=\"%s\"", jb->id, u->step,
+                     err.msg);
+        return store_failed(j, jb, u->step, err.msg, st);
+    }
+    *committed = 1;
+    obs_commit(jb, u->step);
+    jb->reason[0] = 0;
+    jb->stalls = 0;
+    jb->store_fails = 0;
+    jb->weigh_joiners = 1;
+    pthread_cond_broadcast(&j->cv);
+    sl_log_info("coordinator: step committed", "job=%s step=%d", jb->id, u->step);
+    return RPC_OK;
 }
 
 static upload *upload_of(cjob *jb, int step)
@@ -1312,22 +1359,8 @@ int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req
         int done = 0;
         for (int i = 0; i < u->n; i++)
             done += u->parts[i].done;
-        if (code == RPC_OK && done == 2 * jb->ndev + 1) {
-            if (commit_step(j, jb, u, &err)) {
-                sl_log_error("coordinator: commit failed", "job=%s step=%u reason=\"%s\"", jb->id,
-                             r->step, err.msg);
-                code = store_failed(j, jb, (int)r->step, err.msg, st);
-            } else {
-                committed = 1;
-                obs_commit(jb, (int)r->step);
-                jb->reason[0] = 0;
-                jb->stalls = 0;
-                jb->store_fails = 0;
-                jb->weigh_joiners = 1;
-                pthread_cond_broadcast(&j->cv);
-                sl_log_info("coordinator: step committed", "job=%s step=%u", jb->id, r->step);
-            }
-        }
+        if (code == RPC_OK && done == 2 * jb->ndev + 1)
+            code = try_commit(j, jb, u, &committed, st);
     }
     pthread_mutex_unlock(&j->mu);
     if (code == RPC_OK) {
@@ -1577,6 +1610,34 @@ static void step_complete(cjob *jb, int step, const stage_rep *rep)
                                 "tokens_per_s", jb->tokens_s, "stages", stages);
 }
 
+/* Writes the steps all stages reported, in order (a device's reports may
+ * overtake another's), and commits a step whose parts were waiting for it. */
+static void steps_complete(coord_jobs *j, cjob *jb)
+{
+    while (!strcmp(jb->state, "running")) {
+        int s = jb->step + 1, k = s % ACC_STEPS;
+        if (jb->acc_step[k] != s || !jb->acc_done[k])
+            break;
+        step_complete(jb, s, jb->acc + (size_t)k * jb->p);
+        jb->acc_step[k] = -1;
+        jb->acc_done[k] = 0;
+        if (jb->detect_ms) {
+            job_event(j, jb, "resumed", "", "step %d completed %.2f s after the failure was "
+                      "detected", s, (double)(sl_unix_ms() - jb->detect_ms) / 1000);
+            jb->detect_ms = 0;
+        }
+        if (s % 10 == 0 || s == jb->steps)
+            job_persist(j, jb);
+        upload *u = &jb->up[s % ACC_STEPS];
+        if (u->step == s && u->ready) {
+            int committed = 0;
+            rpc_status st = {0};
+            try_commit(j, jb, u, &committed, &st);
+        }
+        pthread_cond_broadcast(&j->cv);
+    }
+}
+
 int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
                              rpc_buf *resp, rpc_status *st)
 {
@@ -1598,11 +1659,20 @@ int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req,
                    r->step < 1 || (int)r->step > jb->steps) {
             code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "device %s does not run stage %u, "
                                   "or step %u is out of range", r->device_id, r->stage, r->step);
+        } else if ((int)r->step <= jb->step) {
+            /* a report of a step already written (sent twice): nothing to do */
+        } else if ((int)r->step > jb->step + ACC_STEPS) {
+            /* the reports of step jb->step + 1 cannot all come any more */
+            char why[300];
+            snprintf(why, sizeof why, "the reports of step %d did not all arrive; running again "
+                     "from step %d", jb->step + 1, jb->committed + 1);
+            job_recover(j, jb, why);
         } else {
             int slot = (int)r->step % ACC_STEPS;
             stage_rep *rep = jb->acc + (size_t)slot * jb->p;
             if (jb->acc_step[slot] != (int)r->step) {
                 jb->acc_step[slot] = (int)r->step;
+                jb->acc_done[slot] = 0;
                 memset(rep, 0, (size_t)jb->p * sizeof *rep);
             }
             rep[r->stage] = (stage_rep){1, r->loss, r->grad_norm, r->lr, r->fwd_s, r->bwd_s,
@@ -1613,17 +1683,8 @@ int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req,
             int all = 1;
             for (int i = 0; i < jb->p; i++)
                 all &= rep[i].have;
-            if (all && (int)r->step > jb->step) {
-                step_complete(jb, (int)r->step, rep);
-                if (jb->detect_ms) {
-                    job_event(j, jb, "resumed", "", "step %u completed %.2f s after the failure "
-                              "was detected", r->step, (double)(sl_unix_ms() - jb->detect_ms) / 1000);
-                    jb->detect_ms = 0;
-                }
-                if ((int)r->step % 10 == 0 || (int)r->step == jb->steps)
-                    job_persist(j, jb);
-                pthread_cond_broadcast(&j->cv);
-            }
+            jb->acc_done[slot] = all;
+            steps_complete(j, jb);
         }
         if (code == RPC_OK)
             obs_refused(j, r);
@@ -1909,8 +1970,10 @@ static int adopt_plan(cjob *jb, char *text, uint8_t *sig, size_t sig_len, sl_err
     jb->seq = (int)json_integer_value(json_object_get(pj, "seq"));
     free(jb->acc);
     jb->acc = sl_xcalloc((size_t)ACC_STEPS * p, sizeof *jb->acc);
-    for (int i = 0; i < ACC_STEPS; i++)
+    for (int i = 0; i < ACC_STEPS; i++) {
         jb->acc_step[i] = -1;
+        jb->acc_done[i] = 0;
+    }
     return 0;
 }
 
@@ -2098,25 +2161,6 @@ static void mark_lost(coord_jobs *j, cjob *jb, int k, const char *how)
     c->lost_ms = sl_unix_ms();
     c->joining = 0;
     job_event(j, jb, "lost", c->id, "%s", how);
-}
-
-/* The running epoch is over: every device leaves it (the step in flight is
- * applied nowhere) and the engine re-plans from the committed step. */
-static void job_recover(coord_jobs *j, cjob *jb, const char *why)
-{
-    fail_reset(jb);
-    jb->detect_ms = jb->wait_ms = sl_unix_ms();
-    jb->wait_kind = WAIT_NONE;
-    if (++jb->stalls > MAX_STALLS) {
-        char m[700];
-        snprintf(m, sizeof m, "%d recoveries without a step committed in between; the last: %.500s",
-                 MAX_STALLS, why);
-        job_event(j, jb, "failed", "", "%s", m);
-        set_state(j, jb, "failed", m);
-        return;
-    }
-    job_event(j, jb, "recovering", "", "%s", why);
-    set_state(j, jb, "recovering", why);
 }
 
 /* A running job: devices whose heartbeats stopped, and the failure reports

@@ -979,8 +979,21 @@ static void *reporter_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         if (!q)
             return NULL;
+        /* the coordinator writes a step once every stage's report of it is
+         * in: a report that did not go through is sent again a few times */
         int stop = 0;
-        send_report(r, q, &stop);
+        for (int tries = 0, code; (code = send_report(r, q, &stop)) != RPC_OK && tries < 4; tries++) {
+            if (code != RPC_UNAVAILABLE && code != RPC_DEADLINE_EXCEEDED && code != RPC_INTERNAL &&
+                code != RPC_RESOURCE_EXHAUSTED)
+                break;
+            pthread_mutex_lock(&r->mu);
+            int give_up = r->failed || r->report_stop;
+            pthread_mutex_unlock(&r->mu);
+            if (give_up)
+                break;
+            struct timespec ts = {0, (100L << tries) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         free(q);
         pthread_mutex_lock(&r->mu);
         r->reporting = 0;
