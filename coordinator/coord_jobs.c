@@ -736,7 +736,7 @@ int coord_handle_submit_job(void *ud, const rpc_peer *peer, const uint8_t *req, 
     jb->config = sl_xstrdup(r->config);
     jb->opts = opts;
     opts = NULL;
-    snprintf(jb->owner, sizeof jb->owner, "%s", owner);
+    snprintf(jb->owner, sizeof jb->owner, "%.*s", (int)sizeof jb->owner - 1, owner);
     snprintf(jb->dataset, sizeof jb->dataset, "%s", colon + 1);
     jb->steps = oint(jb, "steps");
     jb->batch = oint(jb, "batch");

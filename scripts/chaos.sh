@@ -161,6 +161,18 @@ for i, f in enumerate(fails):
     dt = f"{(det[0]['at_ms'] - k) / 1000:.2f} s" if det else "-"
     rt = f"{(res[0]['at_ms'] - k) / 1000:.2f} s" if res else "-"
     print(f"| {(k - t0) / 1000:.0f} | {'coordinator' if who == 'coord' else who} SIGKILL | {step} | {dt} | {rt} | {how} |")
+import glob, re, statistics
+rs = []
+for f in glob.glob(f"{d}/cluster/*.log"):
+    for l in open(f, errors="replace"):
+        m = re.search(r"device: restored .* step=([0-9]+) .*bytes=([0-9]+) seconds=([0-9.]+)", l)
+        if m and int(m.group(1)) > 0:
+            rs.append((int(m.group(2)), float(m.group(3))))
+if rs:
+    print()
+    print(f"Restoring a committed step from the coordinator (FetchFile: every file of the step; "
+          f"each device then loads its new stages by name): {len(rs)} restores, median {statistics.median(b for b, _ in rs) / 1e6:.2f} MB "
+          f"in {statistics.median(t for _, t in rs):.3f} s (max {max(t for _, t in rs):.3f} s).")
 print()
 print("Events (coordinator):")
 print()

@@ -670,6 +670,7 @@ static int restore(run_ctx *r, sl_err *err)
 {
     char **names = NULL;
     int n = 0, step = 0, want = r->start - 1;
+    double t0 = sl_now_s();
     if (list_files(r, want, &names, &n, &step, err))
         return -1;
     int rc = 0;
@@ -697,8 +698,18 @@ static int restore(run_ctx *r, sl_err *err)
     }
     if (!rc && n > 0 && want > 0 && r->feed)
         rc = dev_feed_check_record(r->feed, dir, err);
-    if (!rc && n > 0)
-        sl_log_info("device: restored", "job=%s step=%d files=%d", r->rt->job, want, n);
+    if (!rc && n > 0) {
+        uint64_t bytes = 0;
+        for (int i = 0; i < n; i++) {
+            char p[4400];
+            struct stat sb;
+            snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+            if (stat(p, &sb) == 0)
+                bytes += (uint64_t)sb.st_size;
+        }
+        sl_log_info("device: restored", "job=%s step=%d files=%d bytes=%llu seconds=%.3f", r->rt->job,
+                    want, n, (unsigned long long)bytes, sl_now_s() - t0);
+    }
     rm_tree(dir);
     names_free(names, n);
     return rc;
