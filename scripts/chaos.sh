@@ -54,7 +54,7 @@ cl_wait_online 4 || exit 1
 # (four devices on loopback share these cores and pay for their links)
 export OMP_WAIT_POLICY=passive
 tps=$("$SK" -q train --config "$config" --data "$shard" --steps 30 --batch "$batch" \
-      --micro-batches "$micro" --json | sed -n 's/.*"tokens_per_s": *\([0-9.]*\).*/\1/p')
+      --micro-batches "$micro" --metrics "$dir/calibrate.csv" --json | sed -n 's/.*"tokens_per_s": *\([0-9.]*\).*/\1/p')
 steps=$(awk -v t="$tps" -v s="$secs" -v n=$((batch * seq)) 'BEGIN { k = int(0.35 * t * s * 0.67 / n); k -= k % 10; print (k < 60 ? 60 : k) }')
 echo "== the job: $steps steps of $batch x $seq tokens, $micro micro-batches, codec none, a checkpoint every $every steps"
 out=$(cl_job submit --config "$config" --data "$OWNER:fortunes" --steps "$steps" --batch "$batch" \

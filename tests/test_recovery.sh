@@ -15,7 +15,8 @@ CL=$(mktemp -d /tmp/skyloom-recovery-XXXXXX)
 . "$src/scripts/cluster.sh"
 fail=0
 check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
-trap 'cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
+REF=
+trap '[ -n "$REF" ] && kill $REF 2>/dev/null && wait $REF; cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
 
 d=$CL
 cat "$src"/README.md "$src"/docs/*.md > "$d/corpus.txt"
@@ -38,8 +39,10 @@ for n in dev2 dev3 dev4; do
 done
 cl_wait_online 4 || exit 1
 
-"$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS --batch 16 --micro-batches 4 \
-    --lr 2e-3 --save "$d/ref" >/dev/null 2>&1
+# the reference run, meanwhile (it is compared with at the end)
+OMP_WAIT_POLICY=passive "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS \
+    --batch 16 --micro-batches 4 --lr 2e-3 --save "$d/ref" >/dev/null 2>&1 &
+REF=$!
 
 # field F of job status --json (python expression over j)
 jq_() { cl_job status "$JOB" --json 2>/dev/null | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>/dev/null; }
@@ -120,6 +123,7 @@ for e in j["events"]:
 PY
 check "every recovery resumed training" \
     python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); k=[e["kind"] for e in j["events"]]; assert k.count("resumed")>=3, k' "$d/status.json"
+wait $REF; REF=
 cl_job export "$JOB" --out "$d/export" >/dev/null; rc=$?
 check "the model equals skyloom train's, byte for byte" \
     bash -c 'test $0 -eq 0 && cmp -s "$1/export/model.safetensors" "$1/ref/step-'$STEPS'/model.safetensors"' "$rc" "$d"

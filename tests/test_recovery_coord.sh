@@ -17,7 +17,8 @@ CL=$(mktemp -d /tmp/skyloom-recovery-coord-XXXXXX)
 . "$src/scripts/cluster.sh"
 fail=0
 check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
-trap 'cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
+REF=
+trap '[ -n "$REF" ] && kill $REF 2>/dev/null && wait $REF; cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
 
 command -v prlimit >/dev/null || { echo "FAIL prlimit (util-linux) is needed"; exit 1; }
 d=$CL
@@ -38,8 +39,10 @@ cl_device dev2 lab-b --threads 1 || exit 1
 cl_device dev3 lab-b --threads 1 || exit 1
 cl_wait_online 3 || exit 1
 
-"$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS --batch 16 --micro-batches 4 \
-    --lr 2e-3 --save "$d/ref" >/dev/null 2>&1
+# the reference run, meanwhile (it is compared with at the end)
+OMP_WAIT_POLICY=passive "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS \
+    --batch 16 --micro-batches 4 --lr 2e-3 --save "$d/ref" >/dev/null 2>&1 &
+REF=$!
 
 jq_() { cl_job status "$JOB" --json 2>/dev/null | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>/dev/null; }
 state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
@@ -110,6 +113,7 @@ check "with the store writable again, the job goes on" cl_poll 90 progress_in 3
 
 cl_job watch "$JOB" > "$d/watch.txt"; rc=$?
 check "the job finishes" bash -c 'test $0 -eq 0 && grep -q "done after" "$1"' "$rc" "$d/watch.txt"
+wait $REF; REF=
 cl_job export "$JOB" --out "$d/export" >/dev/null; rc=$?
 check "the model equals skyloom train's, byte for byte" \
     bash -c 'test $0 -eq 0 && cmp -s "$1/export/model.safetensors" "$1/ref/step-'$STEPS'/model.safetensors"' "$rc" "$d"
