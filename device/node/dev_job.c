@@ -18,6 +18,7 @@
 #include "cert.h"
 #include "dev_ckpt.h"
 #include "dev_net.h"
+#include "dev_plan.h"
 #include "dev_run.h"
 #include "dev_stagesvc.h"
 #include "dev_unitprof.h"
@@ -29,7 +30,7 @@
 
 #define CHUNK (512u << 10) /* pieces under the coordinator's default 1 MiB message limit */
 #define CALL_MS 30000
-#define MAX_LOCAL 8 /* stages one device holds at most */
+#define MAX_LOCAL DEV_PLAN_MAX_LOCAL
 
 /* ---- datasets ------------------------------------------------------------- */
 
@@ -353,8 +354,11 @@ typedef struct run_ctx {
     job_rt *rt;
     rpc_channel *ch;
     json_t *plan;
+    dev_plan pl;           /* the plan as dev_plan checked it */
     dev_config cfg;
     int p, steps, start, every, batch, T, micro, threads;
+    int codec_act, codec_grad;
+    double topk;
     uint64_t num;
     int local[MAX_LOCAL], nlocal;
     dev_net_stage *stages;
@@ -431,78 +435,35 @@ static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
     return rc;
 }
 
-static int hexkey(const char *hex, uint8_t out[32])
-{
-    if (!hex || strlen(hex) != 64)
-        return -1;
-    for (int i = 0; i < 32; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-            return -1;
-        out[i] = (uint8_t)v;
-    }
-    return 0;
-}
-
-static int codec_of(const char *s, double *frac)
-{
-    *frac = 0;
-    if (s && !strncmp(s, "topk:", 5)) {
-        *frac = strtod(s + 5, NULL);
-        return DEV_CODEC_TOPK;
-    }
-    return s ? dev_codec_parse(s) : -1;
-}
-
-/* The plan's numbers and this device's stages. */
+/* The plan's numbers and this device's stages, as dev_plan checked them. */
 static int read_plan(run_ctx *r, sl_err *err)
 {
-    json_t *pl = r->plan, *o = json_object_get(pl, "options");
-    if (config_of(json_object_get(pl, "config"), &r->cfg, err))
-        return sl_err_wrap(err, "plan");
-    r->num = (uint64_t)json_integer_value(json_object_get(pl, "job_num"));
-    r->steps = (int)json_integer_value(json_object_get(pl, "steps"));
-    r->start = (int)json_integer_value(json_object_get(pl, "start_step"));
-    r->every = (int)json_integer_value(json_object_get(pl, "checkpoint_every"));
-    r->batch = (int)json_integer_value(json_object_get(pl, "batch"));
-    r->T = (int)json_integer_value(json_object_get(pl, "seq"));
-    r->micro = (int)json_integer_value(json_object_get(pl, "micro_batches"));
-    json_t *st = json_object_get(pl, "stages");
-    r->p = (int)json_array_size(st);
-    if (r->p < 1 || r->steps < 1 || r->start < 1 || r->batch < 1 || r->micro < 1 ||
-        r->batch % r->micro || r->T < 1 || !o)
-        return sl_err_set(err, SL_ECORRUPT, "the plan's numbers are out of range");
+    const dev_plan *pl = &r->pl;
+    if (dev_plan_from_json(r->plan, self(r->js), &r->pl, err))
+        return -1;
+    r->cfg = pl->config;
+    r->num = pl->job_num;
+    r->steps = pl->steps;
+    r->start = pl->start_step;
+    r->every = pl->checkpoint_every;
+    r->batch = pl->batch;
+    r->T = pl->seq;
+    r->micro = pl->micro_batches;
+    r->codec_act = pl->codec_act;
+    r->codec_grad = pl->codec_grad;
+    r->topk = pl->topk;
+    r->p = pl->n_stages;
     r->stages = sl_xcalloc((size_t)r->p, sizeof *r->stages);
-    int next_unit = 0;
     for (int i = 0; i < r->p; i++) {
-        json_t *s = json_array_get(st, (size_t)i);
-        const char *dev = json_string_value(json_object_get(s, "device"));
-        const char *addr = json_string_value(json_object_get(s, "address"));
-        int a = (int)json_integer_value(json_object_get(s, "first_unit"));
-        int b = (int)json_integer_value(json_object_get(s, "last_unit"));
-        if (!dev || !addr || strlen(dev) >= sizeof r->stages[i].device ||
-            strlen(addr) >= sizeof r->stages[i].address ||
-            hexkey(json_string_value(json_object_get(s, "link_key")), r->stages[i].link_key) ||
-            a != next_unit || b < a)
-            return sl_err_set(err, SL_ECORRUPT, "plan stage %d is malformed", i);
-        next_unit = b + 1;
-        snprintf(r->stages[i].device, sizeof r->stages[i].device, "%s", dev);
-        snprintf(r->stages[i].address, sizeof r->stages[i].address, "%s", addr);
-        if (!strcmp(dev, self(r->js))) {
-            if (r->nlocal == MAX_LOCAL)
-                return sl_err_set(err, SL_EINVAL, "more than %d stages on one device", MAX_LOCAL);
-            r->local[r->nlocal++] = i;
-        }
+        snprintf(r->stages[i].device, sizeof r->stages[i].device, "%s", pl->stage[i].device);
+        snprintf(r->stages[i].address, sizeof r->stages[i].address, "%s", pl->stage[i].address);
+        memcpy(r->stages[i].link_key, pl->stage[i].link_key, sizeof r->stages[i].link_key);
     }
-    if (next_unit != dev_unit_count(&r->cfg) || r->nlocal == 0)
-        return sl_err_set(err, SL_ECORRUPT, "the plan's stages do not cover the model, or none is "
-                          "this device's");
-    const char *opt = json_string_value(json_object_get(o, "optimizer"));
-    r->kind = opt && !strcmp(opt, "lamb") ? DEV_OPT_LAMB : DEV_OPT_ADAMW;
-    dev_optim_for_run(&r->opt, r->kind, json_number_value(json_object_get(o, "lr")),
-                      json_number_value(json_object_get(o, "weight_decay")),
-                      json_number_value(json_object_get(o, "clip")), r->steps,
-                      (int)json_integer_value(json_object_get(o, "warmup")));
+    r->nlocal = pl->n_local;
+    memcpy(r->local, pl->local, sizeof r->local);
+    r->kind = pl->options.optimizer;
+    dev_optim_for_run(&r->opt, r->kind, pl->options.lr, pl->options.weight_decay, pl->options.clip,
+                      r->steps, pl->options.warmup);
     /* the local stages take turns computing (compute_lock), each with all
      * the device's threads */
     r->threads = r->js->o.threads;
@@ -511,25 +472,19 @@ static int read_plan(run_ctx *r, sl_err *err)
 
 static int open_net(run_ctx *r, sl_err *err)
 {
-    json_t *pl = r->plan;
-    double frac;
-    int ca = codec_of(json_string_value(json_object_get(pl, "codec_act")), &frac);
-    int cg = codec_of(json_string_value(json_object_get(pl, "codec_grad")), &frac);
-    if (ca < 0 || cg < 0 || ca == DEV_CODEC_TOPK)
-        return sl_err_set(err, SL_EINVAL, "the plan's codecs are unknown");
     int Bm = r->batch / r->micro;
     dev_net_cfg nc = {
         .job = r->num,
-        .epoch = (uint32_t)json_integer_value(json_object_get(pl, "epoch")),
+        .epoch = r->pl.epoch,
         .stages = r->p,
         .stage = r->stages,
         .self_id = self(r->js),
         .self_kp = r->js->o.link_kp,
         .state = state_dir(r->js),
-        .codec_act = ca,
-        .codec_grad = cg,
-        .topk = frac,
-        .sealed = json_is_true(json_object_get(pl, "sealed")),
+        .codec_act = r->codec_act,
+        .codec_grad = r->codec_grad,
+        .topk = r->topk,
+        .sealed = r->pl.sealed,
         .depth = r->micro,
         .act_floats = (size_t)Bm * r->T * r->cfg.hidden,
         .mask_ints = (size_t)Bm * r->T,
@@ -549,27 +504,21 @@ static int open_net(run_ctx *r, sl_err *err)
 
 static int open_stages(run_ctx *r, sl_err *err)
 {
-    json_t *pl = r->plan, *o = json_object_get(pl, "options"), *st = json_object_get(pl, "stages");
-    const char *sched = json_string_value(json_object_get(pl, "schedule"));
-    unsigned flags = (json_is_true(json_object_get(o, "recompute")) ? DEV_STAGE_RECOMPUTE : 0) |
-                     (json_is_true(json_object_get(o, "recompute_attention")) ? DEV_STAGE_RECOMPUTE_ATTN : 0) |
-                     (!strcmp(json_string_value(json_object_get(o, "optim_state")) ?: "", "bf16")
-                          ? DEV_STAGE_BF16_STATE : 0);
-    uint64_t seed = (uint64_t)json_integer_value(json_object_get(o, "seed"));
+    const dev_plan *pl = &r->pl;
+    unsigned flags = (pl->options.recompute ? DEV_STAGE_RECOMPUTE : 0) |
+                     (pl->options.recompute_attention ? DEV_STAGE_RECOMPUTE_ATTN : 0) |
+                     (pl->options.bf16_state ? DEV_STAGE_BF16_STATE : 0);
+    uint64_t seed = pl->options.seed;
     for (int k = 0; k < r->nlocal; k++) {
         int i = r->local[k];
-        json_t *s = json_array_get(st, (size_t)i);
-        dev_pipe_cfg pc = {.stages = r->p, .index = i, .schedule = bal_schedule_parse(sched ?: ""),
-                           .warmup = (int)json_integer_value(json_object_get(s, "warmup")),
+        dev_pipe_cfg pc = {.stages = r->p, .index = i, .schedule = pl->schedule,
+                           .warmup = pl->stage[i].warmup,
                            .B = r->batch, .T = r->T, .micro = r->micro, .seed = seed,
                            .compute_lock = r->nlocal > 1 ? &r->compute : NULL};
-        if (pc.schedule < 0)
-            return sl_err_set(err, SL_EINVAL, "the plan's schedule is unknown");
         int slots = dev_pipe_slots(&pc);
         if (slots < 1)
             return sl_err_set(err, SL_EINVAL, "stage %d: a schedule without slots", i);
-        if (!(r->st[k] = dev_stage_create(&r->cfg, (int)json_integer_value(json_object_get(s, "first_unit")),
-                                          (int)json_integer_value(json_object_get(s, "last_unit")),
+        if (!(r->st[k] = dev_stage_create(&r->cfg, pl->stage[i].first_unit, pl->stage[i].last_unit,
                                           r->batch / r->micro, r->T, slots, seed, NULL, flags, err)) ||
             !(r->pipe[k] = dev_pipe_create(r->st[k], &pc, dev_net_port(r->net, i), err)))
             return sl_err_wrap(err, "stage %d", i);
@@ -1112,6 +1061,7 @@ static void run_free(run_ctx *r)
     }
     dev_feed_close(r->feed);
     json_decref(r->plan);
+    dev_plan_free(&r->pl);
     free(r->stages);
     if (r->ch)
         rpc_channel_destroy(r->ch);

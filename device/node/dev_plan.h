@@ -1,0 +1,98 @@
+/* dev_plan.h - the plan of one epoch of a job as a device reads it.
+ *
+ * The coordinator signs the plan (JSON); the device verifies the signature
+ * (dev_job.c) and then parses and checks every field it runs on here, so
+ * that nothing later sizes a buffer, loops or names a file from a value out
+ * of range:
+ *
+ *   job, job_num      "j" + the 16 hex digits of job_num (0..2^63-1)
+ *   epoch             1..2^32-1
+ *   config            a BERT config.json object (dev_config_parse)
+ *   batch             1..DEV_PLAN_MAX_BATCH; micro_batches divides it
+ *   seq               1..the config's max_position_embeddings
+ *   steps             1..DEV_PLAN_MAX_STEPS; start_step 1..steps
+ *   checkpoint_every  0 (only the last step) ..INT_MAX
+ *   codec_act         none, fp16, bf16 or int8; codec_grad those or topk:F,
+ *                     0 < F <= 1
+ *   sealed            a boolean
+ *   schedule          1f1b or gpipe
+ *   options           optimizer adamw|lamb, optim_state fp32|bf16 (bf16
+ *                     with adamw only), lr, weight_decay and clip numbers,
+ *                     warmup -1 (10% of the steps)..INT_MAX, seed an
+ *                     integer, recompute and recompute_attention booleans
+ *   stages            1..DEV_PLAN_MAX_STAGES objects, stage i with index i,
+ *                     a device id, an address (1..255 printable ASCII bytes,
+ *                     no space), first_unit..last_unit, link_key (64 hex
+ *                     digits: the device's X25519 public key), warmup
+ *                     0..micro_batches, threads 1..DEV_PLAN_MAX_THREADS; the
+ *                     ranges follow each other from unit 0 and end at the
+ *                     head (L+1), so every unit is on exactly one stage
+ *
+ * and this device (its id) must hold 1..DEV_PLAN_MAX_LOCAL of the stages.
+ * Other fields (data, the balancer's report) are not read here. A refusal
+ * names the field: "plan: stages[2].last_unit: 9 is past the head (unit 5)".
+ * Messages never carry raw control bytes (sl_err escapes them). */
+#ifndef DEV_PLAN_H
+#define DEV_PLAN_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bal.h"
+#include "dev_config.h"
+#include "sl_err.h"
+
+enum {
+    DEV_PLAN_MAX_STAGES = BAL_MAX_LAYERS + 2, /* a stage holds at least one unit */
+    DEV_PLAN_MAX_LOCAL = 8,                   /* stages one device holds at most */
+    DEV_PLAN_MAX_BATCH = 65536,
+    DEV_PLAN_MAX_STEPS = 1000000000,
+    DEV_PLAN_MAX_THREADS = 65536,
+};
+
+typedef struct dev_plan_stage {
+    char device[32];       /* a device id */
+    char address[256];     /* where it serves Stage */
+    uint8_t link_key[32];  /* its X25519 public key */
+    int first_unit, last_unit; /* inclusive */
+    int warmup;            /* 1F1B: forwards before the first backward */
+    int threads;           /* the compute threads it trains with */
+} dev_plan_stage;
+
+typedef struct dev_plan_options {
+    int optimizer;         /* enum dev_optim_kind */
+    int bf16_state;        /* optim_state "bf16" */
+    double lr;             /* < 0: the optimizer's default */
+    double weight_decay, clip;
+    int warmup;            /* optimizer warm-up steps; -1: 10% of the steps */
+    uint64_t seed;
+    int recompute, recompute_attention;
+} dev_plan_options;
+
+typedef struct dev_plan {
+    char job[18];
+    uint64_t job_num;
+    uint32_t epoch;
+    dev_config config;
+    int batch, seq, micro_batches;
+    int steps, start_step, checkpoint_every;
+    int codec_act, codec_grad; /* enum dev_codec */
+    double topk;           /* codec_grad topk: the fraction kept; else 0 */
+    int sealed;
+    int schedule;          /* enum bal_schedule */
+    dev_plan_options options;
+    int n_stages;
+    dev_plan_stage *stage; /* [n_stages] */
+    int local[DEV_PLAN_MAX_LOCAL], n_local; /* this device's stages, ascending */
+} dev_plan;
+
+/* Parses plan text (JSON, as the coordinator signed it) for the device
+ * self_id into p. 0, or -1 with the reason in err and p empty (nothing to
+ * free). */
+int dev_plan_parse(const char *text, size_t len, const char *self_id, dev_plan *p, sl_err *err);
+/* The same from a loaded JSON value. */
+int dev_plan_from_json(const json_t *plan, const char *self_id, dev_plan *p, sl_err *err);
+void dev_plan_free(dev_plan *p);
+
+#endif
