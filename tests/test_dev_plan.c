@@ -1,0 +1,301 @@
+/* test_dev_plan.c - the device's plan parser (dev_plan.h): the plans of real
+ * jobs are accepted with what they say; every check refuses its field with a
+ * message naming it; the devices a plan is read for. */
+#include <dirent.h>
+#include <jansson.h>
+#include <string.h>
+
+#include "dev_plan.h"
+#include "fuzz/fuzz_plan.h"
+#include "sl_config.h"
+#include "sl_file.h"
+#include "sl_log.h"
+#include "sl_test.h"
+
+/* The base plan with `path` ("a.b.2.c") set to the JSON `value`, or removed
+ * (value NULL), as text (caller frees). */
+static char *edited(const char *path, const char *value)
+{
+    json_error_t je;
+    json_t *pl = json_loads(fp_base_plan, 0, &je), *at = pl;
+    json_t *v = value ? json_loads(value, JSON_DECODE_ANY, &je) : NULL;
+    if (!pl || (value && !v)) {
+        fprintf(stderr, "edited(%s, %s): %s\n", path, value ? value : "-", je.text);
+        abort();
+    }
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *save = NULL, *key = strtok_r(buf, ".", &save);
+    for (char *next; (next = strtok_r(NULL, ".", &save)); key = next)
+        at = json_is_array(at) ? json_array_get(at, strtoul(key, NULL, 10)) : json_object_get(at, key);
+    if (json_is_array(at)) {
+        size_t i = strtoul(key, NULL, 10);
+        if (v)
+            json_array_set_new(at, i, v);
+        else
+            json_array_remove(at, i);
+    } else if (v) {
+        json_object_set_new(at, key, v);
+    } else {
+        json_object_del(at, key);
+    }
+    char *text = json_dumps(pl, JSON_COMPACT);
+    json_decref(pl);
+    return text;
+}
+
+static int parse(const char *text, const char *self, dev_plan *p, sl_err *err)
+{
+    return dev_plan_parse(text, strlen(text), self, p, err);
+}
+
+static void test_base_plan(void)
+{
+    dev_plan p;
+    sl_err err = {0};
+    CHECKF(parse(fp_base_plan, FP_OWNER, &p, &err) == 0, "%s", err.msg);
+    const char *broken = fp_plan_broken(&p, FP_OWNER);
+    CHECKF(!broken, "%s", broken ? broken : "");
+    CHECK(!strcmp(p.job, "j49d624e5ad535c6e") && p.job_num == 5320480578658851950ull && p.epoch == 1);
+    CHECK(p.batch == 8 && p.micro_batches == 4 && p.seq == 24 && p.steps == 20 &&
+          p.start_step == 1 && p.checkpoint_every == 10);
+    CHECK(p.codec_act == DEV_CODEC_NONE && p.codec_grad == DEV_CODEC_NONE && p.topk == 0 &&
+          p.sealed == 1 && p.schedule == BAL_1F1B);
+    CHECK(p.config.layers == 3 && p.config.hidden == 32 && p.config.max_pos == 24);
+    CHECK(p.options.optimizer == DEV_OPT_ADAMW && !p.options.bf16_state && p.options.lr == 0.002 &&
+          p.options.weight_decay == 0.01 && p.options.clip == 1.0 && p.options.warmup == -1 &&
+          p.options.seed == 1 && !p.options.recompute && !p.options.recompute_attention);
+    CHECK(p.n_stages == 4 && p.n_local == 2 && p.local[0] == 0 && p.local[1] == 3);
+    static const int first[] = {0, 2, 3, 4}, last[] = {1, 2, 3, 4}, warm[] = {3, 3, 3, 0};
+    for (int i = 0; i < 4 && p.n_stages == 4; i++)
+        CHECK(p.stage[i].first_unit == first[i] && p.stage[i].last_unit == last[i] &&
+              p.stage[i].warmup == warm[i] && p.stage[i].threads == 1);
+    CHECK(!strcmp(p.stage[1].device, FP_MID) && !strcmp(p.stage[1].address, "127.0.0.1:46815"));
+    CHECK(p.stage[0].link_key[0] == 0x7e && p.stage[0].link_key[31] == 0x4d &&
+          !memcmp(p.stage[0].link_key, p.stage[3].link_key, 32));
+    dev_plan_free(&p);
+    CHECK(p.stage == NULL);
+    CHECK(parse(fp_base_plan, FP_MID, &p, &err) == 0 && p.n_local == 1 && p.local[0] == 1);
+    dev_plan_free(&p);
+    CHECK(parse(fp_base_plan, FP_LAST, &p, &err) == 0 && p.n_local == 1 && p.local[0] == 2);
+    dev_plan_free(&p);
+}
+
+/* What else is accepted: topk gradients, GPipe, LAMB, bf16 state, upper-case keys. */
+static void test_accepted_variants(void)
+{
+    static const char *const cases[][2] = {
+        {"codec_grad", "\"topk:0.25\""},
+        {"codec_grad", "\"topk:1\""},
+        {"codec_act", "\"int8\""},
+        {"schedule", "\"gpipe\""},
+        {"options.optimizer", "\"lamb\""},
+        {"options.optim_state", "\"bf16\""},
+        {"options.seed", "-1"},
+        {"checkpoint_every", "0"},
+        {"checkpoint_every", "50"},
+        {"start_step", "20"},
+        {"stages.1.warmup", "4"},
+        {"stages.2.link_key", "\"FEF5031A74023323AB3EB63E076B7B175506400164579D82033EC02C5AC7773D\""},
+        {"stages.2.address", "\"[::1]:7001\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *text = edited(cases[i][0], cases[i][1]);
+        dev_plan p;
+        sl_err err = {0};
+        int rc = parse(text, FP_MID, &p, &err);
+        CHECKF(rc == 0, "%s = %s: %s", cases[i][0], cases[i][1], err.msg);
+        const char *broken = rc ? NULL : fp_plan_broken(&p, FP_MID);
+        CHECKF(!broken, "%s = %s: %s", cases[i][0], cases[i][1], broken);
+        if (!rc && !strcmp(cases[i][1], "\"topk:0.25\""))
+            CHECK(p.codec_grad == DEV_CODEC_TOPK && p.topk == 0.25);
+        dev_plan_free(&p);
+        free(text);
+    }
+}
+
+/* Each check refuses its field, naming it; nothing to free after a refusal. */
+static void test_refusals(void)
+{
+    static const struct {
+        const char *path, *value, *msg;
+    } cases[] = {
+        {"steps", NULL, "plan: steps: missing"},
+        {"steps", "0", "plan: steps: 0 is not in 1..1000000000"},
+        {"steps", "1000000001", "plan: steps: 1000000001 is not in 1..1000000000"},
+        {"steps", "\"20\"", "plan: steps: not an integer"},
+        {"steps", "20.0", "plan: steps: not an integer"},
+        {"start_step", "0", "plan: start_step: 0 is not in 1..20"},
+        {"start_step", "21", "plan: start_step: 21 is not in 1..20"},
+        {"batch", "0", "plan: batch: 0 is not in 1..65536"},
+        {"batch", "65537", "plan: batch: 65537 is not in 1..65536"},
+        {"micro_batches", "3", "plan: micro_batches: 3 does not divide the batch 8"},
+        {"micro_batches", "16", "plan: micro_batches: 16 is not in 1..8"},
+        {"seq", "25", "plan: seq: 25 is not in 1..24"},
+        {"seq", "0", "plan: seq: 0 is not in 1..24"},
+        {"epoch", "0", "plan: epoch: 0 is not in 1..4294967295"},
+        {"epoch", "4294967296", "plan: epoch: 4294967296 is not in 1..4294967295"},
+        {"job", "\"j0000000000000001\"", "plan: job: 'j0000000000000001' is not job_num's id j49d624e5ad535c6e"},
+        {"job", "7", "plan: job: not a string"},
+        {"job_num", "-1", "plan: job_num: -1 is not in 0..9223372036854775807"},
+        {"checkpoint_every", "-1", "plan: checkpoint_every: -1 is not in 0..2147483647"},
+        {"checkpoint_every", "10.5", "plan: checkpoint_every: not an integer"},
+        {"codec_act", "\"topk:0.5\"", "plan: codec_act: 'topk:0.5' is not none, fp16, bf16 or int8"},
+        {"codec_act", "\"fp8\"", "plan: codec_act: 'fp8' is not"},
+        {"codec_grad", "\"topk\"", "plan: codec_grad: 'topk' is not"},
+        {"codec_grad", "\"topk:0\"", "plan: codec_grad: 'topk:0' is not"},
+        {"codec_grad", "\"topk:1.5\"", "plan: codec_grad: 'topk:1.5' is not"},
+        {"codec_grad", "\"topk:0.5x\"", "plan: codec_grad: 'topk:0.5x' is not"},
+        {"codec_grad", "\"topk:nan\"", "plan: codec_grad: 'topk:nan' is not"},
+        {"sealed", "1", "plan: sealed: not true or false"},
+        {"schedule", "\"zigzag\"", "plan: schedule: 'zigzag' is not 1f1b or gpipe"},
+        {"config", "\"bert\"", "plan: config: not an object"},
+        {"config", NULL, "plan: config: missing"},
+        {"config.num_hidden_layers", "0", "plan: config"},
+        {"options", "[]", "plan: options: not an object"},
+        {"options.optimizer", "\"sgd\"", "plan: options.optimizer: 'sgd' is not adamw or lamb"},
+        {"options.optim_state", "\"fp8\"", "plan: options.optim_state: 'fp8' is not fp32 or bf16"},
+        {"options.lr", "\"fast\"", "plan: options.lr: not a number"},
+        {"options.clip", NULL, "plan: options.clip: missing"},
+        {"options.warmup", "-2", "plan: options.warmup: -2 is not in -1..2147483647"},
+        {"options.seed", "1.5", "plan: options.seed: not an integer"},
+        {"options.recompute", "0", "plan: options.recompute: not true or false"},
+        {"stages", "{}", "plan: stages: not an array"},
+        {"stages", "[]", "plan: stages: 0 stages for 5 units"},
+        {"stages.1", "5", "plan: stages[1]: not an object"},
+        {"stages.1.index", "2", "plan: stages[1].index: 2 is not in 1..1"},
+        {"stages.1.device", "\"skyloom-admin\"", "plan: stages[1].device: 'skyloom-admin' is not a device id"},
+        {"stages.1.device", "\"D30F61CFBD34B94F9\"", "plan: stages[1].device: 'D30F61CFBD34B94F9' is not a device id"},
+        {"stages.1.address", "\"\"", "plan: stages[1].address: '' is not 1 to 255"},
+        {"stages.1.address", "\"a b:1\"", "plan: stages[1].address: 'a b:1' is not"},
+        {"stages.1.address", "\"\\u001b[2J:1\"", "plan: stages[1].address: '\\x1b[2J:1' is not"},
+        {"stages.1.link_key", "\"d6fea5\"", "plan: stages[1].link_key: not 64 hex digits"},
+        {"stages.1.link_key", "\"-6fea5278bba4daaf41462260f5a0160526e431022e11c126f262d54b3d7135f\"",
+         "plan: stages[1].link_key: not 64 hex digits"},
+        {"stages.1.link_key", "\" 6fea5278bba4daaf41462260f5a0160526e431022e11c126f262d54b3d7135f\"",
+         "plan: stages[1].link_key: not 64 hex digits"},
+        {"stages.0.first_unit", "1", "plan: stages[0].first_unit: 1, not unit 0 (the embeddings)"},
+        {"stages.2.first_unit", "4", "plan: stages[2].first_unit: 4, but stage 1 ends at unit 2"},
+        {"stages.2.first_unit", "2", "plan: stages[2].first_unit: 2, but stage 1 ends at unit 2"},
+        {"stages.1.first_unit", "9", "plan: stages[1].first_unit: 9 is not in 0..4"},
+        {"stages.1.last_unit", "1", "plan: stages[1].last_unit: 1 is before its first unit 2"},
+        {"stages.3.last_unit", "5", "plan: stages[3].last_unit: 5 is past the head (unit 4)"},
+        {"stages.3", NULL, "plan: stages: the last stage ends at unit 3, not at the head (unit 4)"},
+        {"stages.1.warmup", "5", "plan: stages[1].warmup: 5 is not in 0..4"},
+        {"stages.1.warmup", "-1", "plan: stages[1].warmup: -1 is not in 0..4"},
+        {"stages.1.threads", "0", "plan: stages[1].threads: 0 is not in 1..65536"},
+        {"stages.1.threads", "65537", "plan: stages[1].threads: 65537 is not in 1..65536"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *text = edited(cases[i].path, cases[i].value);
+        dev_plan p;
+        sl_err err = {0};
+        int rc = parse(text, FP_OWNER, &p, &err);
+        CHECKF(rc == -1 && strstr(err.msg, cases[i].msg) && p.stage == NULL && p.n_stages == 0,
+               "%s = %s: rc %d, '%s', expected '%s'", cases[i].path,
+               cases[i].value ? cases[i].value : "(removed)", rc, err.msg, cases[i].msg);
+        const char *broken = fp_refusal_broken(err.msg);
+        CHECKF(!broken, "%s: '%s'", broken ? broken : "", err.msg);
+        free(text);
+    }
+    /* bf16 optimizer state is for AdamW only */
+    json_error_t je;
+    json_t *pl = json_loads(fp_base_plan, 0, &je);
+    json_t *o = json_object_get(pl, "options");
+    json_object_set_new(o, "optimizer", json_string("lamb"));
+    json_object_set_new(o, "optim_state", json_string("bf16"));
+    dev_plan p;
+    sl_err err = {0};
+    CHECK(dev_plan_from_json(pl, FP_OWNER, &p, &err) == -1 &&
+          strstr(err.msg, "plan: options.optim_state: bf16 is for adamw only"));
+    json_decref(pl);
+    CHECK(parse("", FP_OWNER, &p, &err) == -1 && strstr(err.msg, "plan: not JSON"));
+    CHECK(parse("[1, 2]", FP_OWNER, &p, &err) == -1 && strstr(err.msg, "plan: not a JSON object"));
+    CHECK(dev_plan_parse("{\"job\": \"a\0b\"}", 14, FP_OWNER, &p, &err) == -1 &&
+          strstr(err.msg, "plan: not JSON"));
+}
+
+/* Who reads it: a device the plan does not name is refused, and one device
+ * holds at most DEV_PLAN_MAX_LOCAL stages. */
+static void test_devices(void)
+{
+    dev_plan p;
+    sl_err err = {0};
+    CHECK(parse(fp_base_plan, FP_STRANGER, &p, &err) == -1 &&
+          strstr(err.msg, "plan: stages: none is this device's (" FP_STRANGER ")"));
+    CHECK(parse(fp_base_plan, "", &p, &err) == -1 && strstr(err.msg, "none is this device's"));
+    /* ten units (8 layers), one stage each, nine of them the owner's */
+    json_error_t je;
+    json_t *pl = json_loads(fp_base_plan, 0, &je), *st = json_object_get(pl, "stages");
+    json_object_set_new(json_object_get(pl, "config"), "num_hidden_layers", json_integer(8));
+    json_t *own = json_deep_copy(json_array_get(st, 0)), *mid = json_deep_copy(json_array_get(st, 1));
+    json_array_clear(st);
+    for (int i = 0; i < 10; i++) {
+        json_t *s = json_deep_copy(i == 4 ? mid : own);
+        json_object_set_new(s, "index", json_integer(i));
+        json_object_set_new(s, "first_unit", json_integer(i));
+        json_object_set_new(s, "last_unit", json_integer(i));
+        json_object_set_new(s, "warmup", json_integer(0));
+        json_array_append_new(st, s);
+    }
+    CHECK(dev_plan_from_json(pl, FP_MID, &p, &err) == 0 && p.n_stages == 10 && p.n_local == 1 &&
+          p.local[0] == 4);
+    dev_plan_free(&p);
+    CHECK(dev_plan_from_json(pl, FP_OWNER, &p, &err) == -1 &&
+          strstr(err.msg, "plan: stages: 9 are this device's, more than 8"));
+    /* eight are allowed */
+    json_object_set_new(json_array_get(st, 5), "device", json_string(FP_LAST));
+    CHECK(dev_plan_from_json(pl, FP_OWNER, &p, &err) == 0 && p.n_local == 8 && p.local[7] == 9);
+    dev_plan_free(&p);
+    json_decref(own);
+    json_decref(mid);
+    json_decref(pl);
+}
+
+/* The plans of real jobs (the fuzz target's seeds) are accepted for every
+ * device they name. */
+static void test_real_plans(void)
+{
+    const char *dir = SKYLOOM_SOURCE_ROOT "/tests/fuzz/corpus/plan";
+    DIR *d = opendir(dir);
+    CHECKF(d != NULL, "%s", dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4200], *text = NULL;
+        size_t len = 0;
+        sl_err err = {0};
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        CHECKF(sl_read_file(path, 1 << 20, &text, &len, &err) == 0, "%s", err.msg);
+        json_error_t je;
+        json_t *pl = text ? json_loadb(text, len, 0, &je) : NULL;
+        json_t *st = json_object_get(pl, "stages");
+        for (size_t i = 0; i < json_array_size(st); i++) {
+            const char *dev = json_string_value(json_object_get(json_array_get(st, i), "device"));
+            dev_plan p;
+            CHECKF(dev_plan_parse(text, len, dev, &p, &err) == 0, "%s for %s: %s", e->d_name, dev,
+                   err.msg);
+            const char *broken = fp_plan_broken(&p, dev);
+            CHECKF(!broken, "%s: %s", e->d_name, broken ? broken : "");
+            dev_plan_free(&p);
+        }
+        n += json_array_size(st) > 0;
+        json_decref(pl);
+        free(text);
+    }
+    if (d)
+        closedir(d);
+    CHECKF(n >= 3, "%d plans", n);
+}
+
+int main(void)
+{
+    sl_log_set_level(SL_LOG_OFF);
+    RUN(test_base_plan);
+    RUN(test_accepted_variants);
+    RUN(test_refusals);
+    RUN(test_devices);
+    RUN(test_real_plans);
+    return sl_test_done();
+}
