@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <sodium.h>
@@ -631,6 +632,11 @@ static json_t *job_options(const char *text, rpc_status *st)
              (strcmp(os, "fp32") && strcmp(os, "bf16")) || (!strcmp(os, "bf16") && strcmp(opt, "adamw")))
         rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: optimizer adamw|lamb, optim_state "
                        "fp32|bf16 (bf16 with adamw only)");
+    else if (json_integer_value(json_object_get(o, "warmup")) < -1 ||
+             json_integer_value(json_object_get(o, "warmup")) > INT_MAX ||
+             json_integer_value(json_object_get(o, "checkpoint_every")) > INT_MAX)
+        rpc_status_set(st, RPC_INVALID_ARGUMENT, "options: warmup must be -1 (10%% of the steps) "
+                       "or more, and warmup and checkpoint_every at most %d", INT_MAX);
     else if (json_integer_value(json_object_get(o, "checkpoint_every")) < 0 ||
              json_integer_value(json_object_get(o, "first")) < 0 ||
              json_integer_value(json_object_get(o, "sequences")) < 0 ||

@@ -598,8 +598,16 @@ static int heartbeat_reply(coord *c, coord_state *db, const char *id, int64_t no
 static int heartbeat(coord *c, coord_state *db, const Skyloom__V1__HeartbeatRequest *r, rpc_buf *resp,
                      rpc_status *st)
 {
-    if (strlen(r->stage_address) > 255)
+    size_t alen = strlen(r->stage_address);
+    if (alen > 255)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "stage_address longer than 255 bytes");
+    /* plans carry the address and the devices refuse one that is not this */
+    for (size_t i = 0; i < alen; i++)
+        if ((unsigned char)r->stage_address[i] <= 0x20 || (unsigned char)r->stage_address[i] >= 0x7f)
+            return rpc_status_set(st, RPC_INVALID_ARGUMENT, "stage_address has a space or a "
+                                  "byte that is not printable ASCII");
+    if (r->threads > 65536)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "threads: %u is over 65536", r->threads);
     rpc_buf prof = {0};
     if (r->profile)
         rpc_pack(r->profile, &prof);
