@@ -135,6 +135,7 @@ typedef struct cjob {
     int wait_kind;            /* WAIT_* */
     int weigh_joiners;        /* a step was committed: joiners with a profile are weighed */
     int store_fails;          /* checkpoint store failures since the last commit */
+    uint64_t n_lost, n_recoveries; /* since the coordinator started (for /metrics) */
     int restarted;            /* recovering after a coordinator restart */
     double predicted;         /* the plan's predicted iteration time */
     struct job_obs *obs;      /* figures for /metrics and the dashboard */
@@ -1187,6 +1188,7 @@ static void job_recover(coord_jobs *j, cjob *jb, const char *why)
     fail_reset(jb);
     jb->detect_ms = jb->wait_ms = sl_unix_ms();
     jb->wait_kind = WAIT_NONE;
+    jb->n_recoveries++;
     if (++jb->stalls > MAX_STALLS) {
         char m[700];
         snprintf(m, sizeof m, "%d recoveries without a step committed in between; the last: %.500s",
@@ -2160,6 +2162,7 @@ static void mark_lost(coord_jobs *j, cjob *jb, int k, const char *how)
         return;
     c->lost_ms = sl_unix_ms();
     c->joining = 0;
+    jb->n_lost++;
     job_event(j, jb, "lost", c->id, "%s", how);
 }
 
@@ -2755,6 +2758,8 @@ static void obs_job_fill(const cjob *jb, int detail, coord_obs_job *x)
     x->tokens_s = jb->tokens_s;
     x->step_s = json_number_value(json_object_get(jb->last_stages, "step_s"));
     x->created = jb->created;
+    x->devices_lost = jb->n_lost;
+    x->recoveries = jb->n_recoveries;
     const struct job_obs *o = jb->obs;
     if (o) {
         x->nstage = o->nstage;

@@ -122,6 +122,10 @@ check "the model equals skyloom train's, byte for byte" \
 check "the per-step losses equal skyloom train's, one row per step" \
     bash -c '[ "$(tail -n +2 "$0" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | cut -d, -f1,2)" ]' \
     "$d/coord/jobs/$JOB/metrics.csv" "$d/ref/metrics.csv"
+curl -s "http://$CL_HTTP/metrics" > "$d/metrics.txt"
+check "/metrics counts the devices lost and the recoveries" \
+    bash -c 'grep -q "^skyloom_job_devices_lost_total{job_id=\"$1\"} [3-9]" "$0" && grep -q "^skyloom_job_recoveries_total{job_id=\"$1\"} [3-9]" "$0"' \
+    "$d/metrics.txt" "$JOB"
 check "no partial checkpoint left behind" bash -c '! ls -d "$0"/ckpt/*.partial 2>/dev/null | grep -q .' "$d/coord/jobs/$JOB"
 
 cl_stop
