@@ -87,6 +87,7 @@ job() {
       "$D1=${CL_PID_OF[dev1]}" "$D2=${CL_PID_OF[dev2]}" "$D3=${CL_PID_OF[dev3]}"
   wait "$w" || { echo "bench_job: job $id did not finish" >&2; return 1; }
   cl_job status "$id" --json > "$CL/$name.status"
+  cl_job trace "$id" --json > "$CL/$name.trace" 2>/dev/null || echo '{}' > "$CL/$name.trace"
   cp "$CL/coord/jobs/$id/metrics.csv" "$CL/$name.metrics"
 }
 
@@ -220,4 +221,23 @@ print("| bytes per step on the wire, all links both ways (raw fp32: %.1f MB) | â
     m(lambda x: x[2]["wire"] / x[0]["wire"])))
 print("| activations per step per link, on the wire (last round) | â€“ | %s B | %s B |" % (
     " / ".join(str(v) for v in R[-1][0]["act"]), " / ".join(str(v) for v in R[-1][2]["act"])))
+
+# where a step's time went: the measured ops of a recent step (skyloom job
+# trace), seconds per stage and kind, in the median round's codec-none job
+kinds = {1: "recv", 2: "fwd", 3: "send", 4: "recv", 5: "bwd", 6: "send", 7: "send", 8: "recv", 9: "sync", 10: "optim"}
+i = sorted(range(len(R)), key=lambda i: R[i][0]["step"])[len(R) // 2]
+t = json.load(open(f"{d}/none{i + 1}.trace"))
+if t.get("stages"):
+    print()
+    print("step %d of round %d's codec-none job (predicted %.3f s), seconds per stage:" % (t["step"], i + 1, R[i][0]["pred"]))
+    print()
+    print("| stage | device | forward | backward | receive | send | sync | optimizer | idle | step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for x in t["stages"]:
+        tot = collections.Counter()
+        for k, mb, a, b in x["ops"]:
+            tot[kinds.get(k, "?")] += b - a
+        print("| %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |" % (
+            x["stage"], x["device"], tot["fwd"], tot["bwd"], tot["recv"], tot["send"], tot["sync"],
+            tot["optim"], max(0.0, x["step_s"] - sum(tot.values())), x["step_s"]))
 PY
