@@ -21,10 +21,10 @@
 # the last; the CPU seconds per step of all the run's processes and the
 # cores other work took meanwhile (/proc/stat); bytes per step on the wire.
 # Prints a JSON line per round and a markdown table of the medians.
-# usage: bench_job.sh SKYLOOM SOURCE_ROOT   env: ROUNDS (3), STEPS (30), WARMUP (5), CKPT (10)
+# usage: bench_job.sh SKYLOOM SOURCE_ROOT   env: ROUNDS (5), STEPS (25), WARMUP (5), CKPT (10)
 set -u
 SK=$(cd "$(dirname "$1")" && pwd)/$(basename "$1"); src=$2
-rounds=${ROUNDS:-3} steps=${STEPS:-30} warmup=${WARMUP:-5} ckpt=${CKPT:-10}
+rounds=${ROUNDS:-5} steps=${STEPS:-25} warmup=${WARMUP:-5} ckpt=${CKPT:-10}
 B=32 M=8 T=128
 CL=$(mktemp -d /tmp/skyloom-bench-job-XXXXXX)
 . "$src/scripts/cluster.sh"
