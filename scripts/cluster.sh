@@ -76,7 +76,7 @@ cl_device() {
 
 _cl_dev() {
   local name=$1; shift
-  OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$SK" device --coordinator "$CL_ADDR" --state "$CL/$name" \
+  "$SK" device --coordinator "$CL_ADDR" --state "$CL/$name" \
       --stage-listen 127.0.0.1:0 "$@" >>"$CL/$name.log" 2>&1 &
   CL_PIDS+=($!)
   CL_ALL+=($!)

@@ -28,6 +28,8 @@ cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" || exit 1; OWNER=$C
 cl_device dev2 lab-b --threads 1 || exit 1; MID=$CL_ID
 cl_device dev3 lab-b --threads 1 || exit 1; LAST=$CL_ID
 cl_wait_online 3 || exit 1
+check "a device started without OMP_WAIT_POLICY runs with it passive" \
+    bash -c 'tr "\0" "\n" < /proc/$0/environ | grep -qx OMP_WAIT_POLICY=passive' "${CL_PID_OF[dev1]}"
 
 "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps 20 --batch 8 --micro-batches 4 \
     --lr 2e-3 --save "$d/ref" >/dev/null 2>&1
