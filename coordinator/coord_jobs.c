@@ -136,6 +136,7 @@ typedef struct cjob {
     int wait_kind;            /* WAIT_* */
     int weigh_joiners;        /* a step was committed: joiners with a profile are weighed */
     int store_fails;          /* checkpoint store failures since the last commit */
+    uint64_t n_lost, n_recoveries; /* since the coordinator started (for /metrics) */
     int restarted;            /* recovering after a coordinator restart */
     double predicted;         /* the plan's predicted iteration time */
     struct job_obs *obs;      /* figures for /metrics and the dashboard */
@@ -1193,6 +1194,7 @@ static void job_recover(coord_jobs *j, cjob *jb, const char *why)
     fail_reset(jb);
     jb->detect_ms = jb->wait_ms = sl_unix_ms();
     jb->wait_kind = WAIT_NONE;
+    jb->n_recoveries++;
     if (++jb->stalls > MAX_STALLS) {
         char m[700];
         snprintf(m, sizeof m, "%d recoveries without a step committed in between; the last: %.500s",
@@ -2166,6 +2168,7 @@ static void mark_lost(coord_jobs *j, cjob *jb, int k, const char *how)
         return;
     c->lost_ms = sl_unix_ms();
     c->joining = 0;
+    jb->n_lost++;
     job_event(j, jb, "lost", c->id, "%s", how);
 }
 
@@ -2761,6 +2764,8 @@ static void obs_job_fill(const cjob *jb, int detail, coord_obs_job *x)
     x->tokens_s = jb->tokens_s;
     x->step_s = json_number_value(json_object_get(jb->last_stages, "step_s"));
     x->created = jb->created;
+    x->devices_lost = jb->n_lost;
+    x->recoveries = jb->n_recoveries;
     const struct job_obs *o = jb->obs;
     if (o) {
         x->nstage = o->nstage;
@@ -2822,4 +2827,94 @@ void coord_snapshot_free(coord_snapshot *s)
     free(s->job);
     free(s->dev);
     memset(s, 0, sizeof *s);
+}
+
+/* ---- a device's latest profile (skyloom status) ----------------------------- */
+
+static double *doubles_of(const json_t *a, size_t *n)
+{
+    *n = json_array_size(a) < 4096 ? json_array_size(a) : 4096;
+    double *v = sl_xcalloc(*n + 1, sizeof *v);
+    for (size_t i = 0; i < *n; i++)
+        v[i] = json_number_value(json_array_get(a, i));
+    return v;
+}
+
+int coord_jobs_latest_profile(coord_state *db, const char *device, Skyloom__V1__JobProfile **out,
+                              sl_err *err)
+{
+    *out = NULL;
+    sqlite3 *s = coord_state_db(db);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s, "SELECT p.job, p.result, p.at, j.options, j.data_info"
+                           " FROM job_profiles p LEFT JOIN jobs j ON j.id = p.job"
+                           " WHERE p.device = ? ORDER BY p.at DESC, p.rowid DESC LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sl_err_set(err, SL_EIO, "sqlite: %s", sqlite3_errmsg(s));
+    sqlite3_bind_text(st, 1, device, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return rc == SQLITE_DONE ? 0 : sl_err_set(err, SL_EIO, "sqlite: %s", sqlite3_errmsg(s));
+    }
+#define COL(k) ((const char *)sqlite3_column_text(st, (k)) ? (const char *)sqlite3_column_text(st, (k)) : "")
+    json_error_t je;
+    json_t *res = json_loads(COL(1), 0, &je), *opts = json_loads(COL(3), 0, &je),
+           *info = json_loads(COL(4), 0, &je);
+    Skyloom__V1__JobProfile *p = sl_xmalloc(sizeof *p);
+    skyloom__v1__job_profile__init(p);
+    p->job_id = sl_xstrdup(COL(0));
+    p->measured_at = sqlite3_column_int64(st, 2);
+#undef COL
+    sqlite3_finalize(st);
+    json_int_t batch = json_integer_value(json_object_get(opts, "batch"));
+    json_int_t micro = json_integer_value(json_object_get(opts, "micro_batches"));
+    p->micro_batch = micro > 0 && batch > 0 ? (uint32_t)(batch / micro) : 0;
+    p->seq = (uint32_t)json_integer_value(json_object_get(info, "seq_len"));
+    const char *why = json_string_value(json_object_get(res, "reason"));
+    if (!res || json_object_get(res, "failed"))
+        p->failed = sl_xstrdup(why && *why ? why : "no usable profile");
+    else
+        p->failed = sl_xstrdup("");
+    p->unit_fwd_s = doubles_of(json_object_get(res, "unit_fwd_s"), &p->n_unit_fwd_s);
+    p->unit_bwd_s = doubles_of(json_object_get(res, "unit_bwd_s"), &p->n_unit_bwd_s);
+    p->memory_bytes = (uint64_t)json_integer_value(json_object_get(res, "memory_bytes"));
+    p->threads = (uint32_t)json_integer_value(json_object_get(res, "threads"));
+    const char *be = json_string_value(json_object_get(res, "backend"));
+    p->backend = sl_xstrdup(be ? be : "");
+    json_t *links = json_object_get(res, "links");
+    size_t nl = json_array_size(links) < 4096 ? json_array_size(links) : 4096;
+    p->links = sl_xcalloc(nl + 1, sizeof *p->links);
+    for (size_t i = 0; i < nl; i++) {
+        json_t *l = json_array_get(links, i);
+        const char *peer = json_string_value(json_object_get(l, "peer"));
+        Skyloom__V1__LinkProfile *x = sl_xmalloc(sizeof *x);
+        skyloom__v1__link_profile__init(x);
+        x->peer = sl_xstrdup(peer && cert_valid_device_id(peer) ? peer : "?");
+        x->rtt_s = json_number_value(json_object_get(l, "rtt_s"));
+        x->bandwidth_bytes_per_s = json_number_value(json_object_get(l, "bandwidth_Bps"));
+        p->links[p->n_links++] = x;
+    }
+    json_decref(res);
+    json_decref(opts);
+    json_decref(info);
+    *out = p;
+    return 0;
+}
+
+void coord_jobs_profile_free(Skyloom__V1__JobProfile *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n_links; i++) {
+        free(p->links[i]->peer);
+        free(p->links[i]);
+    }
+    free(p->links);
+    free(p->unit_fwd_s);
+    free(p->unit_bwd_s);
+    free(p->job_id);
+    free(p->failed);
+    free(p->backend);
+    free(p);
 }

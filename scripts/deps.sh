@@ -12,7 +12,7 @@ pkgs=(
   libsqlite3-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev
   fortunes
   iproute2
-  python3-torch python3-numpy prometheus chromium
+  python3-torch python3-numpy prometheus chromium curl
   clang libclang-rt-14-dev libomp-dev
 )
 

@@ -22,10 +22,8 @@ trap '[ -n "$REF" ] && kill $REF 2>/dev/null && wait $REF; cl_stop; [ -n "${KEEP
 
 command -v prlimit >/dev/null || { echo "FAIL prlimit (util-linux) is needed"; exit 1; }
 d=$CL
-cat "$src"/README.md "$src"/docs/*.md > "$d/corpus.txt"
-"$SK" -q data vocab --corpus "$d/corpus.txt" --size 400 --out "$d/vocab.txt" >/dev/null
-"$SK" -q data prepare --vocab "$d/vocab.txt" --in "$d/corpus.txt" --out "$d/text.shard" --seq 24 >/dev/null
-V=$(wc -l < "$d/vocab.txt")
+cl_shard "$src" || exit 1
+V=$CL_VOCAB
 cat > "$d/cfg.json" <<JSON
 {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 128,
  "vocab_size": $V, "max_position_embeddings": 24, "hidden_dropout_prob": 0.1,
@@ -44,13 +42,10 @@ OMP_WAIT_POLICY=passive "$SK" -q train --config "$d/cfg.json" --data "$d/text.sh
     --batch 16 --micro-batches 4 --lr 2e-3 --save "$d/ref" >/dev/null 2>&1 &
 REF=$!
 
-jq_() { cl_job status "$JOB" --json 2>/dev/null | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>/dev/null; }
+jq_() { cl_jq "$JOB" "$1"; }
 state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
-progress_in() {
-  local v; v=$(jq_ '"end" if j["state"] in ("done", "failed", "stopped") else int(j["state"] == "running" and j["epoch"] >= '"$1"' and j["step"] > j["plan"]["start_step"] + '"${2:-0}"')')
-  [ "$v" = end ] && { echo "     the job ended early: $(jq_ 'j["state"], j["step"], j["reason"]')"; CL_POLL_STOP=1; }
-  [ "$v" = 1 ]
-}
+# running in epoch E or later, more than N steps done in it
+progress_in() { cl_progress "$JOB" "$@"; }
 # the committed step as SQLite has it
 db_committed() { python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select committed_step from jobs where id=?", (sys.argv[2],)).fetchone()[0])' "$d/coord/coordinator.db" "$JOB"; }
 
