@@ -17,6 +17,7 @@
 #include "bal.h"
 #include "cert.h"
 #include "dev_ckpt.h"
+#include "dev_exch.h"
 #include "dev_net.h"
 #include "dev_plan.h"
 #include "dev_run.h"
@@ -1331,18 +1332,14 @@ int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *
     sl_err err = {0};
     if (rpc_stream_recv(s, &b, &err) != 1)
         return rpc_status_set(st, RPC_CANCELLED, "the stream ended before its hello");
-    Skyloom__V1__StageFrame *f = rpc_unpack(&skyloom__v1__stage_frame__descriptor, b.data, b.len);
+    dev_exch_hello h;
+    int bad = dev_exch_hello_parse(b.data, b.len, &h, &err);
     rpc_buf_free(&b);
-    if (!f || !f->hello) {
-        rpc_unpacked_free(f);
-        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "a stream starts with a hello");
-    }
+    if (bad)
+        return rpc_status_set(st, dev_exch_refusal_code(bad), "%s", err.msg);
     char job[24];
-    snprintf(job, sizeof job, "j%016llx", (unsigned long long)f->hello->job_id);
-    uint32_t epoch = f->hello->epoch;
-    int from = f->hello->from_stage > 65535 ? -1 : (int)f->hello->from_stage;
-    int to = f->hello->to_stage > 65535 ? -1 : (int)f->hello->to_stage;
-    rpc_unpacked_free(f);
+    snprintf(job, sizeof job, "j%016llx", (unsigned long long)h.job);
+    uint32_t epoch = h.epoch;
     pthread_mutex_lock(&js->mu);
     job_rt *rt = NULL;
     for (job_rt *x = js->closing ? NULL : js->runs; x; x = x->next)
@@ -1354,7 +1351,7 @@ int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *
     if (!rt)
         return rpc_status_set(st, RPC_FAILED_PRECONDITION, "job %s epoch %u is not running here "
                               "(yet)", job, epoch);
-    int code = dev_net_accept(rt->net, peer_id, from, to, s, st);
+    int code = dev_net_accept(rt->net, peer_id, &h, s, st);
     pthread_mutex_lock(&js->mu);
     rt->refs--;
     pthread_cond_broadcast(&js->cv);

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "dev_exch.h"
 #include "dev_stagesvc.h"
-#include "skyloom.pb-c.h"
 #include "sl_log.h"
 #include "sl_mem.h"
 #include "sl_time.h"
@@ -491,23 +491,18 @@ static void receive_loop(link *l, flow *in)
         const uint8_t *fr;
         size_t fl;
         dev_frame_hdr h;
-        int why = DEV_FR_BAD_HEADER, k = -1;
-        if (rpc_frame_unwrap(b.data, b.len, &fr, &fl) == 0 &&
-            dev_frame_parse_header(fr, fl, 0, &h, &why, NULL) == 0)
-            k = kind_of(h.direction);
-        /* a flow carries what its direction may: no gradient downstream, no
-         * activation upstream; labels and the gather only down */
-        int down = in == &l->down;
-        if (k == K_ACT || k == K_MASK || k == K_LABELS || k == K_GATHER)
-            k = down ? k : -1;
-        else if (k == K_GRAD || k == K_GRES)
-            k = down ? -1 : k;
+        sl_err ferr = {0};
+        int why = dev_exch_frame(n->c.stages, l->a, l->b, in == &l->down, b.data, b.len, &fr, &fl,
+                                 &h, &ferr);
+        int k = why == DEV_FR_OK ? kind_of(h.direction) : -1;
         pthread_mutex_lock(&n->mu);
         if (k < 0) {
-            refuse_count(n, why == DEV_FR_OK ? DEV_FR_BAD_HEADER : why);
+            if (why == DEV_FR_OK)
+                why = DEV_FR_BAD_HEADER;
+            refuse_count(n, why);
             pthread_mutex_unlock(&n->mu);
-            sl_log_warn("device: frame refused", "link=%d-%d reason=\"%s\"", l->a, l->b,
-                        dev_frame_reason_name(why == DEV_FR_OK ? DEV_FR_BAD_HEADER : why));
+            sl_log_warn("device: frame refused", "link=%d-%d reason=\"%s: %s\"", l->a, l->b,
+                        dev_frame_reason_name(why), ferr.msg);
             rpc_buf_free(&b);
             continue;
         }
@@ -572,26 +567,13 @@ static int send_loop(link *l)
     }
 }
 
-static int hello_pack(const dev_net *n, const link *l, rpc_buf *out)
-{
-    Skyloom__V1__StageHello h = SKYLOOM__V1__STAGE_HELLO__INIT;
-    h.job_id = n->c.job;
-    h.epoch = n->c.epoch;
-    h.from_stage = (uint32_t)l->a;
-    h.to_stage = (uint32_t)l->b;
-    Skyloom__V1__StageFrame f = SKYLOOM__V1__STAGE_FRAME__INIT;
-    f.hello = &h;
-    rpc_pack(&f, out);
-    return 0;
-}
-
+/* The server's answer: the hello of the link as sent. */
 static int hello_matches(const dev_net *n, const link *l, const rpc_buf *b)
 {
-    Skyloom__V1__StageFrame *f = rpc_unpack(&skyloom__v1__stage_frame__descriptor, b->data, b->len);
-    int ok = f && f->hello && f->hello->job_id == n->c.job && f->hello->epoch == n->c.epoch &&
-             f->hello->from_stage == (uint32_t)l->a && f->hello->to_stage == (uint32_t)l->b;
-    rpc_unpacked_free(f);
-    return ok;
+    dev_exch_hello h;
+    sl_err err = {0};
+    return dev_exch_hello_parse(b->data, b->len, &h, &err) == DEV_EXCH_OK && h.job == n->c.job &&
+           h.epoch == n->c.epoch && h.from == (uint32_t)l->a && h.to == (uint32_t)l->b;
 }
 
 /* Client: open the stream and have the hello answered, retrying while the
@@ -615,7 +597,7 @@ static int connect_link(link *l, sl_err *err)
         rpc_stream *st = rpc_stream_open(l->ch, RPC_M_STAGE_EXCHANGE, STREAM_LIFE_MS, &e);
         if (st) {
             rpc_buf hb = {0}, ack = {0};
-            hello_pack(n, l, &hb);
+            dev_exch_hello_pack(n->c.job, n->c.epoch, (uint32_t)l->a, (uint32_t)l->b, &hb);
             int r = rpc_stream_send(st, hb.data, hb.len, &e) == 0 ? rpc_stream_recv(st, &ack, &e) : -1;
             rpc_buf_free(&hb);
             if (r == 1 && hello_matches(n, l, &ack)) {
@@ -700,16 +682,17 @@ static void *server_sender_main(void *arg)
     return NULL;
 }
 
-int dev_net_accept(dev_net *n, const char *peer_id, int from, int to, rpc_stream *s, rpc_status *st)
+int dev_net_accept(dev_net *n, const char *peer_id, const dev_exch_hello *h, rpc_stream *s,
+                   rpc_status *st)
 {
-    link *l = from >= 0 && to >= 0 ? link_of(n, from, to) : NULL;
+    int from, to;
+    sl_err herr = {0};
+    int refusal = dev_exch_hello_check(&n->c, peer_id, h, &from, &to, &herr);
+    if (refusal)
+        return rpc_status_set(st, dev_exch_refusal_code(refusal), "%s", herr.msg);
+    link *l = link_of(n, from, to);
     if (!l || l->mode != L_SERVER)
-        return rpc_status_set(st, RPC_FAILED_PRECONDITION, "this device serves no link %d-%d of "
-                              "job %016llx epoch %u", from, to, (unsigned long long)n->c.job,
-                              n->c.epoch);
-    if (strcmp(peer_id, n->stage[from].device))
-        return rpc_status_set(st, RPC_PERMISSION_DENIED, "stage %d is device %s's, not %s's",
-                              from, n->stage[from].device, peer_id);
+        return rpc_status_set(st, RPC_INTERNAL, "link %d-%d is not served here", from, to);
     pthread_mutex_lock(&n->mu);
     if (l->serving || l->state != 0 || n->aborted) {
         pthread_mutex_unlock(&n->mu);
@@ -718,7 +701,7 @@ int dev_net_accept(dev_net *n, const char *peer_id, int from, int to, rpc_stream
     l->serving = 1;
     pthread_mutex_unlock(&n->mu);
     rpc_buf ack = {0};
-    hello_pack(n, l, &ack);
+    dev_exch_hello_pack(n->c.job, n->c.epoch, (uint32_t)from, (uint32_t)to, &ack);
     sl_err err = {0};
     int rc = rpc_stream_send(s, ack.data, ack.len, &err);
     rpc_buf_free(&ack);

@@ -60,10 +60,12 @@ dev_port *dev_net_port(dev_net *n, int i);
 /* Starts the links this device opens (a thread each: connect with retries,
  * then send). Ports may be used before they are up: calls wait. */
 int dev_net_start(dev_net *n, sl_err *err);
-/* Serves a stream whose hello named (from, to) of this net: checks the
- * caller, answers, then receives on this thread until the link ends.
- * Returns the stream's final status. */
-int dev_net_accept(dev_net *n, const char *peer_id, int from, int to, rpc_stream *s,
+/* Serves a stream whose first message was the hello h (dev_exch.h): checks
+ * it names a link this device serves and the caller is its other end
+ * (dev_exch_hello_check), answers, then receives on this thread until the
+ * link ends. Returns the stream's final status. */
+struct dev_exch_hello;
+int dev_net_accept(dev_net *n, const char *peer_id, const struct dev_exch_hello *h, rpc_stream *s,
                    rpc_status *st);
 /* Every port call fails from now on with `why`; streams are cancelled. */
 void dev_net_abort(dev_net *n, const char *why);
