@@ -19,7 +19,7 @@ endif
 # meson finds nvcc only on PATH.
 export PATH := $(PATH):/usr/local/cuda/bin
 
-.PHONY: all deps build test test-asan test-cuda bench fuzz clean demo
+.PHONY: all deps build test test-asan test-cuda bench fuzz clean demo chaos testbed
 
 all: build
 
@@ -94,6 +94,17 @@ fuzz: deps $(FUZZ_BUILD)/build.ninja
 # A small BERT trained on real text for about two minutes (scripts/demo.sh).
 demo: build
 	@scripts/demo.sh $(BUILD)
+
+# Five minutes of the demo job while devices and the coordinator are killed
+# and restarted; the report goes to $(BUILD)/chaos/report.md.
+chaos: build
+	@scripts/chaos.sh $(BUILD)
+
+# The Sky Computing experiment on a WAN of network namespaces on this machine
+# (scripts/testbed, as root): sites with shaped links, devices under CPU
+# quotas, the same job planned by even, sky and optimal; docs/testbed.md.
+testbed: build
+	@scripts/testbed run $(BUILD)
 
 bench: build
 	meson test -C $(BUILD) --benchmark --verbose --num-processes 1

@@ -1,6 +1,7 @@
 /* skyloom coordinator: the control plane (enrollment and device registry),
  * and `skyloom coordinator backup`, the copy of its state. */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,9 @@ int cmd_coordinator(int argc, char **argv)
         status = http_failed;
     } else {
         cli_catch_stop_signals();
+        /* a file-size limit reached in the checkpoint store fails that write
+         * (EFBIG, reported with the job) instead of killing the coordinator */
+        signal(SIGXFSZ, SIG_IGN);
         sl_log_info("coordinator: serving", "listen=%s port=%d pki=%s state=%s", o.listen, port,
                     o.pki, o.state);
         char line[16];

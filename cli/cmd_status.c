@@ -19,6 +19,68 @@ static json_t *profile_json(const Skyloom__V1__DeviceProfile *p)
                      p->cuda, "gpu", p->gpu_name);
 }
 
+static json_t *doubles_json(const double *v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_real(v[i]));
+    return a;
+}
+
+/* The device's latest job profile, or null. */
+static json_t *job_profile_json(const Skyloom__V1__JobProfile *p)
+{
+    if (!p)
+        return json_null();
+    json_t *links = json_array();
+    for (size_t i = 0; i < p->n_links; i++)
+        json_array_append_new(links, json_pack("{s:s, s:f, s:f}", "peer", p->links[i]->peer,
+                                               "rtt_s", p->links[i]->rtt_s, "bandwidth_Bps",
+                                               p->links[i]->bandwidth_bytes_per_s));
+    json_t *o = json_pack("{s:s, s:I, s:i, s:i, s:o, s:o, s:I, s:i, s:s, s:o}", "job_id", p->job_id,
+                          "measured_at", (json_int_t)p->measured_at, "micro_batch",
+                          (int)p->micro_batch, "seq", (int)p->seq, "unit_fwd_s",
+                          doubles_json(p->unit_fwd_s, p->n_unit_fwd_s), "unit_bwd_s",
+                          doubles_json(p->unit_bwd_s, p->n_unit_bwd_s), "memory_bytes",
+                          (json_int_t)p->memory_bytes, "threads", (int)p->threads, "backend",
+                          p->backend, "links", links);
+    if (*p->failed)
+        json_object_set_new(o, "failed", json_string(p->failed));
+    return o;
+}
+
+/* Milliseconds per unit: the embeddings | the encoder layers | the head. */
+static void print_units(const char *what, const double *v, size_t n)
+{
+    printf("    %-8s ms:", what);
+    for (size_t u = 0; u < n; u++)
+        printf("%s%.3g", u == 1 || (u + 1 == n && n > 1) ? " | " : " ", 1e3 * v[u]);
+    printf("\n");
+}
+
+static void print_job_profile(const Skyloom__V1__DeviceInfo *d)
+{
+    const Skyloom__V1__JobProfile *p = d->job_profile;
+    char when[32] = "?";
+    time_t t = (time_t)p->measured_at;
+    struct tm tm;
+    if (gmtime_r(&t, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    printf("  %s  job %s, %s\n", d->device_id, p->job_id, when);
+    if (*p->failed) {
+        printf("    failed: %s\n", p->failed);
+        return;
+    }
+    printf("    micro-batch %u x %u tokens, %u thread%s, %s, %.1f GiB usable\n", p->micro_batch,
+           p->seq, p->threads, p->threads == 1 ? "" : "s", p->backend,
+           (double)p->memory_bytes / (1u << 30));
+    print_units("forward", p->unit_fwd_s, p->n_unit_fwd_s);
+    print_units("backward", p->unit_bwd_s, p->n_unit_bwd_s);
+    for (size_t i = 0; i < p->n_links; i++)
+        printf("    link to %s: rtt %.3f ms, %.1f MB/s\n", p->links[i]->peer,
+               1e3 * p->links[i]->rtt_s, p->links[i]->bandwidth_bytes_per_s / 1e6);
+}
+
 int cmd_status(int argc, char **argv)
 {
     const char *target = NULL, *pki = NULL;
@@ -29,8 +91,12 @@ int cmd_status(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: skyloom status --coordinator HOST:PORT --pki DIR [--json]\n\n"
                    "Lists the devices a coordinator has enrolled: site, state (online,\n"
-                   "offline, revoked), last heartbeat and a profile summary. Authenticates\n"
-                   "with DIR/admin.crt from skyloom certs init.\n");
+                   "offline, revoked), last heartbeat and a profile summary, and what each\n"
+                   "device measured when it last profiled for a job: seconds per unit\n"
+                   "(embeddings | encoder layers | head) forward and backward for that job's\n"
+                   "micro-batch, its threads and memory, and the round trip and bandwidth of\n"
+                   "its links to the other candidates. Authenticates with DIR/admin.crt from\n"
+                   "skyloom certs init.\n");
             return 0;
         }
         if (!strcmp(a, "--json")) {
@@ -72,12 +138,13 @@ int cmd_status(int argc, char **argv)
         for (size_t i = 0; i < r->n_devices; i++) {
             Skyloom__V1__DeviceInfo *d = r->devices[i];
             json_array_append_new(
-                arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o}", "device_id", d->device_id,
-                               "site", d->site, "name", d->name, "state", d->state,
+                arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o}", "device_id",
+                               d->device_id, "site", d->site, "name", d->name, "state", d->state,
                                "stage_address", d->stage_address,
                                "enrolled_at", (json_int_t)d->enrolled_at, "last_heartbeat",
                                (json_int_t)d->last_heartbeat, "profile",
-                               profile_json(d->profile)));
+                               profile_json(d->profile), "job_profile",
+                               job_profile_json(d->job_profile)));
         }
         json_t *o = json_pack("{s:s, s:o}", "coordinator", target, "devices", arr);
         char *s = json_dumps(o, JSON_INDENT(2));
@@ -106,6 +173,15 @@ int cmd_status(int argc, char **argv)
         }
         if (r->n_devices == 0)
             printf("(no devices enrolled)\n");
+        int header = 0;
+        for (size_t i = 0; i < r->n_devices; i++) {
+            if (!r->devices[i]->job_profile)
+                continue;
+            if (!header++)
+                printf("\nmeasured for a job (each device's latest profile; per unit: "
+                       "embeddings | layers | head):\n");
+            print_job_profile(r->devices[i]);
+        }
     }
     rpc_unpacked_free(r);
     rpc_channel_destroy(ch);

@@ -1,6 +1,9 @@
 /* skyloom - one binary, many subcommands (like git). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "sl_log.h"
@@ -97,6 +100,18 @@ int main(int argc, char **argv)
     if (!c) {
         fprintf(stderr, "skyloom: unknown command '%s'; see 'skyloom help'\n", argv[i]);
         return 2;
+    }
+    /* A device's compute threads share the cores with its links, reports and
+     * uploads (and often with other devices): OpenMP's default of spinning
+     * while it waits takes those cores from them (docs/jobs.md, Limits has
+     * the measurement). libgomp reads the policy
+     * when it is loaded, so a device started without one starts again with
+     * passive waiting; an explicit OMP_WAIT_POLICY is kept. */
+    if (!strcmp(c->name, "device") && !getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv);
+        sl_log_warn("device: cannot start again with OMP_WAIT_POLICY=passive", "reason=\"%s\"",
+                    strerror(errno));
     }
     return c->fn(argc - i, argv + i);
 }

@@ -76,4 +76,12 @@ int coord_handle_report_step(void *c, const rpc_peer *peer, const uint8_t *req, 
 int coord_handle_upload_chunk(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
                               rpc_buf *resp, rpc_status *st);
 
+/* The profile a device reported last (for whichever job), read on the
+ * caller's database connection: *out is NULL when it has profiled for no
+ * job; free with coord_jobs_profile_free. */
+struct Skyloom__V1__JobProfile;
+int coord_jobs_latest_profile(coord_state *db, const char *device,
+                              struct Skyloom__V1__JobProfile **out, sl_err *err);
+void coord_jobs_profile_free(struct Skyloom__V1__JobProfile *p);
+
 #endif

@@ -6,10 +6,17 @@
  *
  * State: a job's row in SQLite (its own connection to coordinator.db) is
  * the truth for what must survive a restart (options, state, epoch, plan,
- * committed step); the rest (profiles being gathered, step reports, parts
- * arriving) lives here, under one mutex. Files: STATE/jobs/ID/ holds
+ * committed step), the profiles (job_profiles) and what recovery decided
+ * (job_events); the rest (step reports, parts arriving, failure reports of
+ * the epoch) lives here, under one mutex. Files: STATE/jobs/ID/ holds
  * config.json, the init model, metrics.csv and ckpt/step-N/ (committed)
- * and ckpt/step-N.partial/ (arriving). */
+ * and ckpt/step-N.partial/ (arriving).
+ *
+ * Recovery (docs/recovery.md): a device lost (its neighbours' reports, or
+ * no heartbeat), a failure of the epoch, a coordinator restart or a failing
+ * checkpoint store end the epoch; the engine re-plans over the devices left
+ * in a new epoch from the committed step (or waits for the data owner), and
+ * devices that come online are profiled and weighed at the next commit. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -36,7 +43,7 @@
 #include "sl_time.h"
 
 #define JOB_ID_LEN 18        /* "j" + 16 hex + NUL */
-#define ACC_STEPS 8          /* steps whose reports may be in flight at once */
+#define ACC_STEPS 32         /* steps whose reports may be in flight at once */
 #define MAX_FILE (64ull << 30)
 #define PROFILE_WAIT_S 60    /* candidates that have not reported by then are left out */
 #define CHECK_WAIT_S 120     /* the data owner must answer the check by then */
@@ -78,6 +85,7 @@ typedef struct upload {
     int step;
     part *parts;
     int n;
+    int ready;                /* every part is in; committed once the step's reports are */
 } upload;
 
 /* A device the job may run on: its profile, and what recovery knows of it. */
@@ -112,6 +120,7 @@ typedef struct cjob {
     cand *cand;
     stage_rep *acc;           /* [ACC_STEPS][p] */
     int acc_step[ACC_STEPS];
+    int acc_done[ACC_STEPS];  /* every stage reported it; written once the steps before are */
     json_t *last_stages;
     upload up[ACC_STEPS];
     char *dir;
@@ -126,6 +135,7 @@ typedef struct cjob {
     int wait_kind;            /* WAIT_* */
     int weigh_joiners;        /* a step was committed: joiners with a profile are weighed */
     int store_fails;          /* checkpoint store failures since the last commit */
+    uint64_t n_lost, n_recoveries; /* since the coordinator started (for /metrics) */
     int restarted;            /* recovering after a coordinator restart */
     double predicted;         /* the plan's predicted iteration time */
     struct job_obs *obs;      /* figures for /metrics and the dashboard */
@@ -727,7 +737,7 @@ int coord_handle_submit_job(void *ud, const rpc_peer *peer, const uint8_t *req, 
     jb->config = sl_xstrdup(r->config);
     jb->opts = opts;
     opts = NULL;
-    snprintf(jb->owner, sizeof jb->owner, "%s", owner);
+    snprintf(jb->owner, sizeof jb->owner, "%.*s", (int)sizeof jb->owner - 1, owner);
     snprintf(jb->dataset, sizeof jb->dataset, "%s", colon + 1);
     jb->steps = oint(jb, "steps");
     jb->batch = oint(jb, "batch");
@@ -1171,6 +1181,26 @@ static void fail_reset(cjob *jb)
         jb->cand[i].suspect = jb->cand[i].reported = 0;
 }
 
+/* The running epoch is over: every device leaves it (the step in flight is
+ * applied nowhere) and the engine re-plans from the committed step. */
+static void job_recover(coord_jobs *j, cjob *jb, const char *why)
+{
+    fail_reset(jb);
+    jb->detect_ms = jb->wait_ms = sl_unix_ms();
+    jb->wait_kind = WAIT_NONE;
+    jb->n_recoveries++;
+    if (++jb->stalls > MAX_STALLS) {
+        char m[700];
+        snprintf(m, sizeof m, "%d recoveries without a step committed in between; the last: %.500s",
+                 MAX_STALLS, why);
+        job_event(j, jb, "failed", "", "%s", m);
+        set_state(j, jb, "failed", m);
+        return;
+    }
+    job_event(j, jb, "recovering", "", "%s", why);
+    set_state(j, jb, "recovering", why);
+}
+
 /* The checkpoint store refused a write (disk full, an I/O error): the step
  * is not committed, the committed one stays as it is, and the job waits and
  * then runs again from it. */
@@ -1187,6 +1217,52 @@ static int store_failed(coord_jobs *j, cjob *jb, int step, const char *what, rpc
     jb->wait_ms = sl_unix_ms() + (int64_t)(wait_s - STORE_RETRY_S) * 1000;
     set_state(j, jb, "waiting", why);
     return rpc_status_set(st, RPC_UNAVAILABLE, "%s", why);
+}
+
+/* pwrite of all n bytes; -1 with errno set when the store refuses (a short
+ * write is followed by the call that says why). */
+static int pwrite_all(int fd, const uint8_t *p, size_t n, off_t off)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = ENOSPC;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+        off += w;
+    }
+    return 0;
+}
+
+/* Commits step u->step once every part of it and every stage's report of it
+ * are in, so that a committed step always has its metrics row. */
+static int try_commit(coord_jobs *j, cjob *jb, upload *u, int *committed, rpc_status *st)
+{
+    sl_err err = {0};
+    if (jb->step < u->step) {
+        u->ready = 1;
+        return RPC_OK;
+    }
+    u->ready = 0;
+    if (commit_step(j, jb, u, &err)) {
+        sl_log_error("coordinator: commit failed", "job=%s step=%d reason=\"%s\"", jb->id, u->step,
+                     err.msg);
+        return store_failed(j, jb, u->step, err.msg, st);
+    }
+    *committed = 1;
+    obs_commit(jb, u->step);
+    jb->reason[0] = 0;
+    jb->stalls = 0;
+    jb->store_fails = 0;
+    jb->weigh_joiners = 1;
+    pthread_cond_broadcast(&j->cv);
+    sl_log_info("coordinator: step committed", "job=%s step=%d", jb->id, u->step);
+    return RPC_OK;
 }
 
 static upload *upload_of(cjob *jb, int step)
@@ -1246,10 +1322,10 @@ int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req
         } else {
             char *p = path_of(dir, r->name);
             int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | (r->offset ? 0 : O_TRUNC), 0600);
-            if (fd < 0 || pwrite(fd, r->data.data, r->data.len, (off_t)r->offset) != (ssize_t)r->data.len ||
+            if (fd < 0 || pwrite_all(fd, r->data.data, r->data.len, (off_t)r->offset) ||
                 (r->last && fsync(fd))) {
                 char what[4400];
-                snprintf(what, sizeof what, "%s: %s", p, strerror(errno ? errno : EIO));
+                snprintf(what, sizeof what, "%s: %s", p, strerror(errno));
                 code = store_failed(j, jb, (int)r->step, what, st);
             } else {
                 pt->size += r->data.len;
@@ -1285,22 +1361,8 @@ int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req
         int done = 0;
         for (int i = 0; i < u->n; i++)
             done += u->parts[i].done;
-        if (code == RPC_OK && done == 2 * jb->ndev + 1) {
-            if (commit_step(j, jb, u, &err)) {
-                sl_log_error("coordinator: commit failed", "job=%s step=%u reason=\"%s\"", jb->id,
-                             r->step, err.msg);
-                code = store_failed(j, jb, (int)r->step, err.msg, st);
-            } else {
-                committed = 1;
-                obs_commit(jb, (int)r->step);
-                jb->reason[0] = 0;
-                jb->stalls = 0;
-                jb->store_fails = 0;
-                jb->weigh_joiners = 1;
-                pthread_cond_broadcast(&j->cv);
-                sl_log_info("coordinator: step committed", "job=%s step=%u", jb->id, r->step);
-            }
-        }
+        if (code == RPC_OK && done == 2 * jb->ndev + 1)
+            code = try_commit(j, jb, u, &committed, st);
     }
     pthread_mutex_unlock(&j->mu);
     if (code == RPC_OK) {
@@ -1550,6 +1612,34 @@ static void step_complete(cjob *jb, int step, const stage_rep *rep)
                                 "tokens_per_s", jb->tokens_s, "stages", stages);
 }
 
+/* Writes the steps all stages reported, in order (a device's reports may
+ * overtake another's), and commits a step whose parts were waiting for it. */
+static void steps_complete(coord_jobs *j, cjob *jb)
+{
+    while (!strcmp(jb->state, "running")) {
+        int s = jb->step + 1, k = s % ACC_STEPS;
+        if (jb->acc_step[k] != s || !jb->acc_done[k])
+            break;
+        step_complete(jb, s, jb->acc + (size_t)k * jb->p);
+        jb->acc_step[k] = -1;
+        jb->acc_done[k] = 0;
+        if (jb->detect_ms) {
+            job_event(j, jb, "resumed", "", "step %d completed %.2f s after the failure was "
+                      "detected", s, (double)(sl_unix_ms() - jb->detect_ms) / 1000);
+            jb->detect_ms = 0;
+        }
+        if (s % 10 == 0 || s == jb->steps)
+            job_persist(j, jb);
+        upload *u = &jb->up[s % ACC_STEPS];
+        if (u->step == s && u->ready) {
+            int committed = 0;
+            rpc_status st = {0};
+            try_commit(j, jb, u, &committed, &st);
+        }
+        pthread_cond_broadcast(&j->cv);
+    }
+}
+
 int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
                              rpc_buf *resp, rpc_status *st)
 {
@@ -1571,11 +1661,20 @@ int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req,
                    r->step < 1 || (int)r->step > jb->steps) {
             code = rpc_status_set(st, RPC_INVALID_ARGUMENT, "device %s does not run stage %u, "
                                   "or step %u is out of range", r->device_id, r->stage, r->step);
+        } else if ((int)r->step <= jb->step) {
+            /* a report of a step already written (sent twice): nothing to do */
+        } else if ((int)r->step > jb->step + ACC_STEPS) {
+            /* the reports of step jb->step + 1 cannot all come any more */
+            char why[300];
+            snprintf(why, sizeof why, "the reports of step %d did not all arrive; running again "
+                     "from step %d", jb->step + 1, jb->committed + 1);
+            job_recover(j, jb, why);
         } else {
             int slot = (int)r->step % ACC_STEPS;
             stage_rep *rep = jb->acc + (size_t)slot * jb->p;
             if (jb->acc_step[slot] != (int)r->step) {
                 jb->acc_step[slot] = (int)r->step;
+                jb->acc_done[slot] = 0;
                 memset(rep, 0, (size_t)jb->p * sizeof *rep);
             }
             rep[r->stage] = (stage_rep){1, r->loss, r->grad_norm, r->lr, r->fwd_s, r->bwd_s,
@@ -1586,17 +1685,8 @@ int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req,
             int all = 1;
             for (int i = 0; i < jb->p; i++)
                 all &= rep[i].have;
-            if (all && (int)r->step > jb->step) {
-                step_complete(jb, (int)r->step, rep);
-                if (jb->detect_ms) {
-                    job_event(j, jb, "resumed", "", "step %u completed %.2f s after the failure "
-                              "was detected", r->step, (double)(sl_unix_ms() - jb->detect_ms) / 1000);
-                    jb->detect_ms = 0;
-                }
-                if ((int)r->step % 10 == 0 || (int)r->step == jb->steps)
-                    job_persist(j, jb);
-                pthread_cond_broadcast(&j->cv);
-            }
+            jb->acc_done[slot] = all;
+            steps_complete(j, jb);
         }
         if (code == RPC_OK)
             obs_refused(j, r);
@@ -1882,8 +1972,10 @@ static int adopt_plan(cjob *jb, char *text, uint8_t *sig, size_t sig_len, sl_err
     jb->seq = (int)json_integer_value(json_object_get(pj, "seq"));
     free(jb->acc);
     jb->acc = sl_xcalloc((size_t)ACC_STEPS * p, sizeof *jb->acc);
-    for (int i = 0; i < ACC_STEPS; i++)
+    for (int i = 0; i < ACC_STEPS; i++) {
         jb->acc_step[i] = -1;
+        jb->acc_done[i] = 0;
+    }
     return 0;
 }
 
@@ -2070,32 +2162,15 @@ static void mark_lost(coord_jobs *j, cjob *jb, int k, const char *how)
         return;
     c->lost_ms = sl_unix_ms();
     c->joining = 0;
+    jb->n_lost++;
     job_event(j, jb, "lost", c->id, "%s", how);
-}
-
-/* The running epoch is over: every device leaves it (the step in flight is
- * applied nowhere) and the engine re-plans from the committed step. */
-static void job_recover(coord_jobs *j, cjob *jb, const char *why)
-{
-    fail_reset(jb);
-    jb->detect_ms = jb->wait_ms = sl_unix_ms();
-    jb->wait_kind = WAIT_NONE;
-    if (++jb->stalls > MAX_STALLS) {
-        char m[700];
-        snprintf(m, sizeof m, "%d recoveries without a step committed in between; the last: %.500s",
-                 MAX_STALLS, why);
-        job_event(j, jb, "failed", "", "%s", m);
-        set_state(j, jb, "failed", m);
-        return;
-    }
-    job_event(j, jb, "recovering", "", "%s", why);
-    set_state(j, jb, "recovering", why);
 }
 
 /* A running job: devices whose heartbeats stopped, and the failure reports
  * of the epoch once they are all in (or DECIDE_MS after the first). A device
  * named by a neighbour whose link to it broke is lost unless it reported a
- * failure itself or heartbeated since (then its own report says why). */
+ * failure itself (then its own report says why). A heartbeat is no proof of
+ * life here: one sent just before a kill may be handled after the reports. */
 static void check_running(coord_jobs *j, cjob *jb, int64_t now)
 {
     int64_t now_ms = sl_unix_ms();
@@ -2122,9 +2197,7 @@ static void check_running(coord_jobs *j, cjob *jb, int64_t now)
             return;
         for (int k = 0; k < jb->ncand; k++) {
             cand *c = &jb->cand[k];
-            const cdev *d = find_dev(j, c->id);
-            if (!c->suspect || c->reported || c->lost_ms || in_plan(jb, c->id) < 0 ||
-                (d && d->seen_ms > jb->fail_ms))
+            if (!c->suspect || c->reported || c->lost_ms || in_plan(jb, c->id) < 0)
                 continue;
             mark_lost(j, jb, k, "a neighbour's link to it broke and it reported nothing");
             size_t o = strlen(lost);
@@ -2685,6 +2758,8 @@ static void obs_job_fill(const cjob *jb, int detail, coord_obs_job *x)
     x->tokens_s = jb->tokens_s;
     x->step_s = json_number_value(json_object_get(jb->last_stages, "step_s"));
     x->created = jb->created;
+    x->devices_lost = jb->n_lost;
+    x->recoveries = jb->n_recoveries;
     const struct job_obs *o = jb->obs;
     if (o) {
         x->nstage = o->nstage;
@@ -2746,4 +2821,94 @@ void coord_snapshot_free(coord_snapshot *s)
     free(s->job);
     free(s->dev);
     memset(s, 0, sizeof *s);
+}
+
+/* ---- a device's latest profile (skyloom status) ----------------------------- */
+
+static double *doubles_of(const json_t *a, size_t *n)
+{
+    *n = json_array_size(a) < 4096 ? json_array_size(a) : 4096;
+    double *v = sl_xcalloc(*n + 1, sizeof *v);
+    for (size_t i = 0; i < *n; i++)
+        v[i] = json_number_value(json_array_get(a, i));
+    return v;
+}
+
+int coord_jobs_latest_profile(coord_state *db, const char *device, Skyloom__V1__JobProfile **out,
+                              sl_err *err)
+{
+    *out = NULL;
+    sqlite3 *s = coord_state_db(db);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s, "SELECT p.job, p.result, p.at, j.options, j.data_info"
+                           " FROM job_profiles p LEFT JOIN jobs j ON j.id = p.job"
+                           " WHERE p.device = ? ORDER BY p.at DESC, p.rowid DESC LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sl_err_set(err, SL_EIO, "sqlite: %s", sqlite3_errmsg(s));
+    sqlite3_bind_text(st, 1, device, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return rc == SQLITE_DONE ? 0 : sl_err_set(err, SL_EIO, "sqlite: %s", sqlite3_errmsg(s));
+    }
+#define COL(k) ((const char *)sqlite3_column_text(st, (k)) ? (const char *)sqlite3_column_text(st, (k)) : "")
+    json_error_t je;
+    json_t *res = json_loads(COL(1), 0, &je), *opts = json_loads(COL(3), 0, &je),
+           *info = json_loads(COL(4), 0, &je);
+    Skyloom__V1__JobProfile *p = sl_xmalloc(sizeof *p);
+    skyloom__v1__job_profile__init(p);
+    p->job_id = sl_xstrdup(COL(0));
+    p->measured_at = sqlite3_column_int64(st, 2);
+#undef COL
+    sqlite3_finalize(st);
+    json_int_t batch = json_integer_value(json_object_get(opts, "batch"));
+    json_int_t micro = json_integer_value(json_object_get(opts, "micro_batches"));
+    p->micro_batch = micro > 0 && batch > 0 ? (uint32_t)(batch / micro) : 0;
+    p->seq = (uint32_t)json_integer_value(json_object_get(info, "seq_len"));
+    const char *why = json_string_value(json_object_get(res, "reason"));
+    if (!res || json_object_get(res, "failed"))
+        p->failed = sl_xstrdup(why && *why ? why : "no usable profile");
+    else
+        p->failed = sl_xstrdup("");
+    p->unit_fwd_s = doubles_of(json_object_get(res, "unit_fwd_s"), &p->n_unit_fwd_s);
+    p->unit_bwd_s = doubles_of(json_object_get(res, "unit_bwd_s"), &p->n_unit_bwd_s);
+    p->memory_bytes = (uint64_t)json_integer_value(json_object_get(res, "memory_bytes"));
+    p->threads = (uint32_t)json_integer_value(json_object_get(res, "threads"));
+    const char *be = json_string_value(json_object_get(res, "backend"));
+    p->backend = sl_xstrdup(be ? be : "");
+    json_t *links = json_object_get(res, "links");
+    size_t nl = json_array_size(links) < 4096 ? json_array_size(links) : 4096;
+    p->links = sl_xcalloc(nl + 1, sizeof *p->links);
+    for (size_t i = 0; i < nl; i++) {
+        json_t *l = json_array_get(links, i);
+        const char *peer = json_string_value(json_object_get(l, "peer"));
+        Skyloom__V1__LinkProfile *x = sl_xmalloc(sizeof *x);
+        skyloom__v1__link_profile__init(x);
+        x->peer = sl_xstrdup(peer && cert_valid_device_id(peer) ? peer : "?");
+        x->rtt_s = json_number_value(json_object_get(l, "rtt_s"));
+        x->bandwidth_bytes_per_s = json_number_value(json_object_get(l, "bandwidth_Bps"));
+        p->links[p->n_links++] = x;
+    }
+    json_decref(res);
+    json_decref(opts);
+    json_decref(info);
+    *out = p;
+    return 0;
+}
+
+void coord_jobs_profile_free(Skyloom__V1__JobProfile *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n_links; i++) {
+        free(p->links[i]->peer);
+        free(p->links[i]);
+    }
+    free(p->links);
+    free(p->unit_fwd_s);
+    free(p->unit_bwd_s);
+    free(p->job_id);
+    free(p->failed);
+    free(p->backend);
+    free(p);
 }

@@ -219,6 +219,16 @@ int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, coord
            "committed checkpoints.");
     for (int i = 0; i < s->njob; i++)
         job_sample(b, "skyloom_job_checkpoint_upload_seconds_total", s->job[i].id, s->job[i].upload_s);
+    family(b, "skyloom_job_devices_lost_total", "counter",
+           "Devices a job declared lost (a neighbour's broken link, or no heartbeat) since the "
+           "coordinator started.");
+    for (int i = 0; i < s->njob; i++)
+        job_sample(b, "skyloom_job_devices_lost_total", s->job[i].id, (double)s->job[i].devices_lost);
+    family(b, "skyloom_job_recoveries_total", "counter",
+           "Times a job left its epoch to run again from its committed step (device lost, a "
+           "failure) since the coordinator started.");
+    for (int i = 0; i < s->njob; i++)
+        job_sample(b, "skyloom_job_recoveries_total", s->job[i].id, (double)s->job[i].recoveries);
     family(b, "skyloom_job_checkpoints_committed_total", "counter",
            "Checkpoints of a job committed since the coordinator started.");
     for (int i = 0; i < s->njob; i++)

@@ -72,6 +72,7 @@ typedef struct coord_obs_job {
     coord_obs_link *link;
     uint64_t upload_bytes, commits;
     double upload_s;  /* first piece to commit, added over committed steps */
+    uint64_t devices_lost, recoveries; /* since the coordinator started */
     char *plan;                /* detail: the plan's JSON text, NULL before planning */
     coord_obs_trace *trace;    /* detail: the latest step every stage traced, or NULL */
 } coord_obs_job;

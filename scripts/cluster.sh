@@ -9,6 +9,11 @@
 #   cl_kill9 NAME                       SIGKILLs device NAME (or "coord") and reaps it
 #   cl_restart NAME                     starts device NAME again (its stored identity, the
 #                                       same arguments); "coord": the coordinator, same port
+#   cl_shard SRC                        text.shard and vocab.txt (400 words) in $CL from the
+#                                       repository SRC's docs; the vocabulary's size in CL_VOCAB
+#   cl_jq JOB EXPR                      EXPR (Python, over j) of `job status JOB --json`
+#   cl_progress JOB EPOCH [N]           true once JOB runs in EPOCH or later with more than N
+#                                       steps done in it; an ended job sets CL_POLL_STOP
 #   cl_stop                             stops every process it started and waits for them
 # Every process is started in the background with its log in $CL/NAME.log and
 # its pid recorded; cl_stop (run it from an EXIT trap) kills and reaps them.
@@ -71,7 +76,7 @@ cl_device() {
 
 _cl_dev() {
   local name=$1; shift
-  OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$SK" device --coordinator "$CL_ADDR" --state "$CL/$name" \
+  "$SK" device --coordinator "$CL_ADDR" --state "$CL/$name" \
       --stage-listen 127.0.0.1:0 "$@" >>"$CL/$name.log" 2>&1 &
   CL_PIDS+=($!)
   CL_ALL+=($!)
@@ -128,4 +133,27 @@ cl_stop() {
     wait "$p" 2>/dev/null
   done
   CL_PIDS=()
+}
+
+cl_shard() {
+  cat "$1"/README.md "$1"/docs/*.md > "$CL/corpus.txt" &&
+    "$SK" -q data vocab --corpus "$CL/corpus.txt" --size 400 --out "$CL/vocab.txt" >/dev/null &&
+    "$SK" -q data prepare --vocab "$CL/vocab.txt" --in "$CL/corpus.txt" --out "$CL/text.shard" --seq 24 >/dev/null ||
+    { cl_die "no shard"; return 1; }
+  CL_VOCAB=$(wc -l < "$CL/vocab.txt")
+}
+
+cl_jq() {
+  cl_job status "$1" --json 2>/dev/null |
+    python3 -c "import json,sys; j=json.load(sys.stdin); print($2)" 2>/dev/null
+}
+
+cl_progress() {
+  local v
+  v=$(cl_jq "$1" '"end" if j["state"] in ("done", "failed", "stopped") else int(j["state"] == "running" and j["epoch"] >= '"$2"' and j["step"] > j["plan"]["start_step"] + '"${3:-0}"')')
+  if [ "$v" = end ]; then
+    echo "     the job ended early: $(cl_jq "$1" 'j["state"], j["step"], j["reason"]')"
+    CL_POLL_STOP=1
+  fi
+  [ "$v" = 1 ]
 }

@@ -11,7 +11,8 @@ pkgs=(
   libopenblas-openmp-dev libopenblas0-openmp
   libsqlite3-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev
   fortunes
-  python3-torch python3-numpy prometheus chromium
+  iproute2
+  python3-torch python3-numpy prometheus chromium curl
   clang libclang-rt-14-dev libomp-dev
 )
 

@@ -14,10 +14,8 @@ check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FA
 trap 'cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
 
 d=$CL
-cat "$src"/README.md "$src"/docs/*.md > "$d/corpus.txt"
-"$SK" -q data vocab --corpus "$d/corpus.txt" --size 400 --out "$d/vocab.txt" >/dev/null
-"$SK" -q data prepare --vocab "$d/vocab.txt" --in "$d/corpus.txt" --out "$d/text.shard" --seq 24 >/dev/null
-V=$(wc -l < "$d/vocab.txt")
+cl_shard "$src" || exit 1
+V=$CL_VOCAB
 cat > "$d/cfg.json" <<JSON
 {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 48,
  "vocab_size": $V, "max_position_embeddings": 24, "hidden_dropout_prob": 0.1,
@@ -30,6 +28,8 @@ cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" || exit 1; OWNER=$C
 cl_device dev2 lab-b --threads 1 || exit 1; MID=$CL_ID
 cl_device dev3 lab-b --threads 1 || exit 1; LAST=$CL_ID
 cl_wait_online 3 || exit 1
+check "a device started without OMP_WAIT_POLICY runs with it passive" \
+    bash -c 'tr "\0" "\n" < /proc/$0/environ | grep -qx OMP_WAIT_POLICY=passive' "${CL_PID_OF[dev1]}"
 
 "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps 20 --batch 8 --micro-batches 4 \
     --lr 2e-3 --save "$d/ref" >/dev/null 2>&1
@@ -66,9 +66,41 @@ check "u3: 4 stages, the data owner first and last" \
 cl_job status "$JOB" --json > "$d/u3.status"
 check "u3: job status --json: committed step 20, the plan, per-stage and per-link figures" \
     bash -c 'grep -q "\"committed_step\": 20" "$0" && grep -q "\"busy\"" "$0" && grep -q "\"wire_bytes\"" "$0" && grep -q "\"predicted_iteration_s\"" "$0"' "$d/u3.status"
+check "u3: every candidate profiled its links to the two others (RTT and bandwidth measured)" \
+    python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["profiles"]; sys.exit(not (len(p) == 3 and all(sorted(l["peer"] for l in v["links"]) == sorted(set(p) - {k}) and all(l["rtt_s"] > 0 and l["bandwidth_Bps"] > 0 for l in v["links"]) for k, v in p.items())))' "$d/u3.status"
 check "u3: frames were sealed (wire bytes exceed raw bytes on every link)" \
     bash -c 'tail -1 "$0" | awk -F, "{n=split(\$10,r,\";\"); split(\$11,w,\";\"); for(i=1;i<=n;i++) if (w[i]+0 <= r[i]+0) exit 1}"' \
     "$d/coord/jobs/$JOB/metrics.csv"
+U3=$JOB
+# skyloom status: each device's latest job profile (5 units: embeddings, 3 layers, head;
+# micro-batch 8/4 of 24 tokens; links to the other candidates).
+# profiled FILE JOB DEVS CANDIDATES: the devices DEVS (a,b) last profiled for JOB, whose
+# candidates were CANDIDATES
+"$SK" status --coordinator "$CL_ADDR" --pki "$CL/pki" --json > "$d/status.json"
+"$SK" status --coordinator "$CL_ADDR" --pki "$CL/pki" > "$d/status.txt"
+profiled() {
+  python3 - "$@" <<'PY'
+import json, sys
+st, job = json.load(open(sys.argv[1])), sys.argv[2]
+devs = {d["device_id"]: d["job_profile"] for d in st["devices"]}
+cands = set(sys.argv[4].split(","))
+for dev in sys.argv[3].split(","):
+    p = devs[dev]
+    assert p and p["job_id"] == job and "failed" not in p, (dev, p)
+    assert p["micro_batch"] == 2 and p["seq"] == 24 and p["threads"] == 1 and p["memory_bytes"] > 0, p
+    assert len(p["unit_fwd_s"]) == 5 and all(x > 0 for x in p["unit_fwd_s"] + p["unit_bwd_s"]), p
+    assert len(p["unit_bwd_s"]) == 5, p
+    peers = sorted(l["peer"] for l in p["links"])
+    assert peers == sorted(cands - {dev}), (dev, peers)
+    assert all(l["rtt_s"] > 0 and l["bandwidth_Bps"] > 0 for l in p["links"]), p
+PY
+}
+export -f profiled
+check "status --json: every device's profile for u3 (per-unit seconds, memory, links to the 2 others)" \
+    profiled "$d/status.json" "$U3" "$OWNER,$MID,$LAST" "$OWNER,$MID,$LAST"
+check "status: the profiles in text (forward and backward ms per unit, links)" \
+    bash -c '[ "$(grep -c "job $1" "$0")" = 3 ] && [ "$(grep -c "forward  *ms:" "$0")" = 3 ] && [ "$(grep -c "backward  *ms:" "$0")" = 3 ] && [ "$(grep -c "link to d.*rtt .* ms, .* MB/s" "$0")" = 6 ]' \
+    "$d/status.txt" "$U3"
 for dev in dev2 dev3; do
   recv=$(grep "job done here job=$JOB" "$d/$dev.log" | grep -o 'received=.*')
   echo "     $dev (neither the data owner nor unit 0 or the head) received: $recv"
@@ -83,6 +115,10 @@ job u2 "$OWNER,$MID"
 check "u2: 3 stages, the data owner first and last" \
     bash -c 'test "$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))[\"plan\"][\"stages\"]))" "$1")" = 3 && stage_on "$1" 0 "$0" && stage_on "$1" 2 "$0" && stage_on "$1" 1 "$2"' \
     "$OWNER" "$d/u2.submit" "$MID"
+"$SK" status --coordinator "$CL_ADDR" --pki "$CL/pki" --json > "$d/status2.json"
+check "status --json: the latest profile (u2's for the 2 devices it profiled, u3's for the third)" \
+    bash -c 'profiled "$0" "$1" "$2,$3" "$2,$3" && profiled "$0" "$4" "$5" "$2,$3,$5"' \
+    "$d/status2.json" "$JOB" "$OWNER" "$MID" "$U3" "$LAST"
 
 # a plain chain: the labels and the tied gradient cross to the last device
 job chain "$OWNER,$MID,$LAST" --no-u-shape

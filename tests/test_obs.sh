@@ -65,10 +65,8 @@ metric() { # metric FILE 'NAME{LABELS}': its value (empty if absent)
 }
 
 d=$CL
-cat "$src"/README.md "$src"/docs/*.md > "$d/corpus.txt"
-"$SK" -q data vocab --corpus "$d/corpus.txt" --size 400 --out "$d/vocab.txt" >/dev/null
-"$SK" -q data prepare --vocab "$d/vocab.txt" --in "$d/corpus.txt" --out "$d/text.shard" --seq 24 >/dev/null
-V=$(wc -l < "$d/vocab.txt")
+cl_shard "$src" || exit 1
+V=$CL_VOCAB
 cat > "$d/cfg.json" <<JSON
 {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 48,
  "vocab_size": $V, "max_position_embeddings": 24}

@@ -15,13 +15,12 @@ CL=$(mktemp -d /tmp/skyloom-recovery-XXXXXX)
 . "$src/scripts/cluster.sh"
 fail=0
 check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
-trap 'cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
+REF=
+trap '[ -n "$REF" ] && kill $REF 2>/dev/null && wait $REF; cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
 
 d=$CL
-cat "$src"/README.md "$src"/docs/*.md > "$d/corpus.txt"
-"$SK" -q data vocab --corpus "$d/corpus.txt" --size 400 --out "$d/vocab.txt" >/dev/null
-"$SK" -q data prepare --vocab "$d/vocab.txt" --in "$d/corpus.txt" --out "$d/text.shard" --seq 24 >/dev/null
-V=$(wc -l < "$d/vocab.txt")
+cl_shard "$src" || exit 1
+V=$CL_VOCAB
 cat > "$d/cfg.json" <<JSON
 {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 128,
  "vocab_size": $V, "max_position_embeddings": 24, "hidden_dropout_prob": 0.1,
@@ -38,19 +37,15 @@ for n in dev2 dev3 dev4; do
 done
 cl_wait_online 4 || exit 1
 
-"$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS --batch 16 --micro-batches 4 \
-    --lr 2e-3 --save "$d/ref" >/dev/null 2>&1
+# the reference run, meanwhile (it is compared with at the end)
+OMP_WAIT_POLICY=passive "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS \
+    --batch 16 --micro-batches 4 --lr 2e-3 --save "$d/ref" >/dev/null 2>&1 &
+REF=$!
 
-# field F of job status --json (python expression over j)
-jq_() { cl_job status "$JOB" --json 2>/dev/null | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)" 2>/dev/null; }
+jq_() { cl_jq "$JOB" "$1"; }
 state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
-# running in epoch E or later, a step done in it
-# (an ended job stops the poll: it cannot make progress any more)
-progress_in() {
-  local v; v=$(jq_ '"end" if j["state"] in ("done", "failed", "stopped") else int(j["state"] == "running" and j["epoch"] >= '"$1"' and j["step"] > j["plan"]["start_step"])')
-  [ "$v" = end ] && { echo "     the job ended early: $(jq_ 'j["state"], j["step"], j["reason"]')"; CL_POLL_STOP=1; }
-  [ "$v" = 1 ]
-}
+# running in epoch E or later, more than N steps done in it
+progress_in() { cl_progress "$JOB" "$@"; }
 # the device of stage S of the running plan (-1: the last)
 stage_dev() { jq_ "j['plan']['stages'][$1]['device']"; }
 # kills NAME at a random point inside a step, once epoch E has made progress
@@ -120,12 +115,17 @@ for e in j["events"]:
 PY
 check "every recovery resumed training" \
     python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); k=[e["kind"] for e in j["events"]]; assert k.count("resumed")>=3, k' "$d/status.json"
+wait $REF; REF=
 cl_job export "$JOB" --out "$d/export" >/dev/null; rc=$?
 check "the model equals skyloom train's, byte for byte" \
     bash -c 'test $0 -eq 0 && cmp -s "$1/export/model.safetensors" "$1/ref/step-'$STEPS'/model.safetensors"' "$rc" "$d"
 check "the per-step losses equal skyloom train's, one row per step" \
     bash -c '[ "$(tail -n +2 "$0" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | cut -d, -f1,2)" ]' \
     "$d/coord/jobs/$JOB/metrics.csv" "$d/ref/metrics.csv"
+curl -s "http://$CL_HTTP/metrics" > "$d/metrics.txt"
+check "/metrics counts the devices lost and the recoveries" \
+    bash -c 'grep -q "^skyloom_job_devices_lost_total{job_id=\"$1\"} [3-9]" "$0" && grep -q "^skyloom_job_recoveries_total{job_id=\"$1\"} [3-9]" "$0"' \
+    "$d/metrics.txt" "$JOB"
 check "no partial checkpoint left behind" bash -c '! ls -d "$0"/ckpt/*.partial 2>/dev/null | grep -q .' "$d/coord/jobs/$JOB"
 
 cl_stop

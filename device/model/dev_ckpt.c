@@ -533,12 +533,13 @@ static legacy *legacy_open(const char *path, const dev_config *c, sl_err *err)
     lg->numel = sl_xcalloc(nt ? nt : 1, sizeof *lg->numel);
     lg->off = sl_xcalloc(nt ? nt : 1, sizeof *lg->off);
     uint64_t pos = LEGACY_HEADER, acc = 0;
-    for (uint32_t k = 0; k < nt; k++, lg->nt++) {
+    for (uint32_t k = 0; k < nt; k++) {
         uint8_t rec[8];
         if (pread_all(lg->fd, rec, 2, pos))
             goto truncated;
         size_t len = (size_t)rec[0] | (size_t)rec[1] << 8;
         lg->name[k] = sl_xmalloc(len + 1);
+        lg->nt++; /* counted as soon as it is held, so that legacy_close frees it */
         if (pread_all(lg->fd, lg->name[k], len, pos + 2) || pread_all(lg->fd, rec, 8, pos + 2 + len))
             goto truncated;
         lg->name[k][len] = 0;

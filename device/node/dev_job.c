@@ -189,46 +189,98 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
 
 /* ---- profile ---------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b)
+/* A link's round trip and bandwidth to a peer, as the link can carry them.
+ * Every candidate measures its links at the same time, and a peer may be
+ * busy timing its units, so each sample can only come out slower than the
+ * link: the RTT is the fastest of several 64-byte pings, and the bandwidth
+ * comes from the fastest of several payload pings (the payload goes there
+ * and back: 2 x bytes in their time less the RTT). Two untimed payload pings
+ * first grow the connection's windows (TCP's and HTTP/2's). The payload
+ * starts at `bytes` and doubles (up to PING_MAX) until one ping takes
+ * PING_MIN_S, so that fixed costs per call weigh little on fast links. */
+#define PING_MAX (4u << 20)
+#define PING_MIN_S 0.05
+#define RTT_PINGS 9
+#define BW_PINGS 5
+/* timed forwards and backwards of each kind of unit: a device under a CPU
+ * quota runs in slices of its period, so one timing can be off by a slice */
+#define UNIT_REPS 9
+
+static double min_of(const double *v, int n)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
 }
 
-/* RTT (64-byte pings) and bandwidth (payload pings, both ways) to a peer;
- * medians of a few. */
+static int ping_s(rpc_channel *ch, dev_jobs *js, const uint8_t *buf, size_t len, double *t)
+{
+    rpc_status st;
+    double t0 = sl_now_s();
+    int ok = dev_stagesvc_ping(ch, self(js), buf, len, len > 64 ? 30000 : 5000, &st) == RPC_OK;
+    *t = sl_now_s() - t0;
+    return ok ? 0 : -1;
+}
+
 static int measure_link(dev_jobs *js, const char *peer, const char *addr, size_t bytes, double *rtt,
                         double *bw)
 {
     sl_err err = {0};
-    rpc_channel *ch = dev_stagesvc_connect(state_dir(js), addr, peer, bytes + 4096, &err);
+    if (bytes < 4096)
+        bytes = 4096;
+    rpc_channel *ch = dev_stagesvc_connect(state_dir(js), addr, peer, PING_MAX + 4096, &err);
     if (!ch)
         return -1;
-    uint8_t *buf = sl_xcalloc(bytes ? bytes : 1, 1);
-    double r[7], b[5];
-    int ok = 1;
-    rpc_status st;
-    ok = dev_stagesvc_ping(ch, self(js), buf, 64, 5000, &st) == RPC_OK; /* warm the connection */
-    for (int i = 0; ok && i < 7; i++) {
-        double t0 = sl_now_s();
-        ok = dev_stagesvc_ping(ch, self(js), buf, 64, 5000, &st) == RPC_OK;
-        r[i] = sl_now_s() - t0;
+    uint8_t *buf = sl_xcalloc(PING_MAX, 1);
+    double r[RTT_PINGS], b[BW_PINGS], t = 0;
+    int rc = ping_s(ch, js, buf, 64, &t); /* the connection */
+    for (int i = 0; !rc && i < 2; i++) {  /* the windows; the payload's size */
+        rc = ping_s(ch, js, buf, bytes, &t);
+        while (!rc && t < PING_MIN_S && bytes < PING_MAX) {
+            bytes = 2 * bytes < PING_MAX ? 2 * bytes : PING_MAX;
+            rc = ping_s(ch, js, buf, bytes, &t);
+        }
     }
-    for (int i = 0; ok && i < 5; i++) {
-        double t0 = sl_now_s();
-        ok = dev_stagesvc_ping(ch, self(js), buf, bytes, 10000, &st) == RPC_OK;
-        b[i] = sl_now_s() - t0;
-    }
-    if (ok) {
-        qsort(r, 7, sizeof *r, cmp_double);
-        qsort(b, 5, sizeof *b, cmp_double);
-        *rtt = r[3];
-        double t = b[2] - r[3];
-        *bw = 2.0 * (double)bytes / (t > 1e-6 ? t : 1e-6);
+    for (int i = 0; !rc && i < RTT_PINGS; i++)
+        rc = ping_s(ch, js, buf, 64, &r[i]);
+    for (int i = 0; !rc && i < BW_PINGS; i++)
+        rc = ping_s(ch, js, buf, bytes, &b[i]);
+    if (!rc) {
+        *rtt = min_of(r, RTT_PINGS);
+        double d = min_of(b, BW_PINGS) - *rtt;
+        *bw = 2.0 * (double)bytes / (d > 1e-6 ? d : 1e-6);
     }
     free(buf);
     rpc_channel_destroy(ch);
-    return ok ? 0 : -1;
+    return rc;
+}
+
+/* The links to the other candidates: measured before the units, while this
+ * device computes nothing. Each device starts with the peer after itself in
+ * the list (the list is the same everywhere), so that the candidates do not
+ * all measure the same peer at once. */
+static json_t *profile_links(dev_jobs *js, json_t *peers, size_t bytes)
+{
+    json_t *links = json_array();
+    size_t n = json_array_size(peers), me = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(peers, i), "id")) ?: "", self(js)))
+            me = i;
+    for (size_t k = 1; k <= n; k++) {
+        json_t *p = json_array_get(peers, (me + k) % n);
+        const char *id = json_string_value(json_object_get(p, "id"));
+        const char *addr = json_string_value(json_object_get(p, "address"));
+        double rtt, bw;
+        if (!id || !addr || !strcmp(id, self(js)) || !cert_valid_device_id(id))
+            continue;
+        if (measure_link(js, id, addr, bytes, &rtt, &bw) == 0)
+            json_array_append_new(links, json_pack("{s:s, s:f, s:f}", "peer", id, "rtt_s", rtt,
+                                                   "bandwidth_Bps", bw));
+        else
+            sl_log_warn("device: link not measured", "peer=%s address=%s", id, addr);
+    }
+    return links;
 }
 
 static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
@@ -236,7 +288,6 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
     json_error_t je;
     json_t *spec = json_loads(t->spec, 0, &je);
     dev_config c;
-    int rc = -1;
     int bm = (int)json_integer_value(json_object_get(spec, "micro_batch"));
     int T = (int)json_integer_value(json_object_get(spec, "seq"));
     size_t bytes = (size_t)json_integer_value(json_object_get(spec, "ping_bytes"));
@@ -244,42 +295,30 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
         json_decref(spec);
         return -1;
     }
+    if (bytes > PING_MAX)
+        bytes = PING_MAX;
+    json_t *links = profile_links(js, json_object_get(spec, "peers"), bytes);
     int U = dev_unit_count(&c);
     double *fwd = sl_xcalloc((size_t)U, sizeof *fwd), *bwd = sl_xcalloc((size_t)U, sizeof *bwd);
     omp_set_num_threads(js->o.threads);
-    if (bytes > (16u << 20))
-        bytes = 16u << 20;
-    if (!dev_unit_times(&c, bm, T, NULL, 5, fwd, bwd, err)) {
-        json_t *f = json_array(), *b = json_array(), *links = json_array();
+    int rc = dev_unit_times(&c, bm, T, NULL, UNIT_REPS, fwd, bwd, err);
+    if (!rc) {
+        json_t *f = json_array(), *b = json_array();
         for (int u = 0; u < U; u++) {
             json_array_append_new(f, json_real(fwd[u]));
             json_array_append_new(b, json_real(bwd[u]));
         }
-        size_t i;
-        json_t *p;
-        json_array_foreach(json_object_get(spec, "peers"), i, p) {
-            const char *id = json_string_value(json_object_get(p, "id"));
-            const char *addr = json_string_value(json_object_get(p, "address"));
-            double rtt, bw;
-            if (!id || !addr || !strcmp(id, self(js)) || !cert_valid_device_id(id))
-                continue;
-            if (measure_link(js, id, addr, bytes, &rtt, &bw) == 0)
-                json_array_append_new(links, json_pack("{s:s, s:f, s:f}", "peer", id, "rtt_s", rtt,
-                                                       "bandwidth_Bps", bw));
-            else
-                sl_log_warn("device: link not measured", "peer=%s address=%s", id, addr);
-        }
-        json_t *r = json_pack("{s:o, s:o, s:I, s:i, s:s, s:o}", "unit_fwd_s", f, "unit_bwd_s", b,
+        json_t *r = json_pack("{s:o, s:o, s:I, s:i, s:s, s:O}", "unit_fwd_s", f, "unit_bwd_s", b,
                               "memory_bytes", (json_int_t)js->o.memory_bytes, "threads",
                               js->o.threads, "backend", "cpu", "links", links);
         *result = json_dumps(r, JSON_COMPACT);
         json_decref(r);
-        rc = 0;
     }
+    json_decref(links);
     free(fwd);
     free(bwd);
     json_decref(spec);
-    return rc;
+    return rc ? -1 : 0;
 }
 
 static void *side_main(void *arg)
@@ -631,6 +670,7 @@ static int restore(run_ctx *r, sl_err *err)
 {
     char **names = NULL;
     int n = 0, step = 0, want = r->start - 1;
+    double t0 = sl_now_s();
     if (list_files(r, want, &names, &n, &step, err))
         return -1;
     int rc = 0;
@@ -658,8 +698,18 @@ static int restore(run_ctx *r, sl_err *err)
     }
     if (!rc && n > 0 && want > 0 && r->feed)
         rc = dev_feed_check_record(r->feed, dir, err);
-    if (!rc && n > 0)
-        sl_log_info("device: restored", "job=%s step=%d files=%d", r->rt->job, want, n);
+    if (!rc && n > 0) {
+        uint64_t bytes = 0;
+        for (int i = 0; i < n; i++) {
+            char p[4400];
+            struct stat sb;
+            snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+            if (stat(p, &sb) == 0)
+                bytes += (uint64_t)sb.st_size;
+        }
+        sl_log_info("device: restored", "job=%s step=%d files=%d bytes=%llu seconds=%.3f", r->rt->job,
+                    want, n, (unsigned long long)bytes, sl_now_s() - t0);
+    }
     rm_tree(dir);
     names_free(names, n);
     return rc;
@@ -940,8 +990,21 @@ static void *reporter_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         if (!q)
             return NULL;
+        /* the coordinator writes a step once every stage's report of it is
+         * in: a report that did not go through is sent again a few times */
         int stop = 0;
-        send_report(r, q, &stop);
+        for (int tries = 0, code; (code = send_report(r, q, &stop)) != RPC_OK && tries < 4; tries++) {
+            if (code != RPC_UNAVAILABLE && code != RPC_DEADLINE_EXCEEDED && code != RPC_INTERNAL &&
+                code != RPC_RESOURCE_EXHAUSTED)
+                break;
+            pthread_mutex_lock(&r->mu);
+            int give_up = r->failed || r->report_stop;
+            pthread_mutex_unlock(&r->mu);
+            if (give_up)
+                break;
+            struct timespec ts = {0, (100L << tries) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         free(q);
         pthread_mutex_lock(&r->mu);
         r->reporting = 0;

@@ -450,6 +450,12 @@ static uint32_t peek_len(dev_net *n, link *l, flow *f, int k)
         dev_frame_hdr h;
         if (dev_frame_parse_header(q->frame, q->len, 0, &h, NULL, NULL) == 0)
             len = h.dims[0];
+    } else if (!n->aborted) { /* the link ended with a frame still due (see take) */
+        char why[200];
+        const char *peer = n->stage[local(n, l->a) ? l->b : l->a].device;
+        snprintf(why, sizeof why, "the link between stages %d and %d (device %s) ended before "
+                 "its %s came", l->a, l->b, peer, kind_name[k]);
+        abort_lost_locked(n, peer, why);
     }
     pthread_mutex_unlock(&n->mu);
     return len;

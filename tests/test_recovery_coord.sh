@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The coordinator's own failures, on loopback (a coordinator and three device
+# processes, codec none):
+#  - SIGKILL of the coordinator during a job and a restart with the same
+#    --state: the devices retry, the job goes on from the step committed in
+#    SQLite in a new epoch; a half-written upload left in the store is never
+#    taken for a committed step.
+#  - a failing write in the checkpoint store (a file-size limit set on the
+#    running coordinator with prlimit: EFBIG): the step is not committed, the
+#    committed one stays intact and exportable, the job waits and says why,
+#    and goes on once the store takes writes again.
+# The job then ends with the same model.safetensors bytes and per-step losses
+# as `skyloom train`.
+set -u
+SK="$1"; src="$2"
+CL=$(mktemp -d /tmp/skyloom-recovery-coord-XXXXXX)
+. "$src/scripts/cluster.sh"
+fail=0
+check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
+REF=
+trap '[ -n "$REF" ] && kill $REF 2>/dev/null && wait $REF; cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
+
+command -v prlimit >/dev/null || { echo "FAIL prlimit (util-linux) is needed"; exit 1; }
+d=$CL
+cl_shard "$src" || exit 1
+V=$CL_VOCAB
+cat > "$d/cfg.json" <<JSON
+{"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 128,
+ "vocab_size": $V, "max_position_embeddings": 24, "hidden_dropout_prob": 0.1,
+ "attention_probs_dropout_prob": 0.1}
+JSON
+STEPS=220
+
+cl_start || exit 1
+cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" || exit 1; OWNER=$CL_ID
+cl_device dev2 lab-b --threads 1 || exit 1
+cl_device dev3 lab-b --threads 1 || exit 1
+cl_wait_online 3 || exit 1
+
+# the reference run, meanwhile (it is compared with at the end)
+OMP_WAIT_POLICY=passive "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS \
+    --batch 16 --micro-batches 4 --lr 2e-3 --save "$d/ref" >/dev/null 2>&1 &
+REF=$!
+
+jq_() { cl_jq "$JOB" "$1"; }
+state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
+# running in epoch E or later, more than N steps done in it
+progress_in() { cl_progress "$JOB" "$@"; }
+# the committed step as SQLite has it
+db_committed() { python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select committed_step from jobs where id=?", (sys.argv[2],)).fetchone()[0])' "$d/coord/coordinator.db" "$JOB"; }
+
+out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps $STEPS --batch 16 \
+      --micro-batches 4 --algo even --checkpoint-every 20 --lr 2e-3 --json 2>&1)
+JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
+check "submitted and running" bash -c '[ -n "$0" ] && grep -q "\"state\": \"running\"" <<<"$1"' "$JOB" "$out"
+[ -n "$JOB" ] || exit 1
+
+# ---- the coordinator killed mid-job -------------------------------------------
+cl_poll 120 progress_in 1 40 || { echo "FAIL the job made progress"; exit 1; }
+sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+cl_kill9 coord
+C=$(db_committed)
+echo "     SIGKILL coordinator; committed step in SQLite: $C"
+check "a step was committed before the kill" test "$C" -ge 20
+# a half-written upload of the next step, as a kill in the middle of one leaves it
+mkdir -p "$d/coord/jobs/$JOB/ckpt/step-$((C + 20)).partial"
+head -c 1000 /dev/urandom > "$d/coord/jobs/$JOB/ckpt/step-$((C + 20)).partial/model.dfake0000000000000.safetensors"
+cl_restart coord || exit 1
+check "after the restart the job recovers, at its committed step" \
+    bash -c '[ "$(python3 -c "import json,sys; j=json.load(sys.stdin); print(j[\"committed_step\"])" <<<"$("$0" job status "$1" --json --coordinator "$2" --pki "$3")")" = "$4" ]' \
+    "$SK" "$JOB" "$CL_ADDR" "$CL/pki" "$C"
+check "the half-written upload is not in the store" \
+    bash -c '! find "$0" -name "model.dfake*" | grep -q .' "$d/coord/jobs/$JOB"
+check "the job runs again, in epoch 2" cl_poll 60 progress_in 2
+check "every device is still running (they retried)" \
+    bash -c 'for p in "$@"; do kill -0 "$p" || exit 1; done' "${CL_PID_OF[dev1]}" "${CL_PID_OF[dev2]}" "${CL_PID_OF[dev3]}"
+check "the restart is among the job's events" \
+    bash -c 'grep -q "\"kind\": \"coordinator_restarted\"" <<<"$("$0" job status "$1" --json --coordinator "$2" --pki "$3")"' \
+    "$SK" "$JOB" "$CL_ADDR" "$CL/pki"
+
+# ---- the checkpoint store fails a write ------------------------------------------
+cl_poll 60 progress_in 2 30
+C2=$(db_committed)
+# a limit above every small file the coordinator writes (its log, SQLite and
+# its write-ahead log, checkpointed first, metrics) and below every
+# checkpoint part; the soft limit only, so that it can be lifted again
+python3 -c 'import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute("PRAGMA wal_checkpoint(TRUNCATE)")' "$d/coord/coordinator.db"
+small=$(stat -c %s "$d/coord.log" "$d/coord/coordinator.db" "$d/coord/coordinator.db-wal" "$d/coord/jobs/$JOB/metrics.csv" | sort -n | tail -1)
+# (the committed step may move on meanwhile: its directory with it)
+part=$(stat -c %s "$d"/coord/jobs/"$JOB"/ckpt/step-[0-9]*[0-9]/optim.*.safetensors 2>/dev/null | sort -n | head -1)
+LIMIT=$((small + 100000))
+echo "     file-size limit $LIMIT bytes (largest small file $small, smallest optimizer part $part)"
+check "the limit falls between the small files and the parts" test "$LIMIT" -lt "$part"
+prlimit --pid "${CL_PID_OF[coord]}" --fsize=$LIMIT:unlimited
+check "the job waits, saying the store failed and why" cl_poll 60 state_is waiting
+reason=$(jq_ 'j["reason"]')
+echo "     reason: $reason"
+check "the reason: the store could not take the step, the error, the committed step" \
+    bash -c 'grep -q "checkpoint store could not take step .*File too large.*step [0-9]* stays committed" <<<"$0"' "$reason"
+C3=$(jq_ 'j["committed_step"]')
+check "the committed step did not move past the failure" \
+    bash -c '[ "$0" -ge "$1" ] && grep -q "step $0 stays committed" <<<"$2"' "$C3" "$C2" "$reason"
+cl_job export "$JOB" --out "$d/export-waiting" >/dev/null; rc=$?
+check "the committed checkpoint stays readable: job export works" \
+    bash -c 'test $0 -eq 0 && test -s "$1/model.safetensors"' "$rc" "$d/export-waiting"
+prlimit --pid "${CL_PID_OF[coord]}" --fsize=unlimited:unlimited
+check "with the store writable again, the job goes on" cl_poll 90 progress_in 3
+
+cl_job watch "$JOB" > "$d/watch.txt"; rc=$?
+check "the job finishes" bash -c 'test $0 -eq 0 && grep -q "done after" "$1"' "$rc" "$d/watch.txt"
+wait $REF; REF=
+cl_job export "$JOB" --out "$d/export" >/dev/null; rc=$?
+check "the model equals skyloom train's, byte for byte" \
+    bash -c 'test $0 -eq 0 && cmp -s "$1/export/model.safetensors" "$1/ref/step-'$STEPS'/model.safetensors"' "$rc" "$d"
+check "the per-step losses equal skyloom train's, one row per step" \
+    bash -c '[ "$(tail -n +2 "$0" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | cut -d, -f1,2)" ]' \
+    "$d/coord/jobs/$JOB/metrics.csv" "$d/ref/metrics.csv"
+
+cl_stop
+if cl_alive; then echo "FAIL every process stopped"; fail=1; else echo "ok   every process stopped"; fi
+exit $fail
