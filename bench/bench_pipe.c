@@ -15,8 +15,8 @@
  *      prediction);
  *   3. `steps` training steps of each trainer after one warm-up step: the
  *      median step of each.
- * The cut is the balancer's best for two equal devices given the first
- * round's "alone" profile, and stays the same in every round. Rounds stop
+ * The cut is the balancer's best for two equal devices given a profile
+ * taken alone before the first round, and stays the same in every round. Rounds stop
  * early once `budget` seconds have passed (a loaded host slows everything
  * down; at least one round runs).
  *
