@@ -1,12 +1,12 @@
 /* bal_out.c - a plan as JSON, a timeline as an SVG Gantt chart (strings in
  * memory; the caller writes them where it wants). */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bal_int.h"
+#include "sl_buf.h"
 #include "sl_mem.h"
 
 json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl)
@@ -68,44 +68,6 @@ json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl)
     return o;
 }
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
-        va_end(ap);
-        if (k >= 0 && (size_t)k < b->cap - b->n) {
-            b->n += (size_t)k;
-            return;
-        }
-        b->cap = 2 * b->cap + (size_t)(k > 0 ? k : 0) + 64;
-        b->s = sl_xrealloc(b->s, b->cap);
-    }
-}
-
-static void xml_text(sbuf *b, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '<')
-            sb_printf(b, "&lt;");
-        else if (*s == '>')
-            sb_printf(b, "&gt;");
-        else if (*s == '&')
-            sb_printf(b, "&amp;");
-        else if (*s == '"')
-            sb_printf(b, "&quot;");
-        else
-            sb_printf(b, "%c", *s);
-    }
-}
-
 char *bal_timeline_svg(const bal_plan *pl, const bal_timeline *tl)
 {
     static const char *const color[] = {"#4e79a7", "#59a14f", "#b07aa1", "#f28e2b", "#e15759"};
@@ -114,24 +76,24 @@ char *bal_timeline_svg(const bal_plan *pl, const bal_timeline *tl)
     int p = tl->n_stages, left = 150, width = 1000, row = 28, top = 50;
     int height = top + p * row + 70;
     double T = tl->iteration_s > 0 ? tl->iteration_s : 1, sx = width / T;
-    sbuf b = {sl_xmalloc(4096), 0, 4096};
-    sb_printf(&b,
+    sl_buf b = {0};
+    sl_buf_printf(&b,
               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
               "font-family=\"sans-serif\" font-size=\"11\">\n"
               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
               left + width + 20, height);
-    sb_printf(&b, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s, %s, %d stages, %d micro-batches: "
+    sl_buf_printf(&b, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s, %s, %d stages, %d micro-batches: "
               "iteration %.4f s, bubble %.1f%%</text>\n", left, bal_algo_name(pl->algo),
               bal_schedule_name(tl->schedule), p, tl->micro_batches, tl->iteration_s,
               100 * tl->bubble);
     for (int i = 0; i < p; i++) {
         int y = top + i * row;
         /* idle is the grey background; busy and send bars are drawn over it */
-        sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#e6e6e6\"/>\n",
+        sl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#e6e6e6\"/>\n",
                   left, y, width, row - 6);
-        sb_printf(&b, "<text x=\"4\" y=\"%d\">%d ", y + 15, i);
-        xml_text(&b, pl->stage[i].id);
-        sb_printf(&b, "</text>\n");
+        sl_buf_printf(&b, "<text x=\"4\" y=\"%d\">%d ", y + 15, i);
+        sl_buf_xml(&b, pl->stage[i].id);
+        sl_buf_printf(&b, "</text>\n");
     }
     for (int k = 0; k < tl->n_seg; k++) {
         const bal_segment *s = &tl->seg[k];
@@ -140,25 +102,25 @@ char *bal_timeline_svg(const bal_plan *pl, const bal_timeline *tl)
         double x = left + s->start * sx, w = (s->end - s->start) * sx;
         if (w < 0.3)
             w = 0.3;
-        sb_printf(&b, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
+        sl_buf_printf(&b, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
                   "<title>%s mb %d: %.6f-%.6f s</title></rect>\n", x, send ? y + row - 11 : y,
                   w, send ? 4 : row - 12, color[s->kind], label[s->kind], s->mb, s->start, s->end);
     }
     int ya = top + p * row + 4;
     for (int t = 0; t <= 10; t++) {
         double x = left + width * t / 10.0;
-        sb_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#444\"/>"
+        sl_buf_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#444\"/>"
                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.3g s</text>\n", x, ya, x,
                   ya + 5, x, ya + 17, T * t / 10);
     }
     int yl = ya + 35, xl = left;
     for (int k = 0; k < 5; k++) {
-        sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+        sl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
                   "<text x=\"%d\" y=\"%d\">%s</text>\n", xl, yl, color[k], xl + 16, yl + 10,
                   label[k]);
         xl += 130;
     }
-    sb_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e6e6e6\"/>"
+    sl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e6e6e6\"/>"
               "<text x=\"%d\" y=\"%d\">idle</text>\n</svg>\n", xl, yl, xl + 16, yl + 10);
     return b.s;
 }

@@ -152,7 +152,7 @@ static enum MHD_Result route(coord_http *h, struct MHD_Connection *conn, const c
 {
     coord *c = h->c;
     coord_snapshot s;
-    coord_buf b = {0};
+    sl_buf b = {0};
     sl_err err = {0};
     int rc = 0;
     if (!strcmp(url, "/metrics") || !strcmp(url, "/")) {

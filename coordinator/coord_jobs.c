@@ -2151,8 +2151,9 @@ static void engine_plan(coord_jobs *j, cjob *jb, int mode)
                 if (i == 0 || strcmp(jb->stage_dev[i], jb->stage_dev[i - 1]))
                     snprintf(devs + o, sizeof devs - o, "%s%.40s", o ? "," : "", jb->stage_dev[i]);
             }
-            job_event(j, jb, "planned", "", "epoch %d: %d stages on %s, from step %d, predicted "
-                      "%.4f s per step, planned in %.3f s", jb->epoch, jb->p, devs, in.start_step,
+            job_event(j, jb, "planned", "", "epoch %d: %d stage%s on %s, from step %d, predicted "
+                      "%.4f s per step, planned in %.3f s", jb->epoch, jb->p, jb->p == 1 ? "" : "s",
+                      devs, in.start_step,
                       predicted_of(jb->plan_json), dt);
         }
         set_state(j, jb, "running", NULL);

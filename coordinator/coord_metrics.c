@@ -16,40 +16,40 @@ static const char *const job_states[] = {"checking", "profiling",  "planning", "
                                          "waiting",  "done",       "failed",   "stopped"};
 static const char *const dev_states[] = {"online", "offline", "revoked"};
 
-static void family(coord_buf *b, const char *name, const char *type, const char *help)
+static void family(sl_buf *b, const char *name, const char *type, const char *help)
 {
-    coord_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    sl_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* A label value: backslash, double quote and newline escaped. */
-static void label(coord_buf *b, const char *s)
+static void label(sl_buf *b, const char *s)
 {
     for (; *s; s++) {
         if (*s == '\\' || *s == '"')
-            coord_buf_printf(b, "\\%c", *s);
+            sl_buf_printf(b, "\\%c", *s);
         else if (*s == '\n')
-            coord_buf_printf(b, "\\n");
+            sl_buf_printf(b, "\\n");
         else
-            coord_buf_printf(b, "%c", *s);
+            sl_buf_printf(b, "%c", *s);
     }
 }
 
-static void num(coord_buf *b, double v)
+static void num(sl_buf *b, double v)
 {
     if (isnan(v))
-        coord_buf_printf(b, " NaN\n");
+        sl_buf_printf(b, " NaN\n");
     else if (isinf(v))
-        coord_buf_printf(b, v > 0 ? " +Inf\n" : " -Inf\n");
+        sl_buf_printf(b, v > 0 ? " +Inf\n" : " -Inf\n");
     else
-        coord_buf_printf(b, " %.17g\n", v);
+        sl_buf_printf(b, " %.17g\n", v);
 }
 
 /* name{job_id="…"} v ("job" is the label Prometheus gives its scrape target) */
-static void job_sample(coord_buf *b, const char *name, const char *job, double v)
+static void job_sample(sl_buf *b, const char *name, const char *job, double v)
 {
-    coord_buf_printf(b, "%s{job_id=\"", name);
+    sl_buf_printf(b, "%s{job_id=\"", name);
     label(b, job);
-    coord_buf_printf(b, "\"}");
+    sl_buf_printf(b, "\"}");
     num(b, v);
 }
 
@@ -63,7 +63,7 @@ typedef struct dev_ctx {
     int64_t now;
     site_count *sites;
     int nsites;
-    coord_buf ages;
+    sl_buf ages;
 } dev_ctx;
 
 static int dev_one(void *ud, const coord_device *d)
@@ -82,18 +82,18 @@ static int dev_one(void *ud, const coord_device *d)
     }
     x->sites[k].n[st]++;
     if (d->last_heartbeat) {
-        coord_buf_printf(&x->ages, "skyloom_device_heartbeat_age_seconds{device=\"");
+        sl_buf_printf(&x->ages, "skyloom_device_heartbeat_age_seconds{device=\"");
         label(&x->ages, d->id);
-        coord_buf_printf(&x->ages, "\",site=\"");
+        sl_buf_printf(&x->ages, "\",site=\"");
         label(&x->ages, d->site);
-        coord_buf_printf(&x->ages, "\"}");
+        sl_buf_printf(&x->ages, "\"}");
         int64_t age = x->now - d->last_heartbeat;
         num(&x->ages, (double)(age > 0 ? age : 0));
     }
     return 0;
 }
 
-int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, coord_buf *b, sl_err *err)
+int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, sl_buf *b, sl_err *err)
 {
     dev_ctx dx = {.c = c, .now = s->now};
     if (coord_state_list_devices(db, dev_one, &dx, err)) {
@@ -102,47 +102,47 @@ int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, coord
         return -1;
     }
     family(b, "skyloom_build_info", "gauge", "The coordinator's version (always 1).");
-    coord_buf_printf(b, "skyloom_build_info{version=\"%s\"} 1\n", SKYLOOM_VERSION);
+    sl_buf_printf(b, "skyloom_build_info{version=\"%s\"} 1\n", SKYLOOM_VERSION);
 
     family(b, "skyloom_devices", "gauge", "Enrolled devices by site and state.");
     for (int k = 0; k < dx.nsites; k++)
         for (int st = 0; st < 3; st++) {
-            coord_buf_printf(b, "skyloom_devices{site=\"");
+            sl_buf_printf(b, "skyloom_devices{site=\"");
             label(b, dx.sites[k].site);
-            coord_buf_printf(b, "\",state=\"%s\"} %" PRIu64 "\n", dev_states[st], dx.sites[k].n[st]);
+            sl_buf_printf(b, "\",state=\"%s\"} %" PRIu64 "\n", dev_states[st], dx.sites[k].n[st]);
         }
     family(b, "skyloom_device_heartbeat_age_seconds", "gauge",
            "Seconds since the device's last heartbeat (whole seconds).");
     if (dx.ages.s)
-        coord_buf_printf(b, "%s", dx.ages.s);
+        sl_buf_printf(b, "%s", dx.ages.s);
     free(dx.sites);
     free(dx.ages.s);
     family(b, "skyloom_device_threads", "gauge",
            "Compute threads a device trains with, as its heartbeats say.");
     for (int i = 0; i < s->ndev; i++) {
-        coord_buf_printf(b, "skyloom_device_threads{device=\"");
+        sl_buf_printf(b, "skyloom_device_threads{device=\"");
         label(b, s->dev[i].id);
-        coord_buf_printf(b, "\",backend=\"");
+        sl_buf_printf(b, "\",backend=\"");
         label(b, s->dev[i].backend[0] ? s->dev[i].backend : "unknown");
-        coord_buf_printf(b, "\"} %u\n", s->dev[i].threads);
+        sl_buf_printf(b, "\"} %u\n", s->dev[i].threads);
     }
 
     uint64_t ok, refused[COORD_ENROLL_NREASONS];
     coord_enroll_counts(c, &ok, refused);
     family(b, "skyloom_enrollments_total", "counter", "Devices enrolled since the coordinator started.");
-    coord_buf_printf(b, "skyloom_enrollments_total %" PRIu64 "\n", ok);
+    sl_buf_printf(b, "skyloom_enrollments_total %" PRIu64 "\n", ok);
     family(b, "skyloom_enrollment_refusals_total", "counter",
            "Enrollments refused since the coordinator started, by reason.");
     for (int i = 0; i < COORD_ENROLL_NREASONS; i++)
-        coord_buf_printf(b, "skyloom_enrollment_refusals_total{reason=\"%s\"} %" PRIu64 "\n",
+        sl_buf_printf(b, "skyloom_enrollment_refusals_total{reason=\"%s\"} %" PRIu64 "\n",
                          coord_enroll_reason_name(i), refused[i]);
 
     family(b, "skyloom_frames_refused_total", "counter",
            "Frames the devices refused on their links since the coordinator started, by reason.");
     for (int i = 0; i < s->nrefused; i++) {
-        coord_buf_printf(b, "skyloom_frames_refused_total{reason=\"");
+        sl_buf_printf(b, "skyloom_frames_refused_total{reason=\"");
         label(b, s->refused[i].name);
-        coord_buf_printf(b, "\"} %" PRIu64 "\n", s->refused[i].value);
+        sl_buf_printf(b, "\"} %" PRIu64 "\n", s->refused[i].value);
     }
 
     family(b, "skyloom_jobs", "gauge", "Jobs by state.");
@@ -150,7 +150,7 @@ int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, coord
         int n = 0;
         for (int i = 0; i < s->njob; i++)
             n += !strcmp(s->job[i].state, job_states[k]);
-        coord_buf_printf(b, "skyloom_jobs{state=\"%s\"} %d\n", job_states[k], n);
+        sl_buf_printf(b, "skyloom_jobs{state=\"%s\"} %d\n", job_states[k], n);
     }
     static const struct {
         const char *name, *help;
@@ -177,10 +177,10 @@ int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, coord
     for (int i = 0; i < s->njob; i++)
         for (int k = 0; k < s->job[i].nstage; k++) {
             const coord_obs_stage *x = &s->job[i].stage[k];
-            coord_buf_printf(b, "skyloom_job_stage_steps_total{job_id=\"%s\",stage=\"%d\",device=\"",
+            sl_buf_printf(b, "skyloom_job_stage_steps_total{job_id=\"%s\",stage=\"%d\",device=\"",
                              s->job[i].id, x->stage);
             label(b, x->device);
-            coord_buf_printf(b, "\"} %" PRIu64 "\n", (uint64_t)x->steps);
+            sl_buf_printf(b, "\"} %" PRIu64 "\n", (uint64_t)x->steps);
         }
     family(b, "skyloom_job_stage_seconds_total", "counter",
            "Time a stage of a job spent, by activity: busy (forward and backward), send and recv "
@@ -192,10 +192,10 @@ int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, coord
             const double v[5] = {x->busy_s, x->send_s, x->recv_s, x->sync_s, x->idle_s};
             static const char *const act[5] = {"busy", "send", "recv", "sync", "idle"};
             for (int a = 0; a < 5; a++) {
-                coord_buf_printf(b, "skyloom_job_stage_seconds_total{job_id=\"%s\",stage=\"%d\","
+                sl_buf_printf(b, "skyloom_job_stage_seconds_total{job_id=\"%s\",stage=\"%d\","
                                  "device=\"", s->job[i].id, x->stage);
                 label(b, x->device);
-                coord_buf_printf(b, "\",activity=\"%s\"}", act[a]);
+                sl_buf_printf(b, "\",activity=\"%s\"}", act[a]);
                 num(b, v[a]);
             }
         }
@@ -205,7 +205,7 @@ int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, coord
         for (int k = 0; k < s->job[i].nlink; k++) {
             const coord_obs_link *l = &s->job[i].link[k];
             for (int w = 0; w < 2; w++)
-                coord_buf_printf(b, "skyloom_job_link_bytes_total{job_id=\"%s\",from_stage=\"%d\","
+                sl_buf_printf(b, "skyloom_job_link_bytes_total{job_id=\"%s\",from_stage=\"%d\","
                                  "to_stage=\"%d\",encoding=\"%s\"} %" PRIu64 "\n", s->job[i].id,
                                  l->from, l->to, w ? "wire" : "raw", w ? l->wire : l->raw);
         }

@@ -17,6 +17,7 @@
 #include "cert.h"
 #include "coord.h"
 #include "coord_state.h"
+#include "sl_buf.h"
 
 typedef struct coord_jobs coord_jobs;
 
@@ -122,26 +123,19 @@ void coord_enroll_counts(coord *c, uint64_t *accepted, uint64_t *refused);
 
 /* ---- rendering (coord_render.c, coord_metrics.c) ---- */
 
-/* A growing string. */
-typedef struct coord_buf {
-    char *s;
-    size_t n, cap;
-} coord_buf;
-void coord_buf_printf(coord_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void coord_buf_html(coord_buf *b, const char *s); /* escaped for HTML and XML text and attributes */
 
 /* What /metrics serves; db is a connection of the caller's (devices). */
-int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, coord_buf *out,
+int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, sl_buf *out,
                        sl_err *err);
 /* The dashboard: the overview, and one job's page (s holds only that job,
  * metrics_csv its metrics.csv text or NULL). */
-int coord_dash_index(coord *c, coord_state *db, const coord_snapshot *s, coord_buf *out,
+int coord_dash_index(coord *c, coord_state *db, const coord_snapshot *s, sl_buf *out,
                      sl_err *err);
-void coord_dash_job(const coord_snapshot *s, const char *metrics_csv, coord_buf *out);
+void coord_dash_job(const coord_snapshot *s, const char *metrics_csv, sl_buf *out);
 /* The loss curve of metrics.csv text as SVG (into out). */
-void coord_loss_svg(const char *metrics_csv, coord_buf *out);
+void coord_loss_svg(const char *metrics_csv, sl_buf *out);
 /* The plan's chain across sites as SVG (into out). */
-void coord_chain_svg(const char *plan_text, coord_buf *out);
+void coord_chain_svg(const char *plan_text, sl_buf *out);
 
 /* ---- the HTTP server (coord_http.c) ---- */
 

@@ -3,7 +3,6 @@
  * with inline SVG, no scripts and no external assets. */
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,52 +12,6 @@
 #include "coord_obs.h"
 #include "skyloom.pb-c.h"
 #include "sl_mem.h"
-
-/* ---- strings ---------------------------------------------------------------- */
-
-void coord_buf_printf(coord_buf *b, const char *fmt, ...)
-{
-    if (!b->s) {
-        b->cap = 4096;
-        b->s = sl_xmalloc(b->cap);
-        b->n = 0;
-    }
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
-        va_end(ap);
-        if (k >= 0 && (size_t)k < b->cap - b->n) {
-            b->n += (size_t)k;
-            return;
-        }
-        if (k < 0)
-            return;
-        b->cap = 2 * b->cap + (size_t)k + 64;
-        b->s = sl_xrealloc(b->s, b->cap);
-    }
-}
-
-void coord_buf_html(coord_buf *b, const char *s)
-{
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '<')
-            coord_buf_printf(b, "&lt;");
-        else if (c == '>')
-            coord_buf_printf(b, "&gt;");
-        else if (c == '&')
-            coord_buf_printf(b, "&amp;");
-        else if (c == '"')
-            coord_buf_printf(b, "&quot;");
-        else if (c == '\'')
-            coord_buf_printf(b, "&#39;");
-        else if (c < 0x20 && c != '\n' && c != '\t')
-            coord_buf_printf(b, "?");
-        else
-            coord_buf_printf(b, "%c", c);
-    }
-}
 
 /* ---- the measured timeline: JSON ------------------------------------------- */
 
@@ -194,8 +147,8 @@ char *coord_trace_svg(const coord_obs_trace *t, double predicted_s)
     if (!(T > 0))
         T = 1;
     double sx = width / T;
-    coord_buf b = {0};
-    coord_buf_printf(&b,
+    sl_buf b = {0};
+    sl_buf_printf(&b,
                      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                      "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\" "
                      "class=\"measured\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
@@ -203,15 +156,15 @@ char *coord_trace_svg(const coord_obs_trace *t, double predicted_s)
     double slow = 0;
     for (int i = 0; i < p; i++)
         slow = t->step_s[i] > slow ? t->step_s[i] : slow;
-    coord_buf_printf(&b, "<text x=\"%d\" y=\"20\" font-size=\"14\">measured: step %d (epoch %d), "
+    sl_buf_printf(&b, "<text x=\"%d\" y=\"20\" font-size=\"14\">measured: step %d (epoch %d), "
                      "%d stages, step %.4f s</text>\n", left, t->step, t->epoch, p, slow);
     for (int i = 0; i < p; i++) {
         int y = top + i * row;
-        coord_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#e6e6e6\">"
+        sl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#e6e6e6\">"
                          "<title>idle</title></rect>\n", left, y, t->step_s[i] * sx, row - 6);
-        coord_buf_printf(&b, "<text x=\"4\" y=\"%d\">stage %d ", y + 15, i);
-        coord_buf_html(&b, t->device[i]);
-        coord_buf_printf(&b, "</text>\n");
+        sl_buf_printf(&b, "<text x=\"4\" y=\"%d\">stage %d ", y + 15, i);
+        sl_buf_xml(&b, t->device[i]);
+        sl_buf_printf(&b, "</text>\n");
         for (int k = 0; k < t->nseg[i]; k++) {
             const coord_obs_seg *s = &t->seg[i][k];
             const char *name;
@@ -219,21 +172,21 @@ char *coord_trace_svg(const coord_obs_trace *t, double predicted_s)
             double x = left + s->start * sx, w = (s->end - s->start) * sx;
             if (w < 0.3)
                 w = 0.3;
-            coord_buf_printf(&b, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\">",
+            sl_buf_printf(&b, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\">",
                              x, y, w, row - 6, cat_color[c]);
             if (total <= 20000) {
                 if (s->mb >= 0)
-                    coord_buf_printf(&b, "<title>%s mb %d: %.6f-%.6f s</title>", name, s->mb,
+                    sl_buf_printf(&b, "<title>%s mb %d: %.6f-%.6f s</title>", name, s->mb,
                                      s->start, s->end);
                 else
-                    coord_buf_printf(&b, "<title>%s: %.6f-%.6f s</title>", name, s->start, s->end);
+                    sl_buf_printf(&b, "<title>%s: %.6f-%.6f s</title>", name, s->start, s->end);
             }
-            coord_buf_printf(&b, "</rect>\n");
+            sl_buf_printf(&b, "</rect>\n");
         }
     }
     if (predicted_s > 0 && predicted_s <= T) {
         double x = left + predicted_s * sx;
-        coord_buf_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#c00\" "
+        sl_buf_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#c00\" "
                          "stroke-dasharray=\"4 3\"/><text x=\"%.1f\" y=\"%d\" fill=\"#c00\" "
                          "text-anchor=\"end\">predicted %.4f s</text>\n", x, top - 8, x,
                          top + p * row, x - 3, top - 10, predicted_s);
@@ -241,25 +194,25 @@ char *coord_trace_svg(const coord_obs_trace *t, double predicted_s)
     int ya = top + p * row + 4;
     for (int k = 0; k <= 10; k++) {
         double x = left + width * k / 10.0;
-        coord_buf_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#444\"/>"
+        sl_buf_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#444\"/>"
                          "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.3g s</text>\n", x, ya,
                          x, ya + 5, x, ya + 17, T * k / 10);
     }
     int yl = ya + 35, xl = left;
     for (int c = 0; c < CAT_N; c++) {
-        coord_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+        sl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
                          "<text x=\"%d\" y=\"%d\">%s</text>\n", xl, yl, cat_color[c], xl + 16,
                          yl + 10, cat_label[c]);
         xl += 130;
     }
-    coord_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e6e6e6\"/>"
+    sl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e6e6e6\"/>"
                      "<text x=\"%d\" y=\"%d\">idle</text>\n</svg>\n", xl, yl, xl + 16, yl + 10);
     return b.s;
 }
 
 /* ---- the loss curve -------------------------------------------------------- */
 
-void coord_loss_svg(const char *csv, coord_buf *out)
+void coord_loss_svg(const char *csv, sl_buf *out)
 {
     enum { W = 640, H = 260, L = 56, R = 16, TOP = 16, BOT = 34, MAXPTS = 1000 };
     size_t cap = 1024, n = 0;
@@ -294,12 +247,12 @@ void coord_loss_svg(const char *csv, coord_buf *out)
         }
         n = m;
     }
-    coord_buf_printf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"loss\" width=\"%d\" "
+    sl_buf_printf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"loss\" width=\"%d\" "
                      "height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" "
                      "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
                      W, H, W, H);
     if (n == 0) {
-        coord_buf_printf(out, "<text x=\"%d\" y=\"%d\">no step reported yet</text>\n</svg>\n", L,
+        sl_buf_printf(out, "<text x=\"%d\" y=\"%d\">no step reported yet</text>\n</svg>\n", L,
                          H / 2);
         free(xs);
         free(ys);
@@ -316,29 +269,29 @@ void coord_loss_svg(const char *csv, coord_buf *out)
     y0 -= pad;
     y1 += pad;
     double pw = W - L - R, ph = H - TOP - BOT;
-    coord_buf_printf(out, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
+    sl_buf_printf(out, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
                      "stroke=\"#999\"/>\n", L, TOP, pw, ph);
     for (int k = 0; k <= 4; k++) {
         double v = y0 + (y1 - y0) * k / 4, y = TOP + ph - ph * k / 4;
         double s = x0 + (x1 - x0) * k / 4, x = L + pw * k / 4;
-        coord_buf_printf(out, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.3f</text>"
+        sl_buf_printf(out, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.3f</text>"
                          "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.0f</text>\n", L - 4,
                          y + 4, v, x, H - BOT + 14, s);
     }
-    coord_buf_printf(out, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n",
+    sl_buf_printf(out, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n",
                      L + (int)pw / 2, H - 4);
-    coord_buf_printf(out, "<polyline fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"1.5\" points=\"");
+    sl_buf_printf(out, "<polyline fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"1.5\" points=\"");
     for (size_t i = 0; i < n; i++)
-        coord_buf_printf(out, "%.1f,%.1f ", L + pw * (xs[i] - x0) / (x1 - x0),
+        sl_buf_printf(out, "%.1f,%.1f ", L + pw * (xs[i] - x0) / (x1 - x0),
                          TOP + ph - ph * (ys[i] - y0) / (y1 - y0));
-    coord_buf_printf(out, "\"><title>loss over %zu points</title></polyline>\n</svg>\n", n);
+    sl_buf_printf(out, "\"><title>loss over %zu points</title></polyline>\n</svg>\n", n);
     free(xs);
     free(ys);
 }
 
 /* ---- the plan's chain across sites ----------------------------------------- */
 
-void coord_chain_svg(const char *plan_text, coord_buf *out)
+void coord_chain_svg(const char *plan_text, sl_buf *out)
 {
     json_error_t je;
     json_t *pl = plan_text ? json_loads(plan_text, 0, &je) : NULL;
@@ -346,7 +299,7 @@ void coord_chain_svg(const char *plan_text, coord_buf *out)
     json_t *bst = json_object_get(json_object_get(pl, "balancer"), "stages");
     int p = (int)json_array_size(st);
     if (p < 1 || p > 4096) {
-        coord_buf_printf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chain\" "
+        sl_buf_printf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chain\" "
                          "width=\"400\" height=\"40\" viewBox=\"0 0 400 40\"><text x=\"8\" "
                          "y=\"24\" font-family=\"sans-serif\" font-size=\"12\">no plan yet</text>"
                          "</svg>\n");
@@ -368,7 +321,7 @@ void coord_chain_svg(const char *plan_text, coord_buf *out)
     }
     enum { BW = 150, GAP = 44, LH = 84, LEFT = 110, TOPM = 10, BH = 56 };
     int width = LEFT + p * (BW + GAP), height = TOPM + nsites * LH + 10;
-    coord_buf_printf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chain\" width=\"%d\" "
+    sl_buf_printf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chain\" width=\"%d\" "
                      "height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" "
                      "font-size=\"11\">\n<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"9\" "
                      "refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\"><path d=\"M0,0 "
@@ -376,40 +329,40 @@ void coord_chain_svg(const char *plan_text, coord_buf *out)
                      "height=\"100%%\" fill=\"white\"/>\n", width, height, width, height);
     for (int k = 0; k < nsites; k++) {
         int y = TOPM + k * LH;
-        coord_buf_printf(out, "<rect x=\"4\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"8\" "
+        sl_buf_printf(out, "<rect x=\"4\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"8\" "
                          "fill=\"%s\" stroke=\"#bbb\"/><text x=\"12\" y=\"%d\" font-size=\"13\">"
                          "site ", y, width - 8, LH - 8, k % 2 ? "#f4f4f8" : "#f8f6f0", y + 20);
-        coord_buf_html(out, sites[k]);
-        coord_buf_printf(out, "</text>\n");
+        sl_buf_xml(out, sites[k]);
+        sl_buf_printf(out, "</text>\n");
     }
     for (int i = 0; i < p; i++) {
         json_t *s = json_array_get(st, (size_t)i);
         int x = LEFT + i * (BW + GAP), y = TOPM + lane[i] * LH + (LH - 8 - BH) / 2;
         const char *dev = json_string_value(json_object_get(s, "device"));
-        coord_buf_printf(out, "<g class=\"stage\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
+        sl_buf_printf(out, "<g class=\"stage\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
                          "rx=\"5\" fill=\"#dbe6f1\" stroke=\"#4e79a7\"/><text x=\"%d\" y=\"%d\" "
                          "font-weight=\"bold\">stage %d: units %lld-%lld</text><text x=\"%d\" "
                          "y=\"%d\">", x, y, BW, BH, x + 6, y + 16, i,
                          (long long)json_integer_value(json_object_get(s, "first_unit")),
                          (long long)json_integer_value(json_object_get(s, "last_unit")), x + 6,
                          y + 32);
-        coord_buf_html(out, dev ? dev : "?");
+        sl_buf_xml(out, dev ? dev : "?");
         json_t *b = json_array_get(bst, (size_t)i);
-        coord_buf_printf(out, "</text><text x=\"%d\" y=\"%d\">fwd %.2f ms, bwd %.2f ms</text>"
+        sl_buf_printf(out, "</text><text x=\"%d\" y=\"%d\">fwd %.2f ms, bwd %.2f ms</text>"
                          "</g>\n", x + 6, y + 48,
                          1e3 * json_number_value(json_object_get(b, "fwd_s")),
                          1e3 * json_number_value(json_object_get(b, "bwd_s")));
         if (i + 1 < p) {
             int y2 = TOPM + lane[i + 1] * LH + (LH - 8 - BH) / 2 + BH / 2;
             json_t *ln = json_object_get(b, "link_next");
-            coord_buf_printf(out, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#444\" "
+            sl_buf_printf(out, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#444\" "
                              "marker-end=\"url(#arrow)\"><title>latency %.3f ms, activation %.3f ms"
                              "</title></line>\n", x + BW, y + BH / 2, x + BW + GAP - 2, y2,
                              1e3 * json_number_value(json_object_get(ln, "latency_s")),
                              1e3 * json_number_value(json_object_get(ln, "activation_s")));
         }
     }
-    coord_buf_printf(out, "</svg>\n");
+    sl_buf_printf(out, "</svg>\n");
     free(sites);
     free(lane);
     json_decref(pl);
@@ -429,14 +382,14 @@ static const char *const style =
     ".pair{display:grid;grid-template-columns:1fr 1fr;gap:1em}"
     "@media (max-width:1100px){.pair{grid-template-columns:1fr}}";
 
-static void page_head(coord_buf *b, const char *title, int refresh)
+static void page_head(sl_buf *b, const char *title, int refresh)
 {
-    coord_buf_printf(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    sl_buf_printf(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
     if (refresh)
-        coord_buf_printf(b, "<meta http-equiv=\"refresh\" content=\"%d\">", refresh);
-    coord_buf_printf(b, "<title>");
-    coord_buf_html(b, title);
-    coord_buf_printf(b, "</title><style>%s</style></head><body>\n", style);
+        sl_buf_printf(b, "<meta http-equiv=\"refresh\" content=\"%d\">", refresh);
+    sl_buf_printf(b, "<title>");
+    sl_buf_xml(b, title);
+    sl_buf_printf(b, "</title><style>%s</style></head><body>\n", style);
 }
 
 static void human_bytes(char *out, size_t cap, double v)
@@ -453,14 +406,14 @@ static void human_bytes(char *out, size_t cap, double v)
 typedef struct dev_row_ctx {
     coord *c;
     const coord_snapshot *s;
-    coord_buf *b;
+    sl_buf *b;
     int n;
 } dev_row_ctx;
 
 static int dev_row(void *ud, const coord_device *d)
 {
     dev_row_ctx *x = ud;
-    coord_buf *b = x->b;
+    sl_buf *b = x->b;
     int64_t stale = 3 * (int64_t)x->c->o.heartbeat_ms / 1000 + 1;
     const char *state = d->revoked ? "revoked"
                         : d->last_heartbeat && x->s->now - d->last_heartbeat <= stale ? "online"
@@ -472,83 +425,83 @@ static int dev_row(void *ud, const coord_device *d)
     Skyloom__V1__DeviceProfile *pr =
         d->profile_len ? rpc_unpack(&skyloom__v1__device_profile__descriptor, d->profile, d->profile_len)
                        : NULL;
-    coord_buf_printf(b, "<tr><td><code>");
-    coord_buf_html(b, d->id);
-    coord_buf_printf(b, "</code></td><td>");
-    coord_buf_html(b, d->name);
-    coord_buf_printf(b, "</td><td>");
-    coord_buf_html(b, d->site);
-    coord_buf_printf(b, "</td><td class=\"%s\">%s</td><td>%s</td>", state, state,
+    sl_buf_printf(b, "<tr><td><code>");
+    sl_buf_xml(b, d->id);
+    sl_buf_printf(b, "</code></td><td>");
+    sl_buf_xml(b, d->name);
+    sl_buf_printf(b, "</td><td>");
+    sl_buf_xml(b, d->site);
+    sl_buf_printf(b, "</td><td class=\"%s\">%s</td><td>%s</td>", state, state,
                      seen && seen->backend[0] ? seen->backend : pr ? (pr->cuda ? "cuda" : "cpu") : "?");
     char mem[32] = "?";
     if (pr)
         human_bytes(mem, sizeof mem, (double)pr->memory_bytes);
-    coord_buf_printf(b, "<td class=\"n\">%u</td><td class=\"n\">%u</td><td class=\"n\">%s</td><td>",
+    sl_buf_printf(b, "<td class=\"n\">%u</td><td class=\"n\">%u</td><td class=\"n\">%s</td><td>",
                      seen ? seen->threads : 0, pr ? pr->cores : 0, mem);
     if (pr) {
-        coord_buf_html(b, pr->cpu_model);
+        sl_buf_xml(b, pr->cpu_model);
         if (pr->cuda) {
             char g[32];
             human_bytes(g, sizeof g, (double)pr->gpu_memory_bytes);
-            coord_buf_printf(b, "; GPU ");
-            coord_buf_html(b, pr->gpu_name);
-            coord_buf_printf(b, " (%s)", g);
+            sl_buf_printf(b, "; GPU ");
+            sl_buf_xml(b, pr->gpu_name);
+            sl_buf_printf(b, " (%s)", g);
         }
     }
     if (d->last_heartbeat)
-        coord_buf_printf(b, "</td><td class=\"n\">%lld s ago</td></tr>\n",
+        sl_buf_printf(b, "</td><td class=\"n\">%lld s ago</td></tr>\n",
                          (long long)(x->s->now - d->last_heartbeat));
     else
-        coord_buf_printf(b, "</td><td>never</td></tr>\n");
+        sl_buf_printf(b, "</td><td>never</td></tr>\n");
     rpc_unpacked_free(pr);
     x->n++;
     return 0;
 }
 
-int coord_dash_index(coord *c, coord_state *db, const coord_snapshot *s, coord_buf *b, sl_err *err)
+int coord_dash_index(coord *c, coord_state *db, const coord_snapshot *s, sl_buf *b, sl_err *err)
 {
     page_head(b, "Skyloom coordinator", 10);
-    coord_buf_printf(b, "<h1>Skyloom coordinator</h1>\n<p>gRPC on <code>");
-    coord_buf_html(b, c->o.listen);
-    coord_buf_printf(b, "</code> · state <code>");
-    coord_buf_html(b, c->o.state);
-    coord_buf_printf(b, "</code> · <a href=\"/metrics\">metrics</a></p>\n<h2>Devices</h2>\n"
+    sl_buf_printf(b, "<h1>Skyloom coordinator</h1>\n<p>gRPC on <code>");
+    sl_buf_xml(b, c->o.listen);
+    sl_buf_printf(b, "</code> · state <code>");
+    sl_buf_xml(b, c->o.state);
+    sl_buf_printf(b, "</code> · <a href=\"/metrics\">metrics</a></p>\n<h2>Devices</h2>\n"
                      "<table id=\"devices\"><tr><th>device</th><th>name</th><th>site</th>"
                      "<th>state</th><th>backend</th><th>threads</th><th>cores</th><th>memory</th>"
                      "<th>profile</th><th>last heartbeat</th></tr>\n");
     dev_row_ctx x = {c, s, b, 0};
     if (coord_state_list_devices(db, dev_row, &x, err))
         return -1;
-    coord_buf_printf(b, "</table>\n%s<h2>Jobs</h2>\n", x.n ? "" : "<p>no device enrolled yet</p>\n");
+    sl_buf_printf(b, "</table>\n%s<h2>Jobs</h2>\n", x.n ? "" : "<p>no device enrolled yet</p>\n");
     if (!s->njob) {
-        coord_buf_printf(b, "<p>no job yet (<code>skyloom job submit</code>)</p>\n");
+        sl_buf_printf(b, "<p>no job yet (<code>skyloom job submit</code>)</p>\n");
     } else {
-        coord_buf_printf(b, "<table id=\"jobs\"><tr><th>job</th><th>state</th><th>progress</th>"
+        sl_buf_printf(b, "<table id=\"jobs\"><tr><th>job</th><th>state</th><th>progress</th>"
                          "<th>committed</th><th>loss</th><th>tokens/s</th><th>stages</th>"
                          "<th>data</th><th>reason</th></tr>\n");
         for (int i = s->njob - 1; i >= 0; i--) { /* newest first */
             const coord_obs_job *j = &s->job[i];
-            coord_buf_printf(b, "<tr><td><a href=\"/job/%s\"><code>%s</code></a></td><td class=\"%s\">"
+            sl_buf_printf(b, "<tr><td><a href=\"/job/%s\"><code>%s</code></a></td><td class=\"%s\">"
                              "%s</td><td><progress max=\"%d\" value=\"%d\"></progress> %d/%d</td>"
                              "<td class=\"n\">%d</td><td class=\"n\">%.4f</td><td class=\"n\">%.0f</td>"
                              "<td class=\"n\">%d</td><td><code>", j->id, j->id, j->state, j->state,
                              j->steps > 0 ? j->steps : 1, j->step, j->step, j->steps, j->committed,
                              j->loss, j->tokens_s, j->p);
-            coord_buf_html(b, j->owner);
-            coord_buf_printf(b, ":");
-            coord_buf_html(b, j->dataset);
-            coord_buf_printf(b, "</code></td><td>");
-            coord_buf_html(b, j->reason);
-            coord_buf_printf(b, "</td></tr>\n");
+            sl_buf_xml(b, j->owner);
+            sl_buf_printf(b, ":");
+            sl_buf_xml(b, j->dataset);
+            sl_buf_printf(b, "</code></td><td>");
+            sl_buf_xml(b, j->reason);
+            sl_buf_printf(b, "</td></tr>\n");
         }
-        coord_buf_printf(b, "</table>\n");
+        sl_buf_printf(b, "</table>\n");
     }
-    coord_buf_printf(b, "</body></html>\n");
+    sl_buf_printf(b, "</body></html>\n");
     return 0;
 }
 
 /* The simulator's timeline of the plan, or a note why not. */
-static void predicted_svg(const char *plan_text, coord_buf *b, double *iter)
+static void predicted_svg(const char *plan_text, sl_buf *b, double *iter)
 {
     json_error_t je;
     json_t *pj = plan_text ? json_loads(plan_text, 0, &je) : NULL;
@@ -567,15 +520,15 @@ static void predicted_svg(const char *plan_text, coord_buf *b, double *iter)
         int w = 0, h = 0;
         const char *q = strstr(svg, "width=\"");
         if (q && sscanf(q, "width=\"%d\" height=\"%d\"", &w, &h) == 2 && !strncmp(svg, "<svg ", 5)) {
-            coord_buf_printf(b, "<svg class=\"predicted\" viewBox=\"0 0 %d %d\" %s", w, h, svg + 5);
+            sl_buf_printf(b, "<svg class=\"predicted\" viewBox=\"0 0 %d %d\" %s", w, h, svg + 5);
         } else {
-            coord_buf_printf(b, "%s", svg);
+            sl_buf_printf(b, "%s", svg);
         }
         *iter = tl->iteration_s;
     } else {
-        coord_buf_printf(b, "<p>no prediction: ");
-        coord_buf_html(b, pj ? err.msg : "no plan yet");
-        coord_buf_printf(b, "</p>\n");
+        sl_buf_printf(b, "<p>no prediction: ");
+        sl_buf_xml(b, pj ? err.msg : "no plan yet");
+        sl_buf_printf(b, "</p>\n");
     }
     free(svg);
     bal_timeline_free(tl);
@@ -583,14 +536,14 @@ static void predicted_svg(const char *plan_text, coord_buf *b, double *iter)
     json_decref(pj);
 }
 
-void coord_dash_job(const coord_snapshot *s, const char *csv, coord_buf *b)
+void coord_dash_job(const coord_snapshot *s, const char *csv, sl_buf *b)
 {
     const coord_obs_job *j = &s->job[0];
     char title[64], up[32];
     snprintf(title, sizeof title, "job %s", j->id);
     page_head(b, title, 10);
     human_bytes(up, sizeof up, (double)j->upload_bytes);
-    coord_buf_printf(b, "<p><a href=\"/\">coordinator</a></p>\n<h1>Job <code id=\"job-id\">%s</code>"
+    sl_buf_printf(b, "<p><a href=\"/\">coordinator</a></p>\n<h1>Job <code id=\"job-id\">%s</code>"
                      "</h1>\n<table id=\"summary\"><tr><th>state</th><td class=\"%s\">%s</td></tr>"
                      "<tr><th>progress</th><td><progress max=\"%d\" value=\"%d\"></progress> step "
                      "%d of %d, committed %d</td></tr><tr><th>loss</th><td>%.4f</td></tr>"
@@ -601,68 +554,68 @@ void coord_dash_job(const coord_snapshot *s, const char *csv, coord_buf *b)
                      j->steps > 0 ? j->steps : 1, j->step, j->step, j->steps, j->committed,
                      j->loss, j->tokens_s, j->step_s, j->epoch, j->p, j->batch, j->seq,
                      (unsigned long long)j->commits, up, j->upload_s);
-    coord_buf_html(b, j->owner);
-    coord_buf_printf(b, ":");
-    coord_buf_html(b, j->dataset);
-    coord_buf_printf(b, "</code></td></tr>");
+    sl_buf_xml(b, j->owner);
+    sl_buf_printf(b, ":");
+    sl_buf_xml(b, j->dataset);
+    sl_buf_printf(b, "</code></td></tr>");
     if (j->reason[0]) {
-        coord_buf_printf(b, "<tr><th>reason</th><td>");
-        coord_buf_html(b, j->reason);
-        coord_buf_printf(b, "</td></tr>");
+        sl_buf_printf(b, "<tr><th>reason</th><td>");
+        sl_buf_xml(b, j->reason);
+        sl_buf_printf(b, "</td></tr>");
     }
-    coord_buf_printf(b, "</table>\n<h2>Loss</h2>\n<figure>");
+    sl_buf_printf(b, "</table>\n<h2>Loss</h2>\n<figure>");
     coord_loss_svg(csv, b);
-    coord_buf_printf(b, "<figcaption>masked-LM loss per step (metrics.csv)</figcaption></figure>\n"
+    sl_buf_printf(b, "<figcaption>masked-LM loss per step (metrics.csv)</figcaption></figure>\n"
                      "<h2>Plan</h2>\n<figure>");
     coord_chain_svg(j->plan, b);
-    coord_buf_printf(b, "<figcaption>the current plan: stages in chain order, a lane per site"
+    sl_buf_printf(b, "<figcaption>the current plan: stages in chain order, a lane per site"
                      "</figcaption></figure>\n<h2>A recent step, measured and predicted</h2>\n"
                      "<div class=\"pair\"><figure>");
-    coord_buf pred = {0};
+    sl_buf pred = {0};
     double iter = 0;
     predicted_svg(j->plan, &pred, &iter);
     if (j->trace) {
         char *svg = coord_trace_svg(j->trace, iter);
-        coord_buf_printf(b, "%s", svg);
+        sl_buf_printf(b, "%s", svg);
         free(svg);
-        coord_buf_printf(b, "<figcaption>measured on the devices: step %d</figcaption>",
+        sl_buf_printf(b, "<figcaption>measured on the devices: step %d</figcaption>",
                          j->trace->step);
     } else {
-        coord_buf_printf(b, "<p>no step traced yet</p>");
+        sl_buf_printf(b, "<p>no step traced yet</p>");
     }
-    coord_buf_printf(b, "</figure><figure>%s<figcaption>predicted by the simulator for this plan"
+    sl_buf_printf(b, "</figure><figure>%s<figcaption>predicted by the simulator for this plan"
                      "</figcaption></figure></div>\n", pred.s ? pred.s : "");
     free(pred.s);
     if (j->nstage) {
-        coord_buf_printf(b, "<h2>Stages</h2>\n<table id=\"stages\"><tr><th>stage</th><th>device</th>"
+        sl_buf_printf(b, "<h2>Stages</h2>\n<table id=\"stages\"><tr><th>stage</th><th>device</th>"
                          "<th>steps</th><th>busy s</th><th>send s</th><th>receive s</th>"
                          "<th>sync s</th><th>idle s</th><th>busy</th></tr>\n");
         for (int i = 0; i < j->nstage; i++) {
             const coord_obs_stage *x = &j->stage[i];
             double all = x->busy_s + x->send_s + x->recv_s + x->sync_s + x->idle_s;
-            coord_buf_printf(b, "<tr><td class=\"n\">%d</td><td><code>", x->stage);
-            coord_buf_html(b, x->device);
-            coord_buf_printf(b, "</code></td><td class=\"n\">%llu</td><td class=\"n\">%.3f</td>"
+            sl_buf_printf(b, "<tr><td class=\"n\">%d</td><td><code>", x->stage);
+            sl_buf_xml(b, x->device);
+            sl_buf_printf(b, "</code></td><td class=\"n\">%llu</td><td class=\"n\">%.3f</td>"
                              "<td class=\"n\">%.3f</td><td class=\"n\">%.3f</td><td class=\"n\">%.3f"
                              "</td><td class=\"n\">%.3f</td><td class=\"n\">%.0f%%</td></tr>\n",
                              (unsigned long long)x->steps, x->busy_s, x->send_s, x->recv_s,
                              x->sync_s, x->idle_s, all > 0 ? 100 * x->busy_s / all : 0.0);
         }
-        coord_buf_printf(b, "</table>\n");
+        sl_buf_printf(b, "</table>\n");
     }
     if (j->nlink) {
-        coord_buf_printf(b, "<h2>Links</h2>\n<table id=\"links\"><tr><th>from stage</th><th>to stage"
+        sl_buf_printf(b, "<h2>Links</h2>\n<table id=\"links\"><tr><th>from stage</th><th>to stage"
                          "</th><th>raw</th><th>on the wire</th><th>wire / raw</th></tr>\n");
         for (int i = 0; i < j->nlink; i++) {
             const coord_obs_link *l = &j->link[i];
             char r[32], w[32];
             human_bytes(r, sizeof r, (double)l->raw);
             human_bytes(w, sizeof w, (double)l->wire);
-            coord_buf_printf(b, "<tr><td class=\"n\">%d</td><td class=\"n\">%d</td><td class=\"n\">%s"
+            sl_buf_printf(b, "<tr><td class=\"n\">%d</td><td class=\"n\">%d</td><td class=\"n\">%s"
                              "</td><td class=\"n\">%s</td><td class=\"n\">%.3f</td></tr>\n", l->from,
                              l->to, r, w, l->raw ? (double)l->wire / (double)l->raw : 0.0);
         }
-        coord_buf_printf(b, "</table>\n");
+        sl_buf_printf(b, "</table>\n");
     }
-    coord_buf_printf(b, "</body></html>\n");
+    sl_buf_printf(b, "</body></html>\n");
 }

@@ -143,6 +143,16 @@ cl_shard() {
   CL_VOCAB=$(wc -l < "$CL/vocab.txt")
 }
 
+# cl_config FILE HIDDEN LAYERS INTERMEDIATE: a small BERT config for the
+# shard's vocabulary (2 heads, 24 positions, dropout 0.1).
+cl_config() {
+  cat > "$1" <<JSON
+{"hidden_size": $2, "num_hidden_layers": $3, "num_attention_heads": 2, "intermediate_size": $4,
+ "vocab_size": $CL_VOCAB, "max_position_embeddings": 24, "hidden_dropout_prob": 0.1,
+ "attention_probs_dropout_prob": 0.1}
+JSON
+}
+
 cl_jq() {
   cl_job status "$1" --json 2>/dev/null |
     python3 -c "import json,sys; j=json.load(sys.stdin); print($2)" 2>/dev/null

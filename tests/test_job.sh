@@ -16,11 +16,7 @@ trap 'cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
 d=$CL
 cl_shard "$src" || exit 1
 V=$CL_VOCAB
-cat > "$d/cfg.json" <<JSON
-{"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 48,
- "vocab_size": $V, "max_position_embeddings": 24, "hidden_dropout_prob": 0.1,
- "attention_probs_dropout_prob": 0.1}
-JSON
+cl_config "$d/cfg.json" 32 3 48
 sed "s/\"vocab_size\": $V/\"vocab_size\": 50/" "$d/cfg.json" > "$d/small.json"
 
 cl_start || exit 1

@@ -427,7 +427,7 @@ static void test_observe(void)
            !strcmp(t->device[1], b), "trace of step %d", t ? t->step : -1);
 
     /* the dashboard's job page: id, loss, plan, measured and predicted */
-    coord_buf page = {0};
+    sl_buf page = {0};
     coord_dash_job(&s, "step,epoch,loss\n1,1,5.5\n2,1,5.25\n3,1,5.0\n", &page);
     CHECK(strstr(page.s, job) && count(page.s, "<svg") == 4 && strstr(page.s, "class=\"loss\"") &&
           strstr(page.s, "class=\"chain\"") && strstr(page.s, "class=\"measured\"") &&
@@ -477,7 +477,7 @@ static void test_observe(void)
 
     /* the Prometheus text */
     CHECK(coord_jobs_snapshot(C->jobs, NULL, &s) == 0);
-    coord_buf m = {0};
+    sl_buf m = {0};
     coord_state *db = coord_state_attach(C->state, &err);
     CHECK(db && coord_metrics_text(C, db, &s, &m, &err) == 0);
     coord_state_close(db);
@@ -522,7 +522,7 @@ static void test_observe(void)
     }
     CHECKF(bad_lines == 0, "%d malformed metric lines", bad_lines);
     free(m.s);
-    coord_buf idx = {0};
+    sl_buf idx = {0};
     db = coord_state_attach(C->state, &err);
     CHECK(db && coord_dash_index(C, db, &s, &idx, &err) == 0 && strstr(idx.s, job) &&
           strstr(idx.s, a) && strstr(idx.s, "lab-b") && strstr(idx.s, "<progress"));
@@ -536,16 +536,16 @@ static void test_observe(void)
 /* What the dashboard shows from devices is escaped: no markup gets through. */
 static void test_escaping(void)
 {
-    coord_buf b = {0};
-    coord_buf_html(&b, "<script>alert('x')</script> & \"q\"");
+    sl_buf b = {0};
+    sl_buf_xml(&b, "<script>alert('x')</script> & \"q\"");
     CHECK(b.s && !strchr(b.s, '<') && !strchr(b.s, '\'') && strstr(b.s, "&lt;script&gt;") &&
           strstr(b.s, "&amp;") && strstr(b.s, "&quot;q&quot;"));
     free(b.s);
-    coord_buf l = {0};
+    sl_buf l = {0};
     coord_loss_svg("garbage\n1,1,nan\n", &l);
     CHECK(l.s && strstr(l.s, "no step reported yet"));
     free(l.s);
-    coord_buf c = {0};
+    sl_buf c = {0};
     coord_chain_svg("{\"stages\": 7}", &c);
     CHECK(c.s && strstr(c.s, "no plan yet"));
     free(c.s);

@@ -20,12 +20,7 @@ trap '[ -n "$REF" ] && kill $REF 2>/dev/null && wait $REF; cl_stop; [ -n "${KEEP
 
 d=$CL
 cl_shard "$src" || exit 1
-V=$CL_VOCAB
-cat > "$d/cfg.json" <<JSON
-{"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 128,
- "vocab_size": $V, "max_position_embeddings": 24, "hidden_dropout_prob": 0.1,
- "attention_probs_dropout_prob": 0.1}
-JSON
+cl_config "$d/cfg.json" 64 4 128
 STEPS=400
 
 cl_start || exit 1
