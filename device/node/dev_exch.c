@@ -126,7 +126,7 @@ int dev_exch_allowed(int stages, int a, int b, int down, int dir)
 static const char *dir_name(int dir)
 {
     static const char *const names[] = {"?", "activation", "gradient", "mask", "labels",
-                             "tied gradient", "gather", "gather result", "abort"};
+                                        "tied gradient", "gather", "gather result", "abort"};
     return dir >= 1 && dir <= DEV_DIR_ABORT ? names[dir] : names[0];
 }
 
