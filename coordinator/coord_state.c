@@ -35,8 +35,8 @@ static const char *const migrations[] = {
     "ALTER TABLE devices ADD COLUMN stage_address TEXT NOT NULL DEFAULT '';",
     /* 4: the lifetime of a device's certificates, set by its token (0: the
      * PKI's default) and kept across renewals */
-    "ALTER TABLE tokens ADD COLUMN cert_seconds INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE devices ADD COLUMN cert_seconds INTEGER NOT NULL DEFAULT 0;",
+    ("ALTER TABLE tokens ADD COLUMN cert_seconds INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE devices ADD COLUMN cert_seconds INTEGER NOT NULL DEFAULT 0;"),
 };
 #define N_MIGRATIONS (int)(sizeof migrations / sizeof migrations[0])
 
