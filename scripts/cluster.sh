@@ -86,8 +86,8 @@ _cl_dev() {
 cl_kill9() {
   local p=${CL_PID_OF[$1]:-}
   [ -n "$p" ] || { cl_die "no process $1"; return 1; }
-  kill -9 "$p" 2>/dev/null
-  wait "$p" 2>/dev/null
+  kill -9 "$p" 2>/dev/null || true
+  wait "$p" 2>/dev/null || true
   CL_PID_OF[$1]=""
   local keep=() q
   for q in "${CL_PIDS[@]}"; do [ "$q" = "$p" ] || keep+=("$q"); done
@@ -122,15 +122,17 @@ cl_alive() {
   return 1
 }
 
+# (safe under set -e: a process that is gone already, or that ends by the
+# signal, is not an error here)
 cl_stop() {
   local p
-  for p in "${CL_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${CL_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${CL_PIDS[@]}"; do
     # a process that does not stop within 10 s is killed
     local t=100
     while kill -0 "$p" 2>/dev/null && [ $t -gt 0 ]; do sleep 0.1; t=$((t - 1)); done
-    kill -9 "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
+    kill -9 "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
   done
   CL_PIDS=()
 }
