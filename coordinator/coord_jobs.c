@@ -78,6 +78,7 @@ typedef struct stage_rep {
 typedef struct part {
     char name[96];
     uint64_t size;
+    crypto_generichash_state hash; /* of the pieces written so far, in order */
     uint8_t sum[32]; /* BLAKE2b-256, checked when the last piece arrived */
     int done;
 } part;
@@ -1334,23 +1335,22 @@ int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req
                 snprintf(what, sizeof what, "%s: %s", p, strerror(errno));
                 code = store_failed(j, jb, (int)r->step, what, st);
             } else {
+                /* hashed as it arrives (pieces come in order: offset == size),
+                 * so the last piece needs no read of the whole file under the lock */
+                if (r->offset == 0)
+                    crypto_generichash_init(&pt->hash, NULL, 0, sizeof pt->sum);
+                crypto_generichash_update(&pt->hash, r->data.data, r->data.len);
                 pt->size += r->data.len;
                 obs_upload(jb, (int)r->step, r->data.len);
             }
             if (fd >= 0)
                 close(fd);
             if (code == RPC_OK && r->last) {
-                char *buf = NULL;
-                size_t n = 0;
-                uint8_t sum[32];
-                int bad = r->size != pt->size || r->blake2b.len != 32 ||
-                          sl_read_file(p, MAX_FILE, &buf, &n, &err);
+                int bad = r->size != pt->size || r->blake2b.len != 32;
                 if (!bad) {
-                    crypto_generichash(sum, sizeof sum, (const uint8_t *)buf, n, NULL, 0);
-                    bad = sodium_memcmp(sum, r->blake2b.data, 32) != 0;
-                    memcpy(pt->sum, sum, sizeof sum);
+                    crypto_generichash_final(&pt->hash, pt->sum, sizeof pt->sum);
+                    bad = sodium_memcmp(pt->sum, r->blake2b.data, 32) != 0;
                 }
-                free(buf);
                 if (bad) { /* start the file again */
                     unlink(p);
                     pt->size = 0;
