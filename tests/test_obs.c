@@ -9,8 +9,10 @@
  * required with one. */
 #include <arpa/inet.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@
 #include "coord_obs.h"
 #include "rpc.h"
 #include "skyloom.pb-c.h"
+#include "sl_file.h"
 #include "sl_log.h"
 #include "sl_mem.h"
 #include "sl_test.h"
@@ -244,6 +247,72 @@ static int count(const char *s, const char *what)
     for (const char *p = s; (p = strstr(p, what)); p++)
         n++;
     return n;
+}
+
+/* A checkpoint file sent in pieces: pieces out of order are refused, a file
+ * whose sum (or size) differs at its last piece is refused and removed, and
+ * the same file sent again from its start is taken. */
+static int upload_piece(const char *dev, const char *job, int epoch, const char *name,
+                        const uint8_t *p, size_t off, size_t n, int last, size_t size,
+                        const uint8_t sum[32], rpc_status *st)
+{
+    Skyloom__V1__UploadChunkRequest q = SKYLOOM__V1__UPLOAD_CHUNK_REQUEST__INIT;
+    q.device_id = (char *)dev;
+    q.job_id = (char *)job;
+    q.epoch = (uint32_t)epoch;
+    q.step = 4;
+    q.name = (char *)name;
+    q.offset = off;
+    q.data.data = (uint8_t *)p + off;
+    q.data.len = n;
+    q.last = last;
+    q.size = size;
+    if (last) {
+        q.blake2b.data = (uint8_t *)sum;
+        q.blake2b.len = 32;
+    }
+    return call(coord_handle_upload_chunk, dev, &q, NULL, NULL, st);
+}
+
+static void test_upload_damaged(const char *dev, const char *job, int epoch)
+{
+    uint8_t file[300], sum[32], wrong[32];
+    for (size_t i = 0; i < sizeof file; i++)
+        file[i] = (uint8_t)(i * 7 + 3);
+    crypto_generichash(sum, sizeof sum, file, sizeof file, NULL, 0);
+    memcpy(wrong, sum, sizeof wrong);
+    wrong[5] ^= 1;
+    char name[64], path[PATH_MAX];
+    snprintf(name, sizeof name, "optim.%s.safetensors", dev);
+    snprintf(path, sizeof path, "%s/jobs/%s/ckpt/step-4.partial/%s", state, job, name);
+    rpc_status st;
+    struct stat sb;
+    CHECKF(upload_piece(dev, job, epoch, name, file, 0, 100, 0, 0, NULL, &st) == RPC_OK, "%s", st.details);
+    CHECK(upload_piece(dev, job, epoch, name, file, 150, 50, 0, 0, NULL, &st) == RPC_OUT_OF_RANGE &&
+          strstr(st.details, "expected 100"));
+    CHECKF(upload_piece(dev, job, epoch, name, file, 100, 100, 0, 0, NULL, &st) == RPC_OK, "%s", st.details);
+    /* the last piece: the sum differs */
+    CHECK(upload_piece(dev, job, epoch, name, file, 200, 100, 1, sizeof file, wrong, &st) ==
+              RPC_DATA_LOSS && strstr(st.details, "arrived damaged"));
+    CHECK(stat(path, &sb) != 0);
+    /* a piece of the old attempt is refused: the file starts again at 0 */
+    CHECK(upload_piece(dev, job, epoch, name, file, 100, 100, 0, 0, NULL, &st) == RPC_OUT_OF_RANGE);
+    /* the size differs */
+    CHECKF(upload_piece(dev, job, epoch, name, file, 0, 200, 0, 0, NULL, &st) == RPC_OK, "%s", st.details);
+    CHECK(upload_piece(dev, job, epoch, name, file, 200, 100, 1, sizeof file + 1, sum, &st) ==
+          RPC_DATA_LOSS);
+    /* sent again whole: taken, the bytes on disk are the file's */
+    CHECKF(upload_piece(dev, job, epoch, name, file, 0, 120, 0, 0, NULL, &st) == RPC_OK, "%s", st.details);
+    CHECKF(upload_piece(dev, job, epoch, name, file, 120, 180, 1, sizeof file, sum, &st) == RPC_OK,
+           "%s", st.details);
+    char *back = NULL;
+    size_t n = 0;
+    sl_err err = {0};
+    CHECKF(sl_read_file(path, 1 << 20, &back, &n, &err) == 0 && n == sizeof file &&
+               !memcmp(back, file, n), "%s", err.msg);
+    free(back);
+    /* and once done, no piece more */
+    CHECK(upload_piece(dev, job, epoch, name, file, 300, 1, 0, 0, NULL, &st) == RPC_OUT_OF_RANGE);
 }
 
 static void test_http(const char *job)
@@ -530,6 +599,7 @@ static void test_observe(void)
     free(idx.s);
     coord_snapshot_free(&s);
 
+    test_upload_damaged(a, job, epoch);
     test_http(job);
 }
 
