@@ -276,10 +276,11 @@ static int upload_piece(const char *dev, const char *job, int epoch, const char 
 
 static void test_upload_damaged(const char *dev, const char *job, int epoch)
 {
-    uint8_t file[300], sum[32], wrong[32];
+    enum { SIZE = 300 };
+    uint8_t file[SIZE + 1], sum[32], wrong[32]; /* (one byte more for a piece past the end) */
     for (size_t i = 0; i < sizeof file; i++)
         file[i] = (uint8_t)(i * 7 + 3);
-    crypto_generichash(sum, sizeof sum, file, sizeof file, NULL, 0);
+    crypto_generichash(sum, sizeof sum, file, SIZE, NULL, 0);
     memcpy(wrong, sum, sizeof wrong);
     wrong[5] ^= 1;
     char name[64], path[PATH_MAX];
@@ -292,23 +293,23 @@ static void test_upload_damaged(const char *dev, const char *job, int epoch)
           strstr(st.details, "expected 100"));
     CHECKF(upload_piece(dev, job, epoch, name, file, 100, 100, 0, 0, NULL, &st) == RPC_OK, "%s", st.details);
     /* the last piece: the sum differs */
-    CHECK(upload_piece(dev, job, epoch, name, file, 200, 100, 1, sizeof file, wrong, &st) ==
+    CHECK(upload_piece(dev, job, epoch, name, file, 200, 100, 1, SIZE, wrong, &st) ==
               RPC_DATA_LOSS && strstr(st.details, "arrived damaged"));
     CHECK(stat(path, &sb) != 0);
     /* a piece of the old attempt is refused: the file starts again at 0 */
     CHECK(upload_piece(dev, job, epoch, name, file, 100, 100, 0, 0, NULL, &st) == RPC_OUT_OF_RANGE);
     /* the size differs */
     CHECKF(upload_piece(dev, job, epoch, name, file, 0, 200, 0, 0, NULL, &st) == RPC_OK, "%s", st.details);
-    CHECK(upload_piece(dev, job, epoch, name, file, 200, 100, 1, sizeof file + 1, sum, &st) ==
+    CHECK(upload_piece(dev, job, epoch, name, file, 200, 100, 1, SIZE + 1, sum, &st) ==
           RPC_DATA_LOSS);
     /* sent again whole: taken, the bytes on disk are the file's */
     CHECKF(upload_piece(dev, job, epoch, name, file, 0, 120, 0, 0, NULL, &st) == RPC_OK, "%s", st.details);
-    CHECKF(upload_piece(dev, job, epoch, name, file, 120, 180, 1, sizeof file, sum, &st) == RPC_OK,
+    CHECKF(upload_piece(dev, job, epoch, name, file, 120, 180, 1, SIZE, sum, &st) == RPC_OK,
            "%s", st.details);
     char *back = NULL;
     size_t n = 0;
     sl_err err = {0};
-    CHECKF(sl_read_file(path, 1 << 20, &back, &n, &err) == 0 && n == sizeof file &&
+    CHECKF(sl_read_file(path, 1 << 20, &back, &n, &err) == 0 && n == SIZE &&
                !memcmp(back, file, n), "%s", err.msg);
     free(back);
     /* and once done, no piece more */
