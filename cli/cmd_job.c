@@ -248,6 +248,10 @@ static int submit(client *c, int argc, char **argv)
     free(ctext);
     free(mtext);
     free(otext);
+    if (rc && init && strstr(err.msg, "RESOURCE_EXHAUSTED"))
+        return sl_cli_fail("job", 1, "%s (--init sends the model, %zu bytes, inside the submit "
+                           "request: start the coordinator with a --max-message above that)",
+                           err.msg, mlen);
     if (rc)
         return sl_cli_fail("job", 1, "%s", err.msg);
     char id[64];

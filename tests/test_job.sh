@@ -44,11 +44,12 @@ job() {
   check "$name: job watch follows it to done" bash -c 'test $0 -eq 0 && grep -q "step=20 " "$1" && grep -q "done after" "$1"' "$rc" "$d/$name.watch"
   cl_job export "$JOB" --out "$d/$name.export" >/dev/null; rc=$?
   check "$name: the exported model.safetensors equals skyloom train's, byte for byte" \
-      bash -c 'test $0 -eq 0 && cmp -s "$1/model.safetensors" "$2/ref/step-20/model.safetensors"' "$rc" "$d/$name.export" "$d"
+      bash -c 'test $0 -eq 0 && cmp -s "$1/model.safetensors" "$2/step-20/model.safetensors"' "$rc" "$d/$name.export" "$REF"
   check "$name: the per-step losses equal skyloom train's" \
       bash -c '[ "$(tail -n +2 "$0" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | cut -d, -f1,2)" ]' \
-      "$d/coord/jobs/$JOB/metrics.csv" "$d/ref/metrics.csv"
+      "$d/coord/jobs/$JOB/metrics.csv" "$REF/metrics.csv"
 }
+REF=$d/ref # the skyloom train run a job is compared with
 # stage I of the submit output's plan is on device ID
 stage_on() { python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["plan"]; sys.exit(p["stages"][int(sys.argv[2])]["device"] != sys.argv[3])' "$@"; }
 export -f stage_on
@@ -122,6 +123,17 @@ check "chain: the device holding the head received the labels and the tied gradi
     bash -c 'grep "job done here job=$1" "$0" | grep -q "labels:[1-9][0-9]*,tied:[1-9]"' "$d/dev3.log" "$JOB"
 # (the lines themselves are printed when there are any: the directory is gone afterwards)
 check "no frame refused, no pipeline stopped" bash -c '! grep -H "frame refused\|pipeline stopped" "$0"/dev*.log' "$d"
+
+# --init: a job that starts from a model equals skyloom train --init from it
+"$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps 20 --batch 8 --micro-batches 4 \
+    --lr 2e-3 --init "$d/u3.export/model.safetensors" --save "$d/refinit" >/dev/null 2>&1
+REF=$d/refinit job init "$OWNER,$MID" --init "$d/u3.export/model.safetensors"
+# a model over the coordinator's message limit (1 MiB by default): the error says what to do
+head -c 2000000 /dev/zero > "$d/big.safetensors"
+out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 5 --init "$d/big.safetensors" 2>&1); rc=$?
+echo "     $out" | tail -1
+check "--init over the coordinator's message limit: refused, naming --max-message" \
+    bash -c 'test $0 -eq 1 && grep -q "RESOURCE_EXHAUSTED.*2000000 bytes.*--max-message" <<<"$1"' "$rc" "$out"
 
 # the owner refuses what it cannot train on: the reason reaches submit
 out=$(cl_job submit --config "$d/small.json" --data "$OWNER:wiki" --steps 5 2>&1); rc=$?
