@@ -237,30 +237,28 @@ dev_net *dev_net_open(const dev_net_cfg *c, sl_err *err)
     pthread_mutex_init(&n->mu, NULL);
     pthread_cond_init(&n->cv, NULL);
     n->links = sl_xcalloc((size_t)p + 1, sizeof *n->links);
-    /* chain links, then the side link when first and last are not neighbours */
-    for (int i = 0; i < p; i++) {
-        int a = i, b = i + 1;
-        if (i == p - 1) {
-            if (p <= 2)
-                break;
-            a = 0;
-            b = p - 1;
+    /* the pipeline's links as dev_exch_is_link has them: the chain, and the
+     * side link of the tied gradient when first and last are not neighbours */
+    for (int a = 0; a < p; a++)
+        for (int b = a + 1; b < p; b++) {
+            if (!dev_exch_is_link(p, a, b))
+                continue;
+            link *l = &n->links[n->nlinks++];
+            l->n = n;
+            l->a = a;
+            l->b = b;
+            int la = local(n, a), lb = local(n, b);
+            l->mode = la && lb ? L_LOCAL : la ? L_CLIENT : lb ? L_SERVER : L_OTHER;
+            l->state = l->mode == L_LOCAL ? 1 : 0;
+            if (flow_init(n, &l->down, a, b, l->mode, err) ||
+                flow_init(n, &l->up, b, a, l->mode, err)) {
+                dev_net_free(n);
+                return NULL;
+            }
+            if (n->c.codec_grad == DEV_CODEC_TOPK && l->mode == L_SERVER &&
+                dev_topk_ef_init(&l->up.ef, c->act_floats, err) == 0)
+                l->up.ef_ok = 1;
         }
-        link *l = &n->links[n->nlinks++];
-        l->n = n;
-        l->a = a;
-        l->b = b;
-        int la = local(n, a), lb = local(n, b);
-        l->mode = la && lb ? L_LOCAL : la ? L_CLIENT : lb ? L_SERVER : L_OTHER;
-        l->state = l->mode == L_LOCAL ? 1 : 0;
-        if (flow_init(n, &l->down, a, b, l->mode, err) || flow_init(n, &l->up, b, a, l->mode, err)) {
-            dev_net_free(n);
-            return NULL;
-        }
-        if (n->c.codec_grad == DEV_CODEC_TOPK && l->mode == L_SERVER &&
-            dev_topk_ef_init(&l->up.ef, c->act_floats, err) == 0)
-            l->up.ef_ok = 1;
-    }
     n->ports = sl_xcalloc((size_t)p, sizeof *n->ports);
     for (int i = 0; i < p; i++)
         n->ports[i] = (nport){.base = {.ops = &net_ops, .stages = p, .index = i}, .n = n};
