@@ -30,18 +30,7 @@ CL=$(mktemp -d /tmp/skyloom-bench-job-XXXXXX)
 . "$src/scripts/cluster.sh"
 trap 'cl_stop; rm -rf "$CL"' EXIT
 
-if ! "$src/scripts/demo-corpus.sh" "$CL/corpus.txt" 2>/dev/null; then
-  echo "demo corpus not available (Debian package fortunes): using generated text"
-  awk 'BEGIN { srand(1); for (i = 0; i < 400000; i++) printf "%s%s", substr("the quick brown fox jumps over lazy dogs", 1 + int(rand() * 30), 1 + int(rand() * 8)), (i % 12 ? " " : ".\n") }' > "$CL/corpus.txt"
-fi
-"$SK" -q data vocab --corpus "$CL/corpus.txt" --size 8192 --out "$CL/vocab.txt" >/dev/null || exit 1
-"$SK" -q data prepare --vocab "$CL/vocab.txt" --in "$CL/corpus.txt" --out "$CL/b.shard" --seq $T >/dev/null || exit 1
-cat > "$CL/b.json" <<'JSON'
-{"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024,
- "vocab_size": 8192, "max_position_embeddings": 512, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
- "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
- "initializer_range": 0.02}
-JSON
+"$src/bench/config_b.sh" "$SK" "$CL" $T || exit 1
 
 cl_start || exit 1
 cl_device dev1 lab --threads 1 --data "b=$CL/b.shard" || exit 1; D1=$CL_ID

@@ -20,18 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 d=$(mktemp -d /tmp/skyloom-bench-runner-XXXXXX)
 trap 'rm -rf "$d"' EXIT
 
-if ! "$here/../scripts/demo-corpus.sh" "$d/corpus.txt" 2>/dev/null; then
-  echo "demo corpus not available (Debian package fortunes): using generated text" >&2
-  awk 'BEGIN { srand(1); for (i = 0; i < 400000; i++) printf "%s%s", substr("the quick brown fox jumps over lazy dogs", 1 + int(rand() * 30), 1 + int(rand() * 8)), (i % 12 ? " " : ".\n") }' > "$d/corpus.txt"
-fi
-"$after" -q data vocab --corpus "$d/corpus.txt" --size 8192 --out "$d/vocab.txt" >/dev/null
-"$after" -q data prepare --vocab "$d/vocab.txt" --in "$d/corpus.txt" --out "$d/b.shard" --seq 128 >/dev/null
-cat > "$d/b.json" <<'JSON'
-{"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024,
- "vocab_size": 8192, "max_position_embeddings": 512, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
- "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
- "initializer_range": 0.02}
-JSON
+"$here/config_b.sh" "$after" "$d" 128
 
 # one NAME EXE ROUND: a run, its JSON line appended to $d/runs
 one() {
