@@ -25,6 +25,8 @@
 set -u
 SK=$(cd "$(dirname "$1")" && pwd)/$(basename "$1"); src=$2
 rounds=${ROUNDS:-5} steps=${STEPS:-25} warmup=${WARMUP:-5} ckpt=${CKPT:-10}
+# the CPU window runs from step WARMUP to the step before the last: it must hold steps
+[ "$steps" -ge $((warmup + 9)) ] || { echo "bench_job: STEPS ($steps) must be at least WARMUP + 9 ($((warmup + 9)))" >&2; exit 2; }
 B=32 M=8 T=128
 CL=$(mktemp -d /tmp/skyloom-bench-job-XXXXXX)
 . "$src/scripts/cluster.sh"
