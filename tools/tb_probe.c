@@ -52,11 +52,11 @@ static int parse_addr(const char *s, struct sockaddr_in *a)
     return inet_pton(AF_INET, host, &a->sin_addr) == 1 ? 0 : -1;
 }
 
-static int full_write(int fd, const void *p, size_t n)
+/* all n bytes written (writing) or read; -1 on an error or end of stream */
+static int full_io(int fd, uint8_t *b, size_t n, int writing)
 {
-    const uint8_t *b = p;
     while (n) {
-        ssize_t k = write(fd, b, n);
+        ssize_t k = writing ? write(fd, b, n) : read(fd, b, n);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
@@ -67,38 +67,15 @@ static int full_write(int fd, const void *p, size_t n)
     return 0;
 }
 
-static int full_read(int fd, void *p, size_t n)
-{
-    uint8_t *b = p;
-    while (n) {
-        ssize_t k = read(fd, b, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
+static int full_write(int fd, const void *p, size_t n) { return full_io(fd, (uint8_t *)p, n, 1); }
+static int full_read(int fd, void *p, size_t n) { return full_io(fd, p, n, 0); }
 
-/* n bytes from a buffer of CHUNK, or into one */
-static int send_n(int fd, uint8_t *buf, uint64_t n)
+/* n bytes through a buffer of CHUNK: sent from it (writing) or received into it */
+static int chunked_io(int fd, uint8_t *buf, uint64_t n, int writing)
 {
     while (n) {
         size_t k = n < CHUNK ? (size_t)n : CHUNK;
-        if (full_write(fd, buf, k))
-            return -1;
-        n -= k;
-    }
-    return 0;
-}
-
-static int recv_n(int fd, uint8_t *buf, uint64_t n)
-{
-    while (n) {
-        size_t k = n < CHUNK ? (size_t)n : CHUNK;
-        if (full_read(fd, buf, k))
+        if (full_io(fd, buf, k, writing))
             return -1;
         n -= k;
     }
@@ -136,9 +113,9 @@ static void serve_one(int c, uint8_t *buf)
         if (h[0] == 'P' && n <= CHUNK)
             rc = full_read(c, buf, (size_t)n) || full_write(c, buf, (size_t)n);
         else if (h[0] == 'U')
-            rc = recv_n(c, buf, n) || full_write(c, "k", 1);
+            rc = chunked_io(c, buf, n, 0) || full_write(c, "k", 1);
         else if (h[0] == 'D')
-            rc = send_n(c, buf, n);
+            rc = chunked_io(c, buf, n, 1);
         if (rc)
             break;
     }
@@ -198,9 +175,9 @@ static int transfer(int fd, uint8_t *buf, char dir, uint64_t n, double *t)
         return -1;
     if (dir == 'U') {
         uint8_t k;
-        if (send_n(fd, buf, n) || full_read(fd, &k, 1))
+        if (chunked_io(fd, buf, n, 1) || full_read(fd, &k, 1))
             return -1;
-    } else if (recv_n(fd, buf, n)) {
+    } else if (chunked_io(fd, buf, n, 0)) {
         return -1;
     }
     *t = now_s() - t0;
