@@ -152,5 +152,9 @@ check "job list shows the done job and the failed ones" bash -c 'grep -q "$1 *do
 
 cl_stop
 if cl_alive; then echo "FAIL every process stopped"; fail=1; else echo "ok   every process stopped"; fi
+# make demo runs under set -e: stopping a process that has already ended is no error there
+check "cl_stop under set -e, a process already gone" \
+    bash -c 'set -euo pipefail; CL=$1 SK=$2; . "$0/scripts/cluster.sh"; true & p=$!; wait $p; CL_PIDS=($p); cl_stop; echo survived' \
+    "$src" "$CL" "$SK"
 
 exit $fail
