@@ -86,6 +86,15 @@ typedef struct bal_device {
     double flops;            /* sustained FLOP/s; used when unit_fwd_s is NULL */
     const double *unit_fwd_s; /* measured seconds per unit (n_units each) or NULL */
     const double *unit_bwd_s;
+    /* Compute shared with other devices: devices naming the same cpu_pool
+     * (a machine) draw on its pool_cpus cores, each using up to `cpus` of
+     * them while it computes, and slow down in proportion when together they
+     * ask for more (bal_simulate). Its measured times are taken as on cores
+     * of its own. "" = a pool of its own: never slowed. Unlike `host`, a pool
+     * says nothing about links. */
+    char cpu_pool[BAL_NAME_MAX];
+    double pool_cpus; /* > 0 with a cpu_pool */
+    double cpus;      /* > 0 with a cpu_pool; more than pool_cpus counts as pool_cpus */
 } bal_device;
 
 typedef struct bal_link {
@@ -186,6 +195,8 @@ typedef struct bal_stage {
     /* link to the next stage (unused on the last one) */
     double lat_s;             /* latency of the link to the next stage */
     double act_s, grad_s;     /* serialization time of one activation / gradient */
+    char cpu_pool[BAL_NAME_MAX]; /* the device's (bal_device); "" = its own */
+    double pool_cpus, cpus;
 } bal_stage;
 
 typedef struct bal_dropped {

@@ -484,8 +484,9 @@ static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_d
         return sl_err_set(c->err, SL_ENOMEM, "%s: out of memory for %zu devices", c->name, nd);
     }
     memset(dev, 0, nd * sizeof *dev);
-    static const char *const keys[] = {"id", "site", "host", "backend", "memory_bytes",
-                                       "memory_gib", "flops", "unit_seconds", NULL};
+    static const char *const keys[] = {"id",        "site",         "host",     "backend",
+                                       "memory_bytes", "memory_gib", "flops", "unit_seconds",
+                                       "cpu_pool",  "pool_cpus",    "cpus",     NULL};
     for (size_t i = 0; i < nd; i++) {
         json_t *o = json_array_get(arr, i);
         bal_device *d = &dev[i];
@@ -509,6 +510,16 @@ static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_d
             strcpy(d->site, "default");
         if (get_str(c, o, "host", 0, d->host, sizeof d->host) < 0)
             goto fail;
+        int rp = get_str(c, o, "cpu_pool", 0, d->cpu_pool, sizeof d->cpu_pool);
+        int rpc = get_num(c, o, "pool_cpus", 0, 1e-3, 1e6, &d->pool_cpus);
+        int rc = get_num(c, o, "cpus", 0, 1e-3, 1e6, &d->cpus);
+        if (rp < 0 || rpc < 0 || rc < 0)
+            goto fail;
+        if (rp != rpc || rp != rc) {
+            jpush_key(c, "cpu_pool");
+            jfail(c, "give cpu_pool, pool_cpus and cpus together, or none of them");
+            goto fail;
+        }
         r = get_str(c, o, "backend", 0, d->backend, sizeof d->backend);
         if (r < 0)
             goto fail;

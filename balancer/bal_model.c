@@ -145,6 +145,26 @@ void bal_problem_free(bal_problem *pb)
     free(pb);
 }
 
+/* Device d's cpu pool: both sizes positive, and the pool's size the same as
+ * every earlier device of that pool says. */
+static int pool_check(const bal_device *dev, size_t d, sl_err *err)
+{
+    const bal_device *x = &dev[d];
+    if (!x->cpu_pool[0])
+        return 0;
+    if (!(x->pool_cpus > 0) || !(x->cpus > 0) || !isfinite(x->pool_cpus) || !isfinite(x->cpus) ||
+        x->pool_cpus > 1e6 || x->cpus > 1e6)
+        return sl_err_set(err, SL_EINVAL,
+                          "device %s: cpu pool '%s' needs pool_cpus and cpus between 0 and 1e6, "
+                          "got %g and %g", x->id, x->cpu_pool, x->pool_cpus, x->cpus);
+    for (size_t e = 0; e < d; e++)
+        if (!strcmp(dev[e].cpu_pool, x->cpu_pool) && dev[e].pool_cpus != x->pool_cpus)
+            return sl_err_set(err, SL_EINVAL,
+                              "device %s: cpu pool '%s' has %g cpus, but device %s says %g", x->id,
+                              x->cpu_pool, x->pool_cpus, dev[e].id, dev[e].pool_cpus);
+    return 0;
+}
+
 bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_device *dev, int n_dev,
                              const bal_network *net, sl_err *err)
 {
@@ -198,7 +218,11 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
     for (size_t d = 0; d < nd; d++) {
         bal_device *x = &pb->dev[d];
         x->id[BAL_NAME_MAX - 1] = x->site[BAL_NAME_MAX - 1] = x->host[BAL_NAME_MAX - 1] = 0;
-        x->backend[sizeof x->backend - 1] = 0;
+        x->cpu_pool[BAL_NAME_MAX - 1] = x->backend[sizeof x->backend - 1] = 0;
+        if (pool_check(pb->dev, d, err)) {
+            bal_problem_free(pb);
+            return NULL;
+        }
         double *tf = pb->tf + d * nu, *tb = pb->tb + d * nu, fsum = 0;
         if (x->unit_fwd_s && x->unit_bwd_s) {
             pb->measured[d] = 1;

@@ -388,6 +388,9 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
         s->device = d;
         memcpy(s->id, pb->dev[d].id, BAL_NAME_MAX);
         memcpy(s->site, pb->dev[d].site, BAL_NAME_MAX);
+        memcpy(s->cpu_pool, pb->dev[d].cpu_pool, BAL_NAME_MAX);
+        s->pool_cpus = pb->dev[d].pool_cpus;
+        s->cpus = pb->dev[d].cpus;
         s->first = a;
         s->last = b - 1;
         for (int u = a; u < b; u++) {

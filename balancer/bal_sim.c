@@ -7,6 +7,12 @@
  * drains work). Every directed link sends one message at a time
  * (serialization = bytes / bandwidth), and the message arrives one latency
  * later. Sends run on the link, not the device, so they overlap compute.
+ * Devices of one cpu pool (a machine) share its cores: while the devices
+ * computing on it ask for more cores than it has, each op runs slower by
+ * cores / asked (processor sharing, as a fair scheduler gives it), and its
+ * end moves whenever an op of the pool starts or ends. A link between two
+ * devices of one pool (loopback) moves its bytes with the pool's cores
+ * (copies, encryption): while it sends it asks for one core too.
  * The optimizer steps wait for the global gradient norm: once every stage
  * has run its last backward, the stages' partial sums travel down the chain
  * and the total back up (one latency per link each way), then every stage
@@ -29,6 +35,7 @@ typedef struct event {
     double t;
     uint64_t seq;
     int type, stage, dir, mb;
+    uint64_t ver; /* pooled EV_DONE and EV_XMIT: stale unless it equals xver */
 } event;
 
 typedef struct heap {
@@ -90,6 +97,15 @@ typedef struct sim {
     int *pc, *inflight, *done;
     int *res, *rbusy;  /* stage -> its device's compute resource; resource busy */
     int *rfirst, *rnext; /* stages of a resource as a list (-1 ends) */
+    /* cpu pools. Their users are the compute resources (x = r) and the
+     * directed links (x = nres + 2i: i -> i+1, nres + 2i + 1: i+1 -> i): a
+     * user's pool (-1: none), the cores it asks for, and while it runs, its
+     * op's work left at full speed, its rate since `xsince` */
+    int nres, npool, nx;
+    int *xpool, *xbusy, *xstage, *xkind, *xmb;
+    double *xneed, *xleft, *xrate, *xsince, *xstart;
+    uint64_t *xver;
+    double *pcpus, *pasked;
     double *avail;     /* when the stage's previous op ended */
     int drained;       /* stages past their last backward */
     double norm_at;    /* when the global norm is known everywhere (-1 before) */
@@ -116,7 +132,102 @@ static void add_seg(sim *S, double a, double b, int stage, int kind, int mb)
 
 static void push(sim *S, double t, int type, int stage, int dir, int mb)
 {
-    heap_push(&S->h, (event){t, S->seq++, type, stage, dir, mb});
+    heap_push(&S->h, (event){t, S->seq++, type, stage, dir, mb, 0});
+}
+
+/* The work the pool's running ops have done since their last change of rate. */
+static void pool_advance(sim *S, int g, double t)
+{
+    for (int x = 0; x < S->nx; x++)
+        if (S->xpool[x] == g && S->xbusy[x]) {
+            S->xleft[x] -= (t - S->xsince[x]) * S->xrate[x];
+            if (S->xleft[x] < 0)
+                S->xleft[x] = 0;
+            S->xsince[x] = t;
+        }
+}
+
+/* Every running op of the pool at the pool's rate now: a new end each. */
+static void pool_schedule(sim *S, int g, double t)
+{
+    double rate = S->pasked[g] > S->pcpus[g] ? S->pcpus[g] / S->pasked[g] : 1;
+    for (int x = 0; x < S->nx; x++)
+        if (S->xpool[x] == g && S->xbusy[x]) {
+            S->xrate[x] = rate;
+            heap_push(&S->h, (event){t + S->xleft[x] / rate, S->seq++,
+                                     x < S->nres ? EV_DONE : EV_XMIT, S->xstage[x], S->xkind[x],
+                                     S->xmb[x], ++S->xver[x]});
+        }
+}
+
+/* User x of pool g starts an op of `dur` seconds at full speed. */
+static void pool_start(sim *S, int x, int stage, int kind, int mb, double dur, double t)
+{
+    int g = S->xpool[x];
+    pool_advance(S, g, t);
+    S->xbusy[x] = 1;
+    S->xstage[x] = stage;
+    S->xkind[x] = kind;
+    S->xmb[x] = mb;
+    S->xleft[x] = dur;
+    S->xsince[x] = S->xstart[x] = t;
+    S->pasked[g] += S->xneed[x];
+    pool_schedule(S, g, t);
+}
+
+/* The pool user an event ends an op of. */
+static int user_of(const sim *S, const event *e)
+{
+    if (e->type == EV_DONE)
+        return S->res[e->stage];
+    return S->nres + (e->dir == 0 ? 2 * e->stage : 2 * (e->stage - 1) + 1);
+}
+
+static const int seg_kind[3] = {BAL_SEG_FWD, BAL_SEG_BWD, BAL_SEG_OPT};
+
+/* Time spent on an op: compute by kind, or a message on a link. */
+static void account(sim *S, int link, int stage, int kind, int mb, double a, double b)
+{
+    if (link) {
+        add_seg(S, a, b, stage, kind == 0 ? BAL_SEG_SEND_ACT : BAL_SEG_SEND_GRAD, mb);
+        S->tl->stage[stage].send_s += b - a;
+        S->tl->stage[kind == 0 ? stage + 1 : stage - 1].recv_s += b - a;
+        return;
+    }
+    add_seg(S, a, b, stage, seg_kind[kind], mb);
+    bal_stage_stats *st = &S->tl->stage[stage];
+    double *acc[3] = {&st->fwd_s, &st->bwd_s, &st->optim_s};
+    *acc[kind] += b - a;
+}
+
+/* Starts op `kind` (0 forward, 1 backward, 2 optimizer) of stage i for `dur`
+ * seconds at full speed. A pooled device's time is counted when it ends. */
+static void run_op(sim *S, int i, int kind, int mb, double dur, double t)
+{
+    int r = S->res[i];
+    S->rbusy[r] = 1;
+    if (S->xpool[r] >= 0) {
+        pool_start(S, r, i, kind, mb, dur, t);
+        return;
+    }
+    push(S, t + dur, EV_DONE, i, kind, mb);
+    account(S, 0, i, kind, mb, t, t + dur);
+}
+
+/* A pooled op ended at t (0: the event is stale). */
+static int pool_done(sim *S, const event *e, double t)
+{
+    int x = user_of(S, e), g = S->xpool[x];
+    if (e->ver != S->xver[x])
+        return 0;
+    pool_advance(S, g, t);
+    S->xbusy[x] = 0;
+    S->pasked[g] -= S->xneed[x];
+    if (S->pasked[g] < 1e-9)
+        S->pasked[g] = 0;
+    account(S, x >= S->nres, e->stage, e->dir, e->mb, S->xstart[x], t);
+    pool_schedule(S, g, t);
+    return 1;
 }
 
 /* F(j): receive, compute, send; B(j) the same in the other direction. */
@@ -216,10 +327,13 @@ static void link_kick(sim *S, link_q *l, int from, int dir, double t)
     double ser = dir == 0 ? st->act_s : st->grad_s;
     int mb = l->q[l->head++];
     l->busy = 1;
+    int x = S->nres + (dir == 0 ? 2 * from : 2 * (from - 1) + 1);
+    if (S->xpool[x] >= 0) {
+        pool_start(S, x, from, dir, mb, ser, t);
+        return;
+    }
     push(S, t + ser, EV_XMIT, from, dir, mb);
-    add_seg(S, t, t + ser, from, dir == 0 ? BAL_SEG_SEND_ACT : BAL_SEG_SEND_GRAD, mb);
-    S->tl->stage[from].send_s += ser;
-    S->tl->stage[dir == 0 ? from + 1 : from - 1].recv_s += ser;
+    account(S, 1, from, dir, mb, t, t + ser);
 }
 
 /* When stage i's next op can start (-1: its input has not arrived). */
@@ -245,24 +359,17 @@ static void start(sim *S, int i, double t)
 {
     int m = S->m;
     const bal_stage *st = &S->pl->stage[i];
-    S->rbusy[S->res[i]] = 1;
     if (S->pc[i] == 2 * m) {
-        push(S, t + st->optim_s, EV_DONE, i, 2, -1);
-        add_seg(S, t, t + st->optim_s, i, BAL_SEG_OPT, -1);
-        S->tl->stage[i].optim_s += st->optim_s;
+        run_op(S, i, 2, -1, st->optim_s, t);
         return;
     }
     int op = S->ops[(size_t)i * 2 * m + S->pc[i]];
     if (op >= 0) {
         if (++S->inflight[i] > S->tl->stage[i].peak_inflight)
             S->tl->stage[i].peak_inflight = S->inflight[i];
-        push(S, t + st->fwd_s, EV_DONE, i, 0, op);
-        add_seg(S, t, t + st->fwd_s, i, BAL_SEG_FWD, op);
-        S->tl->stage[i].fwd_s += st->fwd_s;
+        run_op(S, i, 0, op, st->fwd_s, t);
     } else {
-        push(S, t + st->bwd_s, EV_DONE, i, 1, -op - 1);
-        add_seg(S, t, t + st->bwd_s, i, BAL_SEG_BWD, -op - 1);
-        S->tl->stage[i].bwd_s += st->bwd_s;
+        run_op(S, i, 1, -op - 1, st->bwd_s, t);
     }
 }
 
@@ -292,6 +399,19 @@ static void sim_free(sim *S)
     free(S->rbusy);
     free(S->rfirst);
     free(S->rnext);
+    free(S->xpool);
+    free(S->xbusy);
+    free(S->xstage);
+    free(S->xkind);
+    free(S->xmb);
+    free(S->xneed);
+    free(S->xleft);
+    free(S->xrate);
+    free(S->xsince);
+    free(S->xstart);
+    free(S->xver);
+    free(S->pcpus);
+    free(S->pasked);
     free(S->avail);
     free(S->inflight);
     free(S->done);
@@ -305,6 +425,64 @@ static void sim_free(sim *S)
     free(S->fwd);
     free(S->bwd);
     free(S->h.a);
+}
+
+/* The cpu pools of the plan's devices, by name; the size is the first
+ * stage's that names it. A device asks for at most the pool's cores; a link
+ * whose two ends share a pool asks for one. */
+static int pool_of_stage(sim *S, int *first, int i)
+{
+    const bal_stage *st = &S->pl->stage[i];
+    if (!st->cpu_pool[0] || !(st->pool_cpus > 0) || !(st->cpus > 0))
+        return -1;
+    int g = 0;
+    while (g < S->npool && strcmp(S->pl->stage[first[g]].cpu_pool, st->cpu_pool))
+        g++;
+    if (g == S->npool) {
+        first[S->npool++] = i;
+        S->pcpus[g] = st->pool_cpus;
+    }
+    return g;
+}
+
+static void pools(sim *S)
+{
+    size_t X = (size_t)S->nres + 2 * (size_t)S->p;
+    S->nx = (int)X;
+    S->xpool = sl_xmalloc(X * sizeof(int));
+    S->xbusy = sl_xcalloc(X, sizeof(int));
+    S->xstage = sl_xcalloc(X, sizeof(int));
+    S->xkind = sl_xcalloc(X, sizeof(int));
+    S->xmb = sl_xcalloc(X, sizeof(int));
+    S->xneed = sl_xcalloc(X, sizeof(double));
+    S->xleft = sl_xcalloc(X, sizeof(double));
+    S->xrate = sl_xcalloc(X, sizeof(double));
+    S->xsince = sl_xcalloc(X, sizeof(double));
+    S->xstart = sl_xcalloc(X, sizeof(double));
+    S->xver = sl_xcalloc(X, sizeof(uint64_t));
+    S->pcpus = sl_xcalloc(X, sizeof(double));
+    S->pasked = sl_xcalloc(X, sizeof(double));
+    int *first = sl_xmalloc(X * sizeof(int)); /* a pool's first stage */
+    for (size_t x = 0; x < X; x++)
+        S->xpool[x] = -1;
+    for (int r = 0; r < S->nres; r++) {
+        int g = pool_of_stage(S, first, S->rfirst[r]);
+        const bal_stage *st = &S->pl->stage[S->rfirst[r]];
+        S->xpool[r] = g;
+        if (g >= 0)
+            S->xneed[r] = st->cpus < S->pcpus[g] ? st->cpus : S->pcpus[g];
+    }
+    for (int i = 0; i + 1 < S->p; i++) {
+        int g = pool_of_stage(S, first, i), h = pool_of_stage(S, first, i + 1);
+        if (g < 0 || g != h)
+            continue;
+        for (int d = 0; d < 2; d++) {
+            int x = S->nres + 2 * i + d;
+            S->xpool[x] = g;
+            S->xneed[x] = S->pcpus[g] < 1 ? S->pcpus[g] : 1;
+        }
+    }
+    free(first);
 }
 
 bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_err *err)
@@ -354,6 +532,8 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
             S.rnext[j] = i;
         }
     }
+    S.nres = nres;
+    pools(&S);
     S.fwd = sl_xcalloc(P, sizeof(link_q));
     S.bwd = sl_xcalloc(P, sizeof(link_q));
     for (size_t i = 0; i < P; i++) {
@@ -375,6 +555,8 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
         now = e.t;
         int i = e.stage;
         if (e.type == EV_DONE) {
+            if (S.xpool[S.res[i]] >= 0 && !pool_done(&S, &e, now))
+                continue;
             S.rbusy[S.res[i]] = 0;
             S.avail[i] = now;
             if (e.dir == 2) {
@@ -405,6 +587,8 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
             for (int r = 0; r < nres; r++)
                 kick(&S, r, now);
         } else if (e.type == EV_XMIT) {
+            if (S.xpool[user_of(&S, &e)] >= 0 && !pool_done(&S, &e, now))
+                continue;
             link_q *l = e.dir == 0 ? &S.fwd[i] : &S.bwd[i - 1];
             const bal_stage *st = &pl->stage[e.dir == 0 ? i : i - 1];
             l->busy = 0;

@@ -838,6 +838,137 @@ static void test_ushaped_shares_compute(void)
     bal_problem_free(pb);
 }
 
+static const char cfg_small[] = "{\n  \"hidden_size\": 256,\n  \"num_hidden_layers\": 8,\n"
+                                "  \"num_attention_heads\": 4,\n  \"intermediate_size\": 1024,\n"
+                                "  \"vocab_size\": 30522\n}\n";
+
+/* p stages of 1 ms forward + 2 ms backward on p devices of one cpu pool,
+ * free links, no optimizer work: the plan's iteration with the pool's size. */
+static double pooled_iteration_link(int p, int m, double pool_cpus, double cpus, double link_bw,
+                                   bal_timeline **out)
+{
+    sl_err err = {0};
+    bal_unit u[8];
+    memset(u, 0, sizeof u);
+    for (int i = 0; i < p; i++)
+        u[i] = (bal_unit){.kind = BAL_UNIT_ENCODER, .fwd_flops = 1e9, .bwd_flops = 2e9,
+                          .out_bytes = 1000, .stash_bytes = 10};
+    bal_device d[8];
+    memset(d, 0, sizeof d);
+    int order[8], cuts[9];
+    for (int i = 0; i < p; i++) {
+        snprintf(d[i].id, sizeof d[i].id, "c%d", i);
+        d[i].mem_bytes = 1 << 30;
+        d[i].flops = 1e12;
+        if (pool_cpus > 0) {
+            strcpy(d[i].cpu_pool, "machine");
+            d[i].pool_cpus = pool_cpus;
+            d[i].cpus = cpus;
+        }
+        order[i] = cuts[i] = i;
+    }
+    cuts[p] = p;
+    bal_network net = bal_network_default();
+    net.inside_site = (bal_link){link_bw, 0};
+    bal_problem *pb = bal_problem_new(u, p, d, p, &net, &err);
+    bal_chain c = {p, order, NULL, m, BAL_1F1B, 1, 0};
+    bal_plan *pl = pb ? bal_plan_chain(pb, &c, cuts, &err) : NULL;
+    bal_timeline *tl = pl ? bal_simulate(pl, BAL_1F1B, 1, &err) : NULL;
+    CHECKF(tl != NULL, "%s", err.msg);
+    double T = tl ? tl->iteration_s : -1;
+    if (out)
+        *out = tl;
+    else
+        bal_timeline_free(tl);
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+    return T;
+}
+
+static double pooled_iteration(int p, int m, double pool_cpus, double cpus, bal_timeline **out)
+{
+    return pooled_iteration_link(p, m, pool_cpus, cpus, 1e300, out);
+}
+
+/* Devices sharing a machine's cores. One core for p single-core devices:
+ * the pool does one op's work at a time and some op is always ready, so the
+ * iteration is the whole work, m * p * 3 ms, and the busy time each stage
+ * reports covers it. Cores enough for all: the textbook (m + p - 1) * 3 ms.
+ * Two cores for three: at least the work over two cores and the textbook
+ * time, at most 1.5 x the textbook (no op runs slower than 2/3). */
+static void test_cpu_pool_shares_cores(void)
+{
+    enum { M = 8 };
+    bal_timeline *tl = NULL;
+    for (int p = 1; p <= 4; p++) {
+        double alone = pooled_iteration(p, M, 0, 0, NULL);
+        CHECK_NEAR(alone, (M + p - 1) * 3e-3, 1e-12);
+        CHECK_NEAR(pooled_iteration(p, M, p, 1, NULL), alone, 1e-12);
+        CHECK_NEAR(pooled_iteration(p, M, 1, 1, &tl), M * p * 3e-3, 1e-12);
+        double busy = 0;
+        for (int i = 0; tl && i < p; i++)
+            busy += tl->stage[i].fwd_s + tl->stage[i].bwd_s;
+        CHECKF(tl && busy >= M * p * 3e-3 - 1e-12 && tl->stage[0].idle_s < tl->iteration_s,
+               "p=%d busy %g", p, busy);
+        bal_timeline_free(tl);
+        /* a device asks for at most the pool: 4 threads on a 2-core machine, alone */
+        if (p == 1)
+            CHECK_NEAR(pooled_iteration(1, M, 2, 4, NULL), alone, 1e-12);
+    }
+    double alone = pooled_iteration(3, M, 0, 0, NULL);
+    double two = pooled_iteration(3, M, 2, 1, &tl);
+    CHECKF(two >= M * 3 * 3e-3 / 2 - 1e-12 && two >= alone && two <= 1.5 * alone + 1e-12 &&
+           two > 1.05 * alone, "three devices on two cores: %g, alone %g", two, alone);
+    /* a link inside the pool (loopback) uses its cores too: on one core,
+     * every op and every message one after the other, 1000 bytes at 2 MB/s */
+    for (int p = 2; p <= 4; p++) {
+        double T = pooled_iteration_link(p, M, 1, 1, 2e6, NULL);
+        CHECK_NEAR(T, M * p * 3e-3 + 2 * (p - 1) * M * 0.5e-3, 1e-12);
+        CHECK(pooled_iteration_link(p, M, 0, 0, 2e6, NULL) < 0.8 * T);
+    }
+    /* each op ran slower than on its own core: busy time above the work */
+    double busy = 0;
+    for (int i = 0; tl && i < 3; i++)
+        busy += tl->stage[i].fwd_s + tl->stage[i].bwd_s;
+    CHECKF(busy > 1.05 * M * 3 * 3e-3, "busy %g", busy);
+    /* the pool travels in the plan's JSON and back */
+    sl_err err = {0};
+    const char *dev = "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1e12, \"cpu_pool\": \"m\","
+                      " \"pool_cpus\": 1, \"cpus\": 1},"
+                      " {\"id\": \"b\", \"memory_gib\": 1, \"flops\": 1e12, \"cpu_pool\": \"m\","
+                      " \"pool_cpus\": 1, \"cpus\": 2}]";
+    bal_problem *pb = bal_problem_parse(cfg_small, "c", 4, 128, dev, "d", NULL, NULL, &err);
+    CHECKF(pb && !strcmp(bal_problem_device(pb, 1)->cpu_pool, "m") &&
+           bal_problem_device(pb, 1)->cpus == 2, "%s", err.msg);
+    bal_opts o = bal_opts_default();
+    o.micro_batches = 4;
+    bal_plan *pl = pb ? bal_plan_make(pb, BAL_EVEN, &o, &err) : NULL;
+    bal_timeline *t1 = pl ? bal_simulate(pl, pl->schedule, 0, &err) : NULL;
+    json_t *j = pl ? bal_plan_json(pl, t1) : NULL;
+    bal_plan *back = j ? bal_plan_from_json(j, &err) : NULL;
+    bal_timeline *t2 = back ? bal_simulate(back, back->schedule, 0, &err) : NULL;
+    CHECKF(t1 && t2 && pl->n_stages == 2 && !strcmp(back->stage[1].cpu_pool, "m") &&
+           back->stage[1].pool_cpus == 1 && fabs(t1->iteration_s - t2->iteration_s) < 1e-12,
+           "%s", err.msg);
+    /* and slows the plan: the same devices without it */
+    bal_plan *own = back ? bal_plan_from_json(j, &err) : NULL;
+    for (int i = 0; own && i < own->n_stages; i++)
+        own->stage[i].cpu_pool[0] = 0;
+    bal_timeline *t3 = own ? bal_simulate(own, own->schedule, 0, &err) : NULL;
+    CHECK(t1 && t3 && t3->iteration_s < 0.9 * t1->iteration_s);
+    bal_timeline_free(t1);
+    bal_timeline_free(t2);
+    bal_timeline_free(t3);
+    json_decref(j);
+    bal_plan_free(own);
+    bal_plan_free(back);
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+    bal_timeline_free(tl);
+    printf("  three single-core devices: %.1f ms on their own cores, %.1f ms on two\n",
+           alone * 1e3, two * 1e3);
+}
+
 /* A link's latency and bandwidth show up where they should. */
 static void test_link_in_simulator(void)
 {
@@ -893,9 +1024,6 @@ static void test_bert_units(void)
 
 /* ---- messages ---- */
 
-static const char cfg_small[] = "{\n  \"hidden_size\": 256,\n  \"num_hidden_layers\": 8,\n"
-                                "  \"num_attention_heads\": 4,\n  \"intermediate_size\": 1024,\n"
-                                "  \"vocab_size\": 30522\n}\n";
 
 static void test_infeasible_message(void)
 {
@@ -957,6 +1085,21 @@ static void expect_parse_error(const char *cfg, const char *dev, const char *net
     CHECKF(pb == NULL && strstr(err.msg, want) != NULL, "want '%s', got '%s'", want,
            pb ? "success" : err.msg);
     bal_problem_free(pb);
+}
+
+/* A cpu pool comes whole and agrees with itself. */
+static void test_cpu_pool_errors(void)
+{
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1e12, \"cpu_pool\": \"m\"}]",
+                       NULL, "give cpu_pool, pool_cpus and cpus together");
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1e12, \"cpus\": 2}]",
+                       NULL, "give cpu_pool, pool_cpus and cpus together");
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1e12, \"cpu_pool\": \"m\","
+                       " \"pool_cpus\": 0, \"cpus\": 1}]", NULL, "pool_cpus");
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1e12, \"cpu_pool\": \"m\","
+                       " \"pool_cpus\": 2, \"cpus\": 1}, {\"id\": \"b\", \"memory_gib\": 1,"
+                       " \"flops\": 1e12, \"cpu_pool\": \"m\", \"pool_cpus\": 4, \"cpus\": 1}]",
+                       NULL, "device b: cpu pool 'm' has 4 cpus, but device a says 2");
 }
 
 static void test_malformed_json(void)
@@ -1370,6 +1513,8 @@ int main(void)
     RUN(test_closed_forms);
     RUN(test_link_in_simulator);
     RUN(test_ushaped_shares_compute);
+    RUN(test_cpu_pool_shares_cores);
+    RUN(test_cpu_pool_errors);
     RUN(test_micro_batch_choice);
     RUN(test_lower_bound);
     RUN(test_replan);
