@@ -1803,6 +1803,34 @@ static void plan_in_free(plan_in *in)
     free(in->dev);
 }
 
+/* A profile's cpu pool into the balancer's device d, if it is well formed.
+ * A device cannot make planning fail with it: a malformed pool is left out,
+ * and a pool's size is what its first device said. */
+static void pool_of(json_t *devs, json_t *cp, json_t *d)
+{
+    const char *name = json_string_value(json_object_get(cp, "name"));
+    double cpus = json_number_value(json_object_get(cp, "cpus"));
+    double size = json_number_value(json_object_get(cp, "pool_cpus"));
+    if (!name || !*name || strlen(name) >= BAL_NAME_MAX || !(cpus >= 1e-3 && cpus <= 1e6) ||
+        !(size >= 1e-3 && size <= 1e6))
+        return;
+    for (const char *c = name; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return;
+    size_t k;
+    json_t *o;
+    json_array_foreach(devs, k, o) {
+        const char *other = json_string_value(json_object_get(o, "cpu_pool"));
+        if (other && !strcmp(other, name)) {
+            size = json_number_value(json_object_get(o, "pool_cpus"));
+            break;
+        }
+    }
+    json_object_set_new(d, "cpu_pool", json_string(name));
+    json_object_set_new(d, "pool_cpus", json_real(size));
+    json_object_set_new(d, "cpus", json_real(cpus));
+}
+
 /* The balancer's inputs from the measured profiles. */
 static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
 {
@@ -1818,11 +1846,12 @@ static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
                                json_number_value(json_array_get(b, 1)), "head",
                                json_number_value(json_array_get(f, U - 1)),
                                json_number_value(json_array_get(b, U - 1)));
-        json_array_append_new(devs, json_pack("{s:s, s:s, s:s, s:I, s:o}", "id", in->ids[i], "site",
-                                              in->sites[i], "backend", in->dev[i].backend,
-                                              "memory_bytes",
-                                              json_integer_value(json_object_get(r, "memory_bytes")),
-                                              "unit_seconds", us));
+        json_t *d = json_pack("{s:s, s:s, s:s, s:I, s:o}", "id", in->ids[i], "site", in->sites[i],
+                              "backend", in->dev[i].backend, "memory_bytes",
+                              json_integer_value(json_object_get(r, "memory_bytes")),
+                              "unit_seconds", us);
+        pool_of(devs, json_object_get(r, "cpu_pool"), d);
+        json_array_append_new(devs, d);
     }
     json_t *dj = json_pack("{s:o}", "devices", devs), *net = json_object(), *sites = json_object(),
            *links = json_array();

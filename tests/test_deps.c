@@ -2,10 +2,12 @@
 #include <cblas.h>
 #include <grpc/grpc.h>
 #include <hwloc.h>
+#include <sched.h>
 #include <sodium.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "coord_state.h"
@@ -82,6 +84,40 @@ static void test_hwloc(void)
     CHECK(p.cores >= 1);
     CHECK(p.pus >= p.cores);
     CHECK(p.memory_bytes > (64u << 20));
+}
+
+/* The cpu pool a device reports, and the lock its profiling takes. */
+static void test_cpu_pool(void)
+{
+    dev_cpu_pool a, b;
+    dev_cpu_pool_probe(&a, 1);
+    dev_cpu_pool_probe(&b, 100000);
+    CHECKF((!strncmp(a.name, "m-", 2) || !strncmp(a.name, "h-", 2)) && strlen(a.name) > 2,
+           "%s", a.name);
+    CHECK(!strcmp(a.name, b.name));
+    CHECK(a.pool_cpus == (double)sysconf(_SC_NPROCESSORS_ONLN));
+    CHECK(a.cpus > 0 && a.cpus <= 1 && b.cpus <= b.pool_cpus && b.cpus >= a.cpus);
+    /* an affinity of one CPU caps a two-thread device at one core */
+    pid_t pid = fork();
+    if (pid == 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+        dev_cpu_pool c;
+        int ok = sched_setaffinity(0, sizeof one, &one) == 0;
+        dev_cpu_pool_probe(&c, 2);
+        _exit(ok && c.cpus == 1 ? 0 : 1);
+    }
+    int st = -1;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* one holder at a time (another test's devices may hold it a while) */
+    int fd = dev_machine_lock(120);
+    CHECK(fd >= 0);
+    CHECK(dev_machine_lock(0.05) == -1);
+    dev_machine_unlock(fd);
+    fd = dev_machine_lock(120);
+    CHECK(fd >= 0);
+    dev_machine_unlock(fd);
 }
 
 static void test_sqlite(void)
@@ -170,6 +206,7 @@ int main(void)
     RUN(test_protobuf);
     RUN(test_sodium_aead);
     RUN(test_hwloc);
+    RUN(test_cpu_pool);
     RUN(test_sqlite);
     RUN(test_sgemm);
     RUN(test_cuda_probe);

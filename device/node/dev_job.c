@@ -20,6 +20,7 @@
 #include "dev_exch.h"
 #include "dev_net.h"
 #include "dev_plan.h"
+#include "dev_profile.h"
 #include "dev_run.h"
 #include "dev_stagesvc.h"
 #include "dev_unitprof.h"
@@ -207,6 +208,8 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
 /* timed forwards and backwards of each kind of unit: a device under a CPU
  * quota runs in slices of its period, so one timing can be off by a slice */
 #define UNIT_REPS 9
+/* how long a device waits for the others of its machine to finish timing */
+#define PROFILE_LOCK_S 30
 
 static double min_of(const double *v, int n)
 {
@@ -303,7 +306,17 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
     int U = dev_unit_count(&c);
     double *fwd = sl_xcalloc((size_t)U, sizeof *fwd), *bwd = sl_xcalloc((size_t)U, sizeof *bwd);
     omp_set_num_threads(js->o.threads);
+    /* The units are timed with the machine's cores to this device: devices
+     * sharing them take turns, and the plan charges the sharing (cpu_pool). */
+    int lock = dev_machine_lock(PROFILE_LOCK_S);
+    if (lock < 0)
+        sl_log_warn("device: profiling without the machine to itself",
+                    "job=%s reason=\"another device held it for %d s, or /etc/machine-id cannot be "
+                    "locked\"", t->job, PROFILE_LOCK_S);
     int rc = dev_unit_times(&c, bm, T, NULL, UNIT_REPS, fwd, bwd, err);
+    dev_machine_unlock(lock);
+    dev_cpu_pool pool;
+    dev_cpu_pool_probe(&pool, js->o.threads);
     if (!rc) {
         json_t *f = json_array(), *b = json_array();
         for (int u = 0; u < U; u++) {
@@ -313,6 +326,9 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
         json_t *r = json_pack("{s:o, s:o, s:I, s:i, s:s, s:O}", "unit_fwd_s", f, "unit_bwd_s", b,
                               "memory_bytes", (json_int_t)js->o.memory_bytes, "threads",
                               js->o.threads, "backend", "cpu", "links", links);
+        json_object_set_new(r, "cpu_pool", json_pack("{s:s, s:f, s:f}", "name", pool.name,
+                                                     "pool_cpus", pool.pool_cpus, "cpus",
+                                                     pool.cpus));
         *result = json_dumps(r, JSON_COMPACT);
         json_decref(r);
     }

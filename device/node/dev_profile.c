@@ -1,10 +1,21 @@
 #include "dev_profile.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <hwloc.h>
+#include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kn_backend.h"
+#include "sl_time.h"
+
+#define MACHINE_ID "/etc/machine-id"
 
 static uint64_t cache_size(hwloc_topology_t t, hwloc_obj_type_t type)
 {
@@ -45,4 +56,109 @@ int dev_profile_probe(dev_profile *p, sl_err *err)
     if (p->cores == 0)
         return sl_err_set(err, SL_EINTERNAL, "hwloc found no cores");
     return 0;
+}
+
+/* The first line of a small file, trimmed; "" if it cannot be read. */
+static void first_line(const char *path, char *buf, size_t n)
+{
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    if (!fgets(buf, (int)n, f))
+        buf[0] = 0;
+    fclose(f);
+    size_t k = strlen(buf);
+    while (k && isspace((unsigned char)buf[k - 1]))
+        buf[--k] = 0;
+}
+
+/* cpu.max of this process's cgroup and of every cgroup above it (cgroup v2):
+ * the smallest quota / period in cores, or 0 where none is set. */
+static double cgroup_quota(void)
+{
+    char line[512], path[1024], v[128];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        return 0;
+    path[0] = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "0::", 3)) {
+            line[strcspn(line, "\n")] = 0;
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s", line + 3);
+        }
+    fclose(f);
+    double best = 0;
+    size_t root = strlen("/sys/fs/cgroup");
+    while (path[0] && strlen(path) >= root) {
+        char file[1100];
+        snprintf(file, sizeof file, "%s/cpu.max", path);
+        first_line(file, v, sizeof v);
+        char *end = NULL;
+        double quota = strncmp(v, "max", 3) ? strtod(v, &end) : 0;
+        double period = end && end != v ? strtod(end, NULL) : 0;
+        if (quota > 0 && period > 0 && (best == 0 || quota / period < best))
+            best = quota / period;
+        char *slash = strrchr(path, '/');
+        if (!slash || (size_t)(slash - path) < root)
+            break;
+        *slash = 0;
+    }
+    return best;
+}
+
+void dev_cpu_pool_probe(dev_cpu_pool *p, int threads)
+{
+    memset(p, 0, sizeof *p);
+    char id[64];
+    first_line(MACHINE_ID, id, sizeof id);
+    int hex = id[0] != 0;
+    for (const char *c = id; *c; c++)
+        hex &= isxdigit((unsigned char)*c) != 0;
+    if (hex)
+        snprintf(p->name, sizeof p->name, "m-%.40s", id);
+    else if (gethostname(id, sizeof id) == 0 && (id[sizeof id - 1] = 0, id[0]))
+        snprintf(p->name, sizeof p->name, "h-%.40s", id);
+    else
+        snprintf(p->name, sizeof p->name, "h-unknown");
+    for (char *c = p->name; *c; c++)
+        if (iscntrl((unsigned char)*c))
+            *c = '?';
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    p->pool_cpus = online > 0 ? (double)online : 1;
+    double cpus = threads > 0 ? threads : 1;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < cpus)
+        cpus = CPU_COUNT(&set);
+    double quota = cgroup_quota();
+    if (quota > 0 && quota < cpus)
+        cpus = quota;
+    p->cpus = cpus < p->pool_cpus ? cpus : p->pool_cpus;
+}
+
+/* flock on /etc/machine-id: every process of the machine can open it, and
+ * it needs no file of our own left behind. */
+int dev_machine_lock(double timeout_s)
+{
+    int fd = open(MACHINE_ID, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) /* no machine id: the devices of this executable take turns */
+        fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    double deadline = sl_now_s() + timeout_s;
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return fd;
+        if ((errno != EWOULDBLOCK && errno != EINTR) || sl_now_s() >= deadline)
+            break;
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    close(fd);
+    return -1;
+}
+
+void dev_machine_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd); /* releases the flock */
 }

@@ -21,4 +21,22 @@ typedef struct dev_profile {
 
 int dev_profile_probe(dev_profile *p, sl_err *err);
 
+/* The cores this process computes on, as the balancer models them
+ * (bal_device.cpu_pool): processes naming the same pool share its cores. */
+typedef struct dev_cpu_pool {
+    char name[48];    /* "m-" and /etc/machine-id, or "h-" and the host name */
+    double pool_cpus; /* CPUs online on the machine */
+    double cpus;      /* what this process can use: its threads, its CPU affinity, its cgroup's cpu.max */
+} dev_cpu_pool;
+
+void dev_cpu_pool_probe(dev_cpu_pool *p, int threads);
+
+/* The machine to oneself among the processes that take this lock (the
+ * devices of this machine, while they time their units; a flock on
+ * /etc/machine-id, or on the executable where there is none): a descriptor
+ * to pass to dev_machine_unlock, or -1 if it was not free within timeout_s
+ * or cannot be taken here. */
+int dev_machine_lock(double timeout_s);
+void dev_machine_unlock(int fd);
+
 #endif
