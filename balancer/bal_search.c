@@ -851,7 +851,7 @@ static void small_plans(const search *S, int m, judge *J)
 }
 
 /* The chain's cuts with the shortest fill at cycle bounds a little above its
- * best cycle: fewer layers on slow devices shorten the first micro-batch's
+ * best cycle: fewer layers on slow devices can shorten the first micro-batch's
  * trip by more than a slightly longer cycle costs. The FILL_SIMS with the
  * best estimates are replayed. */
 #define FILL_SIMS 2
