@@ -286,6 +286,12 @@ double bal_chain_cycle(const bal_problem *pb, const bal_chain *c, const int *cut
 /* Minimum of bal_chain_cycle over all cuts (each stage non-empty), exact up to
  * a relative 1e-9; fills cuts (p+1). INFINITY when nothing fits. */
 double bal_chain_best(const bal_problem *pb, const bal_chain *c, int *cuts);
+/* Among the cuts whose bal_chain_cycle is at most `bound`, those whose first
+ * micro-batch travels fastest: the smallest sum of every stage's fwd+bwd time
+ * and every link's round trip (latency + serialization both ways), the fill
+ * term of the estimated iteration. Fills cuts (p+1) and returns that sum;
+ * INFINITY when no cut meets the bound. */
+double bal_chain_fill(const bal_problem *pb, const bal_chain *c, double bound, int *cuts);
 /* Lookahead that hides slow links at a given cycle: a link whose round trip
  * exceeds half the cycle gets ceil(round trip / cycle) extra micro-batches. */
 void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double cycle, int m,

@@ -328,6 +328,215 @@ double bal_chain_best_work(const bal_problem *pb, const bal_chain *ch, int *cuts
     return hi;
 }
 
+/* ---- the shortest fill at a given cycle bound ----
+ *
+ * Among the cuts whose cycle is at most B, the one whose first micro-batch
+ * travels fastest: the smallest R = sum of stage times t_i + sum of link
+ * round trips rt_i (the estimate's fill term). Backwards over the stages,
+ * every (stage i, start cut s) keeps the Pareto front of (R, h) over the
+ * suffixes it can start: R of stages i..p-1, and h_i as in the bisection's
+ * DP (every run starting at i fits iff h_i <= 0; the stage before uses h_i
+ * only through max(0, rt - lookahead + h_i), so h_i is first raised to the
+ * value below which that term is 0 and entries equal there collapse). A
+ * suffix with a larger R and a larger h is never better, so the front is
+ * exact. It is capped at FILL_FRONT entries (the smallest R, the smallest h
+ * and spread between); on the tests' instances and the benchmark's 64-device
+ * chains the largest front holds 6. */
+#define FILL_FRONT 48
+
+typedef struct fill_ent {
+    double R, h;
+    int nx; /* the next stage's entry in the pool, -1 at the last stage */
+    int e;  /* this stage's end cut */
+} fill_ent;
+
+typedef struct fill_ws {
+    fill_ent *pool, *tmp;
+    int npool, cap, ntmp, captmp;
+    int *off, *cnt; /* per (stage, cut): the front's first pool entry and size */
+    int *k, ub;
+    double t_last;
+} fill_ws;
+
+static int cmp_fill(const void *x, const void *y)
+{
+    const fill_ent *a = x, *b = y;
+    if (a->R != b->R)
+        return a->R < b->R ? -1 : 1;
+    if (a->h != b->h)
+        return a->h < b->h ? -1 : 1;
+    if (a->e != b->e)
+        return a->e - b->e;
+    return a->nx - b->nx;
+}
+
+static void fill_tmp(fill_ws *w, double R, double h, int nx, int e)
+{
+    if (w->ntmp == w->captmp) {
+        w->captmp = w->captmp ? 2 * w->captmp : 256;
+        w->tmp = sl_xrealloc(w->tmp, (size_t)w->captmp * sizeof *w->tmp);
+    }
+    w->tmp[w->ntmp++] = (fill_ent){R, h, nx, e};
+}
+
+/* Moves the Pareto front of the candidates in tmp to the pool; its size. */
+static int fill_front(fill_ws *w)
+{
+    if (!w->ntmp)
+        return 0;
+    qsort(w->tmp, (size_t)w->ntmp, sizeof *w->tmp, cmp_fill);
+    int nf = 0;
+    for (int j = 0; j < w->ntmp; j++) /* by R; keep each strictly smaller h */
+        if (nf == 0 || w->tmp[j].h < w->tmp[nf - 1].h)
+            w->tmp[nf++] = w->tmp[j];
+    int keep = nf;
+    if (nf > FILL_FRONT) { /* the first, the last and spread between */
+        keep = FILL_FRONT;
+        for (int j = 0; j < keep; j++)
+            w->tmp[j] = w->tmp[(int)((long)j * (nf - 1) / (keep - 1))];
+    }
+    if (w->npool + keep > w->cap) {
+        while (w->npool + keep > w->cap)
+            w->cap = w->cap ? 2 * w->cap : 1024;
+        w->pool = sl_xrealloc(w->pool, (size_t)w->cap * sizeof *w->pool);
+    }
+    memcpy(w->pool + w->npool, w->tmp, (size_t)keep * sizeof *w->tmp);
+    w->npool += keep;
+    return keep;
+}
+
+/* One DP at bound B (w->ub: the U's last stage start, or -1); the smallest R
+ * with its cuts, or INFINITY. */
+static double fill_dp(const bal_problem *pb, const bal_chain *c, double B, fill_ws *w, int *cuts)
+{
+    int n = pb->n_units, p = c->p;
+    size_t n1 = (size_t)n + 1;
+    int runs = c->window && c->schedule == BAL_1F1B;
+    w->npool = 0;
+    for (int i = p - 1; i >= 0; i--) {
+        int d = c->order[i], k = w->k[i];
+        int smin = i, smax = i == 0 ? 0 : n - (p - i), emax = n - (p - 1 - i);
+        const double *pre = pb->pre + (size_t)d * n1;
+        int *off = w->off + (size_t)i * n1, *cnt = w->cnt + (size_t)i * n1;
+        const int *offn = w->off + (size_t)(i + 1) * n1, *cntn = w->cnt + (size_t)(i + 1) * n1;
+        bal_link f = {0}, r = {0}, fp = {0}, rp = {0};
+        if (i < p - 1) {
+            f = bal_problem_link(pb, d, c->order[i + 1]);
+            r = bal_problem_link(pb, c->order[i + 1], d);
+        }
+        if (i > 0) {
+            fp = bal_problem_link(pb, c->order[i - 1], d);
+            rp = bal_problem_link(pb, d, c->order[i - 1]);
+        }
+        double ahead = i < p - 1 && c->extra ? c->extra[i] * B : 0;
+        double ahead_prev = i > 0 && c->extra ? c->extra[i - 1] * B : 0;
+        if (!isfinite(ahead))
+            ahead = 0;
+        if (!isfinite(ahead_prev))
+            ahead_prev = 0;
+        int own = w->ub >= 0 && i == 0;
+        double Bi = own ? B - w->t_last : B;
+        int eh = smin;
+        for (int s = smin; s <= smax; s++) {
+            w->ntmp = 0;
+            cnt[s] = 0;
+            off[s] = w->npool;
+            /* the h below which the stage before sees 0 */
+            double floor_h = -INFINITY;
+            if (runs && i > 0) {
+                double sf, sr;
+                floor_h = -(bal_round_trip(fp, rp, (double)pb->unit[s - 1].out_bytes, &sf, &sr) -
+                            ahead_prev);
+            }
+            if (i == p - 1) {
+                double t = pre[n] - pre[s];
+                int ok = w->ub >= 0 ? s == w->ub && t <= B : t <= B && bal_fits(pb, d, s, n, k);
+                if (ok)
+                    fill_tmp(w, t, runs ? fmax(t - B, floor_h) : 0, -1, n);
+            } else {
+                if (eh < s)
+                    eh = s;
+                while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= Bi &&
+                       (own ? bal_owner_fits(pb, d, eh + 1, k, w->ub, w->k[p - 1])
+                            : bal_fits(pb, d, s, eh + 1, k)))
+                    eh++;
+                for (int e = s + 1; e <= eh; e++) {
+                    double sf, sr;
+                    double rt = bal_round_trip(f, r, (double)pb->unit[e - 1].out_bytes, &sf, &sr);
+                    if (sf > B || sr > B)
+                        continue;
+                    double t = pre[e] - pre[s];
+                    for (int j = 0; j < cntn[e]; j++) {
+                        const fill_ent *x = &w->pool[offn[e] + j];
+                        double h = 0;
+                        if (runs) {
+                            double y = rt - ahead + x->h;
+                            h = t - B + (y > 0 ? y : 0);
+                            if (h > 0)
+                                continue;
+                            h = fmax(h, floor_h);
+                        }
+                        fill_tmp(w, t + rt + x->R, h, offn[e] + j, e);
+                    }
+                }
+            }
+            if (i == 0 && w->ntmp > 1) /* nothing before: only R matters */
+                for (int j = 0; j < w->ntmp; j++)
+                    w->tmp[j].h = 0;
+            cnt[s] = fill_front(w);
+        }
+    }
+    if (!w->cnt[0])
+        return INFINITY;
+    const fill_ent *x = &w->pool[w->off[0]];
+    double R = x->R;
+    cuts[0] = 0;
+    for (int i = 0; i < p; i++) {
+        cuts[i + 1] = x->e;
+        if (x->nx >= 0)
+            x = &w->pool[x->nx];
+    }
+    return R;
+}
+
+double bal_chain_fill(const bal_problem *pb, const bal_chain *ch, double bound, int *cuts)
+{
+    int n = pb->n_units, p = ch->p;
+    if (p < 1 || p > n || !(bound >= 0))
+        return INFINITY;
+    size_t n1 = (size_t)n + 1;
+    fill_ws w = {.ub = -1};
+    w.off = sl_xcalloc(((size_t)p + 1) * n1, sizeof(int));
+    w.cnt = sl_xcalloc(((size_t)p + 1) * n1, sizeof(int));
+    w.k = sl_xmalloc((size_t)p * sizeof(int));
+    bal_inflight(ch, w.k);
+    int *c = sl_xmalloc(((size_t)p + 1) * sizeof(int));
+    double best = INFINITY;
+    if (!bal_is_u(ch)) {
+        best = fill_dp(pb, ch, bound, &w, cuts);
+    } else { /* every start b of the owner's last stage whose time fits */
+        int d = ch->order[0];
+        for (int b = n - 1; b >= p - 1; b--) {
+            w.ub = b;
+            w.t_last = bal_time(pb, d, b, n);
+            if (w.t_last > bound || !bal_owner_fits(pb, d, 1, w.k[0], b, w.k[p - 1]))
+                break;
+            double R = fill_dp(pb, ch, bound, &w, c);
+            if (R < best) {
+                best = R;
+                memcpy(cuts, c, ((size_t)p + 1) * sizeof(int));
+            }
+        }
+    }
+    free(w.pool);
+    free(w.tmp);
+    free(w.off);
+    free(w.cnt);
+    free(w.k);
+    free(c);
+    return best;
+}
+
 int bal_plan_overflow(const bal_problem *pb, const bal_chain *c, const int *cuts)
 {
     int p = c->p, *k = sl_xmalloc((size_t)p * sizeof(int)), bad = -1, u = bal_is_u(c);

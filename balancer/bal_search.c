@@ -850,6 +850,44 @@ static void small_plans(const search *S, int m, judge *J)
         }
 }
 
+/* The chain's cuts with the shortest fill at cycle bounds a little above its
+ * best cycle: fewer layers on slow devices can shorten the first micro-batch's
+ * trip by more than a slightly longer cycle costs. The FILL_SIMS with the
+ * best estimates are replayed. */
+#define FILL_SIMS 2
+static void fill_candidates(const search *S, const bal_chain *c, double cycle, judge *J)
+{
+    static const double over[] = {1.0, 1.01, 1.02, 1.035};
+    enum { NO = sizeof over / sizeof over[0] };
+    if (!(cycle < INFINITY))
+        return;
+    int p1 = c->p + 1, *cuts = sl_xmalloc((size_t)NO * (size_t)p1 * sizeof(int)), n = 0;
+    double est[NO];
+    int idx[NO];
+    for (int j = 0; j < NO; j++) {
+        int *x = cuts + (size_t)n * p1;
+        if (bal_chain_fill(S->pb, c, cycle * over[j] * (1 + 1e-12), x) < INFINITY) {
+            int dup = 0;
+            for (int k = 0; k < n; k++)
+                dup |= !memcmp(cuts + (size_t)idx[k] * p1, x, (size_t)p1 * sizeof(int));
+            if (dup)
+                continue;
+            est[n] = bal_estimate(S->pb, c, x, bal_chain_cycle(S->pb, c, x));
+            idx[n] = n;
+            n++;
+        }
+    }
+    for (int a = 1; a < n; a++) /* by estimate */
+        for (int b = a; b > 0 && est[idx[b]] < est[idx[b - 1]]; b--) {
+            int t = idx[b];
+            idx[b] = idx[b - 1];
+            idx[b - 1] = t;
+        }
+    for (int k = 0; k < n && k < FILL_SIMS; k++)
+        judge_chain(J, c, cuts + (size_t)idx[k] * p1);
+    free(cuts);
+}
+
 /* `optimal` on each site's devices alone (with a data owner, its site), as
  * bal_plan_make would plan bal_problem_subset of them; each plan is offered
  * on the whole problem. */
@@ -1048,6 +1086,7 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
             continue;
         bc = spec(&S, &fin[i], m);
         judge_chain(&J, &bc, fin[i].cuts);
+        fill_candidates(&S, &bc, fin[i].cycle, &J);
     }
     for (int i = 0; i < nfin; i++)
         chain_free(&fin[i]);

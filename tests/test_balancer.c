@@ -208,6 +208,107 @@ static void test_exact_vs_brute_force(void)
     printf("  %d instances (%d U-shaped), %d feasible\n", compared, ushaped_runs, feasible);
 }
 
+/* The fill term written again from the public accessors: every stage's
+ * fwd+bwd time and every link's round trip. */
+static double bf_fill(const bal_problem *pb, const int *order, int p, const int *cuts)
+{
+    double R = 0;
+    for (int i = 0; i < p; i++) {
+        for (int u = cuts[i]; u < cuts[i + 1]; u++)
+            R += bal_unit_fwd_s(pb, order[i], u) + bal_unit_bwd_s(pb, order[i], u);
+        if (i < p - 1) {
+            bal_link f = bal_problem_link(pb, order[i], order[i + 1]);
+            bal_link r = bal_problem_link(pb, order[i + 1], order[i]);
+            double bytes = (double)bal_problem_unit(pb, cuts[i + 1] - 1)->out_bytes;
+            R += f.lat + r.lat + bytes / f.bw + bytes / r.bw;
+        }
+    }
+    return R;
+}
+
+/* Every cut whose cycle is at most `bound`: the smallest fill term. */
+static double brute_fill(const bal_problem *pb, const int *order, const int *extra, int p, int n,
+                         int m, int sched, int window, double bound, int *cuts, int i)
+{
+    if (i == p - 1) {
+        cuts[p] = n;
+        if (!(bf_cycle_u(pb, order, extra, p, cuts, m, sched, window, g_ushaped) <= bound))
+            return INFINITY;
+        return bf_fill(pb, order, p, cuts);
+    }
+    double best = INFINITY;
+    for (int e = cuts[i] + 1; e <= n - (p - 1 - i); e++) {
+        cuts[i + 1] = e;
+        best = fmin(best, brute_fill(pb, order, extra, p, n, m, sched, window, bound, cuts, i + 1));
+    }
+    return best;
+}
+
+/* bal_chain_fill against the brute force, at bounds from the best cycle to
+ * twice it, on the instances of test_exact_vs_brute_force. */
+static void test_fill_vs_brute_force(void)
+{
+    int compared = 0, feasible = 0, ushaped_runs = 0, shorter = 0;
+    for (uint64_t seed = 1; seed <= 400; seed++) {
+        inst in = make_instance(seed, seed % 3 == 0);
+        CHECK(in.pb != NULL);
+        if (!in.pb)
+            continue;
+        uint64_t k = 2000;
+        int p = in.D < in.n ? in.D : in.n;
+        int order[8], cuts[9], bcuts[9];
+        for (int i = 0; i < in.D; i++)
+            order[i] = i;
+        for (int i = in.D - 1; i > 0; i--) {
+            int j = (int)(urand(seed, &k) * (i + 1)), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        int m = 1 + (int)(urand(seed, &k) * 8);
+        int sched = urand(seed, &k) < 0.3 ? BAL_GPIPE : BAL_1F1B;
+        int window = urand(seed, &k) < 0.7;
+        int extra[8], *ex = urand(seed, &k) < 0.4 ? extra : NULL;
+        for (int l = 0; l < 8; l++)
+            extra[l] = (int)(urand(seed, &k) * 3);
+        g_ushaped = seed % 3 == 1 && in.D >= 2 && in.n >= 3;
+        if (g_ushaped) {
+            p = in.D + 1 < in.n ? in.D + 1 : in.n;
+            order[p - 1] = order[0];
+            ushaped_runs++;
+        }
+        bal_chain ch = {p, order, ex, m, sched, window, g_ushaped};
+        double best = bal_chain_best(in.pb, &ch, cuts);
+        double bound = isfinite(best) ? best * (1 + urand(seed, &k)) : 1.0;
+        double got = bal_chain_fill(in.pb, &ch, bound, cuts);
+        bcuts[0] = 0;
+        double want = brute_fill(in.pb, order, ex, p, in.n, m, sched, window, bound, bcuts, 0);
+        compared++;
+        if (isinf(want)) {
+            CHECKF(isinf(got), "seed %llu: brute force infeasible, fill %g", (unsigned long long)seed,
+                   got);
+        } else {
+            feasible++;
+            CHECKF(fabs(got - want) <= 1e-9 * want, "seed %llu: fill %.12g brute %.12g",
+                   (unsigned long long)seed, got, want);
+            double cyc = bf_cycle_u(in.pb, order, ex, p, cuts, m, sched, window, g_ushaped);
+            CHECKF(cyc <= bound * (1 + 1e-12), "seed %llu: cuts give cycle %.12g over bound %.12g",
+                   (unsigned long long)seed, cyc, bound);
+            CHECK(fabs(bf_fill(in.pb, order, p, cuts) - got) <= 1e-9 * got);
+            int bc[9];
+            bal_chain_best(in.pb, &ch, bc);
+            shorter += got < bf_fill(in.pb, order, p, bc) * (1 - 1e-9);
+        }
+        bal_problem_free(in.pb);
+    }
+    g_ushaped = 0;
+    CHECK(compared >= 300);
+    CHECK(feasible >= 200);
+    CHECK(ushaped_runs >= 90);
+    CHECK(shorter >= 20);
+    printf("  %d instances (%d U-shaped), %d feasible, %d shorter than the best cycle's cuts\n",
+           compared, ushaped_runs, feasible, shorter);
+}
+
 /* Every subset of the devices in every order (U-shaped: the owner first and
  * last, others between), every cut: the smallest bottleneck cycle. */
 static double bf_subsets(const bal_problem *pb, int D, int n, int m, int sched, int owner,
@@ -1507,6 +1608,7 @@ int main(void)
 {
     RUN(test_bert_units);
     RUN(test_exact_vs_brute_force);
+    RUN(test_fill_vs_brute_force);
     RUN(test_exact_search_vs_brute_force);
     RUN(test_never_worse_and_memory);
     RUN(test_never_beaten_by_smaller);
