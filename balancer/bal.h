@@ -91,10 +91,14 @@ typedef struct bal_device {
      * them while it computes, and slow down in proportion when together they
      * ask for more (bal_simulate). Its measured times are taken as on cores
      * of its own. "" = a pool of its own: never slowed. Unlike `host`, a pool
-     * says nothing about links. */
+     * says nothing about link speeds. */
     char cpu_pool[BAL_NAME_MAX];
     double pool_cpus; /* > 0 with a cpu_pool */
     double cpus;      /* > 0 with a cpu_pool; more than pool_cpus counts as pool_cpus */
+    /* Its network namespace on the pool's machine ("" = unknown): devices of
+     * one pool and one net_ns talk over loopback, whose messages take the
+     * pool's cores too. */
+    char net_ns[BAL_NAME_MAX];
 } bal_device;
 
 typedef struct bal_link {
@@ -197,6 +201,7 @@ typedef struct bal_stage {
     double act_s, grad_s;     /* serialization time of one activation / gradient */
     char cpu_pool[BAL_NAME_MAX]; /* the device's (bal_device); "" = its own */
     double pool_cpus, cpus;
+    char net_ns[BAL_NAME_MAX];
 } bal_stage;
 
 typedef struct bal_dropped {

@@ -486,7 +486,8 @@ static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_d
     memset(dev, 0, nd * sizeof *dev);
     static const char *const keys[] = {"id",        "site",         "host",     "backend",
                                        "memory_bytes", "memory_gib", "flops", "unit_seconds",
-                                       "cpu_pool",  "pool_cpus",    "cpus",     NULL};
+                                       "cpu_pool",  "pool_cpus",    "cpus",     "net_ns",
+                                       NULL};
     for (size_t i = 0; i < nd; i++) {
         json_t *o = json_array_get(arr, i);
         bal_device *d = &dev[i];
@@ -518,6 +519,14 @@ static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_d
         if (rp != rpc || rp != rc) {
             jpush_key(c, "cpu_pool");
             jfail(c, "give cpu_pool, pool_cpus and cpus together, or none of them");
+            goto fail;
+        }
+        int rn = get_str(c, o, "net_ns", 0, d->net_ns, sizeof d->net_ns);
+        if (rn < 0)
+            goto fail;
+        if (rn == 0 && rp) {
+            jpush_key(c, "net_ns");
+            jfail(c, "needs a cpu_pool: a namespace is one of a machine's");
             goto fail;
         }
         r = get_str(c, o, "backend", 0, d->backend, sizeof d->backend);

@@ -218,7 +218,8 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
     for (size_t d = 0; d < nd; d++) {
         bal_device *x = &pb->dev[d];
         x->id[BAL_NAME_MAX - 1] = x->site[BAL_NAME_MAX - 1] = x->host[BAL_NAME_MAX - 1] = 0;
-        x->cpu_pool[BAL_NAME_MAX - 1] = x->backend[sizeof x->backend - 1] = 0;
+        x->cpu_pool[BAL_NAME_MAX - 1] = x->net_ns[BAL_NAME_MAX - 1] = 0;
+        x->backend[sizeof x->backend - 1] = 0;
         if (pool_check(pb->dev, d, err)) {
             bal_problem_free(pb);
             return NULL;

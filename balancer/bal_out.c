@@ -39,10 +39,13 @@ json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl)
         json_object_set_new(x, "unit_fwd_s", uf);
         json_object_set_new(x, "unit_bwd_s", ub);
         json_object_set_new(x, "warmup", json_integer(s->warmup));
-        if (s->cpu_pool[0])
-            json_object_set_new(x, "cpu_pool", json_pack("{s:s, s:f, s:f}", "name", s->cpu_pool,
-                                                         "pool_cpus", s->pool_cpus, "cpus",
-                                                         s->cpus));
+        if (s->cpu_pool[0]) {
+            json_t *cp = json_pack("{s:s, s:f, s:f}", "name", s->cpu_pool, "pool_cpus",
+                                   s->pool_cpus, "cpus", s->cpus);
+            if (s->net_ns[0])
+                json_object_set_new(cp, "net_ns", json_string(s->net_ns));
+            json_object_set_new(x, "cpu_pool", cp);
+        }
         if (i + 1 < pl->n_stages)
             json_object_set_new(x, "link_next",
                                 json_pack("{s:f, s:f, s:f, s:i}", "latency_s", s->lat_s,
@@ -207,7 +210,9 @@ bal_plan *bal_plan_from_json(const json_t *pj, sl_err *err)
         s->extra = (int)look;
         json_t *cp = json_object_get(x, "cpu_pool");
         const char *pool = json_string_value(json_object_get(cp, "name"));
+        const char *ns = json_string_value(json_object_get(cp, "net_ns"));
         if (cp && (!pool || !*pool || strlen(pool) >= sizeof s->cpu_pool ||
+                   (ns && strlen(ns) >= sizeof s->net_ns) ||
                    num_in(cp, "pool_cpus", 1e-3, 1e6, &s->pool_cpus) ||
                    num_in(cp, "cpus", 1e-3, 1e6, &s->cpus))) {
             free(warm);
@@ -217,6 +222,8 @@ bal_plan *bal_plan_from_json(const json_t *pj, sl_err *err)
         }
         if (pool)
             snprintf(s->cpu_pool, sizeof s->cpu_pool, "%s", pool);
+        if (pool && ns)
+            snprintf(s->net_ns, sizeof s->net_ns, "%s", ns);
         json_t *uf = json_object_get(x, "unit_fwd_s"), *ub = json_object_get(x, "unit_bwd_s");
         for (int u = s->first; u <= s->last; u++) {
             double f = json_number_value(json_array_get(uf, (size_t)(u - s->first)));

@@ -600,6 +600,7 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
         memcpy(s->cpu_pool, pb->dev[d].cpu_pool, BAL_NAME_MAX);
         s->pool_cpus = pb->dev[d].pool_cpus;
         s->cpus = pb->dev[d].cpus;
+        memcpy(s->net_ns, pb->dev[d].net_ns, BAL_NAME_MAX);
         s->first = a;
         s->last = b - 1;
         for (int u = a; u < b; u++) {

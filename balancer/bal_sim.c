@@ -11,8 +11,9 @@
  * computing on it ask for more cores than it has, each op runs slower by
  * cores / asked (processor sharing, as a fair scheduler gives it), and its
  * end moves whenever an op of the pool starts or ends. A link between two
- * devices of one pool (loopback) moves its bytes with the pool's cores
- * (copies, encryption): while it sends it asks for one core too.
+ * devices of one pool and one network namespace (loopback) moves its bytes
+ * with the pool's cores (copies, encryption): while it sends it asks for one
+ * core too.
  * The optimizer steps wait for the global gradient norm: once every stage
  * has run its last backward, the stages' partial sums travel down the chain
  * and the total back up (one latency per link each way), then every stage
@@ -429,7 +430,7 @@ static void sim_free(sim *S)
 
 /* The cpu pools of the plan's devices, by name; the size is the first
  * stage's that names it. A device asks for at most the pool's cores; a link
- * whose two ends share a pool asks for one. */
+ * whose two ends share a pool and a network namespace asks for one. */
 static int pool_of_stage(sim *S, int *first, int i)
 {
     const bal_stage *st = &S->pl->stage[i];
@@ -474,7 +475,8 @@ static void pools(sim *S)
     }
     for (int i = 0; i + 1 < S->p; i++) {
         int g = pool_of_stage(S, first, i), h = pool_of_stage(S, first, i + 1);
-        if (g < 0 || g != h)
+        const char *a = S->pl->stage[i].net_ns, *b = S->pl->stage[i + 1].net_ns;
+        if (g < 0 || g != h || !a[0] || strcmp(a, b))
             continue;
         for (int d = 0; d < 2; d++) {
             int x = S->nres + 2 * i + d;

@@ -1814,9 +1814,13 @@ static void pool_of(json_t *devs, json_t *cp, json_t *d)
     if (!name || !*name || strlen(name) >= BAL_NAME_MAX || !(cpus >= 1e-3 && cpus <= 1e6) ||
         !(size >= 1e-3 && size <= 1e6))
         return;
+    const char *ns = json_string_value(json_object_get(cp, "net_ns"));
     for (const char *c = name; *c; c++)
         if ((unsigned char)*c < 0x20 || *c == 0x7f)
             return;
+    int ns_ok = ns && *ns && strlen(ns) < BAL_NAME_MAX;
+    for (const char *c = ns; ns_ok && *c; c++)
+        ns_ok = (unsigned char)*c >= 0x20 && *c != 0x7f;
     size_t k;
     json_t *o;
     json_array_foreach(devs, k, o) {
@@ -1829,6 +1833,8 @@ static void pool_of(json_t *devs, json_t *cp, json_t *d)
     json_object_set_new(d, "cpu_pool", json_string(name));
     json_object_set_new(d, "pool_cpus", json_real(size));
     json_object_set_new(d, "cpus", json_real(cpus));
+    if (ns_ok)
+        json_object_set_new(d, "net_ns", json_string(ns));
 }
 
 /* The balancer's inputs from the measured profiles. */

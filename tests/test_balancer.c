@@ -946,7 +946,7 @@ static const char cfg_small[] = "{\n  \"hidden_size\": 256,\n  \"num_hidden_laye
 /* p stages of 1 ms forward + 2 ms backward on p devices of one cpu pool,
  * free links, no optimizer work: the plan's iteration with the pool's size. */
 static double pooled_iteration_link(int p, int m, double pool_cpus, double cpus, double link_bw,
-                                   bal_timeline **out)
+                                   int same_ns, bal_timeline **out)
 {
     sl_err err = {0};
     bal_unit u[8];
@@ -965,6 +965,7 @@ static double pooled_iteration_link(int p, int m, double pool_cpus, double cpus,
             strcpy(d[i].cpu_pool, "machine");
             d[i].pool_cpus = pool_cpus;
             d[i].cpus = cpus;
+            snprintf(d[i].net_ns, sizeof d[i].net_ns, "net:[%d]", same_ns ? 1 : i);
         }
         order[i] = cuts[i] = i;
     }
@@ -988,7 +989,7 @@ static double pooled_iteration_link(int p, int m, double pool_cpus, double cpus,
 
 static double pooled_iteration(int p, int m, double pool_cpus, double cpus, bal_timeline **out)
 {
-    return pooled_iteration_link(p, m, pool_cpus, cpus, 1e300, out);
+    return pooled_iteration_link(p, m, pool_cpus, cpus, 1e300, 1, out);
 }
 
 /* Devices sharing a machine's cores. One core for p single-core devices:
@@ -1020,12 +1021,17 @@ static void test_cpu_pool_shares_cores(void)
     double two = pooled_iteration(3, M, 2, 1, &tl);
     CHECKF(two >= M * 3 * 3e-3 / 2 - 1e-12 && two >= alone && two <= 1.5 * alone + 1e-12 &&
            two > 1.05 * alone, "three devices on two cores: %g, alone %g", two, alone);
-    /* a link inside the pool (loopback) uses its cores too: on one core,
-     * every op and every message one after the other, 1000 bytes at 2 MB/s */
+    /* a link inside the pool and one network namespace (loopback) uses the
+     * pool's cores too: on one core, every op and every message one after the
+     * other, 1000 bytes at 2 MB/s; between namespaces (a veth the kernel
+     * shapes) it does not */
     for (int p = 2; p <= 4; p++) {
-        double T = pooled_iteration_link(p, M, 1, 1, 2e6, NULL);
-        CHECK_NEAR(T, M * p * 3e-3 + 2 * (p - 1) * M * 0.5e-3, 1e-12);
-        CHECK(pooled_iteration_link(p, M, 0, 0, 2e6, NULL) < 0.8 * T);
+        double work = M * p * 3e-3, msgs = 2 * (p - 1) * M * 0.5e-3;
+        double T = pooled_iteration_link(p, M, 1, 1, 2e6, 1, NULL);
+        CHECK_NEAR(T, work + msgs, 1e-12);
+        CHECK(pooled_iteration_link(p, M, 0, 0, 2e6, 1, NULL) < 0.8 * T);
+        double veth = pooled_iteration_link(p, M, 1, 1, 2e6, 0, NULL);
+        CHECKF(veth >= work - 1e-12 && veth < T - msgs / 2, "p=%d: %g, %g", p, veth, T);
     }
     /* each op ran slower than on its own core: busy time above the work */
     double busy = 0;
@@ -1037,7 +1043,7 @@ static void test_cpu_pool_shares_cores(void)
     const char *dev = "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1e12, \"cpu_pool\": \"m\","
                       " \"pool_cpus\": 1, \"cpus\": 1},"
                       " {\"id\": \"b\", \"memory_gib\": 1, \"flops\": 1e12, \"cpu_pool\": \"m\","
-                      " \"pool_cpus\": 1, \"cpus\": 2}]";
+                      " \"pool_cpus\": 1, \"cpus\": 2, \"net_ns\": \"net:[7]\"}]";
     bal_problem *pb = bal_problem_parse(cfg_small, "c", 4, 128, dev, "d", NULL, NULL, &err);
     CHECKF(pb && !strcmp(bal_problem_device(pb, 1)->cpu_pool, "m") &&
            bal_problem_device(pb, 1)->cpus == 2, "%s", err.msg);
@@ -1049,7 +1055,8 @@ static void test_cpu_pool_shares_cores(void)
     bal_plan *back = j ? bal_plan_from_json(j, &err) : NULL;
     bal_timeline *t2 = back ? bal_simulate(back, back->schedule, 0, &err) : NULL;
     CHECKF(t1 && t2 && pl->n_stages == 2 && !strcmp(back->stage[1].cpu_pool, "m") &&
-           back->stage[1].pool_cpus == 1 && fabs(t1->iteration_s - t2->iteration_s) < 1e-12,
+           back->stage[1].pool_cpus == 1 && !strcmp(back->stage[1].net_ns, "net:[7]") &&
+           !back->stage[0].net_ns[0] && fabs(t1->iteration_s - t2->iteration_s) < 1e-12,
            "%s", err.msg);
     /* and slows the plan: the same devices without it */
     bal_plan *own = back ? bal_plan_from_json(j, &err) : NULL;
@@ -1201,6 +1208,8 @@ static void test_cpu_pool_errors(void)
                        " \"pool_cpus\": 2, \"cpus\": 1}, {\"id\": \"b\", \"memory_gib\": 1,"
                        " \"flops\": 1e12, \"cpu_pool\": \"m\", \"pool_cpus\": 4, \"cpus\": 1}]",
                        NULL, "device b: cpu pool 'm' has 4 cpus, but device a says 2");
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1e12, \"net_ns\": \"n\"}]",
+                       NULL, "net_ns: needs a cpu_pool");
 }
 
 static void test_malformed_json(void)

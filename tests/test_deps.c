@@ -2,7 +2,11 @@
 #include <cblas.h>
 #include <grpc/grpc.h>
 #include <hwloc.h>
+#include <errno.h>
+#include <math.h>
 #include <sched.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <sodium.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -86,6 +90,18 @@ static void test_hwloc(void)
     CHECK(p.memory_bytes > (64u << 20));
 }
 
+static int put(const char *dir, const char *file, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int rc = fputs(text, f) < 0;
+    rc |= fclose(f) != 0;
+    return rc ? -1 : 0;
+}
+
 /* The cpu pool a device reports, and the lock its profiling takes. */
 static void test_cpu_pool(void)
 {
@@ -95,6 +111,7 @@ static void test_cpu_pool(void)
     CHECKF((!strncmp(a.name, "m-", 2) || !strncmp(a.name, "h-", 2)) && strlen(a.name) > 2,
            "%s", a.name);
     CHECK(!strcmp(a.name, b.name));
+    CHECKF(!strncmp(a.net_ns, "net:[", 5) && !strcmp(a.net_ns, b.net_ns), "%s", a.net_ns);
     CHECK(a.pool_cpus == (double)sysconf(_SC_NPROCESSORS_ONLN));
     CHECK(a.cpus > 0 && a.cpus <= 1 && b.cpus <= b.pool_cpus && b.cpus >= a.cpus);
     /* an affinity of one CPU caps a two-thread device at one core */
@@ -110,6 +127,34 @@ static void test_cpu_pool(void)
     }
     int st = -1;
     CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* a CPU quota of half a core caps a two-thread device at 0.5 */
+    char cg[128];
+    int v1 = access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) == 0;
+    snprintf(cg, sizeof cg, "%s/skyloom-test-%d", v1 ? "/sys/fs/cgroup/cpu" : "/sys/fs/cgroup",
+             (int)getpid());
+    if (mkdir(cg, 0755) != 0) {
+        printf("  cgroup quota not checked: cannot create %s (%s)\n", cg, strerror(errno));
+    } else {
+        int ok = v1 ? put(cg, "cpu.cfs_period_us", "100000") == 0 &&
+                          put(cg, "cpu.cfs_quota_us", "50000") == 0
+                    : put(cg, "cpu.max", "50000 100000") == 0;
+        if (!ok) {
+            printf("  cgroup quota not checked: cannot set the quota of %s\n", cg);
+        } else {
+            pid = fork();
+            if (pid == 0) {
+                char me[32];
+                snprintf(me, sizeof me, "%d", (int)getpid());
+                dev_cpu_pool c;
+                int in = put(cg, "cgroup.procs", me) == 0;
+                dev_cpu_pool_probe(&c, 2);
+                _exit(in && fabs(c.cpus - 0.5) < 1e-9 ? 0 : 1);
+            }
+            st = -1;
+            CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        }
+        CHECK(rmdir(cg) == 0);
+    }
     /* one holder at a time (another test's devices may hold it a while) */
     int fd = dev_machine_lock(120);
     CHECK(fd >= 0);

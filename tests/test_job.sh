@@ -65,6 +65,8 @@ check "u3: job status --json: committed step 20, the plan, per-stage and per-lin
     bash -c 'grep -q "\"committed_step\": 20" "$0" && grep -q "\"busy\"" "$0" && grep -q "\"wire_bytes\"" "$0" && grep -q "\"predicted_iteration_s\"" "$0"' "$d/u3.status"
 check "u3: every candidate profiled its links to the two others (RTT and bandwidth measured)" \
     python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["profiles"]; sys.exit(not (len(p) == 3 and all(sorted(l["peer"] for l in v["links"]) == sorted(set(p) - {k}) and all(l["rtt_s"] > 0 and l["bandwidth_Bps"] > 0 for l in v["links"]) for k, v in p.items())))' "$d/u3.status"
+check "u3: the plan knows the three devices share this machine's cores and loopback (one cpu pool, one core each)" \
+    python3 -c 'import json,os,sys; st=json.load(open(sys.argv[1]))["plan"]["balancer"]["stages"]; cp=[s["cpu_pool"] for s in st]; sys.exit(not (len({c["name"] for c in cp}) == 1 and len({c["net_ns"] for c in cp}) == 1 and all(c["pool_cpus"] == os.cpu_count() and c["cpus"] == 1 for c in cp)))' "$d/u3.status"
 check "u3: frames were sealed (wire bytes exceed raw bytes on every link)" \
     bash -c 'tail -1 "$0" | awk -F, "{n=split(\$10,r,\";\"); split(\$11,w,\";\"); for(i=1;i<=n;i++) if (w[i]+0 <= r[i]+0) exit 1}"' \
     "$d/coord/jobs/$JOB/metrics.csv"

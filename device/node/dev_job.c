@@ -326,9 +326,11 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
         json_t *r = json_pack("{s:o, s:o, s:I, s:i, s:s, s:O}", "unit_fwd_s", f, "unit_bwd_s", b,
                               "memory_bytes", (json_int_t)js->o.memory_bytes, "threads",
                               js->o.threads, "backend", "cpu", "links", links);
-        json_object_set_new(r, "cpu_pool", json_pack("{s:s, s:f, s:f}", "name", pool.name,
-                                                     "pool_cpus", pool.pool_cpus, "cpus",
-                                                     pool.cpus));
+        json_t *cp = json_pack("{s:s, s:f, s:f}", "name", pool.name, "pool_cpus",
+                               pool.pool_cpus, "cpus", pool.cpus);
+        if (pool.net_ns[0])
+            json_object_set_new(cp, "net_ns", json_string(pool.net_ns));
+        json_object_set_new(r, "cpu_pool", cp);
         *result = json_dumps(r, JSON_COMPACT);
         json_decref(r);
     }

@@ -73,37 +73,80 @@ static void first_line(const char *path, char *buf, size_t n)
         buf[--k] = 0;
 }
 
-/* cpu.max of this process's cgroup and of every cgroup above it (cgroup v2):
- * the smallest quota / period in cores, or 0 where none is set. */
-static double cgroup_quota(void)
+/* The quota in cores of the cgroup at root + path and of every cgroup above
+ * it (the smallest; 0 where none is set): cgroup v2's cpu.max ("QUOTA
+ * PERIOD" or "max PERIOD"), or v1's cpu.cfs_quota_us and cpu.cfs_period_us
+ * (-1: none). */
+static double quota_walk(const char *root, const char *path, int v1)
 {
-    char line[512], path[1024], v[128];
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (!f)
-        return 0;
-    path[0] = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "0::", 3)) {
-            line[strcspn(line, "\n")] = 0;
-            snprintf(path, sizeof path, "/sys/fs/cgroup%s", line + 3);
-        }
-    fclose(f);
+    char dir[1024], file[1100], v[128];
     double best = 0;
-    size_t root = strlen("/sys/fs/cgroup");
-    while (path[0] && strlen(path) >= root) {
-        char file[1100];
-        snprintf(file, sizeof file, "%s/cpu.max", path);
-        first_line(file, v, sizeof v);
-        char *end = NULL;
-        double quota = strncmp(v, "max", 3) ? strtod(v, &end) : 0;
-        double period = end && end != v ? strtod(end, NULL) : 0;
+    size_t rl = strlen(root);
+    if (snprintf(dir, sizeof dir, "%s%s", root, path) >= (int)sizeof dir)
+        return 0;
+    for (;;) {
+        double quota = 0, period = 0;
+        if (v1) {
+            snprintf(file, sizeof file, "%s/cpu.cfs_quota_us", dir);
+            first_line(file, v, sizeof v);
+            quota = v[0] ? strtod(v, NULL) : 0;
+            snprintf(file, sizeof file, "%s/cpu.cfs_period_us", dir);
+            first_line(file, v, sizeof v);
+            period = v[0] ? strtod(v, NULL) : 0;
+        } else {
+            snprintf(file, sizeof file, "%s/cpu.max", dir);
+            first_line(file, v, sizeof v);
+            char *end = NULL;
+            quota = v[0] && strncmp(v, "max", 3) ? strtod(v, &end) : 0;
+            period = end && end != v ? strtod(end, NULL) : 0;
+        }
         if (quota > 0 && period > 0 && (best == 0 || quota / period < best))
             best = quota / period;
-        char *slash = strrchr(path, '/');
-        if (!slash || (size_t)(slash - path) < root)
+        char *slash = strrchr(dir, '/');
+        if (!slash || (size_t)(slash - dir) < rl)
             break;
         *slash = 0;
     }
+    return best;
+}
+
+/* The CPU quota of this process in cores, 0 where none is set: the cgroup v2
+ * hierarchy (at /sys/fs/cgroup, or /sys/fs/cgroup/unified beside v1) and the
+ * v1 cpu controller, whichever limits more. */
+static double cgroup_quota(void)
+{
+    char line[1024];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        return 0;
+    double best = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2 || c2[1] != '/')
+            continue;
+        *c2 = 0;
+        const char *ctrl = c1 + 1, *path = c2 + 1;
+        double q[2] = {0, 0};
+        if (!*ctrl) {
+            q[0] = quota_walk("/sys/fs/cgroup", path, 0);
+            q[1] = quota_walk("/sys/fs/cgroup/unified", path, 0);
+        } else {
+            char list[256], *save = NULL;
+            snprintf(list, sizeof list, "%s", ctrl);
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+                if (!strcmp(t, "cpu")) {
+                    char root[300];
+                    snprintf(root, sizeof root, "/sys/fs/cgroup/%s", ctrl);
+                    q[0] = quota_walk(root, path, 1);
+                    q[1] = quota_walk("/sys/fs/cgroup/cpu", path, 1);
+                }
+        }
+        for (int i = 0; i < 2; i++)
+            if (q[i] > 0 && (best == 0 || q[i] < best))
+                best = q[i];
+    }
+    fclose(f);
     return best;
 }
 
@@ -134,6 +177,8 @@ void dev_cpu_pool_probe(dev_cpu_pool *p, int threads)
     if (quota > 0 && quota < cpus)
         cpus = quota;
     p->cpus = cpus < p->pool_cpus ? cpus : p->pool_cpus;
+    ssize_t n = readlink("/proc/self/ns/net", p->net_ns, sizeof p->net_ns - 1);
+    p->net_ns[n > 0 ? n : 0] = 0;
 }
 
 /* flock on /etc/machine-id: every process of the machine can open it, and

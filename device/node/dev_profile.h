@@ -26,7 +26,8 @@ int dev_profile_probe(dev_profile *p, sl_err *err);
 typedef struct dev_cpu_pool {
     char name[48];    /* "m-" and /etc/machine-id, or "h-" and the host name */
     double pool_cpus; /* CPUs online on the machine */
-    double cpus;      /* what this process can use: its threads, its CPU affinity, its cgroup's cpu.max */
+    double cpus;      /* what this process can use: its threads, its CPU affinity, its cgroup's quota */
+    char net_ns[48];  /* its network namespace ("net:[INODE]"; "" if unknown) */
 } dev_cpu_pool;
 
 void dev_cpu_pool_probe(dev_cpu_pool *p, int threads);
