@@ -150,6 +150,33 @@ static double brute(const bal_problem *pb, const int *order, const int *extra, i
     return best;
 }
 
+/* A random chain over the instance's devices: a random order, micro-batch
+ * count, schedule, run window and lookaheads; one in three U-shaped (the
+ * first device also runs the last stage; g_ushaped says so). */
+static bal_chain random_chain(const inst *in, uint64_t seed, uint64_t *k, int *order, int *extra)
+{
+    int p = in->D < in->n ? in->D : in->n;
+    for (int i = 0; i < in->D; i++)
+        order[i] = i;
+    for (int i = in->D - 1; i > 0; i--) {
+        int j = (int)(urand(seed, k) * (i + 1)), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    int m = 1 + (int)(urand(seed, k) * 8);
+    int sched = urand(seed, k) < 0.3 ? BAL_GPIPE : BAL_1F1B;
+    int window = urand(seed, k) < 0.7;
+    int *ex = urand(seed, k) < 0.4 ? extra : NULL;
+    for (int l = 0; l < 8; l++)
+        extra[l] = (int)(urand(seed, k) * 3);
+    g_ushaped = seed % 3 == 1 && in->D >= 2 && in->n >= 3;
+    if (g_ushaped) {
+        p = in->D + 1 < in->n ? in->D + 1 : in->n;
+        order[p - 1] = order[0];
+    }
+    return (bal_chain){p, order, ex, m, sched, window, g_ushaped};
+}
+
 static void test_exact_vs_brute_force(void)
 {
     int compared = 0, feasible = 0, ushaped_runs = 0;
@@ -159,29 +186,11 @@ static void test_exact_vs_brute_force(void)
         if (!in.pb)
             continue;
         uint64_t k = 1000;
-        int p = in.D < in.n ? in.D : in.n;
-        int order[8], cuts[9], bcuts[9];
-        for (int i = 0; i < in.D; i++)
-            order[i] = i;
-        for (int i = in.D - 1; i > 0; i--) { /* a random order of the devices */
-            int j = (int)(urand(seed, &k) * (i + 1)), t = order[i];
-            order[i] = order[j];
-            order[j] = t;
-        }
-        int m = 1 + (int)(urand(seed, &k) * 8);
-        int sched = urand(seed, &k) < 0.3 ? BAL_GPIPE : BAL_1F1B;
-        int window = urand(seed, &k) < 0.7;
-        int extra[8], *ex = urand(seed, &k) < 0.4 ? extra : NULL;
-        for (int l = 0; l < 8; l++)
-            extra[l] = (int)(urand(seed, &k) * 3);
-        /* one in three: U-shaped, the first device also runs the last stage */
-        g_ushaped = seed % 3 == 1 && in.D >= 2 && in.n >= 3;
-        if (g_ushaped) {
-            p = in.D + 1 < in.n ? in.D + 1 : in.n;
-            order[p - 1] = order[0];
-            ushaped_runs++;
-        }
-        bal_chain ch = {p, order, ex, m, sched, window, g_ushaped};
+        int order[8], cuts[9], bcuts[9], extra[8];
+        bal_chain ch = random_chain(&in, seed, &k, order, extra);
+        int p = ch.p, m = ch.m, sched = ch.schedule, window = ch.window;
+        const int *ex = ch.extra;
+        ushaped_runs += g_ushaped;
         double got = bal_chain_best(in.pb, &ch, cuts);
         bcuts[0] = 0;
         double want = brute(in.pb, order, ex, p, in.n, m, sched, window, bcuts, 0);
@@ -255,28 +264,11 @@ static void test_fill_vs_brute_force(void)
         if (!in.pb)
             continue;
         uint64_t k = 2000;
-        int p = in.D < in.n ? in.D : in.n;
-        int order[8], cuts[9], bcuts[9];
-        for (int i = 0; i < in.D; i++)
-            order[i] = i;
-        for (int i = in.D - 1; i > 0; i--) {
-            int j = (int)(urand(seed, &k) * (i + 1)), t = order[i];
-            order[i] = order[j];
-            order[j] = t;
-        }
-        int m = 1 + (int)(urand(seed, &k) * 8);
-        int sched = urand(seed, &k) < 0.3 ? BAL_GPIPE : BAL_1F1B;
-        int window = urand(seed, &k) < 0.7;
-        int extra[8], *ex = urand(seed, &k) < 0.4 ? extra : NULL;
-        for (int l = 0; l < 8; l++)
-            extra[l] = (int)(urand(seed, &k) * 3);
-        g_ushaped = seed % 3 == 1 && in.D >= 2 && in.n >= 3;
-        if (g_ushaped) {
-            p = in.D + 1 < in.n ? in.D + 1 : in.n;
-            order[p - 1] = order[0];
-            ushaped_runs++;
-        }
-        bal_chain ch = {p, order, ex, m, sched, window, g_ushaped};
+        int order[8], cuts[9], bcuts[9], extra[8];
+        bal_chain ch = random_chain(&in, seed, &k, order, extra);
+        int p = ch.p, m = ch.m, sched = ch.schedule, window = ch.window;
+        const int *ex = ch.extra;
+        ushaped_runs += g_ushaped;
         double best = bal_chain_best(in.pb, &ch, cuts);
         double bound = isfinite(best) ? best * (1 + urand(seed, &k)) : 1.0;
         double got = bal_chain_fill(in.pb, &ch, bound, cuts);
