@@ -137,6 +137,23 @@ void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double 
     }
 }
 
+/* The last cut e >= eh (and >= s) such that units s..e-1 on device d take
+ * at most Bi and fit its memory with k micro-batches stashed; with owner_ub
+ * >= 0 (a U's first stage), together with the owner's last stage from
+ * owner_ub on, k_last stashed. Feasibility is hereditary, so eh only grows
+ * with s. */
+static int stage_reach(const bal_problem *pb, const double *pre, int d, int s, int eh, int emax,
+                       double Bi, int k, int owner_ub, int k_last)
+{
+    if (eh < s)
+        eh = s;
+    while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= Bi &&
+           (owner_ub >= 0 ? bal_owner_fits(pb, d, eh + 1, k, owner_ub, k_last)
+                          : bal_fits(pb, d, s, eh + 1, k)))
+        eh++;
+    return eh;
+}
+
 typedef struct dp_ws {
     double *g, *gn, *v;
     int *nxt, *dq, *k, p;
@@ -191,12 +208,7 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
             double Bi = own ? B - w->t_last : B;
             int head = 0, tail = 0, eh = smin, push = smin + 1;
             for (int s = smin; s <= smax; s++) {
-                if (eh < s)
-                    eh = s;
-                while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= Bi &&
-                       (own ? bal_owner_fits(pb, d, eh + 1, k, w->ub, w->k[p - 1])
-                            : bal_fits(pb, d, s, eh + 1, k)))
-                    eh++;
+                eh = stage_reach(pb, pre, d, s, eh, emax, Bi, k, own ? w->ub : -1, w->k[p - 1]);
                 if (push < s + 1)
                     push = s + 1;
                 for (; push <= eh; push++) {
@@ -454,12 +466,7 @@ static double fill_dp(const bal_problem *pb, const bal_chain *c, double B, fill_
                 if (ok)
                     fill_tmp(w, t, runs ? fmax(t - B, floor_h) : 0, -1, n);
             } else {
-                if (eh < s)
-                    eh = s;
-                while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= Bi &&
-                       (own ? bal_owner_fits(pb, d, eh + 1, k, w->ub, w->k[p - 1])
-                            : bal_fits(pb, d, s, eh + 1, k)))
-                    eh++;
+                eh = stage_reach(pb, pre, d, s, eh, emax, Bi, k, own ? w->ub : -1, w->k[p - 1]);
                 for (int e = s + 1; e <= eh; e++) {
                     double sf, sr;
                     double rt = bal_round_trip(f, r, (double)pb->unit[e - 1].out_bytes, &sf, &sr);
