@@ -1,8 +1,10 @@
 /* skyloom job: submit, list, status, watch, stop, export and trace federated jobs
  * on a coordinator, with the admin certificate of the PKI. */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +93,67 @@ static int call(client *c, const char *method, const void *req, const void *desc
     return 0;
 }
 
+#define UPLOAD_ID_LEN 32
+#define UPLOAD_PIECE (512u << 10) /* under the coordinator's smallest message limit */
+
+/* Sends the model at `path` to the coordinator a piece at a time; the
+ * upload's id (drawn here) in id, for the submit to name. */
+static int upload_init(client *c, const char *path, char *id, sl_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl_err_set(err, SL_EIO, "%s: %s", path, strerror(errno));
+    unsigned char rnd[UPLOAD_ID_LEN / 2], sum[crypto_generichash_BYTES];
+    randombytes_buf(rnd, sizeof rnd);
+    sodium_bin2hex(id, UPLOAD_ID_LEN + 1, rnd, sizeof rnd);
+    crypto_generichash_state h;
+    crypto_generichash_init(&h, NULL, 0, sizeof sum);
+    uint8_t *buf = sl_xmalloc(UPLOAD_PIECE);
+    uint64_t off = 0;
+    int rc = 0;
+    for (;;) {
+        size_t n = 0;
+        ssize_t k = 1;
+        while (n < UPLOAD_PIECE && (k = read(fd, buf + n, UPLOAD_PIECE - n)) != 0) {
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0)
+                break;
+            n += (size_t)k;
+        }
+        if (k < 0) {
+            rc = sl_err_set(err, SL_EIO, "%s: %s", path, strerror(errno));
+            break;
+        }
+        Skyloom__V1__UploadInitRequest q = SKYLOOM__V1__UPLOAD_INIT_REQUEST__INIT;
+        q.upload_id = id;
+        q.offset = off;
+        q.data.data = buf;
+        q.data.len = n;
+        crypto_generichash_update(&h, buf, n);
+        off += n;
+        q.last = n < UPLOAD_PIECE;
+        if (q.last) {
+            crypto_generichash_final(&h, sum, sizeof sum);
+            q.size = off;
+            q.blake2b.data = sum;
+            q.blake2b.len = sizeof sum;
+        }
+        void *r = NULL;
+        rc = call(c, RPC_M_UPLOAD_INIT, &q, &skyloom__v1__upload_init_response__descriptor, &r, err);
+        rpc_unpacked_free(r);
+        if (rc) {
+            sl_err_wrap(err, "--init %s: uploading at byte %llu", path, (unsigned long long)(off - n));
+            break;
+        }
+        if (q.last)
+            break;
+    }
+    free(buf);
+    close(fd);
+    return rc;
+}
+
 static Skyloom__V1__JobInfo *get_job(client *c, const char *id, uint32_t metrics_from, sl_err *err)
 {
     Skyloom__V1__GetJobRequest q = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
@@ -140,6 +203,9 @@ static void print_plan(const char *plan_text)
                json_string_value(json_object_get(b, "site")) ?: "?",
                json_string_value(json_object_get(s, "address")));
     }
+    json_array_foreach(json_object_get(json_object_get(p, "balancer"), "left_out"), i, s)
+        printf("  left out: %s (%s)\n", json_string_value(json_object_get(s, "device")) ?: "?",
+               json_string_value(json_object_get(s, "reason")) ?: "?");
     json_decref(p);
 }
 
@@ -227,10 +293,12 @@ static int submit(client *c, int argc, char **argv)
             json_array_append_new(d, json_string(t));
         json_object_set_new(o, "devices", d);
     }
-    char *ctext = NULL, *mtext = NULL;
-    size_t clen = 0, mlen = 0;
+    char *ctext = NULL, upload[UPLOAD_ID_LEN + 1] = "";
+    size_t clen = 0;
+    dev_config cfg;
     if (sl_read_file(config, 1 << 20, &ctext, &clen, &err) ||
-        (init && sl_read_file(init, 200u << 20, &mtext, &mlen, &err))) {
+        (init && (dev_config_parse(&cfg, ctext, &err) || dev_ckpt_check_model(&cfg, init, &err) ||
+                  upload_init(c, init, upload, &err)))) {
         free(ctext);
         json_decref(o);
         return sl_cli_fail("job", 1, "%s", err.msg);
@@ -241,17 +309,11 @@ static int submit(client *c, int argc, char **argv)
     q.config = ctext;
     q.data = (char *)data;
     q.options = otext;
-    q.init_model.data = (uint8_t *)mtext;
-    q.init_model.len = mlen;
+    q.init_upload = upload;
     Skyloom__V1__SubmitJobResponse *r = NULL;
     int rc = call(c, RPC_M_SUBMIT_JOB, &q, &skyloom__v1__submit_job_response__descriptor, (void **)&r, &err);
     free(ctext);
-    free(mtext);
     free(otext);
-    if (rc && init && strstr(err.msg, "RESOURCE_EXHAUSTED"))
-        return sl_cli_fail("job", 1, "%s (--init sends the model, %zu bytes, inside the submit "
-                           "request: start the coordinator with a --max-message above that)",
-                           err.msg, mlen);
     if (rc)
         return sl_cli_fail("job", 1, "%s", err.msg);
     char id[64];

@@ -172,3 +172,22 @@ int sl_write_file_atomic(const char *path, const void *p, size_t n, sl_err *err)
     sl_atomic_write(&a, p, n);
     return sl_atomic_commit(&a, err);
 }
+
+int sl_pwrite_all(int fd, const void *p, size_t n, off_t off)
+{
+    const unsigned char *b = p;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, b, n, off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = ENOSPC;
+            return -1;
+        }
+        b += w;
+        n -= (size_t)w;
+        off += w;
+    }
+    return 0;
+}

@@ -43,6 +43,10 @@ int sl_write_file_atomic(const char *path, const void *p, size_t n, sl_err *err)
  * an existing directory is fine, anything else by that name is an error. */
 int sl_mkdir(const char *path, mode_t mode, sl_err *err);
 
+/* Writes all n bytes at offset off (retrying short writes and EINTR); -1
+ * with errno set (ENOSPC for a write that made no progress). */
+int sl_pwrite_all(int fd, const void *p, size_t n, off_t off);
+
 /* A directory that holds secrets (keys, state): made 0700 if missing; an
  * existing one that group or others may use is set to 0700. Returns 1 when
  * it changed the mode (the old one in *old_mode, for the caller to say so),

@@ -75,6 +75,8 @@ int coord_handle_report_step(void *c, const rpc_peer *peer, const uint8_t *req, 
                              rpc_buf *resp, rpc_status *st);
 int coord_handle_upload_chunk(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
                               rpc_buf *resp, rpc_status *st);
+int coord_handle_upload_init(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                              rpc_buf *resp, rpc_status *st);
 
 /* The profile a device reported last (for whichever job), read on the
  * caller's database connection: *out is NULL when it has profiled for no

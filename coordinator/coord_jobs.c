@@ -37,6 +37,7 @@
 #include "coord_internal.h"
 #include "coord_obs.h"
 #include "coord_state_internal.h"
+#include "coord_upload.h"
 #include "skyloom.pb-c.h"
 #include "sl_file.h"
 #include "sl_log.h"
@@ -157,6 +158,7 @@ struct coord_jobs {
     int njob;
     coord_state *db;
     char *root;
+    coord_uploads *uploads; /* models for --init, until a submit claims them */
     coord_obs_count refused[COORD_OBS_NAMES]; /* frames refused by reason, every job */
     int nrefused;
 };
@@ -699,6 +701,19 @@ static int config_numbers(const char *text, int *layers, int *max_pos, int *voca
     return RPC_OK;
 }
 
+/* What a refused submit had written: config.json and the start model. */
+static void unmake_job_dir(const char *dir)
+{
+    static const char *const files[] = {"ckpt/step-0/model.safetensors", "ckpt/step-0", "ckpt",
+                                        "config.json", NULL};
+    for (int i = 0; files[i]; i++) {
+        char *p = path_of(dir, files[i]);
+        remove(p);
+        free(p);
+    }
+    rmdir(dir);
+}
+
 int coord_handle_submit_job(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
                             rpc_buf *resp, rpc_status *st)
 {
@@ -754,20 +769,23 @@ int coord_handle_submit_job(void *ud, const rpc_peer *peer, const uint8_t *req, 
     int rc = sl_mkdir(j->root, 0700, &err) || sl_mkdir(jb->dir, 0700, &err) ||
              sl_write_file_atomic(cfg, r->config, strlen(r->config), &err);
     free(cfg);
-    if (!rc && r->init_model.len) {
+    code = rc ? rpc_status_set(st, RPC_INTERNAL, "%s", err.msg) : RPC_OK;
+    if (code == RPC_OK && r->init_upload && *r->init_upload) {
         char *ck = path_of(jb->dir, "ckpt"), *s0 = path_of(jb->dir, "ckpt/step-0"),
              *m = path_of(jb->dir, "ckpt/step-0/model.safetensors");
-        rc = sl_mkdir(ck, 0700, &err) || sl_mkdir(s0, 0700, &err) ||
-             sl_write_file_atomic(m, r->init_model.data, r->init_model.len, &err);
+        if (sl_mkdir(ck, 0700, &err) || sl_mkdir(s0, 0700, &err))
+            code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        else
+            code = coord_uploads_claim(j->uploads, r->init_upload, m, st);
         free(ck);
         free(s0);
         free(m);
     }
-    if (!rc)
-        rc = job_save(j, jb, &err);
-    if (rc) {
-        pthread_mutex_unlock(&j->mu);
+    if (code == RPC_OK && job_save(j, jb, &err))
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    if (code != RPC_OK) {
+        pthread_mutex_unlock(&j->mu);
+        unmake_job_dir(jb->dir);
         goto out;
     }
     j->job = sl_xrealloc(j->job, (size_t)(j->njob + 1) * sizeof *j->job);
@@ -1226,26 +1244,6 @@ static int store_failed(coord_jobs *j, cjob *jb, int step, const char *what, rpc
     return rpc_status_set(st, RPC_UNAVAILABLE, "%s", why);
 }
 
-/* pwrite of all n bytes; -1 with errno set when the store refuses (a short
- * write is followed by the call that says why). */
-static int pwrite_all(int fd, const uint8_t *p, size_t n, off_t off)
-{
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            if (w == 0)
-                errno = ENOSPC;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-        off += w;
-    }
-    return 0;
-}
-
 /* Commits step u->step once every part of it and every stage's report of it
  * are in, so that a committed step always has its metrics row. */
 static int try_commit(coord_jobs *j, cjob *jb, upload *u, int *committed, rpc_status *st)
@@ -1281,6 +1279,24 @@ static upload *upload_of(cjob *jb, int step)
         u->step = step;
     }
     return u;
+}
+
+int coord_handle_upload_init(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                             rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    Skyloom__V1__UploadInitRequest *r = rpc_unpack(&skyloom__v1__upload_init_request__descriptor, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed UploadInitRequest");
+    int code = coord_authorize(c, peer, "", COORD_ALLOW_ADMIN, st);
+    if (code == RPC_OK)
+        code = coord_uploads_piece(c->jobs->uploads, r, st);
+    if (code == RPC_OK) {
+        Skyloom__V1__UploadInitResponse o = SKYLOOM__V1__UPLOAD_INIT_RESPONSE__INIT;
+        rpc_pack(&o, resp);
+    }
+    rpc_unpacked_free(r);
+    return code;
 }
 
 int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
@@ -1329,7 +1345,7 @@ int coord_handle_upload_chunk(void *ud, const rpc_peer *peer, const uint8_t *req
         } else {
             char *p = path_of(dir, r->name);
             int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | (r->offset ? 0 : O_TRUNC), 0600);
-            if (fd < 0 || pwrite_all(fd, r->data.data, r->data.len, (off_t)r->offset) ||
+            if (fd < 0 || sl_pwrite_all(fd, r->data.data, r->data.len, (off_t)r->offset) ||
                 (r->last && fsync(fd))) {
                 char what[4400];
                 snprintf(what, sizeof what, "%s: %s", p, strerror(errno));
@@ -2507,8 +2523,12 @@ coord_jobs *coord_jobs_open(coord *c, sl_err *err)
         sl_err_set(err, SL_EINTERNAL, "libsodium failed to initialise");
         goto fail;
     }
-    if (!(j->db = coord_state_attach(c->state, err)) || db_exec(j, job_schema, err) ||
-        sl_mkdir(j->root, 0700, err) || load_jobs(j, err))
+    char *up = path_of(j->root, "uploads");
+    int bad = !(j->db = coord_state_attach(c->state, err)) || db_exec(j, job_schema, err) ||
+              sl_mkdir(j->root, 0700, err) || !(j->uploads = coord_uploads_open(up, err)) ||
+              load_jobs(j, err);
+    free(up);
+    if (bad)
         goto fail;
     if (pthread_create(&j->engine, NULL, engine_main, j)) {
         sl_err_set(err, SL_ENOMEM, "cannot start the job engine");
@@ -2542,6 +2562,7 @@ void coord_jobs_close(coord_jobs *j)
     }
     free(j->dev);
     coord_state_close(j->db);
+    coord_uploads_close(j->uploads);
     free(j->root);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);

@@ -228,6 +228,7 @@ int coord_start(coord *c, sl_err *err)
         {RPC_M_GET_PLAN, coord_handle_get_plan, 2},
         {RPC_M_REPORT_STEP, coord_handle_report_step, 2},
         {RPC_M_UPLOAD_CHUNK, coord_handle_upload_chunk, 2},
+        {RPC_M_UPLOAD_INIT, coord_handle_upload_init, 1},
     };
     if (!(c->srv = rpc_server_create(&so, err)))
         return -1;

@@ -66,6 +66,7 @@ long rpc_connections_dropped(void);
 #define RPC_M_GET_PLAN "/skyloom.v1.Coordinator/GetPlan"
 #define RPC_M_REPORT_STEP "/skyloom.v1.Coordinator/ReportStep"
 #define RPC_M_UPLOAD_CHUNK "/skyloom.v1.Coordinator/UploadChunk"
+#define RPC_M_UPLOAD_INIT "/skyloom.v1.Coordinator/UploadInit"
 #define RPC_M_STAGE_EXCHANGE "/skyloom.v1.Stage/Exchange"
 #define RPC_M_STAGE_PING "/skyloom.v1.Stage/Ping"
 

@@ -130,12 +130,28 @@ check "no frame refused, no pipeline stopped" bash -c '! grep -H "frame refused\
 "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps 20 --batch 8 --micro-batches 4 \
     --lr 2e-3 --init "$d/u3.export/model.safetensors" --save "$d/refinit" >/dev/null 2>&1
 REF=$d/refinit job init "$OWNER,$MID" --init "$d/u3.export/model.safetensors"
-# a model over the coordinator's message limit (1 MiB by default): the error says what to do
-head -c 2000000 /dev/zero > "$d/big.safetensors"
-out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 5 --init "$d/big.safetensors" 2>&1); rc=$?
+# --init travels in pieces: a model of several MiB (over the coordinator's 1 MiB
+# message limit) arrives whole; a file that is not this config's model is refused
+# before anything is sent
+cl_config "$d/wide.json" 256 2 512
+"$SK" -q train --config "$d/wide.json" --data "$d/text.shard" --steps 1 --batch 8 --save "$d/wide" >/dev/null 2>&1
+out=$(cl_job submit --config "$d/wide.json" --data "$OWNER:wiki" --steps 2 --batch 8 --micro-batches 4 \
+      --init "$d/wide/step-1/model.safetensors" --no-wait 2>&1); rc=$?
+WJOB=$(tail -1 <<<"$out")
+check "--init of $(stat -c %s "$d/wide/step-1/model.safetensors") bytes: uploaded in pieces, the job starts from the same bytes" \
+    bash -c 'test $0 -eq 0 && cmp -s "$1" "$2"' "$rc" "$d/wide/step-1/model.safetensors" "$d/coord/jobs/$WJOB/ckpt/step-0/model.safetensors"
+cl_job stop "$WJOB" >/dev/null 2>&1
+head -c 2000000 /dev/zero > "$d/zeros.safetensors"
+out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 5 --init "$d/zeros.safetensors" 2>&1); rc=$?
 echo "     $out" | tail -1
-check "--init over the coordinator's message limit: refused, naming --max-message" \
-    bash -c 'test $0 -eq 1 && grep -q "RESOURCE_EXHAUSTED.*2000000 bytes.*--max-message" <<<"$1"' "$rc" "$out"
+check "--init of a file that is not a safetensors model: refused, naming it" \
+    bash -c 'test $0 -eq 1 && grep -q "zeros.safetensors" <<<"$1"' "$rc" "$out"
+out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 5 --init "$d/wide/step-1/model.safetensors" 2>&1); rc=$?
+echo "     $out" | tail -1
+check "--init of another config's model: refused, naming the tensor and the shapes" \
+    bash -c 'test $0 -eq 1 && grep -q "has shape \[.*\], the config needs" <<<"$1"' "$rc" "$out"
+check "nothing of the refused uploads stays on the coordinator" \
+    bash -c 'test -z "$(ls "$0")"' "$d/coord/jobs/uploads"
 
 # the owner refuses what it cannot train on: the reason reaches submit
 out=$(cl_job submit --config "$d/small.json" --data "$OWNER:wiki" --steps 5 2>&1); rc=$?

@@ -208,6 +208,53 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
         snprintf(buf + o, n - o, "]");
 }
 
+/* The file's tensor for part `part` of t, with the shape the config needs
+ * (the head's tied copy may be the word embeddings); NULL and err if not. */
+static const dev_st_tensor *file_tensor(const dev_st *st, const dev_tensor *t, const hf_part *part,
+                                        const char *path, sl_err *err)
+{
+    const dev_st_tensor *f = dev_st_find(st, part->name);
+    if (!f && (t->flags & DEV_T_TIED))
+        f = dev_st_find(st, "bert.embeddings.word_embeddings.weight");
+    if (!f) {
+        sl_err_set(err, SL_EINVAL, "%s: missing tensor '%s'", path, part->name);
+        return NULL;
+    }
+    int same = f->ndim == part->ndim;
+    for (int d = 0; same && d < f->ndim; d++)
+        same = f->shape[d] == part->shape[d];
+    if (!same) {
+        char a[96], b[96];
+        shape_str(a, sizeof a, f->ndim, f->shape);
+        shape_str(b, sizeof b, part->ndim, part->shape);
+        sl_err_set(err, SL_EINVAL, "%s: tensor '%s' has shape %s, the config needs %s", path,
+                   f->name, a, b);
+        return NULL;
+    }
+    return f;
+}
+
+int dev_ckpt_check_model(const dev_config *c, const char *path, sl_err *err)
+{
+    dev_st *st = dev_st_open(path, err);
+    if (!st)
+        return -1;
+    dev_tensor *t = NULL;
+    int nt = 0;
+    size_t np;
+    int rc = check_unknown(c, st, path, err) ||
+             dev_model_layout(c, 0, dev_unit_count(c) - 1, &t, &nt, &np, err);
+    for (int k = 0; k < nt && rc == 0; k++) {
+        hf_part parts[3];
+        int n = hf_parts(&t[k], parts);
+        for (int i = 0; i < n && rc == 0; i++)
+            rc = file_tensor(st, &t[k], &parts[i], path, err) ? 0 : -1;
+    }
+    free(t);
+    dev_st_close(st);
+    return rc ? -1 : 0;
+}
+
 int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err)
 {
     dev_st *st = dev_st_open(path, err);
@@ -230,25 +277,9 @@ int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err)
         hf_part parts[3];
         int n = hf_parts(&t[k], parts);
         for (int i = 0; i < n && rc == 0; i++) {
-            const dev_st_tensor *f = dev_st_find(st, parts[i].name);
-            if (!f && (t[k].flags & DEV_T_TIED))
-                f = dev_st_find(st, "bert.embeddings.word_embeddings.weight");
-            if (!f) {
-                rc = sl_err_set(err, SL_EINVAL, "%s: missing tensor '%s'", path, parts[i].name);
-                break;
-            }
-            int same = f->ndim == parts[i].ndim;
-            for (int d = 0; same && d < f->ndim; d++)
-                same = f->shape[d] == parts[i].shape[d];
-            if (!same) {
-                char a[96], b[96];
-                shape_str(a, sizeof a, f->ndim, f->shape);
-                shape_str(b, sizeof b, parts[i].ndim, parts[i].shape);
-                rc = sl_err_set(err, SL_EINVAL, "%s: tensor '%s' has shape %s, the config needs %s",
-                                path, f->name, a, b);
-                break;
-            }
-            rc = dev_st_read_f32(st, f, 0, parts[i].numel, tmp + t[k].offset + parts[i].offset, err);
+            const dev_st_tensor *f = file_tensor(st, &t[k], &parts[i], path, err);
+            rc = f ? dev_st_read_f32(st, f, 0, parts[i].numel, tmp + t[k].offset + parts[i].offset, err)
+                   : -1;
         }
     }
     if (rc == 0) {

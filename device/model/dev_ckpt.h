@@ -36,6 +36,10 @@ int dev_ckpt_save_model(dev_stage *s, const char *path, sl_err *err);
 /* The parameters of s from one safetensors file (a full model or a part);
  * --init and eval. */
 int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err);
+/* Whether the file holds every parameter of config c with its shape, and no
+ * tensor the config does not know: what dev_ckpt_load_model checks, without
+ * a stage or the data. */
+int dev_ckpt_check_model(const dev_config *c, const char *path, sl_err *err);
 
 /* One file of a checkpoint as the manifest lists it. */
 typedef struct dev_ckpt_file {

@@ -1,0 +1,220 @@
+/* coord_upload.c - models for jobs to start from, uploaded a piece at a time.
+ *
+ * The admin's client draws an id, sends the file in order (each piece where
+ * the last ended, so the BLAKE2b-256 is computed as the pieces arrive), and
+ * the last piece's size and sum must match. A submit then claims the upload:
+ * the file is renamed into the job's directory. Uploads are kept in memory
+ * only; a restarted coordinator removes the files it can no longer finish. */
+#include "coord_upload.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sl_file.h"
+#include "sl_mem.h"
+#include "sl_time.h"
+
+#define UP_SLOTS 8              /* uploads in progress or waiting for their submit */
+#define UP_IDLE_S 3600          /* an upload untouched this long may be dropped for a new one */
+#define UP_MAX_FILE (64ull << 30)
+#define UP_ID_LEN 32
+#define UP_SUFFIX ".safetensors"
+
+typedef struct upload {
+    char id[UP_ID_LEN + 1]; /* "" = a free slot */
+    uint64_t size;
+    int done;
+    int64_t touched;
+    crypto_generichash_state hash;
+} upload;
+
+struct coord_uploads {
+    pthread_mutex_t mu;
+    char *dir;
+    upload slot[UP_SLOTS];
+};
+
+static int id_ok(const char *id)
+{
+    if (!id || strlen(id) != UP_ID_LEN)
+        return 0;
+    for (const char *c = id; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
+            return 0;
+    return 1;
+}
+
+static char *file_of(const coord_uploads *u, const char *id)
+{
+    size_t n = strlen(u->dir) + UP_ID_LEN + sizeof UP_SUFFIX + 2;
+    char *p = sl_xmalloc(n);
+    snprintf(p, n, "%s/%s%s", u->dir, id, UP_SUFFIX);
+    return p;
+}
+
+static void drop(coord_uploads *u, upload *x)
+{
+    char *p = file_of(u, x->id);
+    unlink(p);
+    free(p);
+    memset(x, 0, sizeof *x);
+}
+
+coord_uploads *coord_uploads_open(const char *dir, sl_err *err)
+{
+    if (sl_mkdir(dir, 0700, err))
+        return NULL;
+    DIR *d = opendir(dir);
+    if (!d) {
+        sl_err_set(err, SL_EIO, "%s: %s", dir, strerror(errno));
+        return NULL;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (n == UP_ID_LEN + strlen(UP_SUFFIX) && !strcmp(e->d_name + UP_ID_LEN, UP_SUFFIX))
+            unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+    coord_uploads *u = sl_xcalloc(1, sizeof *u);
+    pthread_mutex_init(&u->mu, NULL);
+    u->dir = sl_xstrdup(dir);
+    return u;
+}
+
+void coord_uploads_close(coord_uploads *u)
+{
+    if (!u)
+        return;
+    pthread_mutex_destroy(&u->mu);
+    free(u->dir);
+    free(u);
+}
+
+static upload *find(coord_uploads *u, const char *id)
+{
+    for (int i = 0; i < UP_SLOTS; i++)
+        if (!strcmp(u->slot[i].id, id))
+            return &u->slot[i];
+    return NULL;
+}
+
+/* A slot for a new upload: a free one, else the one idle longest past UP_IDLE_S. */
+static upload *take_slot(coord_uploads *u, int64_t now)
+{
+    upload *old = NULL;
+    for (int i = 0; i < UP_SLOTS; i++) {
+        upload *x = &u->slot[i];
+        if (!x->id[0])
+            return x;
+        if (now - x->touched >= UP_IDLE_S && (!old || x->touched < old->touched))
+            old = x;
+    }
+    if (old)
+        drop(u, old);
+    return old;
+}
+
+static int append(coord_uploads *u, upload *x, const Skyloom__V1__UploadInitRequest *r,
+                  rpc_status *st)
+{
+    char *p = file_of(u, x->id);
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | (r->offset ? 0 : O_TRUNC), 0600);
+    int bad = fd < 0 || sl_pwrite_all(fd, r->data.data, r->data.len, (off_t)r->offset) ||
+              (r->last && fsync(fd));
+    int code = RPC_OK;
+    if (bad) {
+        code = rpc_status_set(st, RPC_INTERNAL, "%s: %s", p, strerror(errno));
+    } else {
+        crypto_generichash_update(&x->hash, r->data.data, r->data.len);
+        x->size += r->data.len;
+    }
+    if (fd >= 0)
+        close(fd);
+    free(p);
+    return code;
+}
+
+int coord_uploads_piece(coord_uploads *u, const Skyloom__V1__UploadInitRequest *r, rpc_status *st)
+{
+    if (!id_ok(r->upload_id))
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "upload id must be %d hex digits",
+                              UP_ID_LEN);
+    int64_t now = sl_unix_time();
+    pthread_mutex_lock(&u->mu);
+    upload *x = find(u, r->upload_id);
+    int code = RPC_OK;
+    if (!x && r->offset == 0) {
+        if ((x = take_slot(u, now))) {
+            snprintf(x->id, sizeof x->id, "%s", r->upload_id);
+            crypto_generichash_init(&x->hash, NULL, 0, crypto_generichash_BYTES);
+        } else {
+            code = rpc_status_set(st, RPC_RESOURCE_EXHAUSTED,
+                                  "%d uploads are in progress or wait for their submit; "
+                                  "try again later", UP_SLOTS);
+        }
+    }
+    if (code != RPC_OK) {
+    } else if (!x) {
+        code = rpc_status_set(st, RPC_FAILED_PRECONDITION,
+                              "upload %s: no such upload (its first piece starts at 0; uploads "
+                              "do not survive a coordinator restart)", r->upload_id);
+    } else if (x->done) {
+        code = rpc_status_set(st, RPC_FAILED_PRECONDITION, "upload %s is complete", r->upload_id);
+    } else if (r->offset != x->size) {
+        code = rpc_status_set(st, RPC_OUT_OF_RANGE, "upload %s: piece at %llu, expected %llu",
+                              r->upload_id, (unsigned long long)r->offset,
+                              (unsigned long long)x->size);
+    } else if (x->size + r->data.len > UP_MAX_FILE) {
+        drop(u, x);
+        code = rpc_status_set(st, RPC_OUT_OF_RANGE, "upload %s: larger than %llu bytes",
+                              r->upload_id, UP_MAX_FILE);
+    } else if ((code = append(u, x, r, st)) != RPC_OK) {
+        drop(u, x);
+    } else {
+        x->touched = now;
+        if (r->last) {
+            unsigned char sum[crypto_generichash_BYTES];
+            crypto_generichash_final(&x->hash, sum, sizeof sum);
+            if (r->size != x->size || r->blake2b.len != sizeof sum ||
+                sodium_memcmp(sum, r->blake2b.data, sizeof sum)) {
+                drop(u, x);
+                code = rpc_status_set(st, RPC_DATA_LOSS, "upload %s arrived damaged (size or "
+                                      "checksum differs); send it again", r->upload_id);
+            } else {
+                x->done = 1;
+            }
+        }
+    }
+    pthread_mutex_unlock(&u->mu);
+    return code;
+}
+
+int coord_uploads_claim(coord_uploads *u, const char *id, const char *dest, rpc_status *st)
+{
+    if (!id_ok(id))
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "upload id must be %d hex digits",
+                              UP_ID_LEN);
+    pthread_mutex_lock(&u->mu);
+    upload *x = find(u, id);
+    int code = RPC_OK;
+    if (!x || !x->done) {
+        code = rpc_status_set(st, RPC_FAILED_PRECONDITION,
+                              "upload %s is %s", id, x ? "not complete" : "unknown (uploads do "
+                              "not survive a coordinator restart)");
+    } else {
+        char *p = file_of(u, id);
+        if (rename(p, dest))
+            code = rpc_status_set(st, RPC_INTERNAL, "%s -> %s: %s", p, dest, strerror(errno));
+        free(p);
+        drop(u, x);
+    }
+    pthread_mutex_unlock(&u->mu);
+    return code;
+}
