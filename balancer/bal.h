@@ -148,6 +148,12 @@ void bal_problem_free(bal_problem *pb);
  * order (indices renumbered), with the links among their sites. */
 bal_problem *bal_problem_subset(const bal_problem *pb, const unsigned char *keep, sl_err *err);
 
+/* What the links carry per byte of a boundary tensor (fp32), forward
+ * (activations) and back (their gradients): 1 without a codec, about 0.5
+ * for fp16, 0.25 for int8. The planner and the plans it makes serialize
+ * those bytes; 1 and 1 unless set. */
+int bal_problem_set_wire(bal_problem *pb, double act, double grad, sl_err *err);
+
 int bal_problem_n_units(const bal_problem *pb);
 int bal_problem_n_devices(const bal_problem *pb);
 const bal_unit *bal_problem_unit(const bal_problem *pb, int u);

@@ -34,6 +34,7 @@ static double min_round_trip(const bal_problem *pb)
     double bytes = INFINITY;
     for (int u = 0; u + 1 < n; u++)
         bytes = fmin(bytes, (double)pb->unit[u].out_bytes);
+    double fwd = bytes * pb->wire_act, back = bytes * pb->wire_grad;
     int *count = sl_xcalloc((size_t)ns, sizeof(int)), hosts = 0;
     for (int d = 0; d < D; d++) {
         count[pb->site_of[d]]++;
@@ -41,14 +42,14 @@ static double min_round_trip(const bal_problem *pb)
     }
     double r = INFINITY, sf, sr;
     if (hosts)
-        r = bal_round_trip(pb->same_host, pb->same_host, bytes, &sf, &sr);
+        r = bal_round_trip(pb->same_host, pb->same_host, fwd, back, &sf, &sr);
     for (int a = 0; a < ns; a++) {
         if (count[a] >= 2)
-            r = fmin(r, bal_round_trip(pb->inside[a], pb->inside[a], bytes, &sf, &sr));
+            r = fmin(r, bal_round_trip(pb->inside[a], pb->inside[a], fwd, back, &sf, &sr));
         for (int b = 0; b < ns; b++)
             if (b != a && count[a] && count[b])
                 r = fmin(r, bal_round_trip(pb->between[(size_t)a * ns + b],
-                                           pb->between[(size_t)b * ns + a], bytes, &sf, &sr));
+                                           pb->between[(size_t)b * ns + a], fwd, back, &sf, &sr));
     }
     free(count);
     return isfinite(r) ? r : 0;

@@ -85,8 +85,8 @@ static int has_bit(const word *w, int i) { return (int)(w[i >> 6] >> (i & 63)) &
 
 static int link_fits(const bal_problem *pb, int a, int b, int s, double B)
 {
-    double bytes = (double)pb->unit[s - 1].out_bytes;
-    return bytes / bal_problem_link(pb, a, b).bw <= B && bytes / bal_problem_link(pb, b, a).bw <= B;
+    return bal_act_bytes(pb, s) / bal_problem_link(pb, a, b).bw <= B &&
+           bal_grad_bytes(pb, s) / bal_problem_link(pb, b, a).bw <= B;
 }
 
 /* Tables for bound B: lo per (device, stash depth, end cut) and the links. */

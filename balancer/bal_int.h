@@ -32,6 +32,9 @@ struct bal_problem {
     bal_link same_host;
     bal_link *inside;  /* n_sites */
     bal_link *between; /* n_sites * n_sites */
+    /* bytes on the wire per byte of a boundary tensor (fp32): the codecs of
+     * the activations (forward) and of their gradients (back) */
+    double wire_act, wire_grad;
 };
 
 /* Internal helpers take cut points: s < e covers units s..e-1.
@@ -92,19 +95,35 @@ static inline int bal_owner_fits(const bal_problem *pb, int d, int a, int k0, in
 /* A U-shaped chain: its first and last stage on one device (p >= 3). */
 static inline int bal_is_u(const bal_chain *c) { return c->ushaped && c->p >= 3; }
 
-/* Serialization seconds of the boundary at cut e (after unit e-1) on a link. */
-static inline double bal_ser(const bal_problem *pb, bal_link l, int e)
+/* Bytes on the wire of the boundary at cut e (after unit e-1): the
+ * activation sent forward, its gradient sent back. */
+static inline double bal_act_bytes(const bal_problem *pb, int e)
 {
-    return (double)pb->unit[e - 1].out_bytes / l.bw;
+    return (double)pb->unit[e - 1].out_bytes * pb->wire_act;
 }
 
-/* A message of `bytes` there (link f) and back (link r): the round trip,
- * latency and serialization both ways; *sf and *sr get the serializations. */
-static inline double bal_round_trip(bal_link f, bal_link r, double bytes, double *sf, double *sr)
+static inline double bal_grad_bytes(const bal_problem *pb, int e)
 {
-    *sf = bytes / f.bw;
-    *sr = bytes / r.bw;
+    return (double)pb->unit[e - 1].out_bytes * pb->wire_grad;
+}
+
+/* A message of `fwd` bytes there (link f) and one of `back` bytes back
+ * (link r): the round trip, latency and serialization both ways; *sf and
+ * *sr get the serializations. */
+static inline double bal_round_trip(bal_link f, bal_link r, double fwd, double back, double *sf,
+                                    double *sr)
+{
+    *sf = fwd / f.bw;
+    *sr = back / r.bw;
     return f.lat + r.lat + *sf + *sr;
+}
+
+/* The same for the boundary at cut e: the activation forward on f, the
+ * gradient back on r. */
+static inline double bal_cut_round_trip(const bal_problem *pb, bal_link f, bal_link r, int e,
+                                        double *sf, double *sr)
+{
+    return bal_round_trip(f, r, bal_act_bytes(pb, e), bal_grad_bytes(pb, e), sf, sr);
 }
 
 /* bal_part.c: a plan from a chain without validating it (cuts must be valid). */

@@ -521,6 +521,13 @@ static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_d
             jfail(c, "give cpu_pool, pool_cpus and cpus together, or none of them");
             goto fail;
         }
+        for (size_t k = 0; rp == 0 && k < i; k++)
+            if (!strcmp(dev[k].cpu_pool, d->cpu_pool) && dev[k].pool_cpus != d->pool_cpus) {
+                jpush_key(c, "pool_cpus");
+                jfail(c, "%g, but device '%s' of cpu pool '%s' says %g", d->pool_cpus, dev[k].id,
+                      d->cpu_pool, dev[k].pool_cpus);
+                goto fail;
+            }
         int rn = get_str(c, o, "net_ns", 0, d->net_ns, sizeof d->net_ns);
         if (rn < 0)
             goto fail;

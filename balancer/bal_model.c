@@ -283,6 +283,7 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
                 }
     }
     size_t ns = (size_t)pb->n_sites;
+    pb->wire_act = pb->wire_grad = 1;
     pb->same_host = net->same_host;
     pb->inside = sl_xmalloc(ns * sizeof(bal_link));
     pb->between = sl_xmalloc(ns * ns * sizeof(bal_link));
@@ -365,11 +366,25 @@ bal_problem *bal_problem_subset(const bal_problem *pb, const unsigned char *keep
     bal_problem *sub = k ? bal_problem_new(pb->unit, pb->n_units, dev, k, &net, err) : NULL;
     if (!k)
         sl_err_set(err, SL_EINVAL, "subset: no device kept");
+    if (sub) {
+        sub->wire_act = pb->wire_act;
+        sub->wire_grad = pb->wire_grad;
+    }
     free(dev);
     free(has);
     free(in);
     free(ln);
     return sub;
+}
+
+int bal_problem_set_wire(bal_problem *pb, double act, double grad, sl_err *err)
+{
+    if (!(act > 0 && act <= 16) || !(grad > 0 && grad <= 16))
+        return sl_err_set(err, SL_EINVAL, "wire ratios must be in (0, 16], got %g and %g", act,
+                          grad);
+    pb->wire_act = act;
+    pb->wire_grad = grad;
+    return 0;
 }
 
 int bal_problem_n_units(const bal_problem *pb) { return pb->n_units; }

@@ -66,8 +66,8 @@ bal_opts bal_opts_default(void)
 static double round_trip(const bal_problem *pb, int a, int b, int e, double *ser_max)
 {
     double sf, sr;
-    double rt = bal_round_trip(bal_problem_link(pb, a, b), bal_problem_link(pb, b, a),
-                               (double)pb->unit[e - 1].out_bytes, &sf, &sr);
+    double rt = bal_cut_round_trip(pb, bal_problem_link(pb, a, b), bal_problem_link(pb, b, a), e,
+                                   &sf, &sr);
     *ser_max = sf > sr ? sf : sr;
     return rt;
 }
@@ -195,7 +195,7 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
                 ahead = 0;
             for (int e = smin + 1; e <= emax; e++) {
                 double sf, sr;
-                double x = bal_round_trip(f, r, (double)pb->unit[e - 1].out_bytes, &sf, &sr);
+                double x = bal_cut_round_trip(pb, f, r, e, &sf, &sr);
                 if (gn[e] == INFINITY || sf > B || sr > B) {
                     w->v[e] = INFINITY;
                     continue;
@@ -457,7 +457,7 @@ static double fill_dp(const bal_problem *pb, const bal_chain *c, double B, fill_
             double floor_h = -INFINITY;
             if (runs && i > 0) {
                 double sf, sr;
-                floor_h = -(bal_round_trip(fp, rp, (double)pb->unit[s - 1].out_bytes, &sf, &sr) -
+                floor_h = -(bal_cut_round_trip(pb, fp, rp, s, &sf, &sr) -
                             ahead_prev);
             }
             if (i == p - 1) {
@@ -469,7 +469,7 @@ static double fill_dp(const bal_problem *pb, const bal_chain *c, double B, fill_
                 eh = stage_reach(pb, pre, d, s, eh, emax, Bi, k, own ? w->ub : -1, w->k[p - 1]);
                 for (int e = s + 1; e <= eh; e++) {
                     double sf, sr;
-                    double rt = bal_round_trip(f, r, (double)pb->unit[e - 1].out_bytes, &sf, &sr);
+                    double rt = bal_cut_round_trip(pb, f, r, e, &sf, &sr);
                     if (sf > B || sr > B)
                         continue;
                     double t = pre[e] - pre[s];
@@ -627,8 +627,8 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
             bal_link f = bal_problem_link(pb, d, c->order[i + 1]);
             bal_link r = bal_problem_link(pb, c->order[i + 1], d);
             s->lat_s = 0.5 * (f.lat + r.lat); /* links are symmetric in our inputs */
-            s->act_s = bal_ser(pb, f, b);
-            s->grad_s = bal_ser(pb, r, b);
+            s->act_s = bal_act_bytes(pb, b) / f.bw;
+            s->grad_s = bal_grad_bytes(pb, b) / r.bw;
         }
     }
     free(k);

@@ -88,10 +88,9 @@ static int fewest_moves(const rp *R, const bal_chain *c, double B, int b, int *c
             if (i == stages - 1 && e != last_end)
                 continue;
             if (e < n && i + 1 < p) { /* the link after this stage */
-                double bytes = (double)pb->unit[e - 1].out_bytes;
                 int nx = c->order[i + 1];
-                if (bytes / bal_problem_link(pb, d, nx).bw > B ||
-                    bytes / bal_problem_link(pb, nx, d).bw > B)
+                if (bal_act_bytes(pb, e) / bal_problem_link(pb, d, nx).bw > B ||
+                    bal_grad_bytes(pb, e) / bal_problem_link(pb, nx, d).bw > B)
                     continue;
             }
             for (int s = e - 1; s >= i; s--) {

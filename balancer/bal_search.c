@@ -108,8 +108,10 @@ static double chain_floor(const bal_problem *pb, const chain *c)
             inv += t > 0 ? 1 / t : 1e30;
         if (i + 1 < c->pf && e) {
             bal_link f = bal_problem_link(pb, c->full[i], c->full[i + 1]);
-            if (bal_ser(pb, f, e) > ser)
-                ser = bal_ser(pb, f, e);
+            bal_link r = bal_problem_link(pb, c->full[i + 1], c->full[i]);
+            double x = fmax(bal_act_bytes(pb, e) / f.bw, bal_grad_bytes(pb, e) / r.bw);
+            if (x > ser)
+                ser = x;
         }
     }
     double lb = inv > 0 ? 1 / inv : 0;
@@ -274,7 +276,8 @@ static double site_hop(const bal_problem *pb, int a, int b, double bytes, double
         return 0;
     }
     double rt = bal_round_trip(pb->between[(size_t)a * pb->n_sites + b],
-                               pb->between[(size_t)b * pb->n_sites + a], bytes, &sf, &sr);
+                               pb->between[(size_t)b * pb->n_sites + a], bytes * pb->wire_act,
+                               bytes * pb->wire_grad, &sf, &sr);
     *ser = sf > sr ? sf : sr;
     return rt;
 }

@@ -1853,6 +1853,25 @@ static void pool_of(json_t *devs, json_t *cp, json_t *d)
         json_object_set_new(d, "net_ns", json_string(ns));
 }
 
+/* Bytes a codec puts on the wire per byte of an fp32 tensor in rows of
+ * `hidden` (device/wire/dev_codec.h): int8 adds a 4-byte scale per row,
+ * topk:F sends F of the values with their indices. Frame headers, tags and
+ * the valid masks beside the activations are left out (under 1% here). */
+static double wire_ratio(const char *codec, int hidden)
+{
+    if (!codec || !strcmp(codec, "none"))
+        return 1;
+    if (!strcmp(codec, "fp16") || !strcmp(codec, "bf16"))
+        return 0.5;
+    if (!strcmp(codec, "int8"))
+        return hidden > 0 ? (4.0 + hidden) / (4.0 * hidden) : 0.25;
+    if (!strncmp(codec, "topk:", 5)) {
+        double f = strtod(codec + 5, NULL);
+        return f > 0 && f <= 1 ? 2 * f : 1;
+    }
+    return 1;
+}
+
 /* The balancer's inputs from the measured profiles. */
 static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
 {
@@ -1909,6 +1928,16 @@ static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
                                         "the profiled devices", nt, "the measured links", err);
     free(dt);
     free(nt);
+    json_error_t je;
+    json_t *cfg = json_loads(in->config, 0, &je);
+    int hidden = (int)json_integer_value(json_object_get(cfg, "hidden_size"));
+    json_decref(cfg);
+    const char *ca = json_string_value(json_object_get(in->opts, "codec_act"));
+    const char *cg = json_string_value(json_object_get(in->opts, "codec_grad"));
+    if (pb && bal_problem_set_wire(pb, wire_ratio(ca, hidden), wire_ratio(cg, hidden), err)) {
+        bal_problem_free(pb);
+        return NULL;
+    }
     return pb;
 }
 

@@ -83,6 +83,23 @@ static inst make_instance(uint64_t seed, int tight_memory)
     return r;
 }
 
+/* What the links carry per byte of a boundary (bal_problem_set_wire), for
+ * the brute forces below. */
+static double g_wire_act = 1, g_wire_grad = 1;
+
+/* One instance in four: codecs on the links, 0.1-1 bytes per byte each way. */
+static void random_wire(bal_problem *pb, uint64_t seed)
+{
+    uint64_t k = 7000;
+    g_wire_act = g_wire_grad = 1;
+    if (seed % 4 == 3) {
+        g_wire_act = 0.1 + 0.9 * urand(seed, &k);
+        g_wire_grad = 0.1 + 0.9 * urand(seed, &k);
+    }
+    sl_err err = {0};
+    CHECKF(bal_problem_set_wire(pb, g_wire_act, g_wire_grad, &err) == 0, "%s", err.msg);
+}
+
 /* The objective written again from the public accessors only: every run of
  * stages i..j, its compute and round trips over its length. U-shaped: the
  * first and last stage share their device's time and memory. */
@@ -115,8 +132,9 @@ static double bf_cycle_u(const bal_problem *pb, const int *order, const int *ext
         if (i < p - 1) {
             bal_link f = bal_problem_link(pb, d, order[i + 1]), r = bal_problem_link(pb, order[i + 1], d);
             double bytes = (double)bal_problem_unit(pb, cuts[i + 1] - 1)->out_bytes;
-            cyc = fmax(cyc, fmax(bytes / f.bw, bytes / r.bw));
-            rt[i] = f.lat + r.lat + bytes / f.bw + bytes / r.bw;
+            double fwd = bytes * g_wire_act, back = bytes * g_wire_grad;
+            cyc = fmax(cyc, fmax(fwd / f.bw, back / r.bw));
+            rt[i] = f.lat + r.lat + fwd / f.bw + back / r.bw;
         }
     }
     if (ushaped)
@@ -185,6 +203,7 @@ static void test_exact_vs_brute_force(void)
         CHECK(in.pb != NULL);
         if (!in.pb)
             continue;
+        random_wire(in.pb, seed);
         uint64_t k = 1000;
         int order[8], cuts[9], bcuts[9], extra[8];
         bal_chain ch = random_chain(&in, seed, &k, order, extra);
@@ -211,6 +230,7 @@ static void test_exact_vs_brute_force(void)
         bal_problem_free(in.pb);
     }
     g_ushaped = 0;
+    g_wire_act = g_wire_grad = 1;
     CHECK(compared >= 300);
     CHECK(feasible >= 200);
     CHECK(ushaped_runs >= 90);
@@ -229,7 +249,7 @@ static double bf_fill(const bal_problem *pb, const int *order, int p, const int 
             bal_link f = bal_problem_link(pb, order[i], order[i + 1]);
             bal_link r = bal_problem_link(pb, order[i + 1], order[i]);
             double bytes = (double)bal_problem_unit(pb, cuts[i + 1] - 1)->out_bytes;
-            R += f.lat + r.lat + bytes / f.bw + bytes / r.bw;
+            R += f.lat + r.lat + bytes * g_wire_act / f.bw + bytes * g_wire_grad / r.bw;
         }
     }
     return R;
@@ -263,6 +283,7 @@ static void test_fill_vs_brute_force(void)
         CHECK(in.pb != NULL);
         if (!in.pb)
             continue;
+        random_wire(in.pb, seed);
         uint64_t k = 2000;
         int order[8], cuts[9], bcuts[9], extra[8];
         bal_chain ch = random_chain(&in, seed, &k, order, extra);
@@ -293,6 +314,7 @@ static void test_fill_vs_brute_force(void)
         bal_problem_free(in.pb);
     }
     g_ushaped = 0;
+    g_wire_act = g_wire_grad = 1;
     CHECK(compared >= 300);
     CHECK(feasible >= 200);
     CHECK(ushaped_runs >= 90);
@@ -365,6 +387,8 @@ static void test_exact_search_vs_brute_force(void)
     for (uint64_t seed = 7000; compared < 250 && seed < 8000; seed++) {
         /* a third BERT-like: identical layers take the U-shaped shortcut */
         inst in = compared % 3 == 2 ? make_bert_instance(seed) : make_instance(seed, seed % 3 == 0);
+        if (in.pb)
+            random_wire(in.pb, seed);
         if (!in.pb || in.D > 5) {
             bal_problem_free(in.pb);
             continue;
@@ -396,6 +420,7 @@ static void test_exact_search_vs_brute_force(void)
         }
         bal_problem_free(in.pb);
     }
+    g_wire_act = g_wire_grad = 1;
     CHECK(compared >= 250 && feasible >= 150 && owned >= 80);
     printf("  %d instances (%d with a data owner), %d feasible\n", compared, owned, feasible);
 }
@@ -1091,6 +1116,20 @@ static void test_link_in_simulator(void)
     CHECK_NEAR(tl->stage[1].recv_s, 0.010, 1e-12);
     bal_timeline_free(tl);
     bal_plan_free(pl);
+    /* codecs: a quarter of the bytes forward, half back: the same walk with
+     * 2.5 ms and 5 ms on the link */
+    CHECK(bal_problem_set_wire(pb, 0.25, 0.5, &err) == 0);
+    pl = bal_plan_chain(pb, &ch, cuts, &err);
+    tl = pl ? bal_simulate(pl, BAL_1F1B, 0, &err) : NULL;
+    CHECK(pl && tl);
+    if (pl && tl) {
+        CHECK_NEAR(pl->stage[0].act_s, 0.0025, 1e-12);
+        CHECK_NEAR(pl->stage[0].grad_s, 0.005, 1e-12);
+        CHECK_NEAR(tl->iteration_s, 0.064 - 0.0075 - 0.005, 1e-12);
+    }
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    CHECK(bal_problem_set_wire(pb, 0, 1, &err) == -1 && strstr(err.msg, "wire ratios"));
     bal_problem_free(pb);
 }
 
@@ -1199,7 +1238,7 @@ static void test_cpu_pool_errors(void)
     expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1e12, \"cpu_pool\": \"m\","
                        " \"pool_cpus\": 2, \"cpus\": 1}, {\"id\": \"b\", \"memory_gib\": 1,"
                        " \"flops\": 1e12, \"cpu_pool\": \"m\", \"pool_cpus\": 4, \"cpus\": 1}]",
-                       NULL, "device b: cpu pool 'm' has 4 cpus, but device a says 2");
+                       NULL, "devices.json:1: [1].pool_cpus: 4, but device 'a' of cpu pool 'm' says 2");
     expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1e12, \"net_ns\": \"n\"}]",
                        NULL, "net_ns: needs a cpu_pool");
 }

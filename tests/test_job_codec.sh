@@ -29,6 +29,7 @@ run() { # run NAME CODEC-ARGS...: a 300-step job; its metrics.csv in $d/NAME.csv
   out=$(cl_job submit --config "$config" --data "$OWNER:fortunes" --steps 300 --batch 8 \
         --micro-batches 4 --lr 1e-3 --algo even --checkpoint-every 0 --devices "$OWNER,$B,$C" \
         --json "$@" 2>&1) || { echo "$out"; return 1; }
+  echo "$out" > "$d/$name.submit"
   job=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
   cl_job watch "$job" >/dev/null || return 1
   cp "$d/coord/jobs/$job/metrics.csv" "$d/$name.csv"
@@ -46,4 +47,10 @@ check "the loss fell (the runs learned)" \
 ratio=$(tail -1 "$d/int8.csv" | awk -F, '{split($10,r,";"); split($11,w,";"); printf "%.3f", w[1]/r[1]}')
 echo "     stage 0 -> 1 on the wire: $ratio of the raw bytes (activations int8, masks i32, sealed)"
 check "int8 activations: at most a third of the raw bytes on the wire" awk -v r="$ratio" 'BEGIN{exit !(r > 0 && r < 0.34)}'
+# the balancer plans the bytes the codecs send: int8 rows of H=128 with a
+# 4-byte scale are (4 + 128) / (4 x 128) of fp32, fp16 half of it
+link_ratio() { python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["plan"]["balancer"]["stages"][0]["link_next"]; print(s["activation_s"] / s["gradient_s"])' "$1"; }
+check "the plan serializes what the codecs send (activation / gradient seconds: 1 without, 0.515625 with int8/fp16)" \
+    python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(not (abs(a - 1) < 1e-9 and abs(b - 0.515625) < 1e-9))' \
+    "$(link_ratio "$d/none.submit")" "$(link_ratio "$d/int8.submit")"
 exit $fail
