@@ -91,6 +91,12 @@ typedef struct link_q { /* one directed link: FIFO of micro-batches */
     int head, tail, busy;
 } link_q;
 
+typedef struct pool_user {
+    int pool, busy, stage, kind, mb;
+    double need, left, rate, since, start;
+    uint64_t ver;
+} pool_user;
+
 typedef struct sim {
     const bal_plan *pl;
     int p, m, schedule;
@@ -103,10 +109,8 @@ typedef struct sim {
      * user's pool (-1: none), the cores it asks for, and while it runs, its
      * op's work left at full speed, its rate since `xsince` */
     int nres, npool, nx;
-    int *xpool, *xbusy, *xstage, *xkind, *xmb;
-    double *xneed, *xleft, *xrate, *xsince, *xstart;
-    uint64_t *xver;
-    double *pcpus, *pasked;
+    pool_user *x;
+    double *pcpus, *pasked; /* per pool: its cores, what its running ops ask for */
     double *avail;     /* when the stage's previous op ended */
     int drained;       /* stages past their last backward */
     double norm_at;    /* when the global norm is known everywhere (-1 before) */
@@ -139,12 +143,12 @@ static void push(sim *S, double t, int type, int stage, int dir, int mb)
 /* The work the pool's running ops have done since their last change of rate. */
 static void pool_advance(sim *S, int g, double t)
 {
-    for (int x = 0; x < S->nx; x++)
-        if (S->xpool[x] == g && S->xbusy[x]) {
-            S->xleft[x] -= (t - S->xsince[x]) * S->xrate[x];
-            if (S->xleft[x] < 0)
-                S->xleft[x] = 0;
-            S->xsince[x] = t;
+    for (pool_user *u = S->x; u < S->x + S->nx; u++)
+        if (u->pool == g && u->busy) {
+            u->left -= (t - u->since) * u->rate;
+            if (u->left < 0)
+                u->left = 0;
+            u->since = t;
         }
 }
 
@@ -152,36 +156,37 @@ static void pool_advance(sim *S, int g, double t)
 static void pool_schedule(sim *S, int g, double t)
 {
     double rate = S->pasked[g] > S->pcpus[g] ? S->pcpus[g] / S->pasked[g] : 1;
-    for (int x = 0; x < S->nx; x++)
-        if (S->xpool[x] == g && S->xbusy[x]) {
-            S->xrate[x] = rate;
-            heap_push(&S->h, (event){t + S->xleft[x] / rate, S->seq++,
-                                     x < S->nres ? EV_DONE : EV_XMIT, S->xstage[x], S->xkind[x],
-                                     S->xmb[x], ++S->xver[x]});
+    for (pool_user *u = S->x; u < S->x + S->nx; u++)
+        if (u->pool == g && u->busy) {
+            u->rate = rate;
+            heap_push(&S->h, (event){t + u->left / rate, S->seq++,
+                                     u - S->x < S->nres ? EV_DONE : EV_XMIT, u->stage, u->kind,
+                                     u->mb, ++u->ver});
         }
 }
 
 /* User x of pool g starts an op of `dur` seconds at full speed. */
 static void pool_start(sim *S, int x, int stage, int kind, int mb, double dur, double t)
 {
-    int g = S->xpool[x];
-    pool_advance(S, g, t);
-    S->xbusy[x] = 1;
-    S->xstage[x] = stage;
-    S->xkind[x] = kind;
-    S->xmb[x] = mb;
-    S->xleft[x] = dur;
-    S->xsince[x] = S->xstart[x] = t;
-    S->pasked[g] += S->xneed[x];
-    pool_schedule(S, g, t);
+    pool_user *u = &S->x[x];
+    pool_advance(S, u->pool, t);
+    *u = (pool_user){.pool = u->pool, .busy = 1, .stage = stage, .kind = kind, .mb = mb,
+                     .need = u->need, .left = dur, .since = t, .start = t, .ver = u->ver};
+    S->pasked[u->pool] += u->need;
+    pool_schedule(S, u->pool, t);
+}
+
+/* The pool user of the link out of stage `from` in direction dir (0: to
+ * from + 1, 1: to from - 1). */
+static int link_user(const sim *S, int from, int dir)
+{
+    return S->nres + (dir == 0 ? 2 * from : 2 * (from - 1) + 1);
 }
 
 /* The pool user an event ends an op of. */
 static int user_of(const sim *S, const event *e)
 {
-    if (e->type == EV_DONE)
-        return S->res[e->stage];
-    return S->nres + (e->dir == 0 ? 2 * e->stage : 2 * (e->stage - 1) + 1);
+    return e->type == EV_DONE ? S->res[e->stage] : link_user(S, e->stage, e->dir);
 }
 
 static const int seg_kind[3] = {BAL_SEG_FWD, BAL_SEG_BWD, BAL_SEG_OPT};
@@ -207,7 +212,7 @@ static void run_op(sim *S, int i, int kind, int mb, double dur, double t)
 {
     int r = S->res[i];
     S->rbusy[r] = 1;
-    if (S->xpool[r] >= 0) {
+    if (S->x[r].pool >= 0) {
         pool_start(S, r, i, kind, mb, dur, t);
         return;
     }
@@ -218,16 +223,17 @@ static void run_op(sim *S, int i, int kind, int mb, double dur, double t)
 /* A pooled op ended at t (0: the event is stale). */
 static int pool_done(sim *S, const event *e, double t)
 {
-    int x = user_of(S, e), g = S->xpool[x];
-    if (e->ver != S->xver[x])
+    int x = user_of(S, e);
+    pool_user *u = &S->x[x];
+    if (e->ver != u->ver)
         return 0;
-    pool_advance(S, g, t);
-    S->xbusy[x] = 0;
-    S->pasked[g] -= S->xneed[x];
-    if (S->pasked[g] < 1e-9)
-        S->pasked[g] = 0;
-    account(S, x >= S->nres, e->stage, e->dir, e->mb, S->xstart[x], t);
-    pool_schedule(S, g, t);
+    pool_advance(S, u->pool, t);
+    u->busy = 0;
+    S->pasked[u->pool] -= u->need;
+    if (S->pasked[u->pool] < 1e-9)
+        S->pasked[u->pool] = 0;
+    account(S, x >= S->nres, e->stage, e->dir, e->mb, u->start, t);
+    pool_schedule(S, u->pool, t);
     return 1;
 }
 
@@ -328,8 +334,8 @@ static void link_kick(sim *S, link_q *l, int from, int dir, double t)
     double ser = dir == 0 ? st->act_s : st->grad_s;
     int mb = l->q[l->head++];
     l->busy = 1;
-    int x = S->nres + (dir == 0 ? 2 * from : 2 * (from - 1) + 1);
-    if (S->xpool[x] >= 0) {
+    int x = link_user(S, from, dir);
+    if (S->x[x].pool >= 0) {
         pool_start(S, x, from, dir, mb, ser, t);
         return;
     }
@@ -400,17 +406,7 @@ static void sim_free(sim *S)
     free(S->rbusy);
     free(S->rfirst);
     free(S->rnext);
-    free(S->xpool);
-    free(S->xbusy);
-    free(S->xstage);
-    free(S->xkind);
-    free(S->xmb);
-    free(S->xneed);
-    free(S->xleft);
-    free(S->xrate);
-    free(S->xsince);
-    free(S->xstart);
-    free(S->xver);
+    free(S->x);
     free(S->pcpus);
     free(S->pasked);
     free(S->avail);
@@ -450,38 +446,28 @@ static void pools(sim *S)
 {
     size_t X = (size_t)S->nres + 2 * (size_t)S->p;
     S->nx = (int)X;
-    S->xpool = sl_xmalloc(X * sizeof(int));
-    S->xbusy = sl_xcalloc(X, sizeof(int));
-    S->xstage = sl_xcalloc(X, sizeof(int));
-    S->xkind = sl_xcalloc(X, sizeof(int));
-    S->xmb = sl_xcalloc(X, sizeof(int));
-    S->xneed = sl_xcalloc(X, sizeof(double));
-    S->xleft = sl_xcalloc(X, sizeof(double));
-    S->xrate = sl_xcalloc(X, sizeof(double));
-    S->xsince = sl_xcalloc(X, sizeof(double));
-    S->xstart = sl_xcalloc(X, sizeof(double));
-    S->xver = sl_xcalloc(X, sizeof(uint64_t));
+    S->x = sl_xcalloc(X, sizeof *S->x);
     S->pcpus = sl_xcalloc(X, sizeof(double));
     S->pasked = sl_xcalloc(X, sizeof(double));
     int *first = sl_xmalloc(X * sizeof(int)); /* a pool's first stage */
-    for (size_t x = 0; x < X; x++)
-        S->xpool[x] = -1;
+    for (size_t i = 0; i < X; i++)
+        S->x[i].pool = -1;
     for (int r = 0; r < S->nres; r++) {
         int g = pool_of_stage(S, first, S->rfirst[r]);
         const bal_stage *st = &S->pl->stage[S->rfirst[r]];
-        S->xpool[r] = g;
+        S->x[r].pool = g;
         if (g >= 0)
-            S->xneed[r] = st->cpus < S->pcpus[g] ? st->cpus : S->pcpus[g];
+            S->x[r].need = st->cpus < S->pcpus[g] ? st->cpus : S->pcpus[g];
     }
     for (int i = 0; i + 1 < S->p; i++) {
         int g = pool_of_stage(S, first, i), h = pool_of_stage(S, first, i + 1);
         const char *a = S->pl->stage[i].net_ns, *b = S->pl->stage[i + 1].net_ns;
         if (g < 0 || g != h || !a[0] || strcmp(a, b))
             continue;
-        for (int d = 0; d < 2; d++) {
-            int x = S->nres + 2 * i + d;
-            S->xpool[x] = g;
-            S->xneed[x] = S->pcpus[g] < 1 ? S->pcpus[g] : 1;
+        for (int dir = 0; dir < 2; dir++) {
+            pool_user *u = &S->x[link_user(S, dir == 0 ? i : i + 1, dir)];
+            u->pool = g;
+            u->need = S->pcpus[g] < 1 ? S->pcpus[g] : 1;
         }
     }
     free(first);
@@ -557,7 +543,7 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
         now = e.t;
         int i = e.stage;
         if (e.type == EV_DONE) {
-            if (S.xpool[S.res[i]] >= 0 && !pool_done(&S, &e, now))
+            if (S.x[S.res[i]].pool >= 0 && !pool_done(&S, &e, now))
                 continue;
             S.rbusy[S.res[i]] = 0;
             S.avail[i] = now;
@@ -589,7 +575,7 @@ bal_timeline *bal_simulate(const bal_plan *pl, int schedule, int segments, sl_er
             for (int r = 0; r < nres; r++)
                 kick(&S, r, now);
         } else if (e.type == EV_XMIT) {
-            if (S.xpool[user_of(&S, &e)] >= 0 && !pool_done(&S, &e, now))
+            if (S.x[user_of(&S, &e)].pool >= 0 && !pool_done(&S, &e, now))
                 continue;
             link_q *l = e.dir == 0 ? &S.fwd[i] : &S.bwd[i - 1];
             const bal_stage *st = &pl->stage[e.dir == 0 ? i : i - 1];
