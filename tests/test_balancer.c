@@ -195,18 +195,30 @@ static bal_chain random_chain(const inst *in, uint64_t seed, uint64_t *k, int *o
     return (bal_chain){p, order, ex, m, sched, window, g_ushaped};
 }
 
+/* The instance of `seed` (measured times for a third), random link codecs
+ * for a quarter, and a random chain over its devices; 0 if the instance
+ * could not be made. */
+static int random_case(uint64_t seed, uint64_t *k, inst *in, int *order, int *extra, bal_chain *ch)
+{
+    *in = make_instance(seed, seed % 3 == 0);
+    CHECK(in->pb != NULL);
+    if (!in->pb)
+        return 0;
+    random_wire(in->pb, seed);
+    *ch = random_chain(in, seed, k, order, extra);
+    return 1;
+}
+
 static void test_exact_vs_brute_force(void)
 {
     int compared = 0, feasible = 0, ushaped_runs = 0;
     for (uint64_t seed = 1; seed <= 400; seed++) {
-        inst in = make_instance(seed, seed % 3 == 0);
-        CHECK(in.pb != NULL);
-        if (!in.pb)
-            continue;
-        random_wire(in.pb, seed);
+        inst in;
         uint64_t k = 1000;
         int order[8], cuts[9], bcuts[9], extra[8];
-        bal_chain ch = random_chain(&in, seed, &k, order, extra);
+        bal_chain ch;
+        if (!random_case(seed, &k, &in, order, extra, &ch))
+            continue;
         int p = ch.p, m = ch.m, sched = ch.schedule, window = ch.window;
         const int *ex = ch.extra;
         ushaped_runs += g_ushaped;
@@ -279,14 +291,12 @@ static void test_fill_vs_brute_force(void)
 {
     int compared = 0, feasible = 0, ushaped_runs = 0, shorter = 0;
     for (uint64_t seed = 1; seed <= 400; seed++) {
-        inst in = make_instance(seed, seed % 3 == 0);
-        CHECK(in.pb != NULL);
-        if (!in.pb)
-            continue;
-        random_wire(in.pb, seed);
+        inst in;
         uint64_t k = 2000;
         int order[8], cuts[9], bcuts[9], extra[8];
-        bal_chain ch = random_chain(&in, seed, &k, order, extra);
+        bal_chain ch;
+        if (!random_case(seed, &k, &in, order, extra, &ch))
+            continue;
         int p = ch.p, m = ch.m, sched = ch.schedule, window = ch.window;
         const int *ex = ch.extra;
         ushaped_runs += g_ushaped;
