@@ -1928,10 +1928,8 @@ static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
                                         "the profiled devices", nt, "the measured links", err);
     free(dt);
     free(nt);
-    json_error_t je;
-    json_t *cfg = json_loads(in->config, 0, &je);
-    int hidden = (int)json_integer_value(json_object_get(cfg, "hidden_size"));
-    json_decref(cfg);
+    /* the embeddings' output is the (bm x seq) x hidden fp32 activation */
+    int hidden = pb ? (int)(bal_problem_unit(pb, 0)->out_bytes / (4 * (uint64_t)bm * in->seq)) : 0;
     const char *ca = json_string_value(json_object_get(in->opts, "codec_act"));
     const char *cg = json_string_value(json_object_get(in->opts, "codec_grad"));
     if (pb && bal_problem_set_wire(pb, wire_ratio(ca, hidden), wire_ratio(cg, hidden), err)) {
