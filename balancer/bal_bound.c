@@ -6,13 +6,16 @@
  * 0..i-1, computes m (f_i + b_i) after that, and its last op (B of the last
  * micro-batch) must still travel back through stages i-1..0 before stage 0
  * steps its optimizer:
- *     T >= sum_{j<i} (t_j + rt_j) + m t_i + opt_0.
+ *     T >= sum_{j<i} (t_j + rt_j) + m t_i + opt_0.                      (1)
+ * Its first backward waits for a micro-batch's forward through every stage
+ * and backward through the later ones, and m backwards follow:
+ *     T >= S + R + (m - 1) b_i + opt_0,  S = sum_j t_j, R = sum_j rt_j.  (2)
  * With t_j >= w_j / v_j (w: the FLOPs a stage holds, v: the device's best
- * FLOP/s over the units) and rt_j >= r (the cheapest round trip between two
- * devices), the most work any chain can cover within T - opt is found
- * greedily on the devices sorted fastest first: x_0 = c, t_i = x_i / m,
- * x_{i+1} = x_i - t_i - r. The bound is the smallest c whose work covers
- * the model. */
+ * FLOP/s over the units), b_j >= beta t_j and rt_j >= r (the cheapest round
+ * trip between two devices), the most work any chain can cover within
+ * c = T - opt is found greedily on the devices sorted fastest first, for
+ * each range of stage counts and of the largest stage time. The bound is
+ * the smallest c whose work covers the model. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -55,17 +58,59 @@ static double min_round_trip(const bal_problem *pb)
     return isfinite(r) ? r : 0;
 }
 
-/* The most work the devices (speeds v, fastest first) cover within c. */
-static double cover(const double *v, int k, int m, double r, double c)
+/* The largest stage time tau is bracketed on a fixed geometric grid
+ * (ratio BOUND_RATIO, not relative to c, so that the work below never
+ * shrinks as c grows and bisection is sound), BOUND_STEPS brackets below
+ * c / m and [0, the lowest] for the rest; stage counts in up to
+ * BOUND_GROUPS ranges. */
+#define BOUND_RATIO 1.03
+#define BOUND_STEPS 100
+#define BOUND_GROUPS 16
+
+/* The most work the greedy covers: stages fastest first, each as long as
+ * (1) allows (x / m), at most cap, until the stages add up to s_max. */
+static double greedy(const double *v, int k, int m, double r, double c, double cap, double s_max)
 {
-    double x = c, w = 0, q = 1 - 1.0 / m;
-    for (int i = 0; i < k && x > 0; i++) {
+    double x = c, P = 0, w = 0;
+    for (int i = 0; i < k; i++) {
         if (isinf(v[i]))
             return INFINITY;
-        w += v[i] * x / m;
-        x = x * q - r;
+        double t = fmin(fmin(x / m, cap), s_max - P);
+        if (t <= 0)
+            break;
+        w += v[i] * t;
+        P += t;
+        x -= t + r;
     }
     return w;
+}
+
+/* Whether the work a chain of the devices (speeds v, fastest first) covers
+ * within c under (1) and (2) may reach W, judged by an upper bound on it: a
+ * chain of p in [pa, pb] stages whose largest stage time lies in [ta, tb]
+ * has every t <= tb, R >= (pa - 1) r and, by (2), S <= c - (pa - 1) r -
+ * (m - 1) beta ta; the greedy on the pb fastest devices with those limits
+ * covers at least its work. */
+static int covers(const double *v, int k, int m, double r, double beta, double c, double W)
+{
+    int groups = k < BOUND_GROUPS ? k : BOUND_GROUPS;
+    double top = c / m;
+    /* the grid points tau_j = BOUND_RATIO^j, j1 the first at or above c / m */
+    double j1 = ceil(log(top) / log(BOUND_RATIO));
+    for (int g = 0; g < groups; g++) {
+        int pa = 1 + (int)((long)k * g / groups), pb = (int)((long)k * (g + 1) / groups);
+        double links = (pa - 1) * r;
+        for (int j = 0; j <= BOUND_STEPS; j++) {
+            double ta = j == BOUND_STEPS ? 0 : pow(BOUND_RATIO, j1 - j - 1);
+            double tb = pow(BOUND_RATIO, j1 - j);
+            double s_max = c - links - (m > 1 ? (m - 1) * beta * ta : 0);
+            if (s_max <= 0)
+                continue;
+            if (greedy(v, pb, m, r, c, tb, s_max) >= W)
+                return 1;
+        }
+    }
+    return 0;
 }
 
 double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
@@ -94,13 +139,21 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
     qsort(v, (size_t)k, sizeof *v, cmp_desc);
     if (k > n)
         k = n; /* every stage holds a unit */
+    /* every stage's backward is at least this share of its time */
+    double beta = 1;
+    for (int d = 0; d < D; d++)
+        for (int u = 0; u < n; u++) {
+            double f = bal_unit_fwd_s(pb, d, u), b = bal_unit_bwd_s(pb, d, u);
+            if (f + b > 0)
+                beta = fmin(beta, b / (f + b));
+        }
     double r = min_round_trip(pb), lo = 0, hi = 1;
     if (W > 0 && !isinf(v[0])) {
-        while (cover(v, k, m, r, hi) < W && hi < 1e30)
+        while (!covers(v, k, m, r, beta, hi, W) && hi < 1e30)
             hi *= 2;
         for (int it = 0; it < 200 && hi - lo > 1e-12 * hi; it++) {
             double mid = 0.5 * (lo + hi);
-            if (cover(v, k, m, r, mid) >= W)
+            if (covers(v, k, m, r, beta, mid, W))
                 hi = mid;
             else
                 lo = mid;
