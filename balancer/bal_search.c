@@ -788,6 +788,15 @@ static void judge_offer(judge *J, bal_plan *pl)
 {
     if (!pl)
         return;
+    /* every stage computes m (fwd + bwd): a plan whose busiest stage alone
+     * takes as long as the best so far cannot win, and needs no replay */
+    double busiest = 0;
+    for (int i = 0; i < pl->n_stages; i++)
+        busiest = fmax(busiest, pl->stage[i].fwd_s + pl->stage[i].bwd_s);
+    if (J->best && pl->micro_batches * busiest >= J->t) {
+        bal_plan_free(pl);
+        return;
+    }
     double t = simulate(pl, J->schedule);
     if (!J->best || t < J->t) {
         bal_plan_free(J->best);
