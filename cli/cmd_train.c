@@ -26,10 +26,11 @@ static void usage(FILE *f)
             "usage: skyloom train --config config.json --data SHARD --steps N --batch B\n"
             "                     [--micro-batches M] [--optimizer adamw|lamb] [--lr X]\n"
             "                     [--warmup N] [--weight-decay X] [--clip X] [--mask-prob P]\n"
-            "                     [--init model.safetensors] [--resume DIR] [--save DIR]\n"
-            "                     [--save-every N] [--metrics FILE] [--seed S] [--threads N]\n"
-            "                     [--max-time SECONDS] [--device auto|cpu|cuda] [--recompute]\n"
-            "                     [--recompute-attention] [--optim-state fp32|bf16]\n"
+            "                     [--init model.safetensors] [--resume DIR [--new-schedule]]\n"
+            "                     [--save DIR] [--save-every N] [--metrics FILE] [--seed S]\n"
+            "                     [--threads N] [--max-time SECONDS] [--device auto|cpu|cuda]\n"
+            "                     [--recompute] [--recompute-attention]\n"
+            "                     [--optim-state fp32|bf16]\n"
             "                     [--first N] [--sequences K] [--no-shuffle] [--log-every N]\n"
             "                     [--stages SPEC] [--schedule 1f1b|gpipe] [--stage-threads N]\n"
             "                     [--stage-device D,...] [--json]\n\n"
@@ -50,9 +51,13 @@ static void usage(FILE *f)
             "  --clip X            global gradient-norm clip (default 1.0; 0 disables)\n"
             "  --init FILE         start from these weights (safetensors, HF BERT names)\n"
             "  --resume DIR        continue a run saved with --save (weights, optimizer, step)\n"
+            "                      with the same data and learning-rate options as it had\n"
+            "  --new-schedule      with --resume: continue under this run's --steps, --lr,\n"
+            "                      --warmup, ... instead (e.g. to train past the old end)\n"
             "  --save DIR          write DIR/step-N/{model,optim}.safetensors, config.json,\n"
-            "                      data.json and manifest.json at the end (and every\n"
-            "                      --save-every steps); DIR/latest names the newest.\n"
+            "                      data.json, schedule.json and manifest.json at the end\n"
+            "                      (and every --save-every steps); DIR/latest names the\n"
+            "                      newest.\n"
             "                      --resume reads them with any --stages\n"
             "  --metrics FILE      per-step CSV (default DIR/metrics.csv with --save, else\n"
             "                      metrics.csv)\n"
@@ -94,7 +99,7 @@ typedef struct opts {
     const char *stages, *schedule, *stage_device;
     int stage_threads;
     int steps, batch, micro, save_every, threads, json, warmup, recompute, recompute_attn;
-    int no_shuffle, log_every;
+    int no_shuffle, log_every, new_schedule;
     int64_t first, sequences;
     int64_t max_time;
     double lr, wd, clip, mask_prob;
@@ -131,6 +136,7 @@ static int parse(opts *o, int argc, char **argv, int *help)
         } flags[] = {{"--recompute", &o->recompute},
                      {"--recompute-attention", &o->recompute_attn},
                      {"--no-shuffle", &o->no_shuffle},
+                     {"--new-schedule", &o->new_schedule},
                      {"--json", &o->json}};
         int flag = 0;
         for (size_t f = 0; f < sizeof flags / sizeof flags[0] && !flag; f++)
@@ -215,6 +221,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
                            o->batch, o->micro);
     if (o->init && o->resume)
         return sl_cli_fail("train", 2, "--init and --resume exclude each other");
+    if (o->new_schedule && !o->resume)
+        return sl_cli_fail("train", 2, "--new-schedule applies to --resume only");
     if (!kn_be_name_ok(o->device))
         return sl_cli_fail("train", 2, "--device must be auto, cpu or cuda, got '%s'", o->device);
     if (strcmp(o->optim_state, "fp32") && strcmp(o->optim_state, "bf16"))
@@ -333,13 +341,13 @@ int cmd_train(int argc, char **argv)
             sl_cli_fail("train", 1, "%s", err.msg);
             goto out;
         }
-    if (o.resume && dev_run_resume(tr, o.kind, feed, o.resume, &err)) {
+    dev_optim opt;
+    dev_optim_for_run(&opt, o.kind, o.lr, o.wd, o.clip, o.steps, o.warmup);
+    if (o.resume && dev_run_resume(tr, &opt, feed, o.resume, o.new_schedule, &err)) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
     }
     dev_stage *st0 = dev_train_stage(tr, 0);
-    dev_optim opt;
-    dev_optim_for_run(&opt, o.kind, o.lr, o.wd, o.clip, o.steps, o.warmup);
     char path[4096];
     if (o.metrics)
         snprintf(path, sizeof path, "%s", o.metrics);
@@ -415,7 +423,7 @@ int cmd_train(int argc, char **argv)
             printf("\n");
         if (o.save && ((o.save_every && step % o.save_every == 0) || step == o.steps || stop)) {
             fflush(csv);
-            if (dev_run_save(tr, o.kind, feed, o.save, step, path, sizeof path, &err)) {
+            if (dev_run_save(tr, &opt, feed, o.save, step, path, sizeof path, &err)) {
                 sl_cli_fail("train", 1, "saving: %s", err.msg);
                 goto out;
             }

@@ -32,9 +32,17 @@ check "checkpoints at 150 and 300, latest names 300" bash -c 'test -s "$0/step-1
 check "no temporary files left" bash -c '! ls "$0"/*.tmp* "$0"/*/*.tmp* 2>/dev/null | grep -q .' "$d/run"
 ev=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --batches 4 --json); rc=$?
 check "eval exits 0 with a loss" bash -c 'test $0 -eq 0 && grep -q "\"loss\":" <<<"$1"' "$rc" "$ev"
-"$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 --batch 16 --lr 3e-3 --warmup 20 --threads 1 --resume "$d/run/step-150" --save "$d/run2" >/dev/null; rc=$?
+check "a checkpoint records its learning-rate schedule (schedule.json, in the manifest)" bash -c 'grep -q "\"steps\": 300" "$0/schedule.json" && grep -q "schedule.json" "$0/manifest.json"' "$d/run/step-150"
+err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 --batch 16 --lr 3e-3 --warmup 20 --threads 1 --resume "$d/run/step-150" --save "$d/run2" 2>&1); rc=$?
+check "resuming with another --steps: exit 1, names the option, writes nothing" bash -c 'test $0 -eq 1 && grep -q "its run had steps=300, this one 160 (--steps).*--new-schedule" <<<"$1" && ! test -e "$2"' "$rc" "$err" "$d/run2"
+err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 300 --batch 16 --lr 1e-3 --warmup 20 --threads 1 --resume "$d/run/step-150" --save "$d/run2" 2>&1); rc=$?
+check "resuming with another --lr: exit 1, names the option" bash -c 'test $0 -eq 1 && grep -q "lr=0.003.*this one 0.001.*(--lr)" <<<"$1"' "$rc" "$err"
+err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 --batch 16 --new-schedule 2>&1); rc=$?
+check "--new-schedule without --resume: exit 2" bash -c 'test $0 -eq 2 && grep -q "resume only" <<<"$1"' "$rc" "$err"
+"$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 --batch 16 --lr 3e-3 --warmup 20 --threads 1 --resume "$d/run/step-150" --new-schedule --save "$d/run2" >/dev/null; rc=$?
 check "resume continues at step 151" bash -c 'test $0 -eq 0 && [ "$(sed -n 2p "$1/metrics.csv" | cut -d, -f1)" = 151 ]' "$rc" "$d/run2"
 check "a resumed step equals the original run's step" bash -c '[ "$(sed -n 152p "$0/run/metrics.csv" | cut -d, -f2)" = "$(sed -n 2p "$0/run2/metrics.csv" | cut -d, -f2)" ]' "$d"
+check "--new-schedule: step 151 runs at the new schedule's rate, lower than the old one's" bash -c 'awk -v a="$(sed -n 152p "$0/run/metrics.csv" | cut -d, -f5)" -v b="$(sed -n 2p "$0/run2/metrics.csv" | cut -d, -f5)" "BEGIN{exit !(b < a / 2)}"' "$d"
 out=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 3 --batch 16 --threads 1 --init "$d/run/step-300/model.safetensors" --metrics "$d/init.csv" --json); rc=$?
 echo "     --init: first loss $(sed -n 2p "$d/init.csv" | cut -d, -f2) (rc $rc)"
 check "--init starts from a trained model (lower first loss than a fresh one)" bash -c 'test $0 -eq 0 && awk -v a="$(sed -n 2p "$1" | cut -d, -f2)" -v b="$2" "BEGIN{exit !(a < b - 0.25)}"' "$rc" "$d/init.csv" "$first"

@@ -237,7 +237,85 @@ int dev_stages_parse(const char *spec, int n_units, int *bounds, int max, int *n
 
 /* ---- checkpoints of a run ------------------------------------------------ */
 
-int dev_run_save(dev_train *tr, int kind, const dev_feed *f, const char *root, int step,
+/* The run's optimizer and learning-rate schedule, as schedule.json holds it;
+ * each key with the option that sets it. */
+static const char *const sched_keys[] = {"optimizer", "lr", "warmup", "steps", "weight_decay",
+                                         "clip"};
+static const char *const sched_opts[] = {"--optimizer", "--lr", "--warmup", "--steps",
+                                         "--weight-decay", "--clip"};
+
+/* A float as the double of its 9 significant digits (which identify it):
+ * the file and the messages then read 0.003, not 0.0030000000260770321. */
+static double short_real(float x)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.9g", (double)x);
+    return strtod(buf, NULL);
+}
+
+static json_t *schedule_json(const dev_optim *o)
+{
+    return json_pack("{s:s, s:f, s:i, s:i, s:f, s:f}", "optimizer",
+                     o->kind == DEV_OPT_LAMB ? "lamb" : "adamw", "lr", short_real(o->lr),
+                     "warmup", o->warmup, "steps", o->total, "weight_decay", short_real(o->wd),
+                     "clip", short_real(o->clip));
+}
+
+static int schedule_write(const dev_optim *o, const char *dir, sl_err *err)
+{
+    json_t *j = schedule_json(o);
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    char path[4096 + 16];
+    snprintf(path, sizeof path, "%s/schedule.json", dir);
+    int rc = text ? sl_write_file_atomic(path, text, strlen(text), err)
+                  : sl_err_set(err, SL_ENOMEM, "cannot encode %s", path);
+    free(text);
+    return rc;
+}
+
+/* The saved run's schedule against o: the first key that differs is named
+ * with its option. A checkpoint without schedule.json (an older one) is
+ * let through with a warning. */
+static int schedule_check(const dev_optim *o, const char *dir, sl_err *err)
+{
+    char path[4096 + 16], *buf = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/schedule.json", dir);
+    if (access(path, F_OK) != 0) {
+        sl_log_warn("train", "%s: no schedule.json (an older checkpoint): cannot check that this "
+                    "run keeps the original's learning-rate schedule", dir);
+        return 0;
+    }
+    if (sl_read_file(path, 1 << 16, &buf, &len, err))
+        return -1;
+    json_error_t je;
+    json_t *was = json_loadb(buf, len, 0, &je), *now = schedule_json(o);
+    free(buf);
+    int rc = 0;
+    if (!was || !json_is_object(was))
+        rc = sl_err_set(err, SL_ECORRUPT, "%s: not a JSON object (%s)", path, was ? "" : je.text);
+    for (int i = 0; i < 6 && !rc; i++) {
+        json_t *a = json_object_get(was, sched_keys[i]), *b = json_object_get(now, sched_keys[i]);
+        if (a && json_equal(a, b))
+            continue;
+        size_t fl = JSON_ENCODE_ANY | JSON_REAL_PRECISION(9);
+        char *sa = a ? json_dumps(a, fl) : NULL, *sb = json_dumps(b, fl);
+        rc = sl_err_set(err, SL_EINVAL,
+                        "resuming %s: its run had %s=%.40s, this one %.40s (%s): the learning "
+                        "rate would change mid-run; pass the same %s, or --new-schedule to "
+                        "continue under this run's schedule",
+                        dir, sched_keys[i], sa ? sa : "(missing)", sb ? sb : "?", sched_opts[i],
+                        sched_opts[i]);
+        free(sa);
+        free(sb);
+    }
+    json_decref(was);
+    json_decref(now);
+    return rc;
+}
+
+int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *root, int step,
                  char *out, size_t outn, sl_err *err)
 {
     char sub[64];
@@ -249,9 +327,10 @@ int dev_run_save(dev_train *tr, int kind, const dev_feed *f, const char *root, i
         return sl_err_set(err, SL_EINVAL, "%d stages: at most 512 save together", n);
     for (int i = 0; i < n; i++)
         st[i] = dev_train_stage(tr, i);
-    static const char *const extra[] = {"data.json"};
+    static const char *const extra[] = {"data.json", "schedule.json"};
     if (sl_mkdir(root, 0755, err) || sl_mkdir(out, 0755, err) ||
-        dev_feed_write_record(f, out, err) || dev_ckpt_save(st, n, kind, out, extra, 1, err))
+        dev_feed_write_record(f, out, err) || schedule_write(o, out, err) ||
+        dev_ckpt_save(st, n, o->kind, out, extra, 2, err))
         return -1;
     char latest[4096];
     snprintf(latest, sizeof latest, "%s/latest", root);
@@ -260,12 +339,13 @@ int dev_run_save(dev_train *tr, int kind, const dev_feed *f, const char *root, i
     return sl_write_file_atomic(latest, sub, len + 1, err);
 }
 
-int dev_run_resume(dev_train *tr, int kind, const dev_feed *f, const char *dir, sl_err *err)
+int dev_run_resume(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *dir,
+                   int new_schedule, sl_err *err)
 {
-    if (dev_feed_check_record(f, dir, err))
+    if (dev_feed_check_record(f, dir, err) || (!new_schedule && schedule_check(o, dir, err)))
         return -1;
     for (int i = 0; i < dev_train_nstages(tr); i++)
-        if (dev_ckpt_load(dev_train_stage(tr, i), kind, dir, err))
+        if (dev_ckpt_load(dev_train_stage(tr, i), o->kind, dir, err))
             return sl_err_wrap(err, "stage %d", i);
     return 0;
 }

@@ -59,13 +59,17 @@ int dev_stages_parse(const char *spec, int n_units, int *bounds, int max, int *n
 
 /* ---- checkpoints of a run ---- */
 
-/* ROOT/step-N: every stage of tr with data.json; then ROOT/latest names it.
- * out gets the directory. */
-int dev_run_save(dev_train *tr, int optim_kind, const dev_feed *f, const char *root, int step,
+/* ROOT/step-N: every stage of tr with data.json (what f reads) and
+ * schedule.json (o's optimizer and learning-rate schedule); then
+ * ROOT/latest names it. out gets the directory. */
+int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *root, int step,
                  char *out, size_t outn, sl_err *err);
 /* Loads every stage of tr from checkpoint DIR (any cut, dev_ckpt.h) after
- * checking that f reads what the saved run read; all stages end at the same
- * step. */
-int dev_run_resume(dev_train *tr, int optim_kind, const dev_feed *f, const char *dir, sl_err *err);
+ * checking that f reads what the saved run read and, unless new_schedule,
+ * that o is the saved run's schedule (its --steps included: the decay ends
+ * there); the error names the option that differs. All stages end at the
+ * same step. */
+int dev_run_resume(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *dir,
+                   int new_schedule, sl_err *err);
 
 #endif
