@@ -79,7 +79,7 @@ int dev_feed_batch(dev_feed *f, int step, dev_batch *b, sl_err *err)
     return 0;
 }
 
-static json_t *record_json(const dev_feed *f)
+static json_t *data_json(const dev_feed *f)
 {
     uint8_t sum[32];
     char hex[65];
@@ -91,58 +91,76 @@ static json_t *record_json(const dev_feed *f)
                      f->ord.shuffle, "seed", (json_int_t)f->ord.seed, "batch", f->o.batch);
 }
 
-int dev_feed_write_record(const dev_feed *f, const char *dir, sl_err *err)
+/* A run record: DIR/name holding j (taken). */
+static int record_write(json_t *j, const char *dir, const char *name, sl_err *err)
 {
-    json_t *dj = record_json(f);
-    char *text = json_dumps(dj, JSON_INDENT(2));
-    json_decref(dj);
-    char path[4096 + 16];
-    snprintf(path, sizeof path, "%s/data.json", dir);
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    char path[4096 + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     int rc = text ? sl_write_file_atomic(path, text, strlen(text), err)
                   : sl_err_set(err, SL_ENOMEM, "cannot encode %s", path);
     free(text);
     return rc;
 }
 
-int dev_feed_check_record(const dev_feed *f, const char *dir, sl_err *err)
+/* What the run resuming from DIR does (now, taken) against DIR/name, key by
+ * key: the first that differs fails, naming the saved value, the new one
+ * and opts[i], the option that sets it; `why` ends the message. A
+ * checkpoint without the record (an older one) passes with a warning that
+ * `checks` could not be checked. */
+static int record_check(json_t *now, const char *dir, const char *name, const char *const *keys,
+                        const char *const *opts, int n, const char *verb, const char *why,
+                        const char *checks, sl_err *err)
 {
-    char path[4096 + 16], *buf = NULL;
+    char path[4096 + 64], *buf = NULL;
     size_t len = 0;
-    snprintf(path, sizeof path, "%s/data.json", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     if (access(path, F_OK) != 0) {
-        sl_log_warn("train", "%s: no data.json (an older checkpoint): cannot check that this run "
-                    "reads the data the original would have", dir);
+        sl_log_warn("train", "%s: no %s (an older checkpoint): cannot check that %s", dir, name,
+                    checks);
+        json_decref(now);
         return 0;
     }
-    if (sl_read_file(path, 1 << 16, &buf, &len, err))
+    if (sl_read_file(path, 1 << 16, &buf, &len, err)) {
+        json_decref(now);
         return -1;
+    }
     json_error_t je;
-    json_t *was = json_loadb(buf, len, 0, &je), *now = record_json(f);
+    json_t *was = json_loadb(buf, len, 0, &je);
     free(buf);
     int rc = 0;
-    if (!was || !json_is_object(was)) {
+    if (!was || !json_is_object(was))
         rc = sl_err_set(err, SL_ECORRUPT, "%s: not a JSON object (%s)", path, was ? "" : je.text);
-    } else {
-        static const char *const keys[] = {"shard", "first", "sequences", "shuffle", "seed", "batch"};
-        static const char *const opt[] = {"--data: another shard", "--first", "--sequences",
-                                          "--no-shuffle", "--seed", "--batch"};
-        for (int i = 0; i < 6 && !rc; i++) {
-            json_t *a = json_object_get(was, keys[i]), *b = json_object_get(now, keys[i]);
-            if (!a || !json_equal(a, b)) {
-                char *sa = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL;
-                char *sb = json_dumps(b, JSON_ENCODE_ANY);
-                rc = sl_err_set(err, SL_EINVAL,
-                                "resuming %s: its run read %s=%.80s, this one %.80s (%s): the "
-                                "data would differ from the original run's; pass the same options",
-                                dir, keys[i], sa ? sa : "(missing)", sb ? sb : "?", opt[i]);
-                free(sa);
-                free(sb);
-            }
-        }
+    for (int i = 0; i < n && !rc; i++) {
+        json_t *a = json_object_get(was, keys[i]), *b = json_object_get(now, keys[i]);
+        if (a && json_equal(a, b))
+            continue;
+        size_t fl = JSON_ENCODE_ANY | JSON_REAL_PRECISION(9);
+        char *sa = a ? json_dumps(a, fl) : NULL, *sb = b ? json_dumps(b, fl) : NULL;
+        rc = sl_err_set(err, SL_EINVAL, "resuming %s: its run %s %s=%.80s, this one %.80s (%s): %s",
+                        dir, verb, keys[i], sa ? sa : "(missing)", sb ? sb : "?", opts[i], why);
+        free(sa);
+        free(sb);
     }
     json_decref(was);
     json_decref(now);
     return rc;
+}
+
+int dev_feed_write_record(const dev_feed *f, const char *dir, sl_err *err)
+{
+    return record_write(data_json(f), dir, "data.json", err);
+}
+
+int dev_feed_check_record(const dev_feed *f, const char *dir, sl_err *err)
+{
+    static const char *const keys[] = {"shard", "first", "sequences", "shuffle", "seed", "batch"};
+    static const char *const opts[] = {"--data: another shard", "--first", "--sequences",
+                                       "--no-shuffle", "--seed", "--batch"};
+    return record_check(data_json(f), dir, "data.json", keys, opts, 6, "read",
+                        "the data would differ from the original run's; pass the same options",
+                        "this run reads the data the original would have", err);
 }
 
 void dev_optim_for_run(dev_optim *o, int kind, double lr, double wd, double clip, int steps,
@@ -239,16 +257,21 @@ int dev_stages_parse(const char *spec, int n_units, int *bounds, int max, int *n
 
 /* The run's optimizer and learning-rate schedule, as schedule.json holds it;
  * each key with the option that sets it. */
-static const char *const sched_keys[] = {"optimizer", "lr", "warmup", "steps", "weight_decay",
+static const char *const sched_keys[] = {"optimizer", "lr", "steps", "warmup", "weight_decay",
                                          "clip"};
-static const char *const sched_opts[] = {"--optimizer", "--lr", "--warmup", "--steps",
+static const char *const sched_opts[] = {"--optimizer", "--lr", "--steps", "--warmup",
                                          "--weight-decay", "--clip"};
 
-/* A float as the double of its 9 significant digits (which identify it):
- * the file and the messages then read 0.003, not 0.0030000000260770321. */
+/* A float as the double of its shortest decimal that reads back as it: the
+ * file and the messages then say 0.0001, not 9.99999975e-05. */
 static double short_real(float x)
 {
     char buf[32];
+    for (int digits = 1; digits < 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
+        if ((float)strtod(buf, NULL) == x)
+            return strtod(buf, NULL);
+    }
     snprintf(buf, sizeof buf, "%.9g", (double)x);
     return strtod(buf, NULL);
 }
@@ -257,62 +280,8 @@ static json_t *schedule_json(const dev_optim *o)
 {
     return json_pack("{s:s, s:f, s:i, s:i, s:f, s:f}", "optimizer",
                      o->kind == DEV_OPT_LAMB ? "lamb" : "adamw", "lr", short_real(o->lr),
-                     "warmup", o->warmup, "steps", o->total, "weight_decay", short_real(o->wd),
+                     "steps", o->total, "warmup", o->warmup, "weight_decay", short_real(o->wd),
                      "clip", short_real(o->clip));
-}
-
-static int schedule_write(const dev_optim *o, const char *dir, sl_err *err)
-{
-    json_t *j = schedule_json(o);
-    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(j);
-    char path[4096 + 16];
-    snprintf(path, sizeof path, "%s/schedule.json", dir);
-    int rc = text ? sl_write_file_atomic(path, text, strlen(text), err)
-                  : sl_err_set(err, SL_ENOMEM, "cannot encode %s", path);
-    free(text);
-    return rc;
-}
-
-/* The saved run's schedule against o: the first key that differs is named
- * with its option. A checkpoint without schedule.json (an older one) is
- * let through with a warning. */
-static int schedule_check(const dev_optim *o, const char *dir, sl_err *err)
-{
-    char path[4096 + 16], *buf = NULL;
-    size_t len = 0;
-    snprintf(path, sizeof path, "%s/schedule.json", dir);
-    if (access(path, F_OK) != 0) {
-        sl_log_warn("train", "%s: no schedule.json (an older checkpoint): cannot check that this "
-                    "run keeps the original's learning-rate schedule", dir);
-        return 0;
-    }
-    if (sl_read_file(path, 1 << 16, &buf, &len, err))
-        return -1;
-    json_error_t je;
-    json_t *was = json_loadb(buf, len, 0, &je), *now = schedule_json(o);
-    free(buf);
-    int rc = 0;
-    if (!was || !json_is_object(was))
-        rc = sl_err_set(err, SL_ECORRUPT, "%s: not a JSON object (%s)", path, was ? "" : je.text);
-    for (int i = 0; i < 6 && !rc; i++) {
-        json_t *a = json_object_get(was, sched_keys[i]), *b = json_object_get(now, sched_keys[i]);
-        if (a && json_equal(a, b))
-            continue;
-        size_t fl = JSON_ENCODE_ANY | JSON_REAL_PRECISION(9);
-        char *sa = a ? json_dumps(a, fl) : NULL, *sb = json_dumps(b, fl);
-        rc = sl_err_set(err, SL_EINVAL,
-                        "resuming %s: its run had %s=%.40s, this one %.40s (%s): the learning "
-                        "rate would change mid-run; pass the same %s, or --new-schedule to "
-                        "continue under this run's schedule",
-                        dir, sched_keys[i], sa ? sa : "(missing)", sb ? sb : "?", sched_opts[i],
-                        sched_opts[i]);
-        free(sa);
-        free(sb);
-    }
-    json_decref(was);
-    json_decref(now);
-    return rc;
 }
 
 int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *root, int step,
@@ -329,7 +298,8 @@ int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const cha
         st[i] = dev_train_stage(tr, i);
     static const char *const extra[] = {"data.json", "schedule.json"};
     if (sl_mkdir(root, 0755, err) || sl_mkdir(out, 0755, err) ||
-        dev_feed_write_record(f, out, err) || schedule_write(o, out, err) ||
+        dev_feed_write_record(f, out, err) ||
+        record_write(schedule_json(o), out, "schedule.json", err) ||
         dev_ckpt_save(st, n, o->kind, out, extra, 2, err))
         return -1;
     char latest[4096];
@@ -342,7 +312,13 @@ int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const cha
 int dev_run_resume(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *dir,
                    int new_schedule, sl_err *err)
 {
-    if (dev_feed_check_record(f, dir, err) || (!new_schedule && schedule_check(o, dir, err)))
+    if (dev_feed_check_record(f, dir, err))
+        return -1;
+    if (!new_schedule &&
+        record_check(schedule_json(o), dir, "schedule.json", sched_keys, sched_opts, 6, "had",
+                     "the learning rate would change mid-run; pass the same value, or "
+                     "--new-schedule to continue under this run's schedule",
+                     "this run keeps the original's learning-rate schedule", err))
         return -1;
     for (int i = 0; i < dev_train_nstages(tr); i++)
         if (dev_ckpt_load(dev_train_stage(tr, i), o->kind, dir, err))
