@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kn_backend.h"
+#include "sl_log.h"
 #include "sl_time.h"
 
 #define MACHINE_ID "/etc/machine-id"
@@ -110,12 +112,23 @@ static double quota_walk(const char *root, const char *path, int v1)
     return best;
 }
 
+static int is_dir(const char *root, const char *path)
+{
+    char dir[1100];
+    struct stat st;
+    return snprintf(dir, sizeof dir, "%s%s", root, path) < (int)sizeof dir && stat(dir, &st) == 0 &&
+           S_ISDIR(st.st_mode);
+}
+
 /* The CPU quota of this process in cores, 0 where none is set: the cgroup v2
  * hierarchy (at /sys/fs/cgroup, or /sys/fs/cgroup/unified beside v1) and the
- * v1 cpu controller, whichever limits more. */
-static double cgroup_quota(void)
+ * v1 cpu controller, whichever limits more. A hierarchy /proc/self/cgroup
+ * names but this mount namespace does not show (`ip netns exec` mounts a
+ * sysfs of its own over /sys) goes to `missing`, its quota unknown. */
+static double cgroup_quota(char *missing, size_t mn)
 {
     char line[1024];
+    missing[0] = 0;
     FILE *f = fopen("/proc/self/cgroup", "r");
     if (!f)
         return 0;
@@ -131,6 +144,8 @@ static double cgroup_quota(void)
         if (!*ctrl) {
             q[0] = quota_walk("/sys/fs/cgroup", path, 0);
             q[1] = quota_walk("/sys/fs/cgroup/unified", path, 0);
+            if (!is_dir("/sys/fs/cgroup", path) && !is_dir("/sys/fs/cgroup/unified", path))
+                snprintf(missing, mn, "/sys/fs/cgroup%s", path);
         } else {
             char list[256], *save = NULL;
             snprintf(list, sizeof list, "%s", ctrl);
@@ -140,6 +155,8 @@ static double cgroup_quota(void)
                     snprintf(root, sizeof root, "/sys/fs/cgroup/%s", ctrl);
                     q[0] = quota_walk(root, path, 1);
                     q[1] = quota_walk("/sys/fs/cgroup/cpu", path, 1);
+                    if (!is_dir(root, path) && !is_dir("/sys/fs/cgroup/cpu", path))
+                        snprintf(missing, mn, "%s%s", root, path);
                 }
         }
         for (int i = 0; i < 2; i++)
@@ -173,9 +190,16 @@ void dev_cpu_pool_probe(dev_cpu_pool *p, int threads)
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < cpus)
         cpus = CPU_COUNT(&set);
-    double quota = cgroup_quota();
+    char missing[1100];
+    double quota = cgroup_quota(missing, sizeof missing);
     if (quota > 0 && quota < cpus)
         cpus = quota;
+    p->quota_unknown = missing[0] != 0;
+    if (missing[0])
+        sl_log_warn("device: cannot read its cgroup, so a CPU quota set there is unknown to the "
+                    "plan (ip netns exec mounts a sysfs of its own over /sys; nsenter "
+                    "--net=/run/netns/NAME keeps the cgroup filesystem)",
+                    "cgroup=\"%s\" cpus=%g", missing, cpus);
     p->cpus = cpus < p->pool_cpus ? cpus : p->pool_cpus;
     ssize_t n = readlink("/proc/self/ns/net", p->net_ns, sizeof p->net_ns - 1);
     p->net_ns[n > 0 ? n : 0] = 0;

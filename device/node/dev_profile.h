@@ -28,6 +28,8 @@ typedef struct dev_cpu_pool {
     double pool_cpus; /* CPUs online on the machine */
     double cpus;      /* what this process can use: its threads, its CPU affinity, its cgroup's quota */
     char net_ns[48];  /* its network namespace ("net:[INODE]"; "" if unknown) */
+    int quota_unknown; /* its cgroup is not mounted where it runs (another sysfs over /sys, as
+                        * `ip netns exec` mounts): a quota there is not in cpus (logged) */
 } dev_cpu_pool;
 
 void dev_cpu_pool_probe(dev_cpu_pool *p, int threads);
