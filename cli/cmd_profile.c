@@ -17,7 +17,8 @@ int cmd_profile(int argc, char **argv)
             printf("usage: skyloom profile [--json]\n\n"
                    "Shows what hwloc and the CUDA runtime report about this machine: cores,\n"
                    "hardware threads, memory, caches and GPUs. Devices send this profile to the\n"
-                   "coordinator when they enroll.\n");
+                   "coordinator when they enroll. Also the cores this process may use (its CPU\n"
+                   "affinity and cgroup quota, as a device reports them for each job).\n");
             return 0;
         } else
             return sl_cli_fail("profile", 2, "unknown option '%s'", argv[i]);
@@ -26,6 +27,8 @@ int cmd_profile(int argc, char **argv)
     sl_err err = {0};
     if (dev_profile_probe(&p, &err))
         return sl_cli_fail("profile", 1, "%s", err.msg);
+    dev_cpu_pool pool;
+    dev_cpu_pool_probe(&pool, 1 << 20); /* no thread cap: the process's own limits */
     if (json) {
         json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:I}",
                               "cpu_model", p.cpu_model, "cores", (json_int_t)p.cores, "pus",
@@ -34,6 +37,10 @@ int cmd_profile(int argc, char **argv)
                               (json_int_t)p.l1d_bytes, "l2_bytes", (json_int_t)p.l2_bytes,
                               "l3_bytes", (json_int_t)p.l3_bytes, "cuda", p.cuda, "gpu", p.gpu,
                               "gpu_memory_bytes", (json_int_t)p.gpu_memory_bytes);
+        json_object_set_new(o, "cpu_pool",
+                            json_pack("{s:s, s:f, s:f, s:s, s:b}", "name", pool.name, "pool_cpus",
+                                      pool.pool_cpus, "cpus", pool.cpus, "net_ns", pool.net_ns,
+                                      "quota_known", !pool.quota_unknown));
         char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
         printf("%s\n", s);
         free(s);
@@ -50,5 +57,8 @@ int cmd_profile(int argc, char **argv)
     printf("gpu:      %s\n", p.cuda ? p.gpu : "none");
     if (!p.cuda)
         printf("          %s\n", p.gpu);
+    printf("cpus:     this process may use %g of the %g online (cpu pool %s)%s\n", pool.cpus,
+           pool.pool_cpus, pool.name,
+           pool.quota_unknown ? "; a cgroup quota is unknown: its cgroup is not mounted here" : "");
     return 0;
 }

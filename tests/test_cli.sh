@@ -35,4 +35,8 @@ check "unknown command is named" grep -q "unknown command 'frobnicate'" <<<"$err
 err=$("$sk" version --bogus 2>&1); rc=$?
 check "unknown option exits 2 with a one-line reason" bash -c 'test $0 -eq 2 && grep -q "skyloom version: unknown option" <<<"$1"' "$rc" "$err"
 "$sk" profile --json | grep -q '"cores"'; check "profile --json" test $? -eq 0
+pool=$("$sk" profile --json | python3 -c 'import json,sys; p=json.load(sys.stdin)["cpu_pool"]; print(p["pool_cpus"], p["cpus"], p["quota_known"])')
+check "profile: the cpu pool has the online CPUs, this process may use some of them" bash -c 'set -- $0; [ "${1%.0}" = "$(getconf _NPROCESSORS_ONLN)" ] && awk -v c="$2" -v p="$1" "BEGIN{exit !(c > 0 && c <= p)}" && [ "$3" = True ]' "$pool"
+one=$(taskset -c 0 "$sk" profile 2>&1 | grep '^cpus:')
+check "profile: an affinity of one CPU shows as one core" grep -q "may use 1 of" <<<"$one"
 exit $fail
