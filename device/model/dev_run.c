@@ -91,34 +91,50 @@ static json_t *data_json(const dev_feed *f)
                      f->ord.shuffle, "seed", (json_int_t)f->ord.seed, "batch", f->o.batch);
 }
 
-/* A run record: DIR/name holding j (taken). */
-static int record_write(json_t *j, const char *dir, const char *name, sl_err *err)
+/* A record a checkpoint keeps of its run (data.json, schedule.json): the
+ * keys a resumed run must match, each with the option that sets it; how the
+ * mismatch message reads ("its run <verb> key=..., this one ... (option):
+ * <why>"), and what cannot be checked without the file. */
+typedef struct run_record {
+    const char *name;
+    const char *const *keys, *const *opts;
+    int n;
+    const char *verb, *why, *checks;
+} run_record;
+
+static const char *const data_keys[] = {"shard", "first", "sequences", "shuffle", "seed", "batch"};
+static const char *const data_opts[] = {"--data: another shard", "--first", "--sequences",
+                                        "--no-shuffle", "--seed", "--batch"};
+static const run_record data_record = {
+    "data.json", data_keys, data_opts, 6, "read",
+    "the data would differ from the original run's; pass the same options",
+    "this run reads the data the original would have"};
+
+/* DIR/<r->name> holding j (taken). */
+static int record_write(const run_record *r, json_t *j, const char *dir, sl_err *err)
 {
     char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
     char path[4096 + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(path, sizeof path, "%s/%s", dir, r->name);
     int rc = text ? sl_write_file_atomic(path, text, strlen(text), err)
                   : sl_err_set(err, SL_ENOMEM, "cannot encode %s", path);
     free(text);
     return rc;
 }
 
-/* What the run resuming from DIR does (now, taken) against DIR/name, key by
- * key: the first that differs fails, naming the saved value, the new one
- * and opts[i], the option that sets it; `why` ends the message. A
- * checkpoint without the record (an older one) passes with a warning that
- * `checks` could not be checked. */
-static int record_check(json_t *now, const char *dir, const char *name, const char *const *keys,
-                        const char *const *opts, int n, const char *verb, const char *why,
-                        const char *checks, sl_err *err)
+/* What the run resuming from DIR does (now, taken) against DIR/<r->name>,
+ * key by key: the first that differs fails, naming the saved value, the
+ * new one and its option. A checkpoint without the record (an older one)
+ * passes with a warning. */
+static int record_check(const run_record *r, json_t *now, const char *dir, sl_err *err)
 {
     char path[4096 + 64], *buf = NULL;
     size_t len = 0;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(path, sizeof path, "%s/%s", dir, r->name);
     if (access(path, F_OK) != 0) {
-        sl_log_warn("train", "%s: no %s (an older checkpoint): cannot check that %s", dir, name,
-                    checks);
+        sl_log_warn("train", "%s: no %s (an older checkpoint): cannot check that %s", dir, r->name,
+                    r->checks);
         json_decref(now);
         return 0;
     }
@@ -132,14 +148,15 @@ static int record_check(json_t *now, const char *dir, const char *name, const ch
     int rc = 0;
     if (!was || !json_is_object(was))
         rc = sl_err_set(err, SL_ECORRUPT, "%s: not a JSON object (%s)", path, was ? "" : je.text);
-    for (int i = 0; i < n && !rc; i++) {
-        json_t *a = json_object_get(was, keys[i]), *b = json_object_get(now, keys[i]);
+    for (int i = 0; i < r->n && !rc; i++) {
+        json_t *a = json_object_get(was, r->keys[i]), *b = json_object_get(now, r->keys[i]);
         if (a && json_equal(a, b))
             continue;
         size_t fl = JSON_ENCODE_ANY | JSON_REAL_PRECISION(9);
         char *sa = a ? json_dumps(a, fl) : NULL, *sb = b ? json_dumps(b, fl) : NULL;
         rc = sl_err_set(err, SL_EINVAL, "resuming %s: its run %s %s=%.80s, this one %.80s (%s): %s",
-                        dir, verb, keys[i], sa ? sa : "(missing)", sb ? sb : "?", opts[i], why);
+                        dir, r->verb, r->keys[i], sa ? sa : "(missing)", sb ? sb : "?",
+                        r->opts[i], r->why);
         free(sa);
         free(sb);
     }
@@ -150,17 +167,12 @@ static int record_check(json_t *now, const char *dir, const char *name, const ch
 
 int dev_feed_write_record(const dev_feed *f, const char *dir, sl_err *err)
 {
-    return record_write(data_json(f), dir, "data.json", err);
+    return record_write(&data_record, data_json(f), dir, err);
 }
 
 int dev_feed_check_record(const dev_feed *f, const char *dir, sl_err *err)
 {
-    static const char *const keys[] = {"shard", "first", "sequences", "shuffle", "seed", "batch"};
-    static const char *const opts[] = {"--data: another shard", "--first", "--sequences",
-                                       "--no-shuffle", "--seed", "--batch"};
-    return record_check(data_json(f), dir, "data.json", keys, opts, 6, "read",
-                        "the data would differ from the original run's; pass the same options",
-                        "this run reads the data the original would have", err);
+    return record_check(&data_record, data_json(f), dir, err);
 }
 
 void dev_optim_for_run(dev_optim *o, int kind, double lr, double wd, double clip, int steps,
@@ -255,24 +267,30 @@ int dev_stages_parse(const char *spec, int n_units, int *bounds, int max, int *n
 
 /* ---- checkpoints of a run ------------------------------------------------ */
 
-/* The run's optimizer and learning-rate schedule, as schedule.json holds it;
- * each key with the option that sets it. */
+/* The run's optimizer and learning-rate schedule (--steps before --warmup,
+ * whose default follows it). */
 static const char *const sched_keys[] = {"optimizer", "lr", "steps", "warmup", "weight_decay",
                                          "clip"};
 static const char *const sched_opts[] = {"--optimizer", "--lr", "--steps", "--warmup",
                                          "--weight-decay", "--clip"};
+static const run_record schedule_record = {
+    "schedule.json", sched_keys, sched_opts, 6, "had",
+    "the learning rate would change mid-run; pass the same value, or --new-schedule to continue "
+    "under this run's schedule",
+    "this run keeps the original's learning-rate schedule"};
 
 /* A float as the double of its shortest decimal that reads back as it: the
  * file and the messages then say 0.0001, not 9.99999975e-05. */
 static double short_real(float x)
 {
     char buf[32];
-    for (int digits = 1; digits < 9; digits++) {
+    int digits = 1;
+    for (; digits < 9; digits++) { /* 9 digits always read back as the float */
         snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
         if ((float)strtod(buf, NULL) == x)
-            return strtod(buf, NULL);
+            break;
     }
-    snprintf(buf, sizeof buf, "%.9g", (double)x);
+    snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
     return strtod(buf, NULL);
 }
 
@@ -296,10 +314,10 @@ int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const cha
         return sl_err_set(err, SL_EINVAL, "%d stages: at most 512 save together", n);
     for (int i = 0; i < n; i++)
         st[i] = dev_train_stage(tr, i);
-    static const char *const extra[] = {"data.json", "schedule.json"};
+    const char *const extra[] = {data_record.name, schedule_record.name};
     if (sl_mkdir(root, 0755, err) || sl_mkdir(out, 0755, err) ||
         dev_feed_write_record(f, out, err) ||
-        record_write(schedule_json(o), out, "schedule.json", err) ||
+        record_write(&schedule_record, schedule_json(o), out, err) ||
         dev_ckpt_save(st, n, o->kind, out, extra, 2, err))
         return -1;
     char latest[4096];
@@ -314,11 +332,7 @@ int dev_run_resume(dev_train *tr, const dev_optim *o, const dev_feed *f, const c
 {
     if (dev_feed_check_record(f, dir, err))
         return -1;
-    if (!new_schedule &&
-        record_check(schedule_json(o), dir, "schedule.json", sched_keys, sched_opts, 6, "had",
-                     "the learning rate would change mid-run; pass the same value, or "
-                     "--new-schedule to continue under this run's schedule",
-                     "this run keeps the original's learning-rate schedule", err))
+    if (!new_schedule && record_check(&schedule_record, schedule_json(o), dir, err))
         return -1;
     for (int i = 0; i < dev_train_nstages(tr); i++)
         if (dev_ckpt_load(dev_train_stage(tr, i), o->kind, dir, err))
