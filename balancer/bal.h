@@ -86,6 +86,9 @@ typedef struct bal_device {
     double flops;            /* sustained FLOP/s; used when unit_fwd_s is NULL */
     const double *unit_fwd_s; /* measured seconds per unit (n_units each) or NULL */
     const double *unit_bwd_s;
+    /* measured optimizer-step seconds per unit (the gradient norm and the
+     * update) or NULL: estimated from the parameters at the device's rate */
+    const double *unit_optim_s;
     /* Compute shared with other devices: devices naming the same cpu_pool
      * (a machine) draw on its pool_cpus cores, each using up to `cpus` of
      * them while it computes, and slow down in proportion when together they
@@ -224,6 +227,7 @@ typedef struct bal_plan {
     bal_stage *stage;  /* in a U-shaped plan the first and last have the same device */
     int data_owner;    /* device holding unit 0 and the head when asked for one, else -1 */
     double *unit_fwd_s, *unit_bwd_s; /* n_units: seconds of unit u on the device running it */
+    double *unit_optim_s;            /* n_units: its optimizer step there */
     int n_dropped;
     bal_dropped *dropped;
     double cycle_s;    /* steady-state seconds per micro-batch the planner predicts */

@@ -6,8 +6,9 @@
 
 #include "bal.h"
 
-/* Optimizer step cost: AdamW touches every parameter a few times and is
- * memory-bound; we charge this many FLOPs per parameter at the device's rate. */
+/* Optimizer step cost of a device without measured optimizer times: AdamW
+ * touches every parameter a few times and is memory-bound; we charge this
+ * many FLOPs per parameter at the device's rate. */
 #define BAL_OPT_FLOPS_PER_PARAM 16.0
 
 /* Limits of the seven BERT sizes in config.json order (hidden_size,
@@ -21,6 +22,8 @@ struct bal_problem {
     bal_device *dev;
     double *tf, *tb;      /* [d * n_units + u] seconds */
     double *pre;          /* [d * (n_units + 1) + k] prefix of tf + tb */
+    double *topt;         /* [d * n_units + u] optimizer-step seconds, measured or estimated */
+    double *popt;         /* [d * (n_units + 1) + k] prefix of topt */
     double *rate;         /* effective FLOP/s per device (optimizer estimate) */
     uint64_t *pstatic;    /* prefix of param + optim bytes, n_units + 1 */
     uint64_t *pstash;     /* prefix of stash bytes */

@@ -410,8 +410,17 @@ int bal_bert_parse(bal_bert *b, const char *text, const char *name, sl_err *err)
     return rc;
 }
 
-static int parse_pair(jctx *c, json_t *a, double *f, double *b)
+/* One unit's seconds: [forward, backward] (b != NULL) or a number. */
+static int parse_seconds(jctx *c, json_t *a, double *f, double *b)
 {
+    if (!b) {
+        if (!json_is_number(a))
+            return jfail(c, "must be the optimizer step's seconds");
+        *f = json_number_value(a);
+        if (!(*f >= 0 && *f < 1e6))
+            return jfail(c, "seconds must be between 0 and 1e6");
+        return 0;
+    }
     if (!json_is_array(a) || json_array_size(a) != 2 || !json_is_number(json_array_get(a, 0)) ||
         !json_is_number(json_array_get(a, 1)))
         return jfail(c, "must be [forward seconds, backward seconds]");
@@ -422,6 +431,7 @@ static int parse_pair(jctx *c, json_t *a, double *f, double *b)
     return 0;
 }
 
+/* unit_seconds (tb != NULL) or optim_seconds: per unit kind or per unit. */
 static int parse_measured(jctx *c, json_t *us, const bal_unit *units, int n, double *tf,
                           double *tb)
 {
@@ -430,7 +440,7 @@ static int parse_measured(jctx *c, json_t *us, const bal_unit *units, int n, dou
             return jfail(c, "has %zu entries, the model has %d units", json_array_size(us), n);
         for (int u = 0; u < n; u++) {
             jpush_idx(c, u);
-            int r = parse_pair(c, json_array_get(us, (size_t)u), &tf[u], &tb[u]);
+            int r = parse_seconds(c, json_array_get(us, (size_t)u), &tf[u], tb ? &tb[u] : NULL);
             c->depth--;
             if (r)
                 return -1;
@@ -446,14 +456,15 @@ static int parse_measured(jctx *c, json_t *us, const bal_unit *units, int n, dou
     for (int k = 0; k < 3; k++) {
         jpush_key(c, keys[k]);
         json_t *v = json_object_get(us, keys[k]);
-        int r = v ? parse_pair(c, v, &f[k], &b[k]) : jfail(c, "missing");
+        int r = v ? parse_seconds(c, v, &f[k], tb ? &b[k] : NULL) : jfail(c, "missing");
         c->depth--;
         if (r)
             return -1;
     }
     for (int u = 0; u < n; u++) {
         tf[u] = f[units[u].kind];
-        tb[u] = b[units[u].kind];
+        if (tb)
+            tb[u] = b[units[u].kind];
     }
     return 0;
 }
@@ -477,7 +488,7 @@ static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_d
     if ((double)nd * n > 5e7)
         return jfail(c, "%zu devices x %d units is too large", nd, n);
     bal_device *dev = sl_try_malloc(nd * sizeof *dev);
-    double *t = sl_try_malloc(nd * 2 * (size_t)n * sizeof(double));
+    double *t = sl_try_malloc(nd * 3 * (size_t)n * sizeof(double));
     if (!dev || !t) {
         free(dev);
         free(t);
@@ -487,7 +498,7 @@ static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_d
     static const char *const keys[] = {"id",        "site",         "host",     "backend",
                                        "memory_bytes", "memory_gib", "flops", "unit_seconds",
                                        "cpu_pool",  "pool_cpus",    "cpus",     "net_ns",
-                                       NULL};
+                                       "optim_seconds", NULL};
     for (size_t i = 0; i < nd; i++) {
         json_t *o = json_array_get(arr, i);
         bal_device *d = &dev[i];
@@ -564,7 +575,7 @@ static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_d
         }
         if (us) {
             jpush_key(c, "unit_seconds");
-            double *tf = t + i * 2 * (size_t)n, *tb = tf + n;
+            double *tf = t + i * 3 * (size_t)n, *tb = tf + n;
             if (parse_measured(c, us, units, n, tf, tb))
                 goto fail;
             double sum = 0;
@@ -577,6 +588,15 @@ static int parse_devices(jctx *c, json_t *j, const bal_unit *units, int n, bal_d
             c->depth--;
             d->unit_fwd_s = tf;
             d->unit_bwd_s = tb;
+        }
+        json_t *os = json_object_get(o, "optim_seconds");
+        if (os) {
+            jpush_key(c, "optim_seconds");
+            double *to = t + (i * 3 + 2) * (size_t)n;
+            if (parse_measured(c, os, units, n, to, NULL))
+                goto fail;
+            c->depth--;
+            d->unit_optim_s = to;
         }
         c->depth--;
     }

@@ -132,6 +132,8 @@ void bal_problem_free(bal_problem *pb)
     free(pb->tf);
     free(pb->tb);
     free(pb->pre);
+    free(pb->popt);
+    free(pb->topt);
     free(pb->rate);
     free(pb->pstatic);
     free(pb->pstash);
@@ -201,6 +203,8 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
     pb->tf = sl_xmalloc(nd * nu * sizeof(double));
     pb->tb = sl_xmalloc(nd * nu * sizeof(double));
     pb->pre = sl_xmalloc(nd * (nu + 1) * sizeof(double));
+    pb->popt = sl_xmalloc(nd * (nu + 1) * sizeof(double));
+    pb->topt = sl_xmalloc(nd * nu * sizeof(double));
     pb->rate = sl_xmalloc(nd * sizeof(double));
     pb->pstatic = sl_xmalloc((nu + 1) * sizeof(uint64_t));
     pb->pstash = sl_xmalloc((nu + 1) * sizeof(uint64_t));
@@ -262,6 +266,22 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
         pre[0] = 0;
         for (size_t u = 0; u < nu; u++)
             pre[u + 1] = pre[u] + tf[u] + tb[u];
+        double *popt = pb->popt + d * (nu + 1), *to = pb->topt + d * nu;
+        popt[0] = 0;
+        for (size_t u = 0; u < nu; u++) {
+            to[u] = x->unit_optim_s ? x->unit_optim_s[u]
+                                    : BAL_OPT_FLOPS_PER_PARAM * (double)units[u].param_bytes / 4 /
+                                          pb->rate[d];
+            if (!(to[u] >= 0) || !isfinite(to[u])) {
+                sl_err_set(err, SL_EINVAL, "device %s: unit %zu optimizer time must be >= 0",
+                           x->id, u);
+                bal_problem_free(pb);
+                return NULL;
+            }
+            popt[u + 1] = popt[u] + to[u];
+        }
+        if (x->unit_optim_s)
+            x->unit_optim_s = to; /* now points into pb */
     }
     /* sites in order of first appearance; hosts as indices (-1: own host) */
     pb->site = sl_xcalloc(nd, sizeof *pb->site);
@@ -404,8 +424,8 @@ double bal_unit_bwd_s(const bal_problem *pb, int d, int u)
 
 double bal_optim_s(const bal_problem *pb, int d, int first, int last)
 {
-    double params = (double)(pb->pparam[last + 1] - pb->pparam[first]) / 4;
-    return BAL_OPT_FLOPS_PER_PARAM * params / pb->rate[d];
+    const double *p = pb->popt + (size_t)d * (pb->n_units + 1);
+    return p[last + 1] - p[first];
 }
 
 bal_link bal_problem_link(const bal_problem *pb, int a, int b)

@@ -23,10 +23,11 @@ json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl)
     json_t *st = json_array();
     for (int i = 0; i < pl->n_stages; i++) {
         const bal_stage *s = &pl->stage[i];
-        json_t *uf = json_array(), *ub = json_array();
+        json_t *uf = json_array(), *ub = json_array(), *uo = json_array();
         for (int u = s->first; u <= s->last; u++) {
             json_array_append_new(uf, json_real(pl->unit_fwd_s[u]));
             json_array_append_new(ub, json_real(pl->unit_bwd_s[u]));
+            json_array_append_new(uo, json_real(pl->unit_optim_s[u]));
         }
         json_t *x = json_pack("{s:i, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:I, s:I, s:I, s:i}",
                               "stage", i, "device", s->id, "site", s->site, "first_unit",
@@ -38,6 +39,7 @@ json_t *bal_plan_json(const bal_plan *pl, const bal_timeline *tl)
         json_object_set_new(x, "device_index", json_integer(s->device));
         json_object_set_new(x, "unit_fwd_s", uf);
         json_object_set_new(x, "unit_bwd_s", ub);
+        json_object_set_new(x, "unit_optim_s", uo);
         json_object_set_new(x, "warmup", json_integer(s->warmup));
         if (s->cpu_pool[0]) {
             json_t *cp = json_pack("{s:s, s:f, s:f}", "name", s->cpu_pool, "pool_cpus",
@@ -174,6 +176,7 @@ bal_plan *bal_plan_from_json(const json_t *pj, sl_err *err)
     pl->stage = sl_xcalloc((size_t)p, sizeof *pl->stage);
     pl->unit_fwd_s = sl_xcalloc((size_t)units, sizeof(double));
     pl->unit_bwd_s = sl_xcalloc((size_t)units, sizeof(double));
+    pl->unit_optim_s = sl_xcalloc((size_t)units, sizeof(double));
     double cyc = 0, est = 0;
     num_in(j, "cycle_s", 0, 1e12, &cyc);
     num_in(j, "estimated_iteration_s", 0, 1e12, &est);
@@ -224,12 +227,15 @@ bal_plan *bal_plan_from_json(const json_t *pj, sl_err *err)
             snprintf(s->cpu_pool, sizeof s->cpu_pool, "%s", pool);
         if (pool && ns)
             snprintf(s->net_ns, sizeof s->net_ns, "%s", ns);
-        json_t *uf = json_object_get(x, "unit_fwd_s"), *ub = json_object_get(x, "unit_bwd_s");
+        json_t *uf = json_object_get(x, "unit_fwd_s"), *ub = json_object_get(x, "unit_bwd_s"),
+               *uo = json_object_get(x, "unit_optim_s");
         for (int u = s->first; u <= s->last; u++) {
             double f = json_number_value(json_array_get(uf, (size_t)(u - s->first)));
             double g = json_number_value(json_array_get(ub, (size_t)(u - s->first)));
+            double o = json_number_value(json_array_get(uo, (size_t)(u - s->first)));
             pl->unit_fwd_s[u] = isfinite(f) ? f : 0;
             pl->unit_bwd_s[u] = isfinite(g) ? g : 0;
+            pl->unit_optim_s[u] = isfinite(o) ? o : 0;
         }
         next = s->last + 1;
     }

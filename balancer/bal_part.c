@@ -594,6 +594,7 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
     pl->data_owner = bal_is_u(c) ? c->order[0] : -1;
     pl->unit_fwd_s = sl_xmalloc((size_t)pb->n_units * sizeof(double));
     pl->unit_bwd_s = sl_xmalloc((size_t)pb->n_units * sizeof(double));
+    pl->unit_optim_s = sl_xmalloc((size_t)pb->n_units * sizeof(double));
     int *k = sl_xmalloc((size_t)p * sizeof(int));
     bal_inflight(c, k);
     unsigned char *used = sl_xcalloc((size_t)pb->n_dev, 1);
@@ -613,6 +614,7 @@ bal_plan *bal_plan_build(const bal_problem *pb, int algo, const bal_chain *c, co
         for (int u = a; u < b; u++) {
             pl->unit_fwd_s[u] = bal_unit_fwd_s(pb, d, u);
             pl->unit_bwd_s[u] = bal_unit_bwd_s(pb, d, u);
+            pl->unit_optim_s[u] = pb->topt[(size_t)d * pb->n_units + u];
             s->fwd_s += pl->unit_fwd_s[u];
             s->bwd_s += pl->unit_bwd_s[u];
         }
@@ -657,6 +659,7 @@ void bal_plan_free(bal_plan *pl)
     free(pl->dropped);
     free(pl->unit_fwd_s);
     free(pl->unit_bwd_s);
+    free(pl->unit_optim_s);
     free(pl);
 }
 

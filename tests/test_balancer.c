@@ -1685,6 +1685,95 @@ static void test_plan_from_json(void)
     CHECK(runs > 50);
 }
 
+/* A device's measured optimizer step (optim_seconds, bal_device.unit_optim_s)
+ * is what plans and the simulator charge, per unit and summed per stage; a
+ * device without one gets the estimate from its parameters and rate. */
+static void test_measured_optimizer(void)
+{
+    sl_err err = {0};
+    const char *dev = "[{\"id\": \"a\", \"memory_gib\": 8,"
+                      " \"unit_seconds\": {\"embeddings\": [0.001, 0.002], \"encoder\": [0.01, 0.02],"
+                      " \"head\": [0.003, 0.004]},"
+                      " \"optim_seconds\": {\"embeddings\": 0.05, \"encoder\": 0.002, \"head\": 0.03}},"
+                      " {\"id\": \"b\", \"memory_gib\": 8, \"flops\": 1e12}]";
+    bal_problem *pb = bal_problem_parse(cfg_small, "c", 4, 128, dev, "d", NULL, NULL, &err);
+    CHECKF(pb != NULL, "%s", err.msg);
+    if (!pb)
+        return;
+    int n = bal_problem_n_units(pb); /* embeddings, 8 layers, head */
+    CHECK(n == 10);
+    CHECK(fabs(bal_optim_s(pb, 0, 0, 0) - 0.05) < 1e-12);
+    CHECK(fabs(bal_optim_s(pb, 0, 3, 5) - 0.006) < 1e-12);
+    CHECK(fabs(bal_optim_s(pb, 0, 0, n - 1) - (0.05 + 8 * 0.002 + 0.03)) < 1e-12);
+    /* the estimate: BAL_OPT_FLOPS_PER_PARAM FLOPs per fp32 parameter at 1e12 FLOP/s */
+    bal_bert cfg;
+    bal_unit *u = NULL;
+    int nu = 0;
+    CHECK(bal_bert_parse(&cfg, cfg_small, "c", &err) == 0 &&
+          bal_bert_units(&cfg, 4, 128, &u, &nu, &err) == 0 && nu == n);
+    for (int k = 0; u && k < n; k++)
+        CHECKF(fabs(bal_optim_s(pb, 1, k, k) - 16.0 * (double)u[k].param_bytes / 4 / 1e12) <
+                   1e-15,
+               "unit %d: estimated %g s", k, bal_optim_s(pb, 1, k, k));
+    free(u);
+    /* a chain on both: each stage's optimizer step, in the plan, its JSON and the replay */
+    int order[2] = {0, 1}, cuts[3] = {0, 4, n};
+    bal_chain ch = {.p = 2, .order = order, .m = 4, .schedule = BAL_1F1B, .window = 1};
+    bal_plan *pl = bal_plan_chain(pb, &ch, cuts, &err);
+    bal_timeline *tl = pl ? bal_simulate(pl, pl->schedule, 0, &err) : NULL;
+    CHECKF(tl != NULL, "%s", err.msg);
+    if (tl) {
+        CHECK(fabs(pl->stage[0].optim_s - (0.05 + 3 * 0.002)) < 1e-12);
+        CHECK(fabs(tl->stage[0].optim_s - pl->stage[0].optim_s) < 1e-12);
+        CHECK(fabs(pl->stage[1].optim_s - bal_optim_s(pb, 1, 4, n - 1)) < 1e-15);
+        json_t *j = bal_plan_json(pl, tl);
+        json_t *uo = json_object_get(json_array_get(json_object_get(j, "stages"), 0), "unit_optim_s");
+        CHECK(json_array_size(uo) == 4 && json_real_value(json_array_get(uo, 0)) == 0.05 &&
+              json_real_value(json_array_get(uo, 3)) == 0.002);
+        bal_plan *back = bal_plan_from_json(j, &err);
+        CHECK(back && back->unit_optim_s[0] == 0.05 && back->unit_optim_s[n - 1] == pl->unit_optim_s[n - 1]);
+        bal_plan_free(back);
+        json_decref(j);
+    }
+    bal_timeline_free(tl);
+    bal_plan_free(pl);
+    /* a subset keeps what was measured */
+    unsigned char keep[2] = {1, 0};
+    bal_problem *sub = bal_problem_subset(pb, keep, &err);
+    CHECKF(sub && fabs(bal_optim_s(sub, 0, 0, n - 1) - bal_optim_s(pb, 0, 0, n - 1)) < 1e-15, "%s",
+           err.msg);
+    bal_problem_free(sub);
+    bal_problem_free(pb);
+    /* per unit, and the errors */
+    pb = bal_problem_parse(cfg_small, "c", 4, 128,
+                           "[{\"id\": \"a\", \"memory_gib\": 8, \"flops\": 1e12, \"optim_seconds\":"
+                           " [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}]", "d", NULL, NULL, &err);
+    CHECKF(pb && bal_optim_s(pb, 0, 2, 4) == 3 + 4 + 5, "%s", err.msg);
+    bal_problem_free(pb);
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1,\n"
+                       " \"optim_seconds\": {\"embeddings\": [1, 2], \"encoder\": 1, \"head\": 1}}]",
+                       "{}", "devices.json:2: [0].optim_seconds.embeddings: must be the optimizer step's seconds");
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1,"
+                       " \"optim_seconds\": {\"embeddings\": 1, \"encoder\": -1, \"head\": 1}}]",
+                       "{}", "[0].optim_seconds.encoder: seconds must be between 0 and 1e6");
+    expect_parse_error(cfg_small, "[{\"id\": \"a\", \"memory_gib\": 1, \"flops\": 1,"
+                       " \"optim_seconds\": [1, 2]}]", "{}",
+                       "[0].optim_seconds: has 2 entries, the model has 10 units");
+    /* in memory */
+    double bad[10] = {0, 0, 0, -1, 0, 0, 0, 0, 0, 0};
+    bal_bert c2;
+    CHECK(bal_bert_parse(&c2, cfg_small, "c", &err) == 0 &&
+          bal_bert_units(&c2, 4, 128, &u, &nu, &err) == 0);
+    bal_device d = {.id = "x", .site = "s", .mem_bytes = 1ull << 33, .flops = 1e12,
+                    .unit_optim_s = bad};
+    bal_network net = bal_network_default();
+    pb = bal_problem_new(u, nu, &d, 1, &net, &err);
+    CHECKF(pb == NULL && strstr(err.msg, "device x: unit 3 optimizer time must be >= 0"), "%s",
+           err.msg);
+    bal_problem_free(pb);
+    free(u);
+}
+
 int main(void)
 {
     RUN(test_bert_units);
@@ -1709,5 +1798,6 @@ int main(void)
     RUN(test_chain_validation);
     RUN(test_stage_ops_match_simulator);
     RUN(test_plan_from_json);
+    RUN(test_measured_optimizer);
     return sl_test_done();
 }
