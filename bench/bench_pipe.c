@@ -5,8 +5,9 @@
  * in-process port, 1F1B).
  *
  * Each round, in this order:
- *   1. the profile: per-unit forward and backward seconds of one micro-batch
- *      on one thread (dev_unit_times, the profile a device reports), taken
+ *   1. the profile: per-unit forward, backward and optimizer-step seconds
+ *      of one micro-batch on one thread (dev_unit_times, the profile a
+ *      device reports), taken
  *      twice: with the other core idle ("alone", what a device measures at
  *      enrollment) and with both cores profiling at once ("paired": the two
  *      stages of the pipeline also run at the same time, sharing the caches
@@ -53,7 +54,7 @@ static void die(const char *what, const sl_err *err)
 }
 
 typedef struct profile {
-    double fwd[U], bwd[U];
+    double fwd[U], bwd[U], opt[U];
 } profile;
 
 typedef struct prof_job {
@@ -66,7 +67,8 @@ static void *prof_thread(void *arg)
 {
     prof_job *j = arg;
     omp_set_num_threads(1);
-    j->rc = dev_unit_times(&cfg, B / M, T, NULL, REPS, j->p.fwd, j->p.bwd, &j->err);
+    j->rc = dev_unit_times(&cfg, B / M, T, NULL, REPS, NULL, 0, j->p.fwd, j->p.bwd, j->p.opt,
+                           &j->err);
     return NULL;
 }
 
@@ -91,6 +93,7 @@ static void take_profile(int paired, profile *out)
     for (int u = 0; u < U; u++) {
         out->fwd[u] = (j[0].p.fwd[u] + j[n - 1].p.fwd[u]) / 2;
         out->bwd[u] = (j[0].p.bwd[u] + j[n - 1].p.bwd[u]) / 2;
+        out->opt[u] = (j[0].p.opt[u] + j[n - 1].p.opt[u]) / 2;
     }
 }
 
@@ -110,6 +113,7 @@ static bal_timeline *predict(const profile *p, const bal_unit *units, int nu, in
         dv[d].flops = 5e10;
         dv[d].unit_fwd_s = p->fwd;
         dv[d].unit_bwd_s = p->bwd;
+        dv[d].unit_optim_s = p->opt;
     }
     bal_network net = bal_network_default();
     net.same_host = (bal_link){.bw = 10e9, .lat = 5e-6}; /* a memcpy between threads */

@@ -44,6 +44,8 @@ static json_t *job_profile_json(const Skyloom__V1__JobProfile *p)
                           doubles_json(p->unit_bwd_s, p->n_unit_bwd_s), "memory_bytes",
                           (json_int_t)p->memory_bytes, "threads", (int)p->threads, "backend",
                           p->backend, "links", links);
+    if (p->n_unit_optim_s)
+        json_object_set_new(o, "unit_optim_s", doubles_json(p->unit_optim_s, p->n_unit_optim_s));
     if (*p->failed)
         json_object_set_new(o, "failed", json_string(p->failed));
     return o;
@@ -52,7 +54,7 @@ static json_t *job_profile_json(const Skyloom__V1__JobProfile *p)
 /* Milliseconds per unit: the embeddings | the encoder layers | the head. */
 static void print_units(const char *what, const double *v, size_t n)
 {
-    printf("    %-8s ms:", what);
+    printf("    %-9s ms:", what);
     for (size_t u = 0; u < n; u++)
         printf("%s%.3g", u == 1 || (u + 1 == n && n > 1) ? " | " : " ", 1e3 * v[u]);
     printf("\n");
@@ -76,6 +78,8 @@ static void print_job_profile(const Skyloom__V1__DeviceInfo *d)
            (double)p->memory_bytes / (1u << 30));
     print_units("forward", p->unit_fwd_s, p->n_unit_fwd_s);
     print_units("backward", p->unit_bwd_s, p->n_unit_bwd_s);
+    if (p->n_unit_optim_s)
+        print_units("optimizer", p->unit_optim_s, p->n_unit_optim_s);
     for (size_t i = 0; i < p->n_links; i++)
         printf("    link to %s: rtt %.3f ms, %.1f MB/s\n", p->links[i]->peer,
                1e3 * p->links[i]->rtt_s, p->links[i]->bandwidth_bytes_per_s / 1e6);
@@ -93,8 +97,8 @@ int cmd_status(int argc, char **argv)
                    "Lists the devices a coordinator has enrolled: site, state (online,\n"
                    "offline, revoked), last heartbeat and a profile summary, and what each\n"
                    "device measured when it last profiled for a job: seconds per unit\n"
-                   "(embeddings | encoder layers | head) forward and backward for that job's\n"
-                   "micro-batch, its threads and memory, and the round trip and bandwidth of\n"
+                   "(embeddings | encoder layers | head) forward, backward and optimizer step\n"
+                   "for that job's micro-batch, its threads and memory, and the round trip and bandwidth of\n"
                    "its links to the other candidates. Authenticates with DIR/admin.crt from\n"
                    "skyloom certs init.\n");
             return 0;

@@ -499,9 +499,10 @@ static json_t *profile_spec(coord_jobs *j, const cjob *jb)
         if (d)
             json_array_append_new(peers, json_pack("{s:s, s:s}", "id", d->id, "address", d->address));
     }
-    json_t *s = json_pack("{s:o, s:i, s:i, s:o, s:i}", "config", cfg, "micro_batch",
+    json_t *s = json_pack("{s:o, s:i, s:i, s:o, s:i, s:s?, s:s?}", "config", cfg, "micro_batch",
                           jb->batch / oint(jb, "micro_batches"), "seq", jb->seq, "peers", peers,
-                          "ping_bytes", 1 << 20);
+                          "ping_bytes", 1 << 20, "optimizer", ostr(jb, "optimizer"),
+                          "optim_state", ostr(jb, "optim_state"));
     return s;
 }
 
@@ -1891,6 +1892,15 @@ static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
                               "backend", in->dev[i].backend, "memory_bytes",
                               json_integer_value(json_object_get(r, "memory_bytes")),
                               "unit_seconds", us);
+        /* the optimizer step as measured; a device that did not time it
+         * gets the balancer's estimate */
+        json_t *o = json_object_get(r, "unit_optim_s");
+        if (json_array_size(o) == U && U >= 2)
+            json_object_set_new(d, "optim_seconds",
+                                json_pack("{s:f, s:f, s:f}", "embeddings",
+                                          json_number_value(json_array_get(o, 0)), "encoder",
+                                          json_number_value(json_array_get(o, 1)), "head",
+                                          json_number_value(json_array_get(o, U - 1))));
         pool_of(devs, json_object_get(r, "cpu_pool"), d);
         json_array_append_new(devs, d);
     }
@@ -2962,6 +2972,7 @@ int coord_jobs_latest_profile(coord_state *db, const char *device, Skyloom__V1__
         p->failed = sl_xstrdup("");
     p->unit_fwd_s = doubles_of(json_object_get(res, "unit_fwd_s"), &p->n_unit_fwd_s);
     p->unit_bwd_s = doubles_of(json_object_get(res, "unit_bwd_s"), &p->n_unit_bwd_s);
+    p->unit_optim_s = doubles_of(json_object_get(res, "unit_optim_s"), &p->n_unit_optim_s);
     p->memory_bytes = (uint64_t)json_integer_value(json_object_get(res, "memory_bytes"));
     p->threads = (uint32_t)json_integer_value(json_object_get(res, "threads"));
     const char *be = json_string_value(json_object_get(res, "backend"));
@@ -2997,6 +3008,7 @@ void coord_jobs_profile_free(Skyloom__V1__JobProfile *p)
     free(p->links);
     free(p->unit_fwd_s);
     free(p->unit_bwd_s);
+    free(p->unit_optim_s);
     free(p->job_id);
     free(p->failed);
     free(p->backend);

@@ -67,6 +67,16 @@ check "u3: every candidate profiled its links to the two others (RTT and bandwid
     python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["profiles"]; sys.exit(not (len(p) == 3 and all(sorted(l["peer"] for l in v["links"]) == sorted(set(p) - {k}) and all(l["rtt_s"] > 0 and l["bandwidth_Bps"] > 0 for l in v["links"]) for k, v in p.items())))' "$d/u3.status"
 check "u3: the plan knows the three devices share this machine's cores and loopback (one cpu pool, one core each)" \
     python3 -c 'import json,os,sys; st=json.load(open(sys.argv[1]))["plan"]["balancer"]["stages"]; cp=[s["cpu_pool"] for s in st]; sys.exit(not (len({c["name"] for c in cp}) == 1 and len({c["net_ns"] for c in cp}) == 1 and all(c["pool_cpus"] == os.cpu_count() and c["cpus"] == 1 for c in cp)))' "$d/u3.status"
+check "u3: the plan's optimizer steps are the devices' measured ones (per unit, and summed per stage)" \
+    python3 -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+prof = st["profiles"]
+for s in st["plan"]["balancer"]["stages"]:
+    meas = prof[s["device"]]["unit_optim_s"][s["first_unit"]:s["last_unit"] + 1]
+    assert len(s["unit_optim_s"]) == len(meas) and all(abs(a - b) <= 1e-6 * b for a, b in zip(s["unit_optim_s"], meas)), (s, meas)
+    assert abs(s["optim_s"] - sum(meas)) <= 1e-6 * sum(meas), s
+' "$d/u3.status"
 check "u3: frames were sealed (wire bytes exceed raw bytes on every link)" \
     bash -c 'tail -1 "$0" | awk -F, "{n=split(\$10,r,\";\"); split(\$11,w,\";\"); for(i=1;i<=n;i++) if (w[i]+0 <= r[i]+0) exit 1}"' \
     "$d/coord/jobs/$JOB/metrics.csv"
@@ -89,6 +99,7 @@ for dev in sys.argv[3].split(","):
     assert p["micro_batch"] == 2 and p["seq"] == 24 and p["threads"] == 1 and p["memory_bytes"] > 0, p
     assert len(p["unit_fwd_s"]) == 5 and all(x > 0 for x in p["unit_fwd_s"] + p["unit_bwd_s"]), p
     assert len(p["unit_bwd_s"]) == 5, p
+    assert len(p["unit_optim_s"]) == 5 and all(x > 0 for x in p["unit_optim_s"]), p
     peers = sorted(l["peer"] for l in p["links"])
     assert peers == sorted(cands - {dev}), (dev, peers)
     assert all(l["rtt_s"] > 0 and l["bandwidth_Bps"] > 0 for l in p["links"]), p
@@ -97,8 +108,8 @@ PY
 export -f profiled
 check "status --json: every device's profile for u3 (per-unit seconds, memory, links to the 2 others)" \
     profiled "$d/status.json" "$U3" "$OWNER,$MID,$LAST" "$OWNER,$MID,$LAST"
-check "status: the profiles in text (forward and backward ms per unit, links)" \
-    bash -c '[ "$(grep -c "job $1" "$0")" = 3 ] && [ "$(grep -c "forward  *ms:" "$0")" = 3 ] && [ "$(grep -c "backward  *ms:" "$0")" = 3 ] && [ "$(grep -c "link to d.*rtt .* ms, .* MB/s" "$0")" = 6 ]' \
+check "status: the profiles in text (forward, backward and optimizer ms per unit, links)" \
+    bash -c '[ "$(grep -c "job $1" "$0")" = 3 ] && [ "$(grep -c "forward  *ms:" "$0")" = 3 ] && [ "$(grep -c "backward  *ms:" "$0")" = 3 ] && [ "$(grep -c "optimizer  *ms:" "$0")" = 3 ] && [ "$(grep -c "link to d.*rtt .* ms, .* MB/s" "$0")" = 6 ]' \
     "$d/status.txt" "$U3"
 for dev in dev2 dev3; do
   recv=$(grep "job done here job=$JOB" "$d/$dev.log" | grep -o 'received=.*')

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bal.h"
+#include "dev_unitprof.h"
 #include "dev_testutil.h"
 #include "kn_testutil.h"
 
@@ -314,9 +315,38 @@ static void test_unit_costs(void)
     free(bu);
 }
 
+/* dev_unit_times, the profile a device reports: every unit's forward,
+ * backward and (when asked) optimizer step take time; every encoder layer
+ * gets the one layer's; AdamW, LAMB and bf16 state all run. */
+static void test_unit_times(void)
+{
+    enum { NU = 5 }; /* embeddings, 3 layers, head */
+    double fwd[NU], bwd[NU], opt[NU];
+    dev_optim o;
+    dev_optim_default(&o);
+    sl_err err = {0};
+    for (int k = 0; k < 3; k++) {
+        for (int u = 0; u < NU; u++)
+            fwd[u] = bwd[u] = opt[u] = 0;
+        o.kind = k == 1 ? DEV_OPT_LAMB : DEV_OPT_ADAMW;
+        unsigned flags = k == 2 ? DEV_STAGE_BF16_STATE : 0;
+        CHECKF(dev_unit_times(&cfg, 2, T, NULL, 3, &o, flags, fwd, bwd, opt, &err) == 0, "%s",
+               err.msg);
+        for (int u = 0; u < NU; u++)
+            CHECKF(fwd[u] > 0 && bwd[u] > 0 && opt[u] > 0 && opt[u] < 1, "case %d unit %d: %g %g %g",
+                   k, u, fwd[u], bwd[u], opt[u]);
+        CHECK(fwd[1] == fwd[3] && bwd[2] == bwd[3] && opt[1] == opt[3]);
+    }
+    /* without the optimizer: only forward and backward */
+    CHECK(dev_unit_times(&cfg, 2, T, NULL, 1, NULL, 0, fwd, bwd, NULL, &err) == 0 && fwd[4] > 0);
+    CHECK(dev_unit_times(&cfg, 0, T, NULL, 1, NULL, 0, fwd, bwd, opt, &err) != 0 &&
+          strstr(err.msg, "micro-batch 0x24"));
+}
+
 int main(void)
 {
     RUN(test_unit_costs);
+    RUN(test_unit_times);
     RUN(test_stash_cost);
     RUN(test_bf16_state);
     RUN(test_in_flight);

@@ -5,16 +5,22 @@
  * cores, threads or a CPU quota measures as slower. The embeddings, one
  * encoder layer (all layers are the same) and the head are each run as a
  * stage of their own on random inputs; each time is the median of `reps`
- * runs after one warm-up. */
+ * runs after one warm-up. The optimizer step is timed the same way, on the
+ * gradients of the last backward. */
 #ifndef DEV_UNITPROF_H
 #define DEV_UNITPROF_H
 
 #include "dev_config.h"
+#include "dev_stage.h"
 #include "kn_be.h"
 #include "sl_err.h"
 
-/* fwd and bwd get dev_unit_count(c) entries each. be NULL: the CPU. */
+/* fwd and bwd get dev_unit_count(c) entries each. be NULL: the CPU. With
+ * optim non-NULL (dev_unit_count entries too), also the optimizer step of
+ * each unit under `o` (NULL: dev_optim_default; the gradient norm and the update; `stage_flags` as
+ * for dev_stage_create, for bf16 optimizer state). */
 int dev_unit_times(const dev_config *c, int micro_batch, int T, const kn_be *be, int reps,
-                   double *fwd, double *bwd, sl_err *err);
+                   const dev_optim *o, unsigned stage_flags, double *fwd, double *bwd,
+                   double *optim, sl_err *err);
 
 #endif

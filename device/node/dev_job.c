@@ -304,7 +304,16 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
         bytes = PING_MAX;
     json_t *links = profile_links(js, json_object_get(spec, "peers"), bytes);
     int U = dev_unit_count(&c);
-    double *fwd = sl_xcalloc((size_t)U, sizeof *fwd), *bwd = sl_xcalloc((size_t)U, sizeof *bwd);
+    double *fwd = sl_xcalloc((size_t)U, sizeof *fwd), *bwd = sl_xcalloc((size_t)U, sizeof *bwd),
+           *opt = sl_xcalloc((size_t)U, sizeof *opt);
+    /* the job's optimizer; a coordinator that does not say: AdamW, fp32 state */
+    dev_optim o;
+    dev_optim_default(&o);
+    const char *okind = json_string_value(json_object_get(spec, "optimizer"));
+    const char *ostate = json_string_value(json_object_get(spec, "optim_state"));
+    if (okind && !strcmp(okind, "lamb"))
+        o.kind = DEV_OPT_LAMB;
+    unsigned flags = ostate && !strcmp(ostate, "bf16") ? DEV_STAGE_BF16_STATE : 0;
     omp_set_num_threads(js->o.threads);
     /* The units are timed with the machine's cores to this device: devices
      * sharing them take turns, and the plan charges the sharing (cpu_pool). */
@@ -313,18 +322,19 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
         sl_log_warn("device: profiling without the machine to itself",
                     "job=%s reason=\"another device held it for %d s, or /etc/machine-id cannot be "
                     "locked\"", t->job, PROFILE_LOCK_S);
-    int rc = dev_unit_times(&c, bm, T, NULL, UNIT_REPS, fwd, bwd, err);
+    int rc = dev_unit_times(&c, bm, T, NULL, UNIT_REPS, &o, flags, fwd, bwd, opt, err);
     dev_machine_unlock(lock);
     dev_cpu_pool pool;
     dev_cpu_pool_probe(&pool, js->o.threads);
     if (!rc) {
-        json_t *f = json_array(), *b = json_array();
+        json_t *f = json_array(), *b = json_array(), *os = json_array();
         for (int u = 0; u < U; u++) {
             json_array_append_new(f, json_real(fwd[u]));
             json_array_append_new(b, json_real(bwd[u]));
+            json_array_append_new(os, json_real(opt[u]));
         }
-        json_t *r = json_pack("{s:o, s:o, s:I, s:i, s:s, s:O}", "unit_fwd_s", f, "unit_bwd_s", b,
-                              "memory_bytes", (json_int_t)js->o.memory_bytes, "threads",
+        json_t *r = json_pack("{s:o, s:o, s:o, s:I, s:i, s:s, s:O}", "unit_fwd_s", f, "unit_bwd_s",
+                              b, "unit_optim_s", os, "memory_bytes", (json_int_t)js->o.memory_bytes, "threads",
                               js->o.threads, "backend", "cpu", "links", links);
         json_t *cp = json_pack("{s:s, s:f, s:f}", "name", pool.name, "pool_cpus",
                                pool.pool_cpus, "cpus", pool.cpus);
@@ -337,6 +347,7 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
     json_decref(links);
     free(fwd);
     free(bwd);
+    free(opt);
     json_decref(spec);
     return rc ? -1 : 0;
 }
