@@ -48,6 +48,7 @@
 #define ACC_STEPS 32         /* steps whose reports may be in flight at once */
 #define MAX_FILE (64ull << 30)
 #define PROFILE_WAIT_S 60    /* candidates that have not reported by then are left out */
+#define LINKS_WAIT_S 30      /* the units are timed after every link was measured, or this long */
 #define CHECK_WAIT_S 120     /* the data owner must answer the check by then */
 #define ENDED_TASK_S 600     /* how long devices are told to stop an ended job */
 #define MAX_JOBS 4096
@@ -95,6 +96,7 @@ typedef struct upload {
 typedef struct cand {
     char id[CERT_ID_LEN];
     json_t *result;           /* the profile for this job; NULL while one is asked */
+    json_t *links;            /* its links, measured in the first round of profiling */
     int64_t lost_ms;          /* declared lost then (0: not lost) */
     int suspect, reported;    /* named by a failed neighbour; reported a failure (this epoch) */
     int joining;              /* came online during the job: weighed at the next commit */
@@ -119,6 +121,7 @@ typedef struct cjob {
     int steps, step, committed, batch, seq;
     double loss, tokens_s;
     int64_t created, started, ended;
+    int profile_round;        /* profiling: 1 the links, 2 the units (PROFILE_*) */
     int ncand;
     cand *cand;
     stage_rep *acc;           /* [ACC_STEPS][p] */
@@ -338,8 +341,10 @@ static void job_free(cjob *jb)
     free(jb->sig);
     json_decref(jb->plan_json);
     free(jb->stage_dev);
-    for (int i = 0; i < jb->ncand; i++)
+    for (int i = 0; i < jb->ncand; i++) {
         json_decref(jb->cand[i].result);
+        json_decref(jb->cand[i].links);
+    }
     free(jb->cand);
     free(jb->acc);
     json_decref(jb->last_stages);
@@ -490,7 +495,12 @@ static json_t *check_spec(const cjob *jb)
     return s;
 }
 
-static json_t *profile_spec(coord_jobs *j, const cjob *jb)
+/* What a profile task asks for: the links, the units, or (a device joining
+ * a running job) both. */
+enum { PROFILE_BOTH = 0, PROFILE_LINKS = 1, PROFILE_UNITS = 2 };
+static const char *const profile_round_name[3] = {NULL, "links", "units"};
+
+static json_t *profile_spec(coord_jobs *j, const cjob *jb, int round)
 {
     json_error_t je;
     json_t *cfg = json_loads(jb->config, 0, &je), *peers = json_array();
@@ -503,6 +513,8 @@ static json_t *profile_spec(coord_jobs *j, const cjob *jb)
                           jb->batch / oint(jb, "micro_batches"), "seq", jb->seq, "peers", peers,
                           "ping_bytes", 1 << 20, "optimizer", ostr(jb, "optimizer"),
                           "optim_state", ostr(jb, "optim_state"));
+    if (round != PROFILE_BOTH)
+        json_object_set_new(s, "round", json_string(profile_round_name[round]));
     return s;
 }
 
@@ -515,9 +527,16 @@ void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_
     for (int i = 0; i < j->njob; i++) {
         cjob *jb = j->job[i];
         int k = is_candidate(jb, device_id);
+        int profiling = !strcmp(jb->state, "profiling");
         int profile = k >= 0 && !jb->cand[k].result &&
-                      (!strcmp(jb->state, "profiling") ||
+                      (profiling ||
                        (jb->cand[k].joining && (!strcmp(jb->state, "running") || !strcmp(jb->state, "waiting"))));
+        /* profiling: every candidate measures its links first, and times its
+         * units once all have (so that no device computes while others
+         * measure their links to it); a joiner does both at once */
+        int round = profiling ? jb->profile_round : PROFILE_BOTH;
+        if (profile && round == PROFILE_LINKS && jb->cand[k].links)
+            profile = 0;
         if (!strcmp(jb->state, "checking") && !strcmp(jb->owner, device_id)) {
             add_task(&l, jb, "check", jb->epoch, check_spec(jb));
         } else if (!strcmp(jb->state, "running") && in_plan(jb, device_id) >= 0) {
@@ -530,7 +549,7 @@ void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_
             add_task(&l, jb, "stop", !strcmp(jb->state, "running") ? jb->epoch : jb->epoch + 1, NULL);
         }
         if (profile)
-            add_task(&l, jb, "profile", jb->epoch, profile_spec(j, jb));
+            add_task(&l, jb, "profile", jb->epoch, profile_spec(j, jb, round));
     }
     pthread_mutex_unlock(&j->mu);
     *tasks = (void **)l.v;
@@ -1403,8 +1422,10 @@ out:
 static void start_profiling(coord_jobs *j, cjob *jb)
 {
     int64_t now = sl_unix_time();
-    for (int i = 0; i < jb->ncand; i++)
+    for (int i = 0; i < jb->ncand; i++) {
         json_decref(jb->cand[i].result);
+        json_decref(jb->cand[i].links);
+    }
     free(jb->cand);
     jb->cand = NULL;
     jb->ncand = 0;
@@ -1418,6 +1439,7 @@ static void start_profiling(coord_jobs *j, cjob *jb)
                 cand_add(jb, d->id);
         }
     jb->started = now;
+    jb->profile_round = PROFILE_LINKS;
     set_state(j, jb, "profiling", NULL);
 }
 
@@ -1459,6 +1481,21 @@ static void report_profile(coord_jobs *j, cjob *jb, const Skyloom__V1__ReportTas
         sl_log_warn("coordinator: profile refused", "job=%s device=%s reason=\"%.200s\"", jb->id,
                     r->device_id, r->ok ? "malformed result" : r->reason);
         res = json_pack("{s:b, s:s}", "failed", 1, "reason", r->ok ? "malformed result" : r->reason);
+    }
+    /* the first round of profiling: its links, kept for the second */
+    const char *round = json_string_value(json_object_get(res, "round"));
+    json_t *links = json_object_get(res, "links");
+    if (round && !strcmp(round, "links")) {
+        if (!jb->cand[k].links && !strcmp(jb->state, "profiling"))
+            jb->cand[k].links = json_is_array(links) ? json_incref(links) : json_array();
+        json_decref(res);
+        pthread_cond_broadcast(&j->cv);
+        return;
+    }
+    if (round) { /* the second: the units, with the links of the first */
+        json_object_set_new(res, "links",
+                            jb->cand[k].links ? json_incref(jb->cand[k].links) : json_array());
+        json_object_del(res, "round");
     }
     jb->cand[k].result = res;
     if (jb->cand[k].joining)
@@ -2355,9 +2392,18 @@ static int engine_pass(coord_jobs *j)
                      jb->owner, jb->dataset, CHECK_WAIT_S);
             set_state(j, jb, "failed", why);
         } else if (!strcmp(jb->state, "profiling")) {
-            int left = 0;
-            for (int k = 0; k < jb->ncand; k++)
+            int left = 0, links_left = 0;
+            for (int k = 0; k < jb->ncand; k++) {
                 left += !jb->cand[k].result;
+                links_left += !jb->cand[k].result && !jb->cand[k].links;
+            }
+            if (jb->profile_round == PROFILE_LINKS &&
+                (links_left == 0 || now - jb->started > LINKS_WAIT_S)) {
+                jb->profile_round = PROFILE_UNITS;
+                if (links_left)
+                    sl_log_warn("coordinator: timing units before every link was measured",
+                                "job=%s unmeasured=%d wait_s=%d", jb->id, links_left, LINKS_WAIT_S);
+            }
             if (left == 0 || now - jb->started > PROFILE_WAIT_S) {
                 engine_plan(j, jb, PLAN_FIRST);
                 return 1;

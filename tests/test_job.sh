@@ -81,6 +81,8 @@ check "u3: frames were sealed (wire bytes exceed raw bytes on every link)" \
     bash -c 'tail -1 "$0" | awk -F, "{n=split(\$10,r,\";\"); split(\$11,w,\";\"); for(i=1;i<=n;i++) if (w[i]+0 <= r[i]+0) exit 1}"' \
     "$d/coord/jobs/$JOB/metrics.csv"
 U3=$JOB
+check "u3: every device measured its links in one task and timed its units in the next" \
+    bash -c 'for f in "$0"/dev1.log "$0"/dev2.log "$0"/dev3.log; do grep "task done job=$1 kind=profile" "$f" | sed "s/.*round=//" | tr "\n" " " | grep -qx "links units " || exit 1; done' "$d" "$JOB"
 # skyloom status: each device's latest job profile (5 units: embeddings, 3 layers, head;
 # micro-batch 8/4 of 24 tokens; links to the other candidates).
 # profiled FILE JOB DEVS CANDIDATES: the devices DEVS (a,b) last profiled for JOB, whose

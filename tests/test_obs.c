@@ -622,6 +622,120 @@ static void test_escaping(void)
     free(c.s);
 }
 
+/* The round of the profile task `dev` is given for `job` now: "links",
+ * "units", "both" (no round), or NULL (none). */
+static const char *profile_round(const char *dev, const char *dataset, const char *job)
+{
+    Skyloom__V1__HeartbeatRequest q = SKYLOOM__V1__HEARTBEAT_REQUEST__INIT;
+    uint8_t key[32];
+    memset(key, dev[1], sizeof key);
+    char *ds[1] = {(char *)dataset};
+    q.device_id = (char *)dev;
+    q.seq = 1;
+    q.stage_address = "127.0.0.1:9";
+    q.datasets = ds;
+    q.n_datasets = dataset ? 1 : 0;
+    q.link_public_key.data = key;
+    q.link_public_key.len = 32;
+    q.threads = 2;
+    rpc_status st;
+    Skyloom__V1__HeartbeatResponse *r = NULL;
+    CHECKF(call(coord_handle_heartbeat, dev, &q, &skyloom__v1__heartbeat_response__descriptor,
+                (void **)&r, &st) == RPC_OK, "%s", st.details);
+    static char out[16];
+    const char *got = NULL;
+    for (size_t i = 0; r && i < r->n_tasks; i++)
+        if (!strcmp(r->tasks[i]->job_id, job) && !strcmp(r->tasks[i]->kind, "profile")) {
+            json_error_t je;
+            json_t *spec = json_loads(r->tasks[i]->spec, 0, &je);
+            const char *rd = json_string_value(json_object_get(spec, "round"));
+            snprintf(out, sizeof out, "%s", rd ? rd : "both");
+            got = out;
+            json_decref(spec);
+        }
+    rpc_unpacked_free(r);
+    return got;
+}
+
+/* Profiling in two rounds: every candidate measures its links, and only
+ * then are the units timed (no device computes while others measure their
+ * links to it); the profile kept has the links of the first round. */
+static void test_profile_rounds(void)
+{
+    char sec[CERT_HEX_LEN], a[CERT_ID_LEN], b[CERT_ID_LEN], job[32] = "";
+    CHECK(enroll(tu_path(root, "ra.key"), "lab-a", token_secret("lab-a", sec), a) == RPC_OK);
+    CHECK(enroll(tu_path(root, "rb.key"), "lab-b", token_secret("lab-b", sec), b) == RPC_OK);
+    heartbeat(a, "books");
+    heartbeat(b, NULL);
+    Skyloom__V1__SubmitJobRequest sq = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
+    char data[64], opts[256];
+    snprintf(data, sizeof data, "%s:books", a);
+    snprintf(opts, sizeof opts, "{\"steps\": 4, \"batch\": 4, \"micro_batches\": 2, \"algo\": \"even\","
+             " \"u_shape\": false, \"devices\": [\"%s\", \"%s\"], \"checkpoint_every\": 0}", a, b);
+    sq.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
+                " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
+    sq.data = data;
+    sq.options = opts;
+    Skyloom__V1__SubmitJobResponse *sr = NULL;
+    rpc_status st;
+    CHECKF(call(coord_handle_submit_job, CERT_ADMIN_CN, &sq, &skyloom__v1__submit_job_response__descriptor,
+                (void **)&sr, &st) == RPC_OK, "%s", st.details);
+    if (sr)
+        snprintf(job, sizeof job, "%s", sr->job_id);
+    rpc_unpacked_free(sr);
+    report_task(a, job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
+    CHECK(wait_state(job, "profiling"));
+    const char *ra = profile_round(a, "books", job), *rb = profile_round(b, NULL, job);
+    CHECKF(ra && !strcmp(ra, "links"), "a is asked for %s", ra ? ra : "nothing");
+    CHECKF(rb && !strcmp(rb, "links"), "b is asked for %s", rb ? rb : "nothing");
+    char links[256];
+    snprintf(links, sizeof links, "{\"round\": \"links\", \"links\": [{\"peer\": \"%s\", \"rtt_s\": 0.002,"
+             " \"bandwidth_Bps\": 5e8}]}", b);
+    report_task(a, job, "profile", links);
+    /* a has measured its links, b has not: nobody times units yet */
+    for (int i = 0; i < 3; i++) {
+        usleep(50 * 1000);
+        ra = profile_round(a, "books", job);
+        rb = profile_round(b, NULL, job);
+        CHECKF(!ra, "a is asked for %s before b measured its links", ra);
+        CHECKF(rb && !strcmp(rb, "links"), "b is asked for %s", rb ? rb : "nothing");
+    }
+    snprintf(links, sizeof links, "{\"round\": \"links\", \"links\": [{\"peer\": \"%s\", \"rtt_s\": 0.003,"
+             " \"bandwidth_Bps\": 4e8}]}", a);
+    report_task(b, job, "profile", links);
+    ra = rb = NULL;
+    for (double t0 = sl_now_s(); sl_now_s() - t0 < 10 && !(ra && rb);) {
+        usleep(20 * 1000);
+        ra = ra ? ra : profile_round(a, "books", job);
+        rb = rb ? rb : profile_round(b, NULL, job);
+    }
+    CHECKF(ra && rb && !strcmp(ra, "units") && !strcmp(rb, "units"), "asked for %s and %s",
+           ra ? ra : "nothing", rb ? rb : "nothing");
+    const char *prof = "{\"round\": \"units\", \"unit_fwd_s\": [0.001, 0.002, 0.002, 0.001], "
+                       "\"unit_bwd_s\": [0.002, 0.004, 0.004, 0.002], \"memory_bytes\": 1000000000,"
+                       " \"threads\": 2, \"backend\": \"cpu\", \"links\": []}";
+    report_task(a, job, "profile", prof);
+    report_task(b, job, "profile", prof);
+    CHECK(wait_state(job, "running"));
+    Skyloom__V1__GetJobRequest gq = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    gq.job_id = job;
+    Skyloom__V1__JobInfo *ji = NULL;
+    CHECKF(call(coord_handle_get_job, CERT_ADMIN_CN, &gq, &skyloom__v1__job_info__descriptor,
+                (void **)&ji, &st) == RPC_OK && ji, "%s", st.details);
+    json_error_t je;
+    json_t *pr = ji ? json_loads(ji->profiles, 0, &je) : NULL;
+    json_t *la = json_object_get(json_object_get(pr, a), "links");
+    json_t *lb = json_object_get(json_object_get(pr, b), "links");
+    CHECKF(json_array_size(la) == 1 && json_array_size(lb) == 1 &&
+           !strcmp(json_string_value(json_object_get(json_array_get(la, 0), "peer")), b) &&
+           json_number_value(json_object_get(json_array_get(lb, 0), "rtt_s")) == 0.003 &&
+           !json_object_get(json_object_get(pr, a), "round") &&
+           json_array_size(json_object_get(json_object_get(pr, a), "unit_fwd_s")) == 4,
+           "profiles: %s", ji ? ji->profiles : "none");
+    json_decref(pr);
+    rpc_unpacked_free(ji);
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_WARN);
@@ -638,6 +752,7 @@ int main(void)
     }
     RUN(test_observe);
     RUN(test_escaping);
+    RUN(test_profile_rounds);
     coord_close(C);
     rpc_global_shutdown();
     tu_rmtree(root);

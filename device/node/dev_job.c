@@ -194,8 +194,8 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
 
 /* A link's round trip and bandwidth to a peer, as the link can carry them.
  * Every candidate measures its links at the same time, and a peer may be
- * busy timing its units, so each sample can only come out slower than the
- * link: the RTT is the fastest of several 64-byte pings, and the bandwidth
+ * busy (training, when this device joins a running job), so each sample
+ * can only come out slower than the link: the RTT is the fastest of several 64-byte pings, and the bandwidth
  * comes from the fastest of several payload pings (the payload goes there
  * and back: 2 x bytes in their time less the RTT). Two untimed payload pings
  * first grow the connection's windows (TCP's and HTTP/2's). The payload
@@ -288,6 +288,10 @@ static json_t *profile_links(dev_jobs *js, json_t *peers, size_t bytes)
     return links;
 }
 
+/* A profile task: the links to the other candidates, the units, or both
+ * (spec "round": "links", "units", absent). The coordinator asks for the
+ * links of every candidate before the units of any, so that no device
+ * computes while the others measure their links to it. */
 static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
 {
     json_error_t je;
@@ -296,13 +300,23 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
     int bm = (int)json_integer_value(json_object_get(spec, "micro_batch"));
     int T = (int)json_integer_value(json_object_get(spec, "seq"));
     size_t bytes = (size_t)json_integer_value(json_object_get(spec, "ping_bytes"));
+    const char *round = json_string_value(json_object_get(spec, "round"));
+    int links_only = round && !strcmp(round, "links"), units_only = round && !strcmp(round, "units");
     if (!spec || config_of(json_object_get(spec, "config"), &c, err)) {
         json_decref(spec);
         return -1;
     }
     if (bytes > PING_MAX)
         bytes = PING_MAX;
-    json_t *links = profile_links(js, json_object_get(spec, "peers"), bytes);
+    json_t *links = units_only ? json_array() : profile_links(js, json_object_get(spec, "peers"), bytes);
+    if (links_only) {
+        json_t *r = json_pack("{s:s, s:O}", "round", "links", "links", links);
+        *result = json_dumps(r, JSON_COMPACT);
+        json_decref(r);
+        json_decref(links);
+        json_decref(spec);
+        return 0;
+    }
     int U = dev_unit_count(&c);
     double *fwd = sl_xcalloc((size_t)U, sizeof *fwd), *bwd = sl_xcalloc((size_t)U, sizeof *bwd),
            *opt = sl_xcalloc((size_t)U, sizeof *opt);
@@ -334,13 +348,16 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
             json_array_append_new(os, json_real(opt[u]));
         }
         json_t *r = json_pack("{s:o, s:o, s:o, s:I, s:i, s:s, s:O}", "unit_fwd_s", f, "unit_bwd_s",
-                              b, "unit_optim_s", os, "memory_bytes", (json_int_t)js->o.memory_bytes, "threads",
-                              js->o.threads, "backend", "cpu", "links", links);
+                              b, "unit_optim_s", os, "memory_bytes",
+                              (json_int_t)js->o.memory_bytes, "threads", js->o.threads, "backend",
+                              "cpu", "links", links);
         json_t *cp = json_pack("{s:s, s:f, s:f}", "name", pool.name, "pool_cpus",
                                pool.pool_cpus, "cpus", pool.cpus);
         if (pool.net_ns[0])
             json_object_set_new(cp, "net_ns", json_string(pool.net_ns));
         json_object_set_new(r, "cpu_pool", cp);
+        if (units_only)
+            json_object_set_new(r, "round", json_string("units"));
         *result = json_dumps(r, JSON_COMPACT);
         json_decref(r);
     }
@@ -358,6 +375,7 @@ static void *side_main(void *arg)
     dev_jobs *js = s->js;
     sl_err err = {0};
     char *result = NULL;
+    const char *round = strrchr(s->key, '/') + 1; /* the key ends with the profile's round */
     int rc = !strcmp(s->t.kind, "check") ? do_check(js, &s->t, &result, &err)
                                           : do_profile(js, &s->t, &result, &err);
     rpc_channel *ch = channel(js, &err);
@@ -367,6 +385,8 @@ static void *side_main(void *arg)
     }
     if (rc)
         sl_log_warn("device: task refused", "job=%s kind=%s reason=\"%s\"", s->t.job, s->t.kind, err.msg);
+    else if (*round)
+        sl_log_info("device: task done", "job=%s kind=%s round=%s", s->t.job, s->t.kind, round);
     else
         sl_log_info("device: task done", "job=%s kind=%s", s->t.job, s->t.kind);
     free(result);
@@ -1276,8 +1296,17 @@ static void reap(dev_jobs *js)
 
 static void start_side(dev_jobs *js, const dev_task *t)
 {
-    char key[64]; /* a device joining during the job profiles again, in that epoch */
-    snprintf(key, sizeof key, "%s/%s/%u", t->job, t->kind, t->epoch);
+    /* a device joining during the job profiles again, in that epoch; the
+     * rounds of a profile are tasks of their own */
+    char key[64];
+    const char *round = "";
+    json_error_t je;
+    json_t *spec = !strcmp(t->kind, "profile") && t->spec ? json_loads(t->spec, 0, &je) : NULL;
+    const char *r = json_string_value(json_object_get(spec, "round"));
+    if (r && (!strcmp(r, "links") || !strcmp(r, "units")))
+        round = r;
+    snprintf(key, sizeof key, "%s/%s/%u/%s", t->job, t->kind, t->epoch, round);
+    json_decref(spec);
     for (side_job *s = js->side; s; s = s->next)
         if (!strcmp(s->key, key))
             return; /* in progress or done */
