@@ -98,7 +98,9 @@ static const char *token_secret(const char *site, char *out)
     return out;
 }
 
-static void heartbeat(const char *id, const char *dataset)
+/* A heartbeat of device `id` (serving `dataset` if not NULL); the reply with
+ * its tasks. */
+static Skyloom__V1__HeartbeatResponse *heartbeat_reply(const char *id, const char *dataset)
 {
     Skyloom__V1__HeartbeatRequest q = SKYLOOM__V1__HEARTBEAT_REQUEST__INIT;
     uint8_t key[32];
@@ -116,7 +118,12 @@ static void heartbeat(const char *id, const char *dataset)
     void *r = NULL;
     CHECKF(call(coord_handle_heartbeat, id, &q, &skyloom__v1__heartbeat_response__descriptor, &r,
                 &st) == RPC_OK, "%s", st.details);
-    rpc_unpacked_free(r);
+    return r;
+}
+
+static void heartbeat(const char *id, const char *dataset)
+{
+    rpc_unpacked_free(heartbeat_reply(id, dataset));
 }
 
 static void report_task(const char *dev, const char *job, const char *kind, const char *result)
@@ -144,6 +151,46 @@ static int wait_state(const char *id, const char *want)
         usleep(20 * 1000);
     }
     return 0;
+}
+
+/* Submits a 4-step job on devices a (data owner of `dataset`) and b into
+ * job[32]; a checks it: the job is then profiling. */
+static void submit_checked(const char *a, const char *b, const char *dataset, char *job)
+{
+    Skyloom__V1__SubmitJobRequest sq = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
+    char data[96], opts[256];
+    snprintf(data, sizeof data, "%s:%s", a, dataset);
+    snprintf(opts, sizeof opts, "{\"steps\": 4, \"batch\": 4, \"micro_batches\": 2, \"algo\": \"even\","
+             " \"u_shape\": false, \"devices\": [\"%s\", \"%s\"], \"checkpoint_every\": 0}", a, b);
+    sq.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
+                " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
+    sq.data = data;
+    sq.options = opts;
+    Skyloom__V1__SubmitJobResponse *sr = NULL;
+    rpc_status st;
+    CHECKF(call(coord_handle_submit_job, CERT_ADMIN_CN, &sq, &skyloom__v1__submit_job_response__descriptor,
+                (void **)&sr, &st) == RPC_OK, "%s", st.details);
+    if (sr)
+        snprintf(job, 32, "%s", sr->job_id);
+    rpc_unpacked_free(sr);
+    heartbeat(a, dataset); /* online when the job looks for candidates */
+    heartbeat(b, NULL);
+    report_task(a, job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
+    CHECK(wait_state(job, "profiling"));
+}
+
+/* Both devices report their units (a profile of round `round`, or whole
+ * with NULL): the job is then planned and running. */
+static void profiled(const char *a, const char *b, const char *job, const char *round)
+{
+    char prof[512];
+    snprintf(prof, sizeof prof, "{%s%s%s\"unit_fwd_s\": [0.001, 0.002, 0.002, 0.001], "
+             "\"unit_bwd_s\": [0.002, 0.004, 0.004, 0.002], \"memory_bytes\": 1000000000,"
+             " \"threads\": 2, \"backend\": \"cpu\", \"links\": []}", round ? "\"round\": \"" : "",
+             round ? round : "", round ? "\", " : "");
+    report_task(a, job, "profile", prof);
+    report_task(b, job, "profile", prof);
+    CHECK(wait_state(job, "running"));
 }
 
 typedef struct seg {
@@ -417,31 +464,8 @@ static void test_observe(void)
     heartbeat(b, NULL);
 
     /* a job: checked by a, profiled by both, planned on both (a first) */
-    Skyloom__V1__SubmitJobRequest sq = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
-    char data[64], opts[256];
-    snprintf(data, sizeof data, "%s:wiki", a);
-    snprintf(opts, sizeof opts, "{\"steps\": 4, \"batch\": 4, \"micro_batches\": 2, \"algo\": \"even\","
-             " \"u_shape\": false, \"devices\": [\"%s\", \"%s\"], \"checkpoint_every\": 0}", a, b);
-    sq.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
-                " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
-    sq.data = data;
-    sq.options = opts;
-    Skyloom__V1__SubmitJobResponse *sr = NULL;
-    CHECKF(call(coord_handle_submit_job, CERT_ADMIN_CN, &sq, &skyloom__v1__submit_job_response__descriptor,
-                (void **)&sr, &st) == RPC_OK, "%s", st.details);
-    if (sr)
-        snprintf(job, sizeof job, "%s", sr->job_id);
-    rpc_unpacked_free(sr);
-    heartbeat(a, "wiki"); /* online when the job looks for candidates */
-    heartbeat(b, NULL);
-    report_task(a, job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
-    CHECK(wait_state(job, "profiling"));
-    const char *prof = "{\"unit_fwd_s\": [0.001, 0.002, 0.002, 0.001], \"unit_bwd_s\": [0.002, 0.004,"
-                       " 0.004, 0.002], \"memory_bytes\": 1000000000, \"threads\": 2, \"backend\": "
-                       "\"cpu\", \"links\": []}";
-    report_task(a, job, "profile", prof);
-    report_task(b, job, "profile", prof);
-    CHECK(wait_state(job, "running"));
+    submit_checked(a, b, "wiki", job);
+    profiled(a, b, job, NULL);
     coord_snapshot s;
     CHECK(coord_jobs_snapshot(C->jobs, job, &s) == 0 && s.job[0].p == 2 && s.job[0].plan);
     int epoch = s.job[0].epoch;
@@ -626,22 +650,7 @@ static void test_escaping(void)
  * "units", "both" (no round), or NULL (none). */
 static const char *profile_round(const char *dev, const char *dataset, const char *job)
 {
-    Skyloom__V1__HeartbeatRequest q = SKYLOOM__V1__HEARTBEAT_REQUEST__INIT;
-    uint8_t key[32];
-    memset(key, dev[1], sizeof key);
-    char *ds[1] = {(char *)dataset};
-    q.device_id = (char *)dev;
-    q.seq = 1;
-    q.stage_address = "127.0.0.1:9";
-    q.datasets = ds;
-    q.n_datasets = dataset ? 1 : 0;
-    q.link_public_key.data = key;
-    q.link_public_key.len = 32;
-    q.threads = 2;
-    rpc_status st;
-    Skyloom__V1__HeartbeatResponse *r = NULL;
-    CHECKF(call(coord_handle_heartbeat, dev, &q, &skyloom__v1__heartbeat_response__descriptor,
-                (void **)&r, &st) == RPC_OK, "%s", st.details);
+    Skyloom__V1__HeartbeatResponse *r = heartbeat_reply(dev, dataset);
     static char out[16];
     const char *got = NULL;
     for (size_t i = 0; r && i < r->n_tasks; i++)
@@ -667,24 +676,8 @@ static void test_profile_rounds(void)
     CHECK(enroll(tu_path(root, "rb.key"), "lab-b", token_secret("lab-b", sec), b) == RPC_OK);
     heartbeat(a, "books");
     heartbeat(b, NULL);
-    Skyloom__V1__SubmitJobRequest sq = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
-    char data[64], opts[256];
-    snprintf(data, sizeof data, "%s:books", a);
-    snprintf(opts, sizeof opts, "{\"steps\": 4, \"batch\": 4, \"micro_batches\": 2, \"algo\": \"even\","
-             " \"u_shape\": false, \"devices\": [\"%s\", \"%s\"], \"checkpoint_every\": 0}", a, b);
-    sq.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
-                " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
-    sq.data = data;
-    sq.options = opts;
-    Skyloom__V1__SubmitJobResponse *sr = NULL;
+    submit_checked(a, b, "books", job);
     rpc_status st;
-    CHECKF(call(coord_handle_submit_job, CERT_ADMIN_CN, &sq, &skyloom__v1__submit_job_response__descriptor,
-                (void **)&sr, &st) == RPC_OK, "%s", st.details);
-    if (sr)
-        snprintf(job, sizeof job, "%s", sr->job_id);
-    rpc_unpacked_free(sr);
-    report_task(a, job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
-    CHECK(wait_state(job, "profiling"));
     const char *ra = profile_round(a, "books", job), *rb = profile_round(b, NULL, job);
     CHECKF(ra && !strcmp(ra, "links"), "a is asked for %s", ra ? ra : "nothing");
     CHECKF(rb && !strcmp(rb, "links"), "b is asked for %s", rb ? rb : "nothing");
@@ -711,12 +704,7 @@ static void test_profile_rounds(void)
     }
     CHECKF(ra && rb && !strcmp(ra, "units") && !strcmp(rb, "units"), "asked for %s and %s",
            ra ? ra : "nothing", rb ? rb : "nothing");
-    const char *prof = "{\"round\": \"units\", \"unit_fwd_s\": [0.001, 0.002, 0.002, 0.001], "
-                       "\"unit_bwd_s\": [0.002, 0.004, 0.004, 0.002], \"memory_bytes\": 1000000000,"
-                       " \"threads\": 2, \"backend\": \"cpu\", \"links\": []}";
-    report_task(a, job, "profile", prof);
-    report_task(b, job, "profile", prof);
-    CHECK(wait_state(job, "running"));
+    profiled(a, b, job, "units");
     Skyloom__V1__GetJobRequest gq = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
     gq.job_id = job;
     Skyloom__V1__JobInfo *ji = NULL;
