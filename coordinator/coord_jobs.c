@@ -47,8 +47,8 @@
 #define JOB_ID_LEN 18        /* "j" + 16 hex + NUL */
 #define ACC_STEPS 32         /* steps whose reports may be in flight at once */
 #define MAX_FILE (64ull << 30)
-#define PROFILE_WAIT_S 60    /* candidates that have not reported by then are left out */
-#define LINKS_WAIT_S 30      /* the units are timed after every link was measured, or this long */
+#define LINKS_WAIT_S 60      /* profiling: the units are timed once every link was measured, or after this */
+#define PROFILE_WAIT_S 60    /* then candidates that have not reported their units by this are left out */
 #define CHECK_WAIT_S 120     /* the data owner must answer the check by then */
 #define ENDED_TASK_S 600     /* how long devices are told to stop an ended job */
 #define MAX_JOBS 4096
@@ -122,6 +122,7 @@ typedef struct cjob {
     double loss, tokens_s;
     int64_t created, started, ended;
     int profile_round;        /* profiling: 1 the links, 2 the units (PROFILE_*) */
+    int64_t round_started;    /* when that round began */
     int ncand;
     cand *cand;
     stage_rep *acc;           /* [ACC_STEPS][p] */
@@ -1440,6 +1441,7 @@ static void start_profiling(coord_jobs *j, cjob *jb)
         }
     jb->started = now;
     jb->profile_round = PROFILE_LINKS;
+    jb->round_started = now;
     set_state(j, jb, "profiling", NULL);
 }
 
@@ -2398,13 +2400,15 @@ static int engine_pass(coord_jobs *j)
                 links_left += !jb->cand[k].result && !jb->cand[k].links;
             }
             if (jb->profile_round == PROFILE_LINKS &&
-                (links_left == 0 || now - jb->started > LINKS_WAIT_S)) {
+                (links_left == 0 || now - jb->round_started > LINKS_WAIT_S)) {
                 jb->profile_round = PROFILE_UNITS;
+                jb->round_started = now;
                 if (links_left)
                     sl_log_warn("coordinator: timing units before every link was measured",
                                 "job=%s unmeasured=%d wait_s=%d", jb->id, links_left, LINKS_WAIT_S);
             }
-            if (left == 0 || now - jb->started > PROFILE_WAIT_S) {
+            if (left == 0 || (jb->profile_round == PROFILE_UNITS &&
+                              now - jb->round_started > PROFILE_WAIT_S)) {
                 engine_plan(j, jb, PLAN_FIRST);
                 return 1;
             }
