@@ -218,8 +218,6 @@ static dev_micro micro_of(const dev_pipe *pp, const dev_batch *b, int j, int slo
     return mb;
 }
 
-static double since(double t0) { return sl_now_s() - t0; }
-
 /* Takes the device's compute lock (if shared); the wait is time this stage
  * is idle, not computing: *t0 restarts after it. */
 static void compute_begin(dev_pipe *pp, double *t0)
@@ -251,15 +249,17 @@ static int step_labels(dev_pipe *pp, const dev_batch *b, int *total, sl_err *err
             double t0 = sl_now_s();
             if (pp->port->ops->send_labels(pp->port, b->labels, N, *total, err))
                 return -1;
-            pp->t.send_s += since(t0);
-            seg_add(pp, DEV_SEG_SEND_LABELS, -1, t0, sl_now_s());
+            double t1 = sl_now_s();
+            pp->t.send_s += t1 - t0;
+            seg_add(pp, DEV_SEG_SEND_LABELS, -1, t0, t1);
         }
     } else if (pp->last) {
         double t0 = sl_now_s();
         if (pp->port->ops->recv_labels(pp->port, pp->labels, N, total, err))
             return -1;
-        pp->t.recv_s += since(t0);
-        seg_add(pp, DEV_SEG_RECV_LABELS, -1, t0, sl_now_s());
+        double t1 = sl_now_s();
+        pp->t.recv_s += t1 - t0;
+        seg_add(pp, DEV_SEG_RECV_LABELS, -1, t0, t1);
     }
     return 0;
 }
@@ -283,7 +283,6 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
         case BAL_OP_RECV_ACT:
             rc = port->ops->recv_act(port, j, pp->in, pp->nact, pp->valid + (size_t)slot * pp->nmask,
                                      pp->nmask, &seq0, err);
-            pp->t.recv_s += since(t0);
             break;
         case BAL_OP_FWD: {
             pp->mb[slot] = micro_of(pp, b, j, slot, seq0, step, scale, train);
@@ -294,32 +293,33 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
             compute_end(pp);
             *loss += l;
             *masked += n;
-            pp->t.fwd_s += since(t0);
             break;
         }
         case BAL_OP_SEND_ACT:
             rc = port->ops->send_act(port, j, pp->out, pp->nact, pp->mb[slot].valid, pp->nmask,
                                      pp->mb[slot].seq0, err);
-            pp->t.send_s += since(t0);
             break;
         case BAL_OP_RECV_GRAD:
             rc = port->ops->recv_grad(port, j, pp->gin, pp->nact, err);
-            pp->t.recv_s += since(t0);
             break;
         case BAL_OP_BWD:
             compute_begin(pp, &t0);
             rc = dev_stage_backward(pp->st, slot, &pp->mb[slot], pp->gin, pp->gout, err);
             compute_end(pp);
-            pp->t.bwd_s += since(t0);
             break;
         case BAL_OP_SEND_GRAD:
             rc = port->ops->send_grad(port, j, pp->gout, pp->nact, err);
-            pp->t.send_s += since(t0);
             break;
         }
+        /* one clock read for the op's time and its segment: they add up alike */
+        double t1 = sl_now_s();
+        double *acc = op->kind == BAL_OP_FWD ? &pp->t.fwd_s : op->kind == BAL_OP_BWD ? &pp->t.bwd_s
+                      : op->kind == BAL_OP_RECV_ACT || op->kind == BAL_OP_RECV_GRAD ? &pp->t.recv_s
+                                                                                   : &pp->t.send_s;
+        *acc += t1 - t0;
         if (rc)
             return sl_err_wrap(err, "stage %d, micro-batch %d", pp->c.index, j);
-        seg_add(pp, op->kind, j, t0, sl_now_s());
+        seg_add(pp, op->kind, j, t0, t1);
     }
     return 0;
 }
@@ -402,9 +402,10 @@ int dev_pipe_grads(dev_pipe *pp, const dev_batch *b, uint64_t step, dev_step_inf
     info->loss = total_all > 0 ? loss_all / total_all : 0.0;
     info->grad_norm = sqrt(sumsq);
     info->lr = 0;
-    pp->t.finish_s += since(t0);
-    pp->t.step_s = since(t_step);
-    seg_add(pp, DEV_SEG_SYNC, -1, t0, sl_now_s());
+    double t1 = sl_now_s();
+    pp->t.finish_s += t1 - t0;
+    pp->t.step_s = t1 - t_step;
+    seg_add(pp, DEV_SEG_SYNC, -1, t0, t1);
     return 0;
 }
 
@@ -425,9 +426,10 @@ int dev_pipe_step(dev_pipe *pp, const dev_batch *b, const dev_optim *o, dev_step
         sl_err_wrap(err, "stage %d", pp->c.index);
         return fail(pp, err);
     }
-    pp->t.finish_s += since(t0);
-    pp->t.step_s = since(t_step);
-    seg_add(pp, DEV_SEG_OPTIM, -1, t0, sl_now_s());
+    double t1 = sl_now_s();
+    pp->t.finish_s += t1 - t0;
+    pp->t.step_s = t1 - t_step;
+    seg_add(pp, DEV_SEG_OPTIM, -1, t0, t1);
     return 0;
 }
 
