@@ -47,8 +47,8 @@
 #define JOB_ID_LEN 18        /* "j" + 16 hex + NUL */
 #define ACC_STEPS 32         /* steps whose reports may be in flight at once */
 #define MAX_FILE (64ull << 30)
-#define LINKS_WAIT_S 60      /* profiling: the units are timed once every link was measured, or after this */
-#define PROFILE_WAIT_S 60    /* then candidates that have not reported their units by this are left out */
+#define LINKS_WAIT_S 60      /* profiling: the units are asked for once every link is measured, or then */
+#define PROFILE_WAIT_S 60    /* candidates whose units are not in this long after are left out */
 #define CHECK_WAIT_S 120     /* the data owner must answer the check by then */
 #define ENDED_TASK_S 600     /* how long devices are told to stop an ended job */
 #define MAX_JOBS 4096

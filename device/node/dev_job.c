@@ -195,10 +195,11 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
 /* A link's round trip and bandwidth to a peer, as the link can carry them.
  * Every candidate measures its links at the same time, and a peer may be
  * busy (training, when this device joins a running job), so each sample
- * can only come out slower than the link: the RTT is the fastest of several 64-byte pings, and the bandwidth
- * comes from the fastest of several payload pings (the payload goes there
- * and back: 2 x bytes in their time less the RTT). Two untimed payload pings
- * first grow the connection's windows (TCP's and HTTP/2's). The payload
+ * can only come out slower than the link: the RTT is the fastest of
+ * several 64-byte pings, and the bandwidth comes from the fastest of
+ * several payload pings (the payload goes there and back: 2 x bytes in
+ * their time less the RTT). Two untimed payload pings first grow the
+ * connection's windows (TCP's and HTTP/2's). The payload
  * starts at `bytes` and doubles (up to PING_MAX) until one ping takes
  * PING_MIN_S, so that fixed costs per call weigh little on fast links. */
 #define PING_MAX (4u << 20)
@@ -308,7 +309,8 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
     }
     if (bytes > PING_MAX)
         bytes = PING_MAX;
-    json_t *links = units_only ? json_array() : profile_links(js, json_object_get(spec, "peers"), bytes);
+    json_t *links = units_only ? json_array()
+                               : profile_links(js, json_object_get(spec, "peers"), bytes);
     if (links_only) {
         json_t *r = json_pack("{s:s, s:O}", "round", "links", "links", links);
         *result = json_dumps(r, JSON_COMPACT);
