@@ -290,10 +290,12 @@ static json_t *profile_links(dev_jobs *js, json_t *peers, size_t bytes)
 }
 
 /* A profile task: the links to the other candidates, the units, or both
- * (spec "round": "links", "units", absent). The coordinator asks for the
- * links of every candidate before the units of any, so that no device
- * computes while the others measure their links to it. */
-static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
+ * (`round` "links", "units" or "": the spec's, as start_side read it). The
+ * coordinator asks for the links of every candidate before the units of
+ * any, so that no device computes while the others measure their links to
+ * it. */
+static int do_profile(dev_jobs *js, const dev_task *t, const char *round, char **result,
+                      sl_err *err)
 {
     json_error_t je;
     json_t *spec = json_loads(t->spec, 0, &je);
@@ -301,8 +303,7 @@ static int do_profile(dev_jobs *js, const dev_task *t, char **result, sl_err *er
     int bm = (int)json_integer_value(json_object_get(spec, "micro_batch"));
     int T = (int)json_integer_value(json_object_get(spec, "seq"));
     size_t bytes = (size_t)json_integer_value(json_object_get(spec, "ping_bytes"));
-    const char *round = json_string_value(json_object_get(spec, "round"));
-    int links_only = round && !strcmp(round, "links"), units_only = round && !strcmp(round, "units");
+    int links_only = !strcmp(round, "links"), units_only = !strcmp(round, "units");
     if (!spec || config_of(json_object_get(spec, "config"), &c, err)) {
         json_decref(spec);
         return -1;
@@ -379,7 +380,7 @@ static void *side_main(void *arg)
     char *result = NULL;
     const char *round = strrchr(s->key, '/') + 1; /* the key ends with the profile's round */
     int rc = !strcmp(s->t.kind, "check") ? do_check(js, &s->t, &result, &err)
-                                          : do_profile(js, &s->t, &result, &err);
+                                          : do_profile(js, &s->t, round, &result, &err);
     rpc_channel *ch = channel(js, &err);
     if (ch) {
         report_task(js, ch, &s->t, rc == 0, rc ? err.msg : NULL, result);
