@@ -121,6 +121,7 @@ typedef struct cjob {
     int steps, step, committed, batch, seq;
     double loss, tokens_s;
     int64_t created, started, ended;
+    int64_t check_since;      /* the data owner's check is waited for from then (submit or restart) */
     int profile_round;        /* profiling: 1 the links, 2 the units (PROFILE_*) */
     int64_t round_started;    /* when that round began */
     int ncand;
@@ -163,6 +164,7 @@ struct coord_jobs {
     coord_state *db;
     char *root;
     coord_uploads *uploads; /* models for --init, until a submit claims them */
+    int64_t settle_ms;      /* until then, devices may still be coming back after a restart */
     coord_obs_count refused[COORD_OBS_NAMES]; /* frames refused by reason, every job */
     int nrefused;
 };
@@ -377,6 +379,10 @@ static int dev_online(const coord_jobs *j, const cdev *d, int64_t now)
     return d->seen && now - d->seen <= 3 * (int64_t)j->c->o.heartbeat_ms / 1000 + 1;
 }
 
+/* A restarted coordinator has seen no device yet: the candidates of a job are
+ * chosen once every device online before it had time to heartbeat again. */
+static int settled(const coord_jobs *j) { return sl_unix_ms() >= j->settle_ms; }
+
 static int oint(const cjob *jb, const char *k) { return (int)json_integer_value(json_object_get(jb->opts, k)); }
 static const char *ostr(const cjob *jb, const char *k) { return json_string_value(json_object_get(jb->opts, k)); }
 
@@ -538,7 +544,7 @@ void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_
         int round = profiling ? jb->profile_round : PROFILE_BOTH;
         if (profile && round == PROFILE_LINKS && jb->cand[k].links)
             profile = 0;
-        if (!strcmp(jb->state, "checking") && !strcmp(jb->owner, device_id)) {
+        if (!strcmp(jb->state, "checking") && !jb->data_info && !strcmp(jb->owner, device_id)) {
             add_task(&l, jb, "check", jb->epoch, check_spec(jb));
         } else if (!strcmp(jb->state, "running") && in_plan(jb, device_id) >= 0) {
             add_task(&l, jb, "run", jb->epoch, NULL);
@@ -701,7 +707,7 @@ static cjob *job_new(coord_jobs *j)
         jb->num = jb->num << 8 | r[i];
     jb->num &= 0x7fffffffffffffffull; /* fits SQLite's integer */
     snprintf(jb->id, sizeof jb->id, "j%016llx", (unsigned long long)jb->num);
-    jb->created = sl_unix_time();
+    jb->created = jb->check_since = sl_unix_time();
     jb->dir = path_of(j->root, jb->id);
     for (int i = 0; i < ACC_STEPS; i++)
         jb->acc_step[i] = -1;
@@ -1468,7 +1474,10 @@ static void report_check(coord_jobs *j, cjob *jb, const Skyloom__V1__ReportTaskR
     json_decref(jb->data_info);
     jb->data_info = info;
     jb->seq = (int)T;
-    start_profiling(j, jb);
+    if (settled(j))
+        start_profiling(j, jb);
+    else
+        pthread_cond_broadcast(&j->cv); /* the engine starts it once settled */
 }
 
 static void report_profile(coord_jobs *j, cjob *jb, const Skyloom__V1__ReportTaskRequest *r)
@@ -2388,7 +2397,10 @@ static int engine_pass(coord_jobs *j)
         cjob *jb = j->job[i];
         if (jb->planning)
             continue;
-        if (!strcmp(jb->state, "checking") && now - jb->created > CHECK_WAIT_S) {
+        if (!strcmp(jb->state, "checking") && jb->data_info && settled(j)) {
+            start_profiling(j, jb);
+        } else if (!strcmp(jb->state, "checking") && !jb->data_info &&
+                   now - jb->check_since > CHECK_WAIT_S) {
             char why[200];
             snprintf(why, sizeof why, "the data owner %s did not check %s within %d s (offline?)",
                      jb->owner, jb->dataset, CHECK_WAIT_S);
@@ -2528,8 +2540,8 @@ static int load_jobs(coord_jobs *j, sl_err *err)
     sqlite3 *db = coord_state_db(j->db);
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db, "SELECT id, num, state, reason, config, options, owner, dataset,"
-                           " data_info, epoch, plan, plan_sig, step, committed_step, loss, created_at"
-                           " FROM jobs ORDER BY created_at", -1, &st, NULL) != SQLITE_OK)
+                           " data_info, epoch, plan, plan_sig, step, committed_step, loss, created_at,"
+                           " updated_at FROM jobs ORDER BY created_at", -1, &st, NULL) != SQLITE_OK)
         return sl_err_set(err, SL_EIO, "sqlite: %s", sqlite3_errmsg(db));
     int rc = 0;
     while (!rc && sqlite3_step(st) == SQLITE_ROW) {
@@ -2551,6 +2563,7 @@ static int load_jobs(coord_jobs *j, sl_err *err)
         jb->committed = sqlite3_column_int(st, 13);
         jb->loss = sqlite3_column_double(st, 14);
         jb->created = sqlite3_column_int64(st, 15);
+        jb->check_since = sl_unix_time();
 #undef TXT
         jb->dir = path_of(j->root, jb->id);
         for (int i = 0; i < ACC_STEPS; i++)
@@ -2570,10 +2583,12 @@ static int load_jobs(coord_jobs *j, sl_err *err)
             memcpy(sig, sqlite3_column_blob(st, 11), (size_t)n);
             rc = adopt_plan(jb, sl_xstrdup(plan), sig, (size_t)n, err);
         }
+        /* checked (its data described) but not planned: profiled again, once
+         * the devices had time to come back */
         if (!*plan && (!strcmp(jb->state, "planning") || !strcmp(jb->state, "profiling")))
-            snprintf(jb->state, sizeof jb->state, "checking"); /* profiled again */
+            snprintf(jb->state, sizeof jb->state, "checking");
         if (job_ended(jb))
-            jb->ended = sqlite3_column_int64(st, 15);
+            jb->ended = sqlite3_column_int64(st, 16);
         j->job = sl_xrealloc(j->job, (size_t)(j->njob + 1) * sizeof *j->job);
         j->job[j->njob++] = jb;
     }
@@ -2599,6 +2614,18 @@ static int load_jobs(coord_jobs *j, sl_err *err)
     return rc;
 }
 
+/* Whether any enrolled device ever heartbeated: a restart, after which the
+ * devices are coming back. */
+static int devices_seen_before(coord_jobs *j)
+{
+    sqlite3_stmt *st = NULL;
+    int seen = sqlite3_prepare_v2(coord_state_db(j->db), "SELECT 1 FROM devices WHERE "
+                                  "last_heartbeat > 0 LIMIT 1", -1, &st, NULL) == SQLITE_OK &&
+               sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    return seen;
+}
+
 coord_jobs *coord_jobs_open(coord *c, sl_err *err)
 {
     coord_jobs *j = sl_xcalloc(1, sizeof *j);
@@ -2617,6 +2644,8 @@ coord_jobs *coord_jobs_open(coord *c, sl_err *err)
     free(up);
     if (bad)
         goto fail;
+    if (devices_seen_before(j))
+        j->settle_ms = sl_unix_ms() + 3 * (int64_t)c->o.heartbeat_ms + 2000;
     if (pthread_create(&j->engine, NULL, engine_main, j)) {
         sl_err_set(err, SL_ENOMEM, "cannot start the job engine");
         goto fail;

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <sodium.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@
 
 static char root[256], pki[512], state[512];
 static coord *C;
+static coord_opts O;
 
 typedef int (*handler_fn)(void *, const rpc_peer *, const uint8_t *, size_t, rpc_buf *, rpc_status *);
 
@@ -138,24 +140,26 @@ static void report_task(const char *dev, const char *job, const char *kind, cons
     CHECKF(call(coord_handle_report_task, dev, &q, NULL, NULL, &st) == RPC_OK, "%s", st.details);
 }
 
-/* A state of job `id` within 15 s. */
-static int wait_state(const char *id, const char *want)
+/* A state of job `id` within `secs`. */
+static int wait_state_for(const char *id, const char *want, double secs)
 {
-    for (double t0 = sl_now_s(); sl_now_s() - t0 < 15;) {
+    for (double t0 = sl_now_s();; usleep(20 * 1000)) {
         coord_snapshot s;
         int rc = coord_jobs_snapshot(C->jobs, id, &s);
         int ok = rc == 0 && !strcmp(s.job[0].state, want);
         coord_snapshot_free(&s);
         if (ok)
             return 1;
-        usleep(20 * 1000);
+        if (sl_now_s() - t0 >= secs)
+            return 0;
     }
-    return 0;
 }
 
+static int wait_state(const char *id, const char *want) { return wait_state_for(id, want, 15); }
+
 /* Submits a 4-step job on devices a (data owner of `dataset`) and b into
- * job[32]; a checks it: the job is then profiling. */
-static void submit_checked(const char *a, const char *b, const char *dataset, char *job)
+ * job[32]. */
+static void submit(const char *a, const char *b, const char *dataset, char *job)
 {
     Skyloom__V1__SubmitJobRequest sq = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
     char data[96], opts[256];
@@ -173,6 +177,12 @@ static void submit_checked(const char *a, const char *b, const char *dataset, ch
     if (sr)
         snprintf(job, 32, "%s", sr->job_id);
     rpc_unpacked_free(sr);
+}
+
+/* submit(), and a checks it: the job is then profiling. */
+static void submit_checked(const char *a, const char *b, const char *dataset, char *job)
+{
+    submit(a, b, dataset, job);
     heartbeat(a, dataset); /* online when the job looks for candidates */
     heartbeat(b, NULL);
     report_task(a, job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
@@ -724,6 +734,93 @@ static void test_profile_rounds(void)
     rpc_unpacked_free(ji);
 }
 
+/* The tasks device `dev` is given for `job` now, as "kind kind ..." */
+static const char *tasks_of(const char *dev, const char *dataset, const char *job)
+{
+    Skyloom__V1__HeartbeatResponse *r = heartbeat_reply(dev, dataset);
+    static char out[128];
+    out[0] = 0;
+    for (size_t i = 0; r && i < r->n_tasks; i++)
+        if (!strcmp(r->tasks[i]->job_id, job))
+            snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
+                     r->tasks[i]->kind);
+    rpc_unpacked_free(r);
+    return out;
+}
+
+/* State `want` of job `id` within 15 s, devices a and b heartbeating. */
+static int wait_state_online(const char *id, const char *want, const char *a, const char *dataset,
+                             const char *b)
+{
+    for (double t0 = sl_now_s(); sl_now_s() - t0 < 15; usleep(100 * 1000)) {
+        heartbeat(a, dataset);
+        heartbeat(b, NULL);
+        if (wait_state_for(id, want, 0))
+            return 1;
+    }
+    return 0;
+}
+
+/* A coordinator restarted before a job's first plan: a job whose data owner
+ * had checked it is profiled again once the devices had time to come back
+ * (not with the first one to heartbeat); a job not checked yet is checked
+ * again, and waited for from the restart, however long ago it was
+ * submitted. */
+static void test_restart_before_plan(void)
+{
+    char sec[CERT_HEX_LEN], a[CERT_ID_LEN], b[CERT_ID_LEN], job[32] = "", job2[32] = "";
+    CHECK(enroll(tu_path(root, "sa.key"), "lab-a", token_secret("lab-a", sec), a) == RPC_OK);
+    CHECK(enroll(tu_path(root, "sb.key"), "lab-b", token_secret("lab-b", sec), b) == RPC_OK);
+    heartbeat(a, "films");
+    heartbeat(b, NULL);
+    submit_checked(a, b, "films", job);
+    char links[256];
+    snprintf(links, sizeof links, "{\"round\": \"links\", \"links\": [{\"peer\": \"%s\", \"rtt_s\": 0.002,"
+             " \"bandwidth_Bps\": 5e8}]}", b);
+    report_task(a, job, "profile", links);
+    submit(a, b, "films", job2);
+    coord_close(C);
+    /* the second submitted long before the restart (more than the check's 120 s) */
+    sqlite3 *db = NULL;
+    char sql[128];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET created_at = created_at - 1000 WHERE id = '%s'", job2);
+    CHECK(sqlite3_open(tu_path(state, "coordinator.db"), &db) == SQLITE_OK &&
+          sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK && sqlite3_changes(db) == 1);
+    sqlite3_close(db);
+    sl_err err = {0};
+    double t0 = sl_now_s();
+    C = coord_open(&O, &err);
+    CHECKF(C, "coord_open: %s", err.msg);
+    if (!C)
+        exit(1);
+    /* a heartbeats first: the checked job does not start profiling with it alone */
+    const char *ta = tasks_of(a, "films", job);
+    CHECKF(!*ta, "a is given \"%s\" for the checked job", ta);
+    ta = tasks_of(a, "films", job2);
+    CHECKF(!strcmp(ta, "check"), "the data owner is given \"%s\", not the check", ta);
+    usleep(1200 * 1000);
+    CHECK(wait_state_for(job, "checking", 0) && wait_state_for(job2, "checking", 0));
+    report_task(a, job2, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
+    CHECK(wait_state_online(job, "profiling", a, "films", b));
+    CHECK(wait_state_online(job2, "profiling", a, "films", b));
+    CHECKF(sl_now_s() - t0 >= 3 * O.heartbeat_ms / 1000.0, "profiling again %.1f s after the restart",
+           sl_now_s() - t0);
+    const char *ra = profile_round(a, "films", job), *rb = profile_round(b, NULL, job);
+    CHECKF(ra && !strcmp(ra, "links") && rb && !strcmp(rb, "links"),
+           "asked for %s and %s after the restart", ra ? ra : "nothing", rb ? rb : "nothing");
+    report_task(a, job, "profile", links);
+    snprintf(links, sizeof links, "{\"round\": \"links\", \"links\": [{\"peer\": \"%s\", \"rtt_s\": 0.002,"
+             " \"bandwidth_Bps\": 5e8}]}", a);
+    report_task(b, job, "profile", links);
+    ra = NULL;
+    for (double t1 = sl_now_s(); sl_now_s() - t1 < 10 && !ra;) {
+        usleep(20 * 1000);
+        ra = profile_round(a, "films", job);
+    }
+    CHECKF(ra && !strcmp(ra, "units"), "a is asked for %s", ra ? ra : "nothing");
+    profiled(a, b, job, "units");
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_WARN);
@@ -732,8 +829,8 @@ int main(void)
     snprintf(state, sizeof state, "%s/state", root);
     rpc_global_init();
     sl_err err = {0};
-    coord_opts o = {.listen = "127.0.0.1:0", .pki = pki, .state = state, .heartbeat_ms = 1000};
-    C = coord_open(&o, &err);
+    O = (coord_opts){.listen = "127.0.0.1:0", .pki = pki, .state = state, .heartbeat_ms = 1000};
+    C = coord_open(&O, &err);
     if (!C) {
         fprintf(stderr, "coord_open: %s\n", err.msg);
         return 1;
@@ -741,6 +838,7 @@ int main(void)
     RUN(test_observe);
     RUN(test_escaping);
     RUN(test_profile_rounds);
+    RUN(test_restart_before_plan);
     coord_close(C);
     rpc_global_shutdown();
     tu_rmtree(root);

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The coordinator's own failures, on loopback (a coordinator and three device
 # processes, codec none):
+#  - SIGKILL of the coordinator while a job is being profiled (one device
+#    stopped, so that the others' links are in and its are not): after the
+#    restart the job is profiled again with every device, the others
+#    reporting what they measured again (not measuring it again), and runs.
 #  - SIGKILL of the coordinator during a job and a restart with the same
 #    --state: the devices retry, the job goes on from the step committed in
 #    SQLite in a new epoch; a half-written upload left in the store is never
@@ -18,7 +22,8 @@ CL=$(mktemp -d /tmp/skyloom-recovery-coord-XXXXXX)
 fail=0
 check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
 REF=
-trap '[ -n "$REF" ] && kill $REF 2>/dev/null && wait $REF; cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
+STOPPED=
+trap '[ -n "$STOPPED" ] && kill -CONT $STOPPED 2>/dev/null; [ -n "$REF" ] && kill $REF 2>/dev/null && wait $REF; cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
 
 command -v prlimit >/dev/null || { echo "FAIL prlimit (util-linux) is needed"; exit 1; }
 d=$CL
@@ -32,13 +37,35 @@ cl_device dev2 lab-b --threads 1 || exit 1
 cl_device dev3 lab-b --threads 1 || exit 1
 cl_wait_online 3 || exit 1
 
+jq_() { cl_jq "$JOB" "$1"; }
+state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
+
+# ---- the coordinator killed while a job is profiled ------------------------------
+links_done() { for n in "$@"; do grep -q "task done job=$JOB kind=profile round=links" "$CL/$n.log" || return 1; done; }
+STOPPED=${CL_PID_OF[dev3]}
+kill -STOP "$STOPPED"
+out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 4 --batch 16 \
+      --micro-batches 4 --algo even --checkpoint-every 0 --no-wait 2>&1)
+JOB=$(grep -o '^j[0-9a-f]*$' <<<"$out")
+[ -n "$JOB" ] || { echo "FAIL submitted: $out"; exit 1; }
+check "dev1 and dev2 measured their links (dev3 stopped)" cl_poll 60 links_done dev1 dev2
+check "the job is profiling, waiting for dev3" state_is profiling
+cl_kill9 coord
+cl_restart coord || exit 1
+kill -CONT "$STOPPED"; STOPPED=
+check "after the restart the job runs" cl_poll 40 state_is running
+check "on every device" test "$(jq_ 'len(set(s["device"] for s in j["plan"]["stages"]))')" = 3
+check "dev1 and dev2 reported their links again, measured once" \
+    bash -c 'for n in dev1 dev2; do [ "$(grep -c "task done job=$0 kind=profile round=links" "$1/$n.log")" = 1 ] &&
+             grep -q "task reported again job=$0 kind=profile round=links" "$1/$n.log" || exit 1; done' "$JOB" "$CL"
+cl_job stop "$JOB" >/dev/null
+check "stopped" cl_poll 30 state_is stopped
+
 # the reference run, meanwhile (it is compared with at the end)
 OMP_WAIT_POLICY=passive "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS \
     --batch 16 --micro-batches 4 --lr 2e-3 --save "$d/ref" >/dev/null 2>&1 &
 REF=$!
 
-jq_() { cl_jq "$JOB" "$1"; }
-state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
 # running in epoch E or later, more than N steps done in it
 progress_in() { cl_progress "$JOB" "$@"; }
 # the committed step as SQLite has it

@@ -85,7 +85,11 @@ typedef struct job_rt {
 typedef struct side_job {  /* a check or profile in progress or done */
     char key[64];
     pthread_t thread;
-    int finished, ok;
+    int finished, joined;
+    int ran, rc;           /* the task ran: its outcome, kept to be reported again */
+    char *result;
+    char reason[sizeof ((sl_err *)0)->msg];
+    int reports;
     struct dev_jobs *js;
     dev_task t;
     struct side_job *next;
@@ -105,8 +109,8 @@ static rpc_channel *channel(dev_jobs *js, sl_err *err) { return dev_agent_channe
 static const char *self(dev_jobs *js) { return dev_agent_id(js->o.agent); }
 static const char *state_dir(dev_jobs *js) { return dev_agent_state_dir(js->o.agent); }
 
-static void report_task(dev_jobs *js, rpc_channel *ch, const dev_task *t, int ok, const char *reason,
-                        const char *result)
+static int report_task(dev_jobs *js, rpc_channel *ch, const dev_task *t, int ok, const char *reason,
+                       const char *result)
 {
     Skyloom__V1__ReportTaskRequest r = SKYLOOM__V1__REPORT_TASK_REQUEST__INIT;
     r.device_id = (char *)self(js);
@@ -124,6 +128,7 @@ static void report_task(dev_jobs *js, rpc_channel *ch, const dev_task *t, int ok
         sl_log_warn("device: report failed", "job=%s kind=%s code=%s reason=\"%s\"", t->job,
                     t->kind, rpc_code_name(code), st.details);
     rpc_unpacked_free(resp);
+    return code;
 }
 
 static const dev_dataset *dataset(dev_jobs *js, const char *name)
@@ -372,30 +377,41 @@ static int do_profile(dev_jobs *js, const dev_task *t, const char *round, char *
     return rc ? -1 : 0;
 }
 
+/* A check or profile runs once; its outcome is reported, and reported again
+ * whenever the coordinator asks for the task again (it asks until a report
+ * arrives: a report that failed, or a coordinator restarted since). */
 static void *side_main(void *arg)
 {
     side_job *s = arg;
     dev_jobs *js = s->js;
     sl_err err = {0};
-    char *result = NULL;
     const char *round = strrchr(s->key, '/') + 1; /* the key ends with the profile's round */
-    int rc = !strcmp(s->t.kind, "check") ? do_check(js, &s->t, &result, &err)
-                                          : do_profile(js, &s->t, round, &result, &err);
+    if (!s->ran) {
+        s->rc = !strcmp(s->t.kind, "check") ? do_check(js, &s->t, &s->result, &err)
+                                            : do_profile(js, &s->t, round, &s->result, &err);
+        snprintf(s->reason, sizeof s->reason, "%s", s->rc ? err.msg : "");
+        s->ran = 1;
+        if (s->rc)
+            sl_log_warn("device: task refused", "job=%s kind=%s reason=\"%s\"", s->t.job,
+                        s->t.kind, s->reason);
+        else
+            sl_log_info("device: task done", "job=%s kind=%s round=%s", s->t.job, s->t.kind,
+                        *round ? round : "-");
+    } else {
+        sl_log_info("device: task reported again", "job=%s kind=%s round=%s report=%d",
+                    s->t.job, s->t.kind, *round ? round : "-", s->reports + 1);
+    }
     rpc_channel *ch = channel(js, &err);
     if (ch) {
-        report_task(js, ch, &s->t, rc == 0, rc ? err.msg : NULL, result);
+        report_task(js, ch, &s->t, s->rc == 0, s->rc ? s->reason : NULL, s->result);
         rpc_channel_destroy(ch);
+    } else {
+        sl_log_warn("device: report failed", "job=%s kind=%s reason=\"%s\"", s->t.job, s->t.kind,
+                    err.msg);
     }
-    if (rc)
-        sl_log_warn("device: task refused", "job=%s kind=%s reason=\"%s\"", s->t.job, s->t.kind, err.msg);
-    else if (*round)
-        sl_log_info("device: task done", "job=%s kind=%s round=%s", s->t.job, s->t.kind, round);
-    else
-        sl_log_info("device: task done", "job=%s kind=%s", s->t.job, s->t.kind);
-    free(result);
     pthread_mutex_lock(&js->mu);
+    s->reports++;
     s->finished = 1;
-    s->ok = ch != NULL;
     pthread_mutex_unlock(&js->mu);
     return NULL;
 }
@@ -1282,19 +1298,13 @@ static void reap(dev_jobs *js)
             pthread_mutex_lock(&js->mu);
             rt->joined = 1;
         }
-    for (side_job **pp = &js->side; *pp;) {
-        side_job *s = *pp;
-        if (s->finished && !s->ok) { /* the report did not go out: let it be asked again */
-            pthread_mutex_unlock(&js->mu);
-            pthread_join(s->thread, NULL);
-            pthread_mutex_lock(&js->mu);
-            *pp = s->next;
-            free(s->t.spec);
-            free(s);
-        } else {
-            pp = &s->next;
-        }
-    }
+}
+
+static void side_free(side_job *s)
+{
+    free(s->t.spec);
+    free(s->result);
+    free(s);
 }
 
 static void start_side(dev_jobs *js, const dev_task *t)
@@ -1310,17 +1320,27 @@ static void start_side(dev_jobs *js, const dev_task *t)
         round = r;
     snprintf(key, sizeof key, "%s/%s/%u/%s", t->job, t->kind, t->epoch, round);
     json_decref(spec);
-    for (side_job *s = js->side; s; s = s->next)
-        if (!strcmp(s->key, key))
-            return; /* in progress or done */
+    for (side_job *s = js->side; s; s = s->next) {
+        if (strcmp(s->key, key))
+            continue;
+        if (!s->finished)
+            return; /* in progress */
+        /* done, and asked for again: its report again, from a thread of its
+         * own (the finished one exits without taking the lock) */
+        if (!s->joined)
+            pthread_join(s->thread, NULL);
+        s->joined = 1;
+        if (pthread_create(&s->thread, NULL, side_main, s) == 0)
+            s->finished = s->joined = 0;
+        return;
+    }
     side_job *s = sl_xcalloc(1, sizeof *s);
     snprintf(s->key, sizeof s->key, "%s", key);
     s->js = js;
     s->t = *t;
     s->t.spec = sl_xstrdup(t->spec ? t->spec : "{}");
     if (pthread_create(&s->thread, NULL, side_main, s)) {
-        free(s->t.spec);
-        free(s);
+        side_free(s);
         return;
     }
     s->next = js->side;
@@ -1444,10 +1464,10 @@ void dev_jobs_stop(dev_jobs *js)
         } else {
             js->side = s->next;
             pthread_mutex_unlock(&js->mu);
-            pthread_join(s->thread, NULL);
+            if (!s->joined)
+                pthread_join(s->thread, NULL);
             pthread_mutex_lock(&js->mu);
-            free(s->t.spec);
-            free(s);
+            side_free(s);
         }
     }
     pthread_mutex_unlock(&js->mu);
