@@ -56,6 +56,7 @@
 #define MAX_STALLS 3         /* recoveries in a row without a new committed step before failing */
 #define STORE_RETRY_S 10     /* a job paused by its checkpoint store tries again after this */
 #define WAIT_RETRY_S 5       /* a job waiting for devices re-plans this often */
+#define LINK_SAMPLES 3       /* device pairs measured per pair of sites */
 
 typedef struct cdev {
     char id[CERT_ID_LEN];
@@ -97,6 +98,7 @@ typedef struct cand {
     char id[CERT_ID_LEN];
     json_t *result;           /* the profile for this job; NULL while one is asked */
     json_t *links;            /* its links, measured in the first round of profiling */
+    int *measure, nmeasure;   /* the candidates whose links it measures in that round */
     int64_t lost_ms;          /* declared lost then (0: not lost) */
     int suspect, reported;    /* named by a failed neighbour; reported a failure (this epoch) */
     int joining;              /* came online during the job: weighed at the next commit */
@@ -347,6 +349,7 @@ static void job_free(cjob *jb)
     for (int i = 0; i < jb->ncand; i++) {
         json_decref(jb->cand[i].result);
         json_decref(jb->cand[i].links);
+        free(jb->cand[i].measure);
     }
     free(jb->cand);
     free(jb->acc);
@@ -507,12 +510,18 @@ static json_t *check_spec(const cjob *jb)
 enum { PROFILE_BOTH = 0, PROFILE_LINKS = 1, PROFILE_UNITS = 2 };
 static const char *const profile_round_name[3] = {NULL, "links", "units"};
 
-static json_t *profile_spec(coord_jobs *j, const cjob *jb, int round)
+/* The task of candidate k. The peers are those it measures its links to:
+ * in the links round those assign_links gave it, with both rounds at once
+ * (a device joining) every other candidate, in the units round none. */
+static json_t *profile_spec(coord_jobs *j, const cjob *jb, int k, int round)
 {
     json_error_t je;
     json_t *cfg = json_loads(jb->config, 0, &je), *peers = json_array();
-    for (int i = 0; i < jb->ncand; i++) {
-        const cdev *d = find_dev(j, jb->cand[i].id);
+    const cand *c = &jb->cand[k];
+    int n = round == PROFILE_LINKS ? c->nmeasure : round == PROFILE_BOTH ? jb->ncand : 0;
+    for (int x = 0; x < n; x++) {
+        int i = round == PROFILE_LINKS ? c->measure[x] : x;
+        const cdev *d = i != k ? find_dev(j, jb->cand[i].id) : NULL;
         if (d)
             json_array_append_new(peers, json_pack("{s:s, s:s}", "id", d->id, "address", d->address));
     }
@@ -556,7 +565,7 @@ void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_
             add_task(&l, jb, "stop", !strcmp(jb->state, "running") ? jb->epoch : jb->epoch + 1, NULL);
         }
         if (profile)
-            add_task(&l, jb, "profile", jb->epoch, profile_spec(j, jb, round));
+            add_task(&l, jb, "profile", jb->epoch, profile_spec(j, jb, k, round));
     }
     pthread_mutex_unlock(&j->mu);
     *tasks = (void **)l.v;
@@ -1426,12 +1435,123 @@ out:
 
 /* ---- what devices report ---------------------------------------------------- */
 
+/* The sites of devices ids[0..n-1], from the registry. */
+typedef struct site_of_ctx {
+    char (*ids)[CERT_ID_LEN];
+    char (*sites)[CERT_SITE_MAX + 1];
+    int n;
+} site_of_ctx;
+
+static int take_site(void *ud, const coord_device *d)
+{
+    site_of_ctx *s = ud;
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->ids[i], d->id))
+            snprintf(s->sites[i], CERT_SITE_MAX + 1, "%s", d->site);
+    return 0;
+}
+
+/* The candidate of the pair of sites (a, b) (a == b: inside site a) that
+ * measures it: the one with the most peers on the other side (up to
+ * LINK_SAMPLES), then the fewest measurements so far; -1 if there is no
+ * pair. */
+static int link_measurer(int n, char (*sites)[CERT_SITE_MAX + 1], const int *load, const char *a,
+                         const char *b)
+{
+    int best = -1, best_peers = 0;
+    for (int i = 0; i < n; i++) {
+        int in_a = !strcmp(sites[i], a), in_b = !strcmp(sites[i], b);
+        if (!in_a && !in_b)
+            continue;
+        const char *other = in_a ? b : a;
+        int peers = 0;
+        for (int q = 0; q < n; q++)
+            peers += q != i && !strcmp(sites[q], other);
+        peers = peers < LINK_SAMPLES ? peers : LINK_SAMPLES;
+        if (peers > best_peers || (peers && peers == best_peers && load[i] < load[best])) {
+            best = i;
+            best_peers = peers;
+        }
+    }
+    return best;
+}
+
+/* Which candidates each candidate measures its links to in the first round
+ * of profiling. The plan takes the median of each pair of sites (a site
+ * with itself included), so for each pair one device measures up to
+ * LINK_SAMPLES devices of the other side, one after another: the round's
+ * length grows with the pairs of sites, not the devices, and no two
+ * measurements share a site-to-site link at once (their shaping is per
+ * pair of sites). Each pair gets as many samples as its sites allow (a
+ * site of one device measures the others), and measurers and peers are
+ * spread: the fewest so far first. Without the sites (the registry unreadable) every candidate
+ * measures every other. */
+static void assign_links(coord_jobs *j, cjob *jb)
+{
+    int n = jb->ncand;
+    char (*ids)[CERT_ID_LEN] = sl_xcalloc((size_t)n + 1, sizeof *ids);
+    char (*sites)[CERT_SITE_MAX + 1] = sl_xcalloc((size_t)n + 1, sizeof *sites);
+    int *load = sl_xcalloc((size_t)n + 1, sizeof *load), *hit = sl_xcalloc((size_t)n + 1, sizeof *hit);
+    for (int i = 0; i < n; i++) {
+        snprintf(ids[i], CERT_ID_LEN, "%s", jb->cand[i].id);
+        jb->cand[i].measure = sl_xcalloc((size_t)n, sizeof *jb->cand[i].measure);
+        jb->cand[i].nmeasure = 0;
+    }
+    site_of_ctx sc = {ids, sites, n};
+    sl_err err = {0};
+    int known = !coord_state_list_devices(j->db, take_site, &sc, &err);
+    for (int i = 0; i < n && known; i++)
+        known = sites[i][0] != 0;
+    if (!known) {
+        sl_log_warn("coordinator: every candidate measures every link", "job=%s reason=\"the "
+                    "devices' sites are unknown: %s\"", jb->id, err.msg[0] ? err.msg : "not enrolled");
+        for (int i = 0; i < n; i++)
+            for (int q = 0; q < n; q++)
+                if (q != i)
+                    jb->cand[i].measure[jb->cand[i].nmeasure++] = q;
+    }
+    for (int a = 0; a < n && known; a++) {
+        int first_a = 1;
+        for (int x = 0; x < a; x++)
+            first_a &= strcmp(sites[x], sites[a]) != 0;
+        for (int b = a; b < n && first_a; b++) {
+            int first_b = b == a || strcmp(sites[a], sites[b]);
+            for (int x = 0; x < b && first_b; x++)
+                first_b = strcmp(sites[x], sites[b]) != 0;
+            int m = first_b ? link_measurer(n, sites, load, sites[a], sites[b]) : -1;
+            if (m < 0)
+                continue;
+            const char *other = !strcmp(sites[m], sites[a]) ? sites[b] : sites[a];
+            for (int k = 0; k < LINK_SAMPLES; k++) {
+                int q = -1;
+                for (int t = 0; t < n; t++) {
+                    int taken = 0;
+                    for (int u = 0; u < jb->cand[m].nmeasure; u++)
+                        taken |= jb->cand[m].measure[u] == t;
+                    if (t != m && !taken && !strcmp(sites[t], other) && (q < 0 || hit[t] < hit[q]))
+                        q = t;
+                }
+                if (q < 0)
+                    break;
+                jb->cand[m].measure[jb->cand[m].nmeasure++] = q;
+                load[m]++;
+                hit[q]++;
+            }
+        }
+    }
+    free(ids);
+    free(sites);
+    free(load);
+    free(hit);
+}
+
 static void start_profiling(coord_jobs *j, cjob *jb)
 {
     int64_t now = sl_unix_time();
     for (int i = 0; i < jb->ncand; i++) {
         json_decref(jb->cand[i].result);
         json_decref(jb->cand[i].links);
+        free(jb->cand[i].measure);
     }
     free(jb->cand);
     jb->cand = NULL;
@@ -1445,6 +1565,7 @@ static void start_profiling(coord_jobs *j, cjob *jb)
                 d->has_key)
                 cand_add(jb, d->id);
         }
+    assign_links(j, jb);
     jb->started = now;
     jb->profile_round = PROFILE_LINKS;
     jb->round_started = now;
@@ -1773,21 +1894,6 @@ int coord_handle_report_step(void *ud, const rpc_peer *peer, const uint8_t *req,
 }
 
 /* ---- planning ----------------------------------------------------------------- */
-
-typedef struct site_of_ctx {
-    char (*ids)[CERT_ID_LEN];
-    char (*sites)[CERT_SITE_MAX + 1];
-    int n;
-} site_of_ctx;
-
-static int take_site(void *ud, const coord_device *d)
-{
-    site_of_ctx *s = ud;
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->ids[i], d->id))
-            snprintf(s->sites[i], CERT_SITE_MAX + 1, "%s", d->site);
-    return 0;
-}
 
 static int cmp_d(const void *a, const void *b)
 {

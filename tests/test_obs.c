@@ -157,15 +157,15 @@ static int wait_state_for(const char *id, const char *want, double secs)
 
 static int wait_state(const char *id, const char *want) { return wait_state_for(id, want, 15); }
 
-/* Submits a 4-step job on devices a (data owner of `dataset`) and b into
- * job[32]. */
-static void submit(const char *a, const char *b, const char *dataset, char *job)
+/* Submits a 4-step job on devices a (data owner of `dataset`) and the
+ * others in `devices` (a JSON array of them all) into job[32]. */
+static void submit_on(const char *a, const char *devices, const char *dataset, char *job)
 {
     Skyloom__V1__SubmitJobRequest sq = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
-    char data[96], opts[256];
+    char data[96], opts[1024];
     snprintf(data, sizeof data, "%s:%s", a, dataset);
     snprintf(opts, sizeof opts, "{\"steps\": 4, \"batch\": 4, \"micro_batches\": 2, \"algo\": \"even\","
-             " \"u_shape\": false, \"devices\": [\"%s\", \"%s\"], \"checkpoint_every\": 0}", a, b);
+             " \"u_shape\": false, \"devices\": %s, \"checkpoint_every\": 0}", devices);
     sq.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
                 " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
     sq.data = data;
@@ -177,6 +177,14 @@ static void submit(const char *a, const char *b, const char *dataset, char *job)
     if (sr)
         snprintf(job, 32, "%s", sr->job_id);
     rpc_unpacked_free(sr);
+}
+
+/* submit_on() devices a and b. */
+static void submit(const char *a, const char *b, const char *dataset, char *job)
+{
+    char devs[96];
+    snprintf(devs, sizeof devs, "[\"%s\", \"%s\"]", a, b);
+    submit_on(a, devs, dataset, job);
 }
 
 /* submit(), and a checks it: the job is then profiling. */
@@ -821,6 +829,83 @@ static void test_restart_before_plan(void)
     profiled(a, b, job, "units");
 }
 
+/* The peers of the links-round task `dev` is given for `job`, into
+ * peers[8] (their count; -1 if no such task). */
+static int links_peers(const char *dev, const char *job, char peers[8][CERT_ID_LEN])
+{
+    Skyloom__V1__HeartbeatResponse *r = heartbeat_reply(dev, NULL);
+    int n = -1;
+    for (size_t i = 0; r && i < r->n_tasks; i++)
+        if (!strcmp(r->tasks[i]->job_id, job) && !strcmp(r->tasks[i]->kind, "profile")) {
+            json_error_t je;
+            json_t *spec = json_loads(r->tasks[i]->spec, 0, &je), *p;
+            size_t k;
+            n = 0;
+            json_array_foreach(json_object_get(spec, "peers"), k, p)
+                if (n < 8)
+                    snprintf(peers[n++], CERT_ID_LEN, "%s",
+                             json_string_value(json_object_get(p, "id")) ?: "");
+            json_decref(spec);
+        }
+    rpc_unpacked_free(r);
+    return n;
+}
+
+/* The links round: each pair of sites (a site with itself included) is
+ * measured by one device, to as many as 3 peers on the other side, every
+ * device pair at most once. */
+static void test_links_assigned(void)
+{
+    enum { N = 7 };
+    static const char *const site[N] = {"lab-a", "lab-a", "lab-a", "lab-b", "lab-b", "lab-b", "lab-c"};
+    char sec[CERT_HEX_LEN], id[N][CERT_ID_LEN], job[32] = "", devs[512] = "[";
+    for (int i = 0; i < N; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "la%d.key", i);
+        CHECK(enroll(tu_path(root, key), site[i], token_secret(site[i], sec), id[i]) == RPC_OK);
+        snprintf(devs + strlen(devs), sizeof devs - strlen(devs), "%s\"%s\"", i ? ", " : "", id[i]);
+    }
+    strcat(devs, "]");
+    for (int i = 0; i < N; i++)
+        heartbeat(id[i], i ? NULL : "maps");
+    submit_on(id[0], devs, "maps", job);
+    for (int i = 0; i < N; i++)
+        heartbeat(id[i], i ? NULL : "maps");
+    report_task(id[0], job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
+    CHECK(wait_state(job, "profiling"));
+    int measured[3][3] = {{0}}, by[3][3], pair[N][N] = {{0}}, most = 0, total = 0;
+    memset(by, -1, sizeof by);
+    for (int i = 0; i < N; i++) {
+        char peers[8][CERT_ID_LEN];
+        int n = links_peers(id[i], job, peers);
+        CHECKF(n >= 0, "device %d is given no links task", i);
+        most = n > most ? n : most;
+        for (int k = 0; k < n; k++) {
+            int q = -1;
+            for (int t = 0; t < N; t++)
+                q = !strcmp(peers[k], id[t]) ? t : q;
+            CHECKF(q >= 0 && q != i, "device %d measures %s", i, peers[k]);
+            if (q < 0 || q == i)
+                continue;
+            int a = site[i][4] - 'a', b = site[q][4] - 'a', lo = a < b ? a : b, hi = a < b ? b : a;
+            CHECKF(by[lo][hi] < 0 || by[lo][hi] == i, "sites %d-%d measured by devices %d and %d",
+                   lo, hi, by[lo][hi], i);
+            by[lo][hi] = i;
+            measured[lo][hi]++;
+            CHECKF(!pair[i][q] && !pair[q][i], "devices %d and %d measured twice", i, q);
+            pair[i][q] = 1;
+            total++;
+        }
+    }
+    /* a-a: 2 peers; b-b: 2; c-c: none; a-b, a-c, b-c: 3 */
+    CHECKF(measured[0][0] == 2 && measured[1][1] == 2 && measured[2][2] == 0 && measured[0][1] == 3 &&
+           measured[0][2] == 3 && measured[1][2] == 3 && total == 13,
+           "measured a-a %d b-b %d c-c %d a-b %d a-c %d b-c %d", measured[0][0], measured[1][1],
+           measured[2][2], measured[0][1], measured[0][2], measured[1][2]);
+    /* lab-c's one device measures both its pairs (6), the others one each */
+    CHECKF(most == 6, "one device measures %d links", most);
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_WARN);
@@ -839,6 +924,7 @@ int main(void)
     RUN(test_escaping);
     RUN(test_profile_rounds);
     RUN(test_restart_before_plan);
+    RUN(test_links_assigned);
     coord_close(C);
     rpc_global_shutdown();
     tu_rmtree(root);
