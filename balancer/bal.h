@@ -187,9 +187,12 @@ typedef struct bal_opts {
     int window;        /* 1F1B: count round trips over runs of stages in the cycle (default 1) */
     int data_owner;    /* device index, -1: none (default). The owner holds unit 0 and the
                         * head as the chain's first and last stage (a U-shaped chain) */
+    int first_device;  /* device index, -1: any (default). A plain chain's first stage (unit
+                        * 0) is on it: a data owner that keeps its tokens but not its labels.
+                        * With data_owner set it must be -1 or the same device */
 } bal_opts;
 
-/* Start from this: every field has its default (data_owner -1). */
+/* Start from this: every field has its default (data_owner and first_device -1). */
 bal_opts bal_opts_default(void);
 
 typedef struct bal_stage {

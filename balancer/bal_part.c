@@ -57,7 +57,8 @@ int bal_schedule_parse(const char *s)
 bal_opts bal_opts_default(void)
 {
     bal_opts o = {.schedule = BAL_1F1B, .micro_batches = 0, .max_micro_batches = 1024,
-                  .target_bubble = 0.10, .window = 1, .data_owner = -1};
+                  .target_bubble = 0.10, .window = 1, .data_owner = -1,
+                  .first_device = -1};
     return o;
 }
 
@@ -766,11 +767,17 @@ int bal_even_cuts(int n_units, int p, int *cuts)
 
 /* even: floor(n/D) units each in the given order, the first n mod D one more.
  * With a data owner: the owner first, the others in the given order, the
- * owner again last (the owner alone if there is no room between). */
-static int even_cuts(const bal_problem *pb, int owner, int *order, int *cuts)
+ * owner again last (the owner alone if there is no room between). With a
+ * first device (first >= 0): it first, the others in the given order. */
+static int even_cuts(const bal_problem *pb, int owner, int first, int *order, int *cuts)
 {
     int n = pb->n_units, p = 0;
-    if (owner >= 0) {
+    if (owner < 0 && first >= 0) {
+        order[p++] = first;
+        for (int d = 0; d < pb->n_dev && p < n; d++)
+            if (d != first)
+                order[p++] = d;
+    } else if (owner >= 0) {
         order[p++] = owner;
         for (int d = 0; d < pb->n_dev && p < n - 1; d++)
             if (d != owner)
@@ -801,9 +808,10 @@ static double sky_load(const bal_problem *pb, int d, int a, int b)
     return f / pb->rate[d];
 }
 
-static int sky_cuts(const bal_problem *pb, int owner, int *order, int *cuts, int m, int schedule)
+static int sky_cuts(const bal_problem *pb, int owner, int first, int *order, int *cuts, int m,
+                    int schedule)
 {
-    int p = even_cuts(pb, owner, order, cuts);
+    int p = even_cuts(pb, owner, first, order, cuts);
     bal_chain c = {.p = p, .order = order, .m = m, .schedule = schedule,
                    .ushaped = owner >= 0 && p >= 3};
     int *k = sl_xmalloc((size_t)p * sizeof(int));
@@ -894,8 +902,8 @@ bal_plan *bal_plan_baseline(const bal_problem *pb, int algo, const bal_opts *o, 
     int p;
     bal_plan *pl = NULL;
     if (algo == BAL_EVEN) {
-        p = even_cuts(pb, owner, order, cuts);
-    } else if ((p = sky_cuts(pb, owner, order, cuts, m0, o->schedule)) < 0) {
+        p = even_cuts(pb, owner, o->first_device, order, cuts);
+    } else if ((p = sky_cuts(pb, owner, o->first_device, order, cuts, m0, o->schedule)) < 0) {
         sl_err_set(err, SL_EINVAL, "sky: memory repair failed: the units do not fit on the "
                    "devices in the given order");
         goto out;
@@ -942,6 +950,15 @@ bal_plan *bal_plan_make(const bal_problem *pb, int algo, const bal_opts *opts, s
                    o.data_owner, bal_problem_n_devices(pb) - 1);
         return NULL;
     }
+    if (o.first_device < -1 || o.first_device >= bal_problem_n_devices(pb) ||
+        (o.data_owner >= 0 && o.first_device >= 0 && o.first_device != o.data_owner)) {
+        sl_err_set(err, SL_EINVAL, "first device %d is not a device (0..%d, or -1 for any)%s",
+                   o.first_device, bal_problem_n_devices(pb) - 1,
+                   o.data_owner >= 0 ? ", or differs from the data owner" : "");
+        return NULL;
+    }
+    if (o.data_owner >= 0)
+        o.first_device = -1; /* a U starts at its owner anyway */
     double t0 = sl_now_s();
     bal_plan *pl;
     if (algo == BAL_EVEN || algo == BAL_SKY)

@@ -230,6 +230,8 @@ bal_plan *bal_replan(const bal_problem *pb, const bal_plan *old, const bal_opts 
     }
     if (u && (p < 3 || order[0] != o.data_owner || order[p - 1] != o.data_owner))
         p = 0; /* the owner no longer at both ends: only the fastest plan's chain */
+    if (!u && o.first_device >= 0 && p > 0 && order[0] != o.first_device)
+        p = 0; /* nor when the old chain does not start at the first device */
     int old_b = u && p >= 3 && p0 >= 3 ? old->stage[p0 - 1].first : 0;
     ladder(&R, order, p, u && p >= 3, old_b);
     ladder(&R, order, p, u && p >= 3, 0);

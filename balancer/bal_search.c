@@ -27,6 +27,8 @@ typedef struct search {
     int m_eval; /* micro-batches for the estimate that ranks candidates */
     int n, D;
     int owner;      /* the data owner (U-shaped chains), or -1 */
+    int first;      /* a plain chain's fixed first device, or -1 */
+    int fixed;      /* the device the search does not move: owner or first, or -1 */
     int pmin, pmax; /* lengths of the part of a chain the search moves */
     double tol; /* relative precision of each placement while searching */
     int evals;
@@ -40,9 +42,10 @@ typedef struct search {
 #define POOL 6
 #define WORK_MAX 20000000LL /* DP cells the climbs may visit: a few hundred ms */
 
-/* The search moves `order`: the whole chain, or a U-shaped chain's middle
+/* The search moves `order`: the whole chain, a U-shaped chain's middle
  * (the owner runs the first and the last stage around it; with no middle,
- * the owner alone). `full` is the chain placed, `cuts` and `extra` its own. */
+ * the owner alone), or what follows a fixed first device. `full` is the
+ * chain placed, `cuts` and `extra` its own. */
 typedef struct chain {
     int *order, *full, *cuts, *extra;
     int p, pf, has_extra;
@@ -84,8 +87,8 @@ static void chain_copy(chain *dst, const chain *src)
 static bal_chain spec(const search *S, chain *c, int m)
 {
     c->pf = 0;
-    if (S->owner >= 0)
-        c->full[c->pf++] = S->owner;
+    if (S->fixed >= 0)
+        c->full[c->pf++] = S->fixed;
     memcpy(c->full + c->pf, c->order, (size_t)c->p * sizeof(int));
     c->pf += c->p;
     if (S->owner >= 0 && c->p > 0)
@@ -282,12 +285,13 @@ static double site_hop(const bal_problem *pb, int a, int b, double bytes, double
     return rt;
 }
 
-/* A U-shaped chain starts and ends at the owner's site `os` (-1: none). */
-static void score_sites(const bal_problem *pb, site_order *so, double bytes, int os)
+/* A chain starts at site `os` (-1: anywhere) and, U-shaped (`ret`), ends
+ * there too. */
+static void score_sites(const bal_problem *pb, site_order *so, double bytes, int os, int ret)
 {
     int ns = pb->n_sites;
     so->worst = so->sum = 0;
-    for (int i = os < 0; i <= ns - (os < 0); i++) {
+    for (int i = os < 0; i <= ns - (os < 0 || !ret); i++) {
         int a = i == 0 ? os : so->s[i - 1], b = i == ns ? os : so->s[i];
         double ser, h = site_hop(pb, a, b, bytes, &ser);
         so->sum += h;
@@ -307,10 +311,10 @@ static int cmp_site_order(const site_order *a, const site_order *b)
 
 /* Keeps the `keep` best orders in best[] (sorted); returns how many. */
 static void offer(site_order *best, int *nb, int keep, const int *s, int ns, const bal_problem *pb,
-                  double bytes, int os)
+                  double bytes, int os, int ret)
 {
     site_order t = {.s = (int *)s};
-    score_sites(pb, &t, bytes, os);
+    score_sites(pb, &t, bytes, os, ret);
     int pos = *nb;
     while (pos > 0 && cmp_site_order(&t, &best[pos - 1]) < 0)
         pos--;
@@ -329,17 +333,17 @@ static void offer(site_order *best, int *nb, int keep, const int *s, int ns, con
 }
 
 static void permute(int *a, int k, int ns, site_order *best, int *nb, int keep,
-                    const bal_problem *pb, double bytes, int os)
+                    const bal_problem *pb, double bytes, int os, int ret)
 {
     if (k == ns) {
-        offer(best, nb, keep, a, ns, pb, bytes, os);
+        offer(best, nb, keep, a, ns, pb, bytes, os, ret);
         return;
     }
     for (int i = k; i < ns; i++) {
         int t = a[k];
         a[k] = a[i];
         a[i] = t;
-        permute(a, k + 1, ns, best, nb, keep, pb, bytes, os);
+        permute(a, k + 1, ns, best, nb, keep, pb, bytes, os, ret);
         a[i] = a[k];
         a[k] = t;
     }
@@ -347,7 +351,7 @@ static void permute(int *a, int k, int ns, site_order *best, int *nb, int keep,
 
 #define SITE_KEEP 24 /* site orders kept: all of them up to 4 sites */
 
-static int site_orders(const bal_problem *pb, site_order *best, int os)
+static int site_orders(const bal_problem *pb, site_order *best, int os, int ret)
 {
     int ns = pb->n_sites, nb = 0;
     double bytes = 0;
@@ -358,7 +362,7 @@ static int site_orders(const bal_problem *pb, site_order *best, int os)
     for (int i = 0; i < ns; i++)
         a[i] = i;
     if (ns <= 7) {
-        permute(a, 0, ns, best, &nb, SITE_KEEP, pb, bytes, os);
+        permute(a, 0, ns, best, &nb, SITE_KEEP, pb, bytes, os, ret);
     } else { /* nearest neighbour from every start */
         unsigned char *used = sl_xmalloc((size_t)ns);
         for (int st = 0; st < ns; st++) {
@@ -379,7 +383,7 @@ static int site_orders(const bal_problem *pb, site_order *best, int os)
                 a[i] = bj;
                 used[bj] = 1;
             }
-            offer(best, &nb, SITE_KEEP, a, ns, pb, bytes, os);
+            offer(best, &nb, SITE_KEEP, a, ns, pb, bytes, os, ret);
         }
         free(used);
     }
@@ -538,8 +542,8 @@ static void local_search_full(search *S, chain *best, int budget)
         memset(in, 0, (size_t)S->D);
         for (int j = 0; j < best->p; j++)
             in[best->order[j]] = 1;
-        if (S->owner >= 0)
-            in[S->owner] = 1;
+        if (S->fixed >= 0)
+            in[S->fixed] = 1;
         for (int i = 0; i < best->p && best->p > S->pmin && !improved && room(S, budget); i++) {
             chain_without(&t, best, i);
             improved = accept(S, &t, best);
@@ -815,16 +819,17 @@ static void judge_chain(judge *J, const bal_chain *c, const int *cuts)
 #define SMALL_SIMS 4000 /* replays for the 1- and 2-device plans; past it, each pair's best cut */
 
 /* Every plan on one device and on two (every cut, textbook 1F1B); with a data
- * owner, the owner alone and the owner around one other device. When there
- * are more than SMALL_SIMS of them, each pair is placed at its best cycle. */
+ * owner, the owner alone and the owner around one other device; with a first
+ * device, those that start with it. When there are more than SMALL_SIMS of
+ * them, each pair is placed at its best cycle. */
 static void small_plans(const search *S, int m, judge *J)
 {
     const bal_problem *pb = S->pb;
-    int n = pb->n_units, D = pb->n_dev, o = S->owner, u = o >= 0;
+    int n = pb->n_units, D = pb->n_dev, o = S->fixed, u = S->owner >= 0;
     int order[3], cuts[4];
     bal_chain c = {.order = order, .m = m, .schedule = S->o->schedule, .window = 1};
     for (int d = 0; d < D; d++) { /* one device */
-        if (u && d != o)
+        if (o >= 0 && d != o)
             continue;
         order[0] = d;
         cuts[0] = 0;
@@ -835,12 +840,13 @@ static void small_plans(const search *S, int m, judge *J)
     if (D < 2 || n < 2 + u)
         return;
     /* two devices a, b around one cut; U-shaped: owner, b, owner around two */
-    long combos = u ? (long)(D - 1) * (n - 1) * (n - 2) / 2 : (long)D * (D - 1) * (n - 1);
+    long combos = u ? (long)(D - 1) * (n - 1) * (n - 2) / 2
+                    : (long)(o >= 0 ? 1 : D) * (D - 1) * (n - 1);
     c.p = 2 + u;
     c.ushaped = u;
     for (int a = 0; a < D; a++)
         for (int b = 0; b < D; b++) {
-            if (a == b || (u && (a != o || b == o)))
+            if (a == b || (o >= 0 && (a != o || b == o)))
                 continue;
             order[0] = a;
             order[1] = b;
@@ -900,7 +906,8 @@ static void fill_candidates(const search *S, const bal_chain *c, double cycle, j
     free(cuts);
 }
 
-/* `optimal` on each site's devices alone (with a data owner, its site), as
+/* `optimal` on each site's devices alone (with a data owner or a first
+ * device, its site), as
  * bal_plan_make would plan bal_problem_subset of them; each plan is offered
  * on the whole problem. */
 static void site_plans(const search *S, int m, judge *J)
@@ -909,21 +916,22 @@ static void site_plans(const search *S, int m, judge *J)
     unsigned char *keep = sl_xmalloc((size_t)pb->n_dev);
     int *map = sl_xmalloc((size_t)pb->n_dev * sizeof(int));
     for (int s = 0; s < pb->n_sites; s++) {
-        if (S->owner >= 0 && pb->site_of[S->owner] != s)
+        if (S->fixed >= 0 && pb->site_of[S->fixed] != s)
             continue;
-        int k = 0, sub_owner = -1;
+        int k = 0, sub_fixed = -1;
         for (int d = 0; d < pb->n_dev; d++) {
             keep[d] = pb->site_of[d] == s;
             if (keep[d]) {
-                if (d == S->owner)
-                    sub_owner = k;
+                if (d == S->fixed)
+                    sub_fixed = k;
                 map[k++] = d;
             }
         }
         bal_problem *sub = bal_problem_subset(pb, keep, NULL);
         bal_opts o = *S->o;
         o.micro_batches = m;
-        o.data_owner = sub_owner;
+        o.data_owner = S->owner >= 0 ? sub_fixed : -1;
+        o.first_device = S->first >= 0 ? sub_fixed : -1;
         bal_plan *sp = sub ? bal_plan_make(sub, BAL_OPTIMAL, &o, NULL) : NULL;
         if (sp) {
             int p = sp->n_stages;
@@ -944,7 +952,9 @@ static void site_plans(const search *S, int m, judge *J)
     free(map);
 }
 
-/* The exact search's chains (bal_exact.c), each placed and climbed from. */
+/* The exact search's chains (bal_exact.c), each placed and climbed from.
+ * It knows no first device: its chains are taken with that device moved to
+ * the front, as starts for the climb. */
 static void exact_candidates(search *S, chain *best, chain *t)
 {
     static const double ladder[] = {0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3};
@@ -955,7 +965,8 @@ static void exact_candidates(search *S, chain *best, chain *t)
         int u = S->owner >= 0;
         t->p = 0;
         for (int j = u; j < ec[i].p - u; j++)
-            t->order[t->p++] = ec[i].order[j];
+            if (ec[i].order[j] != S->first)
+                t->order[t->p++] = ec[i].order[j];
         if (evaluate(S, t) < INFINITY && (best->p < 0 || better(t, best)))
             chain_copy(best, t);
     }
@@ -966,9 +977,10 @@ static void exact_candidates(search *S, chain *best, chain *t)
 bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err)
 {
     int n = pb->n_units, D = pb->n_dev, owner = o->data_owner;
-    search S = {.pb = pb, .o = o, .n = n, .D = D, .tol = 1e-3, .owner = owner,
-                .pmin = owner >= 0 ? 0 : 1, .pmax = owner >= 0 ? n - 2 : n,
-                .work_max = WORK_MAX};
+    int first = owner >= 0 ? -1 : o->first_device, fixed = owner >= 0 ? owner : first;
+    search S = {.pb = pb, .o = o, .n = n, .D = D, .tol = 1e-3, .owner = owner, .first = first,
+                .fixed = fixed, .pmin = fixed >= 0 ? 0 : 1,
+                .pmax = owner >= 0 ? n - 2 : first >= 0 ? n - 1 : n, .work_max = WORK_MAX};
     if (S.pmax < S.pmin)
         S.pmax = S.pmin;
     if (o->micro_batches > 0)
@@ -979,12 +991,12 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     }
     int *byspeed = sl_xmalloc((size_t)D * sizeof(int));
     int *bysite = sl_xmalloc((size_t)D * sizeof(int));
-    int nd = sort_devices(pb, BY_SPEED, owner, byspeed);
-    sort_devices(pb, BY_SITE, owner, bysite);
+    int nd = sort_devices(pb, BY_SPEED, fixed, byspeed);
+    sort_devices(pb, BY_SITE, fixed, bysite);
     site_order so[SITE_KEEP];
     for (int i = 0; i < SITE_KEEP; i++)
         so[i].s = sl_xmalloc((size_t)pb->n_sites * sizeof(int));
-    int nso = site_orders(pb, so, owner >= 0 ? pb->site_of[owner] : -1);
+    int nso = site_orders(pb, so, fixed >= 0 ? pb->site_of[fixed] : -1, owner >= 0);
 
     unsigned char *use = sl_xcalloc((size_t)D, 1);
     chain best, t, var, pool[POOL];
@@ -1035,7 +1047,7 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     }
     if (best.p < 0) { /* nothing fast fits: the devices with the most memory */
         int *bymem = sl_xmalloc((size_t)D * sizeof(int));
-        int nm = sort_devices(pb, BY_MEM, owner, bymem);
+        int nm = sort_devices(pb, BY_MEM, fixed, bymem);
         int km = nm < S.pmax ? nm : S.pmax;
         for (int k = km; k >= S.pmin && best.p < 0; k = k > 64 ? k - k / 16 : k - 1) {
             memset(use, 0, (size_t)D);

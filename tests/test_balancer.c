@@ -616,6 +616,91 @@ static void test_never_beaten_by_smaller(void)
            "than every 1-2 device plan in %d\n", runs, owned, sites, small_wins);
 }
 
+/* A plain chain with a fixed first device (a data owner that keeps its
+ * tokens, not its labels): optimal, even and sky start with it; optimal is
+ * never worse than even, sky or any plan on one or two devices that starts
+ * with it; a first device that is not one, or differs from the data owner,
+ * is refused. */
+static double sim_plan(const bal_plan *pl, int sched)
+{
+    bal_timeline *tl = pl ? bal_simulate(pl, sched, 0, NULL) : NULL;
+    double t = tl ? tl->iteration_s : INFINITY;
+    bal_timeline_free(tl);
+    return t;
+}
+
+static void test_first_device(void)
+{
+    int runs = 0, moved = 0, wins = 0;
+    for (uint64_t seed = 40000; runs < 200 && seed < 41000; seed++) {
+        inst in = make_instance(seed, seed % 4 == 0);
+        if (!in.pb)
+            continue;
+        uint64_t k = 0;
+        bal_opts o = bal_opts_default();
+        o.micro_batches = 1 + (int)(urand(seed, &k) * 16);
+        o.schedule = urand(seed, &k) < 0.2 ? BAL_GPIPE : BAL_1F1B;
+        int f = (int)(urand(seed, &k) * in.D), n = in.n;
+        sl_err err = {0};
+        bal_plan *free_pl = bal_plan_make(in.pb, BAL_OPTIMAL, &o, &err);
+        o.first_device = f;
+        bal_plan *pl = bal_plan_make(in.pb, BAL_OPTIMAL, &o, &err);
+        double t = sim_plan(pl, o.schedule);
+        if (pl) {
+            CHECKF(pl->stage[0].device == f && pl->data_owner < 0, "seed %llu: the plan starts at device %d, not %d", (unsigned long long)seed,
+                   pl->stage[0].device, f);
+            for (int i = 1; i < pl->n_stages; i++)
+                CHECKF(pl->stage[i].device != f, "seed %llu: the first device holds stage %d too",
+                       (unsigned long long)seed, i);
+        }
+        moved += free_pl && free_pl->stage[0].device != f;
+        for (int a = BAL_EVEN; a <= BAL_SKY; a++) {
+            bal_plan *b = bal_plan_make(in.pb, a, &o, NULL);
+            if (b) {
+                CHECKF(b->stage[0].device == f, "seed %llu: %s starts at device %d, not %d",
+                       (unsigned long long)seed, bal_algo_name(a), b->stage[0].device, f);
+                CHECKF(t <= sim_plan(b, o.schedule) * (1 + 1e-12), "seed %llu: optimal %.9g, %s %.9g",
+                       (unsigned long long)seed, t, bal_algo_name(a), sim_plan(b, o.schedule));
+            }
+            bal_plan_free(b);
+        }
+        /* f alone, and f then one other device at every cut */
+        double small = INFINITY;
+        int one[1] = {f}, c1[2] = {0, n};
+        small = fmin(small, sim_chain(in.pb, one, 1, c1, o.micro_batches, o.schedule, 0));
+        for (int b = 0; b < in.D; b++)
+            for (int x = 1; b != f && x < n; x++) {
+                int ord[2] = {f, b}, cuts[3] = {0, x, n};
+                small = fmin(small, sim_chain(in.pb, ord, 2, cuts, o.micro_batches, o.schedule, 0));
+            }
+        CHECKF(t <= small * (1 + 1e-12), "seed %llu: optimal %.9g, a plan on one or two devices "
+               "starting with %d %.9g", (unsigned long long)seed, t, f, small);
+        CHECKF(pl || !(small < INFINITY), "seed %llu: no plan, but one on one or two devices "
+               "fits", (unsigned long long)seed);
+        wins += t < small * 0.999;
+        runs++;
+        bal_plan_free(pl);
+        bal_plan_free(free_pl);
+        bal_problem_free(in.pb);
+    }
+    CHECK(runs == 200 && moved >= 40);
+    printf("  %d instances (the unconstrained plan started elsewhere in %d); optimal strictly "
+           "faster than every 1-2 device plan in %d\n", runs, moved, wins);
+    inst in = make_instance(40000, 0);
+    CHECK(in.pb != NULL);
+    if (!in.pb)
+        return;
+    bal_opts o = bal_opts_default();
+    sl_err err = {0};
+    o.first_device = in.D;
+    CHECKF(!bal_plan_make(in.pb, BAL_OPTIMAL, &o, &err) && strstr(err.msg, "first device"), "%s", err.msg);
+    o.first_device = 1;
+    o.data_owner = 0;
+    CHECKF(!bal_plan_make(in.pb, BAL_OPTIMAL, &o, &err) && strstr(err.msg, "differs from the data owner"),
+           "%s", err.msg);
+    bal_problem_free(in.pb);
+}
+
 /* ---- homogeneous pipelines, free links: closed forms ---- */
 
 static bal_problem *homogeneous(int p, int n, double flops, sl_err *err)
@@ -1782,6 +1867,7 @@ int main(void)
     RUN(test_exact_search_vs_brute_force);
     RUN(test_never_worse_and_memory);
     RUN(test_never_beaten_by_smaller);
+    RUN(test_first_device);
     RUN(test_closed_forms);
     RUN(test_link_in_simulator);
     RUN(test_ushaped_shares_compute);
