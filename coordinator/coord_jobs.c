@@ -510,18 +510,18 @@ static json_t *check_spec(const cjob *jb)
 enum { PROFILE_BOTH = 0, PROFILE_LINKS = 1, PROFILE_UNITS = 2 };
 static const char *const profile_round_name[3] = {NULL, "links", "units"};
 
-/* The task of candidate k. The peers are those it measures its links to:
- * in the links round those assign_links gave it, with both rounds at once
- * (a device joining) every other candidate, in the units round none. */
+/* The task of candidate k. The peers are those it measures its links to
+ * (assign_links, or assign_joiner_links for a device joining, which does
+ * both rounds at once); in the units round none. */
 static json_t *profile_spec(coord_jobs *j, const cjob *jb, int k, int round)
 {
     json_error_t je;
     json_t *cfg = json_loads(jb->config, 0, &je), *peers = json_array();
     const cand *c = &jb->cand[k];
-    int n = round == PROFILE_LINKS ? c->nmeasure : round == PROFILE_BOTH ? jb->ncand : 0;
+    int n = round == PROFILE_UNITS ? 0 : c->nmeasure;
     for (int x = 0; x < n; x++) {
-        int i = round == PROFILE_LINKS ? c->measure[x] : x;
-        const cdev *d = i != k ? find_dev(j, jb->cand[i].id) : NULL;
+        int i = c->measure[x];
+        const cdev *d = i != k && i < jb->ncand ? find_dev(j, jb->cand[i].id) : NULL;
         if (d)
             json_array_append_new(peers, json_pack("{s:s, s:s}", "id", d->id, "address", d->address));
     }
@@ -1486,29 +1486,53 @@ static int link_measurer(int n, char (*sites)[CERT_SITE_MAX + 1], const int *loa
  * site of one device measures the others), and measurers and peers are
  * spread: the fewest so far first. Without the sites (the registry unreadable) every candidate
  * measures every other. */
-static void assign_links(coord_jobs *j, cjob *jb)
+/* The candidates' sites into sites[ncand] (allocated); 0 if one is unknown
+ * (logged: then every candidate measures every other). */
+static int cand_sites(coord_jobs *j, const cjob *jb, char (**sites)[CERT_SITE_MAX + 1])
 {
     int n = jb->ncand;
     char (*ids)[CERT_ID_LEN] = sl_xcalloc((size_t)n + 1, sizeof *ids);
-    char (*sites)[CERT_SITE_MAX + 1] = sl_xcalloc((size_t)n + 1, sizeof *sites);
-    int *load = sl_xcalloc((size_t)n + 1, sizeof *load), *hit = sl_xcalloc((size_t)n + 1, sizeof *hit);
-    for (int i = 0; i < n; i++) {
+    *sites = sl_xcalloc((size_t)n + 1, sizeof **sites);
+    for (int i = 0; i < n; i++)
         snprintf(ids[i], CERT_ID_LEN, "%s", jb->cand[i].id);
-        jb->cand[i].measure = sl_xcalloc((size_t)n, sizeof *jb->cand[i].measure);
-        jb->cand[i].nmeasure = 0;
-    }
-    site_of_ctx sc = {ids, sites, n};
+    site_of_ctx sc = {ids, *sites, n};
     sl_err err = {0};
     int known = !coord_state_list_devices(j->db, take_site, &sc, &err);
     for (int i = 0; i < n && known; i++)
-        known = sites[i][0] != 0;
-    if (!known) {
+        known = (*sites)[i][0] != 0;
+    if (!known)
         sl_log_warn("coordinator: every candidate measures every link", "job=%s reason=\"the "
                     "devices' sites are unknown: %s\"", jb->id, err.msg[0] ? err.msg : "not enrolled");
-        for (int i = 0; i < n; i++)
-            for (int q = 0; q < n; q++)
-                if (q != i)
-                    jb->cand[i].measure[jb->cand[i].nmeasure++] = q;
+    free(ids);
+    return known;
+}
+
+/* Candidate k measures every other candidate. */
+static void measure_all(cjob *jb, int k)
+{
+    cand *c = &jb->cand[k];
+    free(c->measure);
+    c->measure = sl_xcalloc((size_t)jb->ncand + 1, sizeof *c->measure);
+    c->nmeasure = 0;
+    for (int q = 0; q < jb->ncand; q++)
+        if (q != k)
+            c->measure[c->nmeasure++] = q;
+}
+
+static void assign_links(coord_jobs *j, cjob *jb)
+{
+    int n = jb->ncand;
+    char (*sites)[CERT_SITE_MAX + 1] = NULL;
+    int known = cand_sites(j, jb, &sites);
+    int *load = sl_xcalloc((size_t)n + 1, sizeof *load), *hit = sl_xcalloc((size_t)n + 1, sizeof *hit);
+    for (int i = 0; i < n; i++) {
+        if (!known) {
+            measure_all(jb, i);
+            continue;
+        }
+        free(jb->cand[i].measure);
+        jb->cand[i].measure = sl_xcalloc((size_t)n, sizeof *jb->cand[i].measure);
+        jb->cand[i].nmeasure = 0;
     }
     for (int a = 0; a < n && known; a++) {
         int first_a = 1;
@@ -1539,10 +1563,34 @@ static void assign_links(coord_jobs *j, cjob *jb)
             }
         }
     }
-    free(ids);
     free(sites);
     free(load);
     free(hit);
+}
+
+/* A device joining a running job (candidate k) measures up to LINK_SAMPLES
+ * candidates of each site, its own included: the pairs of sites it adds
+ * or joins. */
+static void assign_joiner_links(coord_jobs *j, cjob *jb, int k)
+{
+    char (*sites)[CERT_SITE_MAX + 1] = NULL;
+    if (!cand_sites(j, jb, &sites)) {
+        measure_all(jb, k);
+        free(sites);
+        return;
+    }
+    cand *c = &jb->cand[k];
+    free(c->measure);
+    c->measure = sl_xcalloc((size_t)jb->ncand + 1, sizeof *c->measure);
+    c->nmeasure = 0;
+    for (int q = 0; q < jb->ncand; q++) {
+        int same = 0;
+        for (int u = 0; u < c->nmeasure; u++)
+            same += !strcmp(sites[c->measure[u]], sites[q]);
+        if (q != k && !jb->cand[q].lost_ms && same < LINK_SAMPLES)
+            c->measure[c->nmeasure++] = q;
+    }
+    free(sites);
 }
 
 static void start_profiling(coord_jobs *j, cjob *jb)
@@ -2166,6 +2214,8 @@ static char *plan_job(coord_jobs *j, plan_in *in, uint8_t **sig, size_t *sig_len
     int owner = owner_index(in);
     if (json_is_true(json_object_get(in->opts, "u_shape")))
         bo.data_owner = owner;
+    else
+        bo.first_device = owner; /* its tokens stay home: it holds unit 0 */
     char *text = NULL;
     bal_timeline *tl = NULL;
     bal_plan *pl = owner < 0 ? NULL : bal_plan_make(pb, algo, &bo, err);
@@ -2481,6 +2531,7 @@ static void find_joiners(coord_jobs *j, cjob *jb, int64_t now)
         c->joining = 1;
         job_event(j, jb, "joining", d->id, "%s; profiling it", c->lost_ms ? "back online" : "online");
         c->lost_ms = 0;
+        assign_joiner_links(j, jb, (int)(c - jb->cand));
     }
 }
 

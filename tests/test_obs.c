@@ -158,14 +158,16 @@ static int wait_state_for(const char *id, const char *want, double secs)
 static int wait_state(const char *id, const char *want) { return wait_state_for(id, want, 15); }
 
 /* Submits a 4-step job on devices a (data owner of `dataset`) and the
- * others in `devices` (a JSON array of them all) into job[32]. */
-static void submit_on(const char *a, const char *devices, const char *dataset, char *job)
+ * others in `devices` (a JSON array of them all) into job[32], placed by
+ * `algo`. */
+static void submit_algo(const char *a, const char *devices, const char *dataset, const char *algo,
+                        char *job)
 {
     Skyloom__V1__SubmitJobRequest sq = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
     char data[96], opts[1024];
     snprintf(data, sizeof data, "%s:%s", a, dataset);
-    snprintf(opts, sizeof opts, "{\"steps\": 4, \"batch\": 4, \"micro_batches\": 2, \"algo\": \"even\","
-             " \"u_shape\": false, \"devices\": %s, \"checkpoint_every\": 0}", devices);
+    snprintf(opts, sizeof opts, "{\"steps\": 4, \"batch\": 4, \"micro_batches\": 2, \"algo\": \"%s\","
+             " \"u_shape\": false, \"devices\": %s, \"checkpoint_every\": 0}", algo, devices);
     sq.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
                 " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
     sq.data = data;
@@ -184,7 +186,7 @@ static void submit(const char *a, const char *b, const char *dataset, char *job)
 {
     char devs[96];
     snprintf(devs, sizeof devs, "[\"%s\", \"%s\"]", a, b);
-    submit_on(a, devs, dataset, job);
+    submit_algo(a, devs, dataset, "even", job);
 }
 
 /* submit(), and a checks it: the job is then profiling. */
@@ -853,13 +855,15 @@ static int links_peers(const char *dev, const char *job, char peers[8][CERT_ID_L
 
 /* The links round: each pair of sites (a site with itself included) is
  * measured by one device, to as many as 3 peers on the other side, every
- * device pair at most once. */
+ * device pair at most once; a device joining later measures up to 3 of
+ * each site. */
 static void test_links_assigned(void)
 {
-    enum { N = 7 };
-    static const char *const site[N] = {"lab-a", "lab-a", "lab-a", "lab-b", "lab-b", "lab-b", "lab-c"};
-    char sec[CERT_HEX_LEN], id[N][CERT_ID_LEN], job[32] = "", devs[512] = "[";
-    for (int i = 0; i < N; i++) {
+    enum { N = 8 };
+    static const char *const site[N + 1] = {"lab-a", "lab-a", "lab-a", "lab-b", "lab-b", "lab-b",
+                                            "lab-b", "lab-c", "lab-b"};
+    char sec[CERT_HEX_LEN], id[N + 1][CERT_ID_LEN], job[32] = "", devs[512] = "[";
+    for (int i = 0; i <= N; i++) { /* the last joins the job later */
         char key[32];
         snprintf(key, sizeof key, "la%d.key", i);
         CHECK(enroll(tu_path(root, key), site[i], token_secret(site[i], sec), id[i]) == RPC_OK);
@@ -868,7 +872,7 @@ static void test_links_assigned(void)
     strcat(devs, "]");
     for (int i = 0; i < N; i++)
         heartbeat(id[i], i ? NULL : "maps");
-    submit_on(id[0], devs, "maps", job);
+    submit_algo(id[0], devs, "maps", "optimal", job);
     for (int i = 0; i < N; i++)
         heartbeat(id[i], i ? NULL : "maps");
     report_task(id[0], job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
@@ -897,13 +901,45 @@ static void test_links_assigned(void)
             total++;
         }
     }
-    /* a-a: 2 peers; b-b: 2; c-c: none; a-b, a-c, b-c: 3 */
-    CHECKF(measured[0][0] == 2 && measured[1][1] == 2 && measured[2][2] == 0 && measured[0][1] == 3 &&
-           measured[0][2] == 3 && measured[1][2] == 3 && total == 13,
+    /* a-a: 2 peers; b-b: 3 of 3; c-c: none; a-b, a-c, b-c: 3 */
+    CHECKF(measured[0][0] == 2 && measured[1][1] == 3 && measured[2][2] == 0 && measured[0][1] == 3 &&
+           measured[0][2] == 3 && measured[1][2] == 3 && total == 14,
            "measured a-a %d b-b %d c-c %d a-b %d a-c %d b-c %d", measured[0][0], measured[1][1],
            measured[2][2], measured[0][1], measured[0][2], measured[1][2]);
     /* lab-c's one device measures both its pairs (6), the others one each */
     CHECKF(most == 6, "one device measures %d links", most);
+    /* profiled and planned; a device of lab-b joins: it measures up to 3
+     * devices of each site (lab-a 3, lab-b 3 of 4, lab-c 1) */
+    for (int i = 0; i < N; i++)
+        report_task(id[i], job, "profile", "{\"round\": \"links\", \"links\": []}");
+    char prof[512];
+    snprintf(prof, sizeof prof, "{\"round\": \"units\", \"unit_fwd_s\": [0.001, 0.002, 0.002, 0.001], "
+             "\"unit_bwd_s\": [0.002, 0.004, 0.004, 0.002], \"memory_bytes\": 1000000000,"
+             " \"threads\": 2, \"backend\": \"cpu\", \"links\": []}");
+    for (double t0 = sl_now_s(); sl_now_s() - t0 < 10 && wait_state_for(job, "profiling", 0);) {
+        usleep(50 * 1000);
+        for (int i = 0; i < N; i++)
+            if (profile_round(id[i], i ? NULL : "maps", job))
+                report_task(id[i], job, "profile", prof);
+    }
+    int running = wait_state_online(job, "running", id[0], "maps", id[1]);
+    coord_snapshot snap;
+    if (!running && coord_jobs_snapshot(C->jobs, job, &snap) == 0) {
+        fprintf(stderr, "job %s: %s (%s)\n", job, snap.job[0].state, snap.job[0].reason);
+        coord_snapshot_free(&snap);
+    }
+    CHECK(running);
+    char peers[8][CERT_ID_LEN];
+    int n = -1;
+    for (double t0 = sl_now_s(); sl_now_s() - t0 < 10 && n < 0; usleep(100 * 1000))
+        n = links_peers(id[N], job, peers);
+    int per_site[3] = {0};
+    for (int k = 0; k < n; k++)
+        for (int t = 0; t < N; t++)
+            per_site[site[t][4] - 'a'] += !strcmp(peers[k], id[t]);
+    CHECKF(n == 7 && per_site[0] == 3 && per_site[1] == 3 && per_site[2] == 1,
+           "the joiner measures %d peers: %d, %d and %d at lab-a, lab-b and lab-c", n, per_site[0],
+           per_site[1], per_site[2]);
 }
 
 int main(void)
