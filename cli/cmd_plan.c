@@ -12,7 +12,8 @@
 static const char usage_text[] =
     "usage: skyloom plan --config config.json --seq T --micro-batch B --devices devices.json\n"
     "                    --network network.json [--algo optimal|sky|even] [--micro-batches M]\n"
-    "                    [--schedule 1f1b|gpipe] [--data-owner DEVICE] [--json] [--svg F] [--compare]\n\n"
+    "                    [--schedule 1f1b|gpipe] [--data-owner DEVICE | --first-device DEVICE]\n"
+    "                    [--json] [--svg F] [--compare]\n\n"
     "Places the units of a BERT (embeddings, encoder layers, MLM head) on a chain of\n"
     "devices and replays one training iteration with the pipeline simulator.\n\n"
     "  --config F          BERT config.json (hidden_size, num_hidden_layers, ...)\n"
@@ -25,6 +26,7 @@ static const char usage_text[] =
     "  --schedule S        1f1b (default) or gpipe\n"
     "  --data-owner D      device id that holds the embeddings and the head, as the chain's\n"
     "                      first and last stage (U-shaped: tokens and labels stay on D)\n"
+    "  --first-device D    a plain chain that starts at device D (it holds the embeddings)\n"
     "  --json              print the plan and simulated timeline as JSON\n"
     "  --svg F             write a Gantt chart of the simulated iteration to F\n"
     "  --compare           run even, sky and optimal at the same micro-batch count\n"
@@ -90,7 +92,8 @@ static int write_file(const char *path, const char *text, sl_err *err)
 
 int cmd_plan(int argc, char **argv)
 {
-    const char *config = NULL, *devices = NULL, *network = NULL, *svg = NULL, *owner = NULL;
+    const char *config = NULL, *devices = NULL, *network = NULL, *svg = NULL, *owner = NULL,
+               *first = NULL;
     int seq = 0, batch = 0, json = 0, compare = 0, algo = BAL_OPTIMAL;
     bal_opts o = bal_opts_default();
     sl_err err = {0};
@@ -106,7 +109,8 @@ int cmd_plan(int argc, char **argv)
         else if (!strcmp(a, "--config") || !strcmp(a, "--devices") || !strcmp(a, "--network") ||
                  !strcmp(a, "--svg") || !strcmp(a, "--seq") || !strcmp(a, "--micro-batch") ||
                  !strcmp(a, "--micro-batches") || !strcmp(a, "--algo") ||
-                 !strcmp(a, "--schedule") || !strcmp(a, "--data-owner")) {
+                 !strcmp(a, "--schedule") || !strcmp(a, "--data-owner") ||
+                 !strcmp(a, "--first-device")) {
             if (i + 1 >= argc)
                 return sl_cli_fail("plan", 2, "%s needs a value", a);
             const char *v = argv[++i];
@@ -120,6 +124,8 @@ int cmd_plan(int argc, char **argv)
                 svg = v;
             else if (!strcmp(a, "--data-owner"))
                 owner = v;
+            else if (!strcmp(a, "--first-device"))
+                first = v;
             else if (!strcmp(a, "--seq")) {
                 if (sl_parse_int(a, v, 1, 1000000, &seq, &err))
                     return sl_cli_fail("plan", 2, "%s", err.msg);
@@ -150,6 +156,18 @@ int cmd_plan(int argc, char **argv)
     if (owner && o.data_owner < 0) {
         bal_problem_free(pb);
         return sl_cli_fail("plan", 1, "--data-owner: no device '%s' in %s", owner, devices);
+    }
+    if (owner && first) {
+        bal_problem_free(pb);
+        return sl_cli_fail("plan", 2, "--data-owner and --first-device exclude each other (a U "
+                           "starts at its owner)");
+    }
+    for (int d = 0; first && d < n_dev && o.first_device < 0; d++)
+        if (!strcmp(bal_problem_device(pb, d)->id, first))
+            o.first_device = d;
+    if (first && o.first_device < 0) {
+        bal_problem_free(pb);
+        return sl_cli_fail("plan", 1, "--first-device: no device '%s' in %s", first, devices);
     }
     int algos[3] = {BAL_OPTIMAL, BAL_SKY, BAL_EVEN}, na = compare ? 3 : 1;
     if (!compare)

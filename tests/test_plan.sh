@@ -71,6 +71,15 @@ assert st[0]["first_unit"] == 0 and st[-1]["last_unit"] == p["units"] - 1
 assert len(st) == 1 or len(st) >= 3
 assert len({s["device"] for s in st[1:-1]} | {"us-laptop"}) == len(st) - (len(st) > 1)
 '; check "--data-owner: the owner runs the first and the last stage" test $? -eq 0
+"$sk" plan "${args[@]}" --first-device us-laptop --compare --json | /usr/bin/python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+for a in ("even", "sky", "optimal"):
+    st = p[a]["stages"]
+    assert st[0]["device"] == "us-laptop" and st[0]["first_unit"] == 0, a
+    assert all(s["device"] != "us-laptop" for s in st[1:]) and p[a]["data_owner"] is None, a
+assert p["optimal"]["iteration_s"] <= min(p["even"]["iteration_s"], p["sky"]["iteration_s"])
+'; check "--first-device --compare: every algorithm starts the plain chain there" test $? -eq 0
 "$sk" plan "${args[@]}" --data-owner eu-a100 --compare --json | /usr/bin/python3 -c '
 import json, sys
 p = json.load(sys.stdin)
@@ -98,6 +107,8 @@ expect_fail "unknown schedule" 2 "unknown --schedule" "${args[@]}" --schedule zi
 expect_fail "bad --seq" 2 "--seq must be" "${args[@]}" --seq zero
 expect_fail "unknown option" 2 "unknown option '--frob'" "${args[@]}" --frob
 expect_fail "unknown data owner" 1 "--data-owner: no device 'mars-1'" "${args[@]}" --data-owner mars-1
+expect_fail "unknown first device" 1 "--first-device: no device 'mars-1'" "${args[@]}" --first-device mars-1
+expect_fail "a data owner and a first device" 2 "exclude each other" "${args[@]}" --data-owner eu-a100 --first-device eu-a100
 expect_fail "missing file" 1 "nope.json: No such file" --config "$tmp/nope.json" --seq 128 \
     --micro-batch 8 --devices "$ex/devices.json" --network "$ex/network.json"
 printf '{"devices": [\n  {"id": "a", "memory_gib": 8, "flops": 1e12},\n  {"id": "b", "memory_gib": -1, "flops": 1e12}\n]}\n' >"$tmp/bad.json"
