@@ -2010,6 +2010,36 @@ typedef struct plan_in {
     cdev *dev;
 } plan_in;
 
+/* The pairs of sites (a site with itself where it has two candidates) that
+ * the profiles measured no link between, as "a-b, c-c" into out; the plan
+ * assumes the balancer's defaults for them. */
+static void unmeasured_links(const plan_in *in, char *out, size_t cap)
+{
+    out[0] = 0;
+    double bw, lat;
+    for (int i = 0; i < in->n; i++) {
+        int first_i = 1, count_i = 0;
+        for (int x = 0; x < in->n; x++) {
+            first_i &= x >= i || strcmp(in->sites[x], in->sites[i]) != 0;
+            count_i += !strcmp(in->sites[x], in->sites[i]);
+        }
+        for (int k = i; k < in->n && first_i; k++) {
+            int first_k = 1;
+            for (int x = 0; x < k; x++)
+                first_k &= strcmp(in->sites[x], in->sites[k]) != 0;
+            int same = k == i;
+            if (!(same ? count_i >= 2 : first_k && strcmp(in->sites[i], in->sites[k])))
+                continue;
+            if (!link_median(in->res, in->sites, in->ids, in->n, in->sites[i], in->sites[k], &bw,
+                             &lat)) {
+                size_t o = strlen(out);
+                if (o + 1 < cap)
+                    snprintf(out + o, cap - o, "%s%s-%s", o ? ", " : "", in->sites[i], in->sites[k]);
+            }
+        }
+    }
+}
+
 static void plan_in_free(plan_in *in)
 {
     free(in->config);
@@ -2367,8 +2397,11 @@ static void engine_plan(coord_jobs *j, cjob *jb, int mode)
     size_t sig_len = 0;
     char *text = NULL;
     double t0 = sl_now_s();
+    char unmeasured[512] = "";
     if (!coord_state_list_devices(j->db, take_site, &sc, &err))
         text = plan_job(j, &in, &sig, &sig_len, &err);
+    if (text)
+        unmeasured_links(&in, unmeasured, sizeof unmeasured);
     double dt = sl_now_s() - t0;
     pthread_mutex_lock(&j->mu);
     jb->planning = 0;
@@ -2447,6 +2480,12 @@ static void engine_plan(coord_jobs *j, cjob *jb, int mode)
                       "%.4f s per step, planned in %.3f s", jb->epoch, jb->p, jb->p == 1 ? "" : "s",
                       devs, in.start_step,
                       predicted_of(jb->plan_json), dt);
+        }
+        if (unmeasured[0]) {
+            sl_log_warn("coordinator: links not measured", "job=%s pairs=\"%s\"", jb->id, unmeasured);
+            job_event(j, jb, "links_assumed", "", "no link measured between the sites %s: planned "
+                      "with the defaults (inside a site 10 Gbit/s and 0.1 ms, between sites 1 "
+                      "Gbit/s and 50 ms)", unmeasured);
         }
         set_state(j, jb, "running", NULL);
     }

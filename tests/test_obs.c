@@ -929,6 +929,18 @@ static void test_links_assigned(void)
         coord_snapshot_free(&snap);
     }
     CHECK(running);
+    /* every links report was empty: the plan says which pairs it assumed */
+    Skyloom__V1__GetJobRequest gq = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    gq.job_id = job;
+    Skyloom__V1__JobInfo *ji = NULL;
+    rpc_status st;
+    CHECKF(call(coord_handle_get_job, CERT_ADMIN_CN, &gq, &skyloom__v1__job_info__descriptor,
+                (void **)&ji, &st) == RPC_OK && ji, "%s", st.details);
+    const char *ev = ji ? ji->events : "";
+    CHECKF(strstr(ev, "links_assumed") && strstr(ev, "lab-a-lab-a, lab-a-lab-b, lab-a-lab-c, "
+                                                     "lab-b-lab-b, lab-b-lab-c"),
+           "events: %s", ev);
+    rpc_unpacked_free(ji);
     char peers[8][CERT_ID_LEN];
     int n = -1;
     for (double t0 = sl_now_s(); sl_now_s() - t0 < 10 && n < 0; usleep(100 * 1000))
