@@ -150,24 +150,20 @@ int cmd_plan(int argc, char **argv)
     if (!pb)
         return sl_cli_fail("plan", 1, "%s", err.msg);
     int n_dev = bal_problem_n_devices(pb), rc = 0;
-    for (int d = 0; owner && d < n_dev && o.data_owner < 0; d++)
-        if (!strcmp(bal_problem_device(pb, d)->id, owner))
-            o.data_owner = d;
-    if (owner && o.data_owner < 0) {
-        bal_problem_free(pb);
-        return sl_cli_fail("plan", 1, "--data-owner: no device '%s' in %s", owner, devices);
-    }
     if (owner && first) {
         bal_problem_free(pb);
         return sl_cli_fail("plan", 2, "--data-owner and --first-device exclude each other (a U "
                            "starts at its owner)");
     }
-    for (int d = 0; first && d < n_dev && o.first_device < 0; d++)
-        if (!strcmp(bal_problem_device(pb, d)->id, first))
-            o.first_device = d;
-    if (first && o.first_device < 0) {
+    const char *named = owner ? owner : first;
+    int *slot = owner ? &o.data_owner : &o.first_device;
+    for (int d = 0; named && d < n_dev && *slot < 0; d++)
+        if (!strcmp(bal_problem_device(pb, d)->id, named))
+            *slot = d;
+    if (named && *slot < 0) {
         bal_problem_free(pb);
-        return sl_cli_fail("plan", 1, "--first-device: no device '%s' in %s", first, devices);
+        return sl_cli_fail("plan", 1, "%s: no device '%s' in %s",
+                           owner ? "--data-owner" : "--first-device", named, devices);
     }
     int algos[3] = {BAL_OPTIMAL, BAL_SKY, BAL_EVEN}, na = compare ? 3 : 1;
     if (!compare)

@@ -548,6 +548,16 @@ static double best_small(const bal_problem *pb, int m, int sched, int owner)
     return best;
 }
 
+/* Options with a random micro-batch count (1..16) and schedule (GPipe one
+ * time in five). */
+static bal_opts random_opts(uint64_t seed, uint64_t *k)
+{
+    bal_opts o = bal_opts_default();
+    o.micro_batches = 1 + (int)(urand(seed, k) * 16);
+    o.schedule = urand(seed, k) < 0.2 ? BAL_GPIPE : BAL_1F1B;
+    return o;
+}
+
 /* optimal is never beaten by a smaller plan: any plan on one or two devices
  * (every cut, textbook), or optimal given only one site's devices (the data
  * owner's site when there is one). */
@@ -559,9 +569,7 @@ static void test_never_beaten_by_smaller(void)
         if (!in.pb)
             continue;
         uint64_t k = 0;
-        bal_opts o = bal_opts_default();
-        o.micro_batches = 1 + (int)(urand(seed, &k) * 16);
-        o.schedule = urand(seed, &k) < 0.2 ? BAL_GPIPE : BAL_1F1B;
+        bal_opts o = random_opts(seed, &k);
         if (urand(seed, &k) < 0.35)
             o.data_owner = (int)(urand(seed, &k) * in.D);
         sl_err err = {0};
@@ -637,9 +645,7 @@ static void test_first_device(void)
         if (!in.pb)
             continue;
         uint64_t k = 0;
-        bal_opts o = bal_opts_default();
-        o.micro_batches = 1 + (int)(urand(seed, &k) * 16);
-        o.schedule = urand(seed, &k) < 0.2 ? BAL_GPIPE : BAL_1F1B;
+        bal_opts o = random_opts(seed, &k);
         int f = (int)(urand(seed, &k) * in.D), n = in.n;
         sl_err err = {0};
         bal_plan *free_pl = bal_plan_make(in.pb, BAL_OPTIMAL, &o, &err);
