@@ -547,9 +547,9 @@ void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_
         int profile = k >= 0 && !jb->cand[k].result &&
                       (profiling ||
                        (jb->cand[k].joining && (!strcmp(jb->state, "running") || !strcmp(jb->state, "waiting"))));
-        /* profiling: every candidate measures its links first, and times its
-         * units once all have (so that no device computes while others
-         * measure their links to it); a joiner does both at once */
+        /* profiling: the candidates measure their links first (assign_links),
+         * and time their units once all have (so that no device computes
+         * while others measure their links to it); a joiner does both at once */
         int round = profiling ? jb->profile_round : PROFILE_BOTH;
         if (profile && round == PROFILE_LINKS && jb->cand[k].links)
             profile = 0;

@@ -198,7 +198,7 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
 /* ---- profile ---------------------------------------------------------------- */
 
 /* A link's round trip and bandwidth to a peer, as the link can carry them.
- * Every candidate measures its links at the same time, and a peer may be
+ * Other candidates measure their links at the same time, and a peer may be
  * busy (training, when this device joins a running job), so each sample
  * can only come out slower than the link: the RTT is the fastest of
  * several 64-byte pings, and the bandwidth comes from the fastest of
@@ -267,10 +267,11 @@ static int measure_link(dev_jobs *js, const char *peer, const char *addr, size_t
     return rc;
 }
 
-/* The links to the other candidates: measured before the units, while this
- * device computes nothing. Each device starts with the peer after itself in
- * the list (the list is the same everywhere), so that the candidates do not
- * all measure the same peer at once. */
+/* The links to the peers the coordinator named, one after another: measured
+ * before the units, while this device computes nothing. Where the list has
+ * this device in it (one list for every candidate), it starts with the peer
+ * after itself, so that the candidates do not all measure the same peer at
+ * once. */
 static json_t *profile_links(dev_jobs *js, json_t *peers, size_t bytes)
 {
     json_t *links = json_array();
