@@ -95,6 +95,32 @@ static int call(client *c, const char *method, const void *req, const void *desc
 
 #define UPLOAD_ID_LEN 32
 #define UPLOAD_PIECE (512u << 10) /* under the coordinator's smallest message limit */
+#define UPLOAD_RETRY_S 120        /* a piece is sent again while the coordinator is away this long */
+
+/* One piece; sent again while the coordinator cannot be reached (a
+ * restarted coordinator goes on with the upload, and takes a piece it
+ * already wrote once). */
+static int upload_piece(client *c, const Skyloom__V1__UploadInitRequest *q, sl_err *err)
+{
+    double waited = 0, pause = 0.25;
+    for (;;) {
+        rpc_status st = {0};
+        void *r = NULL;
+        int code = rpc_call_pb(c->ch, RPC_M_UPLOAD_INIT, q,
+                               &skyloom__v1__upload_init_response__descriptor, &r, 60000, &st);
+        rpc_unpacked_free(r);
+        if (code == RPC_OK)
+            return 0;
+        if ((code != RPC_UNAVAILABLE && code != RPC_DEADLINE_EXCEEDED) || waited >= UPLOAD_RETRY_S)
+            return sl_err_set(err, SL_EIO, "%s: %s: %s", c->target, rpc_code_name(code), st.details);
+        if (waited == 0)
+            fprintf(stderr, "skyloom job: %s unavailable (%s); sending the piece again for up to "
+                    "%d s\n", c->target, st.details, UPLOAD_RETRY_S);
+        usleep((useconds_t)(pause * 1e6));
+        waited += pause;
+        pause = pause < 4 ? 2 * pause : 4;
+    }
+}
 
 /* Sends the model at `path` to the coordinator a piece at a time; the
  * upload's id (drawn here) in id, for the submit to name. */
@@ -139,9 +165,7 @@ static int upload_init(client *c, const char *path, char *id, sl_err *err)
             q.blake2b.data = sum;
             q.blake2b.len = sizeof sum;
         }
-        void *r = NULL;
-        rc = call(c, RPC_M_UPLOAD_INIT, &q, &skyloom__v1__upload_init_response__descriptor, &r, err);
-        rpc_unpacked_free(r);
+        rc = upload_piece(c, &q, err);
         if (rc) {
             sl_err_wrap(err, "--init %s: uploading at byte %llu", path, (unsigned long long)(off - n));
             break;

@@ -3,8 +3,11 @@
  * The admin's client draws an id, sends the file in order (each piece where
  * the last ended, so the BLAKE2b-256 is computed as the pieces arrive), and
  * the last piece's size and sum must match. A submit then claims the upload:
- * the file is renamed into the job's directory. Uploads are kept in memory
- * only; a restarted coordinator removes the files it can no longer finish. */
+ * the file is renamed into the job's directory. An upload survives a
+ * coordinator restart: its file is read again (the sum so far), and one whose
+ * last piece checked out has a marker file beside it (ID.done). A piece sent
+ * again after its reply was lost (the same bytes at the same offset) is
+ * taken as already written. */
 #include "coord_upload.h"
 
 #include <dirent.h>
@@ -26,6 +29,7 @@
 #define UP_MAX_FILE (64ull << 30)
 #define UP_ID_LEN 32
 #define UP_SUFFIX ".safetensors"
+#define UP_DONE ".done"
 
 typedef struct upload {
     char id[UP_ID_LEN + 1]; /* "" = a free slot */
@@ -51,20 +55,54 @@ static int id_ok(const char *id)
     return 1;
 }
 
-static char *file_of(const coord_uploads *u, const char *id)
+static char *path_with(const coord_uploads *u, const char *id, const char *suffix)
 {
-    size_t n = strlen(u->dir) + UP_ID_LEN + sizeof UP_SUFFIX + 2;
+    size_t n = strlen(u->dir) + UP_ID_LEN + strlen(suffix) + 2;
     char *p = sl_xmalloc(n);
-    snprintf(p, n, "%s/%s%s", u->dir, id, UP_SUFFIX);
+    snprintf(p, n, "%s/%s%s", u->dir, id, suffix);
     return p;
 }
 
+static char *file_of(const coord_uploads *u, const char *id) { return path_with(u, id, UP_SUFFIX); }
+
 static void drop(coord_uploads *u, upload *x)
 {
-    char *p = file_of(u, x->id);
+    char *p = file_of(u, x->id), *m = path_with(u, x->id, UP_DONE);
     unlink(p);
+    unlink(m);
     free(p);
+    free(m);
     memset(x, 0, sizeof *x);
+}
+
+/* An upload a previous run left: its size and sum so far from the file, done
+ * if its marker is there. 0, or -1 if the file cannot be read. */
+static int readopt(coord_uploads *u, upload *x, const char *id, int64_t now)
+{
+    char *p = file_of(u, id), *m = path_with(u, id, UP_DONE);
+    int fd = open(p, O_RDONLY | O_CLOEXEC), rc = -1;
+    memset(x, 0, sizeof *x);
+    snprintf(x->id, sizeof x->id, "%s", id);
+    crypto_generichash_init(&x->hash, NULL, 0, crypto_generichash_BYTES);
+    if (fd >= 0) {
+        uint8_t *buf = sl_xmalloc(1 << 20);
+        ssize_t k;
+        while ((k = read(fd, buf, 1 << 20)) > 0 || (k < 0 && errno == EINTR))
+            if (k > 0) {
+                crypto_generichash_update(&x->hash, buf, (size_t)k);
+                x->size += (uint64_t)k;
+            }
+        rc = k < 0 ? -1 : 0;
+        free(buf);
+        close(fd);
+    }
+    x->done = rc == 0 && access(m, F_OK) == 0;
+    x->touched = now;
+    free(p);
+    free(m);
+    if (rc)
+        memset(x, 0, sizeof *x);
+    return rc;
 }
 
 coord_uploads *coord_uploads_open(const char *dir, sl_err *err)
@@ -76,15 +114,33 @@ coord_uploads *coord_uploads_open(const char *dir, sl_err *err)
         sl_err_set(err, SL_EIO, "%s: %s", dir, strerror(errno));
         return NULL;
     }
-    for (struct dirent *e; (e = readdir(d));) {
-        size_t n = strlen(e->d_name);
-        if (n == UP_ID_LEN + strlen(UP_SUFFIX) && !strcmp(e->d_name + UP_ID_LEN, UP_SUFFIX))
-            unlinkat(dirfd(d), e->d_name, 0);
-    }
-    closedir(d);
     coord_uploads *u = sl_xcalloc(1, sizeof *u);
     pthread_mutex_init(&u->mu, NULL);
     u->dir = sl_xstrdup(dir);
+    /* what an earlier run left goes on where it was; past the slots, and a
+     * marker without its file, removed */
+    int64_t now = sl_unix_time();
+    int k = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        char id[UP_ID_LEN + 1];
+        snprintf(id, sizeof id, "%.*s", UP_ID_LEN, e->d_name);
+        int file = n == UP_ID_LEN + strlen(UP_SUFFIX) && !strcmp(e->d_name + UP_ID_LEN, UP_SUFFIX);
+        int mark = n == UP_ID_LEN + strlen(UP_DONE) && !strcmp(e->d_name + UP_ID_LEN, UP_DONE);
+        if (mark) {
+            char *p = file_of(u, id);
+            if (!id_ok(id) || access(p, F_OK) != 0)
+                unlinkat(dirfd(d), e->d_name, 0);
+            free(p);
+        } else if (file && (!id_ok(id) || k >= UP_SLOTS || readopt(u, &u->slot[k], id, now))) {
+            upload gone = {0};
+            snprintf(gone.id, sizeof gone.id, "%s", id);
+            drop(u, &gone);
+        } else if (file) {
+            k++;
+        }
+    }
+    closedir(d);
     return u;
 }
 
@@ -141,6 +197,22 @@ static int append(coord_uploads *u, upload *x, const Skyloom__V1__UploadInitRequ
     return code;
 }
 
+/* Whether the piece's bytes are what the file holds there. */
+static int written(coord_uploads *u, const upload *x, const Skyloom__V1__UploadInitRequest *r)
+{
+    char *p = file_of(u, x->id);
+    int fd = open(p, O_RDONLY | O_CLOEXEC), same = 0;
+    free(p);
+    if (fd < 0)
+        return 0;
+    uint8_t *buf = sl_xmalloc(r->data.len);
+    ssize_t k = pread(fd, buf, r->data.len, (off_t)r->offset);
+    same = k == (ssize_t)r->data.len && !memcmp(buf, r->data.data, r->data.len);
+    free(buf);
+    close(fd);
+    return same;
+}
+
 int coord_uploads_piece(coord_uploads *u, const Skyloom__V1__UploadInitRequest *r, rpc_status *st)
 {
     if (!id_ok(r->upload_id))
@@ -163,8 +235,10 @@ int coord_uploads_piece(coord_uploads *u, const Skyloom__V1__UploadInitRequest *
     if (code != RPC_OK) {
     } else if (!x) {
         code = rpc_status_set(st, RPC_FAILED_PRECONDITION,
-                              "upload %s: no such upload (its first piece starts at 0; uploads "
-                              "do not survive a coordinator restart)", r->upload_id);
+                              "upload %s: no such upload (its first piece starts at 0)",
+                              r->upload_id);
+    } else if (r->data.len && r->offset + r->data.len == x->size && written(u, x, r)) {
+        x->touched = now; /* sent again after its reply was lost: already written */
     } else if (x->done) {
         code = rpc_status_set(st, RPC_FAILED_PRECONDITION, "upload %s is complete", r->upload_id);
     } else if (r->offset != x->size) {
@@ -188,7 +262,15 @@ int coord_uploads_piece(coord_uploads *u, const Skyloom__V1__UploadInitRequest *
                 code = rpc_status_set(st, RPC_DATA_LOSS, "upload %s arrived damaged (size or "
                                       "checksum differs); send it again", r->upload_id);
             } else {
-                x->done = 1;
+                char *m = path_with(u, x->id, UP_DONE);
+                sl_err e = {0};
+                if (sl_write_file_atomic(m, "", 0, &e)) {
+                    drop(u, x);
+                    code = rpc_status_set(st, RPC_INTERNAL, "%s", e.msg);
+                } else {
+                    x->done = 1;
+                }
+                free(m);
             }
         }
     }
@@ -206,14 +288,14 @@ int coord_uploads_claim(coord_uploads *u, const char *id, const char *dest, rpc_
     int code = RPC_OK;
     if (!x || !x->done) {
         code = rpc_status_set(st, RPC_FAILED_PRECONDITION,
-                              "upload %s is %s", id, x ? "not complete" : "unknown (uploads do "
-                              "not survive a coordinator restart)");
+                              "upload %s is %s", id, x ? "not complete" : "unknown");
     } else {
         char *p = file_of(u, id);
         if (rename(p, dest))
             code = rpc_status_set(st, RPC_INTERNAL, "%s -> %s: %s", p, dest, strerror(errno));
+        else
+            drop(u, x); /* the marker */
         free(p);
-        drop(u, x);
     }
     pthread_mutex_unlock(&u->mu);
     return code;

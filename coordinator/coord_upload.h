@@ -9,8 +9,8 @@
 
 typedef struct coord_uploads coord_uploads;
 
-/* Uploads live in `dir` (created); what a previous run left there is
- * removed, since no submit can name it any more. */
+/* Uploads live in `dir` (created); what a previous run left there goes on
+ * (up to the slots; the rest is removed). */
 coord_uploads *coord_uploads_open(const char *dir, sl_err *err);
 void coord_uploads_close(coord_uploads *u);
 

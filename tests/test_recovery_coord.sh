@@ -9,6 +9,9 @@
 #    --state: the devices retry, the job goes on from the step committed in
 #    SQLite in a new epoch; a half-written upload left in the store is never
 #    taken for a committed step.
+#  - `job submit --init` while the coordinator is down: the client sends the
+#    piece again until the restarted coordinator takes it, and the job
+#    starts from that model.
 #  - a failing write in the checkpoint store (a file-size limit set on the
 #    running coordinator with prlimit: EFBIG): the step is not committed, the
 #    committed one stays intact and exportable, the job waits and says why,
@@ -137,6 +140,23 @@ check "the model equals skyloom train's, byte for byte" \
 check "the per-step losses equal skyloom train's, one row per step" \
     bash -c '[ "$(tail -n +2 "$0" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | cut -d, -f1,2)" ]' \
     "$d/coord/jobs/$JOB/metrics.csv" "$d/ref/metrics.csv"
+
+# ---- --init while the coordinator is down ---------------------------------------
+INIT="$d/ref/step-$STEPS/model.safetensors"
+cl_kill9 coord
+cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 4 --batch 16 --micro-batches 4 \
+    --algo even --checkpoint-every 0 --init "$INIT" --no-wait > "$d/init.out" 2> "$d/init.err" &
+SUB=$!
+check "the client waits for the coordinator, sending the piece again" \
+    cl_poll 30 grep -q "sending the piece again" "$d/init.err"
+cl_restart coord || exit 1
+wait $SUB; rc=$?
+JOB=$(grep -o '^j[0-9a-f]*$' "$d/init.out")
+check "once it is back the upload goes through and the job is submitted" \
+    bash -c 'test $0 -eq 0 && [ -n "$1" ]' "$rc" "$JOB"
+check "the job starts from the uploaded model, byte for byte" \
+    cmp -s "$INIT" "$d/coord/jobs/$JOB/ckpt/step-0/model.safetensors"
+[ -n "$JOB" ] && cl_job stop "$JOB" >/dev/null
 
 cl_stop
 if cl_alive; then echo "FAIL every process stopped"; fail=1; else echo "ok   every process stopped"; fi
