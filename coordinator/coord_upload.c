@@ -4,8 +4,9 @@
  * the last ended, so the BLAKE2b-256 is computed as the pieces arrive), and
  * the last piece's size and sum must match. A submit then claims the upload:
  * the file is renamed into the job's directory. An upload survives a
- * coordinator restart: its file is read again (the sum so far), and one whose
- * last piece checked out has a marker file beside it (ID.done). A piece sent
+ * coordinator restart: an unfinished one goes on from its file (the sum so
+ * far read at its next piece), and one whose last piece checked out has a
+ * marker file beside it (ID.done). A piece sent
  * again after its reply was lost (the same bytes at the same offset) is
  * taken as already written. */
 #include "coord_upload.h"
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sl_file.h"
@@ -35,6 +37,7 @@ typedef struct upload {
     char id[UP_ID_LEN + 1]; /* "" = a free slot */
     uint64_t size;
     int done;
+    int unhashed;           /* left by an earlier run: the sum so far is read at its next piece */
     int64_t touched;
     crypto_generichash_state hash;
 } upload;
@@ -75,34 +78,54 @@ static void drop(coord_uploads *u, upload *x)
     memset(x, 0, sizeof *x);
 }
 
-/* An upload a previous run left: its size and sum so far from the file, done
- * if its marker is there. 0, or -1 if the file cannot be read. */
+/* An upload a previous run left: its size from the file, done if its marker
+ * is there. Its sum so far is read when its next piece comes (rehash), not
+ * here: a restart does not read every file it kept. 0, or -1 if the file
+ * cannot be read. */
 static int readopt(coord_uploads *u, upload *x, const char *id, int64_t now)
 {
     char *p = file_of(u, id), *m = path_with(u, id, UP_DONE);
-    int fd = open(p, O_RDONLY | O_CLOEXEC), rc = -1;
+    struct stat sb;
+    int rc = stat(p, &sb) == 0 && S_ISREG(sb.st_mode) ? 0 : -1;
     memset(x, 0, sizeof *x);
-    snprintf(x->id, sizeof x->id, "%s", id);
-    crypto_generichash_init(&x->hash, NULL, 0, crypto_generichash_BYTES);
-    if (fd >= 0) {
-        uint8_t *buf = sl_xmalloc(1 << 20);
-        ssize_t k;
-        while ((k = read(fd, buf, 1 << 20)) > 0 || (k < 0 && errno == EINTR))
-            if (k > 0) {
-                crypto_generichash_update(&x->hash, buf, (size_t)k);
-                x->size += (uint64_t)k;
-            }
-        rc = k < 0 ? -1 : 0;
-        free(buf);
-        close(fd);
+    if (!rc) {
+        snprintf(x->id, sizeof x->id, "%s", id);
+        x->size = (uint64_t)sb.st_size;
+        x->done = access(m, F_OK) == 0;
+        x->unhashed = !x->done;
+        x->touched = now;
     }
-    x->done = rc == 0 && access(m, F_OK) == 0;
-    x->touched = now;
     free(p);
     free(m);
-    if (rc)
-        memset(x, 0, sizeof *x);
     return rc;
+}
+
+/* The sum of the first x->size bytes of an upload's file. */
+static int rehash(coord_uploads *u, upload *x, rpc_status *st)
+{
+    char *p = file_of(u, x->id);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    uint64_t left = x->size;
+    crypto_generichash_init(&x->hash, NULL, 0, crypto_generichash_BYTES);
+    uint8_t *buf = sl_xmalloc(1 << 20);
+    while (fd >= 0 && left > 0) {
+        ssize_t k = read(fd, buf, left < (1 << 20) ? (size_t)left : (1 << 20));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        crypto_generichash_update(&x->hash, buf, (size_t)k);
+        left -= (uint64_t)k;
+    }
+    int code = left == 0 ? RPC_OK
+                         : rpc_status_set(st, RPC_INTERNAL, "%s: %s", p,
+                                          fd < 0 ? strerror(errno) : "shorter than before");
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    free(p);
+    x->unhashed = code != RPC_OK;
+    return code;
 }
 
 coord_uploads *coord_uploads_open(const char *dir, sl_err *err)
@@ -245,6 +268,8 @@ int coord_uploads_piece(coord_uploads *u, const Skyloom__V1__UploadInitRequest *
         code = rpc_status_set(st, RPC_OUT_OF_RANGE, "upload %s: piece at %llu, expected %llu",
                               r->upload_id, (unsigned long long)r->offset,
                               (unsigned long long)x->size);
+    } else if (x->unhashed && (code = rehash(u, x, st)) != RPC_OK) {
+        drop(u, x);
     } else if (x->size + r->data.len > UP_MAX_FILE) {
         drop(u, x);
         code = rpc_status_set(st, RPC_OUT_OF_RANGE, "upload %s: larger than %llu bytes",
