@@ -2,9 +2,10 @@
 # The coordinator's own failures, on loopback (a coordinator and three device
 # processes, codec none):
 #  - SIGKILL of the coordinator while a job is being profiled (one device
-#    stopped, so that the others' links are in and its are not): after the
-#    restart the job is profiled again with every device, the others
-#    reporting what they measured again (not measuring it again), and runs.
+#    stopped, so that the others' links are in and its are not; it is then
+#    killed and started again): after the restart the job is profiled again
+#    with every device, the others reporting what they measured again (not
+#    measuring it again), and runs.
 #  - SIGKILL of the coordinator during a job and a restart with the same
 #    --state: the devices retry, the job goes on from the step committed in
 #    SQLite in a new epoch; a half-written upload left in the store is never
@@ -54,8 +55,9 @@ JOB=$(grep -o '^j[0-9a-f]*$' <<<"$out")
 check "dev1 and dev2 measured their links (dev3 stopped)" cl_poll 60 links_done dev1 dev2
 check "the job is profiling, waiting for dev3" state_is profiling
 cl_kill9 coord
+cl_kill9 dev3; STOPPED=
 cl_restart coord || exit 1
-kill -CONT "$STOPPED"; STOPPED=
+cl_restart dev3 || exit 1
 check "after the restart the job runs" cl_poll 40 state_is running
 check "on every device" test "$(jq_ 'len(set(s["device"] for s in j["plan"]["stages"]))')" = 3
 check "dev1 and dev2 reported their links again, measured once" \
