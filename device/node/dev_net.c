@@ -775,10 +775,20 @@ int dev_net_close(dev_net *n, int timeout_ms, sl_err *err)
         if (l->has_receiver)
             pthread_join(l->receiver, NULL);
         l->has_receiver = 0;
-        if (l->st && l->mode == L_CLIENT) {
-            rpc_status rs = {0};
-            rpc_stream_finish(l->st, &rs);
+        /* the stream leaves the link under the lock before it is finished
+         * (and freed): an abort from another thread (a "stop" task) must
+         * not interrupt a call being freed */
+        pthread_mutex_lock(&n->mu);
+        rpc_stream *st = l->mode == L_CLIENT ? l->st : NULL;
+        if (st)
             l->st = NULL;
+        int aborted = n->aborted;
+        pthread_mutex_unlock(&n->mu);
+        if (st) {
+            rpc_status rs = {0};
+            if (aborted)
+                rpc_stream_interrupt(st);
+            rpc_stream_finish(st, &rs);
         }
     }
     char why[320];
