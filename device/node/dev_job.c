@@ -109,8 +109,8 @@ static rpc_channel *channel(dev_jobs *js, sl_err *err) { return dev_agent_channe
 static const char *self(dev_jobs *js) { return dev_agent_id(js->o.agent); }
 static const char *state_dir(dev_jobs *js) { return dev_agent_state_dir(js->o.agent); }
 
-static int report_task(dev_jobs *js, rpc_channel *ch, const dev_task *t, int ok, const char *reason,
-                       const char *result)
+static void report_task(dev_jobs *js, rpc_channel *ch, const dev_task *t, int ok, const char *reason,
+                        const char *result)
 {
     Skyloom__V1__ReportTaskRequest r = SKYLOOM__V1__REPORT_TASK_REQUEST__INIT;
     r.device_id = (char *)self(js);
@@ -128,7 +128,6 @@ static int report_task(dev_jobs *js, rpc_channel *ch, const dev_task *t, int ok,
         sl_log_warn("device: report failed", "job=%s kind=%s code=%s reason=\"%s\"", t->job,
                     t->kind, rpc_code_name(code), st.details);
     rpc_unpacked_free(resp);
-    return code;
 }
 
 static const dev_dataset *dataset(dev_jobs *js, const char *name)
