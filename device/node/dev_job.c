@@ -457,6 +457,9 @@ typedef struct run_ctx {
     uint64_t refused_sent[DEV_FR_NREASONS]; /* frames refused, as reported so far (reporter) */
 } run_ctx;
 
+/* Called from the stage threads, the reporter and the uploader. The net is
+ * aborted under r->mu: release_net takes it away under that lock before
+ * freeing it, while the reporter and uploader may still be running. */
 static void run_fail(run_ctx *r, const char *why)
 {
     pthread_mutex_lock(&r->mu);
@@ -465,9 +468,9 @@ static void run_fail(run_ctx *r, const char *why)
         snprintf(r->why, sizeof r->why, "%s", why);
     }
     pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
     if (r->net)
         dev_net_abort(r->net, why);
+    pthread_mutex_unlock(&r->mu);
 }
 
 static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
@@ -1142,17 +1145,20 @@ static void run_free(run_ctx *r)
 /* Takes the net away from new Exchange handlers and waits for the ones in it. */
 static void release_net(run_ctx *r)
 {
-    if (!r->net)
+    pthread_mutex_lock(&r->mu);
+    dev_net *n = r->net;
+    r->net = NULL; /* a later run_fail (reporter, uploader) no longer reaches it */
+    pthread_mutex_unlock(&r->mu);
+    if (!n)
         return;
     dev_jobs *js = r->js;
-    dev_net_abort(r->net, "the job ended here");
+    dev_net_abort(n, "the job ended here");
     pthread_mutex_lock(&js->mu);
     r->rt->net = NULL;
     while (r->rt->refs > 0)
         pthread_cond_wait(&js->cv, &js->mu);
     pthread_mutex_unlock(&js->mu);
-    dev_net_free(r->net);
-    r->net = NULL;
+    dev_net_free(n);
 }
 
 static int run_job(run_ctx *r, const dev_task *t, sl_err *err)

@@ -809,9 +809,14 @@ void dev_net_free(dev_net *n)
         if (l->has_receiver)
             pthread_join(l->receiver, NULL);
         /* a server link's stream belongs to its handler, which is gone
-         * before the net is freed (the node waits for it) */
-        if (l->st && l->mode == L_CLIENT)
-            rpc_stream_cancel(l->st);
+         * before the net is freed (the node waits for it); a client's
+         * leaves the link under the lock before it is freed, as in close */
+        pthread_mutex_lock(&n->mu);
+        rpc_stream *st = l->mode == L_CLIENT ? l->st : NULL;
+        if (st)
+            l->st = NULL;
+        pthread_mutex_unlock(&n->mu);
+        rpc_stream_cancel(st);
         if (l->ch)
             rpc_channel_destroy(l->ch);
         while (l->oh) {
