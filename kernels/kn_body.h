@@ -41,7 +41,9 @@
  * element gets the same IEEE operations at any width, so elementwise ops are
  * bitwise the same on every x86-64; only reductions (softmax sums) may
  * differ in the last bits between machines. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
+/* Not under ThreadSanitizer: an ifunc resolver runs before its runtime. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__) && \
+    !defined(__SANITIZE_THREAD__)
 #define KN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define KN_CLONES
