@@ -139,25 +139,50 @@ void bal_chain_lookahead(const bal_problem *pb, const int *order, int p, double 
 }
 
 /* The last cut e >= eh (and >= s) such that units s..e-1 on device d take
- * at most Bi and fit its memory with k micro-batches stashed; with owner_ub
- * >= 0 (a U's first stage), together with the owner's last stage from
- * owner_ub on, k_last stashed. Feasibility is hereditary, so eh only grows
- * with s. */
-static int stage_reach(const bal_problem *pb, const double *pre, int d, int s, int eh, int emax,
-                       double Bi, int k, int owner_ub, int k_last)
+ * at most Bi and fit its memory with k micro-batches stashed: emem, the
+ * last cut memory allows (mem_reach), or with owner_ub >= 0 (a U's first
+ * stage) fitting together with the owner's last stage from owner_ub on,
+ * k_last stashed. Feasibility is hereditary, so eh only grows with s. */
+static inline int stage_reach(const bal_problem *pb, const double *pre, int d, int s, int eh,
+                              int emax, int emem, double Bi, int k, int owner_ub, int k_last)
 {
     if (eh < s)
         eh = s;
-    while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= Bi &&
-           (owner_ub >= 0 ? bal_owner_fits(pb, d, eh + 1, k, owner_ub, k_last)
-                          : bal_fits(pb, d, s, eh + 1, k)))
+    if (owner_ub >= 0) {
+        while (eh + 1 <= emax && pre[eh + 1] - pre[s] <= Bi &&
+               bal_owner_fits(pb, d, eh + 1, k, owner_ub, k_last))
+            eh++;
+        return eh;
+    }
+    int lim = emem < emax ? emem : emax;
+    while (eh + 1 <= lim && pre[eh + 1] - pre[s] <= Bi)
         eh++;
     return eh;
+}
+
+/* For every start s in [smin, smax], the last cut e <= emax whose stage
+ * s..e-1 fits device d's memory with k stashed (s when none does): it does
+ * not depend on the bound, so each chain computes it once. */
+static void mem_reach(const bal_problem *pb, int d, int k, int smin, int smax, int emax, int *emem)
+{
+    int e = smin;
+    for (int s = smin; s <= smax; s++) {
+        if (e < s)
+            e = s;
+        while (e + 1 <= emax && bal_fits(pb, d, s, e + 1, k))
+            e++;
+        emem[s] = e;
+    }
 }
 
 typedef struct dp_ws {
     double *g, *gn, *v;
     int *nxt, *dq, *k, p;
+    /* per (stage i, cut): the round trip over the link after stage i when
+     * it ends at the cut, its larger serialization, and the last cut stage
+     * i may reach from the cut as its start by memory (mem_reach) */
+    double *rt, *ser;
+    int *emem;
     /* U-shaped chains: the last stage is fixed to cuts ub..n (time t_last);
      * the first stage shares the owner with it. ub < 0: not U-shaped. */
     int ub;
@@ -189,19 +214,16 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
             }
         } else {
             /* v(e) = prefix + max(0, round trip - lookahead slots + rest), e in [smin+1, emax] */
-            bal_link f = bal_problem_link(pb, d, c->order[i + 1]);
-            bal_link r = bal_problem_link(pb, c->order[i + 1], d);
+            const double *rt = w->rt + (size_t)i * n1, *ser = w->ser + (size_t)i * n1;
             double ahead = c->extra ? c->extra[i] * B : 0;
             if (!isfinite(ahead))
                 ahead = 0;
             for (int e = smin + 1; e <= emax; e++) {
-                double sf, sr;
-                double x = bal_cut_round_trip(pb, f, r, e, &sf, &sr);
-                if (gn[e] == INFINITY || sf > B || sr > B) {
+                if (gn[e] == INFINITY || ser[e] > B) {
                     w->v[e] = INFINITY;
                     continue;
                 }
-                x = x - ahead + gn[e];
+                double x = rt[e] - ahead + gn[e];
                 w->v[e] = pre[e] + (x > 0 ? x : 0);
             }
             /* the first stage of a U-shaped chain shares the owner with the last */
@@ -209,7 +231,8 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
             double Bi = own ? B - w->t_last : B;
             int head = 0, tail = 0, eh = smin, push = smin + 1;
             for (int s = smin; s <= smax; s++) {
-                eh = stage_reach(pb, pre, d, s, eh, emax, Bi, k, own ? w->ub : -1, w->k[p - 1]);
+                eh = stage_reach(pb, pre, d, s, eh, emax, w->emem[(size_t)i * n1 + s], Bi, k,
+                                 own ? w->ub : -1, w->k[p - 1]);
                 if (push < s + 1)
                     push = s + 1;
                 for (; push <= eh; push++) {
@@ -291,6 +314,22 @@ double bal_chain_best_work(const bal_problem *pb, const bal_chain *ch, int *cuts
     w.k = sl_xmalloc((size_t)p * sizeof(int));
     w.p = p;
     bal_inflight(ch, w.k);
+    w.rt = sl_xmalloc((size_t)p * n1 * sizeof(double));
+    w.ser = sl_xmalloc((size_t)p * n1 * sizeof(double));
+    w.emem = sl_xmalloc((size_t)p * n1 * sizeof(int));
+    for (int i = 0; i < p; i++) {
+        int d = ch->order[i], smin = i, smax = i == 0 ? 0 : n - (p - i), emax = n - (p - 1 - i);
+        mem_reach(pb, d, w.k[i], smin, smax, emax, w.emem + (size_t)i * n1);
+        if (i == p - 1)
+            continue;
+        bal_link f = bal_problem_link(pb, d, ch->order[i + 1]);
+        bal_link r = bal_problem_link(pb, ch->order[i + 1], d);
+        for (int e = smin + 1; e <= emax; e++) {
+            double sf, sr;
+            w.rt[(size_t)i * n1 + e] = bal_cut_round_trip(pb, f, r, e, &sf, &sr);
+            w.ser[(size_t)i * n1 + e] = sf > sr ? sf : sr;
+        }
+    }
     int *c = sl_xmalloc(((size_t)p + 1) * sizeof(int));
     double hi = INFINITY, lo = 0;
     if (feasible(pb, ch, INFINITY, &w, c)) {
@@ -335,6 +374,9 @@ double bal_chain_best_work(const bal_problem *pb, const bal_chain *ch, int *cuts
     free(w.dq);
     free(w.nxt);
     free(w.k);
+    free(w.rt);
+    free(w.ser);
+    free(w.emem);
     free(c);
     if (work)
         *work += w.cells;
@@ -369,6 +411,7 @@ typedef struct fill_ws {
     int *off, *cnt; /* per (stage, cut): the front's first pool entry and size */
     int *k, ub;
     double t_last;
+    int *emem; /* the stage being placed: mem_reach */
 } fill_ws;
 
 static int cmp_fill(const void *x, const void *y)
@@ -450,6 +493,8 @@ static double fill_dp(const bal_problem *pb, const bal_chain *c, double B, fill_
         int own = w->ub >= 0 && i == 0;
         double Bi = own ? B - w->t_last : B;
         int eh = smin;
+        if (i < p - 1 && !own)
+            mem_reach(pb, d, k, smin, smax, emax, w->emem);
         for (int s = smin; s <= smax; s++) {
             w->ntmp = 0;
             cnt[s] = 0;
@@ -467,7 +512,8 @@ static double fill_dp(const bal_problem *pb, const bal_chain *c, double B, fill_
                 if (ok)
                     fill_tmp(w, t, runs ? fmax(t - B, floor_h) : 0, -1, n);
             } else {
-                eh = stage_reach(pb, pre, d, s, eh, emax, Bi, k, own ? w->ub : -1, w->k[p - 1]);
+                eh = stage_reach(pb, pre, d, s, eh, emax, own ? emax : w->emem[s], Bi, k,
+                                 own ? w->ub : -1, w->k[p - 1]);
                 for (int e = s + 1; e <= eh; e++) {
                     double sf, sr;
                     double rt = bal_cut_round_trip(pb, f, r, e, &sf, &sr);
@@ -517,6 +563,7 @@ double bal_chain_fill(const bal_problem *pb, const bal_chain *ch, double bound, 
     w.off = sl_xcalloc(((size_t)p + 1) * n1, sizeof(int));
     w.cnt = sl_xcalloc(((size_t)p + 1) * n1, sizeof(int));
     w.k = sl_xmalloc((size_t)p * sizeof(int));
+    w.emem = sl_xmalloc(n1 * sizeof(int));
     bal_inflight(ch, w.k);
     int *c = sl_xmalloc(((size_t)p + 1) * sizeof(int));
     double best = INFINITY;
@@ -541,6 +588,7 @@ double bal_chain_fill(const bal_problem *pb, const bal_chain *ch, double bound, 
     free(w.off);
     free(w.cnt);
     free(w.k);
+    free(w.emem);
     free(c);
     return best;
 }
