@@ -2008,6 +2008,13 @@ typedef struct plan_in {
     char (*sites)[CERT_SITE_MAX + 1];
     json_t **res;
     cdev *dev;
+    /* Where the links come from: every candidate that reported a profile,
+     * planned or not. A pair of sites is measured by one device; when it is
+     * gone, its measurements still describe the sites' network. */
+    int nl;
+    char (*lids)[CERT_ID_LEN];
+    char (*lsites)[CERT_SITE_MAX + 1];
+    json_t **lres;
 } plan_in;
 
 /* The pairs of sites (a site with itself where it has two candidates) that
@@ -2030,8 +2037,8 @@ static void unmeasured_links(const plan_in *in, char *out, size_t cap)
             int same = k == i;
             if (!(same ? count_i >= 2 : first_k && strcmp(in->sites[i], in->sites[k])))
                 continue;
-            if (!link_median(in->res, in->sites, in->ids, in->n, in->sites[i], in->sites[k], &bw,
-                             &lat)) {
+            if (!link_median(in->lres, in->lsites, in->lids, in->nl, in->sites[i], in->sites[k],
+                             &bw, &lat)) {
                 size_t o = strlen(out);
                 if (o + 1 < cap)
                     snprintf(out + o, cap - o, "%s%s-%s", o ? ", " : "", in->sites[i], in->sites[k]);
@@ -2050,6 +2057,11 @@ static void plan_in_free(plan_in *in)
         json_decref(in->res[i]);
     free(in->res);
     free(in->dev);
+    free(in->lids);
+    free(in->lsites);
+    for (int i = 0; i < in->nl; i++)
+        json_decref(in->lres[i]);
+    free(in->lres);
 }
 
 /* A profile's cpu pool into the balancer's device d, if it is well formed.
@@ -2142,7 +2154,7 @@ static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
     for (int i = 0; i < in->n; i++) {
         const char *s = in->sites[i];
         if (!json_object_get(sites, s) &&
-            link_median(in->res, in->sites, in->ids, in->n, s, s, &bw, &lat))
+            link_median(in->lres, in->lsites, in->lids, in->nl, s, s, &bw, &lat))
             json_object_set_new(sites, s, link_json(bw, lat));
         for (int k = i + 1; k < in->n; k++) {
             const char *t = in->sites[k];
@@ -2153,7 +2165,7 @@ static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
                            *b = json_string_value(json_object_get(l, "b"));
                 seen = (!strcmp(a, s) && !strcmp(b, t)) || (!strcmp(a, t) && !strcmp(b, s));
             }
-            if (!seen && link_median(in->res, in->sites, in->ids, in->n, s, t, &bw, &lat)) {
+            if (!seen && link_median(in->lres, in->lsites, in->lids, in->nl, s, t, &bw, &lat)) {
                 json_t *l = link_json(bw, lat);
                 json_object_set_new(l, "a", json_string(s));
                 json_object_set_new(l, "b", json_string(t));
@@ -2338,10 +2350,17 @@ static void plan_in_of(coord_jobs *j, cjob *jb, plan_in *in, int replan)
     in->sites = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->sites);
     in->res = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->res);
     in->dev = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->dev);
+    in->lids = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->lids);
+    in->lsites = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->lsites);
+    in->lres = sl_xcalloc((size_t)jb->ncand + 1, sizeof *in->lres);
     for (int i = 0; i < jb->ncand; i++) {
         json_t *r = jb->cand[i].result;
         const cdev *d = find_dev(j, jb->cand[i].id);
-        if (!r || json_object_get(r, "failed") || !d || (replan && !usable(j, jb, i, now)))
+        if (!r || json_object_get(r, "failed"))
+            continue;
+        snprintf(in->lids[in->nl], CERT_ID_LEN, "%s", jb->cand[i].id);
+        in->lres[in->nl++] = json_incref(r);
+        if (!d || (replan && !usable(j, jb, i, now)))
             continue;
         snprintf(in->ids[in->n], CERT_ID_LEN, "%s", jb->cand[i].id);
         in->res[in->n] = json_incref(r);
@@ -2391,14 +2410,15 @@ static void engine_plan(coord_jobs *j, cjob *jb, int mode)
     if (mode != PLAN_JOIN)
         set_state(j, jb, "planning", mode == PLAN_RECOVER ? jb->reason : NULL);
     pthread_mutex_unlock(&j->mu);
-    site_of_ctx sc = {in.ids, in.sites, in.n};
+    site_of_ctx sc = {in.ids, in.sites, in.n}, lsc = {in.lids, in.lsites, in.nl};
     sl_err err = {0};
     uint8_t *sig = NULL;
     size_t sig_len = 0;
     char *text = NULL;
     double t0 = sl_now_s();
     char unmeasured[512] = "";
-    if (!coord_state_list_devices(j->db, take_site, &sc, &err))
+    if (!coord_state_list_devices(j->db, take_site, &sc, &err) &&
+        !coord_state_list_devices(j->db, take_site, &lsc, &err))
         text = plan_job(j, &in, &sig, &sig_len, &err);
     if (text)
         unmeasured_links(&in, unmeasured, sizeof unmeasured);

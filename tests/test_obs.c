@@ -954,6 +954,98 @@ static void test_links_assigned(void)
            per_site[1], per_site[2]);
 }
 
+/* The job's events (GetJob), into out. */
+static void job_events(const char *job, char *out, size_t cap)
+{
+    Skyloom__V1__GetJobRequest gq = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    gq.job_id = (char *)job;
+    Skyloom__V1__JobInfo *ji = NULL;
+    rpc_status st;
+    CHECKF(call(coord_handle_get_job, CERT_ADMIN_CN, &gq, &skyloom__v1__job_info__descriptor,
+                (void **)&ji, &st) == RPC_OK && ji, "%s", st.details);
+    snprintf(out, cap, "%s", ji && ji->events ? ji->events : "");
+    rpc_unpacked_free(ji);
+}
+
+/* A re-plan takes the links every profiled candidate measured: the device
+ * that measured the pair lab-a/lab-b is gone after a coordinator restart,
+ * and the new plan still knows that pair (no links_assumed). */
+static void test_replan_keeps_links(void)
+{
+    enum { N = 4 };
+    static const char *const site[N] = {"lab-a", "lab-a", "lab-b", "lab-b"};
+    char sec[CERT_HEX_LEN], id[N][CERT_ID_LEN], job[32] = "", devs[256] = "[";
+    for (int i = 0; i < N; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "rk%d.key", i);
+        CHECK(enroll(tu_path(root, key), site[i], token_secret(site[i], sec), id[i]) == RPC_OK);
+        snprintf(devs + strlen(devs), sizeof devs - strlen(devs), "%s\"%s\"", i ? ", " : "", id[i]);
+    }
+    strcat(devs, "]");
+    for (int i = 0; i < N; i++)
+        heartbeat(id[i], i ? NULL : "tunes");
+    submit_algo(id[0], devs, "tunes", "optimal", job);
+    for (int i = 0; i < N; i++)
+        heartbeat(id[i], i ? NULL : "tunes");
+    report_task(id[0], job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
+    CHECK(wait_state(job, "profiling"));
+    /* the links round as given: 80 ms and 200 Mbit/s between the sites */
+    int measurer = -1;
+    for (int i = 0; i < N; i++) {
+        char peers[8][CERT_ID_LEN], res[2048];
+        int n = links_peers(id[i], job, peers);
+        snprintf(res, sizeof res, "{\"round\": \"links\", \"links\": [");
+        for (int k = 0; k < n; k++) {
+            int q = -1;
+            for (int t = 0; t < N; t++)
+                q = !strcmp(peers[k], id[t]) ? t : q;
+            int cross = q >= 0 && strcmp(site[q], site[i]) != 0;
+            if (cross)
+                measurer = i;
+            snprintf(res + strlen(res), sizeof res - strlen(res),
+                     "%s{\"peer\": \"%s\", \"rtt_s\": %s, \"bandwidth_Bps\": %s}", k ? ", " : "",
+                     peers[k], cross ? "0.08" : "0.0004", cross ? "2.5e7" : "1.25e9");
+        }
+        strcat(res, "]}");
+        report_task(id[i], job, "profile", res);
+    }
+    CHECKF(measurer >= 0, "no device measures lab-a/lab-b");
+    if (measurer < 0)
+        return;
+    char prof[512];
+    snprintf(prof, sizeof prof, "{\"round\": \"units\", \"unit_fwd_s\": [0.001, 0.002, 0.002, 0.001], "
+             "\"unit_bwd_s\": [0.002, 0.004, 0.004, 0.002], \"memory_bytes\": 1000000000,"
+             " \"threads\": 2, \"backend\": \"cpu\", \"links\": []}");
+    for (double t0 = sl_now_s(); sl_now_s() - t0 < 10 && wait_state_for(job, "profiling", 0);) {
+        usleep(50 * 1000);
+        for (int i = 0; i < N; i++)
+            if (profile_round(id[i], i ? NULL : "tunes", job))
+                report_task(id[i], job, "profile", prof);
+    }
+    CHECK(wait_state_online(job, "running", id[0], "tunes", id[1]));
+    char ev[8192];
+    job_events(job, ev, sizeof ev);
+    CHECKF(!strstr(ev, "links_assumed"), "the first plan assumed links: %s", ev);
+    /* the coordinator restarts; every device but the measurer comes back */
+    coord_close(C);
+    sl_err err = {0};
+    C = coord_open(&O, &err);
+    CHECKF(C, "coord_open: %s", err.msg);
+    if (!C)
+        exit(1);
+    int replanned = 0;
+    for (double t0 = sl_now_s(); sl_now_s() - t0 < 15 && !replanned; usleep(200 * 1000)) {
+        for (int i = 0; i < N; i++)
+            if (i != measurer)
+                heartbeat(id[i], i ? NULL : "tunes");
+        job_events(job, ev, sizeof ev);
+        replanned = strstr(ev, "epoch 2:") != NULL;
+    }
+    CHECKF(replanned, "no second plan: %s", ev);
+    CHECKF(!strstr(ev, "links_assumed"), "the re-plan without device %d assumed links: %s",
+           measurer, ev);
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_WARN);
@@ -973,6 +1065,7 @@ int main(void)
     RUN(test_profile_rounds);
     RUN(test_restart_before_plan);
     RUN(test_links_assigned);
+    RUN(test_replan_keeps_links);
     coord_close(C);
     rpc_global_shutdown();
     tu_rmtree(root);
