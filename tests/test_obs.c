@@ -853,6 +853,19 @@ static int links_peers(const char *dev, const char *job, char peers[8][CERT_ID_L
     return n;
 }
 
+/* The job's events (GetJob), into out. */
+static void job_events(const char *job, char *out, size_t cap)
+{
+    Skyloom__V1__GetJobRequest gq = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    gq.job_id = (char *)job;
+    Skyloom__V1__JobInfo *ji = NULL;
+    rpc_status st;
+    CHECKF(call(coord_handle_get_job, CERT_ADMIN_CN, &gq, &skyloom__v1__job_info__descriptor,
+                (void **)&ji, &st) == RPC_OK && ji, "%s", st.details);
+    snprintf(out, cap, "%s", ji && ji->events ? ji->events : "");
+    rpc_unpacked_free(ji);
+}
+
 /* The links round: each pair of sites (a site with itself included) is
  * measured by one device, to as many as 3 peers on the other side, every
  * device pair at most once; a device joining later measures up to 3 of
@@ -930,17 +943,11 @@ static void test_links_assigned(void)
     }
     CHECK(running);
     /* every links report was empty: the plan says which pairs it assumed */
-    Skyloom__V1__GetJobRequest gq = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
-    gq.job_id = job;
-    Skyloom__V1__JobInfo *ji = NULL;
-    rpc_status st;
-    CHECKF(call(coord_handle_get_job, CERT_ADMIN_CN, &gq, &skyloom__v1__job_info__descriptor,
-                (void **)&ji, &st) == RPC_OK && ji, "%s", st.details);
-    const char *ev = ji ? ji->events : "";
+    static char ev[65536];
+    job_events(job, ev, sizeof ev);
     CHECKF(strstr(ev, "links_assumed") && strstr(ev, "lab-a-lab-a, lab-a-lab-b, lab-a-lab-c, "
                                                      "lab-b-lab-b, lab-b-lab-c"),
            "events: %s", ev);
-    rpc_unpacked_free(ji);
     char peers[8][CERT_ID_LEN];
     int n = -1;
     for (double t0 = sl_now_s(); sl_now_s() - t0 < 10 && n < 0; usleep(100 * 1000))
@@ -952,19 +959,6 @@ static void test_links_assigned(void)
     CHECKF(n == 7 && per_site[0] == 3 && per_site[1] == 3 && per_site[2] == 1,
            "the joiner measures %d peers: %d, %d and %d at lab-a, lab-b and lab-c", n, per_site[0],
            per_site[1], per_site[2]);
-}
-
-/* The job's events (GetJob), into out. */
-static void job_events(const char *job, char *out, size_t cap)
-{
-    Skyloom__V1__GetJobRequest gq = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
-    gq.job_id = (char *)job;
-    Skyloom__V1__JobInfo *ji = NULL;
-    rpc_status st;
-    CHECKF(call(coord_handle_get_job, CERT_ADMIN_CN, &gq, &skyloom__v1__job_info__descriptor,
-                (void **)&ji, &st) == RPC_OK && ji, "%s", st.details);
-    snprintf(out, cap, "%s", ji && ji->events ? ji->events : "");
-    rpc_unpacked_free(ji);
 }
 
 /* A re-plan takes the links every profiled candidate measured: the device
@@ -1023,7 +1017,7 @@ static void test_replan_keeps_links(void)
                 report_task(id[i], job, "profile", prof);
     }
     CHECK(wait_state_online(job, "running", id[0], "tunes", id[1]));
-    char ev[8192];
+    static char ev[65536];
     job_events(job, ev, sizeof ev);
     CHECKF(!strstr(ev, "links_assumed"), "the first plan assumed links: %s", ev);
     /* the coordinator restarts; every device but the measurer comes back */
