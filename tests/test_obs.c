@@ -866,6 +866,47 @@ static void job_events(const char *job, char *out, size_t cap)
     rpc_unpacked_free(ji);
 }
 
+/* Enrolls n devices at site[i] (keys TAG0.key, ...; device 0 serves
+ * `dataset`) into id[], submits a job placed by `optimal` that may use all
+ * of them into job[32], the first `online` heartbeating, and has it
+ * checked: it is then profiling. */
+static void job_on_sites(int n, int online, const char *const *site, const char *tag,
+                         const char *dataset, char (*id)[CERT_ID_LEN], char *job)
+{
+    char sec[CERT_HEX_LEN], devs[1024] = "[";
+    for (int i = 0; i < n; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "%s%d.key", tag, i);
+        CHECK(enroll(tu_path(root, key), site[i], token_secret(site[i], sec), id[i]) == RPC_OK);
+        snprintf(devs + strlen(devs), sizeof devs - strlen(devs), "%s\"%s\"", i ? ", " : "", id[i]);
+    }
+    strcat(devs, "]");
+    for (int i = 0; i < online; i++)
+        heartbeat(id[i], i ? NULL : dataset);
+    submit_algo(id[0], devs, dataset, "optimal", job);
+    for (int i = 0; i < online; i++)
+        heartbeat(id[i], i ? NULL : dataset);
+    report_task(id[0], job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
+    CHECK(wait_state(job, "profiling"));
+}
+
+/* Every device of the job (n, device 0 serving `dataset`) reports its units
+ * whenever asked, until the job is planned (up to 10 s). */
+static void units_until_planned(int n, char (*id)[CERT_ID_LEN], const char *dataset,
+                                const char *job)
+{
+    char prof[512];
+    snprintf(prof, sizeof prof, "{\"round\": \"units\", \"unit_fwd_s\": [0.001, 0.002, 0.002, 0.001], "
+             "\"unit_bwd_s\": [0.002, 0.004, 0.004, 0.002], \"memory_bytes\": 1000000000,"
+             " \"threads\": 2, \"backend\": \"cpu\", \"links\": []}");
+    for (double t0 = sl_now_s(); sl_now_s() - t0 < 10 && wait_state_for(job, "profiling", 0);) {
+        usleep(50 * 1000);
+        for (int i = 0; i < n; i++)
+            if (profile_round(id[i], i ? NULL : dataset, job))
+                report_task(id[i], job, "profile", prof);
+    }
+}
+
 /* The links round: each pair of sites (a site with itself included) is
  * measured by one device, to as many as 3 peers on the other side, every
  * device pair at most once; a device joining later measures up to 3 of
@@ -875,21 +916,8 @@ static void test_links_assigned(void)
     enum { N = 8 };
     static const char *const site[N + 1] = {"lab-a", "lab-a", "lab-a", "lab-b", "lab-b", "lab-b",
                                             "lab-b", "lab-c", "lab-b"};
-    char sec[CERT_HEX_LEN], id[N + 1][CERT_ID_LEN], job[32] = "", devs[512] = "[";
-    for (int i = 0; i <= N; i++) { /* the last joins the job later */
-        char key[32];
-        snprintf(key, sizeof key, "la%d.key", i);
-        CHECK(enroll(tu_path(root, key), site[i], token_secret(site[i], sec), id[i]) == RPC_OK);
-        snprintf(devs + strlen(devs), sizeof devs - strlen(devs), "%s\"%s\"", i ? ", " : "", id[i]);
-    }
-    strcat(devs, "]");
-    for (int i = 0; i < N; i++)
-        heartbeat(id[i], i ? NULL : "maps");
-    submit_algo(id[0], devs, "maps", "optimal", job);
-    for (int i = 0; i < N; i++)
-        heartbeat(id[i], i ? NULL : "maps");
-    report_task(id[0], job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
-    CHECK(wait_state(job, "profiling"));
+    char id[N + 1][CERT_ID_LEN], job[32] = "";
+    job_on_sites(N + 1, N, site, "la", "maps", id, job); /* the last one joins later */
     int measured[3][3] = {{0}}, by[3][3], pair[N][N] = {{0}}, most = 0, total = 0;
     memset(by, -1, sizeof by);
     for (int i = 0; i < N; i++) {
@@ -925,16 +953,7 @@ static void test_links_assigned(void)
      * devices of each site (lab-a 3, lab-b 3 of 4, lab-c 1) */
     for (int i = 0; i < N; i++)
         report_task(id[i], job, "profile", "{\"round\": \"links\", \"links\": []}");
-    char prof[512];
-    snprintf(prof, sizeof prof, "{\"round\": \"units\", \"unit_fwd_s\": [0.001, 0.002, 0.002, 0.001], "
-             "\"unit_bwd_s\": [0.002, 0.004, 0.004, 0.002], \"memory_bytes\": 1000000000,"
-             " \"threads\": 2, \"backend\": \"cpu\", \"links\": []}");
-    for (double t0 = sl_now_s(); sl_now_s() - t0 < 10 && wait_state_for(job, "profiling", 0);) {
-        usleep(50 * 1000);
-        for (int i = 0; i < N; i++)
-            if (profile_round(id[i], i ? NULL : "maps", job))
-                report_task(id[i], job, "profile", prof);
-    }
+    units_until_planned(N, id, "maps", job);
     int running = wait_state_online(job, "running", id[0], "maps", id[1]);
     coord_snapshot snap;
     if (!running && coord_jobs_snapshot(C->jobs, job, &snap) == 0) {
@@ -968,21 +987,8 @@ static void test_replan_keeps_links(void)
 {
     enum { N = 4 };
     static const char *const site[N] = {"lab-a", "lab-a", "lab-b", "lab-b"};
-    char sec[CERT_HEX_LEN], id[N][CERT_ID_LEN], job[32] = "", devs[256] = "[";
-    for (int i = 0; i < N; i++) {
-        char key[32];
-        snprintf(key, sizeof key, "rk%d.key", i);
-        CHECK(enroll(tu_path(root, key), site[i], token_secret(site[i], sec), id[i]) == RPC_OK);
-        snprintf(devs + strlen(devs), sizeof devs - strlen(devs), "%s\"%s\"", i ? ", " : "", id[i]);
-    }
-    strcat(devs, "]");
-    for (int i = 0; i < N; i++)
-        heartbeat(id[i], i ? NULL : "tunes");
-    submit_algo(id[0], devs, "tunes", "optimal", job);
-    for (int i = 0; i < N; i++)
-        heartbeat(id[i], i ? NULL : "tunes");
-    report_task(id[0], job, "check", "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
-    CHECK(wait_state(job, "profiling"));
+    char id[N][CERT_ID_LEN], job[32] = "";
+    job_on_sites(N, N, site, "rk", "tunes", id, job);
     /* the links round as given: 80 ms and 200 Mbit/s between the sites */
     int measurer = -1;
     for (int i = 0; i < N; i++) {
@@ -1006,16 +1012,7 @@ static void test_replan_keeps_links(void)
     CHECKF(measurer >= 0, "no device measures lab-a/lab-b");
     if (measurer < 0)
         return;
-    char prof[512];
-    snprintf(prof, sizeof prof, "{\"round\": \"units\", \"unit_fwd_s\": [0.001, 0.002, 0.002, 0.001], "
-             "\"unit_bwd_s\": [0.002, 0.004, 0.004, 0.002], \"memory_bytes\": 1000000000,"
-             " \"threads\": 2, \"backend\": \"cpu\", \"links\": []}");
-    for (double t0 = sl_now_s(); sl_now_s() - t0 < 10 && wait_state_for(job, "profiling", 0);) {
-        usleep(50 * 1000);
-        for (int i = 0; i < N; i++)
-            if (profile_round(id[i], i ? NULL : "tunes", job))
-                report_task(id[i], job, "profile", prof);
-    }
+    units_until_planned(N, id, "tunes", job);
     CHECK(wait_state_online(job, "running", id[0], "tunes", id[1]));
     static char ev[65536];
     job_events(job, ev, sizeof ev);
