@@ -737,6 +737,21 @@ int dev_net_accept(dev_net *n, const char *peer_id, const dev_exch_hello *h, rpc
 
 /* ---- closing -------------------------------------------------------------------- */
 
+/* A client link's stream, taken out of the link under the lock before it is
+ * finished or cancelled (and freed): an abort from another thread (a "stop"
+ * task) must not interrupt a call being freed. NULL for a server link, whose
+ * stream belongs to its handler. *aborted: whether the net was aborted. */
+static rpc_stream *take_client_stream(dev_net *n, link *l, int *aborted)
+{
+    pthread_mutex_lock(&n->mu);
+    rpc_stream *st = l->mode == L_CLIENT ? l->st : NULL;
+    if (st)
+        l->st = NULL;
+    *aborted = n->aborted;
+    pthread_mutex_unlock(&n->mu);
+    return st;
+}
+
 int dev_net_close(dev_net *n, int timeout_ms, sl_err *err)
 {
     pthread_mutex_lock(&n->mu);
@@ -775,15 +790,8 @@ int dev_net_close(dev_net *n, int timeout_ms, sl_err *err)
         if (l->has_receiver)
             pthread_join(l->receiver, NULL);
         l->has_receiver = 0;
-        /* the stream leaves the link under the lock before it is finished
-         * (and freed): an abort from another thread (a "stop" task) must
-         * not interrupt a call being freed */
-        pthread_mutex_lock(&n->mu);
-        rpc_stream *st = l->mode == L_CLIENT ? l->st : NULL;
-        if (st)
-            l->st = NULL;
-        int aborted = n->aborted;
-        pthread_mutex_unlock(&n->mu);
+        int aborted;
+        rpc_stream *st = take_client_stream(n, l, &aborted);
         if (st) {
             rpc_status rs = {0};
             if (aborted)
@@ -809,14 +817,9 @@ void dev_net_free(dev_net *n)
         if (l->has_receiver)
             pthread_join(l->receiver, NULL);
         /* a server link's stream belongs to its handler, which is gone
-         * before the net is freed (the node waits for it); a client's
-         * leaves the link under the lock before it is freed, as in close */
-        pthread_mutex_lock(&n->mu);
-        rpc_stream *st = l->mode == L_CLIENT ? l->st : NULL;
-        if (st)
-            l->st = NULL;
-        pthread_mutex_unlock(&n->mu);
-        rpc_stream_cancel(st);
+         * before the net is freed (the node waits for it) */
+        int aborted;
+        rpc_stream_cancel(take_client_stream(n, l, &aborted));
         if (l->ch)
             rpc_channel_destroy(l->ch);
         while (l->oh) {
