@@ -2371,6 +2371,23 @@ static void plan_in_of(coord_jobs *j, cjob *jb, plan_in *in, int replan)
     }
 }
 
+/* The sites of in's devices from the registry (outside the lock): one read
+ * for the link sources; the planned devices are among them, in the same
+ * order (plan_in_of). */
+static int plan_in_sites(coord_jobs *j, plan_in *in, sl_err *err)
+{
+    site_of_ctx sc = {in->lids, in->lsites, in->nl};
+    if (coord_state_list_devices(j->db, take_site, &sc, err))
+        return -1;
+    for (int i = 0, k = 0; i < in->n; i++, k++) {
+        while (k < in->nl && strcmp(in->lids[k], in->ids[i]))
+            k++;
+        if (k < in->nl)
+            memcpy(in->sites[i], in->lsites[k], sizeof in->sites[i]);
+    }
+    return 0;
+}
+
 static double predicted_of(const json_t *plan)
 {
     return json_number_value(json_object_get(plan, "predicted_iteration_s"));
@@ -2410,15 +2427,13 @@ static void engine_plan(coord_jobs *j, cjob *jb, int mode)
     if (mode != PLAN_JOIN)
         set_state(j, jb, "planning", mode == PLAN_RECOVER ? jb->reason : NULL);
     pthread_mutex_unlock(&j->mu);
-    site_of_ctx sc = {in.ids, in.sites, in.n}, lsc = {in.lids, in.lsites, in.nl};
     sl_err err = {0};
     uint8_t *sig = NULL;
     size_t sig_len = 0;
     char *text = NULL;
     double t0 = sl_now_s();
     char unmeasured[512] = "";
-    if (!coord_state_list_devices(j->db, take_site, &sc, &err) &&
-        !coord_state_list_devices(j->db, take_site, &lsc, &err))
+    if (!plan_in_sites(j, &in, &err))
         text = plan_job(j, &in, &sig, &sig_len, &err);
     if (text)
         unmeasured_links(&in, unmeasured, sizeof unmeasured);
