@@ -188,9 +188,67 @@ typedef struct dp_ws {
     int ub;
     double t_last;
     long long cells; /* stage x cut cells visited: the work done */
+    int *lo, *hi;    /* p + 1: the starts each stage may have (dp_windows) */
 } dp_ws;
 
+/* Stage i's bound at B: a U-shaped chain's first stage shares its owner
+ * with the last. */
+static inline double stage_bound(const dp_ws *w, int i, double B)
+{
+    return w->ub >= 0 && i == 0 ? B - w->t_last : B;
+}
 
+/* Whether units s..e-1 fit stage i at bound B, time and memory. */
+static inline int stage_fits(const bal_problem *pb, const bal_chain *c, const dp_ws *w, int i,
+                             int s, int e, double B)
+{
+    const double *pre = pb->pre + (size_t)c->order[i] * ((size_t)pb->n_units + 1);
+    if (pre[e] - pre[s] > stage_bound(w, i, B))
+        return 0;
+    if (w->ub >= 0 && i == 0)
+        return bal_owner_fits(pb, c->order[0], e, w->k[0], w->ub, w->k[c->p - 1]);
+    return bal_fits(pb, c->order[i], s, e, w->k[i]);
+}
+
+/* The starts each stage can have at bound B, the runs of stages left out:
+ * at most hi[i], the furthest cut stages 0..i-1 reach, each as long as it
+ * fits (reach only grows with the start, feasibility being hereditary); at
+ * least lo[i], the nearest cut from which stage i reaches lo[i+1] (a start
+ * from which stages i..p-1 cover the rest: a stage that reaches past
+ * lo[i+1] also reaches lo[i+1]). The DP looks only between them: the same
+ * result for less work, since near the optimum most stages have a few
+ * starts. 0 when some stage has none. */
+static int dp_windows(const bal_problem *pb, const bal_chain *c, double B, dp_ws *w)
+{
+    int n = pb->n_units, p = c->p, *lo = w->lo, *hi = w->hi;
+    size_t n1 = (size_t)n + 1;
+    hi[0] = 0;
+    for (int i = 0; i + 1 < p; i++) {
+        int smax = i == 0 ? 0 : n - (p - i), emax = n - (p - 1 - i);
+        int s = hi[i] < smax ? hi[i] : smax, d = c->order[i], own = w->ub >= 0 && i == 0;
+        if (s < i) /* stages 0..i-1 cannot hold a unit each */
+            return 0;
+        hi[i + 1] = stage_reach(pb, pb->pre + (size_t)d * n1, d, s, s, emax,
+                                own ? emax : w->emem[(size_t)i * n1 + s], stage_bound(w, i, B),
+                                w->k[i], own ? w->ub : -1, w->k[p - 1]);
+    }
+    lo[p] = n;
+    for (int i = p - 1; i >= 0; i--) {
+        int smin = i, e = lo[i + 1], s = e;
+        if (i == p - 1 && w->ub >= 0)
+            s = w->ub < e ? w->ub : e;
+        else if (i == 0) /* the first stage starts at unit 0 */
+            s = e > 0 && stage_fits(pb, c, w, 0, 0, e, B) ? 0 : e;
+        else
+            while (s - 1 >= smin && stage_fits(pb, c, w, i, s - 1, e, B))
+                s--;
+        lo[i] = s;
+        int smax = i == 0 ? 0 : n - (p - i);
+        if ((lo[i] > smin ? lo[i] : smin) > (hi[i] < smax ? hi[i] : smax))
+            return 0;
+    }
+    return 1;
+}
 
 /* One feasibility test at bound B; on success fills cuts. */
 static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_ws *w, int *cuts)
@@ -199,10 +257,16 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
     size_t n1 = (size_t)n + 1;
     double *g = w->g, *gn = w->gn;
     w->cells += (long long)p * n;
+    if (!dp_windows(pb, c, B, w))
+        return 0;
     int runs = c->window && c->schedule == BAL_1F1B;
     for (int i = p - 1; i >= 0; i--) {
         int d = c->order[i], k = w->k[i];
         int smin = i, smax = i == 0 ? 0 : n - (p - i), emax = n - (p - 1 - i);
+        if (smin < w->lo[i])
+            smin = w->lo[i];
+        if (smax > w->hi[i])
+            smax = w->hi[i];
         const double *pre = pb->pre + (size_t)d * n1;
         int *nxt = w->nxt + (size_t)i * n1;
         if (i == p - 1) {
@@ -213,12 +277,15 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
                 nxt[s] = n;
             }
         } else {
-            /* v(e) = prefix + max(0, round trip - lookahead slots + rest), e in [smin+1, emax] */
+            /* v(e) = prefix + max(0, round trip - lookahead slots + rest) */
             const double *rt = w->rt + (size_t)i * n1, *ser = w->ser + (size_t)i * n1;
             double ahead = c->extra ? c->extra[i] * B : 0;
             if (!isfinite(ahead))
                 ahead = 0;
-            for (int e = smin + 1; e <= emax; e++) {
+            /* ends are the next stage's starts */
+            int elo = w->lo[i + 1] > smin + 1 ? w->lo[i + 1] : smin + 1;
+            int ehi = w->hi[i + 1] < emax ? w->hi[i + 1] : emax;
+            for (int e = elo; e <= ehi; e++) {
                 if (gn[e] == INFINITY || ser[e] > B) {
                     w->v[e] = INFINITY;
                     continue;
@@ -228,14 +295,14 @@ static int dp_feasible(const bal_problem *pb, const bal_chain *c, double B, dp_w
             }
             /* the first stage of a U-shaped chain shares the owner with the last */
             int own = w->ub >= 0 && i == 0;
-            double Bi = own ? B - w->t_last : B;
-            int head = 0, tail = 0, eh = smin, push = smin + 1;
+            double Bi = stage_bound(w, i, B);
+            int head = 0, tail = 0, eh = smin, push = elo;
             for (int s = smin; s <= smax; s++) {
                 eh = stage_reach(pb, pre, d, s, eh, emax, w->emem[(size_t)i * n1 + s], Bi, k,
                                  own ? w->ub : -1, w->k[p - 1]);
                 if (push < s + 1)
                     push = s + 1;
-                for (; push <= eh; push++) {
+                for (; push <= eh && push <= ehi; push++) {
                     if (w->v[push] == INFINITY)
                         continue;
                     while (tail > head && w->v[w->dq[tail - 1]] >= w->v[push])
@@ -317,6 +384,8 @@ double bal_chain_best_work(const bal_problem *pb, const bal_chain *ch, int *cuts
     w.rt = sl_xmalloc((size_t)p * n1 * sizeof(double));
     w.ser = sl_xmalloc((size_t)p * n1 * sizeof(double));
     w.emem = sl_xmalloc((size_t)p * n1 * sizeof(int));
+    w.lo = sl_xmalloc(((size_t)p + 1) * sizeof(int));
+    w.hi = sl_xmalloc(((size_t)p + 1) * sizeof(int));
     for (int i = 0; i < p; i++) {
         int d = ch->order[i], smin = i, smax = i == 0 ? 0 : n - (p - i), emax = n - (p - 1 - i);
         mem_reach(pb, d, w.k[i], smin, smax, emax, w.emem + (size_t)i * n1);
@@ -377,6 +446,8 @@ double bal_chain_best_work(const bal_problem *pb, const bal_chain *ch, int *cuts
     free(w.rt);
     free(w.ser);
     free(w.emem);
+    free(w.lo);
+    free(w.hi);
     free(c);
     if (work)
         *work += w.cells;
