@@ -329,6 +329,11 @@ double bal_exact_best(const bal_problem *pb, int m, int schedule, int data_owner
  * any warm-up or GPipe, with the given data owner (-1: none) or without.
  * Proved in docs/balancer.md; plan / bound - 1 is a certified gap. */
 double bal_lower_bound(const bal_problem *pb, int m, int data_owner);
+/* A lower bound on this plan's simulated iteration: its replay with every
+ * stage computing on a device of its own (docs/balancer.md, "One plan's
+ * critical path"), equal to bal_simulate where no two stages share a
+ * device or a cpu pool, and far cheaper. 0 for a plan it cannot replay. */
+double bal_plan_critical_path(const bal_plan *pl);
 
 /* ---- the schedule: what one stage does in one iteration ---- */
 

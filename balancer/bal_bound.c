@@ -168,3 +168,78 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
             opt = fmin(opt, bal_optim_s(pb, d, 0, 0));
     return lo + opt;
 }
+
+/* ---- one plan's critical path ----
+ *
+ * The replay without shared compute: every stage runs its ops in their
+ * order (bal_stage_ops), each as soon as the one before it ended and its
+ * input arrived; every directed link sends its messages in the order they
+ * were made, one at a time, each arriving one latency after it was sent;
+ * once every stage drained, the norm's gather (two latencies per link) and
+ * the optimizer steps. Each op starts no earlier than the ops it waits for
+ * end, so this is a lower bound on bal_simulate; where no two stages share
+ * a device or a cpu pool it is the same replay (docs/balancer.md), in a
+ * sweep over the ops instead of events through a heap. */
+double bal_plan_critical_path(const bal_plan *pl)
+{
+    int p = pl->n_stages, m = pl->micro_batches;
+    if (p < 1 || m < 1 || (double)p * m > 5e7)
+        return 0;
+    size_t P = (size_t)p, M = (size_t)m;
+    int *ops = sl_xmalloc(P * 2 * M * sizeof(int)), *pc = sl_xcalloc(P, sizeof(int));
+    double *act = sl_xmalloc(P * M * sizeof(double)), *grad = sl_xmalloc(P * M * sizeof(double));
+    double *avail = sl_xcalloc(P, sizeof(double)), *lf = sl_xcalloc(P, sizeof(double));
+    double *lb = sl_xcalloc(P, sizeof(double));
+    bal_op *list = sl_xmalloc((size_t)BAL_STAGE_OPS_MAX(m) * sizeof *list);
+    for (size_t j = 0; j < P * M; j++)
+        act[j] = grad[j] = -1;
+    for (int i = 0; i < p; i++) { /* computes only: mb forward, -(mb + 1) backward */
+        int n = bal_stage_ops(pl->schedule, p, i, m, pl->stage[i].warmup, list), k = 0;
+        for (int j = 0; j < n; j++)
+            if (list[j].kind == BAL_OP_FWD || list[j].kind == BAL_OP_BWD)
+                ops[i * 2 * M + k++] = list[j].kind == BAL_OP_FWD ? list[j].mb : -(list[j].mb + 1);
+    }
+    free(list);
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int i = 0; i < p; i++)
+            for (; pc[i] < 2 * m; pc[i]++, progress = 1) {
+                const bal_stage *st = &pl->stage[i];
+                int op = ops[i * 2 * M + pc[i]], mb = op >= 0 ? op : -op - 1;
+                double in = op >= 0 ? (i > 0 ? act[i * M + mb] : 0) : grad[i * M + mb];
+                if (in < 0)
+                    break;
+                double end = fmax(avail[i], in) + (op >= 0 ? st->fwd_s : st->bwd_s);
+                avail[i] = end;
+                if (op >= 0 && i + 1 < p) { /* the activation to i + 1 */
+                    double x = fmax(end, lf[i]) + st->act_s;
+                    lf[i] = x;
+                    act[(i + 1) * M + mb] = x + st->lat_s;
+                } else if (op >= 0) { /* the loss: this stage's backward may start */
+                    grad[i * M + mb] = end;
+                } else if (i > 0) { /* the gradient to i - 1 */
+                    const bal_stage *prev = &pl->stage[i - 1];
+                    double x = fmax(end, lb[i - 1]) + prev->grad_s;
+                    lb[i - 1] = x;
+                    grad[(i - 1) * M + mb] = x + prev->lat_s;
+                }
+            }
+    }
+    double drained = 0, gather = 0, opt = 0;
+    int stuck = 0;
+    for (int i = 0; i < p; i++) {
+        stuck |= pc[i] < 2 * m;
+        drained = fmax(drained, avail[i]);
+        opt = fmax(opt, pl->stage[i].optim_s);
+        if (i + 1 < p)
+            gather += 2 * pl->stage[i].lat_s;
+    }
+    free(ops);
+    free(pc);
+    free(act);
+    free(grad);
+    free(avail);
+    free(lf);
+    free(lb);
+    return stuck ? 0 : drained + gather + opt;
+}

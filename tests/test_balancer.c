@@ -1720,6 +1720,81 @@ static void test_stage_ops_match_simulator(void)
     CHECK(bal_stage_ops(BAL_1F1B, 2, 2, 1, -1, ops) == -1);
 }
 
+/* The critical path is the replay itself where every stage computes alone,
+ * and never above it where stages share a device (a U's owner) or a cpu
+ * pool: random plans with random times, links, lookaheads and schedules. */
+static void test_critical_path(void)
+{
+    uint64_t k = 0;
+    int alone = 0, shared = 0, equal = 0, below = 0, above = 0;
+    for (int trial = 0; trial < 600; trial++) {
+        int p = 1 + (int)(urand(77, &k) * 12), m = 1 + (int)(urand(77, &k) * 40);
+        int schedule = urand(77, &k) < 0.25 ? BAL_GPIPE : BAL_1F1B;
+        int u = p >= 3 && trial % 4 == 1, pool = trial % 4 == 3;
+        bal_plan pl = {.algo = BAL_OPTIMAL, .schedule = schedule, .micro_batches = m,
+                       .n_stages = p};
+        pl.stage = sl_xcalloc((size_t)p, sizeof *pl.stage);
+        int extra = 0;
+        for (int i = p - 1; i >= 0; i--) {
+            bal_stage *st = &pl.stage[i];
+            st->fwd_s = 0.2 + urand(77, &k);
+            st->bwd_s = st->fwd_s * (1 + urand(77, &k) * 2);
+            st->optim_s = 0.5 * urand(77, &k);
+            st->lat_s = 2 * urand(77, &k) * urand(77, &k);
+            st->act_s = urand(77, &k);
+            st->grad_s = urand(77, &k);
+            if (i < p - 1 && trial % 3 == 0) /* a lookahead of 0..3 per link */
+                extra += (int)(urand(77, &k) * 4);
+            st->warmup = schedule == BAL_GPIPE ? m : p - i - 1 + extra;
+            st->device = u && i == p - 1 ? 0 : i;
+            if (pool) { /* two cores for up to twelve single-core devices */
+                strcpy(st->cpu_pool, "m");
+                st->pool_cpus = 2;
+                st->cpus = 1;
+            }
+        }
+        sl_err err = {0};
+        bal_timeline *tl = bal_simulate(&pl, schedule, 0, &err);
+        double cp = bal_plan_critical_path(&pl);
+        CHECKF(tl != NULL, "%s", err.msg);
+        if (tl) {
+            double t = tl->iteration_s;
+            int own = !u && !(pool && p > 2);
+            alone += own;
+            shared += !own;
+            equal += own && fabs(cp - t) <= 1e-9 * t;
+            below += !own && cp < t * (1 - 1e-9);
+            above += cp > t * (1 + 1e-9);
+            CHECKF(cp <= t * (1 + 1e-9), "trial %d: critical path %.12g above the replay %.12g",
+                   trial, cp, t);
+            if (own)
+                CHECKF(fabs(cp - t) <= 1e-9 * t, "trial %d (p=%d m=%d %s): critical path %.12g, "
+                       "replay %.12g", trial, p, m, bal_schedule_name(schedule), cp, t);
+        }
+        bal_timeline_free(tl);
+        free(pl.stage);
+    }
+    CHECKF(equal == alone && alone >= 300 && above == 0 && below >= shared / 2,
+           "%d alone, %d equal; %d shared, %d below; %d above", alone, equal, shared, below, above);
+    printf("  %d plans computing alone: critical path = replay; %d sharing compute: %d below it\n",
+           alone, shared, below);
+    /* identical stages, free links: (m + p - 1)(f + b) and the optimizer */
+    sl_err err = {0};
+    bal_problem *pb = homogeneous(4, 8, 1e12, &err);
+    bal_opts o = bal_opts_default();
+    o.micro_batches = 12;
+    bal_plan *pl = pb ? bal_plan_make(pb, BAL_EVEN, &o, &err) : NULL;
+    CHECKF(pl != NULL, "%s", err.msg);
+    if (pl && pl->n_stages == 4) {
+        double want = (12 + 4 - 1) * (pl->stage[3].fwd_s + pl->stage[3].bwd_s), opt = 0;
+        for (int i = 0; i < 4; i++)
+            opt = fmax(opt, pl->stage[i].optim_s);
+        CHECK_NEAR(bal_plan_critical_path(pl), want + opt, 1e-12);
+    }
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+}
+
 /* A plan read back from its JSON (as text, the way the coordinator keeps
  * it) simulates to the same timeline; a damaged one is refused. */
 static void test_plan_from_json(void)
@@ -1884,6 +1959,7 @@ int main(void)
     RUN(test_cpu_pool_errors);
     RUN(test_micro_batch_choice);
     RUN(test_lower_bound);
+    RUN(test_critical_path);
     RUN(test_replan);
     RUN(test_infeasible_message);
     RUN(test_malformed_json);
