@@ -9,9 +9,11 @@
  * 1F1B stages stash the most micro-batches. Subset: the fastest k devices
  * for every k (a grid of k past 64 devices), then local search: drop one
  * device, add one back, swap neighbours, each accepted only if the
- * estimated iteration gets shorter. The finalists, with the even and sky
- * placements at the same micro-batch count, are replayed by the simulator
- * and the fastest is returned, so `optimal` is never worse than either. */
+ * estimated iteration gets shorter. Each finalist is placed several ways
+ * (its best cycle, the shortest fills, denser lookaheads) and the best of
+ * those by critical path are replayed by the simulator with the even and
+ * sky placements at the same micro-batch count; the fastest is returned, so
+ * `optimal` is never worse than either. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -778,9 +780,13 @@ typedef struct judge {
     double t;
 } judge;
 
+/* Past this many stage x micro-batch ops a replay takes too long for the
+ * search: the closed-form estimate stands in for it. */
+#define REPLAY_MAX 2e6
+
 static double simulate(const bal_plan *pl, int schedule)
 {
-    if ((double)pl->n_stages * pl->micro_batches > 2e6)
+    if ((double)pl->n_stages * pl->micro_batches > REPLAY_MAX)
         return pl->est_iter_s;
     bal_timeline *tl = bal_simulate(pl, schedule, 0, NULL);
     double t = tl ? tl->iteration_s : INFINITY;
@@ -868,42 +874,103 @@ static void small_plans(const search *S, int m, judge *J)
         }
 }
 
+/* A finalist chain's cuts: its best-cycle cut, the shortest-fill cuts and
+ * the cuts under denser lookaheads. Cuts whose cycles are close differ by a
+ * few percent in the replay: the units are whole layers, and where the
+ * slack falls decides which runs of stages wait for their round trips. They
+ * are ranked by their critical path (bal_plan_critical_path: the replay
+ * itself where no compute is shared, about fifteen times cheaper), and the
+ * best-cycle cut and the FINAL_SIMS - 1 others first in that order are
+ * replayed. */
+#define FINAL_SIMS 3
+#define FINAL_MAX 32
+
+typedef struct finals {
+    bal_plan *pl[FINAL_MAX];
+    double path[FINAL_MAX];
+    int n;
+} finals;
+
+static void finals_add(const search *S, finals *F, const bal_chain *c, const int *cuts)
+{
+    if (F->n == FINAL_MAX || bal_plan_overflow(S->pb, c, cuts) >= 0)
+        return;
+    for (int i = 0; i < F->n; i++) { /* the same cuts and lookahead: once */
+        const bal_plan *q = F->pl[i];
+        int same = q->n_stages == c->p;
+        for (int k = 0; same && k < c->p; k++)
+            same = q->stage[k].device == c->order[k] && q->stage[k].first == cuts[k] &&
+                   (k == c->p - 1 || q->stage[k].extra == (c->extra ? c->extra[k] : 0));
+        if (same)
+            return;
+    }
+    bal_plan *pl = bal_plan_build(S->pb, BAL_OPTIMAL, c, cuts);
+    /* the first, the best-cycle cut, is always replayed */
+    F->path[F->n] = !F->n ? -INFINITY
+                    : (double)c->p * c->m > REPLAY_MAX ? pl->est_iter_s
+                                                       : bal_plan_critical_path(pl);
+    F->pl[F->n++] = pl;
+}
+
 /* The chain's cuts with the shortest fill at cycle bounds a little above its
  * best cycle: fewer layers on slow devices can shorten the first micro-batch's
- * trip by more than a slightly longer cycle costs. The FILL_SIMS with the
- * best estimates are replayed. */
-#define FILL_SIMS 2
-static void fill_candidates(const search *S, const bal_chain *c, double cycle, judge *J)
+ * trip by more than a slightly longer cycle costs. */
+static void fill_candidates(const search *S, const bal_chain *c, double cycle, finals *F)
 {
     static const double over[] = {1.0, 1.01, 1.02, 1.035};
-    enum { NO = sizeof over / sizeof over[0] };
     if (!(cycle < INFINITY))
         return;
-    int p1 = c->p + 1, *cuts = sl_xmalloc((size_t)NO * (size_t)p1 * sizeof(int)), n = 0;
-    double est[NO];
-    int idx[NO];
-    for (int j = 0; j < NO; j++) {
-        int *x = cuts + (size_t)n * p1;
-        if (bal_chain_fill(S->pb, c, cycle * over[j] * (1 + 1e-12), x) < INFINITY) {
-            int dup = 0;
-            for (int k = 0; k < n; k++)
-                dup |= !memcmp(cuts + (size_t)idx[k] * p1, x, (size_t)p1 * sizeof(int));
-            if (dup)
-                continue;
-            est[n] = bal_estimate(S->pb, c, x, bal_chain_cycle(S->pb, c, x));
-            idx[n] = n;
-            n++;
-        }
-    }
-    for (int a = 1; a < n; a++) /* by estimate */
-        for (int b = a; b > 0 && est[idx[b]] < est[idx[b - 1]]; b--) {
-            int t = idx[b];
-            idx[b] = idx[b - 1];
-            idx[b - 1] = t;
-        }
-    for (int k = 0; k < n && k < FILL_SIMS; k++)
-        judge_chain(J, c, cuts + (size_t)idx[k] * p1);
+    int *cuts = sl_xmalloc(((size_t)c->p + 1) * sizeof(int));
+    for (size_t j = 0; j < sizeof over / sizeof over[0]; j++)
+        if (bal_chain_fill(S->pb, c, cycle * over[j] * (1 + 1e-12), cuts) < INFINITY)
+            finals_add(S, F, c, cuts);
     free(cuts);
+}
+
+/* 1F1B keeps stage i exactly one micro-batch ahead of stage i+1, so a run
+ * of stages waits for the round trips inside it unless its stages leave
+ * slack. One extra warm-up micro-batch on every k-th link (beyond the
+ * lookahead of the slow links) gives that slack for the memory of a deeper
+ * stash: the chain is placed again under each such lookahead that fits. */
+static void lookahead_candidates(const search *S, const bal_chain *c, double cycle, finals *F)
+{
+    if (c->schedule != BAL_1F1B || c->p < 3 || !(cycle < INFINITY))
+        return;
+    int *extra = sl_xmalloc((size_t)c->p * sizeof(int));
+    int *cuts = sl_xmalloc(((size_t)c->p + 1) * sizeof(int));
+    for (int every = 2; every <= 4; every++) {
+        for (int l = 0; l + 1 < c->p; l++)
+            extra[l] = (c->extra ? c->extra[l] : 0) + (l % every == 0);
+        bal_chain v = *c;
+        v.extra = extra;
+        double cyc = bal_chain_best_work(S->pb, &v, cuts, 1e-6, cycle, NULL);
+        if (!(cyc < INFINITY))
+            continue;
+        finals_add(S, F, &v, cuts);
+        if (bal_chain_fill(S->pb, &v, cyc * (1 + 1e-12), cuts) < INFINITY)
+            finals_add(S, F, &v, cuts);
+    }
+    free(extra);
+    free(cuts);
+}
+
+/* Replays the first FINAL_SIMS candidates by critical path. */
+static void finals_judge(finals *F, judge *J)
+{
+    for (int k = 0; k < F->n; k++) {
+        int best = k;
+        for (int i = k + 1; i < F->n; i++)
+            if (F->path[i] < F->path[best])
+                best = i;
+        bal_plan *pl = F->pl[best];
+        F->pl[best] = F->pl[k];
+        F->path[best] = F->path[k];
+        if (k < FINAL_SIMS)
+            judge_offer(J, pl);
+        else
+            bal_plan_free(pl);
+    }
+    F->n = 0;
 }
 
 /* `optimal` on each site's devices alone (with a data owner or a first
@@ -1105,17 +1172,20 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
     bal_chain bc = spec(&S, &fin[0], S.m_mem);
     int m = bal_choose_m(pb, &bc, fin[0].cuts, o);
     judge J = {.pb = pb, .schedule = o->schedule, .t = INFINITY};
+    finals F = {.n = 0};
     for (int i = 0; i < nfin; i++) {
         if (i > 0 && (same_chain(&fin[i], &fin[0]) || evaluate(&S, &fin[i]) == INFINITY))
             continue;
         bc = spec(&S, &fin[i], m);
-        judge_chain(&J, &bc, fin[i].cuts);
-        fill_candidates(&S, &bc, fin[i].cycle, &J);
+        finals_add(&S, &F, &bc, fin[i].cuts);
+        fill_candidates(&S, &bc, fin[i].cycle, &F);
+        lookahead_candidates(&S, &bc, fin[i].cycle, &F);
+        finals_judge(&F, &J);
     }
     for (int i = 0; i < nfin; i++)
         chain_free(&fin[i]);
     free(fin);
-    if (!J.best || (double)J.best->n_stages * m <= 2e6) {
+    if (!J.best || (double)J.best->n_stages * m <= REPLAY_MAX) {
         for (int a = BAL_EVEN; a <= BAL_SKY; a++) {
             bal_plan *b = bal_plan_baseline(pb, a, o, m, NULL);
             if (b)
