@@ -28,34 +28,68 @@ static int cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* The cheapest round trip of the smallest boundary between two devices. */
-static double min_round_trip(const bal_problem *pb)
+static int cmp_int_desc(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x < y) - (x > y);
+}
+
+/* The least a chain of p stages spends on its links, for p = 1..k: R[p] in
+ * round trips (latency and serialization both ways of the smallest
+ * boundary) and G[p] in the norm's gather (both latencies of every link).
+ * A link inside a site (or a host) costs at least the cheapest such link,
+ * one between sites the cheapest of those, and a chain of d distinct
+ * devices visits at least as many sites as the fewest sites that hold d
+ * devices, so it crosses at least that many less one between sites. With
+ * a data owner, p stages run on p - 1 devices. */
+static void link_floor(const bal_problem *pb, int k, int owner, double *R, double *G)
 {
     int n = pb->n_units, D = pb->n_dev, ns = pb->n_sites;
-    if (n < 2 || D < 2)
-        return 0;
     double bytes = INFINITY;
     for (int u = 0; u + 1 < n; u++)
         bytes = fmin(bytes, (double)pb->unit[u].out_bytes);
-    double fwd = bytes * pb->wire_act, back = bytes * pb->wire_grad;
+    double fwd = bytes * pb->wire_act, back = bytes * pb->wire_grad, sf, sr;
     int *count = sl_xcalloc((size_t)ns, sizeof(int)), hosts = 0;
     for (int d = 0; d < D; d++) {
         count[pb->site_of[d]]++;
         hosts |= pb->host_of[d] >= 0 && pb->host_of[d] != d;
     }
-    double r = INFINITY, sf, sr;
-    if (hosts)
-        r = bal_round_trip(pb->same_host, pb->same_host, fwd, back, &sf, &sr);
+    /* [0]: inside a site or a host, [1]: between sites */
+    double rt[2] = {INFINITY, INFINITY}, lat[2] = {INFINITY, INFINITY};
+    if (hosts) {
+        rt[0] = bal_round_trip(pb->same_host, pb->same_host, fwd, back, &sf, &sr);
+        lat[0] = 2 * pb->same_host.lat;
+    }
     for (int a = 0; a < ns; a++) {
-        if (count[a] >= 2)
-            r = fmin(r, bal_round_trip(pb->inside[a], pb->inside[a], fwd, back, &sf, &sr));
+        if (count[a] >= 2) {
+            rt[0] = fmin(rt[0], bal_round_trip(pb->inside[a], pb->inside[a], fwd, back, &sf, &sr));
+            lat[0] = fmin(lat[0], 2 * pb->inside[a].lat);
+        }
         for (int b = 0; b < ns; b++)
-            if (b != a && count[a] && count[b])
-                r = fmin(r, bal_round_trip(pb->between[(size_t)a * ns + b],
-                                           pb->between[(size_t)b * ns + a], fwd, back, &sf, &sr));
+            if (b != a && count[a] && count[b]) {
+                bal_link f = pb->between[(size_t)a * ns + b], r = pb->between[(size_t)b * ns + a];
+                rt[1] = fmin(rt[1], bal_round_trip(f, r, fwd, back, &sf, &sr));
+                lat[1] = fmin(lat[1], f.lat + r.lat);
+            }
+    }
+    qsort(count, (size_t)ns, sizeof(int), cmp_int_desc);
+    for (int p = 1, sites = 1, held = count[0]; p <= k; p++) {
+        int devs = owner >= 0 && p > 1 ? p - 1 : p, links = p - 1;
+        while (held < devs && sites < ns)
+            held += count[sites++];
+        int x = sites - 1 < links ? sites - 1 : links; /* links between sites, at least */
+        R[p] = G[p] = INFINITY;
+        for (int y = x; y <= links; y += links - x > 0 ? links - x : 1) { /* a cost is linear in y */
+            double in = links - y > 0 ? (links - y) : 0, bt = y;
+            double r = (in ? in * rt[0] : 0) + (bt ? bt * rt[1] : 0);
+            double g = (in ? in * lat[0] : 0) + (bt ? bt * lat[1] : 0);
+            R[p] = fmin(R[p], r);
+            G[p] = fmin(G[p], g);
+        }
+        if (!isfinite(R[p]))
+            R[p] = G[p] = 0; /* no such chain: nothing to add */
     }
     free(count);
-    return isfinite(r) ? r : 0;
 }
 
 /* The largest stage time tau is bracketed on a fixed geometric grid
@@ -68,19 +102,20 @@ static double min_round_trip(const bal_problem *pb)
 #define BOUND_GROUPS 16
 
 /* The most work the greedy covers: stages fastest first, each as long as
- * (1) allows (x / m), at most cap, until the stages add up to s_max. */
-static double greedy(const double *v, int k, int m, double r, double c, double cap, double s_max)
+ * (1) allows ((c - P - R[i + 1]) / m after stages of P seconds, whose links
+ * cost at least R[i + 1]), at most cap, until the stages add up to s_max. */
+static double greedy(const double *v, int k, int m, const double *R, double c, double cap,
+                     double s_max)
 {
-    double x = c, P = 0, w = 0;
+    double P = 0, w = 0;
     for (int i = 0; i < k; i++) {
         if (isinf(v[i]))
             return INFINITY;
-        double t = fmin(fmin(x / m, cap), s_max - P);
+        double t = fmin(fmin((c - P - R[i + 1]) / m, cap), s_max - P);
         if (t <= 0)
             break;
         w += v[i] * t;
         P += t;
-        x -= t + r;
     }
     return w;
 }
@@ -88,10 +123,12 @@ static double greedy(const double *v, int k, int m, double r, double c, double c
 /* Whether the work a chain of the devices (speeds v, fastest first) covers
  * within c under (1) and (2) may reach W, judged by an upper bound on it: a
  * chain of p in [pa, pb] stages whose largest stage time lies in [ta, tb]
- * has every t <= tb, R >= (pa - 1) r and, by (2), S <= c - (pa - 1) r -
- * (m - 1) beta ta; the greedy on the pb fastest devices with those limits
- * covers at least its work. */
-static int covers(const double *v, int k, int m, double r, double beta, double c, double W)
+ * has every t <= tb, spends at least R[pa] on its links' round trips and
+ * G[pa] on the gather, so by (2) S <= c - G[pa] - R[pa] - (m - 1) beta ta;
+ * the greedy on the pb fastest devices with those limits, (1) counted from
+ * c - G[pa], covers at least its work. */
+static int covers(const double *v, int k, int m, const double *R, const double *G, double beta,
+                  double c, double W)
 {
     int groups = k < BOUND_GROUPS ? k : BOUND_GROUPS;
     double top = c / m;
@@ -99,14 +136,16 @@ static int covers(const double *v, int k, int m, double r, double beta, double c
     double j1 = ceil(log(top) / log(BOUND_RATIO));
     for (int g = 0; g < groups; g++) {
         int pa = 1 + (int)((long)k * g / groups), pb = (int)((long)k * (g + 1) / groups);
-        double links = (pa - 1) * r;
+        double cg = c - G[pa];
+        if (cg <= 0)
+            continue;
         for (int j = 0; j <= BOUND_STEPS; j++) {
             double ta = j == BOUND_STEPS ? 0 : pow(BOUND_RATIO, j1 - j - 1);
             double tb = pow(BOUND_RATIO, j1 - j);
-            double s_max = c - links - (m > 1 ? (m - 1) * beta * ta : 0);
+            double s_max = cg - R[pa] - (m > 1 ? (m - 1) * beta * ta : 0);
             if (s_max <= 0)
                 continue;
-            if (greedy(v, pb, m, r, c, tb, s_max) >= W)
+            if (greedy(v, pb, m, R, cg, tb, s_max) >= W)
                 return 1;
         }
     }
@@ -147,13 +186,15 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
             if (f + b > 0)
                 beta = fmin(beta, b / (f + b));
         }
-    double r = min_round_trip(pb), lo = 0, hi = 1;
+    double lo = 0, hi = 1;
+    double *R = sl_xmalloc(((size_t)k + 1) * sizeof(double)), *G = sl_xmalloc(((size_t)k + 1) * sizeof(double));
+    link_floor(pb, k, data_owner, R, G);
     if (W > 0 && !isinf(v[0])) {
-        while (!covers(v, k, m, r, beta, hi, W) && hi < 1e30)
+        while (!covers(v, k, m, R, G, beta, hi, W) && hi < 1e30)
             hi *= 2;
         for (int it = 0; it < 200 && hi - lo > 1e-12 * hi; it++) {
             double mid = 0.5 * (lo + hi);
-            if (covers(v, k, m, r, beta, mid, W))
+            if (covers(v, k, m, R, G, beta, mid, W))
                 hi = mid;
             else
                 lo = mid;
@@ -161,12 +202,17 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
     } else
         hi = 0;
     free(v);
-    /* stage 0 holds unit 0 and steps its optimizer last */
-    double opt = INFINITY;
+    free(R);
+    free(G);
+    /* every stage steps its optimizer after the gather: the one holding unit
+     * 0 and the one holding the head (the data owner holds both) */
+    double opt0 = INFINITY, opth = INFINITY;
     for (int d = 0; d < D; d++)
-        if (data_owner < 0 || d == data_owner)
-            opt = fmin(opt, bal_optim_s(pb, d, 0, 0));
-    return lo + opt;
+        if (data_owner < 0 || d == data_owner) {
+            opt0 = fmin(opt0, bal_optim_s(pb, d, 0, 0));
+            opth = fmin(opth, bal_optim_s(pb, d, n - 1, n - 1));
+        }
+    return lo + fmax(opt0, opth);
 }
 
 /* ---- one plan's critical path ----

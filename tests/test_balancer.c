@@ -1779,6 +1779,93 @@ static void test_stage_ops_match_simulator(void)
     CHECK(bal_stage_ops(BAL_1F1B, 2, 2, 1, -1, ops) == -1);
 }
 
+/* Forty equal units on devices at two sites 50 ms apart (1 ms inside one),
+ * 128 micro-batches: every plan on two or three devices, its cuts, orders
+ * and warm-ups (replayed as their critical path, which is the replay: no
+ * compute is shared). */
+static double links_best(const bal_problem *pb, int D, int n, double lb, int *plans, int *below)
+{
+    static const int orders[3][3] = {{0, 1, 2}, {0, 2, 1}, {2, 0, 1}}; /* 0, 1 at one site */
+    static const int deep[3] = {0, 20, 80};
+    double best = INFINITY;
+    int no = D == 2 ? 2 : 3;
+    for (int o = 0; o < no; o++)
+        for (int x = 1; x < n; x++)
+            for (int y = D == 2 ? n : x + 1; y <= n - (D == 3); y++)
+                for (int e = 0; e < (D == 2 ? 7 : 9); e++) {
+                    int order[3], cuts[4] = {0, x, y, n}, extra[2];
+                    for (int i = 0; i < D; i++)
+                        order[i] = D == 2 ? (o + i) % 2 : orders[o][i];
+                    extra[0] = D == 2 ? 20 * e : deep[e / 3];
+                    extra[1] = deep[e % 3];
+                    bal_chain ch = {D, order, extra, 128, BAL_1F1B, 1, 0};
+                    bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
+                    double t = q ? bal_plan_critical_path(q) : INFINITY;
+                    if (q) {
+                        ++*plans;
+                        *below += t < lb;
+                        best = fmin(best, t);
+                    }
+                    bal_plan_free(q);
+                }
+    return best;
+}
+
+/* The links and the optimizer in the bound, where they decide it: forty
+ * equal units on two devices at two sites 50 ms apart, and on three, two of
+ * them at one site. A chain over all of them beats fewer devices, so the
+ * first micro-batch crosses the sites and back, the gather crosses them
+ * twice, and the head's optimizer step comes last; with warm-ups deep
+ * enough to hide the round trips, the first stages may take a little more
+ * than their share. The best such plan is within 3% of the bound, so a
+ * link or optimizer term a few percent too large would put the bound above
+ * it; no plan is below it. */
+static void test_lower_bound_links(void)
+{
+    enum { N = 40 };
+    bal_unit u[N];
+    double optim[N];
+    memset(u, 0, sizeof u);
+    for (int i = 0; i < N; i++) {
+        u[i].kind = i == 0 ? BAL_UNIT_EMBED : i == N - 1 ? BAL_UNIT_HEAD : BAL_UNIT_ENCODER;
+        u[i].fwd_flops = 1e8;
+        u[i].bwd_flops = 2e8;
+        u[i].param_bytes = 1000;
+        u[i].out_bytes = 1000;
+        u[i].stash_bytes = 10;
+        optim[i] = i == N - 1 ? 0.05 : 1e-4;
+    }
+    for (int D = 2; D <= 3; D++) {
+        sl_err err = {0};
+        bal_device d[3];
+        memset(d, 0, sizeof d);
+        for (int i = 0; i < D; i++) {
+            snprintf(d[i].id, sizeof d[i].id, "d%d", i);
+            strcpy(d[i].site, i == D - 1 ? "y" : "x");
+            d[i].mem_bytes = 1ull << 30;
+            d[i].flops = 1e12;
+            d[i].unit_optim_s = optim;
+        }
+        bal_network net = bal_network_default();
+        net.between_sites = (bal_link){1e12, 0.05};
+        net.inside_site = (bal_link){1e12, 0.001};
+        bal_problem *pb = bal_problem_new(u, N, d, D, &net, &err);
+        CHECKF(pb != NULL, "%s", err.msg);
+        if (!pb)
+            continue;
+        double lb = bal_lower_bound(pb, 128, -1);
+        int plans = 0, below = 0;
+        double best = links_best(pb, D, N, lb, &plans, &below);
+        CHECKF(below == 0 && plans >= 500, "%d devices: %d of %d plans below the bound", D,
+               below, plans);
+        CHECKF(lb <= best && lb >= 0.97 * best, "%d devices: bound %.6f, the best plan %.6f", D,
+               lb, best);
+        printf("  %d devices at two sites 50 ms apart: bound %.4f s, the best of %d plans "
+               "%.4f s\n", D, lb, plans, best);
+        bal_problem_free(pb);
+    }
+}
+
 /* The critical path is the replay itself where every stage computes alone,
  * and never above it where stages share a device (a U's owner) or a cpu
  * pool: random plans with random times, links, lookaheads and schedules. */
@@ -2018,6 +2105,7 @@ int main(void)
     RUN(test_cpu_pool_errors);
     RUN(test_micro_batch_choice);
     RUN(test_lower_bound);
+    RUN(test_lower_bound_links);
     RUN(test_critical_path);
     RUN(test_replan);
     RUN(test_infeasible_message);
