@@ -148,6 +148,13 @@ double bal_chain_best_tol(const bal_problem *pb, const bal_chain *c, int *cuts, 
 double bal_chain_best_work(const bal_problem *pb, const bal_chain *c, int *cuts, double tol,
                            double hint, long long *work);
 
+/* bal_part.c: a falling profile's cuts (1F1B, not U-shaped): every stage's
+ * (m - 1) b + (m - 1 - gamma w) f at most X (w its warm-up), memory fitting;
+ * among them one with the smallest sum of stage times, which it returns
+ * (INFINITY: none). */
+double bal_chain_falling(const bal_problem *pb, const bal_chain *c, double gamma, double X,
+                         int *cuts);
+
 /* bal_exact.c: chains over every subset and order of up to BAL_EXACT_MAX
  * devices (the data owner not counted). out[0] is the optimum of the
  * bottleneck-cycle model (the fewest stages among the optimal chains); then,

@@ -664,6 +664,92 @@ double bal_chain_fill(const bal_problem *pb, const bal_chain *ch, double bound, 
     return best;
 }
 
+/* ---- falling profiles ----
+ *
+ * A 1F1B stage that warms up with w forwards runs, after its first
+ * backward, m - 1 backwards and m - 1 - w forwards one after another, and
+ * its first backward waits for micro-batch 0's trip through the whole
+ * chain (S + R). So a stage early in the chain, with a deep warm-up, may
+ * hold more than a late one for the same iteration: its critical path is
+ * S + R + (m - 1) b_i + (m - 1 - w_i) f_i, while the round trip behind it
+ * keeps it from starting its backwards much sooner. bal_chain_falling
+ * bounds every stage's (m - 1) b_i + (m - 1 - gamma w_i) f_i by X (gamma in
+ * [0, 1] says how much of the warm-up to count on) and among those cuts
+ * returns one with the smallest S. Stage i's bound depends only on its
+ * units, so the DP is the bisection's without its runs of stages: a
+ * sliding minimum over each stage's reach. */
+double bal_chain_falling(const bal_problem *pb, const bal_chain *c, double gamma, double X,
+                         int *cuts)
+{
+    int n = pb->n_units, p = c->p, m = c->m;
+    if (p < 1 || p > n || c->schedule != BAL_1F1B || bal_is_u(c) || !(X >= 0))
+        return INFINITY;
+    size_t n1 = (size_t)n + 1;
+    int *k = sl_xmalloc((size_t)p * sizeof(int)), *nxt = sl_xmalloc((size_t)p * n1 * sizeof(int));
+    int *dq = sl_xmalloc(n1 * sizeof(int));
+    double *best = sl_xmalloc(n1 * sizeof(double)), *next = sl_xmalloc(n1 * sizeof(double));
+    double *pf = sl_xmalloc(n1 * sizeof(double)), *val = sl_xmalloc(n1 * sizeof(double));
+    bal_inflight(c, k);
+    for (int e = 0; e <= n; e++)
+        next[e] = e == n ? 0 : INFINITY;
+    for (int i = p - 1; i >= 0; i--) {
+        int d = c->order[i], smin = i, smax = i == 0 ? 0 : n - (p - i), emax = n - (p - 1 - i);
+        const double *pre = pb->pre + (size_t)d * n1;
+        const double *tf = pb->tf + (size_t)d * n;
+        double wf = (m - 1) - gamma * (k[i] - 1); /* the forwards' weight, the backwards' m - 1 */
+        pf[0] = 0;
+        for (int u = 0; u < n; u++)
+            pf[u + 1] = pf[u] + tf[u];
+        for (int e = smin + 1; e <= emax; e++)
+            val[e] = next[e] < INFINITY ? pre[e] + next[e] : INFINITY;
+        int head = 0, tail = 0, reach = smin, push = smin + 1;
+        for (int s = 0; s <= n; s++)
+            best[s] = INFINITY;
+        for (int s = smin; s <= smax; s++) {
+            if (reach < s)
+                reach = s;
+            while (reach + 1 <= emax && bal_fits(pb, d, s, reach + 1, k[i])) {
+                double f = pf[reach + 1] - pf[s], b = pre[reach + 1] - pre[s] - f;
+                if ((m - 1) * b + wf * f > X)
+                    break;
+                reach++;
+            }
+            if (push < s + 1)
+                push = s + 1;
+            for (; push <= reach; push++) {
+                if (val[push] == INFINITY)
+                    continue;
+                while (tail > head && val[dq[tail - 1]] >= val[push])
+                    tail--;
+                dq[tail++] = push;
+            }
+            while (tail > head && dq[head] < s + 1)
+                head++;
+            if (tail > head) {
+                best[s] = val[dq[head]] - pre[s];
+                nxt[(size_t)i * n1 + s] = dq[head];
+            }
+        }
+        double *t = next;
+        next = best;
+        best = t;
+    }
+    double S = next[0];
+    if (S < INFINITY) {
+        cuts[0] = 0;
+        for (int i = 0; i < p; i++)
+            cuts[i + 1] = nxt[(size_t)i * n1 + cuts[i]];
+    }
+    free(k);
+    free(nxt);
+    free(dq);
+    free(best);
+    free(next);
+    free(pf);
+    free(val);
+    return S;
+}
+
 int bal_plan_overflow(const bal_problem *pb, const bal_chain *c, const int *cuts)
 {
     int p = c->p, *k = sl_xmalloc((size_t)p * sizeof(int)), bad = -1, u = bal_is_u(c);

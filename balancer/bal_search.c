@@ -10,10 +10,10 @@
  * for every k (a grid of k past 64 devices), then local search: drop one
  * device, add one back, swap neighbours, each accepted only if the
  * estimated iteration gets shorter. Each finalist is placed several ways
- * (its best cycle, the shortest fills, denser lookaheads) and the best of
- * those by critical path are replayed by the simulator with the even and
- * sky placements at the same micro-batch count; the fastest is returned, so
- * `optimal` is never worse than either. */
+ * (its best cycle, the shortest fills; deeper warm-ups and falling
+ * profiles), and the best of those by critical path are replayed by the
+ * simulator with the even and sky placements at the same micro-batch
+ * count; the fastest is returned, so `optimal` is never worse than either. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -874,8 +874,8 @@ static void small_plans(const search *S, int m, judge *J)
         }
 }
 
-/* A finalist chain's cuts: its best-cycle cut, the shortest-fill cuts and
- * the cuts under denser lookaheads. Cuts whose cycles are close differ by a
+/* A finalist chain's cuts: its best-cycle cut, the shortest-fill cuts and,
+ * under deeper warm-ups, those and falling profiles. Cuts whose cycles are close differ by a
  * few percent in the replay: the units are whole layers, and where the
  * slack falls decides which runs of stages wait for their round trips. They
  * are ranked by their critical path (bal_plan_critical_path: the replay
@@ -883,7 +883,7 @@ static void small_plans(const search *S, int m, judge *J)
  * best-cycle cut and the FINAL_SIMS - 1 others first in that order are
  * replayed. */
 #define FINAL_SIMS 3
-#define FINAL_MAX 32
+#define FINAL_MAX 64
 
 typedef struct finals {
     bal_plan *pl[FINAL_MAX];
@@ -927,20 +927,62 @@ static void fill_candidates(const search *S, const bal_chain *c, double cycle, f
     free(cuts);
 }
 
-/* 1F1B keeps stage i exactly one micro-batch ahead of stage i+1, so a run
- * of stages waits for the round trips inside it unless its stages leave
- * slack. One extra warm-up micro-batch on every k-th link (beyond the
- * lookahead of the slow links) gives that slack for the memory of a deeper
- * stash: the chain is placed again under each such lookahead that fits. */
+/* The chain's falling profiles (bal_chain_falling), counting on three
+ * quarters of each stage's warm-up (each share from 0.25 to 1 was tried on
+ * the benchmark's tuning seeds: this one alone kept nearly all the gain):
+ * the smallest X any cut meets, and 1% and 2% above it, each with the cut
+ * whose stages add up to the least time. */
+#define FALL_GAMMA 0.75
+static void falling_candidates(const search *S, const bal_chain *c, double cycle, finals *F)
+{
+    static const double over[] = {1.0, 1.01, 1.02};
+    if (c->schedule != BAL_1F1B || c->p < 2 || bal_is_u(c) || !(cycle < INFINITY))
+        return;
+    int *cuts = sl_xmalloc(((size_t)c->p + 1) * sizeof(int));
+    /* every cut at the best cycle meets X = (m - 1) cycle */
+    double lo = 0, hi = (c->m - 1) * cycle * (1 + 1e-9);
+    if (bal_chain_falling(S->pb, c, FALL_GAMMA, hi, cuts) < INFINITY) {
+        while (hi - lo > 1e-4 * hi) {
+            double mid = 0.5 * (lo + hi);
+            if (bal_chain_falling(S->pb, c, FALL_GAMMA, mid, cuts) < INFINITY)
+                hi = mid;
+            else
+                lo = mid;
+        }
+        for (size_t j = 0; j < sizeof over / sizeof over[0]; j++)
+            if (bal_chain_falling(S->pb, c, FALL_GAMMA, hi * over[j], cuts) < INFINITY)
+                finals_add(S, F, c, cuts);
+    }
+    free(cuts);
+}
+
+/* Warm-ups beyond the lookahead of the slow links. 1F1B keeps stage i
+ * exactly one micro-batch ahead of stage i+1, so a run of stages waits for
+ * the round trips inside it unless its stages leave slack: one extra
+ * micro-batch on every k-th link gives that slack. And the slow links'
+ * lookahead hides a round trip once forwards and backwards alternate, but
+ * a stage warms up with forwards alone: sized at the forwards' share of
+ * the cycle, it keeps the stages before a slow link busy from the start.
+ * Each costs the memory of a deeper stash; the chain is placed again under
+ * each lookahead that fits, by cycle, by fill and as falling profiles. */
 static void lookahead_candidates(const search *S, const bal_chain *c, double cycle, finals *F)
 {
-    if (c->schedule != BAL_1F1B || c->p < 3 || !(cycle < INFINITY))
+    if (c->schedule != BAL_1F1B || c->p < 2 || !(cycle < INFINITY))
         return;
     int *extra = sl_xmalloc((size_t)c->p * sizeof(int));
     int *cuts = sl_xmalloc(((size_t)c->p + 1) * sizeof(int));
-    for (int every = 2; every <= 4; every++) {
-        for (int l = 0; l + 1 < c->p; l++)
-            extra[l] = (c->extra ? c->extra[l] : 0) + (l % every == 0);
+    /* the forwards' share of the chain's time */
+    double f = 0, t = 0;
+    for (int i = 0; i < c->p; i++) {
+        f += bal_unit_fwd_s(S->pb, c->order[i], 0);
+        t += bal_unit_fwd_s(S->pb, c->order[i], 0) + bal_unit_bwd_s(S->pb, c->order[i], 0);
+    }
+    for (int variant = c->p < 3 ? 3 : 0; variant < 4; variant++) { /* one link: no runs */
+        if (variant < 3)
+            for (int l = 0; l + 1 < c->p; l++)
+                extra[l] = (c->extra ? c->extra[l] : 0) + (l % (variant + 2) == 0);
+        else /* the slow links hidden by forwards alone, as in a warm-up */
+            bal_chain_lookahead(S->pb, c->order, c->p, t > 0 ? cycle * f / t : cycle, c->m, extra);
         bal_chain v = *c;
         v.extra = extra;
         double cyc = bal_chain_best_work(S->pb, &v, cuts, 1e-6, cycle, NULL);
@@ -949,6 +991,7 @@ static void lookahead_candidates(const search *S, const bal_chain *c, double cyc
         finals_add(S, F, &v, cuts);
         if (bal_chain_fill(S->pb, &v, cyc * (1 + 1e-12), cuts) < INFINITY)
             finals_add(S, F, &v, cuts);
+        falling_candidates(S, &v, cyc, F);
     }
     free(extra);
     free(cuts);
