@@ -123,6 +123,36 @@ static double chain_floor(const bal_problem *pb, const chain *c)
     return lb > ser ? lb : ser;
 }
 
+/* Past this many stage x micro-batch ops a replay takes too long for the
+ * search: the closed-form estimate stands in for it. */
+#define REPLAY_MAX 2e6
+
+/* Whether two stages compute on one device or on one cpu pool, which the
+ * replay shares between them and the critical path does not. */
+static int shares_compute(const bal_plan *pl)
+{
+    for (int i = 0; i < pl->n_stages; i++)
+        for (int j = 0; j < i; j++)
+            if (pl->stage[i].device == pl->stage[j].device ||
+                (pl->stage[i].cpu_pool[0] && !strcmp(pl->stage[i].cpu_pool, pl->stage[j].cpu_pool)))
+                return 1;
+    return 0;
+}
+
+/* The replay's iteration: the critical path where no compute is shared
+ * (the same number, about fifteen times cheaper), else the simulator. */
+static double simulate(const bal_plan *pl, int schedule)
+{
+    if ((double)pl->n_stages * pl->micro_batches > REPLAY_MAX)
+        return pl->est_iter_s;
+    if (schedule == pl->schedule && !shares_compute(pl))
+        return bal_plan_critical_path(pl);
+    bal_timeline *tl = bal_simulate(pl, schedule, 0, NULL);
+    double t = tl ? tl->iteration_s : INFINITY;
+    bal_timeline_free(tl);
+    return t;
+}
+
 /* Places the chain exactly with a lookahead sized at `ref` seconds per
  * micro-batch (ref <= 0: textbook 1F1B). Returns the estimated iteration. */
 static double place(search *S, chain *c, double ref)
@@ -143,10 +173,7 @@ static double place(search *S, chain *c, double ref)
         /* small inputs: the simulator itself ranks (a replay costs microseconds) */
         if (S->thorough && bal_plan_overflow(S->pb, &b, c->cuts) < 0) {
             bal_plan *pl = bal_plan_build(S->pb, BAL_OPTIMAL, &b, c->cuts);
-            bal_timeline *tl = bal_simulate(pl, S->o->schedule, 0, NULL);
-            if (tl)
-                c->est = tl->iteration_s;
-            bal_timeline_free(tl);
+            c->est = simulate(pl, S->o->schedule);
             bal_plan_free(pl);
         }
     }
@@ -779,20 +806,6 @@ typedef struct judge {
     bal_plan *best;
     double t;
 } judge;
-
-/* Past this many stage x micro-batch ops a replay takes too long for the
- * search: the closed-form estimate stands in for it. */
-#define REPLAY_MAX 2e6
-
-static double simulate(const bal_plan *pl, int schedule)
-{
-    if ((double)pl->n_stages * pl->micro_batches > REPLAY_MAX)
-        return pl->est_iter_s;
-    bal_timeline *tl = bal_simulate(pl, schedule, 0, NULL);
-    double t = tl ? tl->iteration_s : INFINITY;
-    bal_timeline_free(tl);
-    return t;
-}
 
 static void judge_offer(judge *J, bal_plan *pl)
 {
