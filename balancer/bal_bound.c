@@ -246,30 +246,34 @@ double bal_plan_critical_path(const bal_plan *pl)
                 ops[i * 2 * M + k++] = list[j].kind == BAL_OP_FWD ? list[j].mb : -(list[j].mb + 1);
     }
     free(list);
-    for (int progress = 1; progress;) {
+    /* activations flow down the chain and gradients up: sweep the stages
+     * down and up in turn, each as far as its inputs allow */
+    for (int progress = 1, down = 1; progress; down = !down) {
         progress = 0;
-        for (int i = 0; i < p; i++)
+        for (int j = 0; j < p; j++) {
+            int i = down ? j : p - 1 - j;
             for (; pc[i] < 2 * m; pc[i]++, progress = 1) {
                 const bal_stage *st = &pl->stage[i];
                 int op = ops[i * 2 * M + pc[i]], mb = op >= 0 ? op : -op - 1;
                 double in = op >= 0 ? (i > 0 ? act[i * M + mb] : 0) : grad[i * M + mb];
                 if (in < 0)
                     break;
-                double end = fmax(avail[i], in) + (op >= 0 ? st->fwd_s : st->bwd_s);
+                double end = (avail[i] > in ? avail[i] : in) + (op >= 0 ? st->fwd_s : st->bwd_s);
                 avail[i] = end;
                 if (op >= 0 && i + 1 < p) { /* the activation to i + 1 */
-                    double x = fmax(end, lf[i]) + st->act_s;
+                    double x = (end > lf[i] ? end : lf[i]) + st->act_s;
                     lf[i] = x;
                     act[(i + 1) * M + mb] = x + st->lat_s;
                 } else if (op >= 0) { /* the loss: this stage's backward may start */
                     grad[i * M + mb] = end;
                 } else if (i > 0) { /* the gradient to i - 1 */
                     const bal_stage *prev = &pl->stage[i - 1];
-                    double x = fmax(end, lb[i - 1]) + prev->grad_s;
+                    double x = (end > lb[i - 1] ? end : lb[i - 1]) + prev->grad_s;
                     lb[i - 1] = x;
                     grad[(i - 1) * M + mb] = x + prev->lat_s;
                 }
             }
+        }
     }
     double drained = 0, gather = 0, opt = 0;
     int stuck = 0;

@@ -1029,6 +1029,46 @@ static void finals_judge(finals *F, judge *J)
     F->n = 0;
 }
 
+/* The best plan's warm-ups, one link at a time: one more or one less
+ * micro-batch ahead on that link (every stage before it warms up by that
+ * much more or less), kept when the replay gets shorter and memory allows.
+ * Only where the replay is the critical path (no compute shared): one pass
+ * costs two sweeps per link. Where the slack falls along a chain of whole
+ * layers decides which runs of stages wait, and no rule for the lookahead
+ * sees that; the replay does. */
+static void polish_warmups(judge *J)
+{
+    bal_plan *pl = J->best;
+    if (!pl || pl->schedule != BAL_1F1B || pl->n_stages < 2 || shares_compute(pl) ||
+        (double)pl->n_stages * pl->micro_batches > REPLAY_MAX)
+        return;
+    int p = pl->n_stages;
+    int *order = sl_xmalloc((size_t)p * sizeof(int)), *cuts = sl_xmalloc(((size_t)p + 1) * sizeof(int));
+    int *extra = sl_xmalloc((size_t)p * sizeof(int));
+    bal_chain c = plan_chain(pl, order, cuts, extra);
+    for (int l = 0; l + 1 < p; l++)
+        for (int d = 1; d >= -1; d -= 2) {
+            if (extra[l] + d < 0 || extra[l] + d > c.m)
+                continue;
+            extra[l] += d;
+            if (bal_plan_overflow(J->pb, &c, cuts) < 0) {
+                bal_plan *q = bal_plan_build(J->pb, BAL_OPTIMAL, &c, cuts);
+                double t = bal_plan_critical_path(q);
+                if (t > 0 && t < J->t) {
+                    bal_plan_free(J->best);
+                    J->best = q;
+                    J->t = t;
+                    break; /* this link done; the next one from here */
+                }
+                bal_plan_free(q);
+            }
+            extra[l] -= d;
+        }
+    free(order);
+    free(cuts);
+    free(extra);
+}
+
 /* `optimal` on each site's devices alone (with a data owner or a first
  * device, its site), as
  * bal_plan_make would plan bal_problem_subset of them; each plan is offered
@@ -1253,6 +1293,7 @@ bal_plan *bal_plan_optimal(const bal_problem *pb, const bal_opts *o, sl_err *err
         if (S.thorough && pb->n_sites > 1)
             site_plans(&S, m, &J);
     }
+    polish_warmups(&J);
     pl = J.best;
     if (!pl) { /* cannot happen: the winner fit at m_mem >= m; a guard */
         infeasible(pb, o, m, err);

@@ -1575,6 +1575,65 @@ static void test_dense_lookahead(void)
     free(u);
 }
 
+/* One link of four needs a warm-up no rule gives: two sites, two devices
+ * each, 0.2 ms apart, so the run of the two stages around the link between
+ * them waits for its round trip in textbook 1F1B (well under half a
+ * stage: no slow-link lookahead). Memory leaves room for one more
+ * micro-batch on the first two devices only, which rules out the denser
+ * lookaheads (they all add one on the first link, and every other link
+ * too); one more on the middle link fits. `optimal` finds it by trying
+ * each link's warm-up on its best plan. */
+static void test_warmup_polish(void)
+{
+    enum { N = 40 };
+    sl_err err = {0};
+    bal_unit u[N];
+    memset(u, 0, sizeof u);
+    for (int i = 0; i < N; i++) {
+        u[i].kind = i == 0 ? BAL_UNIT_EMBED : i == N - 1 ? BAL_UNIT_HEAD : BAL_UNIT_ENCODER;
+        u[i].fwd_flops = 1e8;
+        u[i].bwd_flops = 2e8;
+        u[i].out_bytes = 1000;
+        u[i].stash_bytes = 1000; /* a 10-unit stage stashes 10000 bytes per micro-batch */
+    }
+    static const int stashes[4] = {5, 4, 4, 4};
+    bal_device d[4];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < 4; i++) {
+        snprintf(d[i].id, sizeof d[i].id, "d%d", i);
+        strcpy(d[i].site, i < 2 ? "a" : "b");
+        d[i].mem_bytes = stashes[i] * 10000ull + 5000;
+        d[i].flops = 1e12;
+    }
+    bal_network net = bal_network_default();
+    net.between_sites = (bal_link){1e15, 2e-4};
+    net.inside_site = (bal_link){1e15, 0};
+    bal_problem *pb = bal_problem_new(u, N, d, 4, &net, &err);
+    bal_opts o = bal_opts_default();
+    o.micro_batches = 32;
+    bal_plan *pl = pb ? bal_plan_make(pb, BAL_OPTIMAL, &o, &err) : NULL;
+    CHECKF(pl && pl->n_stages == 4, "%s", err.msg);
+    if (pl && pl->n_stages == 4) {
+        int order[4], cuts[5], extra[4];
+        for (int i = 0; i < 4; i++) {
+            order[i] = pl->stage[i].device;
+            cuts[i] = pl->stage[i].first;
+            extra[i] = 0;
+        }
+        cuts[4] = N;
+        bal_chain ch = {4, order, extra, 32, BAL_1F1B, 1, 0};
+        bal_plan *tb = bal_plan_chain(pb, &ch, cuts, &err);
+        double t = bal_plan_critical_path(pl), t0 = tb ? bal_plan_critical_path(tb) : 0;
+        CHECKF(pl->stage[0].extra == 0 && pl->stage[1].extra == 1 && pl->stage[2].extra == 0 &&
+               t < 0.97 * t0, "lookahead %d %d %d: %.5f s, textbook %.5f s", pl->stage[0].extra,
+               pl->stage[1].extra, pl->stage[2].extra, t, t0);
+        printf("  one more micro-batch on the middle link: %.5f s, textbook %.5f s\n", t, t0);
+        bal_plan_free(tb);
+    }
+    bal_plan_free(pl);
+    bal_problem_free(pb);
+}
+
 /* The paper's example: 4 devices, 12 equal units, the first 4x slower. The
  * intended allocator moves units off the slow device (the released code cannot). */
 static void test_sky_moves_both_ways(void)
@@ -2119,6 +2178,7 @@ int main(void)
     RUN(test_malformed_json);
     RUN(test_slow_link_avoided);
     RUN(test_dense_lookahead);
+    RUN(test_warmup_polish);
     RUN(test_sky_moves_both_ways);
     RUN(test_deterministic);
     RUN(test_chain_validation);
