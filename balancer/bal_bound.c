@@ -217,61 +217,78 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
 
 /* ---- one plan's critical path ----
  *
- * The replay without shared compute: every stage runs its ops in their
- * order (bal_stage_ops), each as soon as the one before it ended and its
- * input arrived; every directed link sends its messages in the order they
- * were made, one at a time, each arriving one latency after it was sent;
- * once every stage drained, the norm's gather (two latencies per link) and
- * the optimizer steps. Each op starts no earlier than the ops it waits for
- * end, so this is a lower bound on bal_simulate; where no two stages share
- * a device or a cpu pool it is the same replay (docs/balancer.md), in a
- * sweep over the ops instead of events through a heap. */
+ * The replay without shared compute: every stage runs its computes in
+ * their order (bal_stage_computes, those of bal_stage_ops), each as soon
+ * as the one before it ended and its input arrived; every directed link
+ * sends its messages in the order they were made, one at a time, each
+ * arriving one latency after it was sent; once every stage drained, the
+ * norm's gather (two latencies per link) and the optimizer steps. Each op
+ * starts no earlier than the ops it waits for end, so this is a lower bound
+ * on bal_simulate; where no two stages share a device or a cpu pool it is
+ * the same replay (docs/balancer.md), in a sweep over the ops instead of
+ * events through a heap. */
 double bal_plan_critical_path(const bal_plan *pl)
 {
     int p = pl->n_stages, m = pl->micro_batches;
     if (p < 1 || m < 1 || (double)p * m > 5e7)
         return 0;
     size_t P = (size_t)p, M = (size_t)m;
-    int *ops = sl_xmalloc(P * 2 * M * sizeof(int)), *pc = sl_xcalloc(P, sizeof(int));
-    double *act = sl_xmalloc(P * M * sizeof(double)), *grad = sl_xmalloc(P * M * sizeof(double));
-    double *avail = sl_xcalloc(P, sizeof(double)), *lf = sl_xcalloc(P, sizeof(double));
-    double *lb = sl_xcalloc(P, sizeof(double));
-    bal_op *list = sl_xmalloc((size_t)BAL_STAGE_OPS_MAX(m) * sizeof *list);
-    for (size_t j = 0; j < P * M; j++)
-        act[j] = grad[j] = -1;
-    for (int i = 0; i < p; i++) { /* computes only: mb forward, -(mb + 1) backward */
-        int n = bal_stage_ops(pl->schedule, p, i, m, pl->stage[i].warmup, list), k = 0;
-        for (int j = 0; j < n; j++)
-            if (list[j].kind == BAL_OP_FWD || list[j].kind == BAL_OP_BWD)
-                ops[i * 2 * M + k++] = list[j].kind == BAL_OP_FWD ? list[j].mb : -(list[j].mb + 1);
+    /* ints: each stage's computes (mb forward, -(mb + 1) backward), its next;
+     * doubles: arrival of each activation and gradient (-1: not yet), when
+     * each stage and each link either way is free */
+    int *ops = sl_xmalloc((P * 2 * M + P) * sizeof(int)), *pc = ops + P * 2 * M;
+    double *act = sl_xmalloc((2 * P * M + 3 * P) * sizeof(double)), *grad = act + P * M;
+    double *avail = grad + P * M, *lf = avail + P, *lb = lf + P;
+    for (size_t j = 0; j < 2 * P * M; j++)
+        act[j] = -1;
+    for (int i = 0; i < p; i++) {
+        bal_stage_computes(pl->schedule, p, i, m, pl->stage[i].warmup, ops + i * 2 * M);
+        pc[i] = 0;
+        avail[i] = lf[i] = lb[i] = 0;
     }
-    free(list);
     /* activations flow down the chain and gradients up: sweep the stages
      * down and up in turn, each as far as its inputs allow */
     for (int progress = 1, down = 1; progress; down = !down) {
         progress = 0;
         for (int j = 0; j < p; j++) {
-            int i = down ? j : p - 1 - j;
-            for (; pc[i] < 2 * m; pc[i]++, progress = 1) {
-                const bal_stage *st = &pl->stage[i];
-                int op = ops[i * 2 * M + pc[i]], mb = op >= 0 ? op : -op - 1;
-                double in = op >= 0 ? (i > 0 ? act[i * M + mb] : 0) : grad[i * M + mb];
-                if (in < 0)
-                    break;
-                double end = (avail[i] > in ? avail[i] : in) + (op >= 0 ? st->fwd_s : st->bwd_s);
-                avail[i] = end;
-                if (op >= 0 && i + 1 < p) { /* the activation to i + 1 */
-                    double x = (end > lf[i] ? end : lf[i]) + st->act_s;
-                    lf[i] = x;
-                    act[(i + 1) * M + mb] = x + st->lat_s;
-                } else if (op >= 0) { /* the loss: this stage's backward may start */
-                    grad[i * M + mb] = end;
-                } else if (i > 0) { /* the gradient to i - 1 */
-                    const bal_stage *prev = &pl->stage[i - 1];
-                    double x = (end > lb[i - 1] ? end : lb[i - 1]) + prev->grad_s;
-                    lb[i - 1] = x;
-                    grad[(i - 1) * M + mb] = x + prev->lat_s;
+            int i = down ? j : p - 1 - j, k = pc[i], first = i == 0, last = i + 1 == p;
+            const bal_stage *st = &pl->stage[i], *prev = first ? st : &pl->stage[i - 1];
+            const int *o = ops + i * 2 * M;
+            double *ain = act + i * M, *gin = grad + i * M;
+            double *aout = last ? gin : ain + M, *gout = first ? gin : gin - M;
+            double av = avail[i], f = st->fwd_s, b = st->bwd_s;
+            double ls = first ? 0 : lb[i - 1], fs = lf[i];
+            for (; k < 2 * m; k++) {
+                int op = o[k];
+                if (op >= 0) {
+                    double in = first ? 0 : ain[op];
+                    if (in < 0)
+                        break;
+                    av = (av > in ? av : in) + f;
+                    if (last) { /* the loss: this stage's backward may start */
+                        aout[op] = av;
+                    } else { /* the activation to i + 1 */
+                        fs = (av > fs ? av : fs) + st->act_s;
+                        aout[op] = fs + st->lat_s;
+                    }
+                } else {
+                    double in = gin[-op - 1];
+                    if (in < 0)
+                        break;
+                    av = (av > in ? av : in) + b;
+                    if (!first) { /* the gradient to i - 1 */
+                        ls = (av > ls ? av : ls) + prev->grad_s;
+                        gout[-op - 1] = ls + prev->lat_s;
+                    }
                 }
+            }
+            if (k != pc[i]) {
+                progress = 1;
+                pc[i] = k;
+                avail[i] = av;
+                lf[i] = fs;
+                if (!first)
+                    lb[i - 1] = ls;
             }
         }
     }
@@ -285,11 +302,6 @@ double bal_plan_critical_path(const bal_plan *pl)
             gather += 2 * pl->stage[i].lat_s;
     }
     free(ops);
-    free(pc);
     free(act);
-    free(grad);
-    free(avail);
-    free(lf);
-    free(lb);
     return stuck ? 0 : drained + gather + opt;
 }

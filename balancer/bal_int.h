@@ -148,6 +148,11 @@ double bal_chain_best_tol(const bal_problem *pb, const bal_chain *c, int *cuts, 
 double bal_chain_best_work(const bal_problem *pb, const bal_chain *c, int *cuts, double tol,
                            double hint, long long *work);
 
+/* bal_sim.c: stage i's computes in bal_stage_ops's order into out (2 m
+ * entries): mb for a forward, -(mb + 1) for a backward; their count, -1 on
+ * bad arguments. */
+int bal_stage_computes(int schedule, int stages, int i, int micro_batches, int warmup, int *out);
+
 /* bal_part.c: a falling profile's cuts (1F1B, not U-shaped): every stage's
  * (m - 1) b + (m - 1 - gamma w) f at most X (w its warm-up), memory fitting;
  * among them one with the smallest sum of stage times, which it returns

@@ -1032,10 +1032,13 @@ static void finals_judge(finals *F, judge *J)
 /* The best plan's warm-ups, one link at a time: one more or one less
  * micro-batch ahead on that link (every stage before it warms up by that
  * much more or less), kept when the replay gets shorter and memory allows.
- * Only where the replay is the critical path (no compute shared): one pass
- * costs two sweeps per link. Where the slack falls along a chain of whole
- * layers decides which runs of stages wait, and no rule for the lookahead
- * sees that; the replay does. */
+ * Only where the replay is the critical path (no compute shared), one pass
+ * over the links from the first, within POLISH_WORK stage x micro-batch
+ * ops of critical paths (a pass at 64 stages and 128 micro-batches takes
+ * about 0.7 million). Where the slack falls along a chain of whole layers
+ * decides which runs of stages wait, and no rule for the lookahead sees
+ * that; the replay does. */
+#define POLISH_WORK 1e6
 static void polish_warmups(judge *J)
 {
     bal_plan *pl = J->best;
@@ -1046,10 +1049,12 @@ static void polish_warmups(judge *J)
     int *order = sl_xmalloc((size_t)p * sizeof(int)), *cuts = sl_xmalloc(((size_t)p + 1) * sizeof(int));
     int *extra = sl_xmalloc((size_t)p * sizeof(int));
     bal_chain c = plan_chain(pl, order, cuts, extra);
-    for (int l = 0; l + 1 < p; l++)
-        for (int d = 1; d >= -1; d -= 2) {
+    double work = 0, each = (double)p * c.m;
+    for (int l = 0; l + 1 < p && work + each <= POLISH_WORK; l++)
+        for (int d = 1; d >= -1 && work + each <= POLISH_WORK; d -= 2) {
             if (extra[l] + d < 0 || extra[l] + d > c.m)
                 continue;
+            work += each;
             extra[l] += d;
             if (bal_plan_overflow(J->pb, &c, cuts) < 0) {
                 bal_plan *q = bal_plan_build(J->pb, BAL_OPTIMAL, &c, cuts);

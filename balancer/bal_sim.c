@@ -237,52 +237,53 @@ static int pool_done(sim *S, const event *e, double t)
     return 1;
 }
 
-/* F(j): receive, compute, send; B(j) the same in the other direction. */
-static int add_fwd(bal_op *ops, int k, int j, int first, int last)
-{
-    if (!first)
-        ops[k++] = (bal_op){BAL_OP_RECV_ACT, j};
-    ops[k++] = (bal_op){BAL_OP_FWD, j};
-    if (!last)
-        ops[k++] = (bal_op){BAL_OP_SEND_ACT, j};
-    return k;
-}
-
-static int add_bwd(bal_op *ops, int k, int j, int first, int last)
-{
-    if (!last)
-        ops[k++] = (bal_op){BAL_OP_RECV_GRAD, j};
-    ops[k++] = (bal_op){BAL_OP_BWD, j};
-    if (!first)
-        ops[k++] = (bal_op){BAL_OP_SEND_GRAD, j};
-    return k;
-}
-
-int bal_stage_ops(int schedule, int stages, int i, int micro_batches, int warmup, bal_op *ops)
+int bal_stage_computes(int schedule, int stages, int i, int micro_batches, int warmup, int *out)
 {
     int p = stages, m = micro_batches, k = 0;
     if (p < 1 || i < 0 || i >= p || m < 1 || (schedule != BAL_1F1B && schedule != BAL_GPIPE))
         return -1;
-    int first = i == 0, last = i == p - 1;
     if (schedule == BAL_GPIPE) {
         for (int j = 0; j < m; j++)
-            k = add_fwd(ops, k, j, first, last);
+            out[k++] = j;
         for (int j = 0; j < m; j++)
-            k = add_bwd(ops, k, j, first, last);
+            out[k++] = -(j + 1);
         return k;
     }
     int warm = warmup < 0 ? p - i - 1 : warmup, f = 0, b = 0;
     if (warm > m)
         warm = m;
     for (; f < warm; f++)
-        k = add_fwd(ops, k, f, first, last);
+        out[k++] = f;
     while (f < m) {
-        k = add_fwd(ops, k, f++, first, last);
-        k = add_bwd(ops, k, b++, first, last);
+        out[k++] = f++;
+        out[k++] = -(++b);
     }
     while (b < m)
-        k = add_bwd(ops, k, b++, first, last);
+        out[k++] = -(++b);
     return k;
+}
+
+int bal_stage_ops(int schedule, int stages, int i, int micro_batches, int warmup, bal_op *ops)
+{
+    int m = micro_batches, *c = sl_xmalloc(2 * (size_t)(m > 0 ? m : 1) * sizeof(int));
+    int n = bal_stage_computes(schedule, stages, i, m, warmup, c), k = 0;
+    int first = i == 0, last = i == stages - 1;
+    for (int j = 0; j < n; j++) /* F(mb): receive, compute, send; B(mb) the other way */
+        if (c[j] >= 0) {
+            if (!first)
+                ops[k++] = (bal_op){BAL_OP_RECV_ACT, c[j]};
+            ops[k++] = (bal_op){BAL_OP_FWD, c[j]};
+            if (!last)
+                ops[k++] = (bal_op){BAL_OP_SEND_ACT, c[j]};
+        } else {
+            if (!last)
+                ops[k++] = (bal_op){BAL_OP_RECV_GRAD, -c[j] - 1};
+            ops[k++] = (bal_op){BAL_OP_BWD, -c[j] - 1};
+            if (!first)
+                ops[k++] = (bal_op){BAL_OP_SEND_GRAD, -c[j] - 1};
+        }
+    free(c);
+    return n < 0 ? -1 : k;
 }
 
 int bal_warmups_check(int stages, int micro_batches, const int *warmup, sl_err *err)
@@ -306,23 +307,15 @@ int bal_warmups_check(int stages, int micro_batches, const int *warmup, sl_err *
     return 0;
 }
 
-/* The simulator replays the computes of bal_stage_ops; sends and receives
- * are its links. */
+/* The simulator replays the computes of bal_stage_ops (bal_stage_computes);
+ * sends and receives are its links. */
 static void build_ops(sim *S)
 {
     int p = S->p, m = S->m;
-    bal_op *ops = sl_xmalloc((size_t)BAL_STAGE_OPS_MAX(m) * sizeof *ops);
     for (int i = 0; i < p; i++) {
-        int *o = S->ops + (size_t)i * 2 * m, k = 0;
         int warm = S->schedule == S->pl->schedule ? S->pl->stage[i].warmup : -1;
-        int n = bal_stage_ops(S->schedule, p, i, m, warm, ops);
-        for (int j = 0; j < n; j++)
-            if (ops[j].kind == BAL_OP_FWD)
-                o[k++] = ops[j].mb;
-            else if (ops[j].kind == BAL_OP_BWD)
-                o[k++] = -(ops[j].mb + 1);
+        bal_stage_computes(S->schedule, p, i, m, warm, S->ops + (size_t)i * 2 * m);
     }
-    free(ops);
 }
 
 /* A directed link starts its next message if it is idle. */
