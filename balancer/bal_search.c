@@ -1031,14 +1031,16 @@ static void finals_judge(finals *F, judge *J)
 
 /* The best plan's warm-ups, one link at a time: one more or one less
  * micro-batch ahead on that link (every stage before it warms up by that
- * much more or less), kept when the replay gets shorter and memory allows.
- * Only where the replay is the critical path (no compute shared), one pass
- * over the links from the first, within POLISH_WORK stage x micro-batch
- * ops of critical paths (a pass at 64 stages and 128 micro-batches takes
- * about 0.7 million). Where the slack falls along a chain of whole layers
- * decides which runs of stages wait, and no rule for the lookahead sees
- * that; the replay does. */
-#define POLISH_WORK 1e6
+ * much more or less), kept when the replay gets shorter and memory allows;
+ * passes over the links from the first until one changes nothing (at most
+ * POLISH_PASSES), within POLISH_WORK stage x micro-batch ops of critical
+ * paths (a pass at 64 stages and 128 micro-batches takes about 0.7
+ * million). Only where the replay is the critical path (no compute
+ * shared). Where the slack falls along a chain of whole layers decides
+ * which runs of stages wait, and no rule for the lookahead sees that; the
+ * replay does. */
+#define POLISH_WORK 2e6
+#define POLISH_PASSES 3
 static void polish_warmups(judge *J)
 {
     bal_plan *pl = J->best;
@@ -1050,25 +1052,30 @@ static void polish_warmups(judge *J)
     int *extra = sl_xmalloc((size_t)p * sizeof(int));
     bal_chain c = plan_chain(pl, order, cuts, extra);
     double work = 0, each = (double)p * c.m;
-    for (int l = 0; l + 1 < p && work + each <= POLISH_WORK; l++)
-        for (int d = 1; d >= -1 && work + each <= POLISH_WORK; d -= 2) {
-            if (extra[l] + d < 0 || extra[l] + d > c.m)
-                continue;
-            work += each;
-            extra[l] += d;
-            if (bal_plan_overflow(J->pb, &c, cuts) < 0) {
-                bal_plan *q = bal_plan_build(J->pb, BAL_OPTIMAL, &c, cuts);
-                double t = bal_plan_critical_path(q);
-                if (t > 0 && t < J->t) {
-                    bal_plan_free(J->best);
-                    J->best = q;
-                    J->t = t;
-                    break; /* this link done; the next one from here */
+    int moved = 1;
+    for (int pass = 0; pass < POLISH_PASSES && moved; pass++) {
+        moved = 0;
+        for (int l = 0; l + 1 < p && work + each <= POLISH_WORK; l++)
+            for (int d = 1; d >= -1 && work + each <= POLISH_WORK; d -= 2) {
+                if (extra[l] + d < 0 || extra[l] + d > c.m)
+                    continue;
+                extra[l] += d;
+                if (bal_plan_overflow(J->pb, &c, cuts) < 0) {
+                    work += each;
+                    bal_plan *q = bal_plan_build(J->pb, BAL_OPTIMAL, &c, cuts);
+                    double t = bal_plan_critical_path(q);
+                    if (t > 0 && t < J->t) {
+                        bal_plan_free(J->best);
+                        J->best = q;
+                        J->t = t;
+                        moved = 1;
+                        break; /* this link done; the next one from here */
+                    }
+                    bal_plan_free(q);
                 }
-                bal_plan_free(q);
+                extra[l] -= d;
             }
-            extra[l] -= d;
-        }
+    }
     free(order);
     free(cuts);
     free(extra);
