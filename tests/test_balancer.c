@@ -737,6 +737,21 @@ static bal_problem *homogeneous(int p, int n, double flops, sl_err *err)
     return pb;
 }
 
+/* n equal units (0.1 GFLOP forward, 0.2 backward: 0.3 ms at 1 TFLOP/s),
+ * embeddings first and the head last, 1000-byte boundaries, `stash` bytes
+ * kept per micro-batch, no parameters. */
+static void equal_units(bal_unit *u, int n, uint64_t stash)
+{
+    memset(u, 0, (size_t)n * sizeof *u);
+    for (int i = 0; i < n; i++) {
+        u[i].kind = i == 0 ? BAL_UNIT_EMBED : i == n - 1 ? BAL_UNIT_HEAD : BAL_UNIT_ENCODER;
+        u[i].fwd_flops = 1e8;
+        u[i].bwd_flops = 2e8;
+        u[i].out_bytes = 1000;
+        u[i].stash_bytes = stash;
+    }
+}
+
 static void test_closed_forms(void)
 {
     static const int ps[] = {1, 2, 3, 4, 7};
@@ -1471,14 +1486,24 @@ static void test_malformed_json(void)
 
 /* Sites x, y, z; x-y is slow; the input order alternates x, y, z devices.
  * The chain must not cross x-y. */
-static void test_slow_link_avoided(void)
+/* A small BERT's units: 12 layers of hidden 256, micro-batch 4 x 128. */
+static int bert12_units(bal_unit **u, int *n)
 {
     sl_err err = {0};
     bal_bert c = {.hidden = 256, .layers = 12, .heads = 4, .intermediate = 1024, .vocab = 2000,
                   .max_pos = 512, .type_vocab = 2};
+    int rc = bal_bert_units(&c, 4, 128, u, n, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    return rc;
+}
+
+static void test_slow_link_avoided(void)
+{
+    sl_err err = {0};
     bal_unit *u;
     int n;
-    CHECK(bal_bert_units(&c, 4, 128, &u, &n, &err) == 0);
+    if (bert12_units(&u, &n))
+        return;
     const char *site[6] = {"x", "y", "z", "x", "y", "z"};
     bal_device d[6];
     memset(d, 0, sizeof d);
@@ -1524,11 +1549,10 @@ static void test_slow_link_avoided(void)
 static void test_dense_lookahead(void)
 {
     sl_err err = {0};
-    bal_bert c = {.hidden = 256, .layers = 12, .heads = 4, .intermediate = 1024, .vocab = 2000,
-                  .max_pos = 512, .type_vocab = 2};
     bal_unit *u;
     int n;
-    CHECK(bal_bert_units(&c, 4, 128, &u, &n, &err) == 0);
+    if (bert12_units(&u, &n))
+        return;
     bal_device d[6];
     memset(d, 0, sizeof d);
     for (int i = 0; i < 6; i++) {
@@ -1588,14 +1612,7 @@ static void test_warmup_polish(void)
     enum { N = 40 };
     sl_err err = {0};
     bal_unit u[N];
-    memset(u, 0, sizeof u);
-    for (int i = 0; i < N; i++) {
-        u[i].kind = i == 0 ? BAL_UNIT_EMBED : i == N - 1 ? BAL_UNIT_HEAD : BAL_UNIT_ENCODER;
-        u[i].fwd_flops = 1e8;
-        u[i].bwd_flops = 2e8;
-        u[i].out_bytes = 1000;
-        u[i].stash_bytes = 1000; /* a 10-unit stage stashes 10000 bytes per micro-batch */
-    }
+    equal_units(u, N, 1000); /* a 10-unit stage stashes 10000 bytes per micro-batch */
     static const int stashes[4] = {5, 4, 4, 4};
     bal_device d[4];
     memset(d, 0, sizeof d);
@@ -1884,14 +1901,9 @@ static void test_lower_bound_links(void)
     enum { N = 40 };
     bal_unit u[N];
     double optim[N];
-    memset(u, 0, sizeof u);
+    equal_units(u, N, 10);
     for (int i = 0; i < N; i++) {
-        u[i].kind = i == 0 ? BAL_UNIT_EMBED : i == N - 1 ? BAL_UNIT_HEAD : BAL_UNIT_ENCODER;
-        u[i].fwd_flops = 1e8;
-        u[i].bwd_flops = 2e8;
         u[i].param_bytes = 1000;
-        u[i].out_bytes = 1000;
-        u[i].stash_bytes = 10;
         optim[i] = i == N - 1 ? 0.05 : 1e-4;
     }
     for (int D = 2; D <= 3; D++) {
