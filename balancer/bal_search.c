@@ -888,13 +888,13 @@ static void small_plans(const search *S, int m, judge *J)
 }
 
 /* A finalist chain's cuts: its best-cycle cut, the shortest-fill cuts and,
- * under deeper warm-ups, those and falling profiles. Cuts whose cycles are close differ by a
- * few percent in the replay: the units are whole layers, and where the
- * slack falls decides which runs of stages wait for their round trips. They
- * are ranked by their critical path (bal_plan_critical_path: the replay
- * itself where no compute is shared, about fifteen times cheaper), and the
- * best-cycle cut and the FINAL_SIMS - 1 others first in that order are
- * replayed. */
+ * under deeper warm-ups, those and falling profiles. Cuts whose cycles are
+ * close differ by a few percent in the replay: the units are whole layers,
+ * and where the slack falls decides which runs of stages wait for their
+ * round trips. They are ranked by their critical path
+ * (bal_plan_critical_path: the replay itself where no compute is shared,
+ * about fifteen times cheaper), and the best-cycle cut and the
+ * FINAL_SIMS - 1 others first in that order are replayed. */
 #define FINAL_SIMS 3
 #define FINAL_MAX 64
 
@@ -984,12 +984,13 @@ static void lookahead_candidates(const search *S, const bal_chain *c, double cyc
         return;
     int *extra = sl_xmalloc((size_t)c->p * sizeof(int));
     int *cuts = sl_xmalloc(((size_t)c->p + 1) * sizeof(int));
-    /* the forwards' share of the chain's time */
+    /* the forwards' share of the chain's devices' time for the model */
     double f = 0, t = 0;
-    for (int i = 0; i < c->p; i++) {
-        f += bal_unit_fwd_s(S->pb, c->order[i], 0);
-        t += bal_unit_fwd_s(S->pb, c->order[i], 0) + bal_unit_bwd_s(S->pb, c->order[i], 0);
-    }
+    for (int i = 0; i < c->p; i++)
+        for (int u = 0; u < S->n; u++) {
+            f += bal_unit_fwd_s(S->pb, c->order[i], u);
+            t += bal_unit_fwd_s(S->pb, c->order[i], u) + bal_unit_bwd_s(S->pb, c->order[i], u);
+        }
     for (int variant = c->p < 3 ? 3 : 0; variant < 4; variant++) { /* one link: no runs */
         if (variant < 3)
             for (int l = 0; l + 1 < c->p; l++)
