@@ -671,12 +671,51 @@ static void test_reductions_thread_independent(void)
     free(x); free(p1); free(p2); free(g); free(m1); free(v1); free(m2); free(v2);
 }
 
+/* The GEMMs give the same bits for any thread count, outside a parallel
+ * region and inside one, on shapes that are not multiples of any kernel's
+ * tile (OpenBLAS's own threads round such edges differently on some CPUs):
+ * a stage with one thread must compute what a trainer with two does. */
+static void test_sgemm_thread_independent(void)
+{
+    static const int shapes[][3] = {{100, 1000, 64}, {300, 64, 1024}, {37, 513, 129}, {1, 3000, 70}};
+    int was = omp_get_max_threads(), bad = 0, cases = 0;
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int t = 0; t < 4; t++) {
+            int M = shapes[sh][0], N = shapes[sh][1], K = shapes[sh][2], ta = t & 1, tb = t >> 1;
+            float *A = kt_randn((size_t)M * K, 21 + sh, 1.0f), *B = kt_randn((size_t)K * N, 31 + sh, 1.0f);
+            float *C[4];
+            for (int r = 0; r < 4; r++) {
+                C[r] = kt_alloc((size_t)M * N);
+                omp_set_num_threads(r == 3 ? 2 : r + 1);
+                if (r < 3) {
+                    kn_sgemm(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 0.0f, C[r], N);
+                } else { /* inside a parallel region of two, as attention calls it */
+#pragma omp parallel num_threads(2)
+                    {
+#pragma omp single
+                        kn_sgemm(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 0.0f, C[r], N);
+                    }
+                }
+            }
+            omp_set_num_threads(was);
+            for (int r = 1; r < 4; r++)
+                bad += !kt_bitwise_equal(C[0], C[r], (size_t)M * N);
+            cases += 3;
+            for (int r = 0; r < 4; r++)
+                free(C[r]);
+            free(A);
+            free(B);
+        }
+    CHECKF(bad == 0, "%d of %d GEMMs differ from the one-thread result", bad, cases);
+}
+
 int main(void)
 {
     RUN(test_edge_shapes);
     make_inputs();
     RUN(test_residual_sumsq_scale);
     RUN(test_reductions_thread_independent);
+    RUN(test_sgemm_thread_independent);
     RUN(test_sgemm_mapping);
     RUN(test_accumulation);
     RUN(test_dropout_stats);

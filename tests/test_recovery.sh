@@ -32,11 +32,11 @@ for n in dev2 dev3 dev4; do
 done
 cl_wait_online 4 || exit 1
 
-# the reference run, meanwhile (it is compared with at the end), with the
-# devices' one thread: on some CPUs OpenBLAS's sgemm rounds differently with
-# another thread count (docs/recovery.md)
+# the reference run, meanwhile (it is compared with at the end), with this
+# machine's threads where the devices have one each: the bits must not
+# depend on the thread count
 OMP_WAIT_POLICY=passive "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS \
-    --batch 16 --micro-batches 4 --lr 2e-3 --threads 1 --save "$d/ref" >/dev/null 2>&1 &
+    --batch 16 --micro-batches 4 --lr 2e-3 --save "$d/ref" >/dev/null 2>&1 &
 REF=$!
 
 jq_() { cl_jq "$JOB" "$1"; }

@@ -66,11 +66,11 @@ check "dev1 and dev2 reported their links again, measured once" \
 cl_job stop "$JOB" >/dev/null
 check "stopped" cl_poll 30 state_is stopped
 
-# the reference run, meanwhile (it is compared with at the end), with the
-# devices' one thread: on some CPUs OpenBLAS's sgemm rounds differently with
-# another thread count (docs/recovery.md)
+# the reference run, meanwhile (it is compared with at the end), with this
+# machine's threads where the devices have one each: the bits must not
+# depend on the thread count
 OMP_WAIT_POLICY=passive "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps $STEPS \
-    --batch 16 --micro-batches 4 --lr 2e-3 --threads 1 --save "$d/ref" >/dev/null 2>&1 &
+    --batch 16 --micro-batches 4 --lr 2e-3 --save "$d/ref" >/dev/null 2>&1 &
 REF=$!
 
 # running in epoch E or later, more than N steps done in it
