@@ -8,14 +8,20 @@
  * steps its optimizer:
  *     T >= sum_{j<i} (t_j + rt_j) + m t_i + opt_0.                      (1)
  * Its first backward waits for a micro-batch's forward through every stage
- * and backward through the later ones, and m backwards follow:
- *     T >= S + R + (m - 1) b_i + opt_0,  S = sum_j t_j, R = sum_j rt_j.  (2)
+ * and backward through the later ones, and m backwards follow, with the
+ * forwards not done before it (at most k_i are, the micro-batches its
+ * memory stashes):
+ *     T >= S + R + (m - 1) b_i + opt_0,  S = sum_j t_j, R = sum_j rt_j,  (2)
+ *     T >= S + R + (m - 1) b_i + (m - k_i) f_i + opt_0.                  (3)
  * With t_j >= w_j / v_j (w: the FLOPs a stage holds, v: the device's best
- * FLOP/s over the units), b_j >= beta t_j and rt_j >= r (the cheapest round
- * trip between two devices), the most work any chain can cover within
- * c = T - opt is found greedily on the devices sorted fastest first, for
- * each range of stage counts and of the largest stage time. The bound is
- * the smallest c whose work covers the model. */
+ * FLOP/s over the units), b_j >= beta t_j, k_i f_i at most the forward time
+ * the device's memory holds, and the links at least the cheapest of their
+ * kind, the most work any chain can cover within c = T - opt has an upper
+ * bound: a greedy over the stage times sorted longest first, then the
+ * devices fastest first each given the most those times and its own caps
+ * allow (a stage is a run of whole units), for each range of stage counts
+ * and of the slack (2) leaves. The bound is the smallest c whose work
+ * covers the model. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -92,60 +98,206 @@ static void link_floor(const bal_problem *pb, int k, int owner, double *R, doubl
     free(count);
 }
 
-/* The largest stage time tau is bracketed on a fixed geometric grid
- * (ratio BOUND_RATIO, not relative to c, so that the work below never
- * shrinks as c grows and bisection is sound), BOUND_STEPS brackets below
- * c / m and [0, the lowest] for the rest; stage counts in up to
- * BOUND_GROUPS ranges. */
+/* The slack sigma = c - G - R - S that (2) leaves, as theta = sigma / ((m -
+ * 1) beta) (the largest stage time (2) allows), is bracketed on a fixed
+ * geometric grid (ratio BOUND_RATIO, not relative to c, so that the work
+ * below never shrinks as c grows and bisection is sound), BOUND_STEPS
+ * brackets below the first grid point that no theta reaches, and [0, the
+ * lowest] for the rest; stage counts in up to BOUND_GROUPS ranges. Past
+ * BOUND_CAPPED devices the per-device caps below are left out (a weaker
+ * bound, quadratic work saved). */
 #define BOUND_RATIO 1.03
-#define BOUND_STEPS 100
+#define BOUND_STEPS 115
 #define BOUND_GROUPS 16
+#define BOUND_CAPPED 256
+
+/* A device of the relaxation: its index, its best FLOP/s, and the most
+ * forward time it can hold in flight before a stage's first backward (its
+ * memory over the smallest stash bytes per forward second of any unit;
+ * INFINITY: no limit). */
+typedef struct {
+    int d;
+    double v, hold;
+} bound_dev;
+
+static int cmp_dev_desc(const void *a, const void *b)
+{
+    return cmp_desc(&((const bound_dev *)a)->v, &((const bound_dev *)b)->v);
+}
+
+typedef struct {
+    const bal_problem *pb;
+    const bound_dev *dv; /* fastest first */
+    int k, m;            /* devices (stages at most), micro-batches */
+    double beta, W;      /* least backward share, the model's FLOPs */
+    const double *R, *G; /* link_floor */
+    double *q, *t, *cap, *a; /* scratch, k + 1 each */
+    /* room[h][i * nj + j - j0]: device i's most relaxed stage time (FLOPs /
+     * v) of a stage whose real time is at most theta_j (h = 0) or its cap
+     * under (2) and (3) with theta_j (h = 1); NAN: not yet computed */
+    double *room[2];
+    int j0, nj;
+} bound_ctx;
+
+/* The most FLOPs / v of any run of units that device d computes within
+ * cap seconds: a stage time of at most cap is one of those. */
+static double run_room(const bal_problem *pb, int d, double v, double cap)
+{
+    int n = pb->n_units, s = 0;
+    double best = 0, w = 0;
+    for (int e = 1; e <= n; e++) {
+        w += pb->unit[e - 1].fwd_flops + pb->unit[e - 1].bwd_flops;
+        while (s < e && bal_time(pb, d, s, e) > cap) {
+            w -= pb->unit[s].fwd_flops + pb->unit[s].bwd_flops;
+            s++;
+        }
+        if (s < e)
+            best = fmax(best, w);
+    }
+    return best / v;
+}
+
+/* Device i's most relaxed stage time whose real time is at most theta_j
+ * (h = 0), or at most what (2) and (3) allow with theta_j, t <= theta_j and
+ * t <= beta theta_j + hold / (m - 1) (h = 1): a run of whole units (cached). */
+static double dev_room(bound_ctx *x, int h, int i, int j)
+{
+    if (j < x->j0 || j >= x->j0 + x->nj) { /* grow the caches to hold j */
+        int lo = x->nj ? (j < x->j0 ? j - 32 : x->j0) : j - 64;
+        int hi = x->nj ? (j >= x->j0 + x->nj ? j + 32 : x->j0 + x->nj) : j + 64;
+        for (int g = 0; g < 2; g++) {
+            double *r = sl_xmalloc((size_t)x->k * (size_t)(hi - lo) * sizeof(double));
+            for (int a = 0; a < x->k; a++)
+                for (int b = lo; b < hi; b++)
+                    r[(size_t)a * (hi - lo) + b - lo] =
+                        b >= x->j0 && b < x->j0 + x->nj ? x->room[g][(size_t)a * x->nj + b - x->j0]
+                                                        : NAN;
+            free(x->room[g]);
+            x->room[g] = r;
+        }
+        x->j0 = lo;
+        x->nj = hi - lo;
+    }
+    double *c = &x->room[h][(size_t)i * x->nj + j - x->j0];
+    if (isnan(*c)) {
+        const bound_dev *v = &x->dv[i];
+        double th = pow(BOUND_RATIO, j), cap = th;
+        if (h && x->m > 1)
+            cap = fmin(cap, x->beta * th + v->hold / (x->m - 1));
+        *c = run_room(x->pb, v->d, v->v, cap);
+    }
+    return *c;
+}
 
 /* The most work the greedy covers: stages fastest first, each as long as
  * (1) allows ((c - P - R[i + 1]) / m after stages of P seconds, whose links
- * cost at least R[i + 1]), at most cap, until the stages add up to s_max. */
-static double greedy(const double *v, int k, int m, const double *R, double c, double cap,
-                     double s_max)
+ * cost at least R[i + 1]), at most cap (and the i-th at most pos[i], when
+ * not NULL), until the stages add up to s_max. The stage times go to t
+ * (when not NULL), 0 past the last. */
+static double greedy(const bound_dev *dv, int k, int m, const double *R, double c, double cap,
+                     const double *pos, double s_max, double *t)
 {
     double P = 0, w = 0;
-    for (int i = 0; i < k; i++) {
-        if (isinf(v[i]))
+    int i = 0;
+    for (; i < k; i++) {
+        if (isinf(dv[i].v))
             return INFINITY;
-        double t = fmin(fmin((c - P - R[i + 1]) / m, cap), s_max - P);
-        if (t <= 0)
+        double x = fmin(fmin((c - P - R[i + 1]) / m, pos ? fmin(cap, pos[i]) : cap), s_max - P);
+        if (x <= 0)
             break;
-        w += v[i] * t;
-        P += t;
+        if (t)
+            t[i] = x;
+        w += dv[i].v * x;
+        P += x;
+    }
+    for (; t && i < k; i++)
+        t[i] = 0;
+    return w;
+}
+
+/* The same under per-device caps: every stage time sorted in decreasing
+ * order has its prefixes at most the greedy's (q[j]: the greedy's first j
+ * stages, the j-th at most the j-th largest cap), and device i's stage
+ * time is at most cap[i]. That set is a
+ * polymatroid (a concave function of the count, met with a box), so the
+ * most work is its greedy: devices fastest first, each given the most the
+ * prefixes allow beside those before it. a[] holds the times given so far in
+ * decreasing order; stops once the work reaches W. */
+static double greedy_capped(const bound_dev *dv, int k, const double *q, const double *cap,
+                            double *a, double W)
+{
+    double w = 0;
+    int r = 0;
+    for (int d = 0; d < k; d++) {
+        /* the j + 1 largest with x among them: a[0..j-1] + x, unless x <= a[j] */
+        double x = cap[d], P = 0;
+        for (int j = 0; j <= r && x > 0; j++) {
+            double room = q[j + 1] - P;
+            if (j < r && a[j] > room)
+                room = a[j];
+            x = fmin(x, room);
+            if (j < r)
+                P += a[j];
+        }
+        if (x <= 0)
+            continue;
+        w += dv[d].v * x;
+        if (w >= W)
+            return w;
+        int j = r++;
+        for (; j > 0 && a[j - 1] < x; j--)
+            a[j] = a[j - 1];
+        a[j] = x;
     }
     return w;
 }
 
-/* Whether the work a chain of the devices (speeds v, fastest first) covers
- * within c under (1) and (2) may reach W, judged by an upper bound on it: a
- * chain of p in [pa, pb] stages whose largest stage time lies in [ta, tb]
- * has every t <= tb, spends at least R[pa] on its links' round trips and
- * G[pa] on the gather, so by (2) S <= c - G[pa] - R[pa] - (m - 1) beta ta;
- * the greedy on the pb fastest devices with those limits, (1) counted from
- * c - G[pa], covers at least its work. */
-static int covers(const double *v, int k, int m, const double *R, const double *G, double beta,
-                  double c, double W)
+/* Whether the work a chain of the devices (fastest first) covers within c
+ * under (1), (2) and (3) may reach W, judged by an upper bound on it: a
+ * chain of p in [pa, pb] stages whose theta lies in [ta, tb] has every
+ * t <= tb by (2), t <= beta tb + hold / (m - 1) on its device by (3), and
+ * t <= c / m by (1), each a run of whole units; it spends at least R[pa] on
+ * its links' round trips and G[pa] on the gather, so S <= c - G[pa] - R[pa]
+ * - (m - 1) beta ta. The greedy on the pb fastest devices with those
+ * limits, (1) counted from c - G[pa], covers at least its work. */
+static int covers(bound_ctx *x, double c)
 {
-    int groups = k < BOUND_GROUPS ? k : BOUND_GROUPS;
-    double top = c / m;
-    /* the grid points tau_j = BOUND_RATIO^j, j1 the first at or above c / m */
-    double j1 = ceil(log(top) / log(BOUND_RATIO));
+    int k = x->k, m = x->m, groups = k < BOUND_GROUPS ? k : BOUND_GROUPS;
+    const double *R = x->R, *G = x->G;
+    /* theta = sigma / ((m - 1) beta) <= c / ((m - 1) beta); with m = 1 (or
+     * beta = 0) (2) says nothing and theta is the largest stage time,
+     * <= c / m by (1) */
+    double top = m > 1 && x->beta > 0 ? c / ((m - 1) * x->beta) : c / m;
+    /* grid points theta_j = BOUND_RATIO^j: j1 the first at or above top,
+     * jc the first at or above c / m */
+    int j1 = (int)ceil(log(top) / log(BOUND_RATIO));
+    int jc = (int)ceil(log(c / m) / log(BOUND_RATIO));
     for (int g = 0; g < groups; g++) {
         int pa = 1 + (int)((long)k * g / groups), pb = (int)((long)k * (g + 1) / groups);
         double cg = c - G[pa];
         if (cg <= 0)
             continue;
+        int capped = k <= BOUND_CAPPED;
         for (int j = 0; j <= BOUND_STEPS; j++) {
             double ta = j == BOUND_STEPS ? 0 : pow(BOUND_RATIO, j1 - j - 1);
             double tb = pow(BOUND_RATIO, j1 - j);
-            double s_max = cg - R[pa] - (m > 1 ? (m - 1) * beta * ta : 0);
+            double s_max = cg - R[pa] - (m > 1 ? (m - 1) * x->beta * ta : 0);
             if (s_max <= 0)
                 continue;
-            if (greedy(v, pb, m, R, cg, tb, s_max) >= W)
+            if (greedy(x->dv, pb, m, R, cg, tb, NULL, s_max, NULL) < x->W)
+                continue;
+            if (!capped)
+                return 1;
+            /* the i-th longest stage is at most the i-th largest cap */
+            for (int i = 0; i < k; i++)
+                x->cap[i] = x->a[i] = fmin(dev_room(x, 1, i, j1 - j), dev_room(x, 0, i, jc));
+            qsort(x->a, (size_t)k, sizeof(double), cmp_desc);
+            greedy(x->dv, pb, m, R, cg, tb, x->a, s_max, x->t);
+            x->q[0] = 0;
+            for (int i = 0; i < k; i++)
+                x->q[i + 1] = x->q[i] + (i < pb ? x->t[i] : 0);
+            /* a run's FLOPs / v times v again may round below its FLOPs */
+            if (greedy_capped(x->dv, k, x->q, x->cap, x->a, x->W) >= x->W * (1 - 1e-12))
                 return 1;
         }
     }
@@ -161,21 +313,29 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
     for (int u = 0; u < n; u++)
         W += pb->unit[u].fwd_flops + pb->unit[u].bwd_flops;
     /* each device's best FLOP/s over the units, so that every unit takes at
-     * least its FLOPs / v there; the data owner runs two stages */
-    double *v = sl_xmalloc(((size_t)D + 1) * sizeof(double));
+     * least its FLOPs / v there; the data owner runs two stages. A stage of
+     * units U holds at most mem / stash(U) micro-batches, whose forwards take
+     * f(U) each: at most mem x the largest f / stash of a unit there. */
+    bound_dev *v = sl_xmalloc(((size_t)D + 1) * sizeof *v);
     int k = 0;
     for (int d = 0; d < D; d++) {
-        double s = 0;
+        double s = 0, per = 0;
         for (int u = 0; u < n; u++) {
             double w = pb->unit[u].fwd_flops + pb->unit[u].bwd_flops, t = bal_time(pb, d, u, u + 1);
             if (w > 0)
                 s = fmax(s, t > 0 ? w / t : INFINITY);
+            double f = bal_unit_fwd_s(pb, d, u), sh = (double)pb->unit[u].stash_bytes;
+            if (f > 0)
+                per = fmax(per, sh > 0 ? f / sh : INFINITY);
         }
-        v[k++] = s;
+        bound_dev x = {d, s, (double)pb->dev[d].mem_bytes * per};
+        if (isnan(x.hold))
+            x.hold = 0; /* no memory: nothing held */
+        v[k++] = x;
         if (d == data_owner)
-            v[k++] = s;
+            v[k++] = x;
     }
-    qsort(v, (size_t)k, sizeof *v, cmp_desc);
+    qsort(v, (size_t)k, sizeof *v, cmp_dev_desc);
     if (k > n)
         k = n; /* every stage holds a unit */
     /* every stage's backward is at least this share of its time */
@@ -188,13 +348,17 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
         }
     double lo = 0, hi = 1;
     double *R = sl_xmalloc(((size_t)k + 1) * sizeof(double)), *G = sl_xmalloc(((size_t)k + 1) * sizeof(double));
+    double *scratch = sl_xmalloc((4 * (size_t)k + 4) * sizeof(double));
     link_floor(pb, k, data_owner, R, G);
-    if (W > 0 && !isinf(v[0])) {
-        while (!covers(v, k, m, R, G, beta, hi, W) && hi < 1e30)
+    bound_ctx x = {.pb = pb, .dv = v, .k = k, .m = m, .beta = beta, .W = W, .R = R, .G = G,
+                   .q = scratch, .t = scratch + k + 1, .cap = scratch + 2 * k + 2,
+                   .a = scratch + 3 * k + 3};
+    if (W > 0 && !isinf(v[0].v)) {
+        while (!covers(&x, hi) && hi < 1e30)
             hi *= 2;
         for (int it = 0; it < 200 && hi - lo > 1e-12 * hi; it++) {
             double mid = 0.5 * (lo + hi);
-            if (covers(v, k, m, R, G, beta, mid, W))
+            if (covers(&x, mid))
                 hi = mid;
             else
                 lo = mid;
@@ -204,6 +368,9 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
     free(v);
     free(R);
     free(G);
+    free(scratch);
+    free(x.room[0]);
+    free(x.room[1]);
     /* every stage steps its optimizer after the gather: the one holding unit
      * 0 and the one holding the head (the data owner holds both) */
     double opt0 = INFINITY, opth = INFINITY;
