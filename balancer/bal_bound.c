@@ -128,10 +128,10 @@ static int cmp_dev_desc(const void *a, const void *b)
 typedef struct {
     const bal_problem *pb;
     const bound_dev *dv; /* fastest first */
-    int k, m;            /* devices (stages at most), micro-batches */
+    int k, nd, m;        /* stages at most, devices (the owner twice), micro-batches */
     double beta, W;      /* least backward share, the model's FLOPs */
     const double *R, *G; /* link_floor */
-    double *q, *t, *cap, *a; /* scratch, k + 1 each */
+    double *q, *t, *cap, *a; /* scratch, nd + 1 each */
     /* room[h][i * nj + j - j0]: device i's most relaxed stage time (FLOPs /
      * v) of a stage whose real time is at most theta_j (h = 0) or its cap
      * under (2) and (3) with theta_j (h = 1); NAN: not yet computed */
@@ -166,8 +166,8 @@ static double dev_room(bound_ctx *x, int h, int i, int j)
         int lo = x->nj ? (j < x->j0 ? j - 32 : x->j0) : j - 64;
         int hi = x->nj ? (j >= x->j0 + x->nj ? j + 32 : x->j0 + x->nj) : j + 64;
         for (int g = 0; g < 2; g++) {
-            double *r = sl_xmalloc((size_t)x->k * (size_t)(hi - lo) * sizeof(double));
-            for (int a = 0; a < x->k; a++)
+            double *r = sl_xmalloc((size_t)x->nd * (size_t)(hi - lo) * sizeof(double));
+            for (int a = 0; a < x->nd; a++)
                 for (int b = lo; b < hi; b++)
                     r[(size_t)a * (hi - lo) + b - lo] =
                         b >= x->j0 && b < x->j0 + x->nj ? x->room[g][(size_t)a * x->nj + b - x->j0]
@@ -262,7 +262,7 @@ static double greedy_capped(const bound_dev *dv, int k, const double *q, const d
  * limits, (1) counted from c - G[pa], covers at least its work. */
 static int covers(bound_ctx *x, double c)
 {
-    int k = x->k, m = x->m, groups = k < BOUND_GROUPS ? k : BOUND_GROUPS;
+    int k = x->k, nd = x->nd, m = x->m, groups = k < BOUND_GROUPS ? k : BOUND_GROUPS;
     const double *R = x->R, *G = x->G;
     /* theta = sigma / ((m - 1) beta) <= c / ((m - 1) beta); with m = 1 (or
      * beta = 0) (2) says nothing and theta is the largest stage time,
@@ -277,7 +277,7 @@ static int covers(bound_ctx *x, double c)
         double cg = c - G[pa];
         if (cg <= 0)
             continue;
-        int capped = k <= BOUND_CAPPED;
+        int capped = nd <= BOUND_CAPPED;
         for (int j = 0; j <= BOUND_STEPS; j++) {
             double ta = j == BOUND_STEPS ? 0 : pow(BOUND_RATIO, j1 - j - 1);
             double tb = pow(BOUND_RATIO, j1 - j);
@@ -289,15 +289,15 @@ static int covers(bound_ctx *x, double c)
             if (!capped)
                 return 1;
             /* the i-th longest stage is at most the i-th largest cap */
-            for (int i = 0; i < k; i++)
+            for (int i = 0; i < nd; i++)
                 x->cap[i] = x->a[i] = fmin(dev_room(x, 1, i, j1 - j), dev_room(x, 0, i, jc));
-            qsort(x->a, (size_t)k, sizeof(double), cmp_desc);
+            qsort(x->a, (size_t)nd, sizeof(double), cmp_desc);
             greedy(x->dv, pb, m, R, cg, tb, x->a, s_max, x->t);
             x->q[0] = 0;
-            for (int i = 0; i < k; i++)
+            for (int i = 0; i < nd; i++)
                 x->q[i + 1] = x->q[i] + (i < pb ? x->t[i] : 0);
             /* a run's FLOPs / v times v again may round below its FLOPs */
-            if (greedy_capped(x->dv, k, x->q, x->cap, x->a, x->W) >= x->W * (1 - 1e-12))
+            if (greedy_capped(x->dv, nd, x->q, x->cap, x->a, x->W) >= x->W * (1 - 1e-12))
                 return 1;
         }
     }
@@ -336,8 +336,11 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
             v[k++] = x;
     }
     qsort(v, (size_t)k, sizeof *v, cmp_dev_desc);
+    /* every stage holds a unit: at most n stages, on any nd of the devices
+     * (the greedy alone takes the n fastest; with caps of their own any) */
+    int nd = k;
     if (k > n)
-        k = n; /* every stage holds a unit */
+        k = n;
     /* every stage's backward is at least this share of its time */
     double beta = 1;
     for (int d = 0; d < D; d++)
@@ -348,11 +351,11 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
         }
     double lo = 0, hi = 1;
     double *R = sl_xmalloc(((size_t)k + 1) * sizeof(double)), *G = sl_xmalloc(((size_t)k + 1) * sizeof(double));
-    double *scratch = sl_xmalloc((4 * (size_t)k + 4) * sizeof(double));
+    double *scratch = sl_xmalloc((4 * (size_t)nd + 4) * sizeof(double));
     link_floor(pb, k, data_owner, R, G);
-    bound_ctx x = {.pb = pb, .dv = v, .k = k, .m = m, .beta = beta, .W = W, .R = R, .G = G,
-                   .q = scratch, .t = scratch + k + 1, .cap = scratch + 2 * k + 2,
-                   .a = scratch + 3 * k + 3};
+    bound_ctx x = {.pb = pb, .dv = v, .k = k, .nd = nd, .m = m, .beta = beta, .W = W, .R = R,
+                   .G = G, .q = scratch, .t = scratch + nd + 1, .cap = scratch + 2 * nd + 2,
+                   .a = scratch + 3 * nd + 3};
     if (W > 0 && !isinf(v[0].v)) {
         while (!covers(&x, hi) && hi < 1e30)
             hi *= 2;
