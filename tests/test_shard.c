@@ -278,6 +278,20 @@ static void test_damage(void)
     b[128 + 8] += 1; /* sequence 1 starts one token later */
     resign(b, good_len);
     CHECK(refused(b, good_len, "inconsistent", NULL));
+    /* with T at its largest, sequence n-2 runs past the end of the tokens
+     * (and of the file): refused before any token beyond them is read */
+    uint64_t a_last, ntok;
+    memcpy(&a_last, good + 128 + 8 * (n - 2), 8);
+    memcpy(&ntok, good + 72, 8);
+    uint32_t t_max = DEV_SHARD_MAX_SEQ;
+    uint64_t past = a_last + t_max;
+    CHECK(n >= 2 && past > ntok);
+    memcpy(b, good, good_len);
+    memcpy(b + 52, &t_max, 4);
+    memcpy(b + 128 + 8 * (n - 1), &past, 8);
+    resign(b, good_len);
+    CHECK(refused(b, good_len, "inconsistent: sequence", NULL) &&
+          refused(b, good_len, "ends at token", NULL));
     memcpy(b, good, good_len);
     b[off_doc + 8] = 0; /* document 0 empty */
     b[off_doc + 9] = 0;

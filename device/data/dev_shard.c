@@ -234,6 +234,10 @@ dev_shard *dev_shard_open(const char *path, sl_err *err)
         if (b < a + 2 || b - a > (uint64_t)s->T)
             REFUSE(SL_ECORRUPT, "inconsistent: sequence %llu has length %lld (must be 2..%d)",
                    (unsigned long long)i, (long long)(b - a), s->T);
+        if (b > s->ntok)
+            REFUSE(SL_ECORRUPT, "inconsistent: sequence %llu ends at token %llu, past the %llu "
+                   "tokens", (unsigned long long)i, (unsigned long long)b,
+                   (unsigned long long)s->ntok);
         if (tok_at(s, a) != (uint32_t)s->sp.cls || tok_at(s, b - 1) != (uint32_t)s->sp.sep)
             REFUSE(SL_ECORRUPT, "inconsistent: sequence %llu is not [CLS] ... [SEP]",
                    (unsigned long long)i);
