@@ -397,81 +397,91 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
  * on bal_simulate; where no two stages share a device or a cpu pool it is
  * the same replay (docs/balancer.md), in a sweep over the ops instead of
  * events through a heap. */
+/* A stage's state in the sweep: its times, the next forward and backward it
+ * runs, when it and its links are free. Its computes are those of
+ * bal_stage_computes: warm forwards, then one forward and one backward in
+ * turn, then the backwards left (GPipe: warm = m). */
+typedef struct cp_stage {
+    double f, b, act_s, lat_s, grad_s, lat_up; /* grad_s, lat_up: the link to i - 1 */
+    double av, fs, ls; /* stage free; its link down free; its link up free */
+    int nf, nb, warm;
+} cp_stage;
+
 double bal_plan_critical_path(const bal_plan *pl)
 {
     int p = pl->n_stages, m = pl->micro_batches;
     if (p < 1 || m < 1 || (double)p * m > 5e7)
         return 0;
     size_t P = (size_t)p, M = (size_t)m;
-    /* ints: each stage's computes (mb forward, -(mb + 1) backward), its next;
-     * doubles: arrival of each activation and gradient (-1: not yet), when
-     * each stage and each link either way is free */
-    int *ops = sl_xmalloc((P * 2 * M + P) * sizeof(int)), *pc = ops + P * 2 * M;
-    double *act = sl_xmalloc((2 * P * M + 3 * P) * sizeof(double)), *grad = act + P * M;
-    double *avail = grad + P * M, *lf = avail + P, *lb = lf + P;
+    /* arrival of each activation and gradient at each stage (-1: not yet) */
+    double *act = sl_xmalloc(2 * P * M * sizeof(double)), *grad = act + P * M;
+    cp_stage *cs = sl_xmalloc(P * sizeof *cs);
     for (size_t j = 0; j < 2 * P * M; j++)
         act[j] = -1;
     for (int i = 0; i < p; i++) {
-        bal_stage_computes(pl->schedule, p, i, m, pl->stage[i].warmup, ops + i * 2 * M);
-        pc[i] = 0;
-        avail[i] = lf[i] = lb[i] = 0;
+        const bal_stage *st = &pl->stage[i], *up = i ? &pl->stage[i - 1] : st;
+        int warm = pl->schedule == BAL_GPIPE ? m : st->warmup < 0 ? p - i - 1 : st->warmup;
+        cs[i] = (cp_stage){st->fwd_s, st->bwd_s, st->act_s, st->lat_s, up->grad_s, up->lat_s,
+                           0, 0, 0, 0, 0, warm > m ? m : warm};
     }
     /* activations flow down the chain and gradients up: sweep the stages
      * down and up in turn, each as far as its inputs allow */
     for (int progress = 1, down = 1; progress; down = !down) {
         progress = 0;
         for (int j = 0; j < p; j++) {
-            int i = down ? j : p - 1 - j, k = pc[i], first = i == 0, last = i + 1 == p;
-            const bal_stage *st = &pl->stage[i], *prev = first ? st : &pl->stage[i - 1];
-            const int *o = ops + i * 2 * M;
+            int i = down ? j : p - 1 - j, first = i == 0, last = i + 1 == p;
+            cp_stage *c = &cs[i];
+            int nf = c->nf, nb = c->nb, warm = c->warm;
             double *ain = act + i * M, *gin = grad + i * M;
             double *aout = last ? gin : ain + M, *gout = first ? gin : gin - M;
-            double av = avail[i], f = st->fwd_s, b = st->bwd_s;
-            double ls = first ? 0 : lb[i - 1], fs = lf[i];
-            for (; k < 2 * m; k++) {
-                int op = o[k];
-                if (op >= 0) {
-                    double in = first ? 0 : ain[op];
+            double av = c->av, fs = c->fs, ls = c->ls;
+            for (;;) {
+                if (nf < m && nf - warm <= nb) {
+                    double in = first ? 0 : ain[nf];
                     if (in < 0)
                         break;
-                    av = (av > in ? av : in) + f;
+                    av = (av > in ? av : in) + c->f;
                     if (last) { /* the loss: this stage's backward may start */
-                        aout[op] = av;
+                        aout[nf] = av;
                     } else { /* the activation to i + 1 */
-                        fs = (av > fs ? av : fs) + st->act_s;
-                        aout[op] = fs + st->lat_s;
+                        fs = (av > fs ? av : fs) + c->act_s;
+                        aout[nf] = fs + c->lat_s;
                     }
-                } else {
-                    double in = gin[-op - 1];
+                    nf++;
+                } else if (nb < m) {
+                    double in = gin[nb];
                     if (in < 0)
                         break;
-                    av = (av > in ? av : in) + b;
+                    av = (av > in ? av : in) + c->b;
                     if (!first) { /* the gradient to i - 1 */
-                        ls = (av > ls ? av : ls) + prev->grad_s;
-                        gout[-op - 1] = ls + prev->lat_s;
+                        ls = (av > ls ? av : ls) + c->grad_s;
+                        gout[nb] = ls + c->lat_up;
                     }
+                    nb++;
+                } else {
+                    break;
                 }
             }
-            if (k != pc[i]) {
+            if (nf != c->nf || nb != c->nb) {
                 progress = 1;
-                pc[i] = k;
-                avail[i] = av;
-                lf[i] = fs;
-                if (!first)
-                    lb[i - 1] = ls;
+                c->nf = nf;
+                c->nb = nb;
+                c->av = av;
+                c->fs = fs;
+                c->ls = ls;
             }
         }
     }
     double drained = 0, gather = 0, opt = 0;
     int stuck = 0;
     for (int i = 0; i < p; i++) {
-        stuck |= pc[i] < 2 * m;
-        drained = fmax(drained, avail[i]);
+        stuck |= cs[i].nb < m;
+        drained = fmax(drained, cs[i].av);
         opt = fmax(opt, pl->stage[i].optim_s);
         if (i + 1 < p)
             gather += 2 * pl->stage[i].lat_s;
     }
-    free(ops);
+    free(cs);
     free(act);
     return stuck ? 0 : drained + gather + opt;
 }

@@ -10,7 +10,8 @@
  *      without a data owner (U-shaped chains).
  *   3. 12 devices: the exact subset search's time, and optimal's.
  *   4. planning time at 1,024 devices x 1,000 layers.
- * Usage: bench_balancer [first seed, default 11001] [--seeds N, default 20] [--quick] */
+ * Usage: bench_balancer [first seed, default 11001] [--seeds N, default 20] [--quick]
+ *        [--paper: the paper-setting tables only] */
 #include <math.h>
 #include <stdio.h>
 #include <time.h>
@@ -383,10 +384,12 @@ static void large(int reps)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, seeds = 20;
+    int quick = 0, paper_only = 0, seeds = 20;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--paper"))
+            paper_only = 1;
         else if (!strcmp(argv[i], "--seeds") && i + 1 < argc)
             seeds = atoi(argv[++i]);
         else
@@ -398,6 +401,8 @@ int main(int argc, char **argv)
     }
     paper_setting(128, quick ? 2 : seeds);
     paper_setting(256, quick ? 2 : seeds);
+    if (paper_only)
+        return 0;
     small_exhaustive(quick ? 2 : 12, 8);
     exact12();
     large(quick ? 1 : 3);
