@@ -140,14 +140,16 @@ typedef struct {
 } bound_ctx;
 
 /* The most FLOPs / v of any run of units that device d computes within
- * cap seconds: a stage time of at most cap is one of those. */
+ * cap seconds and whose stash for one micro-batch fits its memory beside
+ * their static bytes: a stage time of at most cap is one of those (every
+ * stage holds at least the micro-batch it computes). */
 static double run_room(const bal_problem *pb, int d, double v, double cap)
 {
     int n = pb->n_units, s = 0;
     double best = 0, w = 0;
     for (int e = 1; e <= n; e++) {
         w += pb->unit[e - 1].fwd_flops + pb->unit[e - 1].bwd_flops;
-        while (s < e && bal_time(pb, d, s, e) > cap) {
+        while (s < e && (bal_time(pb, d, s, e) > cap || !bal_fits(pb, d, s, e, 1))) {
             w -= pb->unit[s].fwd_flops + pb->unit[s].bwd_flops;
             s++;
         }

@@ -1996,6 +1996,85 @@ static void test_lower_bound_links(void)
     }
 }
 
+/* Every plan of up to three stages over any of the D devices (every order,
+ * cut, lookahead from {0, 1, 4, m} per link, both schedules), by critical
+ * path (no two stages share compute here, so the replay itself): the best,
+ * and how many replayed and fell below lb. */
+static double any_chain_best(const bal_problem *pb, int D, int n, int m, double lb, int *plans,
+                             int *below)
+{
+    const int la[4] = {0, 1, 4, m};
+    double best = INFINITY;
+    for (int p = 1; p <= 3 && p <= n && p <= D; p++)
+        for (int code = 0; code < D * D * D; code++) {
+            int order[3] = {code % D, code / D % D, code / (D * D)};
+            if ((p < 3 && order[2]) || (p < 2 && order[1]) || (p >= 2 && order[1] == order[0]) ||
+                (p == 3 && (order[2] == order[0] || order[2] == order[1])))
+                continue;
+            for (int mask = 0; mask < 1 << (n - 1); mask++) { /* a cut after unit u: bit u */
+                if (__builtin_popcount((unsigned)mask) != p - 1)
+                    continue;
+                int cuts[4] = {0}, k = 1;
+                for (int u = 0; u < n - 1; u++)
+                    if (mask >> u & 1)
+                        cuts[k++] = u + 1;
+                cuts[p] = n;
+                for (int e = 0; e < 17; e++) {
+                    int sched = e == 16 ? BAL_GPIPE : BAL_1F1B, extra[2] = {la[e % 4], la[e / 4 % 4]};
+                    bal_chain ch = {p, order, extra, m, sched, 1, 0};
+                    bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
+                    if (q) {
+                        double t = bal_plan_critical_path(q);
+                        ++*plans;
+                        *below += t < lb * (1 - 1e-12);
+                        best = fmin(best, t);
+                    }
+                    bal_plan_free(q);
+                }
+            }
+        }
+    return best;
+}
+
+/* More devices than units, and the larger caps on the slower devices: three
+ * units on three fast devices whose memory holds two units' stash and two
+ * devices 20% slower that hold everything, 2 ms links. The bound counts
+ * every device's cap, not the fastest n's (from those alone it is above 66
+ * of the plans at m = 16), and a stage only the units whose stash for one
+ * micro-batch fits (without that it is 17% below the best at m = 4): no
+ * plan beats it, and the best is within 5% of it. */
+static void test_lower_bound_more_devices(void)
+{
+    enum { N = 3, D = 5 };
+    bal_unit u[N];
+    equal_units(u, N, 1000000);
+    bal_device d[D];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < D; i++) {
+        snprintf(d[i].id, sizeof d[i].id, "d%d", i);
+        strcpy(d[i].site, "x");
+        d[i].flops = i < 3 ? 1.2e12 : 1e12;
+        d[i].mem_bytes = i < 3 ? 2500000 : 1ull << 30;
+    }
+    bal_network net = bal_network_default();
+    net.inside_site = (bal_link){1e12, 0.002};
+    sl_err err = {0};
+    bal_problem *pb = bal_problem_new(u, N, d, D, &net, &err);
+    CHECKF(pb != NULL, "%s", err.msg);
+    if (!pb)
+        return;
+    for (int m = 4; m <= 64; m *= 4) {
+        double lb = bal_lower_bound(pb, m, -1);
+        int plans = 0, below = 0;
+        double best = any_chain_best(pb, D, N, m, lb, &plans, &below);
+        CHECKF(below == 0 && plans > 100, "m=%d: %d of %d plans below the bound %.6f", m, below,
+               plans, lb);
+        CHECKF(lb >= 0.95 * best, "m=%d: bound %.6f, the best plan %.6f", m, lb, best);
+        printf("  m=%d: bound %.6f s, the best of %d plans %.6f s\n", m, lb, plans, best);
+    }
+    bal_problem_free(pb);
+}
+
 /* The critical path is the replay itself where every stage computes alone,
  * and never above it where stages share a device (a U's owner) or a cpu
  * pool: random plans with random times, links, lookaheads and schedules. */
@@ -2236,6 +2315,7 @@ int main(void)
     RUN(test_micro_batch_choice);
     RUN(test_lower_bound);
     RUN(test_lower_bound_links);
+    RUN(test_lower_bound_more_devices);
     RUN(test_critical_path);
     RUN(test_replan);
     RUN(test_infeasible_message);
