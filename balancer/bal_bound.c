@@ -415,11 +415,10 @@ double bal_plan_critical_path(const bal_plan *pl)
     if (p < 1 || m < 1 || (double)p * m > 5e7)
         return 0;
     size_t P = (size_t)p, M = (size_t)m;
-    /* arrival of each activation and gradient at each stage (-1: not yet) */
+    /* arrival of each activation and gradient at each stage: written by
+     * the neighbour that sends it, read once its nf or nb is past it */
     double *act = sl_xmalloc(2 * P * M * sizeof(double)), *grad = act + P * M;
     cp_stage *cs = sl_xmalloc(P * sizeof *cs);
-    for (size_t j = 0; j < 2 * P * M; j++)
-        act[j] = -1;
     for (int i = 0; i < p; i++) {
         const bal_stage *st = &pl->stage[i], *up = i ? &pl->stage[i - 1] : st;
         int warm = pl->schedule == BAL_GPIPE ? m : st->warmup < 0 ? p - i - 1 : st->warmup;
@@ -437,11 +436,15 @@ double bal_plan_critical_path(const bal_plan *pl)
             double *ain = act + i * M, *gin = grad + i * M;
             double *aout = last ? gin : ain + M, *gout = first ? gin : gin - M;
             double av = c->av, fs = c->fs, ls = c->ls;
+            /* activations that arrived (the stage before sent them), and
+             * gradients (the stage after sent them; the last stage's own
+             * forwards) */
+            int na = first ? m : cs[i - 1].nf, ng = last ? m : cs[i + 1].nb;
             for (;;) {
                 if (nf < m && nf - warm <= nb) {
-                    double in = first ? 0 : ain[nf];
-                    if (in < 0)
+                    if (nf >= na)
                         break;
+                    double in = first ? 0 : ain[nf];
                     av = (av > in ? av : in) + c->f;
                     if (last) { /* the loss: this stage's backward may start */
                         aout[nf] = av;
@@ -451,9 +454,9 @@ double bal_plan_critical_path(const bal_plan *pl)
                     }
                     nf++;
                 } else if (nb < m) {
-                    double in = gin[nb];
-                    if (in < 0)
+                    if (nb >= (last ? nf : ng))
                         break;
+                    double in = gin[nb];
                     av = (av > in ? av : in) + c->b;
                     if (!first) { /* the gradient to i - 1 */
                         ls = (av > ls ? av : ls) + c->grad_s;
