@@ -19,8 +19,14 @@ const kn_cuda_info *kn_cuda_probe(void);
  * no GPU or the result is wrong. */
 int kn_cuda_selftest(char *reason, size_t n);
 
-/* The CBLAS library in use: name and build string (OpenBLAS's config). */
+/* The CBLAS library in use: name and build string (OpenBLAS's config), and
+ * the CPU kernels it runs (OpenBLAS's core name). */
 const char *kn_blas_name(void);
+const char *kn_blas_core(void);
+/* The OpenBLAS core this CPU's instructions call for where OpenBLAS does
+ * not know the model ("SkylakeX" with AVX-512, "Haswell" with AVX2 and FMA,
+ * NULL otherwise); see kn_blas.c. */
+const char *kn_blas_core_for_cpu(void);
 int kn_blas_threads(void);
 void kn_blas_set_threads(int n);
 

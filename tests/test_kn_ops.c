@@ -7,9 +7,12 @@
  * purpose: hidden 96, 3 heads of 32, T = 37 with the second sequence padded,
  * vocabulary 997. Error metric: kn_testutil.h (max abs error over max ref). */
 #include <dirent.h>
+#include <strings.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <omp.h>
 
+#include "kn_backend.h"
 #include "kn_body.h"
 #include "kn_gemm.h"
 #include "kn_ops.h"
@@ -709,8 +712,57 @@ static void test_sgemm_thread_independent(void)
     CHECKF(bad == 0, "%d of %d GEMMs differ from the one-thread result", bad, cases);
 }
 
-int main(void)
+/* OpenBLAS falls back to Prescott's kernels on a CPU model it does not
+ * know; kn_blas.c then runs the process again with the kernels the CPU's
+ * instructions call for. A child started without OPENBLAS_CORETYPE, with
+ * arguments that a careless re-exec would lose (a space, an empty one),
+ * must come back with every argument and, where the CPU has AVX2 and FMA
+ * or AVX-512, not on Prescott. */
+static void test_blas_core(void)
 {
+    const char *want = kn_blas_core_for_cpu();
+    printf("  OpenBLAS core %s; this CPU's instructions call for %s\n", kn_blas_core(),
+           want ? want : "no particular kernels (neither AVX-512 nor AVX2 + FMA)");
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 1);
+        unsetenv("OPENBLAS_CORETYPE");
+        execl("/proc/self/exe", "test_kn_ops", "--blas-core", "a b", "", "c", (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    char out[256] = {0};
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof out - 1 && (r = read(fd[0], out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)r;
+    close(fd[0]);
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char core[64] = "", args[128] = "";
+    CHECKF(sscanf(out, "core=%63s args=%127[^\n]", core, args) == 2, "child printed '%s'", out);
+    CHECKF(strcmp(args, "[a b][][c]") == 0, "the child's arguments came back as %s", args);
+    if (want)
+        CHECKF(strcasecmp(core, "prescott") != 0, "OpenBLAS runs Prescott's kernels on a CPU "
+               "with %s's instructions", want);
+    printf("  a child without OPENBLAS_CORETYPE runs on %s, its arguments intact\n", core);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--blas-core") == 0) { /* test_blas_core's child */
+        printf("core=%s args=", kn_blas_core());
+        for (int i = 2; i < argc; i++)
+            printf("[%s]", argv[i]);
+        printf("\n");
+        return 0;
+    }
+    RUN(test_blas_core);
     RUN(test_edge_shapes);
     make_inputs();
     RUN(test_residual_sumsq_scale);

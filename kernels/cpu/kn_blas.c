@@ -1,9 +1,72 @@
 #include "kn_backend.h"
 
 #include <cblas.h>
+#include <fcntl.h>
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+/* OpenBLAS picks its kernels by CPU model when it loads, and on a model it
+ * does not know it falls back to Prescott's SSE3 kernels: Debian 12's
+ * 0.3.21 does so on Intel's Emerald Rapids (family 6, model 207), where
+ * sgemm then runs 5x slower than with the AVX-512 kernels the CPU has. The
+ * choice is made before main and fixed for the process, and the only way
+ * to change it is OPENBLAS_CORETYPE in the environment at load time. So
+ * when OpenBLAS fell back to Prescott on a CPU with AVX-512 (SkylakeX's
+ * kernels) or AVX2 and FMA (Haswell's), this process is executed again,
+ * same arguments, with OPENBLAS_CORETYPE naming them; its children inherit
+ * it. A user's own OPENBLAS_CORETYPE is left alone, and if the exec fails
+ * the process goes on with what OpenBLAS chose. */
+const char *kn_blas_core_for_cpu(void)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+    return NULL;
+}
+
+__attribute__((constructor)) static void kn_blas_core_fix(void)
+{
+    const char *core = openblas_get_corename(), *want = kn_blas_core_for_cpu();
+    if (getenv("OPENBLAS_CORETYPE") || !core || strcasecmp(core, "prescott") != 0 || !want)
+        return;
+    /* argv again, from /proc/self/cmdline: NUL-separated, NUL-terminated */
+    enum { CMDLINE_MAX = 1 << 20, ARGS_MAX = 4096 };
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    char *buf = malloc(CMDLINE_MAX + 1);
+    size_t len = 0;
+    ssize_t r = 0;
+    while (buf && len < CMDLINE_MAX && (r = read(fd, buf + len, CMDLINE_MAX - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    char **argv = malloc(ARGS_MAX * sizeof *argv);
+    if (!buf || !argv || r < 0 || len == 0 || len >= CMDLINE_MAX) {
+        free(buf);
+        free(argv);
+        return;
+    }
+    buf[len] = '\0';
+    int argc = 0;
+    for (size_t i = 0; i < len && argc < ARGS_MAX - 1; i += strlen(buf + i) + 1)
+        argv[argc++] = buf + i;
+    argv[argc] = NULL;
+    if (setenv("OPENBLAS_CORETYPE", want, 1) == 0) {
+        execv("/proc/self/exe", argv);
+        unsetenv("OPENBLAS_CORETYPE");
+    }
+    free(buf);
+    free(argv);
+}
 
 const char *kn_blas_name(void) { return openblas_get_config(); }
+const char *kn_blas_core(void) { return openblas_get_corename(); }
 int kn_blas_threads(void) { return openblas_get_num_threads(); }
 void kn_blas_set_threads(int n) { openblas_set_num_threads(n); }
 
