@@ -54,10 +54,12 @@ __attribute__((constructor)) static void kn_blas_core_fix(void)
     }
     buf[len] = '\0';
     int argc = 0;
-    for (size_t i = 0; i < len && argc < ARGS_MAX - 1; i += strlen(buf + i) + 1)
+    size_t i = 0;
+    for (; i < len && argc < ARGS_MAX - 1; i += strlen(buf + i) + 1)
         argv[argc++] = buf + i;
     argv[argc] = NULL;
-    if (setenv("OPENBLAS_CORETYPE", want, 1) == 0) {
+    /* every argument or none: with more than ARGS_MAX, stay as we are */
+    if (i >= len && setenv("OPENBLAS_CORETYPE", want, 1) == 0) {
         execv("/proc/self/exe", argv);
         unsetenv("OPENBLAS_CORETYPE");
     }
