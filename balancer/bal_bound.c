@@ -387,6 +387,15 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
     return lo + fmax(opt0, opth);
 }
 
+/* A stage's state in the critical path's sweep: its times, the forwards
+ * and backwards it ran (the next one by bal_next_is_forward), when it and
+ * its links are free. */
+typedef struct cp_stage {
+    double f, b, act_s, lat_s, grad_s, lat_up; /* grad_s, lat_up: the link to i - 1 */
+    double av, fs, ls; /* stage free; its link down free; its link up free */
+    int nf, nb, warm;
+} cp_stage;
+
 /* ---- one plan's critical path ----
  *
  * The replay without shared compute: every stage runs its computes in
@@ -399,15 +408,6 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
  * on bal_simulate; where no two stages share a device or a cpu pool it is
  * the same replay (docs/balancer.md), in a sweep over the ops instead of
  * events through a heap. */
-/* A stage's state in the sweep: its times, the next forward and backward it
- * runs, when it and its links are free. Its computes are those of
- * bal_stage_computes: warm forwards, then one forward and one backward in
- * turn, then the backwards left (GPipe: warm = m). */
-typedef struct cp_stage {
-    double f, b, act_s, lat_s, grad_s, lat_up; /* grad_s, lat_up: the link to i - 1 */
-    double av, fs, ls; /* stage free; its link down free; its link up free */
-    int nf, nb, warm;
-} cp_stage;
 
 double bal_plan_critical_path(const bal_plan *pl)
 {
@@ -421,9 +421,8 @@ double bal_plan_critical_path(const bal_plan *pl)
     cp_stage *cs = sl_xmalloc(P * sizeof *cs);
     for (int i = 0; i < p; i++) {
         const bal_stage *st = &pl->stage[i], *up = i ? &pl->stage[i - 1] : st;
-        int warm = pl->schedule == BAL_GPIPE ? m : st->warmup < 0 ? p - i - 1 : st->warmup;
         cs[i] = (cp_stage){st->fwd_s, st->bwd_s, st->act_s, st->lat_s, up->grad_s, up->lat_s,
-                           0, 0, 0, 0, 0, warm > m ? m : warm};
+                           0, 0, 0, 0, 0, bal_warm_forwards(pl->schedule, p, i, m, st->warmup)};
     }
     /* activations flow down the chain and gradients up: sweep the stages
      * down and up in turn, each as far as its inputs allow */
@@ -441,7 +440,7 @@ double bal_plan_critical_path(const bal_plan *pl)
              * forwards) */
             int na = first ? m : cs[i - 1].nf, ng = last ? m : cs[i + 1].nb;
             for (;;) {
-                if (nf < m && nf - warm <= nb) {
+                if (bal_next_is_forward(nf, nb, warm, m)) {
                     if (nf >= na)
                         break;
                     double in = first ? 0 : ain[nf];

@@ -148,6 +148,21 @@ double bal_chain_best_tol(const bal_problem *pb, const bal_chain *c, int *cuts, 
 double bal_chain_best_work(const bal_problem *pb, const bal_chain *c, int *cuts, double tol,
                            double hint, long long *work);
 
+/* The order of a stage's computes under both schedules: `warm` forwards
+ * (1F1B: its warm-up, p - i - 1 when the plan gives none; GPipe: all m),
+ * then one forward and one backward in turn, then the backwards left. With
+ * nf forwards and nb backwards done, the next is a forward when this says
+ * so, else a backward. */
+static inline int bal_warm_forwards(int schedule, int stages, int i, int m, int warmup)
+{
+    int warm = schedule == BAL_GPIPE ? m : warmup < 0 ? stages - i - 1 : warmup;
+    return warm > m ? m : warm;
+}
+static inline int bal_next_is_forward(int nf, int nb, int warm, int m)
+{
+    return nf < m && nf - warm <= nb;
+}
+
 /* bal_sim.c: stage i's computes in bal_stage_ops's order into out (2 m
  * entries): mb for a forward, -(mb + 1) for a backward; their count, -1 on
  * bad arguments. */

@@ -242,24 +242,9 @@ int bal_stage_computes(int schedule, int stages, int i, int micro_batches, int w
     int p = stages, m = micro_batches, k = 0;
     if (p < 1 || i < 0 || i >= p || m < 1 || (schedule != BAL_1F1B && schedule != BAL_GPIPE))
         return -1;
-    if (schedule == BAL_GPIPE) {
-        for (int j = 0; j < m; j++)
-            out[k++] = j;
-        for (int j = 0; j < m; j++)
-            out[k++] = -(j + 1);
-        return k;
-    }
-    int warm = warmup < 0 ? p - i - 1 : warmup, f = 0, b = 0;
-    if (warm > m)
-        warm = m;
-    for (; f < warm; f++)
-        out[k++] = f;
-    while (f < m) {
-        out[k++] = f++;
-        out[k++] = -(++b);
-    }
-    while (b < m)
-        out[k++] = -(++b);
+    int warm = bal_warm_forwards(schedule, p, i, m, warmup), f = 0, b = 0;
+    while (f < m || b < m)
+        out[k++] = bal_next_is_forward(f, b, warm, m) ? f++ : -(++b);
     return k;
 }
 
