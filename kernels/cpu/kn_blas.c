@@ -32,8 +32,9 @@ const char *kn_blas_core_for_cpu(void)
 
 __attribute__((constructor)) static void kn_blas_core_fix(void)
 {
-    const char *core = openblas_get_corename(), *want = kn_blas_core_for_cpu();
-    if (getenv("OPENBLAS_CORETYPE") || !core || strcasecmp(core, "prescott") != 0 || !want)
+    const char *core = openblas_get_corename(), *want;
+    if (getenv("OPENBLAS_CORETYPE") || !core || strcasecmp(core, "prescott") != 0 ||
+        !(want = kn_blas_core_for_cpu()))
         return;
     /* argv again, from /proc/self/cmdline: NUL-separated, NUL-terminated */
     enum { CMDLINE_MAX = 1 << 20, ARGS_MAX = 4096 };
