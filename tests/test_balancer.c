@@ -819,6 +819,21 @@ static double relaxed_work(int p, int m, double beta)
     return best;
 }
 
+/* The cuts of p stages over n units that mask names (a cut after unit u
+ * when bit u is set); 0 when it has not p - 1 bits. */
+static int cuts_of_mask(int mask, int n, int p, int *cuts)
+{
+    if (__builtin_popcount((unsigned)mask) != p - 1)
+        return 0;
+    int k = 1;
+    cuts[0] = 0;
+    for (int u = 0; u < n - 1; u++)
+        if (mask >> u & 1)
+            cuts[k++] = u + 1;
+    cuts[p] = n;
+    return 1;
+}
+
 /* The fastest plan on q of the identical devices of pb (n units): every cut,
  * lookaheads of 0, 1, 3 or m per link, textbook 1F1B and GPipe. */
 static double best_identical(const bal_problem *pb, int q, int n, int m)
@@ -828,15 +843,9 @@ static double best_identical(const bal_problem *pb, int q, int n, int m)
     double best = INFINITY;
     for (int i = 1; i < q; i++)
         combos *= 4;
-    for (int mask = 0; mask < 1 << (n - 1); mask++) { /* cut after unit u when bit u is set */
-        if (__builtin_popcount((unsigned)mask) != q - 1)
+    for (int mask = 0; mask < 1 << (n - 1); mask++) {
+        if (!cuts_of_mask(mask, n, q, cuts))
             continue;
-        int k = 1;
-        cuts[0] = 0;
-        for (int u = 0; u < n - 1; u++)
-            if (mask >> u & 1)
-                cuts[k++] = u + 1;
-        cuts[q] = n;
         for (int sched = 0; sched < 2; sched++)
             for (int e = 0; e < (sched == BAL_GPIPE ? 1 : combos); e++) {
                 for (int l = 0, x = e; l < q - 1; l++, x /= 4)
@@ -2011,14 +2020,10 @@ static double any_chain_best(const bal_problem *pb, int D, int n, int m, double 
             if ((p < 3 && order[2]) || (p < 2 && order[1]) || (p >= 2 && order[1] == order[0]) ||
                 (p == 3 && (order[2] == order[0] || order[2] == order[1])))
                 continue;
-            for (int mask = 0; mask < 1 << (n - 1); mask++) { /* a cut after unit u: bit u */
-                if (__builtin_popcount((unsigned)mask) != p - 1)
+            for (int mask = 0; mask < 1 << (n - 1); mask++) {
+                int cuts[4];
+                if (!cuts_of_mask(mask, n, p, cuts))
                     continue;
-                int cuts[4] = {0}, k = 1;
-                for (int u = 0; u < n - 1; u++)
-                    if (mask >> u & 1)
-                        cuts[k++] = u + 1;
-                cuts[p] = n;
                 for (int e = 0; e < 17; e++) {
                     int sched = e == 16 ? BAL_GPIPE : BAL_1F1B, extra[2] = {la[e % 4], la[e / 4 % 4]};
                     bal_chain ch = {p, order, extra, m, sched, 1, 0};
