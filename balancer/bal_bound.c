@@ -15,13 +15,14 @@
  *     T >= S + R + (m - 1) b_i + (m - k_i) f_i + opt_0.                  (3)
  * With t_j >= w_j / v_j (w: the FLOPs a stage holds, v: the device's best
  * FLOP/s over the units), b_j >= beta t_j, k_i f_i at most the forward time
- * the device's memory holds, and the links at least the cheapest of their
- * kind, the most work any chain can cover within c = T - opt has an upper
- * bound: a greedy over the stage times sorted longest first, then the
- * devices fastest first each given the most those times and its own caps
- * allow (a stage is a run of whole units), for each range of stage counts
- * and of the slack (2) leaves. The bound is the smallest c whose work
- * covers the model. */
+ * the device's memory holds, and the links at least what joining the sites
+ * the chain visits costs, the most work a chain on a set of sites can cover
+ * within c = T - opt has an upper bound: a greedy over the stage times
+ * sorted longest first, then the set's devices fastest first each given
+ * the most those times and its own caps allow (a stage is a run of whole
+ * units), for each range of stage counts and of the slack (2) leaves. The
+ * bound is the smallest c whose work covers the model, the least over the
+ * sets of sites. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -40,15 +41,27 @@ static int cmp_int_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* The least a chain of p stages spends on its links, for p = 1..k: R[p] in
- * round trips (latency and serialization both ways of the smallest
- * boundary) and G[p] in the norm's gather (both latencies of every link).
- * A link inside a site (or a host) costs at least the cheapest such link,
- * one between sites the cheapest of those, and a chain of d distinct
- * devices visits at least as many sites as the fewest sites that hold d
- * devices, so it crosses at least that many less one between sites. With
- * a data owner, p stages run on p - 1 devices. */
-static void link_floor(const bal_problem *pb, int k, int owner, double *R, double *G)
+/* Sites a chain may visit: a bit mask; past BOUND_SITE_SETS sites the
+ * bound does not split by them (every chain may visit any site). */
+#define BOUND_SITE_SETS 8
+
+/* The least a chain of p stages, on devices of the sites in `sites` only,
+ * spends on its links, for p = 1..k: in round trips (latency and
+ * serialization both ways of the smallest boundary) and in the norm's
+ * gather (both latencies of every link). A link inside a site (or a host)
+ * costs at least the cheapest such link, one between sites the cheapest
+ * of those. pre[p]: any such chain, which visits at least as many sites
+ * as the fewest that hold its d devices (d = p, or p - 1 with a data
+ * owner), so crosses at least that many less one; the first stages of a
+ * chain are one of these. R[p] and G[p]: a chain that visits every site of
+ * the set (s of them): its crossings join them all, so they cost at least
+ * a spanning tree of the sites (weighted by the cheapest link either way
+ * between two; the cheapest such tree), and the p - 1 - (s - 1) other
+ * links at least the cheapest link of either kind; a chain of fewer than
+ * s devices gets the bound of s (there is none). Not `exact`: any sites,
+ * R[p] = pre[p] and G[p] the same count of links in latencies. */
+static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_in, int exact,
+                       double *pre, double *R, double *G)
 {
     int n = pb->n_units, D = pb->n_dev, ns = pb->n_sites;
     double bytes = INFINITY;
@@ -56,17 +69,28 @@ static void link_floor(const bal_problem *pb, int k, int owner, double *R, doubl
         bytes = fmin(bytes, (double)pb->unit[u].out_bytes);
     double fwd = bytes * pb->wire_act, back = bytes * pb->wire_grad, sf, sr;
     int *count = sl_xcalloc((size_t)ns, sizeof(int)), hosts = 0;
-    for (int d = 0; d < D; d++) {
-        count[pb->site_of[d]]++;
-        hosts |= pb->host_of[d] >= 0 && pb->host_of[d] != d;
-    }
-    /* [0]: inside a site or a host, [1]: between sites */
+    for (int d = 0; d < D; d++)
+        if (!exact || sites_in >> pb->site_of[d] & 1) {
+            count[pb->site_of[d]]++;
+            hosts |= pb->host_of[d] >= 0 && pb->host_of[d] != d;
+        }
+    /* [0]: inside a site or a host, [1]: between sites; per pair of sites
+     * (a < b) the cheaper way round */
     double rt[2] = {INFINITY, INFINITY}, lat[2] = {INFINITY, INFINITY};
+    double *prt = NULL, *plat = NULL;
+    if (exact) {
+        prt = sl_xmalloc((size_t)ns * (size_t)ns * 2 * sizeof(double));
+        plat = prt + ns * ns;
+        for (int a = 0; a < ns * ns; a++)
+            prt[a] = plat[a] = INFINITY;
+    }
     if (hosts) {
         rt[0] = bal_round_trip(pb->same_host, pb->same_host, fwd, back, &sf, &sr);
         lat[0] = 2 * pb->same_host.lat;
     }
+    int s_all = 0;
     for (int a = 0; a < ns; a++) {
+        s_all += count[a] > 0;
         if (count[a] >= 2) {
             rt[0] = fmin(rt[0], bal_round_trip(pb->inside[a], pb->inside[a], fwd, back, &sf, &sr));
             lat[0] = fmin(lat[0], 2 * pb->inside[a].lat);
@@ -74,27 +98,72 @@ static void link_floor(const bal_problem *pb, int k, int owner, double *R, doubl
         for (int b = 0; b < ns; b++)
             if (b != a && count[a] && count[b]) {
                 bal_link f = pb->between[(size_t)a * ns + b], r = pb->between[(size_t)b * ns + a];
-                rt[1] = fmin(rt[1], bal_round_trip(f, r, fwd, back, &sf, &sr));
-                lat[1] = fmin(lat[1], f.lat + r.lat);
+                double x = bal_round_trip(f, r, fwd, back, &sf, &sr), y = f.lat + r.lat;
+                int lo = a < b ? a : b, hi = a < b ? b : a;
+                rt[1] = fmin(rt[1], x);
+                lat[1] = fmin(lat[1], y);
+                if (prt) {
+                    prt[lo * ns + hi] = prt[hi * ns + lo] = fmin(prt[lo * ns + hi], x);
+                    plat[lo * ns + hi] = plat[hi * ns + lo] = fmin(plat[lo * ns + hi], y);
+                }
             }
     }
+    /* the sites' cheapest spanning trees, in round trips and in latencies (Prim) */
+    double tree[2] = {0, 0};
+    for (int g = 0; g < 2 && exact && s_all > 1; g++) {
+        const double *w = g ? plat : prt;
+        double *near = sl_xmalloc((size_t)ns * sizeof(double));
+        int first = -1;
+        for (int a = 0; a < ns; a++) {
+            near[a] = INFINITY;
+            if (count[a] && first < 0)
+                first = a;
+        }
+        near[first] = -1; /* in the tree */
+        for (int a = 0; a < ns; a++)
+            if (count[a] && near[a] >= 0)
+                near[a] = w[first * ns + a];
+        for (int added = 1; added < s_all; added++) {
+            int bj = -1;
+            for (int a = 0; a < ns; a++)
+                if (count[a] && near[a] >= 0 && (bj < 0 || near[a] < near[bj]))
+                    bj = a;
+            tree[g] += near[bj];
+            near[bj] = -1;
+            for (int a = 0; a < ns; a++)
+                if (count[a] && near[a] >= 0)
+                    near[a] = fmin(near[a], w[bj * ns + a]);
+        }
+        free(near);
+    }
+    double other_rt = fmin(rt[0], rt[1]), other_lat = fmin(lat[0], lat[1]);
     qsort(count, (size_t)ns, sizeof(int), cmp_int_desc);
     for (int p = 1, sites = 1, held = count[0]; p <= k; p++) {
         int devs = owner >= 0 && p > 1 ? p - 1 : p, links = p - 1;
-        while (held < devs && sites < ns)
+        while (held < devs && sites < s_all)
             held += count[sites++];
         int x = sites - 1 < links ? sites - 1 : links; /* links between sites, at least */
-        R[p] = G[p] = INFINITY;
+        double g = INFINITY;
+        pre[p] = INFINITY;
         for (int y = x; y <= links; y += links - x > 0 ? links - x : 1) { /* a cost is linear in y */
             double in = links - y > 0 ? (links - y) : 0, bt = y;
-            double r = (in ? in * rt[0] : 0) + (bt ? bt * rt[1] : 0);
-            double g = (in ? in * lat[0] : 0) + (bt ? bt * lat[1] : 0);
-            R[p] = fmin(R[p], r);
-            G[p] = fmin(G[p], g);
+            pre[p] = fmin(pre[p], (in ? in * rt[0] : 0) + (bt ? bt * rt[1] : 0));
+            g = fmin(g, (in ? in * lat[0] : 0) + (bt ? bt * lat[1] : 0));
         }
-        if (!isfinite(R[p]))
-            R[p] = G[p] = 0; /* no such chain: nothing to add */
+        if (!isfinite(pre[p]))
+            pre[p] = g = 0; /* no such chain: nothing to add */
+        if (!exact) { /* a chain that may visit any of the sites */
+            R[p] = pre[p];
+            G[p] = g;
+            continue;
+        }
+        int over = links > s_all - 1 ? links - (s_all - 1) : 0; /* links besides the tree */
+        R[p] = tree[0] + (over ? over * other_rt : 0);
+        G[p] = tree[1] + (over ? over * other_lat : 0);
+        if (!isfinite(R[p]) || !isfinite(G[p]))
+            R[p] = G[p] = 0;
     }
+    free(prt);
     free(count);
 }
 
@@ -130,7 +199,7 @@ typedef struct {
     const bound_dev *dv; /* fastest first */
     int k, nd, m;        /* stages at most, devices (the owner twice), micro-batches */
     double beta, W;      /* least backward share, the model's FLOPs */
-    const double *R, *G; /* link_floor */
+    const double *pre, *R, *G; /* link_floor */
     double *q, *t, *cap, *a; /* scratch, nd + 1 each */
     /* room[h][i * nj + j - j0]: device i's most relaxed stage time (FLOPs /
      * v) of a stage whose real time is at most theta_j (h = 0) or its cap
@@ -259,13 +328,14 @@ static double greedy_capped(const bound_dev *dv, int k, const double *q, const d
  * chain of p in [pa, pb] stages whose theta lies in [ta, tb] has every
  * t <= tb by (2), t <= beta tb + hold / (m - 1) on its device by (3), and
  * t <= c / m by (1), each a run of whole units; it spends at least R[pa] on
- * its links' round trips and G[pa] on the gather, so S <= c - G[pa] - R[pa]
+ * its links' round trips and G[pa] on the gather (its first i + 1 stages at
+ * least pre[i + 1] on theirs), so S <= c - G[pa] - R[pa]
  * - (m - 1) beta ta. The greedy on the pb fastest devices with those
  * limits, (1) counted from c - G[pa], covers at least its work. */
 static int covers(bound_ctx *x, double c)
 {
     int k = x->k, nd = x->nd, m = x->m, groups = k < BOUND_GROUPS ? k : BOUND_GROUPS;
-    const double *R = x->R, *G = x->G;
+    const double *pre = x->pre, *R = x->R, *G = x->G;
     /* theta = sigma / ((m - 1) beta) <= c / ((m - 1) beta); with m = 1 (or
      * beta = 0) (2) says nothing and theta is the largest stage time,
      * <= c / m by (1) */
@@ -286,7 +356,7 @@ static int covers(bound_ctx *x, double c)
             double s_max = cg - R[pa] - (m > 1 ? (m - 1) * x->beta * ta : 0);
             if (s_max <= 0)
                 continue;
-            if (greedy(x->dv, pb, m, R, cg, tb, NULL, s_max, NULL) < x->W)
+            if (greedy(x->dv, pb, m, pre, cg, tb, NULL, s_max, NULL) < x->W)
                 continue;
             if (!capped)
                 return 1;
@@ -294,7 +364,7 @@ static int covers(bound_ctx *x, double c)
             for (int i = 0; i < nd; i++)
                 x->cap[i] = x->a[i] = fmin(dev_room(x, 1, i, j1 - j), dev_room(x, 0, i, jc));
             qsort(x->a, (size_t)nd, sizeof(double), cmp_desc);
-            greedy(x->dv, pb, m, R, cg, tb, x->a, s_max, x->t);
+            greedy(x->dv, pb, m, pre, cg, tb, x->a, s_max, x->t);
             x->q[0] = 0;
             for (int i = 0; i < nd; i++)
                 x->q[i + 1] = x->q[i] + (i < pb ? x->t[i] : 0);
@@ -306,20 +376,85 @@ static int covers(bound_ctx *x, double c)
     return 0;
 }
 
-double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
+/* The smallest c = T - opt that the chains visiting exactly the sites in
+ * `sites` (and only their devices; every site when not `exact`) may reach,
+ * or `below` when none reaches below it. all[d]: device d's relaxation. */
+static double bound_sites(const bal_problem *pb, const bound_dev *all, int m, int data_owner,
+                          unsigned sites, int exact, double W, double beta, double below)
 {
     int n = pb->n_units, D = pb->n_dev;
+    bound_dev *v = sl_xmalloc(((size_t)D + 1) * sizeof *v);
+    int k = 0;
+    for (int d = 0; d < D; d++) {
+        if (exact && !(sites >> pb->site_of[d] & 1))
+            continue;
+        v[k++] = all[d];
+        if (d == data_owner) /* the data owner runs two stages */
+            v[k++] = all[d];
+    }
+    if (!k) { /* no devices: no chain */
+        free(v);
+        return below;
+    }
+    qsort(v, (size_t)k, sizeof *v, cmp_dev_desc);
+    /* every stage holds a unit: at most n stages, on any nd of the devices
+     * (the greedy alone takes the n fastest; with caps of their own any) */
+    int nd = k;
+    if (k > n)
+        k = n;
+    double lo = 0, hi = below;
+    double *pre = sl_xmalloc(3 * ((size_t)k + 1) * sizeof(double)), *R = pre + k + 1, *G = R + k + 1;
+    double *scratch = sl_xmalloc((4 * (size_t)nd + 4) * sizeof(double));
+    link_floor(pb, k, data_owner, sites, exact, pre, R, G);
+    bound_ctx x = {.pb = pb, .dv = v, .k = k, .nd = nd, .m = m, .beta = beta, .W = W, .pre = pre,
+                   .R = R, .G = G, .q = scratch, .t = scratch + nd + 1,
+                   .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3};
+    if (W > 0 && !isinf(v[0].v)) {
+        if (isinf(hi)) {
+            hi = 1;
+            while (!covers(&x, hi) && hi < 1e30)
+                hi *= 2;
+        } else if (!covers(&x, hi)) {
+            lo = hi;
+        }
+        for (int it = 0; it < 200 && hi - lo > 1e-12 * hi; it++) {
+            double mid = 0.5 * (lo + hi);
+            if (covers(&x, mid))
+                hi = mid;
+            else
+                lo = mid;
+        }
+    } else
+        lo = 0;
+    free(v);
+    free(pre);
+    free(scratch);
+    free(x.room[0]);
+    free(x.room[1]);
+    return lo;
+}
+
+double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
+{
+    int n = pb->n_units, D = pb->n_dev, ns = pb->n_sites;
     if (m < 1 || data_owner >= D)
         return 0;
     double W = 0;
     for (int u = 0; u < n; u++)
         W += pb->unit[u].fwd_flops + pb->unit[u].bwd_flops;
+    /* every stage's backward is at least this share of its time */
+    double beta = 1;
+    for (int d = 0; d < D; d++)
+        for (int u = 0; u < n; u++) {
+            double f = bal_unit_fwd_s(pb, d, u), b = bal_unit_bwd_s(pb, d, u);
+            if (f + b > 0)
+                beta = fmin(beta, b / (f + b));
+        }
     /* each device's best FLOP/s over the units, so that every unit takes at
-     * least its FLOPs / v there; the data owner runs two stages. A stage of
-     * units U holds at most mem / stash(U) micro-batches, whose forwards take
-     * f(U) each: at most mem x the largest f / stash of a unit there. */
-    bound_dev *v = sl_xmalloc(((size_t)D + 1) * sizeof *v);
-    int k = 0;
+     * least its FLOPs / v there. A stage of units U holds at most mem /
+     * stash(U) micro-batches, whose forwards take f(U) each: at most mem x
+     * the largest f / stash of a unit there. */
+    bound_dev *all = sl_xmalloc((size_t)D * sizeof *all);
     for (int d = 0; d < D; d++) {
         double s = 0, per = 0;
         for (int u = 0; u < n; u++) {
@@ -330,52 +465,25 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
             if (f > 0)
                 per = fmax(per, sh > 0 ? f / sh : INFINITY);
         }
-        bound_dev x = {d, s, (double)pb->dev[d].mem_bytes * per};
-        if (isnan(x.hold))
-            x.hold = 0; /* no memory: nothing held */
-        v[k++] = x;
-        if (d == data_owner)
-            v[k++] = x;
+        all[d] = (bound_dev){d, s, (double)pb->dev[d].mem_bytes * per};
+        if (isnan(all[d].hold))
+            all[d].hold = 0; /* no memory: nothing held */
     }
-    qsort(v, (size_t)k, sizeof *v, cmp_dev_desc);
-    /* every stage holds a unit: at most n stages, on any nd of the devices
-     * (the greedy alone takes the n fastest; with caps of their own any) */
-    int nd = k;
-    if (k > n)
-        k = n;
-    /* every stage's backward is at least this share of its time */
-    double beta = 1;
-    for (int d = 0; d < D; d++)
-        for (int u = 0; u < n; u++) {
-            double f = bal_unit_fwd_s(pb, d, u), b = bal_unit_bwd_s(pb, d, u);
-            if (f + b > 0)
-                beta = fmin(beta, b / (f + b));
-        }
-    double lo = 0, hi = 1;
-    double *R = sl_xmalloc(((size_t)k + 1) * sizeof(double)), *G = sl_xmalloc(((size_t)k + 1) * sizeof(double));
-    double *scratch = sl_xmalloc((4 * (size_t)nd + 4) * sizeof(double));
-    link_floor(pb, k, data_owner, R, G);
-    bound_ctx x = {.pb = pb, .dv = v, .k = k, .nd = nd, .m = m, .beta = beta, .W = W, .R = R,
-                   .G = G, .q = scratch, .t = scratch + nd + 1, .cap = scratch + 2 * nd + 2,
-                   .a = scratch + 3 * nd + 3};
-    if (W > 0 && !isinf(v[0].v)) {
-        while (!covers(&x, hi) && hi < 1e30)
-            hi *= 2;
-        for (int it = 0; it < 200 && hi - lo > 1e-12 * hi; it++) {
-            double mid = 0.5 * (lo + hi);
-            if (covers(&x, mid))
-                hi = mid;
-            else
-                lo = mid;
-        }
-    } else
-        hi = 0;
-    free(v);
-    free(R);
-    free(G);
-    free(scratch);
-    free(x.room[0]);
-    free(x.room[1]);
+    /* every plan visits some set of sites (the data owner's among them) and
+     * computes on their devices only: the bound is the least over the sets,
+     * all sites first (usually the least; the others then mostly take one
+     * test to rule out) */
+    double c;
+    if (ns <= BOUND_SITE_SETS) {
+        unsigned every = (1u << ns) - 1;
+        c = bound_sites(pb, all, m, data_owner, every, 1, W, beta, INFINITY);
+        for (unsigned set = every - 1; set > 0; set--)
+            if (data_owner < 0 || set >> pb->site_of[data_owner] & 1)
+                c = fmin(c, bound_sites(pb, all, m, data_owner, set, 1, W, beta, c));
+    } else {
+        c = bound_sites(pb, all, m, data_owner, 0, 0, W, beta, INFINITY);
+    }
+    free(all);
     /* every stage steps its optimizer after the gather: the one holding unit
      * 0 and the one holding the head (the data owner holds both) */
     double opt0 = INFINITY, opth = INFINITY;
@@ -384,7 +492,7 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
             opt0 = fmin(opt0, bal_optim_s(pb, d, 0, 0));
             opth = fmin(opth, bal_optim_s(pb, d, n - 1, n - 1));
         }
-    return lo + fmax(opt0, opth);
+    return c + fmax(opt0, opth);
 }
 
 /* A stage's state in the critical path's sweep: its times, the forwards

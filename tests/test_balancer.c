@@ -2005,6 +2005,75 @@ static void test_lower_bound_links(void)
     }
 }
 
+/* Three devices at three sites, two of them 2 ms apart and the third 40 ms
+ * from both: a chain over all three crosses to the far site once, not twice
+ * over the cheapest pair, so its links cost at least the sites' cheapest
+ * spanning tree (42 ms each way), and one that leaves the far site out has
+ * a third less compute. Every plan on one, two or three of the devices
+ * (every order, cut and warm-up ahead of each link from {0, 10, 20, 40,
+ * 80}, textbook 1F1B too) is replayed: none beats the bound, and the best,
+ * over all three, is within 6% of it (counting two crossings at the
+ * cheapest pair, the bound is 17% below it). */
+static void test_lower_bound_sites(void)
+{
+    enum { N = 40, D = 3, M = 128 };
+    static const int ahead[5] = {0, 10, 20, 40, 80};
+    bal_unit u[N];
+    equal_units(u, N, 10);
+    bal_device d[D];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < D; i++) {
+        snprintf(d[i].id, sizeof d[i].id, "d%d", i);
+        snprintf(d[i].site, sizeof d[i].site, "%c", "xyz"[i]);
+        d[i].mem_bytes = 1ull << 30;
+        d[i].flops = 1e12;
+    }
+    bal_site_link l[3] = {{"x", "y", {1e12, 0.002}}, {"x", "z", {1e12, 0.04}},
+                          {"y", "z", {1e12, 0.04}}};
+    bal_network net = bal_network_default();
+    net.links = l;
+    net.n_links = 3;
+    sl_err err = {0};
+    bal_problem *pb = bal_problem_new(u, N, d, D, &net, &err);
+    CHECKF(pb != NULL, "%s", err.msg);
+    if (!pb)
+        return;
+    double lb = bal_lower_bound(pb, M, -1), best = INFINITY, best3 = INFINITY;
+    int plans = 0, below = 0;
+    for (int p = 1; p <= D; p++)
+        for (int code = 0; code < D * D * D; code++) {
+            int order[3] = {code % D, code / D % D, code / (D * D)};
+            if ((p < 3 && order[2]) || (p < 2 && order[1]) || (p >= 2 && order[1] == order[0]) ||
+                (p == 3 && (order[2] == order[0] || order[2] == order[1])))
+                continue;
+            for (int x = 1; x < N; x++)
+                for (int y = p < 3 ? N : x + 1; y <= N - (p == 3); y++)
+                    for (int e = 0; e <= 25; e++) { /* 25: textbook */
+                        int cuts[4] = {0, p > 1 ? x : N, y, N}, extra[2] = {ahead[e % 5], ahead[e / 5 % 5]};
+                        if ((p < 2 && (x > 1 || e < 25)) || (p == 2 && e < 25 && e >= 5))
+                            continue;
+                        bal_chain ch = {p, order, e < 25 ? extra : NULL, M, BAL_1F1B, 1, 0};
+                        bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
+                        if (q) {
+                            double t = bal_plan_critical_path(q);
+                            plans++;
+                            below += t < lb * (1 - 1e-12);
+                            best = fmin(best, t);
+                            if (p == 3)
+                                best3 = fmin(best3, t);
+                        }
+                        bal_plan_free(q);
+                    }
+        }
+    CHECKF(below == 0 && plans > 20000, "%d of %d plans below the bound", below, plans);
+    CHECKF(best3 == best, "the best plan (%.6f s) is not over all three devices (%.6f s)", best,
+           best3);
+    CHECKF(lb <= best && lb >= 0.94 * best, "bound %.6f, the best plan %.6f", lb, best);
+    printf("  three sites, the third 40 ms from the others: bound %.4f s, the best of %d plans "
+           "%.4f s\n", lb, plans, best);
+    bal_problem_free(pb);
+}
+
 /* Every plan of up to three stages over any of the D devices (every order,
  * cut, lookahead from {0, 1, 4, m} per link, both schedules), by critical
  * path (no two stages share compute here, so the replay itself): the best,
@@ -2321,6 +2390,7 @@ int main(void)
     RUN(test_lower_bound);
     RUN(test_lower_bound_links);
     RUN(test_lower_bound_more_devices);
+    RUN(test_lower_bound_sites);
     RUN(test_critical_path);
     RUN(test_replan);
     RUN(test_infeasible_message);
