@@ -2005,6 +2005,17 @@ static void test_lower_bound_links(void)
     }
 }
 
+/* The code-th order of p distinct devices of D (code < D^3, base D, the
+ * digits past p zero): 0 where the code names no such order. */
+static int order_of_code(int code, int D, int p, int *order)
+{
+    order[0] = code % D;
+    order[1] = code / D % D;
+    order[2] = code / (D * D);
+    return !((p < 3 && order[2]) || (p < 2 && order[1]) || (p >= 2 && order[1] == order[0]) ||
+             (p == 3 && (order[2] == order[0] || order[2] == order[1])));
+}
+
 /* Three devices at three sites, two of them 2 ms apart and the third 40 ms
  * from both: a chain over all three crosses to the far site once, not twice
  * over the cheapest pair, so its links cost at least the sites' cheapest
@@ -2042,9 +2053,8 @@ static void test_lower_bound_sites(void)
     int plans = 0, below = 0;
     for (int p = 1; p <= D; p++)
         for (int code = 0; code < D * D * D; code++) {
-            int order[3] = {code % D, code / D % D, code / (D * D)};
-            if ((p < 3 && order[2]) || (p < 2 && order[1]) || (p >= 2 && order[1] == order[0]) ||
-                (p == 3 && (order[2] == order[0] || order[2] == order[1])))
+            int order[3];
+            if (!order_of_code(code, D, p, order))
                 continue;
             for (int x = 1; x < N; x++)
                 for (int y = p < 3 ? N : x + 1; y <= N - (p == 3); y++)
@@ -2085,9 +2095,8 @@ static double any_chain_best(const bal_problem *pb, int D, int n, int m, double 
     double best = INFINITY;
     for (int p = 1; p <= 3 && p <= n && p <= D; p++)
         for (int code = 0; code < D * D * D; code++) {
-            int order[3] = {code % D, code / D % D, code / (D * D)};
-            if ((p < 3 && order[2]) || (p < 2 && order[1]) || (p >= 2 && order[1] == order[0]) ||
-                (p == 3 && (order[2] == order[0] || order[2] == order[1])))
+            int order[3];
+            if (!order_of_code(code, D, p, order))
                 continue;
             for (int mask = 0; mask < 1 << (n - 1); mask++) {
                 int cuts[4];
