@@ -194,6 +194,15 @@ static int cmp_dev_desc(const void *a, const void *b)
     return cmp_desc(&((const bound_dev *)a)->v, &((const bound_dev *)b)->v);
 }
 
+/* room[h][d * nj + j - j0]: device d's most relaxed stage time (FLOPs / v)
+ * of a stage whose real time is at most theta_j (h = 0) or its cap under
+ * (2) and (3) with theta_j (h = 1); NAN: not yet computed. It depends on
+ * the device alone, so every set of sites shares it. */
+typedef struct {
+    double *room[2];
+    int j0, nj;
+} bound_rooms;
+
 typedef struct {
     const bal_problem *pb;
     const bound_dev *dv; /* fastest first */
@@ -201,11 +210,7 @@ typedef struct {
     double beta, W;      /* least backward share, the model's FLOPs */
     const double *pre, *R, *G; /* link_floor */
     double *q, *t, *cap, *a; /* scratch, nd + 1 each */
-    /* room[h][i * nj + j - j0]: device i's most relaxed stage time (FLOPs /
-     * v) of a stage whose real time is at most theta_j (h = 0) or its cap
-     * under (2) and (3) with theta_j (h = 1); NAN: not yet computed */
-    double *room[2];
-    int j0, nj;
+    bound_rooms *rooms;
 } bound_ctx;
 
 /* The most FLOPs / v of any run of units that device d computes within
@@ -228,30 +233,33 @@ static double run_room(const bal_problem *pb, int d, double v, double cap)
     return best / v;
 }
 
-/* Device i's most relaxed stage time whose real time is at most theta_j
- * (h = 0), or at most what (2) and (3) allow with theta_j, t <= theta_j and
- * t <= beta theta_j + hold / (m - 1) (h = 1): a run of whole units (cached). */
+/* Device dv[i]'s most relaxed stage time whose real time is at most
+ * theta_j (h = 0), or at most what (2) and (3) allow with theta_j, t <=
+ * theta_j and t <= beta theta_j + hold / (m - 1) (h = 1): a run of whole
+ * units (cached per device, for every set of sites). */
 static double dev_room(bound_ctx *x, int h, int i, int j)
 {
-    if (j < x->j0 || j >= x->j0 + x->nj) { /* grow the caches to hold j */
-        int lo = x->nj ? (j < x->j0 ? j - 32 : x->j0) : j - 64;
-        int hi = x->nj ? (j >= x->j0 + x->nj ? j + 32 : x->j0 + x->nj) : j + 64;
+    bound_rooms *r = x->rooms;
+    size_t D = (size_t)x->pb->n_dev;
+    if (j < r->j0 || j >= r->j0 + r->nj) { /* grow the caches to hold j */
+        int lo = r->nj ? (j < r->j0 ? j - 32 : r->j0) : j - 64;
+        int hi = r->nj ? (j >= r->j0 + r->nj ? j + 32 : r->j0 + r->nj) : j + 64;
         for (int g = 0; g < 2; g++) {
-            double *r = sl_xmalloc((size_t)x->nd * (size_t)(hi - lo) * sizeof(double));
-            for (int a = 0; a < x->nd; a++)
+            double *grown = sl_xmalloc(D * (size_t)(hi - lo) * sizeof(double));
+            for (size_t a = 0; a < D; a++)
                 for (int b = lo; b < hi; b++)
-                    r[(size_t)a * (hi - lo) + b - lo] =
-                        b >= x->j0 && b < x->j0 + x->nj ? x->room[g][(size_t)a * x->nj + b - x->j0]
+                    grown[a * (size_t)(hi - lo) + (size_t)(b - lo)] =
+                        b >= r->j0 && b < r->j0 + r->nj ? r->room[g][a * (size_t)r->nj + (size_t)(b - r->j0)]
                                                         : NAN;
-            free(x->room[g]);
-            x->room[g] = r;
+            free(r->room[g]);
+            r->room[g] = grown;
         }
-        x->j0 = lo;
-        x->nj = hi - lo;
+        r->j0 = lo;
+        r->nj = hi - lo;
     }
-    double *c = &x->room[h][(size_t)i * x->nj + j - x->j0];
+    const bound_dev *v = &x->dv[i];
+    double *c = &r->room[h][(size_t)v->d * (size_t)r->nj + (size_t)(j - r->j0)];
     if (isnan(*c)) {
-        const bound_dev *v = &x->dv[i];
         double th = pow(BOUND_RATIO, j), cap = th;
         if (h && x->m > 1)
             cap = fmin(cap, x->beta * th + v->hold / (x->m - 1));
@@ -379,8 +387,9 @@ static int covers(bound_ctx *x, double c)
 /* The smallest c = T - opt that the chains visiting exactly the sites in
  * `sites` (and only their devices; every site when not `exact`) may reach,
  * or `below` when none reaches below it. all[d]: device d's relaxation. */
-static double bound_sites(const bal_problem *pb, const bound_dev *all, int m, int data_owner,
-                          unsigned sites, int exact, double W, double beta, double below)
+static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_rooms *rooms, int m,
+                          int data_owner, unsigned sites, int exact, double W, double beta,
+                          double below)
 {
     int n = pb->n_units, D = pb->n_dev;
     bound_dev *v = sl_xmalloc(((size_t)D + 1) * sizeof *v);
@@ -408,7 +417,7 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, int m, in
     link_floor(pb, k, data_owner, sites, exact, pre, R, G);
     bound_ctx x = {.pb = pb, .dv = v, .k = k, .nd = nd, .m = m, .beta = beta, .W = W, .pre = pre,
                    .R = R, .G = G, .q = scratch, .t = scratch + nd + 1,
-                   .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3};
+                   .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3, .rooms = rooms};
     if (W > 0 && !isinf(v[0].v)) {
         if (isinf(hi)) {
             hi = 1;
@@ -429,8 +438,6 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, int m, in
     free(v);
     free(pre);
     free(scratch);
-    free(x.room[0]);
-    free(x.room[1]);
     return lo;
 }
 
@@ -473,17 +480,20 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
      * computes on their devices only: the bound is the least over the sets,
      * all sites first (usually the least; the others then mostly take one
      * test to rule out) */
+    bound_rooms rooms = {{NULL, NULL}, 0, 0};
     double c;
     if (ns <= BOUND_SITE_SETS) {
         unsigned every = (1u << ns) - 1;
-        c = bound_sites(pb, all, m, data_owner, every, 1, W, beta, INFINITY);
+        c = bound_sites(pb, all, &rooms, m, data_owner, every, 1, W, beta, INFINITY);
         for (unsigned set = every - 1; set > 0; set--)
             if (data_owner < 0 || set >> pb->site_of[data_owner] & 1)
-                c = fmin(c, bound_sites(pb, all, m, data_owner, set, 1, W, beta, c));
+                c = fmin(c, bound_sites(pb, all, &rooms, m, data_owner, set, 1, W, beta, c));
     } else {
-        c = bound_sites(pb, all, m, data_owner, 0, 0, W, beta, INFINITY);
+        c = bound_sites(pb, all, &rooms, m, data_owner, 0, 0, W, beta, INFINITY);
     }
     free(all);
+    free(rooms.room[0]);
+    free(rooms.room[1]);
     /* every stage steps its optimizer after the gather: the one holding unit
      * 0 and the one holding the head (the data owner holds both) */
     double opt0 = INFINITY, opth = INFINITY;
