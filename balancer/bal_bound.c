@@ -505,15 +505,6 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
     return c + fmax(opt0, opth);
 }
 
-/* A stage's state in the critical path's sweep: its times, the forwards
- * and backwards it ran (the next one by bal_next_is_forward), when it and
- * its links are free. */
-typedef struct cp_stage {
-    double f, b, act_s, lat_s, grad_s, lat_up; /* grad_s, lat_up: the link to i - 1 */
-    double av, fs, ls; /* stage free; its link down free; its link up free */
-    int nf, nb, warm;
-} cp_stage;
-
 /* ---- one plan's critical path ----
  *
  * The replay without shared compute: every stage runs its computes in
@@ -526,6 +517,15 @@ typedef struct cp_stage {
  * on bal_simulate; where no two stages share a device or a cpu pool it is
  * the same replay (docs/balancer.md), in a sweep over the ops instead of
  * events through a heap. */
+
+/* A stage's state in the critical path's sweep: its times, the forwards
+ * and backwards it ran (the next one by bal_next_is_forward), when it and
+ * its links are free. */
+typedef struct cp_stage {
+    double f, b, act_s, lat_s, grad_s, lat_up; /* grad_s, lat_up: the link to i - 1 */
+    double av, fs, ls; /* stage free; its link down free; its link up free */
+    int nf, nb, warm;
+} cp_stage;
 
 double bal_plan_critical_path(const bal_plan *pl)
 {
