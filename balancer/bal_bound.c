@@ -13,10 +13,15 @@
  * memory stashes):
  *     T >= S + R + (m - 1) b_i + opt_0,  S = sum_j t_j, R = sum_j rt_j,  (2)
  *     T >= S + R + (m - 1) b_i + (m - k_i) f_i + opt_0.                  (3)
+ * A link sends its m activations one at a time, each in sa_l, and the last
+ * one still goes forward through the later stages and back through all;
+ * the same for its gradients (sg_l) the other way:
+ *     T >= S + R + (m - 1) max(sa_l, sg_l) + opt_0.                       (4)
  * With t_j >= w_j / v_j (w: the FLOPs a stage holds, v: the device's best
  * FLOP/s over the units), b_j >= beta t_j, k_i f_i at most the forward time
  * the device's memory holds, and the links at least what joining the sites
- * the chain visits costs, the most work a chain on a set of sites can cover
+ * the chain visits costs (round trips, the gather, the slowest link's
+ * serialization), the most work a chain on a set of sites can cover
  * within c = T - opt has an upper bound: a greedy over the stage times
  * sorted longest first, then the set's devices fastest first each given
  * the most those times and its own caps allow (a stage is a run of whole
@@ -59,9 +64,14 @@ static int cmp_int_desc(const void *a, const void *b)
  * between two; the cheapest such tree), and the p - 1 - (s - 1) other
  * links at least the cheapest link of either kind; a chain of fewer than
  * s devices gets the bound of s (there is none). Not `exact`: any sites,
- * R[p] = pre[p] and G[p] the same count of links in latencies. */
+ * R[p] = pre[p] and G[p] the same count of links in latencies. Z[p]: the
+ * least that the chain's slowest link serializes one message in one
+ * direction (the activation forward or the gradient back): any link of the
+ * set; over several sites, a crossing, and the crossings join them all, so
+ * at least the bottleneck of the sites' spanning tree that has the
+ * smallest one (each pair weighted by the cheaper way round). */
 static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_in, int exact,
-                       double *pre, double *R, double *G)
+                       double *pre, double *R, double *G, double *Z)
 {
     int n = pb->n_units, D = pb->n_dev, ns = pb->n_sites;
     double bytes = INFINITY;
@@ -76,17 +86,19 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
         }
     /* [0]: inside a site or a host, [1]: between sites; per pair of sites
      * (a < b) the cheaper way round */
-    double rt[2] = {INFINITY, INFINITY}, lat[2] = {INFINITY, INFINITY};
-    double *prt = NULL, *plat = NULL;
+    double rt[2] = {INFINITY, INFINITY}, lat[2] = {INFINITY, INFINITY}, ser[2] = {INFINITY, INFINITY};
+    double *prt = NULL, *plat = NULL, *pser = NULL;
     if (exact) {
-        prt = sl_xmalloc((size_t)ns * (size_t)ns * 2 * sizeof(double));
+        prt = sl_xmalloc((size_t)ns * (size_t)ns * 3 * sizeof(double));
         plat = prt + ns * ns;
+        pser = plat + ns * ns;
         for (int a = 0; a < ns * ns; a++)
-            prt[a] = plat[a] = INFINITY;
+            prt[a] = plat[a] = pser[a] = INFINITY;
     }
     if (hosts) {
         rt[0] = bal_round_trip(pb->same_host, pb->same_host, fwd, back, &sf, &sr);
         lat[0] = 2 * pb->same_host.lat;
+        ser[0] = fmax(sf, sr);
     }
     int s_all = 0;
     for (int a = 0; a < ns; a++) {
@@ -94,24 +106,30 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
         if (count[a] >= 2) {
             rt[0] = fmin(rt[0], bal_round_trip(pb->inside[a], pb->inside[a], fwd, back, &sf, &sr));
             lat[0] = fmin(lat[0], 2 * pb->inside[a].lat);
+            ser[0] = fmin(ser[0], fmax(sf, sr));
         }
         for (int b = 0; b < ns; b++)
             if (b != a && count[a] && count[b]) {
                 bal_link f = pb->between[(size_t)a * ns + b], r = pb->between[(size_t)b * ns + a];
                 double x = bal_round_trip(f, r, fwd, back, &sf, &sr), y = f.lat + r.lat;
+                double z = fmax(sf, sr); /* crossing from a to b */
                 int lo = a < b ? a : b, hi = a < b ? b : a;
                 rt[1] = fmin(rt[1], x);
                 lat[1] = fmin(lat[1], y);
+                ser[1] = fmin(ser[1], z);
                 if (prt) {
                     prt[lo * ns + hi] = prt[hi * ns + lo] = fmin(prt[lo * ns + hi], x);
                     plat[lo * ns + hi] = plat[hi * ns + lo] = fmin(plat[lo * ns + hi], y);
+                    pser[lo * ns + hi] = pser[hi * ns + lo] = fmin(pser[lo * ns + hi], z);
                 }
             }
     }
-    /* the sites' cheapest spanning trees, in round trips and in latencies (Prim) */
-    double tree[2] = {0, 0};
-    for (int g = 0; g < 2 && exact && s_all > 1; g++) {
-        const double *w = g ? plat : prt;
+    /* the sites' cheapest spanning trees, in round trips and in latencies,
+     * and the least bottleneck of one in serializations (Prim: its tree of
+     * the least sum has the least bottleneck too) */
+    double tree[3] = {0, 0, 0};
+    for (int g = 0; g < 3 && exact && s_all > 1; g++) {
+        const double *w = g == 2 ? pser : g ? plat : prt;
         double *near = sl_xmalloc((size_t)ns * sizeof(double));
         int first = -1;
         for (int a = 0; a < ns; a++) {
@@ -128,7 +146,7 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
             for (int a = 0; a < ns; a++)
                 if (count[a] && near[a] >= 0 && (bj < 0 || near[a] < near[bj]))
                     bj = a;
-            tree[g] += near[bj];
+            tree[g] = g == 2 ? fmax(tree[g], near[bj]) : tree[g] + near[bj];
             near[bj] = -1;
             for (int a = 0; a < ns; a++)
                 if (count[a] && near[a] >= 0)
@@ -137,6 +155,7 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
         free(near);
     }
     double other_rt = fmin(rt[0], rt[1]), other_lat = fmin(lat[0], lat[1]);
+    double any_ser = fmin(ser[0], ser[1]);
     qsort(count, (size_t)ns, sizeof(int), cmp_int_desc);
     for (int p = 1, sites = 1, held = count[0]; p <= k; p++) {
         int devs = owner >= 0 && p > 1 ? p - 1 : p, links = p - 1;
@@ -152,11 +171,14 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
         }
         if (!isfinite(pre[p]))
             pre[p] = g = 0; /* no such chain: nothing to add */
+        Z[p] = p < 2 || !isfinite(any_ser) ? 0 : any_ser;
         if (!exact) { /* a chain that may visit any of the sites */
             R[p] = pre[p];
             G[p] = g;
             continue;
         }
+        if (s_all > 1)
+            Z[p] = isfinite(tree[2]) ? tree[2] : 0;
         int over = links > s_all - 1 ? links - (s_all - 1) : 0; /* links besides the tree */
         R[p] = tree[0] + (over ? over * other_rt : 0);
         G[p] = tree[1] + (over ? over * other_lat : 0);
@@ -208,7 +230,7 @@ typedef struct {
     const bound_dev *dv; /* fastest first */
     int k, nd, m;        /* stages at most, devices (the owner twice), micro-batches */
     double beta, W;      /* least backward share, the model's FLOPs */
-    const double *pre, *R, *G; /* link_floor */
+    const double *pre, *R, *G, *Z; /* link_floor */
     double *q, *t, *cap, *a; /* scratch, nd + 1 each */
     bound_rooms *rooms;
 } bound_ctx;
@@ -332,18 +354,19 @@ static double greedy_capped(const bound_dev *dv, int k, const double *q, const d
 }
 
 /* Whether the work a chain of the devices (fastest first) covers within c
- * under (1), (2) and (3) may reach W, judged by an upper bound on it: a
- * chain of p in [pa, pb] stages whose theta lies in [ta, tb] has every
- * t <= tb by (2), t <= beta tb + hold / (m - 1) on its device by (3), and
- * t <= c / m by (1), each a run of whole units; it spends at least R[pa] on
- * its links' round trips and G[pa] on the gather (its first i + 1 stages at
- * least pre[i + 1] on theirs), so S <= c - G[pa] - R[pa]
- * - (m - 1) beta ta. The greedy on the pb fastest devices with those
- * limits, (1) counted from c - G[pa], covers at least its work. */
+ * under (1) to (4) may reach W, judged by an upper bound on it: a chain of
+ * p in [pa, pb] stages whose theta lies in [ta, tb] has every t <= tb by
+ * (2), t <= beta tb + hold / (m - 1) on its device by (3), and t <= c / m
+ * by (1), each a run of whole units; it spends at least R[pa] on its links'
+ * round trips and G[pa] on the gather (its first i + 1 stages at least
+ * pre[i + 1] on theirs), and its slowest link serializes a message in at
+ * least Z[pa], so S <= c - G[pa] - R[pa] - (m - 1) max(beta ta, Z[pa]) by
+ * (2) and (4). The greedy on the pb fastest devices with those limits, (1)
+ * counted from c - G[pa], covers at least its work. */
 static int covers(bound_ctx *x, double c)
 {
     int k = x->k, nd = x->nd, m = x->m, groups = k < BOUND_GROUPS ? k : BOUND_GROUPS;
-    const double *pre = x->pre, *R = x->R, *G = x->G;
+    const double *pre = x->pre, *R = x->R, *G = x->G, *Z = x->Z;
     /* theta = sigma / ((m - 1) beta) <= c / ((m - 1) beta); with m = 1 (or
      * beta = 0) (2) says nothing and theta is the largest stage time,
      * <= c / m by (1) */
@@ -361,7 +384,7 @@ static int covers(bound_ctx *x, double c)
         for (int j = 0; j <= BOUND_STEPS; j++) {
             double ta = j == BOUND_STEPS ? 0 : pow(BOUND_RATIO, j1 - j - 1);
             double tb = pow(BOUND_RATIO, j1 - j);
-            double s_max = cg - R[pa] - (m > 1 ? (m - 1) * x->beta * ta : 0);
+            double s_max = cg - R[pa] - (m > 1 ? (m - 1) * fmax(x->beta * ta, Z[pa]) : 0);
             if (s_max <= 0)
                 continue;
             if (greedy(x->dv, pb, m, pre, cg, tb, NULL, s_max, NULL) < x->W)
@@ -412,11 +435,12 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     if (k > n)
         k = n;
     double lo = 0, hi = below;
-    double *pre = sl_xmalloc(3 * ((size_t)k + 1) * sizeof(double)), *R = pre + k + 1, *G = R + k + 1;
+    double *pre = sl_xmalloc(4 * ((size_t)k + 1) * sizeof(double)), *R = pre + k + 1, *G = R + k + 1;
+    double *Z = G + k + 1;
     double *scratch = sl_xmalloc((4 * (size_t)nd + 4) * sizeof(double));
-    link_floor(pb, k, data_owner, sites, exact, pre, R, G);
+    link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z);
     bound_ctx x = {.pb = pb, .dv = v, .k = k, .nd = nd, .m = m, .beta = beta, .W = W, .pre = pre,
-                   .R = R, .G = G, .q = scratch, .t = scratch + nd + 1,
+                   .R = R, .G = G, .Z = Z, .q = scratch, .t = scratch + nd + 1,
                    .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3, .rooms = rooms};
     if (W > 0 && !isinf(v[0].v)) {
         if (isinf(hi)) {

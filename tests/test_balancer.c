@@ -2084,6 +2084,84 @@ static void test_lower_bound_sites(void)
     bal_problem_free(pb);
 }
 
+/* Links that serialize a boundary slower than the stages compute. Two
+ * devices at two sites whose link takes 9 ms, one and a half times half the
+ * model's compute (12 ms a micro-batch on one device): the link sends 128
+ * activations one after another and the last one still has its trip through
+ * the chain ahead, so every plan over both takes at least S + R + 127 x
+ * 9 ms, whatever the cuts and warm-ups. And three sites, the first two
+ * joined by a fast link, the third (a device four times faster) by links of
+ * 2.8 ms to both: a chain over all three crosses to the third over one of
+ * those, not over the fast one. Every plan on one, two or three devices
+ * (every order, cut and warm-up ahead of each link from {0, 10, 40, 120},
+ * textbook 1F1B too) is replayed: none beats the bound, and the best is
+ * within 2% of it (without the links' serialization the bound is a third
+ * below it; with the cheapest pair's instead of the crossing's, 28%). */
+static void test_lower_bound_serialization(void)
+{
+    enum { N = 40, M = 128 };
+    static const int ahead[4] = {0, 10, 40, 120};
+    bal_unit u[N];
+    equal_units(u, N, 10);
+    for (int D = 2; D <= 3; D++) {
+        bal_device d[3];
+        memset(d, 0, sizeof d);
+        for (int i = 0; i < D; i++) {
+            snprintf(d[i].id, sizeof d[i].id, "d%d", i);
+            snprintf(d[i].site, sizeof d[i].site, "%c", "xyz"[i]);
+            d[i].mem_bytes = 1ull << 30;
+            d[i].flops = i == 2 ? 4e12 : 1e12;
+        }
+        bal_site_link l[3] = {{"x", "y", {1e9, 0.001}}, {"x", "z", {1000 / 0.0028, 0.001}},
+                              {"y", "z", {1000 / 0.0028, 0.001}}};
+        bal_network net = bal_network_default();
+        if (D == 2) {
+            net.between_sites = (bal_link){1000 / 0.009, 0.001};
+        } else {
+            net.links = l;
+            net.n_links = 3;
+        }
+        sl_err err = {0};
+        bal_problem *pb = bal_problem_new(u, N, d, D, &net, &err);
+        CHECKF(pb != NULL, "%s", err.msg);
+        if (!pb)
+            continue;
+        double lb = bal_lower_bound(pb, M, -1), best = INFINITY;
+        int plans = 0, below = 0;
+        for (int p = 1; p <= D; p++)
+            for (int code = 0; code < D * D * D; code++) {
+                int order[3];
+                if (!order_of_code(code, D, p, order))
+                    continue;
+                for (int x = 1; x < N; x++)
+                    for (int y = p < 3 ? N : x + 1; y <= N - (p == 3); y++)
+                        for (int e = 0; e <= 16; e++) { /* 16: textbook */
+                            int cuts[4] = {0, p > 1 ? x : N, y, N};
+                            int extra[2] = {ahead[e % 4], ahead[e / 4 % 4]};
+                            if ((p < 2 && (x > 1 || e < 16)) || (p == 2 && e < 16 && e >= 4) ||
+                                (p == 3 && (y - x) % 3))
+                                continue;
+                            bal_chain ch = {p, order, e < 16 ? extra : NULL, M, BAL_1F1B, 1, 0};
+                            bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
+                            if (q) {
+                                double t = bal_plan_critical_path(q);
+                                plans++;
+                                below += t < lb * (1 - 1e-12);
+                                best = fmin(best, t);
+                            }
+                            bal_plan_free(q);
+                        }
+            }
+        CHECKF(below == 0 && plans > 300, "%d devices: %d of %d plans below the bound", D, below,
+               plans);
+        CHECKF(lb <= best && lb >= 0.98 * best, "%d devices: bound %.6f, the best plan %.6f", D, lb,
+               best);
+        printf("  %d sites, links that serialize a boundary in %s: bound %.4f s, the best of %d "
+               "plans %.4f s\n", D, D == 2 ? "9 ms" : "2.8 ms to the third", lb, plans, best);
+        bal_problem_free(pb);
+    }
+}
+
 /* Every plan of up to three stages over any of the D devices (every order,
  * cut, lookahead from {0, 1, 4, m} per link, both schedules), by critical
  * path (no two stages share compute here, so the replay itself): the best,
@@ -2400,6 +2478,7 @@ int main(void)
     RUN(test_lower_bound_links);
     RUN(test_lower_bound_more_devices);
     RUN(test_lower_bound_sites);
+    RUN(test_lower_bound_serialization);
     RUN(test_critical_path);
     RUN(test_replan);
     RUN(test_infeasible_message);
