@@ -216,10 +216,12 @@ static int cmp_dev_desc(const void *a, const void *b)
     return cmp_desc(&((const bound_dev *)a)->v, &((const bound_dev *)b)->v);
 }
 
-/* room[h][d * nj + j - j0]: device d's most relaxed stage time (FLOPs / v)
- * of a stage whose real time is at most theta_j (h = 0) or its cap under
- * (2) and (3) with theta_j (h = 1); NAN: not yet computed. It depends on
- * the device alone, so every set of sites shares it. */
+/* room[h][(d * nj + j - j0) * ROOM_KINDS + kind]: device d's most relaxed
+ * stage time (FLOPs / v) of a stage whose real time is at most theta_j (h =
+ * 0) or its cap under (2) and (3) with theta_j (h = 1), of each kind of run
+ * (run_room); NAN: not yet computed. It depends on the device alone, so
+ * every set of sites shares it. */
+enum { ROOM_INSIDE, ROOM_FIRST, ROOM_LAST, ROOM_KINDS };
 typedef struct {
     double *room[2];
     int j0, nj;
@@ -238,12 +240,15 @@ typedef struct {
 /* The most FLOPs / v of any run of units that device d computes within
  * cap seconds and whose stash for one micro-batch fits its memory beside
  * their static bytes: a stage time of at most cap is one of those (every
- * stage holds at least the micro-batch it computes). */
-static double run_room(const bal_problem *pb, int d, double v, double cap)
+ * stage holds at least the micro-batch it computes). Per kind of run: one
+ * of neither end unit (room[ROOM_INSIDE]), one that starts with unit 0
+ * (ROOM_FIRST) and one that ends with the head (ROOM_LAST). A chain has one
+ * stage of each end; the others are of the first kind. */
+static void run_room(const bal_problem *pb, int d, double v, double cap, double *room)
 {
-    int n = pb->n_units, s = 0;
+    int n = pb->n_units, s = 1;
     double best = 0, w = 0;
-    for (int e = 1; e <= n; e++) {
+    for (int e = 2; e <= n - 1; e++) {
         w += pb->unit[e - 1].fwd_flops + pb->unit[e - 1].bwd_flops;
         while (s < e && (bal_time(pb, d, s, e) > cap || !bal_fits(pb, d, s, e, 1))) {
             w -= pb->unit[s].fwd_flops + pb->unit[s].bwd_flops;
@@ -252,14 +257,23 @@ static double run_room(const bal_problem *pb, int d, double v, double cap)
         if (s < e)
             best = fmax(best, w);
     }
-    return best / v;
+    room[ROOM_INSIDE] = best / v;
+    w = 0;
+    for (int e = 1; e <= n && bal_time(pb, d, 0, e) <= cap && bal_fits(pb, d, 0, e, 1); e++)
+        w += pb->unit[e - 1].fwd_flops + pb->unit[e - 1].bwd_flops;
+    room[ROOM_FIRST] = w / v;
+    w = 0;
+    for (int b = n - 1; b >= 0 && bal_time(pb, d, b, n) <= cap && bal_fits(pb, d, b, n, 1); b--)
+        w += pb->unit[b].fwd_flops + pb->unit[b].bwd_flops;
+    room[ROOM_LAST] = w / v;
 }
 
-/* Device dv[i]'s most relaxed stage time whose real time is at most
+/* Device dv[i]'s most relaxed stage times whose real time is at most
  * theta_j (h = 0), or at most what (2) and (3) allow with theta_j, t <=
- * theta_j and t <= beta theta_j + hold / (m - 1) (h = 1): a run of whole
- * units (cached per device, for every set of sites). */
-static double dev_room(bound_ctx *x, int h, int i, int j)
+ * theta_j and t <= beta theta_j + hold / (m - 1) (h = 1): runs of whole
+ * units of each kind, ROOM_KINDS of them (cached per device, for every set
+ * of sites). */
+static const double *dev_room(bound_ctx *x, int h, int i, int j)
 {
     bound_rooms *r = x->rooms;
     size_t D = (size_t)x->pb->n_dev;
@@ -267,12 +281,14 @@ static double dev_room(bound_ctx *x, int h, int i, int j)
         int lo = r->nj ? (j < r->j0 ? j - 32 : r->j0) : j - 64;
         int hi = r->nj ? (j >= r->j0 + r->nj ? j + 32 : r->j0 + r->nj) : j + 64;
         for (int g = 0; g < 2; g++) {
-            double *grown = sl_xmalloc(D * (size_t)(hi - lo) * sizeof(double));
+            double *grown = sl_xmalloc(D * (size_t)(hi - lo) * ROOM_KINDS * sizeof(double));
             for (size_t a = 0; a < D; a++)
                 for (int b = lo; b < hi; b++)
-                    grown[a * (size_t)(hi - lo) + (size_t)(b - lo)] =
-                        b >= r->j0 && b < r->j0 + r->nj ? r->room[g][a * (size_t)r->nj + (size_t)(b - r->j0)]
-                                                        : NAN;
+                    for (int k = 0; k < ROOM_KINDS; k++)
+                        grown[(a * (size_t)(hi - lo) + (size_t)(b - lo)) * ROOM_KINDS + k] =
+                            b >= r->j0 && b < r->j0 + r->nj
+                                ? r->room[g][(a * (size_t)r->nj + (size_t)(b - r->j0)) * ROOM_KINDS + k]
+                                : NAN;
             free(r->room[g]);
             r->room[g] = grown;
         }
@@ -280,14 +296,14 @@ static double dev_room(bound_ctx *x, int h, int i, int j)
         r->nj = hi - lo;
     }
     const bound_dev *v = &x->dv[i];
-    double *c = &r->room[h][(size_t)v->d * (size_t)r->nj + (size_t)(j - r->j0)];
+    double *c = &r->room[h][((size_t)v->d * (size_t)r->nj + (size_t)(j - r->j0)) * ROOM_KINDS];
     if (isnan(*c)) {
         double th = pow(BOUND_RATIO, j), cap = th;
         if (h && x->m > 1)
             cap = fmin(cap, x->beta * th + v->hold / (x->m - 1));
-        *c = run_room(x->pb, v->d, v->v, cap);
+        run_room(x->pb, v->d, v->v, cap, c);
     }
-    return *c;
+    return c;
 }
 
 /* The most work the greedy covers: stages fastest first, each as long as
@@ -391,15 +407,34 @@ static int covers(bound_ctx *x, double c)
                 continue;
             if (!capped)
                 return 1;
-            /* the i-th longest stage is at most the i-th largest cap */
-            for (int i = 0; i < nd; i++)
-                x->cap[i] = x->a[i] = fmin(dev_room(x, 1, i, j1 - j), dev_room(x, 0, i, jc));
+            /* the i-th longest stage is at most the i-th largest cap; every
+             * stage but the two holding an end unit is a run inside, and
+             * one device's cap raised by r covers at most v r more */
+            double more[2] = {0, 0};
+            for (int i = 0; i < nd; i++) {
+                const double *r1 = dev_room(x, 1, i, j1 - j), *r0 = dev_room(x, 0, i, jc);
+                double in = fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]);
+                double first = fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), last = fmin(r1[ROOM_LAST], r0[ROOM_LAST]);
+                x->cap[i] = in;
+                x->a[i] = fmax(in, fmax(first, last));
+                more[0] = fmax(more[0], x->dv[i].v * (first - in));
+                more[1] = fmax(more[1], x->dv[i].v * (last - in));
+            }
             qsort(x->a, (size_t)nd, sizeof(double), cmp_desc);
             greedy(x->dv, pb, m, pre, cg, tb, x->a, s_max, x->t);
             x->q[0] = 0;
             for (int i = 0; i < nd; i++)
                 x->q[i + 1] = x->q[i] + (i < pb ? x->t[i] : 0);
             /* a run's FLOPs / v times v again may round below its FLOPs */
+            double rest = x->W * (1 - 1e-12) - more[0] - more[1];
+            if (rest > 0 && greedy_capped(x->dv, nd, x->q, x->cap, x->a, rest) < rest)
+                continue;
+            /* and with every cap that of any kind of run */
+            for (int i = 0; i < nd; i++) {
+                const double *r1 = dev_room(x, 1, i, j1 - j), *r0 = dev_room(x, 0, i, jc);
+                x->cap[i] = fmax(fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]),
+                                 fmax(fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), fmin(r1[ROOM_LAST], r0[ROOM_LAST])));
+            }
             if (greedy_capped(x->dv, nd, x->q, x->cap, x->a, x->W) >= x->W * (1 - 1e-12))
                 return 1;
         }
