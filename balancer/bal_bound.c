@@ -234,6 +234,8 @@ typedef struct {
     double beta, W;      /* least backward share, the model's FLOPs */
     const double *pre, *R, *G, *Z; /* link_floor */
     double *q, *t, *cap, *a; /* scratch, nd + 1 each */
+    bound_dev *others;       /* scratch, nd: the devices but a U's owner */
+    int owner;               /* the data owner (a U), or -1 */
     bound_rooms *rooms;
 } bound_ctx;
 
@@ -435,7 +437,28 @@ static int covers(bound_ctx *x, double c)
                 x->cap[i] = fmax(fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]),
                                  fmax(fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), fmin(r1[ROOM_LAST], r0[ROOM_LAST])));
             }
-            if (greedy_capped(x->dv, nd, x->q, x->cap, x->a, x->W) >= x->W * (1 - 1e-12))
+            if (greedy_capped(x->dv, nd, x->q, x->cap, x->a, x->W) < x->W * (1 - 1e-12))
+                continue;
+            if (x->owner < 0)
+                return 1;
+            /* a U: its owner holds both end units and computes both its
+             * stages, within cg / m by (1) over the device; every other stage
+             * is a run inside, and those stages, a part of all of them, keep
+             * to the prefixes q */
+            double own = 0;
+            int no = 0;
+            for (int i = 0; i < nd; i++) {
+                const double *r1 = dev_room(x, 1, i, j1 - j), *r0 = dev_room(x, 0, i, jc);
+                if (x->dv[i].d == x->owner) {
+                    double ends = fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]) + fmin(r1[ROOM_LAST], r0[ROOM_LAST]);
+                    own = x->dv[i].v * fmin(cg / m, ends);
+                    continue;
+                }
+                x->others[no] = x->dv[i];
+                x->cap[no++] = fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]);
+            }
+            rest = x->W * (1 - 1e-12) - own;
+            if (rest <= 0 || greedy_capped(x->others, no, x->q, x->cap, x->a, rest) >= rest)
                 return 1;
         }
     }
@@ -473,10 +496,12 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     double *pre = sl_xmalloc(4 * ((size_t)k + 1) * sizeof(double)), *R = pre + k + 1, *G = R + k + 1;
     double *Z = G + k + 1;
     double *scratch = sl_xmalloc((4 * (size_t)nd + 4) * sizeof(double));
+    bound_dev *others = sl_xmalloc((size_t)nd * sizeof *others);
     link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z);
     bound_ctx x = {.pb = pb, .dv = v, .k = k, .nd = nd, .m = m, .beta = beta, .W = W, .pre = pre,
                    .R = R, .G = G, .Z = Z, .q = scratch, .t = scratch + nd + 1,
-                   .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3, .rooms = rooms};
+                   .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3, .others = others,
+                   .owner = data_owner, .rooms = rooms};
     if (W > 0 && !isinf(v[0].v)) {
         if (isinf(hi)) {
             hi = 1;
@@ -497,6 +522,7 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     free(v);
     free(pre);
     free(scratch);
+    free(others);
     return lo;
 }
 
