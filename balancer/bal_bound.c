@@ -273,9 +273,9 @@ static void run_room(const bal_problem *pb, int d, double v, double cap, double 
 /* Device dv[i]'s most relaxed stage times whose real time is at most
  * theta_j (h = 0), or at most what (2) and (3) allow with theta_j, t <=
  * theta_j and t <= beta theta_j + hold / (m - 1) (h = 1): runs of whole
- * units of each kind, ROOM_KINDS of them (cached per device, for every set
- * of sites). */
-static const double *dev_room(bound_ctx *x, int h, int i, int j)
+ * units of each kind, ROOM_KINDS of them, into room (cached per device, for
+ * every set of sites; a later call may move the cache). */
+static void dev_room(bound_ctx *x, int h, int i, int j, double *room)
 {
     bound_rooms *r = x->rooms;
     size_t D = (size_t)x->pb->n_dev;
@@ -305,7 +305,8 @@ static const double *dev_room(bound_ctx *x, int h, int i, int j)
             cap = fmin(cap, x->beta * th + v->hold / (x->m - 1));
         run_room(x->pb, v->d, v->v, cap, c);
     }
-    return c;
+    for (int k = 0; k < ROOM_KINDS; k++)
+        room[k] = c[k];
 }
 
 /* The most work the greedy covers: stages fastest first, each as long as
@@ -414,7 +415,9 @@ static int covers(bound_ctx *x, double c)
              * one device's cap raised by r covers at most v r more */
             double more[2] = {0, 0};
             for (int i = 0; i < nd; i++) {
-                const double *r1 = dev_room(x, 1, i, j1 - j), *r0 = dev_room(x, 0, i, jc);
+                double r1[ROOM_KINDS], r0[ROOM_KINDS];
+                dev_room(x, 1, i, j1 - j, r1);
+                dev_room(x, 0, i, jc, r0);
                 double in = fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]);
                 double first = fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), last = fmin(r1[ROOM_LAST], r0[ROOM_LAST]);
                 x->cap[i] = in;
@@ -433,7 +436,9 @@ static int covers(bound_ctx *x, double c)
                 continue;
             /* and with every cap that of any kind of run */
             for (int i = 0; i < nd; i++) {
-                const double *r1 = dev_room(x, 1, i, j1 - j), *r0 = dev_room(x, 0, i, jc);
+                double r1[ROOM_KINDS], r0[ROOM_KINDS];
+                dev_room(x, 1, i, j1 - j, r1);
+                dev_room(x, 0, i, jc, r0);
                 x->cap[i] = fmax(fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]),
                                  fmax(fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), fmin(r1[ROOM_LAST], r0[ROOM_LAST])));
             }
@@ -448,7 +453,9 @@ static int covers(bound_ctx *x, double c)
             double own = 0;
             int no = 0;
             for (int i = 0; i < nd; i++) {
-                const double *r1 = dev_room(x, 1, i, j1 - j), *r0 = dev_room(x, 0, i, jc);
+                double r1[ROOM_KINDS], r0[ROOM_KINDS];
+                dev_room(x, 1, i, j1 - j, r1);
+                dev_room(x, 0, i, jc, r0);
                 if (x->dv[i].d == x->owner) {
                     double ends = fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]) + fmin(r1[ROOM_LAST], r0[ROOM_LAST]);
                     own = x->dv[i].v * fmin(cg / m, ends);
