@@ -192,12 +192,14 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
 /* The slack sigma = c - G - R - S that (2) leaves, as theta = sigma / ((m -
  * 1) beta) (the largest stage time (2) allows), is bracketed on a fixed
  * geometric grid (ratio BOUND_RATIO, not relative to c, so that the work
- * below never shrinks as c grows and bisection is sound), BOUND_STEPS
- * brackets below the first grid point that no theta reaches, and [0, the
- * lowest] for the rest; stage counts in up to BOUND_GROUPS ranges. Past
- * BOUND_CAPPED devices the per-device caps below are left out (a weaker
- * bound, quadratic work saved). */
-#define BOUND_RATIO 1.03
+ * below never shrinks as c grows and bisection is sound): BOUND_STEPS
+ * brackets of BOUND_SPLIT grid steps each below the first grid point that
+ * no theta reaches, each split into its grid steps where it covers, and
+ * [0, the lowest] for the rest; stage counts in up to BOUND_GROUPS ranges.
+ * Past BOUND_CAPPED devices the per-device caps below are left out (a
+ * weaker bound, quadratic work saved). */
+#define BOUND_RATIO 1.01
+#define BOUND_SPLIT 3
 #define BOUND_STEPS 115
 #define BOUND_GROUPS 16
 #define BOUND_CAPPED 256
@@ -374,99 +376,120 @@ static double greedy_capped(const bound_dev *dv, int k, const double *q, const d
 
 /* Whether the work a chain of the devices (fastest first) covers within c
  * under (1) to (4) may reach W, judged by an upper bound on it: a chain of
- * p in [pa, pb] stages whose theta lies in [ta, tb] has every t <= tb by
- * (2), t <= beta tb + hold / (m - 1) on its device by (3), and t <= c / m
- * by (1), each a run of whole units; it spends at least R[pa] on its links'
- * round trips and G[pa] on the gather (its first i + 1 stages at least
- * pre[i + 1] on theirs), and its slowest link serializes a message in at
- * least Z[pa], so S <= c - G[pa] - R[pa] - (m - 1) max(beta ta, Z[pa]) by
- * (2) and (4). The greedy on the pb fastest devices with those limits, (1)
- * counted from c - G[pa], covers at least its work. */
+ * p in [pa, pb] stages whose theta lies in [ta, tb] (tb = theta_jb) has
+ * every t <= tb by (2), t <= beta tb + hold / (m - 1) on its device by (3),
+ * and t <= c / m (at most theta_jc) by (1), each a run of whole units; it
+ * spends at least R[pa] on its links' round trips and G[pa] on the gather
+ * (its first i + 1 stages at least pre[i + 1] on theirs), and its slowest
+ * link serializes a message in at least Z[pa], so S <= c - G[pa] - R[pa] -
+ * (m - 1) max(beta ta, Z[pa]) by (2) and (4). The greedy on the pb fastest
+ * devices with those limits, (1) counted from c - G[pa], covers at least
+ * its work. */
+static int covers_case(bound_ctx *x, double c, int pa, int pb, double ta, int jb, int jc)
+{
+    int nd = x->nd, m = x->m;
+    const double *pre = x->pre, *R = x->R, *G = x->G, *Z = x->Z;
+    double cg = c - G[pa], tb = pow(BOUND_RATIO, jb);
+    if (cg <= 0)
+        return 0;
+    double s_max = cg - R[pa] - (m > 1 ? (m - 1) * fmax(x->beta * ta, Z[pa]) : 0);
+    if (s_max <= 0)
+        return 0;
+    if (greedy(x->dv, pb, m, pre, cg, tb, NULL, s_max, NULL) < x->W)
+        return 0;
+    if (nd > BOUND_CAPPED) /* the per-device caps left out */
+        return 1;
+    /* the i-th longest stage is at most the i-th largest cap; every
+     * stage but the two holding an end unit is a run inside, and
+     * one device's cap raised by r covers at most v r more */
+    double more[2] = {0, 0};
+    for (int i = 0; i < nd; i++) {
+        double r1[ROOM_KINDS], r0[ROOM_KINDS];
+        dev_room(x, 1, i, jb, r1);
+        dev_room(x, 0, i, jc, r0);
+        double in = fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]);
+        double first = fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), last = fmin(r1[ROOM_LAST], r0[ROOM_LAST]);
+        x->cap[i] = in;
+        x->a[i] = fmax(in, fmax(first, last));
+        more[0] = fmax(more[0], x->dv[i].v * (first - in));
+        more[1] = fmax(more[1], x->dv[i].v * (last - in));
+    }
+    qsort(x->a, (size_t)nd, sizeof(double), cmp_desc);
+    greedy(x->dv, pb, m, pre, cg, tb, x->a, s_max, x->t);
+    x->q[0] = 0;
+    for (int i = 0; i < nd; i++)
+        x->q[i + 1] = x->q[i] + (i < pb ? x->t[i] : 0);
+    /* a run's FLOPs / v times v again may round below its FLOPs */
+    double rest = x->W * (1 - 1e-12) - more[0] - more[1];
+    if (rest > 0 && greedy_capped(x->dv, nd, x->q, x->cap, x->a, rest) < rest)
+        return 0;
+    /* and with every cap that of any kind of run */
+    for (int i = 0; i < nd; i++) {
+        double r1[ROOM_KINDS], r0[ROOM_KINDS];
+        dev_room(x, 1, i, jb, r1);
+        dev_room(x, 0, i, jc, r0);
+        x->cap[i] = fmax(fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]),
+                         fmax(fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), fmin(r1[ROOM_LAST], r0[ROOM_LAST])));
+    }
+    if (greedy_capped(x->dv, nd, x->q, x->cap, x->a, x->W) < x->W * (1 - 1e-12))
+        return 0;
+    if (x->owner < 0)
+        return 1;
+    /* a U: its owner holds both end units and computes both its
+     * stages, within cg / m by (1) over the device; every other stage
+     * is a run inside, and those stages, a part of all of them, keep
+     * to the prefixes q */
+    double own = 0;
+    int no = 0;
+    for (int i = 0; i < nd; i++) {
+        double r1[ROOM_KINDS], r0[ROOM_KINDS];
+        dev_room(x, 1, i, jb, r1);
+        dev_room(x, 0, i, jc, r0);
+        if (x->dv[i].d == x->owner) {
+            double ends = fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]) + fmin(r1[ROOM_LAST], r0[ROOM_LAST]);
+            own = x->dv[i].v * fmin(cg / m, ends);
+            continue;
+        }
+        x->others[no] = x->dv[i];
+        x->cap[no++] = fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]);
+    }
+    rest = x->W * (1 - 1e-12) - own;
+    return rest <= 0 || greedy_capped(x->others, no, x->q, x->cap, x->a, rest) >= rest;
+}
+
+/* Whether some case covers W within c: stage counts in up to BOUND_GROUPS
+ * ranges, theta in the brackets of every BOUND_SPLIT-th grid point below
+ * the first at or above its largest value, then [0, the lowest]; a bracket
+ * that covers is split into its BOUND_SPLIT brackets of the grid, and c is
+ * covered when one of those does (each lies inside it, with a larger ta and
+ * a smaller tb, so this is the finer grid's answer at the coarser one's
+ * cost where nothing covers). */
 static int covers(bound_ctx *x, double c)
 {
-    int k = x->k, nd = x->nd, m = x->m, groups = k < BOUND_GROUPS ? k : BOUND_GROUPS;
-    const double *pre = x->pre, *R = x->R, *G = x->G, *Z = x->Z;
+    int k = x->k, m = x->m, groups = k < BOUND_GROUPS ? k : BOUND_GROUPS;
     /* theta = sigma / ((m - 1) beta) <= c / ((m - 1) beta); with m = 1 (or
      * beta = 0) (2) says nothing and theta is the largest stage time,
      * <= c / m by (1) */
     double top = m > 1 && x->beta > 0 ? c / ((m - 1) * x->beta) : c / m;
-    /* grid points theta_j = BOUND_RATIO^j: j1 the first at or above top,
-     * jc the first at or above c / m */
+    /* grid points theta_j = BOUND_RATIO^j: j1 the first multiple of
+     * BOUND_SPLIT at or above top, jc the first at or above c / m */
     int j1 = (int)ceil(log(top) / log(BOUND_RATIO));
+    j1 += ((BOUND_SPLIT - j1 % BOUND_SPLIT) % BOUND_SPLIT);
     int jc = (int)ceil(log(c / m) / log(BOUND_RATIO));
     for (int g = 0; g < groups; g++) {
         int pa = 1 + (int)((long)k * g / groups), pb = (int)((long)k * (g + 1) / groups);
-        double cg = c - G[pa];
-        if (cg <= 0)
-            continue;
-        int capped = nd <= BOUND_CAPPED;
         for (int j = 0; j <= BOUND_STEPS; j++) {
-            double ta = j == BOUND_STEPS ? 0 : pow(BOUND_RATIO, j1 - j - 1);
-            double tb = pow(BOUND_RATIO, j1 - j);
-            double s_max = cg - R[pa] - (m > 1 ? (m - 1) * fmax(x->beta * ta, Z[pa]) : 0);
-            if (s_max <= 0)
+            int jb = j1 - BOUND_SPLIT * j;
+            if (j == BOUND_STEPS) {
+                if (covers_case(x, c, pa, pb, 0, jb, jc))
+                    return 1;
                 continue;
-            if (greedy(x->dv, pb, m, pre, cg, tb, NULL, s_max, NULL) < x->W)
-                continue;
-            if (!capped)
-                return 1;
-            /* the i-th longest stage is at most the i-th largest cap; every
-             * stage but the two holding an end unit is a run inside, and
-             * one device's cap raised by r covers at most v r more */
-            double more[2] = {0, 0};
-            for (int i = 0; i < nd; i++) {
-                double r1[ROOM_KINDS], r0[ROOM_KINDS];
-                dev_room(x, 1, i, j1 - j, r1);
-                dev_room(x, 0, i, jc, r0);
-                double in = fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]);
-                double first = fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), last = fmin(r1[ROOM_LAST], r0[ROOM_LAST]);
-                x->cap[i] = in;
-                x->a[i] = fmax(in, fmax(first, last));
-                more[0] = fmax(more[0], x->dv[i].v * (first - in));
-                more[1] = fmax(more[1], x->dv[i].v * (last - in));
             }
-            qsort(x->a, (size_t)nd, sizeof(double), cmp_desc);
-            greedy(x->dv, pb, m, pre, cg, tb, x->a, s_max, x->t);
-            x->q[0] = 0;
-            for (int i = 0; i < nd; i++)
-                x->q[i + 1] = x->q[i] + (i < pb ? x->t[i] : 0);
-            /* a run's FLOPs / v times v again may round below its FLOPs */
-            double rest = x->W * (1 - 1e-12) - more[0] - more[1];
-            if (rest > 0 && greedy_capped(x->dv, nd, x->q, x->cap, x->a, rest) < rest)
+            if (!covers_case(x, c, pa, pb, pow(BOUND_RATIO, jb - BOUND_SPLIT), jb, jc))
                 continue;
-            /* and with every cap that of any kind of run */
-            for (int i = 0; i < nd; i++) {
-                double r1[ROOM_KINDS], r0[ROOM_KINDS];
-                dev_room(x, 1, i, j1 - j, r1);
-                dev_room(x, 0, i, jc, r0);
-                x->cap[i] = fmax(fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]),
-                                 fmax(fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), fmin(r1[ROOM_LAST], r0[ROOM_LAST])));
-            }
-            if (greedy_capped(x->dv, nd, x->q, x->cap, x->a, x->W) < x->W * (1 - 1e-12))
-                continue;
-            if (x->owner < 0)
-                return 1;
-            /* a U: its owner holds both end units and computes both its
-             * stages, within cg / m by (1) over the device; every other stage
-             * is a run inside, and those stages, a part of all of them, keep
-             * to the prefixes q */
-            double own = 0;
-            int no = 0;
-            for (int i = 0; i < nd; i++) {
-                double r1[ROOM_KINDS], r0[ROOM_KINDS];
-                dev_room(x, 1, i, j1 - j, r1);
-                dev_room(x, 0, i, jc, r0);
-                if (x->dv[i].d == x->owner) {
-                    double ends = fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]) + fmin(r1[ROOM_LAST], r0[ROOM_LAST]);
-                    own = x->dv[i].v * fmin(cg / m, ends);
-                    continue;
-                }
-                x->others[no] = x->dv[i];
-                x->cap[no++] = fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]);
-            }
-            rest = x->W * (1 - 1e-12) - own;
-            if (rest <= 0 || greedy_capped(x->others, no, x->q, x->cap, x->a, rest) >= rest)
-                return 1;
+            for (int f = 0; f < BOUND_SPLIT; f++)
+                if (covers_case(x, c, pa, pb, pow(BOUND_RATIO, jb - f - 1), jb - f, jc))
+                    return 1;
         }
     }
     return 0;
