@@ -2016,6 +2016,44 @@ static int order_of_code(int code, int D, int p, int *order)
              (p == 3 && (order[2] == order[0] || order[2] == order[1])));
 }
 
+/* Every plan on one to D <= 3 of the devices, by critical path (no compute
+ * is shared: the replay itself): every order and cut (for three stages the
+ * second cut every stride-th unit after the first), na warm-ups ahead of
+ * each link from ahead[] and textbook 1F1B, 1F1B; the best, the best over
+ * all D devices, and how many were replayed and fell below lb. */
+static double every_small_plan(const bal_problem *pb, int D, int n, int m, const int *ahead, int na,
+                               int stride, double lb, int *plans, int *below, double *best_all)
+{
+    double best = INFINITY;
+    *best_all = INFINITY;
+    for (int p = 1; p <= D; p++)
+        for (int code = 0; code < D * D * D; code++) {
+            int order[3];
+            if (!order_of_code(code, D, p, order))
+                continue;
+            for (int x = 1; x < n; x++)
+                for (int y = p < 3 ? n : x + 1; y <= n - (p == 3); y++)
+                    for (int e = 0; e <= na * na; e++) { /* na * na: textbook */
+                        int cuts[4] = {0, p > 1 ? x : n, y, n}, extra[2] = {ahead[e % na], ahead[e / na % na]};
+                        if ((p < 2 && (x > 1 || e < na * na)) || (p == 2 && e < na * na && e >= na) ||
+                            (p == 3 && (y - x) % stride))
+                            continue;
+                        bal_chain ch = {p, order, e < na * na ? extra : NULL, m, BAL_1F1B, 1, 0};
+                        bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
+                        if (q) {
+                            double t = bal_plan_critical_path(q);
+                            ++*plans;
+                            *below += t < lb * (1 - 1e-12);
+                            best = fmin(best, t);
+                            if (p == D)
+                                *best_all = fmin(*best_all, t);
+                        }
+                        bal_plan_free(q);
+                    }
+        }
+    return best;
+}
+
 /* Three devices at three sites, two of them 2 ms apart and the third 40 ms
  * from both: a chain over all three crosses to the far site once, not twice
  * over the cheapest pair, so its links cost at least the sites' cheapest
@@ -2049,32 +2087,9 @@ static void test_lower_bound_sites(void)
     CHECKF(pb != NULL, "%s", err.msg);
     if (!pb)
         return;
-    double lb = bal_lower_bound(pb, M, -1), best = INFINITY, best3 = INFINITY;
+    double lb = bal_lower_bound(pb, M, -1), best3;
     int plans = 0, below = 0;
-    for (int p = 1; p <= D; p++)
-        for (int code = 0; code < D * D * D; code++) {
-            int order[3];
-            if (!order_of_code(code, D, p, order))
-                continue;
-            for (int x = 1; x < N; x++)
-                for (int y = p < 3 ? N : x + 1; y <= N - (p == 3); y++)
-                    for (int e = 0; e <= 25; e++) { /* 25: textbook */
-                        int cuts[4] = {0, p > 1 ? x : N, y, N}, extra[2] = {ahead[e % 5], ahead[e / 5 % 5]};
-                        if ((p < 2 && (x > 1 || e < 25)) || (p == 2 && e < 25 && e >= 5))
-                            continue;
-                        bal_chain ch = {p, order, e < 25 ? extra : NULL, M, BAL_1F1B, 1, 0};
-                        bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
-                        if (q) {
-                            double t = bal_plan_critical_path(q);
-                            plans++;
-                            below += t < lb * (1 - 1e-12);
-                            best = fmin(best, t);
-                            if (p == 3)
-                                best3 = fmin(best3, t);
-                        }
-                        bal_plan_free(q);
-                    }
-        }
+    double best = every_small_plan(pb, D, N, M, ahead, 5, 1, lb, &plans, &below, &best3);
     CHECKF(below == 0 && plans > 20000, "%d of %d plans below the bound", below, plans);
     CHECKF(best3 == best, "the best plan (%.6f s) is not over all three devices (%.6f s)", best,
            best3);
@@ -2126,32 +2141,9 @@ static void test_lower_bound_serialization(void)
         CHECKF(pb != NULL, "%s", err.msg);
         if (!pb)
             continue;
-        double lb = bal_lower_bound(pb, M, -1), best = INFINITY;
+        double lb = bal_lower_bound(pb, M, -1), best_all;
         int plans = 0, below = 0;
-        for (int p = 1; p <= D; p++)
-            for (int code = 0; code < D * D * D; code++) {
-                int order[3];
-                if (!order_of_code(code, D, p, order))
-                    continue;
-                for (int x = 1; x < N; x++)
-                    for (int y = p < 3 ? N : x + 1; y <= N - (p == 3); y++)
-                        for (int e = 0; e <= 16; e++) { /* 16: textbook */
-                            int cuts[4] = {0, p > 1 ? x : N, y, N};
-                            int extra[2] = {ahead[e % 4], ahead[e / 4 % 4]};
-                            if ((p < 2 && (x > 1 || e < 16)) || (p == 2 && e < 16 && e >= 4) ||
-                                (p == 3 && (y - x) % 3))
-                                continue;
-                            bal_chain ch = {p, order, e < 16 ? extra : NULL, M, BAL_1F1B, 1, 0};
-                            bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
-                            if (q) {
-                                double t = bal_plan_critical_path(q);
-                                plans++;
-                                below += t < lb * (1 - 1e-12);
-                                best = fmin(best, t);
-                            }
-                            bal_plan_free(q);
-                        }
-            }
+        double best = every_small_plan(pb, D, N, M, ahead, 4, 3, lb, &plans, &below, &best_all);
         CHECKF(below == 0 && plans > 300, "%d devices: %d of %d plans below the bound", D, below,
                plans);
         CHECKF(lb <= best && lb >= 0.98 * best, "%d devices: bound %.6f, the best plan %.6f", D, lb,
