@@ -62,8 +62,10 @@ static int cmp_int_desc(const void *a, const void *b)
  * the set (s of them): its crossings join them all, so they cost at least
  * a spanning tree of the sites (weighted by the cheapest link either way
  * between two; the cheapest such tree), and the p - 1 - (s - 1) other
- * links at least the cheapest link of either kind; a chain of fewer than
- * s devices gets the bound of s (there is none). Not `exact`: any sites,
+ * links at least the cheapest link of either kind; a U (a data owner)
+ * returns to its owner's site, so over several sites one more of its links
+ * crosses, at least the cheapest crossing; a chain of fewer than s devices
+ * gets the bound of s (there is none). Not `exact`: any sites,
  * R[p] = pre[p] and G[p] the same count of links in latencies. Z[p]: the
  * least that the chain's slowest link serializes one message in one
  * direction (the activation forward or the gradient back): any link of the
@@ -179,9 +181,12 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
         }
         if (s_all > 1)
             Z[p] = isfinite(tree[2]) ? tree[2] : 0;
-        int over = links > s_all - 1 ? links - (s_all - 1) : 0; /* links besides the tree */
-        R[p] = tree[0] + (over ? over * other_rt : 0);
-        G[p] = tree[1] + (over ? over * other_lat : 0);
+        /* a U leaves its owner's site and comes back: its crossings form a
+         * closed walk over the sites, the tree and at least one more */
+        int closed = owner >= 0 && s_all > 1, tree_links = s_all - 1 + closed;
+        int over = links > tree_links ? links - tree_links : 0; /* links besides those */
+        R[p] = tree[0] + (closed ? rt[1] : 0) + (over ? over * other_rt : 0);
+        G[p] = tree[1] + (closed ? lat[1] : 0) + (over ? over * other_lat : 0);
         if (!isfinite(R[p]) || !isfinite(G[p]))
             R[p] = G[p] = 0;
     }
