@@ -242,6 +242,7 @@ typedef struct {
     const double *pre, *R, *G, *Z; /* link_floor */
     double *q, *t, *cap, *a; /* scratch, nd + 1 each */
     bound_dev *others;       /* scratch, nd: the devices but a U's owner */
+    double *caps;            /* scratch, nd * ROOM_KINDS: the case's caps per device */
     int owner;               /* the data owner (a U), or -1 */
     bound_rooms *rooms;
 } bound_ctx;
@@ -409,11 +410,12 @@ static int covers_case(bound_ctx *x, double c, int pa, int pb, double ta, int jb
      * one device's cap raised by r covers at most v r more */
     double more[2] = {0, 0};
     for (int i = 0; i < nd; i++) {
-        double r1[ROOM_KINDS], r0[ROOM_KINDS];
+        double r1[ROOM_KINDS], *r = x->caps + (size_t)i * ROOM_KINDS;
         dev_room(x, 1, i, jb, r1);
-        dev_room(x, 0, i, jc, r0);
-        double in = fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]);
-        double first = fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), last = fmin(r1[ROOM_LAST], r0[ROOM_LAST]);
+        dev_room(x, 0, i, jc, r);
+        for (int k = 0; k < ROOM_KINDS; k++)
+            r[k] = fmin(r[k], r1[k]);
+        double in = r[ROOM_INSIDE], first = r[ROOM_FIRST], last = r[ROOM_LAST];
         x->cap[i] = in;
         x->a[i] = fmax(in, fmax(first, last));
         more[0] = fmax(more[0], x->dv[i].v * (first - in));
@@ -430,11 +432,8 @@ static int covers_case(bound_ctx *x, double c, int pa, int pb, double ta, int jb
         return 0;
     /* and with every cap that of any kind of run */
     for (int i = 0; i < nd; i++) {
-        double r1[ROOM_KINDS], r0[ROOM_KINDS];
-        dev_room(x, 1, i, jb, r1);
-        dev_room(x, 0, i, jc, r0);
-        x->cap[i] = fmax(fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]),
-                         fmax(fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]), fmin(r1[ROOM_LAST], r0[ROOM_LAST])));
+        const double *r = x->caps + (size_t)i * ROOM_KINDS;
+        x->cap[i] = fmax(r[ROOM_INSIDE], fmax(r[ROOM_FIRST], r[ROOM_LAST]));
     }
     if (greedy_capped(x->dv, nd, x->q, x->cap, x->a, x->W) < x->W * (1 - 1e-12))
         return 0;
@@ -447,16 +446,13 @@ static int covers_case(bound_ctx *x, double c, int pa, int pb, double ta, int jb
     double own = 0;
     int no = 0;
     for (int i = 0; i < nd; i++) {
-        double r1[ROOM_KINDS], r0[ROOM_KINDS];
-        dev_room(x, 1, i, jb, r1);
-        dev_room(x, 0, i, jc, r0);
+        const double *r = x->caps + (size_t)i * ROOM_KINDS;
         if (x->dv[i].d == x->owner) {
-            double ends = fmin(r1[ROOM_FIRST], r0[ROOM_FIRST]) + fmin(r1[ROOM_LAST], r0[ROOM_LAST]);
-            own = x->dv[i].v * fmin(cg / m, ends);
+            own = x->dv[i].v * fmin(cg / m, r[ROOM_FIRST] + r[ROOM_LAST]);
             continue;
         }
         x->others[no] = x->dv[i];
-        x->cap[no++] = fmin(r1[ROOM_INSIDE], r0[ROOM_INSIDE]);
+        x->cap[no++] = r[ROOM_INSIDE];
     }
     rest = x->W * (1 - 1e-12) - own;
     return rest <= 0 || greedy_capped(x->others, no, x->q, x->cap, x->a, rest) >= rest;
@@ -532,10 +528,11 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     double *Z = G + k + 1;
     double *scratch = sl_xmalloc((4 * (size_t)nd + 4) * sizeof(double));
     bound_dev *others = sl_xmalloc((size_t)nd * sizeof *others);
+    double *caps = sl_xmalloc((size_t)nd * ROOM_KINDS * sizeof *caps);
     link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z);
     bound_ctx x = {.pb = pb, .dv = v, .k = k, .nd = nd, .m = m, .beta = beta, .W = W, .pre = pre,
                    .R = R, .G = G, .Z = Z, .q = scratch, .t = scratch + nd + 1,
-                   .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3, .others = others,
+                   .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3, .others = others, .caps = caps,
                    .owner = data_owner, .rooms = rooms};
     if (W > 0 && !isinf(v[0].v)) {
         if (isinf(hi)) {
@@ -558,6 +555,7 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     free(pre);
     free(scratch);
     free(others);
+    free(caps);
     return lo;
 }
 
