@@ -17,11 +17,18 @@
  * one still goes forward through the later stages and back through all;
  * the same for its gradients (sg_l) the other way:
  *     T >= S + R + (m - 1) max(sa_l, sg_l) + opt_0.                       (4)
+ * A stage j after link l that runs k_j forwards before its first backward
+ * (k_j: the micro-batches its memory holds, or fewer) gets the k_j-th
+ * activation no sooner than k_j - 1 serializations after the first, then
+ * runs its other m - k_j forwards each beside a backward, and its last
+ * forward's micro-batch still goes through the later stages and back:
+ *     T >= S + R + (k_j - 1) sa_l + (m - k_j) t_j + opt_0.                (5)
  * With t_j >= w_j / v_j (w: the FLOPs a stage holds, v: the device's best
  * FLOP/s over the units), b_j >= beta t_j, k_i f_i at most the forward time
  * the device's memory holds, and the links at least what joining the sites
  * the chain visits costs (round trips, the gather, the slowest link's
- * serialization), the most work a chain on a set of sites can cover
+ * serialization, a crossing before every stage off the first site), the
+ * most work a chain on a set of sites can cover
  * within c = T - opt has an upper bound: a greedy over the stage times
  * sorted longest first, then the set's devices fastest first each given
  * the most those times and its own caps allow (a stage is a run of whole
@@ -73,7 +80,7 @@ static int cmp_int_desc(const void *a, const void *b)
  * at least the bottleneck of the sites' spanning tree that has the
  * smallest one (each pair weighted by the cheaper way round). */
 static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_in, int exact,
-                       double *pre, double *R, double *G, double *Z)
+                       double *pre, double *R, double *G, double *Z, double *xs)
 {
     int n = pb->n_units, D = pb->n_dev, ns = pb->n_sites;
     double bytes = INFINITY;
@@ -89,6 +96,7 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
     /* [0]: inside a site or a host, [1]: between sites; per pair of sites
      * (a < b) the cheaper way round */
     double rt[2] = {INFINITY, INFINITY}, lat[2] = {INFINITY, INFINITY}, ser[2] = {INFINITY, INFINITY};
+    *xs = INFINITY;
     double *prt = NULL, *plat = NULL, *pser = NULL;
     if (exact) {
         prt = sl_xmalloc((size_t)ns * (size_t)ns * 3 * sizeof(double));
@@ -119,6 +127,7 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
                 rt[1] = fmin(rt[1], x);
                 lat[1] = fmin(lat[1], y);
                 ser[1] = fmin(ser[1], z);
+                *xs = fmin(*xs, sf);
                 if (prt) {
                     prt[lo * ns + hi] = prt[hi * ns + lo] = fmin(prt[lo * ns + hi], x);
                     plat[lo * ns + hi] = plat[hi * ns + lo] = fmin(plat[lo * ns + hi], y);
@@ -190,6 +199,8 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
         if (!isfinite(R[p]) || !isfinite(G[p]))
             R[p] = G[p] = 0;
     }
+    if (!exact || s_all < 2 || !isfinite(*xs))
+        *xs = 0; /* no crossing known to come before a stage */
     free(prt);
     free(count);
 }
@@ -230,8 +241,9 @@ static int cmp_dev_desc(const void *a, const void *b)
  * every set of sites shares it. */
 enum { ROOM_INSIDE, ROOM_FIRST, ROOM_LAST, ROOM_KINDS };
 typedef struct {
-    double *room[2];
+    double *room[3];
     int j0, nj;
+    double xs; /* the crossing's serialization room[2] was computed with */
 } bound_rooms;
 
 typedef struct {
@@ -240,9 +252,11 @@ typedef struct {
     int k, nd, m;        /* stages at most, devices (the owner twice), micro-batches */
     double beta, W;      /* least backward share, the model's FLOPs */
     const double *pre, *R, *G, *Z; /* link_floor */
+    double xs;                     /* link_floor: a crossing's least serialization, 0: none */
     double *q, *t, *cap, *a; /* scratch, nd + 1 each */
     bound_dev *others;       /* scratch, nd: the devices but a U's owner */
     double *caps;            /* scratch, nd * ROOM_KINDS: the case's caps per device */
+    double *caps_x, *cap_k;  /* the same after a crossing ((5)), and those a check uses */
     int owner;               /* the data owner (a U), or -1 */
     bound_rooms *rooms;
 } bound_ctx;
@@ -254,13 +268,53 @@ typedef struct {
  * of neither end unit (room[ROOM_INSIDE]), one that starts with unit 0
  * (ROOM_FIRST) and one that ends with the head (ROOM_LAST). A chain has one
  * stage of each end; the others are of the first kind. */
-static void run_room(const bal_problem *pb, int d, double v, double cap, double *room)
+/* The micro-batches a stage of units s..e-1 on device d may hold in
+ * flight: its memory beside their static bytes over their stash, at most
+ * m. */
+static int run_inflight(const bal_problem *pb, int d, int s, int e, int m)
+{
+    uint64_t st = pb->pstatic[e] - pb->pstatic[s], sh = pb->pstash[e] - pb->pstash[s];
+    uint64_t mem = pb->dev[d].mem_bytes;
+    if (st > mem)
+        return 0;
+    if (!sh || (mem - st) / sh >= (uint64_t)m)
+        return m;
+    return (int)((mem - st) / sh);
+}
+
+/* Whether a stage of units s..e-1 on device d fits within cap seconds,
+ * holds one micro-batch, and, when a crossing that serializes each
+ * activation in at least xs comes before it, keeps (5) within e: a stage
+ * longer than xs holding k micro-batches in flight adds (k - 1) xs + (m -
+ * k) t. Each condition only eases as the run shrinks. */
+static int run_ok(const bal_problem *pb, int d, int s, int e, double cap, double xs, double slack,
+                  int m)
+{
+    double t = bal_time(pb, d, s, e);
+    if (t > cap || !bal_fits(pb, d, s, e, 1))
+        return 0;
+    if (xs <= 0 || t <= xs)
+        return 1;
+    int k = run_inflight(pb, d, s, e, m);
+    return (k - 1) * xs + (m - k) * t <= slack;
+}
+
+/* The most FLOPs / v of any run of units that device d computes within
+ * cap seconds and whose stash for one micro-batch fits its memory beside
+ * their static bytes (and, with xs > 0, that keeps (5) within slack): a
+ * stage time of at most cap is one of those (every stage holds at least
+ * the micro-batch it computes). Per kind of run: one of neither end unit
+ * (room[ROOM_INSIDE]), one that starts with unit 0 (ROOM_FIRST) and one
+ * that ends with the head (ROOM_LAST). A chain has one stage of each end;
+ * the others are of the first kind. */
+static void run_room(const bal_problem *pb, int d, double v, double cap, double xs, double slack,
+                     int m, double *room)
 {
     int n = pb->n_units, s = 1;
     double best = 0, w = 0;
     for (int e = 2; e <= n - 1; e++) {
         w += pb->unit[e - 1].fwd_flops + pb->unit[e - 1].bwd_flops;
-        while (s < e && (bal_time(pb, d, s, e) > cap || !bal_fits(pb, d, s, e, 1))) {
+        while (s < e && !run_ok(pb, d, s, e, cap, xs, slack, m)) {
             w -= pb->unit[s].fwd_flops + pb->unit[s].bwd_flops;
             s++;
         }
@@ -269,20 +323,22 @@ static void run_room(const bal_problem *pb, int d, double v, double cap, double 
     }
     room[ROOM_INSIDE] = best / v;
     w = 0;
-    for (int e = 1; e <= n && bal_time(pb, d, 0, e) <= cap && bal_fits(pb, d, 0, e, 1); e++)
+    for (int e = 1; e <= n && run_ok(pb, d, 0, e, cap, xs, slack, m); e++)
         w += pb->unit[e - 1].fwd_flops + pb->unit[e - 1].bwd_flops;
     room[ROOM_FIRST] = w / v;
     w = 0;
-    for (int b = n - 1; b >= 0 && bal_time(pb, d, b, n) <= cap && bal_fits(pb, d, b, n, 1); b--)
+    for (int b = n - 1; b >= 0 && run_ok(pb, d, b, n, cap, xs, slack, m); b--)
         w += pb->unit[b].fwd_flops + pb->unit[b].bwd_flops;
     room[ROOM_LAST] = w / v;
 }
 
 /* Device dv[i]'s most relaxed stage times whose real time is at most
  * theta_j (h = 0), or at most what (2) and (3) allow with theta_j, t <=
- * theta_j and t <= beta theta_j + hold / (m - 1) (h = 1): runs of whole
- * units of each kind, ROOM_KINDS of them, into room (cached per device, for
- * every set of sites; a later call may move the cache). */
+ * theta_j and t <= beta theta_j + hold / (m - 1) (h = 1), and that with a
+ * crossing before it, (5) within the slack (m - 1) beta theta_j (h = 2):
+ * runs of whole units of each kind, ROOM_KINDS of them, into room (cached
+ * per device, for every set of sites, h = 2 for one crossing's
+ * serialization at a time; a later call may move the cache). */
 static void dev_room(bound_ctx *x, int h, int i, int j, double *room)
 {
     bound_rooms *r = x->rooms;
@@ -290,7 +346,7 @@ static void dev_room(bound_ctx *x, int h, int i, int j, double *room)
     if (j < r->j0 || j >= r->j0 + r->nj) { /* grow the caches to hold j */
         int lo = r->nj ? (j < r->j0 ? j - 32 : r->j0) : j - 64;
         int hi = r->nj ? (j >= r->j0 + r->nj ? j + 32 : r->j0 + r->nj) : j + 64;
-        for (int g = 0; g < 2; g++) {
+        for (int g = 0; g < 3; g++) {
             double *grown = sl_xmalloc(D * (size_t)(hi - lo) * ROOM_KINDS * sizeof(double));
             for (size_t a = 0; a < D; a++)
                 for (int b = lo; b < hi; b++)
@@ -305,13 +361,21 @@ static void dev_room(bound_ctx *x, int h, int i, int j, double *room)
         r->j0 = lo;
         r->nj = hi - lo;
     }
+    if (h == 2 && r->xs != x->xs) { /* another crossing: forget the last one's */
+        for (size_t a = 0; a < D * (size_t)r->nj * ROOM_KINDS; a++)
+            r->room[2][a] = NAN;
+        r->xs = x->xs;
+    }
     const bound_dev *v = &x->dv[i];
     double *c = &r->room[h][((size_t)v->d * (size_t)r->nj + (size_t)(j - r->j0)) * ROOM_KINDS];
     if (isnan(*c)) {
         double th = pow(BOUND_RATIO, j), cap = th;
         if (h && x->m > 1)
             cap = fmin(cap, x->beta * th + v->hold / (x->m - 1));
-        run_room(x->pb, v->d, v->v, cap, c);
+        if (h == 2)
+            run_room(x->pb, v->d, v->v, cap, x->xs, (x->m - 1) * x->beta * th, x->m, c);
+        else
+            run_room(x->pb, v->d, v->v, cap, 0, 0, x->m, c);
     }
     for (int k = 0; k < ROOM_KINDS; k++)
         room[k] = c[k];
@@ -380,6 +444,62 @@ static double greedy_capped(const bound_dev *dv, int k, const double *q, const d
     return w;
 }
 
+/* The caps checks of a case whose prefixes are x->q: every stage but the
+ * two holding an end unit is a run inside, and one device's cap raised by
+ * r covers at most v r more; and with every cap that of any kind of run;
+ * and a U's owner once. With first >= 0, the chain starts on site first
+ * and every device elsewhere has its stages after a crossing (caps_x, (5)). */
+static int covers_caps(bound_ctx *x, double cg, int first)
+{
+    int nd = x->nd, m = x->m;
+    double more[2] = {0, 0};
+    for (int i = 0; i < nd; i++) {
+        double *r = x->cap_k + (size_t)i * ROOM_KINDS;
+        const double *reg = x->caps + (size_t)i * ROOM_KINDS;
+        for (int k = 0; k < ROOM_KINDS; k++)
+            r[k] = reg[k];
+        if (first >= 0 && x->pb->site_of[x->dv[i].d] != first) {
+            const double *after = x->caps_x + (size_t)i * ROOM_KINDS;
+            r[ROOM_INSIDE] = fmin(r[ROOM_INSIDE], after[ROOM_INSIDE]);
+            r[ROOM_LAST] = fmin(r[ROOM_LAST], after[ROOM_LAST]);
+            r[ROOM_FIRST] = 0; /* unit 0 is on the first site */
+        }
+        double in = r[ROOM_INSIDE];
+        x->cap[i] = in;
+        more[0] = fmax(more[0], x->dv[i].v * (r[ROOM_FIRST] - in));
+        more[1] = fmax(more[1], x->dv[i].v * (r[ROOM_LAST] - in));
+    }
+    /* a run's FLOPs / v times v again may round below its FLOPs */
+    double rest = x->W * (1 - 1e-12) - more[0] - more[1];
+    if (rest > 0 && greedy_capped(x->dv, nd, x->q, x->cap, x->a, rest) < rest)
+        return 0;
+    for (int i = 0; i < nd; i++) {
+        const double *r = x->cap_k + (size_t)i * ROOM_KINDS;
+        x->cap[i] = fmax(r[ROOM_INSIDE], fmax(r[ROOM_FIRST], r[ROOM_LAST]));
+    }
+    if (greedy_capped(x->dv, nd, x->q, x->cap, x->a, x->W) < x->W * (1 - 1e-12))
+        return 0;
+    if (x->owner < 0)
+        return 1;
+    /* a U: its owner holds both end units and computes both its
+     * stages, within cg / m by (1) over the device; every other stage
+     * is a run inside, and those stages, a part of all of them, keep
+     * to the prefixes q */
+    double own = 0;
+    int no = 0;
+    for (int i = 0; i < nd; i++) {
+        const double *r = x->cap_k + (size_t)i * ROOM_KINDS;
+        if (x->dv[i].d == x->owner) {
+            own = x->dv[i].v * fmin(cg / m, r[ROOM_FIRST] + r[ROOM_LAST]);
+            continue;
+        }
+        x->others[no] = x->dv[i];
+        x->cap[no++] = r[ROOM_INSIDE];
+    }
+    rest = x->W * (1 - 1e-12) - own;
+    return rest <= 0 || greedy_capped(x->others, no, x->q, x->cap, x->a, rest) >= rest;
+}
+
 /* Whether the work a chain of the devices (fastest first) covers within c
  * under (1) to (4) may reach W, judged by an upper bound on it: a chain of
  * p in [pa, pb] stages whose theta lies in [ta, tb] (tb = theta_jb) has
@@ -405,57 +525,40 @@ static int covers_case(bound_ctx *x, double c, int pa, int pb, double ta, int jb
         return 0;
     if (nd > BOUND_CAPPED) /* the per-device caps left out */
         return 1;
-    /* the i-th longest stage is at most the i-th largest cap; every
-     * stage but the two holding an end unit is a run inside, and
-     * one device's cap raised by r covers at most v r more */
-    double more[2] = {0, 0};
+    /* the i-th longest stage is at most the i-th largest cap */
     for (int i = 0; i < nd; i++) {
         double r1[ROOM_KINDS], *r = x->caps + (size_t)i * ROOM_KINDS;
         dev_room(x, 1, i, jb, r1);
         dev_room(x, 0, i, jc, r);
         for (int k = 0; k < ROOM_KINDS; k++)
             r[k] = fmin(r[k], r1[k]);
-        double in = r[ROOM_INSIDE], first = r[ROOM_FIRST], last = r[ROOM_LAST];
-        x->cap[i] = in;
-        x->a[i] = fmax(in, fmax(first, last));
-        more[0] = fmax(more[0], x->dv[i].v * (first - in));
-        more[1] = fmax(more[1], x->dv[i].v * (last - in));
+        x->a[i] = fmax(r[ROOM_INSIDE], fmax(r[ROOM_FIRST], r[ROOM_LAST]));
     }
     qsort(x->a, (size_t)nd, sizeof(double), cmp_desc);
     greedy(x->dv, pb, m, pre, cg, tb, x->a, s_max, x->t);
     x->q[0] = 0;
     for (int i = 0; i < nd; i++)
         x->q[i + 1] = x->q[i] + (i < pb ? x->t[i] : 0);
-    /* a run's FLOPs / v times v again may round below its FLOPs */
-    double rest = x->W * (1 - 1e-12) - more[0] - more[1];
-    if (rest > 0 && greedy_capped(x->dv, nd, x->q, x->cap, x->a, rest) < rest)
+    if (!covers_caps(x, cg, -1))
         return 0;
-    /* and with every cap that of any kind of run */
-    for (int i = 0; i < nd; i++) {
-        const double *r = x->caps + (size_t)i * ROOM_KINDS;
-        x->cap[i] = fmax(r[ROOM_INSIDE], fmax(r[ROOM_FIRST], r[ROOM_LAST]));
-    }
-    if (greedy_capped(x->dv, nd, x->q, x->cap, x->a, x->W) < x->W * (1 - 1e-12))
-        return 0;
-    if (x->owner < 0)
+    if (x->xs <= 0 || m < 2)
         return 1;
-    /* a U: its owner holds both end units and computes both its
-     * stages, within cg / m by (1) over the device; every other stage
-     * is a run inside, and those stages, a part of all of them, keep
-     * to the prefixes q */
-    double own = 0;
-    int no = 0;
-    for (int i = 0; i < nd; i++) {
-        const double *r = x->caps + (size_t)i * ROOM_KINDS;
-        if (x->dv[i].d == x->owner) {
-            own = x->dv[i].v * fmin(cg / m, r[ROOM_FIRST] + r[ROOM_LAST]);
+    /* over several sites, every stage off the first site comes after a
+     * crossing: (5) caps it too; the chain starts on some site (a U on
+     * its owner's) */
+    for (int i = 0; i < nd; i++)
+        dev_room(x, 2, i, jb, x->caps_x + (size_t)i * ROOM_KINDS);
+    int ns = x->pb->n_sites;
+    for (int sigma = 0; sigma < ns; sigma++) {
+        if (x->owner >= 0 && sigma != x->pb->site_of[x->owner])
             continue;
-        }
-        x->others[no] = x->dv[i];
-        x->cap[no++] = r[ROOM_INSIDE];
+        int here = 0;
+        for (int i = 0; i < nd && !here; i++)
+            here = x->pb->site_of[x->dv[i].d] == sigma;
+        if (here && covers_caps(x, cg, sigma))
+            return 1;
     }
-    rest = x->W * (1 - 1e-12) - own;
-    return rest <= 0 || greedy_capped(x->others, no, x->q, x->cap, x->a, rest) >= rest;
+    return 0;
 }
 
 /* Whether some case covers W within c: stage counts in up to BOUND_GROUPS
@@ -528,12 +631,14 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     double *Z = G + k + 1;
     double *scratch = sl_xmalloc((4 * (size_t)nd + 4) * sizeof(double));
     bound_dev *others = sl_xmalloc((size_t)nd * sizeof *others);
-    double *caps = sl_xmalloc((size_t)nd * ROOM_KINDS * sizeof *caps);
-    link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z);
+    double *caps = sl_xmalloc(3 * (size_t)nd * ROOM_KINDS * sizeof *caps);
+    double xs;
+    link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z, &xs);
     bound_ctx x = {.pb = pb, .dv = v, .k = k, .nd = nd, .m = m, .beta = beta, .W = W, .pre = pre,
                    .R = R, .G = G, .Z = Z, .q = scratch, .t = scratch + nd + 1,
                    .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3, .others = others, .caps = caps,
-                   .owner = data_owner, .rooms = rooms};
+                   .caps_x = caps + (size_t)nd * ROOM_KINDS, .cap_k = caps + 2 * (size_t)nd * ROOM_KINDS,
+                   .owner = data_owner, .rooms = rooms, .xs = xs};
     if (W > 0 && !isinf(v[0].v)) {
         if (isinf(hi)) {
             hi = 1;
@@ -598,7 +703,7 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
      * computes on their devices only: the bound is the least over the sets,
      * all sites first (usually the least; the others then mostly take one
      * test to rule out) */
-    bound_rooms rooms = {{NULL, NULL}, 0, 0};
+    bound_rooms rooms = {{NULL, NULL, NULL}, 0, 0, 0};
     double c;
     if (ns <= BOUND_SITE_SETS) {
         unsigned every = (1u << ns) - 1;
@@ -610,8 +715,8 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
         c = bound_sites(pb, all, &rooms, m, data_owner, 0, 0, W, beta, INFINITY);
     }
     free(all);
-    free(rooms.room[0]);
-    free(rooms.room[1]);
+    for (int g = 0; g < 3; g++)
+        free(rooms.room[g]);
     /* every stage steps its optimizer after the gather: the one holding unit
      * 0 and the one holding the head (the data owner holds both) */
     double opt0 = INFINITY, opth = INFINITY;
