@@ -2054,6 +2054,26 @@ static double every_small_plan(const bal_problem *pb, int D, int n, int m, const
     return best;
 }
 
+/* D devices d0, d1, ... at the one-letter sites in `sites`, of tflops[i]
+ * TFLOP/s and mem[i] bytes (1 GiB each when mem is NULL), over net, for
+ * the n units u; NULL, after a failed check, when the problem is refused. */
+static bal_problem *sites_problem(const bal_unit *u, int n, int D, const char *sites,
+                                  const double *tflops, const uint64_t *mem, const bal_network *net)
+{
+    bal_device d[8];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < D && i < 8; i++) {
+        snprintf(d[i].id, sizeof d[i].id, "d%d", i);
+        snprintf(d[i].site, sizeof d[i].site, "%c", sites[i]);
+        d[i].mem_bytes = mem ? mem[i] : 1ull << 30;
+        d[i].flops = tflops[i] * 1e12;
+    }
+    sl_err err = {0};
+    bal_problem *pb = bal_problem_new(u, n, d, D, net, &err);
+    CHECKF(pb != NULL, "%s", err.msg);
+    return pb;
+}
+
 /* Three devices at three sites, two of them 2 ms apart and the third 40 ms
  * from both: a chain over all three crosses to the far site once, not twice
  * over the cheapest pair, so its links cost at least the sites' cheapest
@@ -2067,24 +2087,15 @@ static void test_lower_bound_sites(void)
 {
     enum { N = 40, D = 3, M = 128 };
     static const int ahead[5] = {0, 10, 20, 40, 80};
+    static const double tflops[D] = {1, 1, 1};
     bal_unit u[N];
     equal_units(u, N, 10);
-    bal_device d[D];
-    memset(d, 0, sizeof d);
-    for (int i = 0; i < D; i++) {
-        snprintf(d[i].id, sizeof d[i].id, "d%d", i);
-        snprintf(d[i].site, sizeof d[i].site, "%c", "xyz"[i]);
-        d[i].mem_bytes = 1ull << 30;
-        d[i].flops = 1e12;
-    }
     bal_site_link l[3] = {{"x", "y", {1e12, 0.002}}, {"x", "z", {1e12, 0.04}},
                           {"y", "z", {1e12, 0.04}}};
     bal_network net = bal_network_default();
     net.links = l;
     net.n_links = 3;
-    sl_err err = {0};
-    bal_problem *pb = bal_problem_new(u, N, d, D, &net, &err);
-    CHECKF(pb != NULL, "%s", err.msg);
+    bal_problem *pb = sites_problem(u, N, D, "xyz", tflops, NULL, &net);
     if (!pb)
         return;
     double lb = bal_lower_bound(pb, M, -1), best3;
@@ -2118,15 +2129,8 @@ static void test_lower_bound_serialization(void)
     static const int ahead[4] = {0, 10, 40, 120};
     bal_unit u[N];
     equal_units(u, N, 10);
+    static const double tflops[3] = {1, 1, 4};
     for (int D = 2; D <= 3; D++) {
-        bal_device d[3];
-        memset(d, 0, sizeof d);
-        for (int i = 0; i < D; i++) {
-            snprintf(d[i].id, sizeof d[i].id, "d%d", i);
-            snprintf(d[i].site, sizeof d[i].site, "%c", "xyz"[i]);
-            d[i].mem_bytes = 1ull << 30;
-            d[i].flops = i == 2 ? 4e12 : 1e12;
-        }
         bal_site_link l[3] = {{"x", "y", {1e9, 0.001}}, {"x", "z", {1000 / 0.0028, 0.001}},
                               {"y", "z", {1000 / 0.0028, 0.001}}};
         bal_network net = bal_network_default();
@@ -2136,9 +2140,7 @@ static void test_lower_bound_serialization(void)
             net.links = l;
             net.n_links = 3;
         }
-        sl_err err = {0};
-        bal_problem *pb = bal_problem_new(u, N, d, D, &net, &err);
-        CHECKF(pb != NULL, "%s", err.msg);
+        bal_problem *pb = sites_problem(u, N, D, "xyz", tflops, NULL, &net);
         if (!pb)
             continue;
         double lb = bal_lower_bound(pb, M, -1), best_all;
@@ -2168,24 +2170,14 @@ static void test_lower_bound_after_crossing(void)
 {
     enum { N = 40, M = 128, D = 4 };
     static const int ahead[5] = {0, 4, 16, 64, 128};
-    static const struct { const char *site; double tflops, mb; } spec[D] = {
-        {"x", 1.35, 203.8}, {"x", 0.61, 71.3}, {"y", 1.025, 191.2}, {"x", 0.83, 135.2}};
+    static const double tflops[D] = {1.35, 0.61, 1.025, 0.83};
+    static const uint64_t mem[D] = {203800000, 71300000, 191200000, 135200000};
     bal_unit u[N];
     equal_units(u, N, 1000000);
-    bal_device d[D];
-    memset(d, 0, sizeof d);
-    for (int i = 0; i < D; i++) {
-        snprintf(d[i].id, sizeof d[i].id, "d%d", i);
-        snprintf(d[i].site, sizeof d[i].site, "%s", spec[i].site);
-        d[i].mem_bytes = (uint64_t)(spec[i].mb * 1e6);
-        d[i].flops = spec[i].tflops * 1e12;
-    }
     bal_network net = bal_network_default();
     net.between_sites = (bal_link){1000 / 0.0036, 0.0038};
     net.inside_site = (bal_link){1e8, 0.0044};
-    sl_err err = {0};
-    bal_problem *pb = bal_problem_new(u, N, d, D, &net, &err);
-    CHECKF(pb != NULL, "%s", err.msg);
+    bal_problem *pb = sites_problem(u, N, D, "xxyx", tflops, mem, &net);
     if (!pb)
         return;
     double lb = bal_lower_bound(pb, M, -1), best_all;
