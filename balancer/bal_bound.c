@@ -32,9 +32,11 @@
  * within c = T - opt has an upper bound: a greedy over the stage times
  * sorted longest first, then the set's devices fastest first each given
  * the most those times and its own caps allow (a stage is a run of whole
- * units), for each range of stage counts and of the slack (2) leaves. The
- * bound is the smallest c whose work covers the model, the least over the
- * sets of sites. */
+ * units), for each range of stage counts and of the slack (2) leaves; a
+ * chain that visits each of several sites once also runs its last site's
+ * stages after all the others, and one that visits a site again crosses
+ * once more. The bound is the smallest c whose work covers the model, the
+ * least over the sets of sites. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -80,7 +82,7 @@ static int cmp_int_desc(const void *a, const void *b)
  * at least the bottleneck of the sites' spanning tree that has the
  * smallest one (each pair weighted by the cheaper way round). */
 static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_in, int exact,
-                       double *pre, double *R, double *G, double *Z, double *xs)
+                       double *pre, double *R, double *G, double *Z, double *xs, double *once)
 {
     int n = pb->n_units, D = pb->n_dev, ns = pb->n_sites;
     double bytes = INFINITY;
@@ -166,6 +168,14 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
         free(near);
     }
     double other_rt = fmin(rt[0], rt[1]), other_lat = fmin(lat[0], lat[1]);
+    /* once[0]: the crossings' least round trips (the tree); once[1], once[2]:
+     * what one more crossing adds to R and G over a link of either kind */
+    once[0] = once[1] = once[2] = 0;
+    if (exact && s_all > 1 && isfinite(tree[0]) && isfinite(rt[1]) && isfinite(lat[1])) {
+        once[0] = tree[0];
+        once[1] = rt[1] - other_rt;
+        once[2] = lat[1] - other_lat;
+    }
     double any_ser = fmin(ser[0], ser[1]);
     qsort(count, (size_t)ns, sizeof(int), cmp_int_desc);
     for (int p = 1, sites = 1, held = count[0]; p <= k; p++) {
@@ -253,10 +263,14 @@ typedef struct {
     double beta, W;      /* least backward share, the model's FLOPs */
     const double *pre, *R, *G, *Z; /* link_floor */
     double xs;                     /* link_floor: a crossing's least serialization, 0: none */
+    double once[3];                /* link_floor: the tree's round trips, one more crossing's */
+    int sites;                     /* the sites the chain visits */
     double *q, *t, *cap, *a; /* scratch, nd + 1 each */
     bound_dev *others;       /* scratch, nd: the devices but a U's owner */
     double *caps;            /* scratch, nd * ROOM_KINDS: the case's caps per device */
     double *caps_x, *cap_k;  /* the same after a crossing ((5)), and those a check uses */
+    double *cap_o;           /* scratch, 2 nd: covers_last_block's caps */
+    int *use;                /* scratch, 2 nd */
     int owner;               /* the data owner (a U), or -1 */
     bound_rooms *rooms;
 } bound_ctx;
@@ -500,6 +514,78 @@ static int covers_caps(bound_ctx *x, double cg, int first)
     return rest <= 0 || greedy_capped(x->others, no, x->q, x->cap, x->a, rest) >= rest;
 }
 
+/* The most work of the devices use[i] with times at most cap[i] adding up
+ * to budget: the fastest first. */
+static double knapsack(const bound_dev *dv, int nd, const double *cap, const int *use, double budget)
+{
+    double w = 0;
+    for (int i = 0; i < nd && budget > 0; i++)
+        if (use[i] && cap[i] > 0) {
+            double t = fmin(cap[i], budget);
+            w += dv[i].v * t;
+            budget -= t;
+        }
+    return w;
+}
+
+/* A chain that starts on site `first` and visits each site once ends with
+ * the block of some other site: every stage there comes after every stage
+ * elsewhere (y seconds) and after all the crossings (at least the tree's
+ * round trips), so by (1) its real time is at most (cg - tree - y) / m.
+ * The work is at most the most the other devices do in y (with unit 0's
+ * gain) plus the most that site's devices do in s_max - y under that limit
+ * (with the head's gain): over y on a grid, each interval judged by the
+ * other devices at its upper end and the last block at its lower end
+ * (one gains with y, the other loses). x->cap_k holds the caps of the
+ * check for `first`. */
+static int covers_last_block(bound_ctx *x, double cg, int first, double s_max)
+{
+    enum { STEPS = 64 };
+    int nd = x->nd, m = x->m, ns = x->pb->n_sites;
+    double *cap = x->cap_o, *capl = x->cap_o + nd;
+    int *use = x->use, *last = x->use + nd;
+    for (int tau = 0; tau < ns; tau++) {
+        if (tau == first)
+            continue;
+        double gain0 = 0;
+        int here = 0;
+        for (int i = 0; i < nd; i++) {
+            const double *r = x->cap_k + (size_t)i * ROOM_KINDS;
+            int site = x->pb->site_of[x->dv[i].d];
+            last[i] = site == tau;
+            use[i] = !last[i];
+            here |= last[i];
+            cap[i] = r[ROOM_INSIDE];
+            if (site == first)
+                gain0 = fmax(gain0, x->dv[i].v * (r[ROOM_FIRST] - r[ROOM_INSIDE]));
+        }
+        if (!here)
+            continue;
+        for (int g = 0; g < STEPS; g++) {
+            double y0 = s_max * g / STEPS, y1 = s_max * (g + 1) / STEPS;
+            double limit = (cg - x->once[0] - y0) / m, gain1 = 0;
+            if (limit <= 0)
+                break;
+            int jl = (int)ceil(log(limit) / log(BOUND_RATIO));
+            for (int i = 0; i < nd; i++) {
+                capl[i] = 0;
+                if (!last[i])
+                    continue;
+                double rl[ROOM_KINDS];
+                const double *r = x->cap_k + (size_t)i * ROOM_KINDS;
+                dev_room(x, 0, i, jl, rl);
+                capl[i] = fmin(r[ROOM_INSIDE], rl[ROOM_INSIDE]);
+                gain1 = fmax(gain1, x->dv[i].v * (fmin(r[ROOM_LAST], rl[ROOM_LAST]) - capl[i]));
+            }
+            double w = knapsack(x->dv, nd, cap, use, y1) + gain0 +
+                       knapsack(x->dv, nd, capl, last, s_max - y0) + gain1;
+            if (w >= x->W * (1 - 1e-12))
+                return 1;
+        }
+    }
+    return 0;
+}
+
 /* Whether the work a chain of the devices (fastest first) covers within c
  * under (1) to (4) may reach W, judged by an upper bound on it: a chain of
  * p in [pa, pb] stages whose theta lies in [ta, tb] (tb = theta_jb) has
@@ -510,15 +596,29 @@ static int covers_caps(bound_ctx *x, double cg, int first)
  * link serializes a message in at least Z[pa], so S <= c - G[pa] - R[pa] -
  * (m - 1) max(beta ta, Z[pa]) by (2) and (4). The greedy on the pb fastest
  * devices with those limits, (1) counted from c - G[pa], covers at least
- * its work. */
-static int covers_case(bound_ctx *x, double c, int pa, int pb, double ta, int jb, int jc)
+ * its work; over several sites (5) caps the devices off its first site.
+ * Without twice, a chain over several sites (no data owner) visits each
+ * once, and its last site's block must cover its part too
+ * (covers_last_block); with twice, it visits a site again and so crosses
+ * once more than the sites' tree (R and G count that crossing, and p - 1
+ * >= s). 1: covered; 2: only the last blocks failed; 0: not covered. */
+static int covers_visits(bound_ctx *x, double c, int pa, int pb, double ta, int jb, int jc,
+                         int twice)
 {
     int nd = x->nd, m = x->m;
     const double *pre = x->pre, *R = x->R, *G = x->G, *Z = x->Z;
-    double cg = c - G[pa], tb = pow(BOUND_RATIO, jb);
+    double r_links = R[pa], g_links = G[pa];
+    if (twice) { /* s crossings at least: p - 1 >= s links, one more crossing */
+        int p = pa > x->sites + 1 ? pa : x->sites + 1;
+        if (p > pb)
+            return 0;
+        r_links = R[p] + x->once[1];
+        g_links = G[p] + x->once[2];
+    }
+    double cg = c - g_links, tb = pow(BOUND_RATIO, jb);
     if (cg <= 0)
         return 0;
-    double s_max = cg - R[pa] - (m > 1 ? (m - 1) * fmax(x->beta * ta, Z[pa]) : 0);
+    double s_max = cg - r_links - (m > 1 ? (m - 1) * fmax(x->beta * ta, Z[pa]) : 0);
     if (s_max <= 0)
         return 0;
     if (greedy(x->dv, pb, m, pre, cg, tb, NULL, s_max, NULL) < x->W)
@@ -548,17 +648,32 @@ static int covers_case(bound_ctx *x, double c, int pa, int pb, double ta, int jb
      * its owner's) */
     for (int i = 0; i < nd; i++)
         dev_room(x, 2, i, jb, x->caps_x + (size_t)i * ROOM_KINDS);
-    int ns = x->pb->n_sites;
+    int ns = x->pb->n_sites, blocks = 0;
     for (int sigma = 0; sigma < ns; sigma++) {
         if (x->owner >= 0 && sigma != x->pb->site_of[x->owner])
             continue;
         int here = 0;
         for (int i = 0; i < nd && !here; i++)
             here = x->pb->site_of[x->dv[i].d] == sigma;
-        if (here && covers_caps(x, cg, sigma))
-            return 1;
+        if (here && covers_caps(x, cg, sigma)) {
+            if (twice || x->owner >= 0 || covers_last_block(x, cg, sigma, s_max))
+                return 1;
+            blocks = 1;
+        }
     }
-    return 0;
+    return blocks ? 2 : 0;
+}
+
+/* Whether a chain of p in [pa, pb] stages with theta in [ta, theta_jb]
+ * may cover W within c: one that visits each site once (a block per site),
+ * or, over several sites without a data owner, one that visits a site
+ * again and so crosses once more than the tree. */
+static int covers_case(bound_ctx *x, double c, int pa, int pb, double ta, int jb, int jc)
+{
+    int once = covers_visits(x, c, pa, pb, ta, jb, jc, 0);
+    /* the other visits' checks have less room everywhere (a smaller c and
+     * S, the same caps): they pass only where these failed at the blocks */
+    return once == 1 || (once == 2 && covers_visits(x, c, pa, pb, ta, jb, jc, 1) == 1);
 }
 
 /* Whether some case covers W within c: stage counts in up to BOUND_GROUPS
@@ -629,16 +744,26 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     double lo = 0, hi = below;
     double *pre = sl_xmalloc(4 * ((size_t)k + 1) * sizeof(double)), *R = pre + k + 1, *G = R + k + 1;
     double *Z = G + k + 1;
-    double *scratch = sl_xmalloc((4 * (size_t)nd + 4) * sizeof(double));
+    double *scratch = sl_xmalloc((6 * (size_t)nd + 4) * sizeof(double));
+    int *use = sl_xmalloc(2 * (size_t)nd * sizeof(int));
     bound_dev *others = sl_xmalloc((size_t)nd * sizeof *others);
     double *caps = sl_xmalloc(3 * (size_t)nd * ROOM_KINDS * sizeof *caps);
-    double xs;
-    link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z, &xs);
+    double xs, once[3];
+    link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z, &xs, once);
+    int n_sites = 0;
+    for (int a = 0; a < pb->n_sites; a++)
+        for (int d = 0; d < D; d++)
+            if ((!exact || sites >> a & 1) && pb->site_of[d] == a) {
+                n_sites++;
+                break;
+            }
     bound_ctx x = {.pb = pb, .dv = v, .k = k, .nd = nd, .m = m, .beta = beta, .W = W, .pre = pre,
                    .R = R, .G = G, .Z = Z, .q = scratch, .t = scratch + nd + 1,
-                   .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3, .others = others, .caps = caps,
+                   .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3,
+                   .cap_o = scratch + 4 * nd + 4, .use = use, .others = others, .caps = caps,
                    .caps_x = caps + (size_t)nd * ROOM_KINDS, .cap_k = caps + 2 * (size_t)nd * ROOM_KINDS,
-                   .owner = data_owner, .rooms = rooms, .xs = xs};
+                   .owner = data_owner, .rooms = rooms, .xs = xs,
+                   .once = {once[0], once[1], once[2]}, .sites = n_sites};
     if (W > 0 && !isinf(v[0].v)) {
         if (isinf(hi)) {
             hi = 1;
@@ -661,6 +786,7 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     free(scratch);
     free(others);
     free(caps);
+    free(use);
     return lo;
 }
 
