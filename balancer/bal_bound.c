@@ -264,7 +264,8 @@ typedef struct {
     const double *pre, *R, *G, *Z; /* link_floor */
     double xs;                     /* link_floor: a crossing's least serialization, 0: none */
     double once[3];                /* link_floor: the tree's round trips, one more crossing's */
-    int sites;                     /* the sites the chain visits */
+    unsigned present;              /* the sites of the devices, when `exact` (<= 8 sites) */
+    int sites;                     /* how many */
     double *q, *t, *cap, *a; /* scratch, nd + 1 each */
     bound_dev *others;       /* scratch, nd: the devices but a U's owner */
     double *caps;            /* scratch, nd * ROOM_KINDS: the case's caps per device */
@@ -545,22 +546,18 @@ static int covers_last_block(bound_ctx *x, double cg, int first, double s_max)
     double *cap = x->cap_o, *capl = x->cap_o + nd;
     int *use = x->use, *last = x->use + nd;
     for (int tau = 0; tau < ns; tau++) {
-        if (tau == first)
+        if (tau == first || !(x->present >> tau & 1))
             continue;
         double gain0 = 0;
-        int here = 0;
         for (int i = 0; i < nd; i++) {
             const double *r = x->cap_k + (size_t)i * ROOM_KINDS;
             int site = x->pb->site_of[x->dv[i].d];
             last[i] = site == tau;
             use[i] = !last[i];
-            here |= last[i];
             cap[i] = r[ROOM_INSIDE];
             if (site == first)
                 gain0 = fmax(gain0, x->dv[i].v * (r[ROOM_FIRST] - r[ROOM_INSIDE]));
         }
-        if (!here)
-            continue;
         for (int g = 0; g < STEPS; g++) {
             double y0 = s_max * g / STEPS, y1 = s_max * (g + 1) / STEPS;
             double limit = (cg - x->once[0] - y0) / m, gain1 = 0;
@@ -652,10 +649,7 @@ static int covers_visits(bound_ctx *x, double c, int pa, int pb, double ta, int 
     for (int sigma = 0; sigma < ns; sigma++) {
         if (x->owner >= 0 && sigma != x->pb->site_of[x->owner])
             continue;
-        int here = 0;
-        for (int i = 0; i < nd && !here; i++)
-            here = x->pb->site_of[x->dv[i].d] == sigma;
-        if (here && covers_caps(x, cg, sigma)) {
+        if (x->present >> sigma & 1 && covers_caps(x, cg, sigma)) {
             if (twice || x->owner >= 0 || covers_last_block(x, cg, sigma, s_max))
                 return 1;
             blocks = 1;
@@ -750,20 +744,17 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     double *caps = sl_xmalloc(3 * (size_t)nd * ROOM_KINDS * sizeof *caps);
     double xs, once[3];
     link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z, &xs, once);
-    int n_sites = 0;
-    for (int a = 0; a < pb->n_sites; a++)
-        for (int d = 0; d < D; d++)
-            if ((!exact || sites >> a & 1) && pb->site_of[d] == a) {
-                n_sites++;
-                break;
-            }
+    unsigned present = 0;
+    for (int i = 0; exact && i < nd; i++)
+        present |= 1u << pb->site_of[v[i].d];
     bound_ctx x = {.pb = pb, .dv = v, .k = k, .nd = nd, .m = m, .beta = beta, .W = W, .pre = pre,
                    .R = R, .G = G, .Z = Z, .q = scratch, .t = scratch + nd + 1,
                    .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3,
                    .cap_o = scratch + 4 * nd + 4, .use = use, .others = others, .caps = caps,
                    .caps_x = caps + (size_t)nd * ROOM_KINDS, .cap_k = caps + 2 * (size_t)nd * ROOM_KINDS,
                    .owner = data_owner, .rooms = rooms, .xs = xs,
-                   .once = {once[0], once[1], once[2]}, .sites = n_sites};
+                   .once = {once[0], once[1], once[2]}, .present = present,
+                   .sites = __builtin_popcount(present)};
     if (W > 0 && !isinf(v[0].v)) {
         if (isinf(hi)) {
             hi = 1;
