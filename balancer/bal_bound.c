@@ -23,6 +23,10 @@
  * runs its other m - k_j forwards each beside a backward, and its last
  * forward's micro-batch still goes through the later stages and back:
  *     T >= S + R + (k_j - 1) sa_l + (m - k_j) t_j + opt_0.                (5)
+ * Its first backward, after that k_j-th forward, comes before the first
+ * gradient that link l carries back, and the m gradients go one at a time:
+ *     T >= sum_{i<=j} t_i + sum_{i<j} rt_i + (k_j - 1) sa_l
+ *          + (m - 1) sg_l + opt_0.                                        (6)
  * With t_j >= w_j / v_j (w: the FLOPs a stage holds, v: the device's best
  * FLOP/s over the units), b_j >= beta t_j, k_i f_i at most the forward time
  * the device's memory holds, and the links at least what joining the sites
@@ -80,9 +84,12 @@ static int cmp_int_desc(const void *a, const void *b)
  * direction (the activation forward or the gradient back): any link of the
  * set; over several sites, a crossing, and the crossings join them all, so
  * at least the bottleneck of the sites' spanning tree that has the
- * smallest one (each pair weighted by the cheaper way round). */
+ * smallest one (each pair weighted by the cheaper way round). xs, xg and
+ * xrt: the least activation serialization, gradient serialization and
+ * round trip of any crossing between two sites of the set (0: none). */
 static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_in, int exact,
-                       double *pre, double *R, double *G, double *Z, double *xs, double *once)
+                       double *pre, double *R, double *G, double *Z, double *xs, double *once,
+                       double *xg, double *xrt)
 {
     int n = pb->n_units, D = pb->n_dev, ns = pb->n_sites;
     double bytes = INFINITY;
@@ -98,7 +105,7 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
     /* [0]: inside a site or a host, [1]: between sites; per pair of sites
      * (a < b) the cheaper way round */
     double rt[2] = {INFINITY, INFINITY}, lat[2] = {INFINITY, INFINITY}, ser[2] = {INFINITY, INFINITY};
-    *xs = INFINITY;
+    *xs = *xg = *xrt = INFINITY;
     double *prt = NULL, *plat = NULL, *pser = NULL;
     if (exact) {
         prt = sl_xmalloc((size_t)ns * (size_t)ns * 3 * sizeof(double));
@@ -130,6 +137,8 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
                 lat[1] = fmin(lat[1], y);
                 ser[1] = fmin(ser[1], z);
                 *xs = fmin(*xs, sf);
+                *xg = fmin(*xg, sr);
+                *xrt = fmin(*xrt, x);
                 if (prt) {
                     prt[lo * ns + hi] = prt[hi * ns + lo] = fmin(prt[lo * ns + hi], x);
                     plat[lo * ns + hi] = plat[hi * ns + lo] = fmin(plat[lo * ns + hi], y);
@@ -210,7 +219,7 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
             R[p] = G[p] = 0;
     }
     if (!exact || s_all < 2 || !isfinite(*xs))
-        *xs = 0; /* no crossing known to come before a stage */
+        *xs = *xg = *xrt = 0; /* no crossing known to come before a stage */
     free(prt);
     free(count);
 }
@@ -247,13 +256,16 @@ static int cmp_dev_desc(const void *a, const void *b)
 /* room[h][(d * nj + j - j0) * ROOM_KINDS + kind]: device d's most relaxed
  * stage time (FLOPs / v) of a stage whose real time is at most theta_j (h =
  * 0) or its cap under (2) and (3) with theta_j (h = 1), of each kind of run
- * (run_room); NAN: not yet computed. It depends on the device alone, so
- * every set of sites shares it. */
+ * (run_room), and room[2 + s] the same behind a crossing ((5), (6)) for the
+ * serialization xs[s] and (6)'s room theta_ju[s]; NAN: not yet computed.
+ * It depends on the device alone, so every set of sites shares it. */
 enum { ROOM_INSIDE, ROOM_FIRST, ROOM_LAST, ROOM_KINDS };
+enum { ROOM_SLOTS = 8 };
 typedef struct {
-    double *room[3];
+    double *room[2 + ROOM_SLOTS];
     int j0, nj;
-    double xs; /* the crossing's serialization room[2] was computed with */
+    double xs[ROOM_SLOTS]; /* the crossing's serialization room[2 + s] was computed with */
+    int ju[ROOM_SLOTS];
 } bound_rooms;
 
 typedef struct {
@@ -262,7 +274,9 @@ typedef struct {
     int k, nd, m;        /* stages at most, devices (the owner twice), micro-batches */
     double beta, W;      /* least backward share, the model's FLOPs */
     const double *pre, *R, *G, *Z; /* link_floor */
-    double xs;                     /* link_floor: a crossing's least serialization, 0: none */
+    double xs, xg, xrt; /* link_floor: a crossing's least serializations (activation,
+                         * gradient) and round trip; 0: no crossing */
+    int ju;             /* (6)'s room for a stage behind a crossing: theta_ju */
     double once[3];                /* link_floor: the tree's round trips, one more crossing's */
     unsigned present;              /* the sites of the devices, when `exact` (<= 8 sites) */
     int sites;                     /* how many */
@@ -299,37 +313,48 @@ static int run_inflight(const bal_problem *pb, int d, int s, int e, int m)
 
 /* Whether a stage of units s..e-1 on device d fits within cap seconds,
  * holds one micro-batch, and, when a crossing that serializes each
- * activation in at least xs comes before it, keeps (5) within e: a stage
- * longer than xs holding k micro-batches in flight adds (k - 1) xs + (m -
- * k) t. Each condition only eases as the run shrinks. */
+ * activation in at least xs comes before it, keeps (5) within slack: a
+ * stage longer than xs holding k micro-batches in flight adds (k - 1) xs +
+ * (m - k) t. By (6) its warm-up also holds back the gradients' stream over
+ * that crossing, so k - 1 <= (u - t) / xs, u being what (6) leaves for the
+ * stage, its warm-up and the crossing's round trip. Each condition only
+ * eases as the run shrinks. */
 static int run_ok(const bal_problem *pb, int d, int s, int e, double cap, double xs, double slack,
-                  int m)
+                  int m, double u)
 {
     double t = bal_time(pb, d, s, e);
     if (t > cap || !bal_fits(pb, d, s, e, 1))
         return 0;
-    if (xs <= 0 || t <= xs)
+    if (xs <= 0)
+        return 1;
+    if (t > u)
+        return 0;
+    if (t <= xs)
         return 1;
     int k = run_inflight(pb, d, s, e, m);
+    double k6 = 1 + floor((u - t) / xs + 1e-9);
+    if (k6 < k)
+        k = (int)k6;
     return (k - 1) * xs + (m - k) * t <= slack;
 }
 
 /* The most FLOPs / v of any run of units that device d computes within
  * cap seconds and whose stash for one micro-batch fits its memory beside
- * their static bytes (and, with xs > 0, that keeps (5) within slack): a
+ * their static bytes (and, with xs > 0, that keeps (5) and (6) within
+ * slack and u): a
  * stage time of at most cap is one of those (every stage holds at least
  * the micro-batch it computes). Per kind of run: one of neither end unit
  * (room[ROOM_INSIDE]), one that starts with unit 0 (ROOM_FIRST) and one
  * that ends with the head (ROOM_LAST). A chain has one stage of each end;
  * the others are of the first kind. */
 static void run_room(const bal_problem *pb, int d, double v, double cap, double xs, double slack,
-                     int m, double *room)
+                     int m, double u, double *room)
 {
     int n = pb->n_units, s = 1;
     double best = 0, w = 0;
     for (int e = 2; e <= n - 1; e++) {
         w += pb->unit[e - 1].fwd_flops + pb->unit[e - 1].bwd_flops;
-        while (s < e && !run_ok(pb, d, s, e, cap, xs, slack, m)) {
+        while (s < e && !run_ok(pb, d, s, e, cap, xs, slack, m, u)) {
             w -= pb->unit[s].fwd_flops + pb->unit[s].bwd_flops;
             s++;
         }
@@ -338,11 +363,11 @@ static void run_room(const bal_problem *pb, int d, double v, double cap, double 
     }
     room[ROOM_INSIDE] = best / v;
     w = 0;
-    for (int e = 1; e <= n && run_ok(pb, d, 0, e, cap, xs, slack, m); e++)
+    for (int e = 1; e <= n && run_ok(pb, d, 0, e, cap, xs, slack, m, u); e++)
         w += pb->unit[e - 1].fwd_flops + pb->unit[e - 1].bwd_flops;
     room[ROOM_FIRST] = w / v;
     w = 0;
-    for (int b = n - 1; b >= 0 && run_ok(pb, d, b, n, cap, xs, slack, m); b--)
+    for (int b = n - 1; b >= 0 && run_ok(pb, d, b, n, cap, xs, slack, m, u); b--)
         w += pb->unit[b].fwd_flops + pb->unit[b].bwd_flops;
     room[ROOM_LAST] = w / v;
 }
@@ -350,10 +375,11 @@ static void run_room(const bal_problem *pb, int d, double v, double cap, double 
 /* Device dv[i]'s most relaxed stage times whose real time is at most
  * theta_j (h = 0), or at most what (2) and (3) allow with theta_j, t <=
  * theta_j and t <= beta theta_j + hold / (m - 1) (h = 1), and that with a
- * crossing before it, (5) within the slack (m - 1) beta theta_j (h = 2):
- * runs of whole units of each kind, ROOM_KINDS of them, into room (cached
- * per device, for every set of sites, h = 2 for one crossing's
- * serialization at a time; a later call may move the cache). */
+ * crossing before it, (5) within the slack (m - 1) beta theta_j and (6)
+ * within theta_ju (h = 2): runs of whole units of each kind, ROOM_KINDS of
+ * them, into room (cached per device, for every set of sites, h = 2 in
+ * ROOM_SLOTS slots, each for one crossing's serialization and one ju; a
+ * later call may move the cache). */
 static void dev_room(bound_ctx *x, int h, int i, int j, double *room)
 {
     bound_rooms *r = x->rooms;
@@ -361,7 +387,7 @@ static void dev_room(bound_ctx *x, int h, int i, int j, double *room)
     if (j < r->j0 || j >= r->j0 + r->nj) { /* grow the caches to hold j */
         int lo = r->nj ? (j < r->j0 ? j - 32 : r->j0) : j - 64;
         int hi = r->nj ? (j >= r->j0 + r->nj ? j + 32 : r->j0 + r->nj) : j + 64;
-        for (int g = 0; g < 3; g++) {
+        for (int g = 0; g < 2 + ROOM_SLOTS; g++) {
             double *grown = sl_xmalloc(D * (size_t)(hi - lo) * ROOM_KINDS * sizeof(double));
             for (size_t a = 0; a < D; a++)
                 for (int b = lo; b < hi; b++)
@@ -376,21 +402,28 @@ static void dev_room(bound_ctx *x, int h, int i, int j, double *room)
         r->j0 = lo;
         r->nj = hi - lo;
     }
-    if (h == 2 && r->xs != x->xs) { /* another crossing: forget the last one's */
-        for (size_t a = 0; a < D * (size_t)r->nj * ROOM_KINDS; a++)
-            r->room[2][a] = NAN;
-        r->xs = x->xs;
+    int slot = h;
+    if (h == 2) {
+        int s = (int)((unsigned)x->ju % ROOM_SLOTS);
+        slot = 2 + s;
+        if (r->xs[s] != x->xs || r->ju[s] != x->ju) { /* another crossing: forget the last one's */
+            for (size_t a = 0; a < D * (size_t)r->nj * ROOM_KINDS; a++)
+                r->room[slot][a] = NAN;
+            r->xs[s] = x->xs;
+            r->ju[s] = x->ju;
+        }
     }
     const bound_dev *v = &x->dv[i];
-    double *c = &r->room[h][((size_t)v->d * (size_t)r->nj + (size_t)(j - r->j0)) * ROOM_KINDS];
+    double *c = &r->room[slot][((size_t)v->d * (size_t)r->nj + (size_t)(j - r->j0)) * ROOM_KINDS];
     if (isnan(*c)) {
         double th = pow(BOUND_RATIO, j), cap = th;
         if (h && x->m > 1)
             cap = fmin(cap, x->beta * th + v->hold / (x->m - 1));
         if (h == 2)
-            run_room(x->pb, v->d, v->v, cap, x->xs, (x->m - 1) * x->beta * th, x->m, c);
+            run_room(x->pb, v->d, v->v, cap, x->xs, (x->m - 1) * x->beta * th, x->m,
+                     pow(BOUND_RATIO, x->ju), c);
         else
-            run_room(x->pb, v->d, v->v, cap, 0, 0, x->m, c);
+            run_room(x->pb, v->d, v->v, cap, 0, 0, x->m, INFINITY, c);
     }
     for (int k = 0; k < ROOM_KINDS; k++)
         room[k] = c[k];
@@ -641,8 +674,15 @@ static int covers_visits(bound_ctx *x, double c, int pa, int pb, double ta, int 
     if (x->xs <= 0 || m < 2)
         return 1;
     /* over several sites, every stage off the first site comes after a
-     * crossing: (5) caps it too; the chain starts on some site (a U on
-     * its owner's) */
+     * crossing: (5) and (6) cap it too; the chain starts on some site (a U
+     * on its owner's). (6): the stage and the crossing's round trip (of
+     * the stages and links up to it), its warm-up's serializations and the
+     * gradients' m - 1 fit in cg, so t + (k - 1) xs <= u, u rounded up to
+     * the grid so that the caps are computed once per grid point */
+    double u = cg - (m - 1) * x->xg - x->xrt;
+    if (u <= 0)
+        return 0;
+    x->ju = (int)ceil(log(u) / log(BOUND_RATIO));
     for (int i = 0; i < nd; i++)
         dev_room(x, 2, i, jb, x->caps_x + (size_t)i * ROOM_KINDS);
     int ns = x->pb->n_sites, blocks = 0;
@@ -742,8 +782,8 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     int *use = sl_xmalloc(2 * (size_t)nd * sizeof(int));
     bound_dev *others = sl_xmalloc((size_t)nd * sizeof *others);
     double *caps = sl_xmalloc(3 * (size_t)nd * ROOM_KINDS * sizeof *caps);
-    double xs, once[3];
-    link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z, &xs, once);
+    double xs, once[3], xg, xrt;
+    link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z, &xs, once, &xg, &xrt);
     unsigned present = 0;
     for (int i = 0; exact && i < nd; i++)
         present |= 1u << pb->site_of[v[i].d];
@@ -752,7 +792,7 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
                    .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3,
                    .cap_o = scratch + 4 * nd + 4, .use = use, .others = others, .caps = caps,
                    .caps_x = caps + (size_t)nd * ROOM_KINDS, .cap_k = caps + 2 * (size_t)nd * ROOM_KINDS,
-                   .owner = data_owner, .rooms = rooms, .xs = xs,
+                   .owner = data_owner, .rooms = rooms, .xs = xs, .xg = xg, .xrt = xrt,
                    .once = {once[0], once[1], once[2]}, .present = present,
                    .sites = __builtin_popcount(present)};
     if (W > 0 && !isinf(v[0].v)) {
@@ -820,7 +860,7 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
      * computes on their devices only: the bound is the least over the sets,
      * all sites first (usually the least; the others then mostly take one
      * test to rule out) */
-    bound_rooms rooms = {{NULL, NULL, NULL}, 0, 0, 0};
+    bound_rooms rooms = {0};
     double c;
     if (ns <= BOUND_SITE_SETS) {
         unsigned every = (1u << ns) - 1;
@@ -832,7 +872,7 @@ double bal_lower_bound(const bal_problem *pb, int m, int data_owner)
         c = bound_sites(pb, all, &rooms, m, data_owner, 0, 0, W, beta, INFINITY);
     }
     free(all);
-    for (int g = 0; g < 3; g++)
+    for (int g = 0; g < 2 + ROOM_SLOTS; g++)
         free(rooms.room[g]);
     /* every stage steps its optimizer after the gather: the one holding unit
      * 0 and the one holding the head (the data owner holds both) */
