@@ -2204,6 +2204,59 @@ static void test_lower_bound_after_crossing(void)
                        0.025);
 }
 
+/* A chain that visits a site again decides it: two devices at site x (1.62
+ * and 0.69 TFLOP/s) and one at site y between them (2.77 TFLOP/s, memory
+ * for a few micro-batches only), 1 ms apart, 6.5 ms of latency inside x,
+ * 40 equal units, 128 micro-batches. The best plan runs x, y, x: the fast
+ * device first, the memory-bound one in the middle, the slow one last. A
+ * chain that visits each site once ends with the other site's block after
+ * every stage elsewhere, and that check alone would put the bound above
+ * 20 of these plans; the bound must also allow one more crossing instead.
+ * Every plan on one to three of the devices (every order and cut, a warm-up
+ * of 0, 4, 16, 64 or 128 ahead of each link, textbook 1F1B too) and every
+ * x, y, x plan with a first cut at units 6-20 and 0-12 micro-batches ahead
+ * of each link are replayed: none beats the bound, and the best is within
+ * 1% of it. */
+static void test_lower_bound_revisit(void)
+{
+    enum { N = 40, D = 3, M = 128 };
+    static const int ahead[5] = {0, 4, 16, 64, 128};
+    static const double tflops[D] = {1.62, 2.77, 0.69};
+    static const uint64_t mem[D] = {2400000000ull, 365000000ull, 2100000000ull};
+    bal_unit u[N];
+    equal_units(u, N, 1000000);
+    bal_network net = bal_network_default();
+    net.between_sites = (bal_link){1000 / 0.00103, 0.00108};
+    net.inside_site = (bal_link){1e8, 0.0065};
+    bal_problem *pb = sites_problem(u, N, D, "xyx", tflops, mem, &net);
+    if (!pb)
+        return;
+    double lb = bal_lower_bound(pb, M, -1), best_all;
+    int plans = 0, below = 0;
+    double best = every_small_plan(pb, D, N, M, ahead, 5, 1, lb, &plans, &below, &best_all);
+    static const int order[3] = {0, 1, 2};
+    for (int x = 6; x <= 20; x++)
+        for (int y = x + 1; y < N; y++)
+            for (int e = 0; e < 13 * 13; e++) {
+                int cuts[4] = {0, x, y, N}, extra[2] = {e % 13, e / 13};
+                bal_chain ch = {3, order, extra, M, BAL_1F1B, 1, 0};
+                bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
+                if (q) {
+                    double t = bal_plan_critical_path(q);
+                    plans++;
+                    below += t < lb * (1 - 1e-12);
+                    best = fmin(best, t);
+                }
+                bal_plan_free(q);
+            }
+    CHECKF(below == 0 && plans > 100000, "a site visited again: %d of %d plans below the bound", below,
+           plans);
+    CHECKF(lb <= best && lb >= best / 1.01, "a site visited again: bound %.6f, the best plan %.6f", lb,
+           best);
+    printf("  a site visited again: bound %.6f s, the best of %d plans %.6f s\n", lb, plans, best);
+    bal_problem_free(pb);
+}
+
 /* (6) decides: a 2.3-TFLOP/s device at one site, three of 0.6, 1 and 3.2
  * at another behind a link that serializes a boundary in 1.4 ms, 4 ms of
  * latency everywhere, memory for every micro-batch on every device, 128
@@ -2665,6 +2718,7 @@ int main(void)
     RUN(test_lower_bound_after_crossing);
     RUN(test_lower_bound_last_block);
     RUN(test_lower_bound_gradients_wait);
+    RUN(test_lower_bound_revisit);
     RUN(test_lower_bound_head);
     RUN(test_lower_bound_owner);
     RUN(test_critical_path);
