@@ -2016,16 +2016,36 @@ static int order_of_code(int code, int D, int p, int *order)
              (p == 3 && (order[2] == order[0] || order[2] == order[1])));
 }
 
-/* Every plan on one to three of the D devices, by critical path (no compute
- * is shared: the replay itself): every order and cut (for three stages the
- * second cut every stride-th unit after the first), na warm-ups ahead of
- * each link from ahead[] and textbook 1F1B, 1F1B; the best, the best over
- * all D devices (D <= 3), and how many were replayed and fell below lb. */
-static double every_small_plan(const bal_problem *pb, int D, int n, int m, const int *ahead, int na,
-                               int stride, double lb, int *plans, int *below, double *best_all)
+/* The bound and the plans replayed against it: how many, how many fell
+ * below it, the best, and the best over all D devices. */
+typedef struct {
+    double lb, best, best_all;
+    int plans, below;
+} small_plans;
+
+/* Replays q by critical path (no compute is shared: the replay itself) into
+ * r, and frees it; all: q is over every device. */
+static void count_plan(small_plans *r, bal_plan *q, int all)
 {
-    double best = INFINITY;
-    *best_all = INFINITY;
+    if (!q)
+        return;
+    double t = bal_plan_critical_path(q);
+    r->plans++;
+    r->below += t < r->lb * (1 - 1e-12);
+    r->best = fmin(r->best, t);
+    if (all)
+        r->best_all = fmin(r->best_all, t);
+    bal_plan_free(q);
+}
+
+/* The bound at m and every plan on one to three of the D devices: every
+ * order and cut (for three stages the second cut every stride-th unit
+ * after the first), na warm-ups ahead of each link from ahead[] and
+ * textbook 1F1B, 1F1B. */
+static small_plans every_small_plan(const bal_problem *pb, int D, int n, int m, const int *ahead,
+                                    int na, int stride)
+{
+    small_plans r = {bal_lower_bound(pb, m, -1), INFINITY, INFINITY, 0, 0};
     for (int p = 1; p <= D && p <= 3; p++)
         for (int code = 0; code < D * D * D; code++) {
             int order[3];
@@ -2039,19 +2059,10 @@ static double every_small_plan(const bal_problem *pb, int D, int n, int m, const
                             (p == 3 && (y - x) % stride))
                             continue;
                         bal_chain ch = {p, order, e < na * na ? extra : NULL, m, BAL_1F1B, 1, 0};
-                        bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
-                        if (q) {
-                            double t = bal_plan_critical_path(q);
-                            ++*plans;
-                            *below += t < lb * (1 - 1e-12);
-                            best = fmin(best, t);
-                            if (p == D)
-                                *best_all = fmin(*best_all, t);
-                        }
-                        bal_plan_free(q);
+                        count_plan(&r, bal_plan_chain(pb, &ch, cuts, NULL), p == D);
                     }
         }
-    return best;
+    return r;
 }
 
 /* D devices d0, d1, ... at the one-letter sites in `sites`, of tflops[i]
@@ -2098,15 +2109,13 @@ static void test_lower_bound_sites(void)
     bal_problem *pb = sites_problem(u, N, D, "xyz", tflops, NULL, &net);
     if (!pb)
         return;
-    double lb = bal_lower_bound(pb, M, -1), best3;
-    int plans = 0, below = 0;
-    double best = every_small_plan(pb, D, N, M, ahead, 5, 1, lb, &plans, &below, &best3);
-    CHECKF(below == 0 && plans > 20000, "%d of %d plans below the bound", below, plans);
-    CHECKF(best3 == best, "the best plan (%.6f s) is not over all three devices (%.6f s)", best,
-           best3);
-    CHECKF(lb <= best && lb >= 0.94 * best, "bound %.6f, the best plan %.6f", lb, best);
+    small_plans r = every_small_plan(pb, D, N, M, ahead, 5, 1);
+    CHECKF(r.below == 0 && r.plans > 20000, "%d of %d plans below the bound", r.below, r.plans);
+    CHECKF(r.best_all == r.best, "the best plan (%.6f s) is not over all three devices (%.6f s)",
+           r.best, r.best_all);
+    CHECKF(r.lb <= r.best && r.lb >= 0.94 * r.best, "bound %.6f, the best plan %.6f", r.lb, r.best);
     printf("  three sites, the third 40 ms from the others: bound %.4f s, the best of %d plans "
-           "%.4f s\n", lb, plans, best);
+           "%.4f s\n", r.lb, r.plans, r.best);
     bal_problem_free(pb);
 }
 
@@ -2143,15 +2152,13 @@ static void test_lower_bound_serialization(void)
         bal_problem *pb = sites_problem(u, N, D, "xyz", tflops, NULL, &net);
         if (!pb)
             continue;
-        double lb = bal_lower_bound(pb, M, -1), best_all;
-        int plans = 0, below = 0;
-        double best = every_small_plan(pb, D, N, M, ahead, 4, 3, lb, &plans, &below, &best_all);
-        CHECKF(below == 0 && plans > 300, "%d devices: %d of %d plans below the bound", D, below,
-               plans);
-        CHECKF(lb <= best && lb >= 0.98 * best, "%d devices: bound %.6f, the best plan %.6f", D, lb,
-               best);
+        small_plans r = every_small_plan(pb, D, N, M, ahead, 4, 3);
+        CHECKF(r.below == 0 && r.plans > 300, "%d devices: %d of %d plans below the bound", D,
+               r.below, r.plans);
+        CHECKF(r.lb <= r.best && r.lb >= 0.98 * r.best, "%d devices: bound %.6f, the best plan %.6f",
+               D, r.lb, r.best);
         printf("  %d sites, links that serialize a boundary in %s: bound %.4f s, the best of %d "
-               "plans %.4f s\n", D, D == 2 ? "9 ms" : "2.8 ms to the third", lb, plans, best);
+               "plans %.4f s\n", D, D == 2 ? "9 ms" : "2.8 ms to the third", r.lb, r.plans, r.best);
         bal_problem_free(pb);
     }
 }
@@ -2175,13 +2182,12 @@ static void check_four_devices(const char *what, const char *sites, const double
     bal_problem *pb = sites_problem(u, N, D, sites, tflops, mem, &net);
     if (!pb)
         return;
-    double lb = bal_lower_bound(pb, M, -1), best_all;
-    int plans = 0, below = 0;
-    double best = every_small_plan(pb, D, N, M, ahead, 5, stride, lb, &plans, &below, &best_all);
-    CHECKF(below == 0 && plans > 10000, "%s: %d of %d plans below the bound", what, below, plans);
-    CHECKF(lb <= best && lb >= best / (1 + within), "%s: bound %.6f, the best plan %.6f", what, lb,
-           best);
-    printf("  %s: bound %.6f s, the best of %d plans %.6f s\n", what, lb, plans, best);
+    small_plans r = every_small_plan(pb, D, N, M, ahead, 5, stride);
+    CHECKF(r.below == 0 && r.plans > 10000, "%s: %d of %d plans below the bound", what, r.below,
+           r.plans);
+    CHECKF(r.lb <= r.best && r.lb >= r.best / (1 + within), "%s: bound %.6f, the best plan %.6f",
+           what, r.lb, r.best);
+    printf("  %s: bound %.6f s, the best of %d plans %.6f s\n", what, r.lb, r.plans, r.best);
     bal_problem_free(pb);
 }
 
@@ -2231,29 +2237,21 @@ static void test_lower_bound_revisit(void)
     bal_problem *pb = sites_problem(u, N, D, "xyx", tflops, mem, &net);
     if (!pb)
         return;
-    double lb = bal_lower_bound(pb, M, -1), best_all;
-    int plans = 0, below = 0;
-    double best = every_small_plan(pb, D, N, M, ahead, 5, 1, lb, &plans, &below, &best_all);
+    small_plans r = every_small_plan(pb, D, N, M, ahead, 5, 1);
     static const int order[3] = {0, 1, 2};
     for (int x = 6; x <= 20; x++)
         for (int y = x + 1; y < N; y++)
             for (int e = 0; e < 13 * 13; e++) {
                 int cuts[4] = {0, x, y, N}, extra[2] = {e % 13, e / 13};
                 bal_chain ch = {3, order, extra, M, BAL_1F1B, 1, 0};
-                bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
-                if (q) {
-                    double t = bal_plan_critical_path(q);
-                    plans++;
-                    below += t < lb * (1 - 1e-12);
-                    best = fmin(best, t);
-                }
-                bal_plan_free(q);
+                count_plan(&r, bal_plan_chain(pb, &ch, cuts, NULL), 1);
             }
-    CHECKF(below == 0 && plans > 100000, "a site visited again: %d of %d plans below the bound", below,
-           plans);
-    CHECKF(lb <= best && lb >= best / 1.01, "a site visited again: bound %.6f, the best plan %.6f", lb,
-           best);
-    printf("  a site visited again: bound %.6f s, the best of %d plans %.6f s\n", lb, plans, best);
+    CHECKF(r.below == 0 && r.plans > 100000, "a site visited again: %d of %d plans below the bound",
+           r.below, r.plans);
+    CHECKF(r.lb <= r.best && r.lb >= r.best / 1.01,
+           "a site visited again: bound %.6f, the best plan %.6f", r.lb, r.best);
+    printf("  a site visited again: bound %.6f s, the best of %d plans %.6f s\n", r.lb, r.plans,
+           r.best);
     bal_problem_free(pb);
 }
 
