@@ -290,13 +290,6 @@ typedef struct {
     bound_rooms *rooms;
 } bound_ctx;
 
-/* The most FLOPs / v of any run of units that device d computes within
- * cap seconds and whose stash for one micro-batch fits its memory beside
- * their static bytes: a stage time of at most cap is one of those (every
- * stage holds at least the micro-batch it computes). Per kind of run: one
- * of neither end unit (room[ROOM_INSIDE]), one that starts with unit 0
- * (ROOM_FIRST) and one that ends with the head (ROOM_LAST). A chain has one
- * stage of each end; the others are of the first kind. */
 /* The micro-batches a stage of units s..e-1 on device d may hold in
  * flight: its memory beside their static bytes over their stash, at most
  * m. */
@@ -341,12 +334,11 @@ static int run_ok(const bal_problem *pb, int d, int s, int e, double cap, double
 /* The most FLOPs / v of any run of units that device d computes within
  * cap seconds and whose stash for one micro-batch fits its memory beside
  * their static bytes (and, with xs > 0, that keeps (5) and (6) within
- * slack and u): a
- * stage time of at most cap is one of those (every stage holds at least
- * the micro-batch it computes). Per kind of run: one of neither end unit
- * (room[ROOM_INSIDE]), one that starts with unit 0 (ROOM_FIRST) and one
- * that ends with the head (ROOM_LAST). A chain has one stage of each end;
- * the others are of the first kind. */
+ * slack and u): a stage time of at most cap is one of those (every stage
+ * holds at least the micro-batch it computes). Per kind of run: one of
+ * neither end unit (room[ROOM_INSIDE]), one that starts with unit 0
+ * (ROOM_FIRST) and one that ends with the head (ROOM_LAST). A chain has
+ * one stage of each end; the others are of the first kind. */
 static void run_room(const bal_problem *pb, int d, double v, double cap, double xs, double slack,
                      int m, double u, double *room)
 {
