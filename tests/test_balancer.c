@@ -1906,16 +1906,36 @@ static void test_stage_ops_match_simulator(void)
     CHECK(bal_stage_ops(BAL_1F1B, 2, 2, 1, -1, ops) == -1);
 }
 
+/* The bound and the plans replayed against it: how many, how many fell
+ * below it, the best, and the best over all D devices. */
+typedef struct {
+    double lb, best, best_all;
+    int plans, below;
+} small_plans;
+
+/* Replays q by critical path (no compute is shared: the replay itself) into
+ * r, and frees it; all: q is over every device. */
+static void count_plan(small_plans *r, bal_plan *q, int all)
+{
+    if (!q)
+        return;
+    double t = bal_plan_critical_path(q);
+    r->plans++;
+    r->below += t < r->lb * (1 - 1e-12);
+    r->best = fmin(r->best, t);
+    if (all)
+        r->best_all = fmin(r->best_all, t);
+    bal_plan_free(q);
+}
+
 /* Forty equal units on devices at two sites 50 ms apart (1 ms inside one),
- * 128 micro-batches: every plan on two or three devices, its cuts, orders
- * and warm-ups (replayed as their critical path, which is the replay: no
- * compute is shared). */
-static double links_best(const bal_problem *pb, int D, int n, double lb, int step, int *plans,
-                         int *below)
+ * 128 micro-batches: the bound and every plan on two or three devices, its
+ * cuts, orders and warm-ups. */
+static small_plans links_plans(const bal_problem *pb, int D, int n, int step)
 {
     static const int orders[3][3] = {{0, 1, 2}, {0, 2, 1}, {2, 0, 1}}; /* 0, 1 at one site */
     static const int deep[3] = {0, 20, 80};
-    double best = INFINITY;
+    small_plans r = {bal_lower_bound(pb, 128, -1), INFINITY, INFINITY, 0, 0};
     int no = D == 2 ? 2 : 3;
     for (int o = 0; o < no; o++)
         for (int x = 1; x < n; x++)
@@ -1927,16 +1947,9 @@ static double links_best(const bal_problem *pb, int D, int n, double lb, int ste
                     extra[0] = D == 2 ? step * e : deep[e / 3];
                     extra[1] = deep[e % 3];
                     bal_chain ch = {D, order, extra, 128, BAL_1F1B, 1, 0};
-                    bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
-                    double t = q ? bal_plan_critical_path(q) : INFINITY;
-                    if (q) {
-                        ++*plans;
-                        *below += t < lb;
-                        best = fmin(best, t);
-                    }
-                    bal_plan_free(q);
+                    count_plan(&r, bal_plan_chain(pb, &ch, cuts, NULL), 1);
                 }
-    return best;
+    return r;
 }
 
 /* The links and the optimizer in the bound, where they decide it: forty
@@ -1980,11 +1993,10 @@ static void test_lower_bound_links(void)
         CHECKF(pb != NULL, "%s", err.msg);
         if (!pb)
             continue;
-        double lb = bal_lower_bound(pb, 128, -1);
-        int plans = 0, below = 0;
-        double best = links_best(pb, D, N, lb, tight ? 5 : 20, &plans, &below);
-        CHECKF(below == 0 && plans >= (tight ? 400 : 500), "%d devices: %d of %d plans below the bound", D,
-               below, plans);
+        small_plans r = links_plans(pb, D, N, tight ? 5 : 20);
+        double lb = r.lb, best = r.best;
+        CHECKF(r.below == 0 && r.plans >= (tight ? 400 : 500),
+               "%d devices: %d of %d plans below the bound", D, r.below, r.plans);
         CHECKF(lb <= best && lb >= (tight ? 0.985 : 0.97) * best,
                "%d devices: bound %.6f, the best plan %.6f", D, lb, best);
         /* optimal finds it: a deep warm-up before the slow link, a falling profile */
@@ -1999,7 +2011,7 @@ static void test_lower_bound_links(void)
                D, opt, best);
         printf("  %d devices at two sites 50 ms apart%s: bound %.4f s, the best of %d plans "
                "%.4f s, optimal %.4f s\n", D, tight ? ", memory for 30 micro-batches" : "", lb,
-               plans, best, opt);
+               r.plans, best, opt);
         bal_plan_free(pl);
         bal_problem_free(pb);
     }
@@ -2014,28 +2026,6 @@ static int order_of_code(int code, int D, int p, int *order)
     order[2] = code / (D * D);
     return !((p < 3 && order[2]) || (p < 2 && order[1]) || (p >= 2 && order[1] == order[0]) ||
              (p == 3 && (order[2] == order[0] || order[2] == order[1])));
-}
-
-/* The bound and the plans replayed against it: how many, how many fell
- * below it, the best, and the best over all D devices. */
-typedef struct {
-    double lb, best, best_all;
-    int plans, below;
-} small_plans;
-
-/* Replays q by critical path (no compute is shared: the replay itself) into
- * r, and frees it; all: q is over every device. */
-static void count_plan(small_plans *r, bal_plan *q, int all)
-{
-    if (!q)
-        return;
-    double t = bal_plan_critical_path(q);
-    r->plans++;
-    r->below += t < r->lb * (1 - 1e-12);
-    r->best = fmin(r->best, t);
-    if (all)
-        r->best_all = fmin(r->best_all, t);
-    bal_plan_free(q);
 }
 
 /* The bound at m and every plan on one to three of the D devices: every
@@ -2292,15 +2282,13 @@ static void test_lower_bound_last_block(void)
                        (bal_link){1e9, 0.005}, (bal_link){1e9, 0.0001}, 3, 0.14);
 }
 
-/* Every plan of up to three stages over any of the D devices (every order,
- * cut, lookahead from {0, 1, 4, m} per link, both schedules), by critical
- * path (no two stages share compute here, so the replay itself): the best,
- * and how many replayed and fell below lb. */
-static double any_chain_best(const bal_problem *pb, int D, int n, int m, double lb, int *plans,
-                             int *below)
+/* The bound at m and every plan of up to three stages over any of the D
+ * devices (every order, cut, lookahead from {0, 1, 4, m} per link, both
+ * schedules). */
+static small_plans any_small_chain(const bal_problem *pb, int D, int n, int m)
 {
     const int la[4] = {0, 1, 4, m};
-    double best = INFINITY;
+    small_plans r = {bal_lower_bound(pb, m, -1), INFINITY, INFINITY, 0, 0};
     for (int p = 1; p <= 3 && p <= n && p <= D; p++)
         for (int code = 0; code < D * D * D; code++) {
             int order[3];
@@ -2313,18 +2301,11 @@ static double any_chain_best(const bal_problem *pb, int D, int n, int m, double 
                 for (int e = 0; e < 17; e++) {
                     int sched = e == 16 ? BAL_GPIPE : BAL_1F1B, extra[2] = {la[e % 4], la[e / 4 % 4]};
                     bal_chain ch = {p, order, extra, m, sched, 1, 0};
-                    bal_plan *q = bal_plan_chain(pb, &ch, cuts, NULL);
-                    if (q) {
-                        double t = bal_plan_critical_path(q);
-                        ++*plans;
-                        *below += t < lb * (1 - 1e-12);
-                        best = fmin(best, t);
-                    }
-                    bal_plan_free(q);
+                    count_plan(&r, bal_plan_chain(pb, &ch, cuts, NULL), p == D);
                 }
             }
         }
-    return best;
+    return r;
 }
 
 /* More devices than units, and the larger caps on the slower devices: three
@@ -2355,13 +2336,11 @@ static void test_lower_bound_more_devices(void)
     if (!pb)
         return;
     for (int m = 4; m <= 64; m *= 4) {
-        double lb = bal_lower_bound(pb, m, -1);
-        int plans = 0, below = 0;
-        double best = any_chain_best(pb, D, N, m, lb, &plans, &below);
-        CHECKF(below == 0 && plans > 100, "m=%d: %d of %d plans below the bound %.6f", m, below,
-               plans, lb);
-        CHECKF(lb >= 0.95 * best, "m=%d: bound %.6f, the best plan %.6f", m, lb, best);
-        printf("  m=%d: bound %.6f s, the best of %d plans %.6f s\n", m, lb, plans, best);
+        small_plans r = any_small_chain(pb, D, N, m);
+        CHECKF(r.below == 0 && r.plans > 100, "m=%d: %d of %d plans below the bound %.6f", m,
+               r.below, r.plans, r.lb);
+        CHECKF(r.lb >= 0.95 * r.best, "m=%d: bound %.6f, the best plan %.6f", m, r.lb, r.best);
+        printf("  m=%d: bound %.6f s, the best of %d plans %.6f s\n", m, r.lb, r.plans, r.best);
     }
     bal_problem_free(pb);
 }
@@ -2397,12 +2376,12 @@ static void test_lower_bound_head(void)
     CHECKF(pb != NULL, "%s", err.msg);
     if (!pb)
         return;
-    double lb = bal_lower_bound(pb, M, -1);
-    int plans = 0, below = 0;
-    double best = any_chain_best(pb, D, N, M, lb, &plans, &below);
-    CHECKF(below == 0 && plans > 1000, "%d of %d plans below the bound %.6f", below, plans, lb);
-    CHECKF(lb >= 0.99 * best, "bound %.6f, the best plan %.6f", lb, best);
-    printf("  a head of 0.3 layer: bound %.6f s, the best of %d plans %.6f s\n", lb, plans, best);
+    small_plans r = any_small_chain(pb, D, N, M);
+    CHECKF(r.below == 0 && r.plans > 1000, "%d of %d plans below the bound %.6f", r.below, r.plans,
+           r.lb);
+    CHECKF(r.lb >= 0.99 * r.best, "bound %.6f, the best plan %.6f", r.lb, r.best);
+    printf("  a head of 0.3 layer: bound %.6f s, the best of %d plans %.6f s\n", r.lb, r.plans,
+           r.best);
     bal_problem_free(pb);
 }
 
