@@ -63,6 +63,16 @@ static int cmp_int_desc(const void *a, const void *b)
  * bound does not split by them (every chain may visit any site). */
 #define BOUND_SITE_SETS 8
 
+/* What the crossings between two sites of a set cost at least (all 0 when
+ * no crossing is known to come before a stage: one site, or any sites):
+ * one crossing's activation and gradient serializations and round trip;
+ * the sites' cheapest spanning tree in round trips; and what one more
+ * crossing adds to R and G in place of a link of either kind. */
+typedef struct {
+    double xs, xg, xrt;
+    double tree_rt, more_rt, more_lat;
+} bound_cross;
+
 /* The least a chain of p stages, on devices of the sites in `sites` only,
  * spends on its links, for p = 1..k: in round trips (latency and
  * serialization both ways of the smallest boundary) and in the norm's
@@ -84,12 +94,10 @@ static int cmp_int_desc(const void *a, const void *b)
  * direction (the activation forward or the gradient back): any link of the
  * set; over several sites, a crossing, and the crossings join them all, so
  * at least the bottleneck of the sites' spanning tree that has the
- * smallest one (each pair weighted by the cheaper way round). xs, xg and
- * xrt: the least activation serialization, gradient serialization and
- * round trip of any crossing between two sites of the set (0: none). */
+ * smallest one (each pair weighted by the cheaper way round). *cross:
+ * the set's crossings (bound_cross). */
 static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_in, int exact,
-                       double *pre, double *R, double *G, double *Z, double *xs, double *once,
-                       double *xg, double *xrt)
+                       double *pre, double *R, double *G, double *Z, bound_cross *cross)
 {
     int n = pb->n_units, D = pb->n_dev, ns = pb->n_sites;
     double bytes = INFINITY;
@@ -105,7 +113,7 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
     /* [0]: inside a site or a host, [1]: between sites; per pair of sites
      * (a < b) the cheaper way round */
     double rt[2] = {INFINITY, INFINITY}, lat[2] = {INFINITY, INFINITY}, ser[2] = {INFINITY, INFINITY};
-    *xs = *xg = *xrt = INFINITY;
+    bound_cross cr = {INFINITY, INFINITY, INFINITY, 0, 0, 0};
     double *prt = NULL, *plat = NULL, *pser = NULL;
     if (exact) {
         prt = sl_xmalloc((size_t)ns * (size_t)ns * 3 * sizeof(double));
@@ -136,9 +144,9 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
                 rt[1] = fmin(rt[1], x);
                 lat[1] = fmin(lat[1], y);
                 ser[1] = fmin(ser[1], z);
-                *xs = fmin(*xs, sf);
-                *xg = fmin(*xg, sr);
-                *xrt = fmin(*xrt, x);
+                cr.xs = fmin(cr.xs, sf);
+                cr.xg = fmin(cr.xg, sr);
+                cr.xrt = fmin(cr.xrt, x);
                 if (prt) {
                     prt[lo * ns + hi] = prt[hi * ns + lo] = fmin(prt[lo * ns + hi], x);
                     plat[lo * ns + hi] = plat[hi * ns + lo] = fmin(plat[lo * ns + hi], y);
@@ -177,13 +185,10 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
         free(near);
     }
     double other_rt = fmin(rt[0], rt[1]), other_lat = fmin(lat[0], lat[1]);
-    /* once[0]: the crossings' least round trips (the tree); once[1], once[2]:
-     * what one more crossing adds to R and G over a link of either kind */
-    once[0] = once[1] = once[2] = 0;
     if (exact && s_all > 1 && isfinite(tree[0]) && isfinite(rt[1]) && isfinite(lat[1])) {
-        once[0] = tree[0];
-        once[1] = rt[1] - other_rt;
-        once[2] = lat[1] - other_lat;
+        cr.tree_rt = tree[0];
+        cr.more_rt = rt[1] - other_rt;
+        cr.more_lat = lat[1] - other_lat;
     }
     double any_ser = fmin(ser[0], ser[1]);
     qsort(count, (size_t)ns, sizeof(int), cmp_int_desc);
@@ -218,8 +223,9 @@ static void link_floor(const bal_problem *pb, int k, int owner, unsigned sites_i
         if (!isfinite(R[p]) || !isfinite(G[p]))
             R[p] = G[p] = 0;
     }
-    if (!exact || s_all < 2 || !isfinite(*xs))
-        *xs = *xg = *xrt = 0; /* no crossing known to come before a stage */
+    if (!exact || s_all < 2 || !isfinite(cr.xs))
+        cr.xs = cr.xg = cr.xrt = 0; /* no crossing known to come before a stage */
+    *cross = cr;
     free(prt);
     free(count);
 }
@@ -274,12 +280,9 @@ typedef struct {
     int k, nd, m;        /* stages at most, devices (the owner twice), micro-batches */
     double beta, W;      /* least backward share, the model's FLOPs */
     const double *pre, *R, *G, *Z; /* link_floor */
-    double xs, xg, xrt; /* link_floor: a crossing's least serializations (activation,
-                         * gradient) and round trip; 0: no crossing */
-    int ju;             /* (6)'s room for a stage behind a crossing: theta_ju */
-    double once[3];                /* link_floor: the tree's round trips, one more crossing's */
+    bound_cross cross;             /* link_floor */
+    int ju;                        /* (6)'s room for a stage behind a crossing: theta_ju */
     unsigned present;              /* the sites of the devices, when `exact` (<= 8 sites) */
-    int sites;                     /* how many */
     double *q, *t, *cap, *a; /* scratch, nd + 1 each */
     bound_dev *others;       /* scratch, nd: the devices but a U's owner */
     double *caps;            /* scratch, nd * ROOM_KINDS: the case's caps per device */
@@ -289,6 +292,12 @@ typedef struct {
     int owner;               /* the data owner (a U), or -1 */
     bound_rooms *rooms;
 } bound_ctx;
+
+/* A device's largest room of any kind of run. */
+static double room_any(const double *room)
+{
+    return fmax(room[ROOM_INSIDE], fmax(room[ROOM_FIRST], room[ROOM_LAST]));
+}
 
 /* The micro-batches a stage of units s..e-1 on device d may hold in
  * flight: its memory beside their static bytes over their stash, at most
@@ -398,10 +407,10 @@ static void dev_room(bound_ctx *x, int h, int i, int j, double *room)
     if (h == 2) {
         int s = (int)((unsigned)x->ju % ROOM_SLOTS);
         slot = 2 + s;
-        if (r->xs[s] != x->xs || r->ju[s] != x->ju) { /* another crossing: forget the last one's */
+        if (r->xs[s] != x->cross.xs || r->ju[s] != x->ju) { /* another crossing: forget the last one's */
             for (size_t a = 0; a < D * (size_t)r->nj * ROOM_KINDS; a++)
                 r->room[slot][a] = NAN;
-            r->xs[s] = x->xs;
+            r->xs[s] = x->cross.xs;
             r->ju[s] = x->ju;
         }
     }
@@ -412,7 +421,7 @@ static void dev_room(bound_ctx *x, int h, int i, int j, double *room)
         if (h && x->m > 1)
             cap = fmin(cap, x->beta * th + v->hold / (x->m - 1));
         if (h == 2)
-            run_room(x->pb, v->d, v->v, cap, x->xs, (x->m - 1) * x->beta * th, x->m,
+            run_room(x->pb, v->d, v->v, cap, x->cross.xs, (x->m - 1) * x->beta * th, x->m,
                      pow(BOUND_RATIO, x->ju), c);
         else
             run_room(x->pb, v->d, v->v, cap, 0, 0, x->m, INFINITY, c);
@@ -513,10 +522,8 @@ static int covers_caps(bound_ctx *x, double cg, int first)
     double rest = x->W * (1 - 1e-12) - more[0] - more[1];
     if (rest > 0 && greedy_capped(x->dv, nd, x->q, x->cap, x->a, rest) < rest)
         return 0;
-    for (int i = 0; i < nd; i++) {
-        const double *r = x->cap_k + (size_t)i * ROOM_KINDS;
-        x->cap[i] = fmax(r[ROOM_INSIDE], fmax(r[ROOM_FIRST], r[ROOM_LAST]));
-    }
+    for (int i = 0; i < nd; i++)
+        x->cap[i] = room_any(x->cap_k + (size_t)i * ROOM_KINDS);
     if (greedy_capped(x->dv, nd, x->q, x->cap, x->a, x->W) < x->W * (1 - 1e-12))
         return 0;
     if (x->owner < 0)
@@ -570,22 +577,23 @@ static int covers_last_block(bound_ctx *x, double cg, int first, double s_max)
     int nd = x->nd, m = x->m, ns = x->pb->n_sites;
     double *cap = x->cap_o, *capl = x->cap_o + nd;
     int *use = x->use, *last = x->use + nd;
+    double gain0 = 0;
+    for (int i = 0; i < nd; i++) {
+        const double *r = x->cap_k + (size_t)i * ROOM_KINDS;
+        cap[i] = r[ROOM_INSIDE];
+        if (x->pb->site_of[x->dv[i].d] == first)
+            gain0 = fmax(gain0, x->dv[i].v * (r[ROOM_FIRST] - r[ROOM_INSIDE]));
+    }
     for (int tau = 0; tau < ns; tau++) {
         if (tau == first || !(x->present >> tau & 1))
             continue;
-        double gain0 = 0;
         for (int i = 0; i < nd; i++) {
-            const double *r = x->cap_k + (size_t)i * ROOM_KINDS;
-            int site = x->pb->site_of[x->dv[i].d];
-            last[i] = site == tau;
+            last[i] = x->pb->site_of[x->dv[i].d] == tau;
             use[i] = !last[i];
-            cap[i] = r[ROOM_INSIDE];
-            if (site == first)
-                gain0 = fmax(gain0, x->dv[i].v * (r[ROOM_FIRST] - r[ROOM_INSIDE]));
         }
         for (int g = 0; g < STEPS; g++) {
             double y0 = s_max * g / STEPS, y1 = s_max * (g + 1) / STEPS;
-            double limit = (cg - x->once[0] - y0) / m, gain1 = 0;
+            double limit = (cg - x->cross.tree_rt - y0) / m, gain1 = 0;
             if (limit <= 0)
                 break;
             int jl = (int)ceil(log(limit) / log(BOUND_RATIO));
@@ -631,11 +639,11 @@ static int covers_visits(bound_ctx *x, double c, int pa, int pb, double ta, int 
     const double *pre = x->pre, *R = x->R, *G = x->G, *Z = x->Z;
     double r_links = R[pa], g_links = G[pa];
     if (twice) { /* s crossings at least: p - 1 >= s links, one more crossing */
-        int p = pa > x->sites + 1 ? pa : x->sites + 1;
+        int s = __builtin_popcount(x->present), p = pa > s + 1 ? pa : s + 1;
         if (p > pb)
             return 0;
-        r_links = R[p] + x->once[1];
-        g_links = G[p] + x->once[2];
+        r_links = R[p] + x->cross.more_rt;
+        g_links = G[p] + x->cross.more_lat;
     }
     double cg = c - g_links, tb = pow(BOUND_RATIO, jb);
     if (cg <= 0)
@@ -654,7 +662,7 @@ static int covers_visits(bound_ctx *x, double c, int pa, int pb, double ta, int 
         dev_room(x, 0, i, jc, r);
         for (int k = 0; k < ROOM_KINDS; k++)
             r[k] = fmin(r[k], r1[k]);
-        x->a[i] = fmax(r[ROOM_INSIDE], fmax(r[ROOM_FIRST], r[ROOM_LAST]));
+        x->a[i] = room_any(r);
     }
     qsort(x->a, (size_t)nd, sizeof(double), cmp_desc);
     greedy(x->dv, pb, m, pre, cg, tb, x->a, s_max, x->t);
@@ -663,7 +671,7 @@ static int covers_visits(bound_ctx *x, double c, int pa, int pb, double ta, int 
         x->q[i + 1] = x->q[i] + (i < pb ? x->t[i] : 0);
     if (!covers_caps(x, cg, -1))
         return 0;
-    if (x->xs <= 0 || m < 2)
+    if (x->cross.xs <= 0 || m < 2)
         return 1;
     /* over several sites, every stage off the first site comes after a
      * crossing: (5) and (6) cap it too; the chain starts on some site (a U
@@ -671,7 +679,7 @@ static int covers_visits(bound_ctx *x, double c, int pa, int pb, double ta, int 
      * the stages and links up to it), its warm-up's serializations and the
      * gradients' m - 1 fit in cg, so t + (k - 1) xs <= u, u rounded up to
      * the grid so that the caps are computed once per grid point */
-    double u = cg - (m - 1) * x->xg - x->xrt;
+    double u = cg - (m - 1) * x->cross.xg - x->cross.xrt;
     if (u <= 0)
         return 0;
     x->ju = (int)ceil(log(u) / log(BOUND_RATIO));
@@ -774,8 +782,8 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
     int *use = sl_xmalloc(2 * (size_t)nd * sizeof(int));
     bound_dev *others = sl_xmalloc((size_t)nd * sizeof *others);
     double *caps = sl_xmalloc(3 * (size_t)nd * ROOM_KINDS * sizeof *caps);
-    double xs, once[3], xg, xrt;
-    link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z, &xs, once, &xg, &xrt);
+    bound_cross cross;
+    link_floor(pb, k, data_owner, sites, exact, pre, R, G, Z, &cross);
     unsigned present = 0;
     for (int i = 0; exact && i < nd; i++)
         present |= 1u << pb->site_of[v[i].d];
@@ -784,9 +792,7 @@ static double bound_sites(const bal_problem *pb, const bound_dev *all, bound_roo
                    .cap = scratch + 2 * nd + 2, .a = scratch + 3 * nd + 3,
                    .cap_o = scratch + 4 * nd + 4, .use = use, .others = others, .caps = caps,
                    .caps_x = caps + (size_t)nd * ROOM_KINDS, .cap_k = caps + 2 * (size_t)nd * ROOM_KINDS,
-                   .owner = data_owner, .rooms = rooms, .xs = xs, .xg = xg, .xrt = xrt,
-                   .once = {once[0], once[1], once[2]}, .present = present,
-                   .sites = __builtin_popcount(present)};
+                   .owner = data_owner, .rooms = rooms, .cross = cross, .present = present};
     if (W > 0 && !isinf(v[0].v)) {
         if (isinf(hi)) {
             hi = 1;
