@@ -1,6 +1,7 @@
 /* coord_internal.h - what the coordinator's source files share: the server
- * object, the authorization every post-enrollment call goes through, and
- * the job manager's entry points (coord_jobs.c). */
+ * object, the authorization every post-enrollment call goes through
+ * (coord_auth.c), and the job manager's entry points (coord_jobs.c, its
+ * handlers in coord_jobs_rpc.c). */
 #ifndef COORD_INTERNAL_H
 #define COORD_INTERNAL_H
 
@@ -33,9 +34,19 @@ struct coord {
 
 enum { COORD_ALLOW_DEVICE = 1, COORD_ALLOW_ADMIN = 2 };
 
+/* ---- authorization and database connections (coord_auth.c) ---- */
+
 /* Checks a post-enrollment call; returns RPC_OK or the refusal. `claimed`
  * is the device id the request names ("" with the admin certificate). */
 int coord_authorize(coord *c, const rpc_peer *peer, const char *claimed, int allow, rpc_status *st);
+/* The same on a connection the caller holds. */
+int coord_authorize_on(coord *c, coord_state *db, const rpc_peer *peer, const char *claimed,
+                       int allow, rpc_status *st);
+/* A database connection of the pool (or a new one), and back. */
+coord_state *coord_db_get(coord *c, sl_err *err);
+void coord_db_put(coord *c, coord_state *s);
+/* Tokens and revocations written by `skyloom certs` since the last call. */
+int coord_import_spool(coord *c, coord_state *db, sl_err *err);
 
 /* ---- jobs (coord_jobs.c) ---- */
 

@@ -1,10 +1,9 @@
-/* coord_server.c - the Coordinator service: enrollment, heartbeats, the
- * device list, and the authorization every call after enrollment goes
- * through. Handlers run on the rpc server's worker threads, several at a
- * time: each takes a database connection of its own from a small pool (the
- * database is WAL: readers do not wait for writers, SQLite orders the
- * writers), and the spool import and the CA key are used one thread at a
- * time. */
+/* coord_server.c - the Coordinator service: opening the coordinator,
+ * enrollment, renewal, heartbeats and the device list (the job manager's
+ * calls are in coord_jobs_rpc.c, authorization in coord_auth.c). Handlers
+ * run on the rpc server's worker threads, several at a time, each on a
+ * database connection of its own (coord_db_get); the CA key is used one
+ * thread at a time. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -88,73 +87,6 @@ static int private_pki(const char *pki, sl_err *err)
     return 0;
 }
 
-/* ---- database connections ------------------------------------------------------ */
-
-static coord_state *db_get(coord *c, sl_err *err)
-{
-    coord_state *s = NULL;
-    pthread_mutex_lock(&c->mu);
-    if (c->n_pool)
-        s = c->pool[--c->n_pool];
-    pthread_mutex_unlock(&c->mu);
-    return s ? s : coord_state_attach(c->state, err);
-}
-
-static void db_put(coord *c, coord_state *s)
-{
-    if (!s)
-        return;
-    pthread_mutex_lock(&c->mu);
-    if (c->n_pool < COORD_POOL_MAX) {
-        c->pool[c->n_pool++] = s;
-        s = NULL;
-    }
-    pthread_mutex_unlock(&c->mu);
-    coord_state_close(s);
-}
-
-/* ---- the spool ------------------------------------------------------------------ */
-
-typedef struct import_ctx {
-    coord *c;
-    coord_state *db;
-} import_ctx;
-
-static int import_one(void *ud, int kind, const char *key, const char *site, int64_t t,
-                      int64_t cert_s, sl_err *err)
-{
-    import_ctx *x = ud;
-    int rc = kind == CERT_SPOOL_TOKEN ? coord_state_add_token(x->db, key, site, t, cert_s, err)
-                                      : coord_state_add_revocation(x->db, key, t, err);
-    if (rc)
-        return -1;
-    if (kind == CERT_SPOOL_REVOKE)
-        sl_log_info("coordinator: device revoked", "device=%s", key);
-    else
-        sl_log_info("coordinator: enrollment token imported", "site=%s", site);
-    return 0;
-}
-
-static void import_bad(void *ud, const char *file, const char *why)
-{
-    (void)ud;
-    sl_log_warn("coordinator: spool entry refused, renamed to .bad", "entry=%s reason=\"%s\"", file,
-                why);
-}
-
-/* Tokens and revocations written by `skyloom certs` since the last call. */
-static int import_spool(coord *c, coord_state *db, sl_err *err)
-{
-    int bad = 0;
-    import_ctx x = {c, db};
-    pthread_mutex_lock(&c->spool_mu);
-    int rc = cert_spool_drain(c->pki, import_one, import_bad, &x, &bad, err);
-    pthread_mutex_unlock(&c->spool_mu);
-    if (rc)
-        sl_log_error("coordinator: spool import failed", "reason=\"%s\"", err ? err->msg : "");
-    return rc;
-}
-
 coord *coord_open(const coord_opts *o, sl_err *err)
 {
     coord *c = sl_xcalloc(1, sizeof *c);
@@ -184,7 +116,7 @@ coord *coord_open(const coord_opts *o, sl_err *err)
     if (!r && cert_pair_recover(o->pki, "coordinator", err) < 0)
         r = -1;
     if (r || !(c->ca = cert_ca_load(o->pki, err)) || !(c->state = coord_state_open(o->state, err)) ||
-        import_spool(c, c->state, err) || !(c->jobs = coord_jobs_open(c, err))) {
+        coord_import_spool(c, c->state, err) || !(c->jobs = coord_jobs_open(c, err))) {
         coord_close(c);
         return NULL;
     }
@@ -262,59 +194,6 @@ int coord_close(coord *c)
     return 0;
 }
 
-/* ---- authorization ----------------------------------------------------------- */
-
-enum { ALLOW_DEVICE = COORD_ALLOW_DEVICE, ALLOW_ADMIN = COORD_ALLOW_ADMIN };
-
-/* Checks a post-enrollment call; returns RPC_OK or the refusal. */
-static int authorize(coord *c, coord_state *db, const rpc_peer *peer, const char *claimed, int allow,
-                     rpc_status *st)
-{
-    if (!peer->authenticated)
-        return rpc_status_set(st, RPC_UNAUTHENTICATED,
-                              "a client certificate from the project CA is required (enroll first)");
-    const char *id = peer->identity;
-    if (!strcmp(id, CERT_ADMIN_CN)) {
-        if ((allow & ALLOW_ADMIN) && !*claimed)
-            return RPC_OK;
-        return rpc_status_set(st, RPC_PERMISSION_DENIED,
-                              "the admin certificate may not act as device '%s'", claimed);
-    }
-    if (!cert_valid_device_id(id))
-        return rpc_status_set(st, RPC_PERMISSION_DENIED,
-                              "certificate identity '%s' is not a device", id);
-    if (!(allow & ALLOW_DEVICE))
-        return rpc_status_set(st, RPC_PERMISSION_DENIED, "devices may not make this call");
-    if (strcmp(id, claimed) != 0)
-        return rpc_status_set(st, RPC_PERMISSION_DENIED,
-                              "certificate is for device %s but the request claims device '%s'",
-                              id, claimed);
-    sl_err err = {0};
-    if (import_spool(c, db, &err))
-        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
-    int r = coord_state_is_revoked(db, id, &err);
-    if (r < 0)
-        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
-    if (r)
-        return rpc_status_set(st, RPC_UNAUTHENTICATED, "device %s is revoked", id);
-    r = coord_state_device_known(db, id, &err);
-    if (r < 0)
-        return rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
-    if (!r)
-        return rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s is not enrolled here", id);
-    return RPC_OK;
-}
-
-int coord_authorize(coord *c, const rpc_peer *peer, const char *claimed, int allow, rpc_status *st)
-{
-    sl_err err = {0};
-    coord_state *db = db_get(c, &err);
-    int code = db ? authorize(c, db, peer, claimed, allow, st)
-                  : rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
-    db_put(c, db);
-    return code;
-}
-
 /* The lifetime of a device certificate: the device's own (from its token),
  * else the coordinator's option, else the PKI's default, read each time so
  * that a change applies from the next certificate. */
@@ -376,7 +255,7 @@ static int enroll(coord *c, const Skyloom__V1__EnrollRequest *r, rpc_buf *resp, 
     char *pem = NULL;
     char hash[CERT_HEX_LEN], tsite[CERT_SITE_MAX + 1] = "", id[CERT_ID_LEN];
     sl_err err = {0};
-    coord_state *db = db_get(c, &err);
+    coord_state *db = coord_db_get(c, &err);
     *why = COORD_ENROLL_INTERNAL;
     if (!db) {
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
@@ -396,7 +275,7 @@ static int enroll(coord *c, const Skyloom__V1__EnrollRequest *r, rpc_buf *resp, 
         goto out;
     }
     *why = COORD_ENROLL_INTERNAL;
-    if (import_spool(c, db, &err)) {
+    if (coord_import_spool(c, db, &err)) {
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         goto out;
     }
@@ -470,7 +349,7 @@ static int enroll(coord *c, const Skyloom__V1__EnrollRequest *r, rpc_buf *resp, 
     out.heartbeat_ms = c->o.heartbeat_ms;
     rpc_pack(&out, resp);
 out:
-    db_put(c, db);
+    coord_db_put(c, db);
     free(pem);
     return code;
 }
@@ -531,12 +410,12 @@ int coord_handle_renew(void *ud, const rpc_peer *peer, const uint8_t *req, size_
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed RenewRequest");
     sl_err err = {0};
-    coord_state *db = db_get(c, &err);
-    int code = db ? authorize(c, db, peer, r->device_id, ALLOW_DEVICE, st)
+    coord_state *db = coord_db_get(c, &err);
+    int code = db ? coord_authorize_on(c, db, peer, r->device_id, COORD_ALLOW_DEVICE, st)
                   : rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     if (code == RPC_OK)
         code = renew(c, db, r, resp, st);
-    db_put(c, db);
+    coord_db_put(c, db);
     rpc_unpacked_free(r);
     return code;
 }
@@ -654,12 +533,12 @@ int coord_handle_heartbeat(void *ud, const rpc_peer *peer, const uint8_t *req, s
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed HeartbeatRequest");
     sl_err err = {0};
-    coord_state *db = db_get(c, &err);
-    int code = db ? authorize(c, db, peer, r->device_id, ALLOW_DEVICE, st)
+    coord_state *db = coord_db_get(c, &err);
+    int code = db ? coord_authorize_on(c, db, peer, r->device_id, COORD_ALLOW_DEVICE, st)
                   : rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     if (code == RPC_OK)
         code = heartbeat(c, db, r, resp, st);
-    db_put(c, db);
+    coord_db_put(c, db);
     rpc_unpacked_free(r);
     return code;
 }
@@ -710,12 +589,12 @@ int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req
     if (!r)
         return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed ListDevicesRequest");
     sl_err err = {0};
-    coord_state *db = db_get(c, &err);
-    int code = db ? authorize(c, db, peer, r->device_id, ALLOW_DEVICE | ALLOW_ADMIN, st)
+    coord_state *db = coord_db_get(c, &err);
+    int code = db ? coord_authorize_on(c, db, peer, r->device_id, COORD_ALLOW_DEVICE | COORD_ALLOW_ADMIN, st)
                   : rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     rpc_unpacked_free(r);
     if (code != RPC_OK) {
-        db_put(c, db);
+        coord_db_put(c, db);
         return code;
     }
     list_ctx l = {.c = c, .db = db, .now = sl_unix_time()};
@@ -736,6 +615,6 @@ int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req
         free(i);
     }
     free(l.out.devices);
-    db_put(c, db);
+    coord_db_put(c, db);
     return code;
 }
