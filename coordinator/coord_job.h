@@ -1,0 +1,361 @@
+/* coord_job.h - a job's state machine: events and `now` in, effects out.
+ *
+ * A job is checked by its data owner, its candidate devices profile
+ * themselves (their links, then their units), a plan is made and signed,
+ * and the plan's devices train it in epochs; every K steps their parts make
+ * a committed checkpoint. A lost device, a failed run, a coordinator restart
+ * or a failing checkpoint store ends the epoch, and the job is planned again
+ * over the devices left, from its committed step.
+ *
+ * The functions here decide all of that and do nothing else: no I/O, no
+ * clock, no lock. Each takes the time as an argument and appends what must
+ * happen to a list of effects (save the job, record an event, save a
+ * profile, plan, commit a step, append a metrics row, start an epoch); the
+ * driver (coord_jobs.c) applies events under its lock, runs the effects
+ * after unlocking, and feeds their results back as events (plan done,
+ * commit done, epoch ready). What may live here: state, the rules that
+ * change it, and the effects they ask for; what may not: SQLite, threads,
+ * protobuf, files, the clock, JSON parsing.
+ *
+ * States (the strings are the contract of SQLite, protobuf and --json):
+ *
+ *   checking ──> profiling ──> planning ──> running ──> done
+ *       │            │            │  ^  │       │ ^
+ *       │            │            │  │  │       v │(a joiner's plan)
+ *       │            │            v  │  v     recovering <──> waiting
+ *       └────────────┴──────> failed, stopped (from any state before an end)
+ *
+ * Invariants (checked by tests/fuzz/fuzz_job.c): committed <= step <= steps;
+ * the epoch never decreases; an ended job never changes state; at most one
+ * plan is being made. */
+#ifndef COORD_JOB_H
+#define COORD_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coord_jobopts.h"
+
+#define COORD_JOB_ID_LEN 18 /* "j" + 16 hex + NUL */
+#define COORD_SITE_LEN 65   /* CERT_SITE_MAX + 1 */
+#define COORD_REASON_LEN 512
+#define COORD_ACC_STEPS 32  /* steps whose reports may be in flight at once */
+
+/* The policy's times. */
+#define COORD_LINKS_WAIT_S 60   /* profiling: units are asked for once every link is in, or then */
+#define COORD_PROFILE_WAIT_S 60 /* candidates whose units are not in this long after are left out */
+#define COORD_CHECK_WAIT_S 120  /* the data owner must answer the check by then */
+#define COORD_ENDED_TASK_S 600  /* how long devices are told to stop an ended job */
+#define COORD_DECIDE_MS 1500    /* failure reports of one epoch gathered this long before deciding */
+#define COORD_MAX_STALLS 3      /* recoveries in a row without a new committed step before failing */
+#define COORD_STORE_RETRY_S 10  /* a job paused by its checkpoint store tries again after this */
+#define COORD_WAIT_RETRY_S 5    /* a job waiting for devices re-plans this often */
+#define COORD_LINK_SAMPLES 3    /* device pairs measured per pair of sites */
+
+typedef enum coord_job_state {
+    COORD_JOB_CHECKING,
+    COORD_JOB_PROFILING,
+    COORD_JOB_PLANNING,
+    COORD_JOB_RUNNING,
+    COORD_JOB_RECOVERING,
+    COORD_JOB_WAITING,
+    COORD_JOB_DONE,
+    COORD_JOB_FAILED,
+    COORD_JOB_STOPPED,
+    COORD_JOB_NSTATES
+} coord_job_state;
+
+const char *coord_job_state_name(coord_job_state s);
+/* The state named s, or -1. */
+int coord_job_state_parse(const char *s);
+int coord_job_state_final(coord_job_state s);
+/* Whether the table of transitions allows from -> to. */
+int coord_job_transition_ok(coord_job_state from, coord_job_state to);
+
+/* ---- the devices, as their heartbeats describe them ------------------------- */
+
+typedef struct coord_dev {
+    char id[COORD_DEV_ID_LEN];
+    char site[COORD_SITE_LEN];
+    char address[256];
+    uint8_t key[32];
+    int has_key;
+    unsigned threads;
+    uint64_t memory;
+    char backend[8];
+    char **datasets;
+    int n_datasets;
+    int64_t seen, seen_ms; /* its last heartbeat (seconds, milliseconds); 0: none */
+} coord_dev;
+
+typedef struct coord_devs {
+    const coord_dev *v;
+    int n;
+    unsigned heartbeat_ms;
+} coord_devs;
+
+const coord_dev *coord_devs_find(const coord_devs *d, const char *id);
+/* Heard from within three heartbeat intervals (and a second). */
+int coord_dev_online(const coord_devs *d, const coord_dev *x, int64_t now_s);
+
+/* ---- a job ---------------------------------------------------------------------- */
+
+/* A device the job may run on: its profile, and what recovery knows of it. */
+typedef struct coord_cand {
+    char id[COORD_DEV_ID_LEN];
+    char site[COORD_SITE_LEN]; /* "" unknown */
+    char *result;            /* its profile for this job (JSON text); NULL while one is asked */
+    int failed;              /* that profile says it failed */
+    char *links;             /* round one's links (JSON array text), kept for round two */
+    int *measure, nmeasure;  /* the candidates whose links it measures in round one */
+    int64_t lost_ms;         /* declared lost then (0: not lost) */
+    int suspect, reported;   /* named by a failed neighbour; reported a failure (this epoch) */
+    int joining;             /* came online during the job: weighed at the next commit */
+} coord_cand;
+
+/* One stage's report of a step. */
+typedef struct coord_step_rep {
+    int have;
+    double loss, grad_norm, lr, fwd, bwd, recv, send, finish, step_s;
+    uint64_t raw, wire, raw_up, wire_up, raw_side, wire_side;
+    uint32_t masked;
+} coord_step_rep;
+
+/* A signed plan as the job keeps it: the text and signature devices get,
+ * and what the job needs of it. */
+typedef struct coord_job_plan {
+    char *text;
+    uint8_t *sig;
+    size_t sig_len;
+    int p, ndev, seq;                    /* stages, distinct devices, sequence length */
+    char (*stage_dev)[COORD_DEV_ID_LEN]; /* [p] */
+    double predicted;                    /* the predicted iteration time */
+} coord_job_plan;
+
+enum { COORD_WAIT_NONE, COORD_WAIT_OWNER, COORD_WAIT_DEVICES, COORD_WAIT_STORE };
+enum { COORD_PLAN_FIRST, COORD_PLAN_RECOVER, COORD_PLAN_JOIN };
+/* What a profile task asks for: the links, the units, or (a device joining
+ * a running job) both. */
+enum { COORD_PROFILE_BOTH = 0, COORD_PROFILE_LINKS = 1, COORD_PROFILE_UNITS = 2 };
+
+/* What recovery knows of the epoch and the job's last failures. */
+typedef struct coord_job_recovery {
+    int64_t fail_ms;      /* the epoch's first failure report (0: none) */
+    char fail_why[600];   /* a failure that named no lost peer, else the first one */
+    int fail_primary;     /* fail_why is a device's own failure */
+    int stalls;           /* recoveries since the last committed step */
+    int64_t detect_ms;    /* when the last recovery began; 0 once a step completed after it */
+    int64_t wait_ms;      /* when the job last started waiting or recovering */
+    int wait_kind;        /* COORD_WAIT_* */
+    int weigh_joiners;    /* a step was committed: joiners with a profile are weighed */
+    int store_fails;      /* checkpoint store failures since the last commit */
+    int restarted;        /* recovering after a coordinator restart */
+    uint64_t n_lost, n_recoveries; /* since the coordinator started */
+} coord_job_recovery;
+
+typedef struct coord_job {
+    /* the jobs row */
+    char id[COORD_JOB_ID_LEN];
+    uint64_t num;
+    coord_job_state state;
+    char reason[COORD_REASON_LEN];
+    char *config;           /* config.json text */
+    coord_jobopts opts;
+    char owner[COORD_DEV_ID_LEN], dataset[65];
+    char *data_info;        /* the owner's description of its shard (JSON text); NULL before */
+    int epoch, step, committed;
+    double loss;
+    int64_t created, ended; /* seconds */
+    coord_job_plan plan;    /* text NULL before the first plan */
+    /* derived */
+    int steps, batch, seq;
+    double tokens_s;
+    /* checking and profiling */
+    int64_t check_since;    /* the owner's check is waited for from then (submit or restart) */
+    int64_t started;        /* profiling began */
+    int profile_round;      /* COORD_PROFILE_LINKS, then COORD_PROFILE_UNITS */
+    int64_t round_started;
+    int ncand;
+    coord_cand *cand;
+    /* the epoch's steps: reports by step, and steps whose every part is in */
+    coord_step_rep *acc;    /* [COORD_ACC_STEPS][plan.p] */
+    int acc_step[COORD_ACC_STEPS], acc_done[COORD_ACC_STEPS];
+    int up_step[COORD_ACC_STEPS], up_ready[COORD_ACC_STEPS];
+    coord_step_rep *last;   /* [plan.p] the latest step every stage reported, or NULL */
+    int last_step;
+    double last_step_s;
+    /* effects under way */
+    int planning;           /* COORD_PLAN_* + 1 while a plan is made, 0 none */
+    int plan_epoch, plan_committed; /* what that plan started from */
+    int committing;         /* the step being committed, 0 none */
+    int epoch_pending;      /* a new epoch's files are being reset (COORD_FX_EPOCH) */
+    int64_t last_event_ms;  /* events are ordered by time: never earlier than the last */
+    coord_job_recovery rec;
+} coord_job;
+
+/* ---- effects ---------------------------------------------------------------------- */
+
+typedef enum coord_fx_kind {
+    COORD_FX_SAVE,    /* write the jobs row as the job is when the effect runs */
+    COORD_FX_STATE,   /* the job entered `state` (text: the reason): save and log */
+    COORD_FX_EVENT,   /* record event `name` about `device` (text: the detail) */
+    COORD_FX_LOG,     /* a log line: `name` the message, text the fields, level */
+    COORD_FX_PROFILE, /* record device's profile (text) */
+    COORD_FX_PLAN,    /* plan the job (mode) */
+    COORD_FX_COMMIT,  /* commit step (of epoch) */
+    COORD_FX_METRICS, /* append step's metrics row (reps, p, tokens_s, step_s) */
+    COORD_FX_EPOCH,   /* epoch begins: drop the uncommitted parts and metrics rows after
+                       * the committed step; answered by coord_job_epoch_ready */
+} coord_fx_kind;
+
+typedef struct coord_fx {
+    coord_fx_kind kind;
+    int level;                      /* LOG: an sl_log level */
+    int state;                      /* STATE */
+    int mode;                       /* PLAN */
+    int step, epoch, committed;     /* EVENT: the job's then; COMMIT, METRICS: what */
+    int64_t at_ms;                  /* EVENT */
+    char name[48];                  /* EVENT kind, LOG message */
+    char device[COORD_DEV_ID_LEN];  /* EVENT, PROFILE */
+    char *text;
+    coord_step_rep *reps;           /* METRICS: [p] */
+    int p;
+    double tokens_s, step_s;        /* METRICS */
+} coord_fx;
+
+typedef struct coord_fx_list {
+    coord_fx *v;
+    int n, cap;
+} coord_fx_list;
+
+void coord_fx_list_free(coord_fx_list *l);
+/* Moves the effects of src to the end of dst (src is left empty). */
+void coord_fx_list_move(coord_fx_list *dst, coord_fx_list *src);
+void coord_fx_free(coord_fx *f);
+
+/* ---- making and ending a job -------------------------------------------------- */
+
+/* A new job (checking). Takes config; copies opts. */
+void coord_job_init(coord_job *jb, const char *id, uint64_t num, char *config,
+                    const coord_jobopts *opts, const char *owner, const char *dataset,
+                    int64_t now_ms);
+void coord_job_free(coord_job *jb);
+
+/* Takes a plan (its text and signature: jb owns them from here) for the
+ * current epoch; the step accumulators start empty. */
+void coord_job_set_plan(coord_job *jb, coord_job_plan *pl);
+
+/* A job read back from the state after a restart: one that had a plan goes
+ * on from its committed step in a new epoch once the plan's devices are
+ * back; checked but not planned, it is checked again. `loss` is the last
+ * committed metrics row's. */
+void coord_job_restarted(coord_job *jb, double loss, int64_t now_ms, coord_fx_list *fx);
+
+/* ---- events ---------------------------------------------------------------------- */
+
+/* The data owner answered the check: its shard's description (JSON text,
+ * seq its sequence length) or its refusal. Profiling starts at once when
+ * `settled` (devices had time to come back after a restart). */
+void coord_job_check_done(coord_job *jb, int ok, const char *reason, const char *info, int seq,
+                          int settled, const coord_devs *devs, int64_t now_ms, coord_fx_list *fx);
+
+/* A device's profile: `round` COORD_PROFILE_LINKS (links: its links) or the
+ * units (result: the whole profile, round one's links merged in by the
+ * caller from coord_job_cand_links), failed when it could not profile. */
+void coord_job_profile_in(coord_job *jb, const char *device, int round, const char *result,
+                          const char *links, int failed, coord_fx_list *fx);
+/* Round one's links of a candidate (NULL: none yet). */
+const char *coord_job_cand_links(const coord_job *jb, const char *device);
+
+enum {
+    COORD_REPORT_OK,      /* nothing to do (a step already taken, sent again) or the epoch ends */
+    COORD_REPORT_TAKEN,   /* kept with the step's other reports */
+    COORD_REPORT_STOP,    /* not the running epoch: the device should stop */
+    COORD_REPORT_REFUSED, /* not this device's stage, or the step is out of range */
+};
+/* A stage's report of a step. */
+int coord_job_step_report(coord_job *jb, const char *device, int epoch, int stage, int step,
+                          const coord_step_rep *rep, int64_t now_ms, coord_fx_list *fx);
+
+enum {
+    COORD_UPLOAD_OK,        /* the piece may be written */
+    COORD_UPLOAD_COMMITTED, /* a retry of a committed step: nothing to do */
+    COORD_UPLOAD_NOT_RUNNING,
+    COORD_UPLOAD_REFUSED,   /* not this device's to upload */
+    COORD_UPLOAD_LATER,     /* the job's files are being reset: ask again after the effects */
+};
+/* Whether `device` may upload file `name` of `step` for `epoch`. */
+int coord_job_upload_check(const coord_job *jb, const char *device, int epoch, int step,
+                           const char *name);
+/* A file name a part may have: model.TAG.safetensors, optim.TAG.safetensors
+ * or data.json. */
+int coord_part_name_ok(const char *name);
+/* How many files a step's parts hold (two per device, and the data record). */
+int coord_job_parts_expected(const coord_job *jb);
+
+/* Every part of `step` arrived: it is committed once every stage reported it. */
+void coord_job_parts_done(coord_job *jb, int epoch, int step, coord_fx_list *fx);
+/* The checkpoint store could not take a piece of `step` (what: why). */
+void coord_job_store_failed(coord_job *jb, int step, const char *what, int64_t now_ms,
+                            coord_fx_list *fx);
+/* The COMMIT effect's result: ok, or not (why), or cancelled (the epoch
+ * moved on before it ran). */
+enum { COORD_COMMIT_OK, COORD_COMMIT_FAILED, COORD_COMMIT_CANCELLED };
+void coord_job_commit_done(coord_job *jb, int step, int result, const char *why, int64_t now_ms,
+                           coord_fx_list *fx);
+/* Whether a COMMIT effect of (epoch, step) should still run. */
+int coord_job_commit_wanted(const coord_job *jb, int epoch, int step);
+
+/* The EPOCH effect ran: the metrics rows after the committed step are gone,
+ * the last kept one's loss is `loss`. */
+void coord_job_epoch_ready(coord_job *jb, int epoch, double loss);
+
+/* A device's run of `epoch` failed; `lost` is the neighbour whose link
+ * broke first ("" if none). */
+void coord_job_run_failure(coord_job *jb, const char *device, int epoch, const char *reason,
+                           const char *lost, int64_t now_ms, coord_fx_list *fx);
+
+/* The operator's stop: -1 when the job had ended. */
+int coord_job_stop(coord_job *jb, int64_t now_ms, coord_fx_list *fx);
+
+/* What the planning driver made of a PLAN effect. */
+typedef struct coord_plan_result {
+    int ok;
+    coord_job_plan plan;  /* ok: taken by the job, or freed */
+    char why[600];        /* not ok */
+    int n_devices;        /* the devices it planned over */
+    int start_step;
+    double seconds;       /* planning took */
+    char unmeasured[512]; /* the pairs of sites no link was measured between */
+} coord_plan_result;
+void coord_job_plan_done(coord_job *jb, int mode, coord_plan_result *r, int64_t now_ms,
+                         coord_fx_list *fx);
+
+/* What the time and the devices' heartbeats decide: the check's timeout,
+ * profiling's rounds, the end, lost devices and the epoch's failure reports,
+ * joiners, re-planning, waiting. `settled`: devices had time to come back
+ * after a restart. */
+void coord_job_tick(coord_job *jb, const coord_devs *devs, int settled, int64_t now_ms,
+                    coord_fx_list *fx);
+
+/* ---- queries ------------------------------------------------------------------------ */
+
+/* The tasks for device `device`'s heartbeat. */
+typedef struct coord_task_want {
+    int kind;  /* COORD_TASK_* */
+    int epoch;
+    int cand;  /* PROFILE: the candidate */
+    int round; /* PROFILE: COORD_PROFILE_* */
+} coord_task_want;
+enum { COORD_TASK_CHECK, COORD_TASK_RUN, COORD_TASK_STOP, COORD_TASK_PROFILE };
+/* Fills out[0..1]; returns how many. */
+int coord_job_tasks(const coord_job *jb, const char *device, int64_t now_ms,
+                    coord_task_want out[2]);
+
+int coord_job_cand_index(const coord_job *jb, const char *device);
+/* The plan's first stage of device d, or -1. */
+int coord_job_stage_of(const coord_job *jb, const char *device);
+/* A candidate a re-plan may use: profiled, not lost, online and reachable. */
+int coord_job_cand_usable(const coord_job *jb, int k, const coord_devs *devs, int64_t now_s);
+
+#endif

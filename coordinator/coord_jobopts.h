@@ -1,0 +1,52 @@
+/* coord_jobopts.h - a job's options, typed: parsed and checked once when the
+ * job is submitted (or read back from the state), written back as the same
+ * JSON (the jobs table's `options`, GetJob, the plan's `options`).
+ *
+ * Pure data: the state machine (coord_job.h) reads these fields; only
+ * coord_jobopts.c knows JSON. */
+#ifndef COORD_JOBOPTS_H
+#define COORD_JOBOPTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define COORD_JOBOPTS_MAX_DEVICES 1024
+#define COORD_DEV_ID_LEN 18 /* "d" + 16 hex + NUL, as CERT_ID_LEN */
+
+typedef struct coord_jobopts {
+    int steps, batch, micro_batches;
+    char codec_act[16], codec_grad[32]; /* none, fp16, bf16, int8; gradients also topk:F */
+    int sealed;
+    char algo[16];        /* optimal, sky, even */
+    char schedule[8];     /* 1f1b, gpipe */
+    int checkpoint_every; /* 0: none */
+    double lr;            /* -1: the optimizer's default */
+    int warmup;           /* -1: 10% of the steps */
+    int64_t seed;
+    char optimizer[8];    /* adamw, lamb */
+    char optim_state[8];  /* fp32, bf16 */
+    double weight_decay, clip, mask_prob;
+    int64_t first, sequences;
+    int shuffle, recompute, recompute_attention, u_shape;
+    double replan_margin; /* a joiner's plan is taken when faster by this share */
+    int has_devices;      /* the submit named the devices the job may use */
+    int n_devices;
+    char (*devices)[COORD_DEV_ID_LEN];
+} coord_jobopts;
+
+/* Parses options JSON text ("" or NULL: every default; `steps` is required).
+ * 0, or -1 with the reason ("options: ...") in why. o is filled either way
+ * and freed with coord_jobopts_free. */
+int coord_jobopts_parse(const char *text, coord_jobopts *o, char *why, size_t cap);
+void coord_jobopts_free(coord_jobopts *o);
+int coord_jobopts_copy(coord_jobopts *dst, const coord_jobopts *src);
+
+/* The options as a JSON object (jansson's json_t), every option present. */
+struct json_t *coord_jobopts_json(const coord_jobopts *o);
+/* The options as JSON text: sorted keys, compact (indent 0) or indented. */
+char *coord_jobopts_text(const coord_jobopts *o, int indent);
+
+/* Whether the options let the job use device `id` (the owner always). */
+int coord_jobopts_allows(const coord_jobopts *o, const char *owner, const char *id);
+
+#endif
