@@ -1,0 +1,791 @@
+/* coord_jobs_rpc.c - the job manager's calls (service Coordinator): submit,
+ * list, status, stop, the devices' task and step reports, plans, checkpoint
+ * uploads and fetches.
+ *
+ * Every call goes through serve(): it unpacks the request, authorizes the
+ * caller for the device the request speaks for, finds the job the request
+ * names, and hands the body a `call`; the body changes the job only through
+ * its state machine's events, under the manager's lock, and does its I/O
+ * outside it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bal.h"
+#include "coord_jobs_int.h"
+#include "skyloom.pb-c.h"
+#include "sl_file.h"
+#include "sl_log.h"
+#include "sl_mem.h"
+#include "sl_time.h"
+
+/* ---- the one way in ----------------------------------------------------------------- */
+
+typedef struct call {
+    coord *c;
+    coord_jobs *j;
+    const rpc_peer *peer;
+    void *req;
+    const char *device; /* the device the request speaks for ("" the admin) */
+    const char *job_id;
+    cjob *jb;           /* the job it names, when found */
+    rpc_buf *resp;
+    rpc_status *st;
+} call;
+
+typedef struct method {
+    const char *name;
+    const ProtobufCMessageDescriptor *desc;
+    int allow;        /* COORD_ALLOW_* */
+    int need_job;     /* a job_id that is no job: NOT_FOUND before the body runs */
+    int (*body)(call *k);
+} method;
+
+/* A string field of a request by name ("" when the message has none). */
+static const char *str_field(const ProtobufCMessage *m, const char *name)
+{
+    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+    if (!f || f->type != PROTOBUF_C_TYPE_STRING || f->label == PROTOBUF_C_LABEL_REPEATED)
+        return "";
+    const char *v = *(const char *const *)((const char *)m + f->offset);
+    return v ? v : "";
+}
+
+static int reply(call *k, const void *msg)
+{
+    rpc_pack(msg, k->resp);
+    return RPC_OK;
+}
+
+static int serve(const method *m, void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
+                 rpc_buf *resp, rpc_status *st)
+{
+    coord *c = ud;
+    ProtobufCMessage *r = rpc_unpack(m->desc, req, len);
+    if (!r)
+        return rpc_status_set(st, RPC_INVALID_ARGUMENT, "malformed %s", m->name);
+    call k = {.c = c, .j = c->jobs, .peer = peer, .req = r, .resp = resp, .st = st};
+    k.device = str_field(r, "device_id");
+    k.job_id = str_field(r, "job_id");
+    int code = coord_authorize(c, peer, k.device, m->allow, st);
+    if (code == RPC_OK && *k.job_id)
+        k.jb = coord_jobs_find(k.j, k.job_id);
+    if (code == RPC_OK && m->need_job && !k.jb)
+        code = rpc_status_set(st, RPC_NOT_FOUND, "no job '%.40s'", k.job_id);
+    if (code == RPC_OK)
+        code = m->body(&k);
+    rpc_unpacked_free(r);
+    return code;
+}
+
+#define HANDLER(fn, type, desc, allow, need_job, body)                                           \
+    int fn(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, rpc_buf *resp,          \
+           rpc_status *st)                                                                         \
+    {                                                                                              \
+        static const method m = {type, &desc, allow, need_job, body};                              \
+        return serve(&m, ud, peer, req, len, resp, st);                                            \
+    }
+
+/* Applies an event's effects: queued under the lock, run after it. */
+static void settle(coord_jobs *j, cjob *jb, coord_fx_list *fx)
+{
+    coord_jobs_queue(j, jb, fx);
+    pthread_mutex_unlock(&j->mu);
+    coord_jobs_drain(j, jb);
+}
+
+/* ---- submitting --------------------------------------------------------------------------- */
+
+static int valid_name(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+static char *path_of(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = sl_xmalloc(n);
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+/* What a refused submit had written: config.json and the start model. */
+static void unmake_job_dir(const char *dir)
+{
+    static const char *const files[] = {"ckpt/step-0/model.safetensors", "ckpt/step-0", "ckpt",
+                                        "config.json", NULL};
+    for (int i = 0; files[i]; i++) {
+        char *p = path_of(dir, files[i]);
+        remove(p);
+        free(p);
+    }
+    rmdir(dir);
+}
+
+/* The job's directory with config.json and the start model, and its row. */
+static int make_job(coord_jobs *j, const coord_job *sm, const char *init_upload, rpc_status *st)
+{
+    sl_err err = {0};
+    char *dir = path_of(j->root, sm->id), *cfg = path_of(dir, "config.json");
+    int code = sl_mkdir(j->root, 0700, &err) || sl_mkdir(dir, 0700, &err) ||
+                       sl_write_file_atomic(cfg, sm->config, strlen(sm->config), &err)
+                   ? rpc_status_set(st, RPC_INTERNAL, "%s", err.msg)
+                   : RPC_OK;
+    if (code == RPC_OK && init_upload && *init_upload) {
+        char *ck = path_of(dir, "ckpt"), *s0 = path_of(dir, "ckpt/step-0"),
+             *m = path_of(dir, "ckpt/step-0/model.safetensors");
+        if (sl_mkdir(ck, 0700, &err) || sl_mkdir(s0, 0700, &err))
+            code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+        else
+            code = coord_uploads_claim(j->uploads, init_upload, m, st);
+        free(ck);
+        free(s0);
+        free(m);
+    }
+    coord_jobrow row = {.id = (char *)sm->id, .num = sm->num, .state = "checking", .reason = "",
+                        .config = sm->config, .owner = (char *)sm->owner,
+                        .dataset = (char *)sm->dataset, .created = sm->created};
+    row.options = coord_jobopts_text(&sm->opts, 0);
+    if (code == RPC_OK && coord_jobstore_save(j->store, &row, sl_unix_time(), &err))
+        code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
+    free(row.options);
+    if (code != RPC_OK)
+        unmake_job_dir(dir);
+    free(cfg);
+    free(dir);
+    return code;
+}
+
+static int submit(call *k)
+{
+    const Skyloom__V1__SubmitJobRequest *r = k->req;
+    coord_jobs *j = k->j;
+    sl_err err = {0};
+    bal_bert b;
+    if (bal_bert_parse(&b, r->config, "config.json", &err))
+        return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "%s", err.msg);
+    coord_jobopts opts;
+    char why[400];
+    if (coord_jobopts_parse(r->options, &opts, why, sizeof why)) {
+        coord_jobopts_free(&opts);
+        return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "%s", why);
+    }
+    const char *colon = strchr(r->data, ':');
+    char owner[CERT_ID_LEN + 8] = "";
+    if (colon)
+        snprintf(owner, sizeof owner, "%.*s", (int)(colon - r->data), r->data);
+    int code = RPC_OK;
+    if (!colon || !cert_valid_device_id(owner) || !valid_name(colon + 1, 64)) {
+        code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "data '%.80s' is not DEVICE_ID:NAME", r->data);
+        goto out;
+    }
+    coord_state *db = coord_db_get(k->c, &err);
+    int known = db ? coord_state_device_known(db, owner, &err) : -1;
+    int rev = db ? coord_state_is_revoked(db, owner, &err) : -1;
+    coord_db_put(k->c, db);
+    if (known <= 0 || rev) {
+        code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "data owner %s is %s", owner,
+                              known < 0 || rev < 0 ? "unknown (database error)"
+                              : rev              ? "revoked"
+                                                 : "not enrolled here");
+        goto out;
+    }
+    pthread_mutex_lock(&j->mu);
+    if (j->njob + j->reserved >= COORD_MAX_JOBS) {
+        pthread_mutex_unlock(&j->mu);
+        code = rpc_status_set(k->st, RPC_RESOURCE_EXHAUSTED, "%d jobs already", COORD_MAX_JOBS);
+        goto out;
+    }
+    j->reserved++;
+    pthread_mutex_unlock(&j->mu);
+    uint8_t rnd[8];
+    randombytes_buf(rnd, sizeof rnd);
+    uint64_t num = 0;
+    for (int i = 0; i < 8; i++)
+        num = num << 8 | rnd[i];
+    num &= 0x7fffffffffffffffull; /* fits SQLite's integer */
+    char id[COORD_JOB_ID_LEN];
+    snprintf(id, sizeof id, "j%016llx", (unsigned long long)num);
+    coord_job sm;
+    coord_job_init(&sm, id, num, sl_xstrdup(r->config), &opts, owner, colon + 1, sl_unix_ms());
+    code = make_job(j, &sm, r->init_upload, k->st);
+    cjob *jb = code == RPC_OK ? coord_jobs_wrap(j, &sm) : NULL;
+    coord_job_free(&sm);
+    pthread_mutex_lock(&j->mu);
+    j->reserved--;
+    if (jb)
+        coord_jobs_add(j, jb);
+    pthread_mutex_unlock(&j->mu);
+    if (jb) {
+        sl_log_info("coordinator: job submitted", "job=%s data=%s steps=%d", id, r->data, opts.steps);
+        Skyloom__V1__SubmitJobResponse out = SKYLOOM__V1__SUBMIT_JOB_RESPONSE__INIT;
+        out.job_id = id;
+        reply(k, &out);
+    }
+out:
+    coord_jobopts_free(&opts);
+    return code;
+}
+HANDLER(coord_handle_submit_job, "SubmitJobRequest", skyloom__v1__submit_job_request__descriptor,
+        COORD_ALLOW_ADMIN, 0, submit)
+
+/* ---- reading jobs --------------------------------------------------------------------------- */
+
+static Skyloom__V1__JobSummary *summary_of(const coord_job *jb)
+{
+    Skyloom__V1__JobSummary *s = sl_xmalloc(sizeof *s);
+    skyloom__v1__job_summary__init(s);
+    s->job_id = sl_xstrdup(jb->id);
+    s->state = sl_xstrdup(coord_job_state_name(jb->state));
+    s->step = (uint32_t)jb->step;
+    s->steps = (uint32_t)jb->steps;
+    s->committed_step = (uint32_t)jb->committed;
+    s->loss = jb->loss;
+    s->created_at = jb->created;
+    s->reason = sl_xstrdup(jb->reason);
+    return s;
+}
+
+static void summary_free(Skyloom__V1__JobSummary *s)
+{
+    if (!s)
+        return;
+    free(s->job_id);
+    free(s->state);
+    free(s->reason);
+    free(s);
+}
+
+static int list_jobs(call *k)
+{
+    coord_jobs *j = k->j;
+    Skyloom__V1__ListJobsResponse out = SKYLOOM__V1__LIST_JOBS_RESPONSE__INIT;
+    pthread_mutex_lock(&j->mu);
+    out.n_jobs = (size_t)j->njob;
+    out.jobs = sl_xcalloc(out.n_jobs + 1, sizeof *out.jobs);
+    for (int i = 0; i < j->njob; i++)
+        out.jobs[i] = summary_of(&j->job[i]->sm);
+    pthread_mutex_unlock(&j->mu);
+    reply(k, &out);
+    for (size_t i = 0; i < out.n_jobs; i++)
+        summary_free(out.jobs[i]);
+    free(out.jobs);
+    return RPC_OK;
+}
+HANDLER(coord_handle_list_jobs, "ListJobsRequest", skyloom__v1__list_jobs_request__descriptor,
+        COORD_ALLOW_ADMIN, 0, list_jobs)
+
+static json_t *profiles_json(const coord_job *jb)
+{
+    json_t *o = json_object();
+    for (int i = 0; i < jb->ncand; i++) {
+        json_error_t je;
+        json_t *r = jb->cand[i].result ? json_loads(jb->cand[i].result, 0, &je) : NULL;
+        if (r)
+            json_object_set_new(o, jb->cand[i].id, r);
+    }
+    return o;
+}
+
+/* The latest step every stage reported: its figures per stage and link. */
+static json_t *last_stages(const coord_job *jb)
+{
+    if (!jb->last)
+        return NULL;
+    json_t *stages = json_array();
+    const coord_step_rep *rep = jb->last;
+    for (int i = 0; i < jb->plan.p; i++) {
+        const coord_step_rep *s = &rep[i];
+        json_t *x = json_pack("{s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "stage", i, "device",
+                              jb->plan.stage_dev[i], "fwd_s", s->fwd, "bwd_s", s->bwd, "recv_s",
+                              s->recv, "send_s", s->send, "finish_s", s->finish, "step_s", s->step_s,
+                              "busy", s->step_s > 0 ? (s->fwd + s->bwd) / s->step_s : 0.0);
+        if (i + 1 < jb->plan.p)
+            json_object_set_new(x, "link_next",
+                                json_pack("{s:I, s:I, s:I, s:I}", "raw_bytes", (json_int_t)s->raw,
+                                          "wire_bytes", (json_int_t)s->wire, "raw_bytes_back",
+                                          (json_int_t)rep[i + 1].raw_up, "wire_bytes_back",
+                                          (json_int_t)rep[i + 1].wire_up));
+        json_array_append_new(stages, x);
+    }
+    return json_pack("{s:i, s:f, s:f, s:o}", "step", jb->last_step, "step_s", jb->last_step_s,
+                     "tokens_per_s", jb->tokens_s, "stages", stages);
+}
+
+static int get_job(call *k)
+{
+    const Skyloom__V1__GetJobRequest *r = k->req;
+    coord_jobs *j = k->j;
+    cjob *jb = k->jb;
+    Skyloom__V1__JobInfo out = SKYLOOM__V1__JOB_INFO__INIT;
+    pthread_mutex_lock(&j->mu);
+    const coord_job *sm = &jb->sm;
+    out.summary = summary_of(sm);
+    out.options = coord_jobopts_text(&sm->opts, 0);
+    out.plan = sl_xstrdup(sm->plan.text ? sm->plan.text : "");
+    out.epoch = (uint32_t)sm->epoch;
+    json_t *ls = last_stages(sm), *pj = profiles_json(sm);
+    out.stages = ls ? json_dumps(ls, JSON_COMPACT) : sl_xstrdup("");
+    out.profiles = json_dumps(pj, JSON_COMPACT);
+    out.trace = r->trace ? coord_jobobs_trace_text(jb->obs, sm->id) : sl_xstrdup("");
+    pthread_mutex_unlock(&j->mu);
+    json_decref(ls);
+    json_decref(pj);
+    pthread_mutex_lock(&jb->io_mu);
+    out.metrics = coord_ckpt_metrics_from(jb->ck, (int)r->metrics_from);
+    pthread_mutex_unlock(&jb->io_mu);
+    out.events = coord_jobstore_events(j->store, jb->sm.id);
+    reply(k, &out);
+    free(out.trace);
+    summary_free(out.summary);
+    free(out.options);
+    free(out.plan);
+    free(out.stages);
+    free(out.metrics);
+    free(out.profiles);
+    free(out.events);
+    return RPC_OK;
+}
+HANDLER(coord_handle_get_job, "GetJobRequest", skyloom__v1__get_job_request__descriptor,
+        COORD_ALLOW_ADMIN, 1, get_job)
+
+static int stop_job(call *k)
+{
+    coord_jobs *j = k->j;
+    coord_fx_list fx = {0};
+    pthread_mutex_lock(&j->mu);
+    int rc = coord_job_stop(&k->jb->sm, sl_unix_ms(), &fx);
+    char state[16];
+    snprintf(state, sizeof state, "%s", coord_job_state_name(k->jb->sm.state));
+    settle(j, k->jb, &fx);
+    if (rc)
+        return rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "job %s has ended (%s)", k->job_id, state);
+    Skyloom__V1__StopJobResponse out = SKYLOOM__V1__STOP_JOB_RESPONSE__INIT;
+    return reply(k, &out);
+}
+HANDLER(coord_handle_stop_job, "StopJobRequest", skyloom__v1__stop_job_request__descriptor,
+        COORD_ALLOW_ADMIN, 1, stop_job)
+
+/* ---- checkpoints ------------------------------------------------------------------------------ */
+
+static int fetch_file(call *k)
+{
+    const Skyloom__V1__FetchFileRequest *r = k->req;
+    coord_jobs *j = k->j;
+    int code = RPC_OK, step = -1;
+    char *dir = NULL;
+    pthread_mutex_lock(&j->mu);
+    const coord_job *sm = &k->jb->sm;
+    if (*r->device_id && coord_job_stage_of(sm, r->device_id) < 0) {
+        code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage of job %s",
+                              r->device_id, sm->id);
+    } else {
+        step = r->step == UINT32_MAX ? sm->committed : (int)r->step;
+        if (step != 0 && step != sm->committed)
+            code = rpc_status_set(k->st, RPC_NOT_FOUND, "job %s: step %u is not its committed "
+                                  "step (%d)", sm->id, r->step, sm->committed);
+        else
+            dir = coord_ckpt_step_dir(k->jb->ck, step, 0);
+    }
+    pthread_mutex_unlock(&j->mu);
+    Skyloom__V1__FetchFileResponse out = SKYLOOM__V1__FETCH_FILE_RESPONSE__INIT;
+    out.step = (uint32_t)(step < 0 ? 0 : step);
+    uint8_t *data = NULL;
+    if (code == RPC_OK && !*r->name) { /* the list */
+        DIR *d = opendir(dir);
+        if (!d)
+            code = rpc_status_set(k->st, RPC_NOT_FOUND, "job %s has no checkpoint at step %d",
+                                  r->job_id, step);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            if (e->d_name[0] == '.' || !coord_ckpt_servable(e->d_name))
+                continue;
+            out.names = sl_xrealloc(out.names, (out.n_names + 1) * sizeof *out.names);
+            out.names[out.n_names++] = sl_xstrdup(e->d_name);
+        }
+        if (d)
+            closedir(d);
+    } else if (code == RPC_OK && !coord_ckpt_servable(r->name)) {
+        code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "'%.80s' is not a checkpoint file", r->name);
+    } else if (code == RPC_OK) {
+        char *p = path_of(dir, r->name);
+        int fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        struct stat sb;
+        size_t max = k->c->o.max_message;
+        uint32_t lim = (uint32_t)(max > 8192 ? max - 4096 : 4096);
+        uint32_t want = r->max_bytes && r->max_bytes < lim ? r->max_bytes : lim;
+        if (fd < 0 || fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+            code = rpc_status_set(k->st, RPC_NOT_FOUND, "%s: no such file at step %d", r->name, step);
+        } else {
+            out.size = (uint64_t)sb.st_size;
+            uint64_t left = r->offset < out.size ? out.size - r->offset : 0;
+            size_t n = left < want ? (size_t)left : want;
+            data = sl_xmalloc(n ? n : 1);
+            ssize_t got = n ? pread(fd, data, n, (off_t)r->offset) : 0;
+            if (got != (ssize_t)n)
+                code = rpc_status_set(k->st, RPC_INTERNAL, "%s: read failed", r->name);
+            out.data.data = data;
+            out.data.len = n;
+        }
+        if (fd >= 0)
+            close(fd);
+        free(p);
+    }
+    if (code == RPC_OK)
+        reply(k, &out);
+    for (size_t i = 0; i < out.n_names; i++)
+        free(out.names[i]);
+    free(out.names);
+    free(data);
+    free(dir);
+    return code;
+}
+HANDLER(coord_handle_fetch_file, "FetchFileRequest", skyloom__v1__fetch_file_request__descriptor,
+        COORD_ALLOW_ADMIN | COORD_ALLOW_DEVICE, 1, fetch_file)
+
+static int upload_init(call *k)
+{
+    int code = coord_uploads_piece(k->j->uploads, k->req, k->st);
+    if (code != RPC_OK)
+        return code;
+    Skyloom__V1__UploadInitResponse o = SKYLOOM__V1__UPLOAD_INIT_RESPONSE__INIT;
+    return reply(k, &o);
+}
+HANDLER(coord_handle_upload_init, "UploadInitRequest", skyloom__v1__upload_init_request__descriptor,
+        COORD_ALLOW_ADMIN, 0, upload_init)
+
+/* Whether device may write the piece now: the state machine's answer,
+ * after the job's pending effects ran when it asks for them (a new epoch's
+ * files being reset). */
+static int upload_allowed(coord_jobs *j, cjob *jb, const Skyloom__V1__UploadChunkRequest *r)
+{
+    for (int tries = 0;; tries++) {
+        pthread_mutex_lock(&j->mu);
+        int v = coord_job_upload_check(&jb->sm, r->device_id, (int)r->epoch, (int)r->step, r->name);
+        pthread_mutex_unlock(&j->mu);
+        if (v != COORD_UPLOAD_LATER || tries == 100)
+            return v == COORD_UPLOAD_LATER ? COORD_UPLOAD_NOT_RUNNING : v;
+        coord_jobs_drain(j, jb);
+    }
+}
+
+static int upload_chunk(call *k)
+{
+    const Skyloom__V1__UploadChunkRequest *r = k->req;
+    coord_jobs *j = k->j;
+    cjob *jb = k->jb;
+    int v = jb ? upload_allowed(j, jb, r) : COORD_UPLOAD_NOT_RUNNING;
+    if (v == COORD_UPLOAD_OK) {
+        /* the check again under the job's I/O lock: no epoch's reset can
+         * run while the piece is written */
+        pthread_mutex_lock(&jb->io_mu);
+        pthread_mutex_lock(&j->mu);
+        v = coord_job_upload_check(&jb->sm, r->device_id, (int)r->epoch, (int)r->step, r->name);
+        pthread_mutex_unlock(&j->mu);
+        if (v != COORD_UPLOAD_OK)
+            pthread_mutex_unlock(&jb->io_mu);
+    }
+    if (v == COORD_UPLOAD_NOT_RUNNING || v == COORD_UPLOAD_LATER)
+        return rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "job %.40s is not running epoch %u",
+                              r->job_id, r->epoch);
+    if (v == COORD_UPLOAD_REFUSED)
+        return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "device %s may not upload '%.80s' for "
+                              "step %u", r->device_id, r->name, r->step);
+    Skyloom__V1__UploadChunkResponse o = SKYLOOM__V1__UPLOAD_CHUNK_RESPONSE__INIT;
+    if (v == COORD_UPLOAD_COMMITTED) { /* a retry of a committed step: nothing to do */
+        o.committed = 1;
+        return reply(k, &o);
+    }
+    char why[4400] = "";
+    int done = 0;
+    int rc = coord_ckpt_piece(jb->ck, (int)r->step, r->name, r->offset, r->data.data, r->data.len,
+                              r->last, r->size, r->blake2b.data, r->blake2b.len, &done, why, sizeof why);
+    pthread_mutex_unlock(&jb->io_mu);
+    coord_fx_list fx = {0};
+    int code = RPC_OK;
+    pthread_mutex_lock(&j->mu);
+    coord_job *sm = &jb->sm;
+    if (rc == COORD_PIECE_OK || rc == COORD_PIECE_DAMAGED)
+        coord_jobobs_upload(jb->obs, (int)r->step, r->data.len);
+    if (rc == COORD_PIECE_OK && done == coord_job_parts_expected(sm))
+        coord_job_parts_done(sm, (int)r->epoch, (int)r->step, &fx);
+    if (rc == COORD_PIECE_RANGE)
+        code = rpc_status_set(k->st, RPC_OUT_OF_RANGE, "%s", why);
+    else if (rc == COORD_PIECE_DAMAGED)
+        code = rpc_status_set(k->st, RPC_DATA_LOSS, "%s", why);
+    else if (rc == COORD_PIECE_STORE) {
+        coord_job_store_failed(sm, (int)r->step, why, sl_unix_ms(), &fx);
+        code = rpc_status_set(k->st, RPC_UNAVAILABLE, "%s", sm->state == COORD_JOB_WAITING ? sm->reason : why);
+    }
+    settle(j, jb, &fx);
+    if (code != RPC_OK)
+        return code;
+    pthread_mutex_lock(&j->mu);
+    o.committed = jb->sm.committed >= (int)r->step;
+    pthread_mutex_unlock(&j->mu);
+    return reply(k, &o);
+}
+HANDLER(coord_handle_upload_chunk, "UploadChunkRequest", skyloom__v1__upload_chunk_request__descriptor,
+        COORD_ALLOW_DEVICE, 0, upload_chunk)
+
+/* ---- what devices report ------------------------------------------------------------------ */
+
+/* The owner's check: its shard's description as compact JSON, and its
+ * sequence length (0 when unusable). */
+static char *check_info(const char *result, int *seq)
+{
+    json_error_t je;
+    json_t *info = json_loads(result, 0, &je);
+    json_int_t T = json_integer_value(json_object_get(info, "seq_len"));
+    *seq = info && T >= 1 && T <= 65536 ? (int)T : 0;
+    char *text = info && *seq ? json_dumps(info, JSON_COMPACT) : NULL;
+    json_decref(info);
+    return text;
+}
+
+static void report_profile(call *k)
+{
+    const Skyloom__V1__ReportTaskRequest *r = k->req;
+    coord_jobs *j = k->j;
+    json_error_t je;
+    json_t *res = r->ok ? json_loads(r->result, 0, &je) : NULL;
+    if (!res || !json_is_object(res)) {
+        json_decref(res);
+        sl_log_warn("coordinator: profile refused", "job=%s device=%s reason=\"%.200s\"", k->job_id,
+                    r->device_id, r->ok ? "malformed result" : r->reason);
+        res = json_pack("{s:b, s:s}", "failed", 1, "reason", r->ok ? "malformed result" : r->reason);
+    }
+    const char *rd = json_string_value(json_object_get(res, "round"));
+    int round = !rd ? COORD_PROFILE_BOTH : !strcmp(rd, "links") ? COORD_PROFILE_LINKS : COORD_PROFILE_UNITS;
+    json_t *links = json_object_get(res, "links");
+    char *links_text = round == COORD_PROFILE_LINKS && json_is_array(links)
+                           ? json_dumps(links, JSON_COMPACT) : NULL;
+    coord_fx_list fx = {0};
+    pthread_mutex_lock(&j->mu);
+    char *text = NULL;
+    if (round == COORD_PROFILE_UNITS) { /* the second round: the units, with the first's links */
+        const char *l1 = coord_job_cand_links(&k->jb->sm, r->device_id);
+        json_t *l = l1 ? json_loads(l1, 0, &je) : NULL;
+        json_object_set_new(res, "links", l ? l : json_array());
+        json_object_del(res, "round");
+    }
+    if (round != COORD_PROFILE_LINKS)
+        text = json_dumps(res, JSON_COMPACT);
+    coord_job_profile_in(&k->jb->sm, r->device_id, round, text, links_text,
+                         json_object_get(res, "failed") != NULL, &fx);
+    pthread_cond_broadcast(&j->cv);
+    settle(j, k->jb, &fx);
+    free(text);
+    free(links_text);
+    json_decref(res);
+}
+
+static int report_task(call *k)
+{
+    const Skyloom__V1__ReportTaskRequest *r = k->req;
+    coord_jobs *j = k->j;
+    if (strlen(r->result) > (1u << 20) || strlen(r->reason) > 4096)
+        return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "report too large");
+    coord_fx_list fx = {0};
+    if (!strcmp(r->kind, "check") && !strcmp(r->device_id, k->jb->sm.owner)) {
+        int seq = 0;
+        char *info = r->ok ? check_info(r->result, &seq) : NULL;
+        pthread_mutex_lock(&j->mu);
+        coord_devs devs = coord_jobs_devs(j);
+        coord_job_check_done(&k->jb->sm, r->ok, r->reason, info, seq, coord_jobs_settled(j), &devs,
+                             sl_unix_ms(), &fx);
+        pthread_cond_broadcast(&j->cv); /* the engine starts profiling once settled */
+        settle(j, k->jb, &fx);
+        free(info);
+    } else if (!strcmp(r->kind, "profile")) {
+        report_profile(k);
+    } else if (!strcmp(r->kind, "run") && !r->ok) {
+        json_error_t je;
+        json_t *res = *r->result ? json_loads(r->result, 0, &je) : NULL;
+        const char *lost = json_string_value(json_object_get(res, "lost"));
+        pthread_mutex_lock(&j->mu);
+        coord_job_run_failure(&k->jb->sm, r->device_id, (int)r->epoch, r->reason, lost ? lost : "",
+                              sl_unix_ms(), &fx);
+        pthread_cond_broadcast(&j->cv);
+        settle(j, k->jb, &fx);
+        json_decref(res);
+    }
+    Skyloom__V1__ReportTaskResponse out = SKYLOOM__V1__REPORT_TASK_RESPONSE__INIT;
+    return reply(k, &out);
+}
+HANDLER(coord_handle_report_task, "ReportTaskRequest", skyloom__v1__report_task_request__descriptor,
+        COORD_ALLOW_DEVICE, 1, report_task)
+
+static int get_plan(call *k)
+{
+    const Skyloom__V1__GetPlanRequest *r = k->req;
+    coord_jobs *j = k->j;
+    char *crt = NULL, *crt_path = path_of(k->c->pki, "coordinator.crt");
+    size_t crt_len = 0;
+    sl_err err = {0};
+    int code = RPC_OK;
+    if (sl_read_file(crt_path, 1 << 20, &crt, &crt_len, &err))
+        code = rpc_status_set(k->st, RPC_INTERNAL, "%s", err.msg);
+    free(crt_path);
+    char *plan = NULL;
+    uint8_t *sig = NULL;
+    size_t sig_len = 0;
+    if (code == RPC_OK) {
+        pthread_mutex_lock(&j->mu);
+        const coord_job *sm = k->jb ? &k->jb->sm : NULL;
+        if (!sm || !sm->plan.text) {
+            code = rpc_status_set(k->st, RPC_NOT_FOUND, "job '%.40s' has no plan", r->job_id);
+        } else if (coord_job_stage_of(sm, r->device_id) < 0) {
+            code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage in job %s",
+                                  r->device_id, sm->id);
+        } else {
+            plan = sl_xstrdup(sm->plan.text);
+            sig = sl_xmalloc(sm->plan.sig_len + 1);
+            memcpy(sig, sm->plan.sig, sm->plan.sig_len);
+            sig_len = sm->plan.sig_len;
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (code == RPC_OK) {
+        Skyloom__V1__SignedPlan out = SKYLOOM__V1__SIGNED_PLAN__INIT;
+        out.plan.data = (uint8_t *)plan;
+        out.plan.len = strlen(plan);
+        out.signature.data = sig;
+        out.signature.len = sig_len;
+        out.coordinator_cert.data = (uint8_t *)crt;
+        out.coordinator_cert.len = crt_len;
+        reply(k, &out);
+    }
+    free(plan);
+    free(sig);
+    free(crt);
+    return code;
+}
+HANDLER(coord_handle_get_plan, "GetPlanRequest", skyloom__v1__get_plan_request__descriptor,
+        COORD_ALLOW_DEVICE, 0, get_plan)
+
+static int report_step(call *k)
+{
+    const Skyloom__V1__ReportStepRequest *r = k->req;
+    coord_jobs *j = k->j;
+    coord_step_rep rep = {1, r->loss, r->grad_norm, r->lr, r->fwd_s, r->bwd_s, r->recv_s,
+                          r->send_s, r->finish_s, r->step_s, r->raw_bytes, r->wire_bytes,
+                          r->raw_bytes_up, r->wire_bytes_up, r->raw_bytes_side, r->wire_bytes_side,
+                          r->masked};
+    coord_fx_list fx = {0};
+    pthread_mutex_lock(&j->mu);
+    coord_job *sm = &k->jb->sm;
+    int v = coord_job_step_report(sm, r->device_id, (int)r->epoch, (int)r->stage, (int)r->step,
+                                  &rep, sl_unix_ms(), &fx);
+    if (v == COORD_REPORT_TAKEN)
+        coord_jobobs_report(k->jb->obs, r, sm->plan.p, sm->epoch, sm->id);
+    if (v != COORD_REPORT_REFUSED)
+        coord_obs_refused_add(j->refused, &j->nrefused, r);
+    settle(j, k->jb, &fx);
+    if (v == COORD_REPORT_REFUSED)
+        return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "device %s does not run stage %u, or "
+                              "step %u is out of range", r->device_id, r->stage, r->step);
+    Skyloom__V1__ReportStepResponse out = SKYLOOM__V1__REPORT_STEP_RESPONSE__INIT;
+    out.stop = v == COORD_REPORT_STOP;
+    return reply(k, &out);
+}
+HANDLER(coord_handle_report_step, "ReportStepRequest", skyloom__v1__report_step_request__descriptor,
+        COORD_ALLOW_DEVICE, 1, report_step)
+
+/* ---- a device's latest profile (skyloom status) ----------------------------------------------- */
+
+static double *doubles_of(const json_t *a, size_t *n)
+{
+    *n = json_array_size(a) < 4096 ? json_array_size(a) : 4096;
+    double *v = sl_xcalloc(*n + 1, sizeof *v);
+    for (size_t i = 0; i < *n; i++)
+        v[i] = json_number_value(json_array_get(a, i));
+    return v;
+}
+
+int coord_jobs_latest_profile(coord_state *db, const char *device, Skyloom__V1__JobProfile **out,
+                              sl_err *err)
+{
+    *out = NULL;
+    char *job = NULL, *result = NULL, *options = NULL, *data_info = NULL;
+    int64_t at = 0;
+    int rc = coord_jobstore_latest_profile(db, device, &job, &result, &at, &options, &data_info, err);
+    if (rc <= 0)
+        return rc;
+    json_error_t je;
+    json_t *res = json_loads(result, 0, &je), *opts = json_loads(options, 0, &je),
+           *info = json_loads(data_info, 0, &je);
+    Skyloom__V1__JobProfile *p = sl_xmalloc(sizeof *p);
+    skyloom__v1__job_profile__init(p);
+    p->job_id = job;
+    p->measured_at = at;
+    json_int_t batch = json_integer_value(json_object_get(opts, "batch"));
+    json_int_t micro = json_integer_value(json_object_get(opts, "micro_batches"));
+    p->micro_batch = micro > 0 && batch > 0 ? (uint32_t)(batch / micro) : 0;
+    p->seq = (uint32_t)json_integer_value(json_object_get(info, "seq_len"));
+    const char *why = json_string_value(json_object_get(res, "reason"));
+    if (!res || json_object_get(res, "failed"))
+        p->failed = sl_xstrdup(why && *why ? why : "no usable profile");
+    else
+        p->failed = sl_xstrdup("");
+    p->unit_fwd_s = doubles_of(json_object_get(res, "unit_fwd_s"), &p->n_unit_fwd_s);
+    p->unit_bwd_s = doubles_of(json_object_get(res, "unit_bwd_s"), &p->n_unit_bwd_s);
+    p->unit_optim_s = doubles_of(json_object_get(res, "unit_optim_s"), &p->n_unit_optim_s);
+    p->memory_bytes = (uint64_t)json_integer_value(json_object_get(res, "memory_bytes"));
+    p->threads = (uint32_t)json_integer_value(json_object_get(res, "threads"));
+    const char *be = json_string_value(json_object_get(res, "backend"));
+    p->backend = sl_xstrdup(be ? be : "");
+    json_t *links = json_object_get(res, "links");
+    size_t nl = json_array_size(links) < 4096 ? json_array_size(links) : 4096;
+    p->links = sl_xcalloc(nl + 1, sizeof *p->links);
+    for (size_t i = 0; i < nl; i++) {
+        json_t *l = json_array_get(links, i);
+        const char *peer = json_string_value(json_object_get(l, "peer"));
+        Skyloom__V1__LinkProfile *x = sl_xmalloc(sizeof *x);
+        skyloom__v1__link_profile__init(x);
+        x->peer = sl_xstrdup(peer && cert_valid_device_id(peer) ? peer : "?");
+        x->rtt_s = json_number_value(json_object_get(l, "rtt_s"));
+        x->bandwidth_bytes_per_s = json_number_value(json_object_get(l, "bandwidth_Bps"));
+        p->links[p->n_links++] = x;
+    }
+    json_decref(res);
+    json_decref(opts);
+    json_decref(info);
+    free(result);
+    free(options);
+    free(data_info);
+    *out = p;
+    return 0;
+}
+
+void coord_jobs_profile_free(Skyloom__V1__JobProfile *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n_links; i++) {
+        free(p->links[i]->peer);
+        free(p->links[i]);
+    }
+    free(p->links);
+    free(p->unit_fwd_s);
+    free(p->unit_bwd_s);
+    free(p->unit_optim_s);
+    free(p->job_id);
+    free(p->failed);
+    free(p->backend);
+    free(p);
+}
