@@ -120,6 +120,7 @@ const char *sl_errcode_name(int code)
     case SL_ENOTSUP: return "notsup";
     case SL_ESTATE: return "state";
     case SL_ECANCELED: return "canceled";
+    case SL_ESTOPPED: return "stopped";
     default: return "internal";
     }
 }

@@ -19,7 +19,8 @@ enum sl_errcode {
     SL_ENOTSUP,  /* feature not built in or not present on this machine */
     SL_ESTATE,   /* operation not valid in the current state */
     SL_EINTERNAL,
-    SL_ECANCELED /* stopped because another part failed first */
+    SL_ECANCELED, /* stopped because another part failed first */
+    SL_ESTOPPED   /* told to stop (a job's coordinator): not a failure */
 };
 
 typedef struct sl_err {

@@ -65,6 +65,8 @@ static void test_base_plan(void)
     CHECK(p.options.optimizer == DEV_OPT_ADAMW && !p.options.bf16_state && p.options.lr == 0.002 &&
           p.options.weight_decay == 0.01 && p.options.clip == 1.0 && p.options.warmup == -1 &&
           p.options.seed == 1 && !p.options.recompute && !p.options.recompute_attention);
+    CHECK(!strcmp(p.dataset, "wiki") && p.options.first == 0 && p.options.sequences == 0 &&
+          p.options.shuffle == 1 && p.options.mask_prob == 0.15);
     CHECK(p.n_stages == 4 && p.n_local == 2 && p.local[0] == 0 && p.local[1] == 3);
     static const int first[] = {0, 2, 3, 4}, last[] = {1, 2, 3, 4}, warm[] = {3, 3, 3, 0};
     for (int i = 0; i < 4 && p.n_stages == 4; i++)
@@ -160,6 +162,13 @@ static void test_refusals(void)
         {"options.warmup", "-2", "plan: options.warmup: -2 is not in -1..2147483647"},
         {"options.seed", "1.5", "plan: options.seed: not an integer"},
         {"options.recompute", "0", "plan: options.recompute: not true or false"},
+        {"options.first", "-1", "plan: options.first: -1 is not in 0.."},
+        {"options.sequences", "\"all\"", "plan: options.sequences: not an integer"},
+        {"options.shuffle", "1", "plan: options.shuffle: not true or false"},
+        {"options.mask_prob", "1.5", "plan: options.mask_prob: 1.5 is not in (0, 1)"},
+        {"data", NULL, "plan: data: missing"},
+        {"data.dataset", "\"../etc\"", "plan: data.dataset: '../etc' is not a dataset name"},
+        {"data.dataset", "7", "plan: data.dataset: not a string"},
         {"stages", "{}", "plan: stages: not an array"},
         {"stages", "[]", "plan: stages: 0 stages for 5 units"},
         {"stages.1", "5", "plan: stages[1]: not an object"},

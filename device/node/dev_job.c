@@ -422,8 +422,7 @@ typedef struct run_ctx {
     dev_jobs *js;
     job_rt *rt;
     rpc_channel *ch;
-    json_t *plan;
-    dev_plan pl;           /* the plan as dev_plan checked it */
+    dev_plan pl;           /* the plan as dev_plan checked it: all a run reads of it */
     dev_config cfg;
     int p, steps, start, every, batch, T, micro, threads;
     int codec_act, codec_grad;
@@ -443,6 +442,7 @@ typedef struct run_ctx {
     pthread_mutex_t compute; /* the local stages compute one at a time */
     int at_barrier, barrier_gen;
     int failed;
+    int fail_code;         /* an sl_errcode: SL_ESTOPPED when the coordinator said stop */
     char why[512];
     /* step reports */
     struct step_report *rh, *rt_tail;
@@ -460,11 +460,12 @@ typedef struct run_ctx {
 /* Called from the stage threads, the reporter and the uploader. The net is
  * aborted under r->mu: release_net takes it away under that lock before
  * freeing it, while the reporter and uploader may still be running. */
-static void run_fail(run_ctx *r, const char *why)
+static void run_fail(run_ctx *r, int code, const char *why)
 {
     pthread_mutex_lock(&r->mu);
     if (!r->failed) {
         r->failed = 1;
+        r->fail_code = code;
         snprintf(r->why, sizeof r->why, "%s", why);
     }
     pthread_cond_broadcast(&r->cv);
@@ -494,11 +495,9 @@ static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
                                 sp->signature.data, sp->signature.len, err);
     if (rc)
         sl_err_wrap(err, "the plan of job %s is refused", t->job);
-    json_error_t je;
-    if (!rc && !(r->plan = json_loadb((const char *)sp->plan.data, sp->plan.len, 0, &je)))
-        rc = sl_err_set(err, SL_ECORRUPT, "the plan of job %s does not parse: %s", t->job, je.text);
-    if (!rc && ((uint32_t)json_integer_value(json_object_get(r->plan, "epoch")) != t->epoch ||
-                strcmp(json_string_value(json_object_get(r->plan, "job")) ?: "", t->job)))
+    if (!rc && dev_plan_parse((const char *)sp->plan.data, sp->plan.len, self(r->js), &r->pl, err))
+        rc = sl_err_wrap(err, "the plan of job %s", t->job);
+    if (!rc && (r->pl.epoch != t->epoch || strcmp(r->pl.job, t->job)))
         rc = sl_err_set(err, SL_ESTATE, "the plan is of another job or epoch than the task (%u)",
                         t->epoch);
     free(ca);
@@ -508,11 +507,9 @@ static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
 }
 
 /* The plan's numbers and this device's stages, as dev_plan checked them. */
-static int read_plan(run_ctx *r, sl_err *err)
+static void read_plan(run_ctx *r)
 {
     const dev_plan *pl = &r->pl;
-    if (dev_plan_from_json(r->plan, self(r->js), &r->pl, err))
-        return -1;
     r->cfg = pl->config;
     r->num = pl->job_num;
     r->steps = pl->steps;
@@ -539,7 +536,6 @@ static int read_plan(run_ctx *r, sl_err *err)
     /* the local stages take turns computing (compute_lock), each with all
      * the device's threads */
     r->threads = r->js->o.threads;
-    return 0;
 }
 
 static int open_net(run_ctx *r, sl_err *err)
@@ -750,7 +746,6 @@ static int upload_file(run_ctx *r, const upload_item *u, const char *name, sl_er
     crypto_generichash_state hs;
     crypto_generichash_init(&hs, NULL, 0, 32);
     int rc = 0;
-    json_t *pl = r->plan;
     do {
         size_t k = fread(buf, 1, CHUNK, f);
         crypto_generichash_update(&hs, buf, k);
@@ -761,7 +756,7 @@ static int upload_file(run_ctx *r, const upload_item *u, const char *name, sl_er
         Skyloom__V1__UploadChunkRequest q = SKYLOOM__V1__UPLOAD_CHUNK_REQUEST__INIT;
         q.device_id = (char *)self(r->js);
         q.job_id = r->rt->job;
-        q.epoch = (uint32_t)json_integer_value(json_object_get(pl, "epoch"));
+        q.epoch = r->pl.epoch;
         q.step = (uint32_t)u->step;
         q.name = (char *)name;
         q.offset = off;
@@ -816,7 +811,7 @@ static void *uploader_main(void *arg)
         for (int i = 0; i < u->n && !rc; i++)
             rc = upload_file(r, u, u->name[i], &err);
         if (rc)
-            run_fail(r, err.msg);
+            run_fail(r, err.code ? err.code : SL_EIO, err.msg);
         else
             sl_log_info("device: checkpoint part uploaded", "job=%s step=%d seconds=%.3f",
                         r->rt->job, u->step, sl_now_s() - t0);
@@ -921,7 +916,7 @@ static int send_report(run_ctx *r, const step_report *s, int *stop)
     Skyloom__V1__ReportStepRequest q = SKYLOOM__V1__REPORT_STEP_REQUEST__INIT;
     q.device_id = (char *)self(r->js);
     q.job_id = r->rt->job;
-    q.epoch = (uint32_t)json_integer_value(json_object_get(r->plan, "epoch"));
+    q.epoch = r->pl.epoch;
     q.stage = (uint32_t)s->stage;
     q.step = (uint32_t)s->step;
     q.loss = s->info.loss;
@@ -1032,7 +1027,7 @@ static void *reporter_main(void *arg)
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
         if (stop)
-            run_fail(r, "the coordinator stopped the job");
+            run_fail(r, SL_ESTOPPED, "the coordinator stopped the job");
     }
 }
 
@@ -1078,7 +1073,7 @@ static void *stage_main(void *arg)
         dev_batch b, *bp = NULL;
         if (i == 0) {
             if (dev_feed_batch(r->feed, step, &b, &err)) {
-                run_fail(r, err.msg);
+                run_fail(r, err.code ? err.code : SL_EIO, err.msg);
                 break;
             }
             bp = &b;
@@ -1087,13 +1082,13 @@ static void *stage_main(void *arg)
         if (dev_pipe_step(r->pipe[k], bp, &r->opt, &info, &err)) {
             char why[600];
             snprintf(why, sizeof why, "step %d: %.560s", step, err.msg);
-            run_fail(r, why);
+            run_fail(r, err.code ? err.code : SL_EIO, why);
             break;
         }
         report_step(r, k, step, &info);
         if ((r->every > 0 && step % r->every == 0) || step == r->steps) {
             if (barrier(r, step, &err)) {
-                run_fail(r, err.msg);
+                run_fail(r, err.code ? err.code : SL_EIO, err.msg);
                 break;
             }
         }
@@ -1132,7 +1127,6 @@ static void run_free(run_ctx *r)
         dev_stage_free(r->st[k]);
     }
     dev_feed_close(r->feed);
-    json_decref(r->plan);
     dev_plan_free(&r->pl);
     free(r->stages);
     if (r->ch)
@@ -1167,17 +1161,19 @@ static int run_job(run_ctx *r, const dev_task *t, sl_err *err)
     if (sl_mkdir(r->dir, 0700, err))
         return -1;
     snprintf(r->dir, sizeof r->dir, "%s/jobs/%s", state_dir(r->js), t->job);
-    if (sl_mkdir(r->dir, 0700, err) || !(r->ch = channel(r->js, err)) || fetch_plan(r, t, err) ||
-        read_plan(r, err) || open_net(r, err) || open_stages(r, err))
+    if (sl_mkdir(r->dir, 0700, err) || !(r->ch = channel(r->js, err)) || fetch_plan(r, t, err))
+        return -1;
+    read_plan(r);
+    if (open_net(r, err) || open_stages(r, err))
         return -1;
     if (r->local[0] == 0) { /* the data owner feeds stage 0 */
-        json_t *data = json_object_get(r->plan, "data");
-        const char *name = json_string_value(json_object_get(data, "dataset"));
-        const dev_dataset *d = name ? dataset(r->js, name) : NULL;
-        dev_feed_opts fo = feed_opts(json_object_get(r->plan, "options"));
+        const dev_plan_options *po = &r->pl.options;
+        const dev_dataset *d = dataset(r->js, r->pl.dataset);
+        dev_feed_opts fo = {.batch = r->pl.batch, .first = po->first, .sequences = po->sequences,
+                            .shuffle = po->shuffle, .seed = po->seed, .mask_prob = (float)po->mask_prob};
         if (!d)
             return sl_err_set(err, SL_EINVAL, "stage 0 is this device's but it serves no dataset "
-                              "'%.64s'", name ? name : "?");
+                              "'%.64s'", r->pl.dataset);
         if (!(r->feed = dev_feed_open(d->path, &r->cfg, &fo, err)))
             return -1;
         if (dev_feed_seq_len(r->feed) != r->T)
@@ -1200,7 +1196,7 @@ static int run_job(run_ctx *r, const dev_task *t, sl_err *err)
     for (int k = 0; k < r->nlocal; k++) {
         args[k] = (stage_arg){r, k};
         if (pthread_create(&th[k], NULL, stage_main, &args[k])) {
-            run_fail(r, "cannot start a stage thread");
+            run_fail(r, SL_ENOMEM, "cannot start a stage thread");
             break;
         }
         started++;
@@ -1214,7 +1210,7 @@ static int run_job(run_ctx *r, const dev_task *t, sl_err *err)
     int failed = r->failed;
     pthread_mutex_unlock(&r->mu);
     if (failed)
-        return sl_err_set(err, SL_EIO, "%s", r->why);
+        return sl_err_set(err, r->fail_code, "%s", r->why);
     return dev_net_close(r->net, 60000, err);
 }
 
@@ -1241,7 +1237,7 @@ static void *run_main(void *arg)
     pthread_mutex_lock(&js->mu);
     stopped = rt->stop || js->closing;
     pthread_mutex_unlock(&js->mu);
-    if (rc && !stopped && strstr(err.msg, "the coordinator stopped the job") == NULL) {
+    if (rc && !stopped && err.code != SL_ESTOPPED) {
         char lost[64] = "", result[128] = "";
         if (r.net && dev_net_lost_peer(r.net, lost, sizeof lost))
             snprintf(result, sizeof result, "{\"lost\": \"%s\"}", lost);

@@ -228,6 +228,40 @@ static int read_options(const json_t *pl, dev_plan_options *o, sl_err *err)
         get_bool(v, at, "recompute_attention", &o->recompute_attention, err))
         return -1;
     o->seed = (uint64_t)seed;
+    /* the data owner's feed: plans from before these were written read as
+     * the defaults */
+    long long first = 0, sequences = 0;
+    o->shuffle = 1;
+    o->mask_prob = 0.15;
+    if ((json_object_get(v, "first") && get_int(v, at, "first", 0, LLONG_MAX, &first, err)) ||
+        (json_object_get(v, "sequences") && get_int(v, at, "sequences", 0, LLONG_MAX, &sequences, err)) ||
+        (json_object_get(v, "shuffle") && get_bool(v, at, "shuffle", &o->shuffle, err)) ||
+        (json_object_get(v, "mask_prob") && get_num(v, at, "mask_prob", &o->mask_prob, err)))
+        return -1;
+    if (!(o->mask_prob > 0 && o->mask_prob < 1))
+        return sl_err_set(err, SL_ECORRUPT, "plan: options.mask_prob: %g is not in (0, 1)", o->mask_prob);
+    o->first = (uint64_t)first;
+    o->sequences = (uint64_t)sequences;
+    return 0;
+}
+
+/* The data owner's dataset: 1..64 letters, digits, '.', '_' or '-'. */
+static int read_data(const json_t *pl, dev_plan *p, sl_err *err)
+{
+    const json_t *d = field(pl, "", "data", err);
+    if (!d)
+        return -1;
+    const char *name = get_str(d, "data.", "dataset", err);
+    if (!name)
+        return -1;
+    size_t n = strlen(name);
+    int ok = n >= 1 && n < sizeof p->dataset;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+             (name[i] >= '0' && name[i] <= '9') || name[i] == '.' || name[i] == '_' || name[i] == '-';
+    if (!ok)
+        return sl_err_set(err, SL_ECORRUPT, "plan: data.dataset: '%.70s' is not a dataset name", name);
+    memcpy(p->dataset, name, n + 1);
     return 0;
 }
 
@@ -324,6 +358,7 @@ int dev_plan_from_json(const json_t *pl, const char *self_id, dev_plan *p, sl_er
     else
         rc = read_config(pl, &p->config, err) || read_numbers(pl, p, err) ||
                      read_wire(pl, p, err) || read_options(pl, &p->options, err) ||
+                     read_data(pl, p, err) ||
                      read_stages(pl, self_id ? self_id : "", p, err)
                  ? -1
                  : 0;

@@ -68,10 +68,16 @@ typedef struct dev_plan_options {
     int warmup;            /* optimizer warm-up steps; -1: 10% of the steps */
     uint64_t seed;
     int recompute, recompute_attention;
+    /* what the data owner reads: sequences first.. (sequences of them, 0:
+     * to the end), shuffled per epoch or not, masked with mask_prob */
+    uint64_t first, sequences;
+    int shuffle;
+    double mask_prob;
 } dev_plan_options;
 
 typedef struct dev_plan {
     char job[18];
+    char dataset[65];      /* the data owner's dataset */
     uint64_t job_num;
     uint32_t epoch;
     dev_config config;
