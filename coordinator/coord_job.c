@@ -59,6 +59,13 @@ int coord_job_transition_ok(coord_job_state from, coord_job_state to)
            (allowed[from] >> to & 1u);
 }
 
+coord_job_policy coord_job_policy_default(void)
+{
+    return (coord_job_policy){.links_wait_s = 60, .profile_wait_s = 60, .check_wait_s = 120,
+                              .ended_task_s = 600, .decide_ms = 1500, .max_stalls = 3,
+                              .store_retry_ms = 10000, .wait_retry_ms = 5000};
+}
+
 /* ---- devices ------------------------------------------------------------------------- */
 
 const coord_dev *coord_devs_find(const coord_devs *d, const char *id)
@@ -292,6 +299,7 @@ void coord_job_init(coord_job *jb, const char *id, uint64_t num, char *config,
     jb->steps = opts->steps;
     jb->batch = opts->batch;
     jb->created = jb->check_since = now_ms / 1000;
+    jb->policy = coord_job_policy_default();
     acc_clear(jb);
 }
 
@@ -456,10 +464,10 @@ static void recover(ev *e, const char *why)
     jb->rec.detect_ms = jb->rec.wait_ms = e->now_ms;
     jb->rec.wait_kind = COORD_WAIT_NONE;
     jb->rec.n_recoveries++;
-    if (++jb->rec.stalls > COORD_MAX_STALLS) {
+    if (++jb->rec.stalls > jb->policy.max_stalls) {
         char m[700];
         snprintf(m, sizeof m, "%d recoveries without a step committed in between; the last: %.500s",
-                 COORD_MAX_STALLS, why);
+                 jb->policy.max_stalls, why);
         event(e, "failed", "", "%s", m);
         set_state(e, COORD_JOB_FAILED, m);
         return;
@@ -638,14 +646,15 @@ static void store_failed(ev *e, int step, const char *what)
     event(e, "store_failed", "", "step %d: %s", step, what);
     if (jb->state != COORD_JOB_RUNNING)
         return; /* the epoch is over already: it runs again from the committed step anyway */
-    int wait_s = COORD_STORE_RETRY_S << (jb->rec.store_fails < 5 ? jb->rec.store_fails : 5);
+    int64_t retry = jb->policy.store_retry_ms,
+            wait = retry << (jb->rec.store_fails < 5 ? jb->rec.store_fails : 5);
     char why[COORD_REASON_LEN];
     snprintf(why, sizeof why, "the checkpoint store could not take step %d (%.300s); step %d "
-             "stays committed; trying again in %d s", step, what, jb->committed, wait_s);
+             "stays committed; trying again in %g s", step, what, jb->committed, (double)wait / 1000);
     fail_reset(jb);
     jb->rec.store_fails++;
     jb->rec.wait_kind = COORD_WAIT_STORE;
-    jb->rec.wait_ms = e->now_ms + (int64_t)(wait_s - COORD_STORE_RETRY_S) * 1000;
+    jb->rec.wait_ms = e->now_ms + (wait - retry);
     set_state(e, COORD_JOB_WAITING, why);
 }
 
@@ -731,7 +740,7 @@ static void mark_lost(ev *e, int k, const char *how)
 }
 
 /* A running job: devices whose heartbeats stopped, and the failure reports
- * of the epoch once they are all in (or COORD_DECIDE_MS after the first). A
+ * of the epoch once they are all in (or policy.decide_ms after the first). A
  * device named by a neighbour whose link to it broke is lost unless it
  * reported a failure itself (then its own report says why). A heartbeat is
  * no proof of life here: one sent just before a kill may be handled after
@@ -758,7 +767,7 @@ static void check_running(ev *e)
             int k = coord_job_cand_index(jb, jb->plan.stage_dev[i]);
             all &= k >= 0 && (jb->cand[k].reported || jb->cand[k].lost_ms);
         }
-        if (!lost[0] && !all && e->now_ms - jb->rec.fail_ms < COORD_DECIDE_MS)
+        if (!lost[0] && !all && e->now_ms - jb->rec.fail_ms < jb->policy.decide_ms)
             return;
         for (int k = 0; k < jb->ncand; k++) {
             coord_cand *c = &jb->cand[k];
@@ -951,15 +960,16 @@ static void tick_profiling(ev *e)
         links_left += !jb->cand[k].result && !jb->cand[k].links;
     }
     if (jb->profile_round == COORD_PROFILE_LINKS &&
-        (links_left == 0 || e->now - jb->round_started > COORD_LINKS_WAIT_S)) {
+        (links_left == 0 || e->now - jb->round_started > jb->policy.links_wait_s)) {
         jb->profile_round = COORD_PROFILE_UNITS;
         jb->round_started = e->now;
         if (links_left)
             logf_(e, SL_LOG_WARN, "coordinator: timing units before every link was measured",
-                  "job=%s unmeasured=%d wait_s=%d", jb->id, links_left, COORD_LINKS_WAIT_S);
+                  "job=%s unmeasured=%d wait_s=%d", jb->id, links_left, jb->policy.links_wait_s);
     }
     if (left == 0 ||
-        (jb->profile_round == COORD_PROFILE_UNITS && e->now - jb->round_started > COORD_PROFILE_WAIT_S))
+        (jb->profile_round == COORD_PROFILE_UNITS &&
+         e->now - jb->round_started > jb->policy.profile_wait_s))
         plan(e, COORD_PLAN_FIRST);
 }
 
@@ -1020,10 +1030,10 @@ static void tick_waiting(ev *e)
             event(e, "returned", jb->owner, "the data owner is back");
         }
     } else if (jb->rec.wait_kind == COORD_WAIT_STORE) {
-        go = e->now_ms - jb->rec.wait_ms >= COORD_STORE_RETRY_S * 1000;
+        go = e->now_ms - jb->rec.wait_ms >= jb->policy.store_retry_ms;
     } else {
         find_joiners(e);
-        go = e->now_ms - jb->rec.wait_ms >= COORD_WAIT_RETRY_S * 1000;
+        go = e->now_ms - jb->rec.wait_ms >= jb->policy.wait_retry_ms;
     }
     if (go) {
         jb->rec.detect_ms = jb->rec.wait_ms = e->now_ms;
@@ -1041,10 +1051,10 @@ void coord_job_tick(coord_job *jb, const coord_devs *devs, int settled, int64_t 
     case COORD_JOB_CHECKING:
         if (jb->data_info && settled) {
             start_profiling(&e);
-        } else if (!jb->data_info && e.now - jb->check_since > COORD_CHECK_WAIT_S) {
+        } else if (!jb->data_info && e.now - jb->check_since > jb->policy.check_wait_s) {
             char why[200];
             snprintf(why, sizeof why, "the data owner %s did not check %s within %d s (offline?)",
-                     jb->owner, jb->dataset, COORD_CHECK_WAIT_S);
+                     jb->owner, jb->dataset, jb->policy.check_wait_s);
             set_state(&e, COORD_JOB_FAILED, why);
         }
         break;
@@ -1087,7 +1097,7 @@ int coord_job_tasks(const coord_job *jb, const char *device, int64_t now_ms,
         out[n++] = (coord_task_want){COORD_TASK_RUN, jb->epoch, -1, 0};
     } else if (coord_job_state_final(jb->state)) {
         if (jb->plan.p && (k >= 0 || coord_job_stage_of(jb, device) >= 0) &&
-            now - jb->ended < COORD_ENDED_TASK_S)
+            now - jb->ended < jb->policy.ended_task_s)
             out[n++] = (coord_task_want){COORD_TASK_STOP, jb->epoch + 1, -1, 0};
     } else if (k >= 0 && jb->epoch > 0) {
         /* recovering, waiting, re-planning, or not in this epoch's plan */

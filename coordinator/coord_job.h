@@ -41,15 +41,22 @@
 #define COORD_REASON_LEN 512
 #define COORD_ACC_STEPS 32  /* steps whose reports may be in flight at once */
 
-/* The policy's times. */
-#define COORD_LINKS_WAIT_S 60   /* profiling: units are asked for once every link is in, or then */
-#define COORD_PROFILE_WAIT_S 60 /* candidates whose units are not in this long after are left out */
-#define COORD_CHECK_WAIT_S 120  /* the data owner must answer the check by then */
-#define COORD_ENDED_TASK_S 600  /* how long devices are told to stop an ended job */
-#define COORD_DECIDE_MS 1500    /* failure reports of one epoch gathered this long before deciding */
-#define COORD_MAX_STALLS 3      /* recoveries in a row without a new committed step before failing */
-#define COORD_STORE_RETRY_S 10  /* a job paused by its checkpoint store tries again after this */
-#define COORD_WAIT_RETRY_S 5    /* a job waiting for devices re-plans this often */
+/* The policy's times and counts. */
+typedef struct coord_job_policy {
+    int links_wait_s;   /* profiling: units are asked for once every link is in, or then */
+    int profile_wait_s; /* candidates whose units are not in this long after are left out */
+    int check_wait_s;   /* the data owner must answer the check by then */
+    int ended_task_s;   /* how long devices are told to stop an ended job */
+    int decide_ms;      /* failure reports of one epoch gathered this long before deciding */
+    int max_stalls;     /* recoveries in a row without a new committed step before failing */
+    int store_retry_ms; /* a job paused by its checkpoint store tries again after this,
+                         * doubling with each failure in a row (up to 32 times) */
+    int wait_retry_ms;  /* a job waiting for devices re-plans this often */
+} coord_job_policy;
+
+/* 60 s, 60 s, 120 s, 600 s, 1.5 s, 3, 10 s, 5 s. */
+coord_job_policy coord_job_policy_default(void);
+
 #define COORD_LINK_SAMPLES 3    /* device pairs measured per pair of sites */
 
 typedef enum coord_job_state {
@@ -191,6 +198,7 @@ typedef struct coord_job {
     int epoch_pending;      /* a new epoch's files are being reset (COORD_FX_EPOCH) */
     int64_t last_event_ms;  /* events are ordered by time: never earlier than the last */
     coord_job_recovery rec;
+    coord_job_policy policy;
 } coord_job;
 
 /* ---- effects ---------------------------------------------------------------------- */
@@ -235,7 +243,8 @@ void coord_fx_free(coord_fx *f);
 
 /* ---- making and ending a job -------------------------------------------------- */
 
-/* A new job (checking). Takes config; copies opts. */
+/* A new job (checking) under the default policy. Takes config; copies
+ * opts. */
 void coord_job_init(coord_job *jb, const char *id, uint64_t num, char *config,
                     const coord_jobopts *opts, const char *owner, const char *dataset,
                     int64_t now_ms);

@@ -41,6 +41,7 @@ cjob *coord_jobs_wrap(coord_jobs *j, coord_job *sm)
     cjob *jb = sl_xcalloc(1, sizeof *jb);
     jb->sm = *sm;
     memset(sm, 0, sizeof *sm);
+    jb->sm.policy = j->policy;
     jb->obs = coord_jobobs_new();
     char *dir = path_of(j->root, jb->sm.id);
     jb->ck = coord_ckpt_new(dir, j->fileops);
@@ -95,6 +96,16 @@ void coord_jobs_set_fileops(coord_jobs *j, const coord_fileops *ops)
         coord_ckpt_set_ops(jb->ck, ops);
         pthread_mutex_unlock(&jb->io_mu);
     }
+}
+
+void coord_jobs_set_policy(coord_jobs *j, const coord_job_policy *p)
+{
+    pthread_mutex_lock(&j->mu);
+    j->policy = *p;
+    for (int i = 0; i < j->njob; i++)
+        j->job[i]->sm.policy = *p;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
 }
 
 /* ---- devices as their heartbeats describe them ---------------------------------- */
@@ -626,6 +637,7 @@ coord_jobs *coord_jobs_open(coord *c, sl_err *err)
 {
     coord_jobs *j = sl_xcalloc(1, sizeof *j);
     j->c = c;
+    j->policy = coord_job_policy_default();
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     pthread_cond_init(&j->fx_cv, NULL);

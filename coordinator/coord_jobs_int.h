@@ -51,6 +51,7 @@ struct coord_jobs {
     coord_obs_count refused[COORD_OBS_NAMES]; /* frames refused by reason, every job */
     int nrefused;
     const coord_fileops *fileops; /* the checkpoint stores' file operations (tests) */
+    coord_job_policy policy;      /* every job's */
 };
 
 /* The device view the state machine reads (call with j->mu held). */
@@ -70,7 +71,8 @@ cjob *coord_jobs_wrap(coord_jobs *j, coord_job *sm);
 void coord_jobs_job_free(cjob *jb);
 
 /* Tests: the file operations of every job's checkpoint store from here on
- * (ops must outlive the coordinator). */
+ * (ops must outlive the coordinator), and every job's policy. */
 void coord_jobs_set_fileops(coord_jobs *j, const coord_fileops *ops);
+void coord_jobs_set_policy(coord_jobs *j, const coord_job_policy *p);
 
 #endif
