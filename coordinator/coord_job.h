@@ -223,7 +223,7 @@ typedef struct coord_fx {
     int mode;                       /* PLAN */
     int step, epoch, committed;     /* EVENT: the job's then; COMMIT, METRICS: what */
     int64_t at_ms;                  /* EVENT */
-    char name[48];                  /* EVENT kind, LOG message */
+    char name[96];                  /* EVENT kind, LOG message */
     char device[COORD_DEV_ID_LEN];  /* EVENT, PROFILE */
     char *text;
     coord_step_rep *reps;           /* METRICS: [p] */
