@@ -373,8 +373,8 @@ static const char *const metrics_header =
     "step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,link_raw_bytes,"
     "link_wire_bytes,link_raw_bytes_back,link_wire_bytes_back,side_raw_bytes,side_wire_bytes\n";
 
-void coord_ckpt_metrics_append(coord_ckpt *k, int step, int epoch, const coord_step_rep *rep,
-                               int p, double step_s, double tokens_s)
+int coord_ckpt_metrics_append(coord_ckpt *k, int step, int epoch, const coord_step_rep *rep, int p,
+                              double step_s, double tokens_s, sl_err *err)
 {
     const coord_step_rep *last = &rep[p - 1];
     sl_buf b = {0};
@@ -409,22 +409,24 @@ void coord_ckpt_metrics_append(coord_ckpt *k, int step, int epoch, const coord_s
     if (ok)
         ok = !write_all(k, fd, b.s, b.n, off);
     if (!ok)
-        sl_log_error("coordinator: cannot write metrics", "path=%s reason=\"%s\"", path, strerror(errno));
+        sl_err_set(err, SL_EIO, "writing %s: %s", path, strerror(errno));
     if (fd >= 0)
         close(fd);
     free(path);
     free(b.s);
+    return ok ? 0 : -1;
 }
 
-double coord_ckpt_metrics_truncate(coord_ckpt *k, int committed)
+int coord_ckpt_metrics_truncate(coord_ckpt *k, int committed, double *loss_out, sl_err *err)
 {
     char *p = path_of(k->dir, "metrics.csv"), *buf = NULL;
     size_t n = 0, o = 0;
     double loss = 0;
-    sl_err err = {0};
-    if (sl_read_file(p, 256u << 20, &buf, &n, &err)) {
+    sl_err rerr = {0};
+    *loss_out = 0;
+    if (sl_read_file(p, 256u << 20, &buf, &n, &rerr)) {
         free(p);
-        return 0;
+        return 0; /* none yet */
     }
     char *out = sl_xmalloc(n + 1);
     int row = 0;
@@ -440,12 +442,12 @@ double coord_ckpt_metrics_truncate(coord_ckpt *k, int committed)
         }
         line += l;
     }
-    if (o != n && write_atomic(k, p, out, o, &err))
-        sl_log_error("coordinator: cannot truncate metrics", "path=%s reason=\"%s\"", p, err.msg);
+    int rc = o != n ? write_atomic(k, p, out, o, err) : 0;
     free(out);
     free(buf);
     free(p);
-    return loss;
+    *loss_out = loss;
+    return rc;
 }
 
 char *coord_ckpt_metrics_from(const coord_ckpt *k, int from)

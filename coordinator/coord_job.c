@@ -694,13 +694,18 @@ void coord_job_commit_done(coord_job *jb, int step, int result, const char *why,
     issue_commits(&e);
 }
 
-void coord_job_epoch_ready(coord_job *jb, int epoch, double loss)
+void coord_job_epoch_ready(coord_job *jb, int epoch, double loss, const char *failed,
+                           int64_t now_ms, coord_fx_list *fx)
 {
     if (epoch != jb->epoch || !jb->epoch_pending)
         return;
     jb->epoch_pending = 0;
-    if (jb->step == jb->committed)
+    if (failed) {
+        ev e = ev_of(jb, now_ms, fx, NULL);
+        store_failed(&e, jb->committed + 1, failed);
+    } else if (jb->step == jb->committed) {
         jb->loss = loss;
+    }
 }
 
 /* ---- failures --------------------------------------------------------------------------- */

@@ -316,8 +316,9 @@ void coord_job_commit_done(coord_job *jb, int step, int result, const char *why,
 int coord_job_commit_wanted(const coord_job *jb, int epoch, int step);
 
 /* The EPOCH effect ran: the metrics rows after the committed step are gone,
- * the last kept one's loss is `loss`. */
-void coord_job_epoch_ready(coord_job *jb, int epoch, double loss);
+ * the last kept one's loss is `loss`; or the store failed (failed: why). */
+void coord_job_epoch_ready(coord_job *jb, int epoch, double loss, const char *failed,
+                           int64_t now_ms, coord_fx_list *fx);
 
 /* A device's run of `epoch` failed; `lost` is the neighbour whose link
  * broke first ("" if none). */

@@ -397,19 +397,32 @@ static void run_effect(coord_jobs *j, cjob *jb, const coord_fx *f)
     case COORD_FX_COMMIT:
         run_commit(j, jb, f);
         break;
-    case COORD_FX_METRICS:
+    case COORD_FX_METRICS: {
+        /* a step's row lost would leave a committed step without it: the
+         * store failed, and the steps after the committed one run again */
         pthread_mutex_lock(&jb->io_mu);
-        coord_ckpt_metrics_append(jb->ck, f->step, f->epoch, f->reps, f->p, f->step_s, f->tokens_s);
+        int rc = coord_ckpt_metrics_append(jb->ck, f->step, f->epoch, f->reps, f->p, f->step_s,
+                                           f->tokens_s, &err);
         pthread_mutex_unlock(&jb->io_mu);
+        if (rc) {
+            coord_fx_list fx = {0};
+            pthread_mutex_lock(&j->mu);
+            if (jb->sm.epoch == f->epoch)
+                coord_job_store_failed(&jb->sm, f->step, err.msg, sl_unix_ms(), &fx);
+            feed(j, jb, &fx);
+        }
         break;
+    }
     case COORD_FX_EPOCH: {
         pthread_mutex_lock(&jb->io_mu);
         coord_ckpt_drop_partials(jb->ck);
-        double loss = coord_ckpt_metrics_truncate(jb->ck, f->committed);
+        double loss = 0;
+        int rc = coord_ckpt_metrics_truncate(jb->ck, f->committed, &loss, &err);
         pthread_mutex_unlock(&jb->io_mu);
+        coord_fx_list fx = {0};
         pthread_mutex_lock(&j->mu);
-        coord_job_epoch_ready(&jb->sm, f->epoch, loss);
-        pthread_mutex_unlock(&j->mu);
+        coord_job_epoch_ready(&jb->sm, f->epoch, loss, rc ? err.msg : NULL, sl_unix_ms(), &fx);
+        feed(j, jb, &fx);
         break;
     }
     case COORD_FX_PLAN:
@@ -621,7 +634,10 @@ static int load_jobs(coord_jobs *j, sl_err *err)
             if (load_profiles(j, sm, err))
                 return -1;
             coord_ckpt_drop_partials(jb->ck);
-            loss = coord_ckpt_metrics_truncate(jb->ck, sm->committed);
+            sl_err terr = {0};
+            if (coord_ckpt_metrics_truncate(jb->ck, sm->committed, &loss, &terr))
+                sl_log_error("coordinator: cannot truncate metrics", "job=%s reason=\"%s\"",
+                             sm->id, terr.msg);
         }
         coord_fx_list fx = {0};
         coord_job_restarted(sm, loss, now_ms, &fx);

@@ -446,7 +446,7 @@ static void test_loss_decision(void)
     CHECK(jb.state == COORD_JOB_RUNNING && jb.epoch == 2 && jb.step == 10 && jb.epoch_pending &&
           ep && ep->epoch == 2 && ep->committed == 10);
     CHECK(coord_job_upload_check(&jb, OWNER, 2, 20, "data.json") == COORD_UPLOAD_LATER);
-    coord_job_epoch_ready(&jb, 2, 4.9);
+    coord_job_epoch_ready(&jb, 2, 4.9, NULL, now_ms, &fx);
     CHECK(!jb.epoch_pending && jb.loss == 4.9);
     /* this time B reports its own failure: its reason, nobody lost */
     fx_reset();
@@ -497,7 +497,7 @@ static void test_stalls(void)
         tick(&jb);
         coord_plan_result r = plan_result(OWNER "," DEV_B, 1.0);
         coord_job_plan_done(&jb, COORD_PLAN_RECOVER, &r, now_ms, &fx);
-        coord_job_epoch_ready(&jb, jb.epoch, 4.0);
+        coord_job_epoch_ready(&jb, jb.epoch, 4.0, NULL, now_ms, &fx);
         CHECK(jb.state == COORD_JOB_RUNNING && jb.epoch == round + 1);
     }
     CHECKF(jb.state == COORD_JOB_FAILED &&
@@ -539,7 +539,7 @@ static void test_store_backoff(void)
         tick(&jb);
         coord_plan_result r = plan_result(OWNER "," DEV_B, 1.0);
         coord_job_plan_done(&jb, COORD_PLAN_RECOVER, &r, now_ms, &fx);
-        coord_job_epoch_ready(&jb, jb.epoch, 4.0);
+        coord_job_epoch_ready(&jb, jb.epoch, 4.0, NULL, now_ms, &fx);
         CHECK(jb.state == COORD_JOB_RUNNING && jb.step == 10);
         report_steps(&jb, 11, 20);
     }

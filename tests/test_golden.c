@@ -12,434 +12,10 @@
  * checkpoint store refuses a step.
  *
  * SKYLOOM_GOLDEN_WRITE=1 writes the traces instead of comparing them. */
-#include <errno.h>
-#include <jansson.h>
-#include <sodium.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "coord_fake.h"
 
-#include "cert.h"
-#include "coord.h"
-#include "coord_internal.h"
-#include "coord_obs.h"
-#include "rpc.h"
-#include "skyloom.pb-c.h"
-#include "sl_buf.h"
-#include "sl_file.h"
-#include "sl_log.h"
-#include "sl_mem.h"
-#include "sl_test.h"
-#include "sl_time.h"
-#include "trust_util.h"
-
-#define NDEV 3
-#define WAIT_S 30.0
-
-static char root[256], pki[512], state[512], logpath[600], golden_dir[4096];
-static coord *C;
-static coord_opts O;
+static char logpath[600], golden_dir[4096];
 static int saved_stderr = -1;
-
-typedef int (*handler_fn)(void *, const rpc_peer *, const uint8_t *, size_t, rpc_buf *, rpc_status *);
-
-static int call(handler_fn fn, const char *who, const void *msg, const void *rdesc, void **out,
-                rpc_status *st)
-{
-    rpc_peer peer = {0};
-    if (who) {
-        peer.authenticated = 1;
-        snprintf(peer.identity, sizeof peer.identity, "%s", who);
-    }
-    rpc_buf req = {0}, resp = {0};
-    rpc_pack(msg, &req);
-    memset(st, 0, sizeof *st);
-    int code = fn(C, &peer, req.data, req.len, &resp, st);
-    if (out)
-        *out = code == RPC_OK && rdesc ? rpc_unpack(rdesc, resp.data, resp.len) : NULL;
-    rpc_buf_free(&req);
-    rpc_buf_free(&resp);
-    return code;
-}
-
-/* ---- the devices ------------------------------------------------------------ */
-
-typedef struct fdev {
-    const char *name, *site, *dataset;
-    char id[CERT_ID_LEN];
-    double speed;  /* its units take this many times the base figures */
-    int alive;     /* heartbeats and answers tasks */
-} fdev;
-
-static fdev D[NDEV] = {
-    {"A", "lab-a", "books", "", 1.0, 1},
-    {"B", "lab-a", NULL, "", 1.0, 1},
-    {"C", "lab-b", NULL, "", 1.5, 1},
-};
-
-static const char *token_secret(const char *site, char *out)
-{
-    char tok[CERT_TOKEN_LEN];
-    cert_token t;
-    sl_err err = {0};
-    if (cert_token_create(pki, site, 3600, tok, &err) || cert_token_parse(tok, &t, &err)) {
-        fprintf(stderr, "token: %s\n", err.msg);
-        exit(1);
-    }
-    snprintf(out, CERT_HEX_LEN, "%s", t.secret);
-    return out;
-}
-
-static void enroll(fdev *d)
-{
-    char sec[CERT_HEX_LEN], key[64];
-    snprintf(key, sizeof key, "%s.key", d->name);
-    sl_err err = {0};
-    uint8_t *csr = NULL;
-    size_t len = 0;
-    if (cert_key_generate(tu_path(root, key), &err) ||
-        cert_csr_create(tu_path(root, key), "host", &csr, &len, &err)) {
-        fprintf(stderr, "key: %s\n", err.msg);
-        exit(1);
-    }
-    Skyloom__V1__EnrollRequest q = SKYLOOM__V1__ENROLL_REQUEST__INIT;
-    q.token = (char *)token_secret(d->site, sec);
-    q.csr_der.data = csr;
-    q.csr_der.len = len;
-    q.site = (char *)d->site;
-    q.name = (char *)d->name;
-    Skyloom__V1__EnrollResponse *r = NULL;
-    rpc_status st;
-    int code = call(coord_handle_enroll, NULL, &q, &skyloom__v1__enroll_response__descriptor,
-                    (void **)&r, &st);
-    if (code != RPC_OK || !r) {
-        fprintf(stderr, "enroll %s: %s\n", d->name, st.details);
-        exit(1);
-    }
-    snprintf(d->id, sizeof d->id, "%s", r->device_id);
-    rpc_unpacked_free(r);
-    free(csr);
-}
-
-static fdev *dev_by_id(const char *id)
-{
-    for (int i = 0; i < NDEV; i++)
-        if (!strcmp(D[i].id, id))
-            return &D[i];
-    return NULL;
-}
-
-static void report_task(const fdev *d, const char *job, const char *kind, uint32_t epoch, int ok,
-                        const char *reason, const char *result)
-{
-    Skyloom__V1__ReportTaskRequest q = SKYLOOM__V1__REPORT_TASK_REQUEST__INIT;
-    q.device_id = (char *)d->id;
-    q.job_id = (char *)job;
-    q.kind = (char *)kind;
-    q.epoch = epoch;
-    q.ok = ok;
-    q.reason = (char *)(reason ? reason : "");
-    q.result = (char *)(result ? result : "");
-    rpc_status st;
-    CHECKF(call(coord_handle_report_task, d->id, &q, NULL, NULL, &st) == RPC_OK, "%s", st.details);
-}
-
-/* What a device answers to a profile task: its links to the peers it is
- * given (inside a site 0.4 ms and 10 Gbit/s, across 20 ms and 1 Gbit/s), or
- * its units (4: embeddings, 2 layers, head). */
-static char *profile_result(const fdev *d, json_t *spec)
-{
-    const char *round = json_string_value(json_object_get(spec, "round"));
-    json_t *res = json_object();
-    if (!round || !strcmp(round, "links")) {
-        json_t *links = json_array(), *p;
-        size_t k;
-        json_array_foreach(json_object_get(spec, "peers"), k, p) {
-            const fdev *q = dev_by_id(json_string_value(json_object_get(p, "id")) ?: "");
-            if (!q)
-                continue;
-            int cross = strcmp(q->site, d->site) != 0;
-            json_array_append_new(links, json_pack("{s:s, s:f, s:f}", "peer", q->id, "rtt_s",
-                                                   cross ? 0.02 : 0.0004, "bandwidth_Bps",
-                                                   cross ? 1.25e8 : 1.25e9));
-        }
-        json_object_set_new(res, "links", links);
-    }
-    if (!round || !strcmp(round, "units")) {
-        double s = d->speed;
-        json_object_set_new(res, "unit_fwd_s", json_pack("[f,f,f,f]", 0.02 * s, 0.04 * s,
-                                                         0.04 * s, 0.03 * s));
-        json_object_set_new(res, "unit_bwd_s", json_pack("[f,f,f,f]", 0.04 * s, 0.08 * s,
-                                                         0.08 * s, 0.06 * s));
-        json_object_set_new(res, "unit_optim_s", json_pack("[f,f,f,f]", 0.0005, 0.001, 0.001,
-                                                           0.0005));
-        json_object_set_new(res, "memory_bytes", json_integer(4000000000LL));
-        json_object_set_new(res, "threads", json_integer(2));
-        json_object_set_new(res, "backend", json_string("cpu"));
-    }
-    if (round)
-        json_object_set_new(res, "round", json_string(round));
-    char *text = json_dumps(res, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(res);
-    return text;
-}
-
-/* One heartbeat of device d; its check and profile tasks answered. */
-static void heartbeat(fdev *d)
-{
-    Skyloom__V1__HeartbeatRequest q = SKYLOOM__V1__HEARTBEAT_REQUEST__INIT;
-    uint8_t key[32];
-    memset(key, d->name[0], sizeof key);
-    char *ds[1] = {(char *)d->dataset};
-    char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", 9000 + d->name[0]);
-    q.device_id = d->id;
-    q.seq = 1;
-    q.stage_address = addr;
-    q.datasets = ds;
-    q.n_datasets = d->dataset ? 1 : 0;
-    q.link_public_key.data = key;
-    q.link_public_key.len = 32;
-    q.threads = 2;
-    rpc_status st;
-    Skyloom__V1__HeartbeatResponse *r = NULL;
-    CHECKF(call(coord_handle_heartbeat, d->id, &q, &skyloom__v1__heartbeat_response__descriptor,
-                (void **)&r, &st) == RPC_OK, "%s", st.details);
-    for (size_t i = 0; r && i < r->n_tasks; i++) {
-        const Skyloom__V1__Task *t = r->tasks[i];
-        json_error_t je;
-        json_t *spec = json_loads(t->spec, 0, &je);
-        if (!strcmp(t->kind, "check")) {
-            report_task(d, t->job_id, "check", t->epoch, 1, NULL,
-                        "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
-        } else if (!strcmp(t->kind, "profile")) {
-            char *res = profile_result(d, spec);
-            report_task(d, t->job_id, "profile", t->epoch, 1, NULL, res);
-            free(res);
-        }
-        json_decref(spec);
-    }
-    rpc_unpacked_free(r);
-}
-
-static void heartbeat_all(void)
-{
-    for (int i = 0; i < NDEV; i++)
-        if (D[i].alive)
-            heartbeat(&D[i]);
-}
-
-/* ---- the job, as the devices see it ----------------------------------------- */
-
-typedef struct jview {
-    char state[16];
-    int epoch, step, committed, p;
-    char stage_dev[8][CERT_ID_LEN];
-    char *plan;
-} jview;
-
-static int view(const char *job, jview *v)
-{
-    coord_snapshot s;
-    memset(v, 0, sizeof *v);
-    if (coord_jobs_snapshot(C->jobs, job, &s))
-        return -1;
-    snprintf(v->state, sizeof v->state, "%s", s.job[0].state);
-    v->epoch = s.job[0].epoch;
-    v->step = s.job[0].step;
-    v->committed = s.job[0].committed;
-    if (s.job[0].plan) {
-        v->plan = sl_xstrdup(s.job[0].plan);
-        json_error_t je;
-        json_t *pj = json_loads(v->plan, 0, &je), *st;
-        size_t k;
-        json_array_foreach(json_object_get(pj, "stages"), k, st) if (k < 8) {
-            snprintf(v->stage_dev[k], CERT_ID_LEN, "%s",
-                     json_string_value(json_object_get(st, "device")) ?: "");
-            v->p = (int)k + 1;
-        }
-        json_decref(pj);
-    }
-    coord_snapshot_free(&s);
-    return 0;
-}
-
-/* Heartbeats until job's state is `want` (and, for running, its epoch at
- * least `epoch`); 0 after WAIT_S. */
-static int pump_until(const char *job, const char *want, int epoch)
-{
-    for (double t0 = sl_now_s(); sl_now_s() - t0 < WAIT_S; usleep(20 * 1000)) {
-        heartbeat_all();
-        jview v;
-        if (view(job, &v) == 0) {
-            int ok = !strcmp(v.state, want) && v.epoch >= epoch;
-            free(v.plan);
-            if (ok)
-                return 1;
-        }
-    }
-    jview v;
-    view(job, &v);
-    fprintf(stderr, "job %s: %s in epoch %d, not %s\n", job, v.state, v.epoch, want);
-    free(v.plan);
-    return 0;
-}
-
-/* Heartbeats until device d joined the job and it has d's profile. */
-static int pump_until_profiled(const char *job, const fdev *d)
-{
-    for (double t0 = sl_now_s(); sl_now_s() - t0 < WAIT_S; usleep(20 * 1000)) {
-        heartbeat_all();
-        Skyloom__V1__GetJobRequest q = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
-        q.job_id = (char *)job;
-        Skyloom__V1__JobInfo *ji = NULL;
-        rpc_status st;
-        if (call(coord_handle_get_job, CERT_ADMIN_CN, &q, &skyloom__v1__job_info__descriptor,
-                 (void **)&ji, &st) != RPC_OK || !ji)
-            return 0;
-        json_error_t je;
-        json_t *pr = json_loads(ji->profiles, 0, &je), *ev = json_loads(ji->events, 0, &je), *e;
-        int joining = 0;
-        size_t k;
-        json_array_foreach(ev, k, e) joining |=
-            !strcmp(json_string_value(json_object_get(e, "kind")) ?: "", "joining") &&
-            !strcmp(json_string_value(json_object_get(e, "device")) ?: "", d->id);
-        int have = joining && json_object_get(json_object_get(pr, d->id), "unit_fwd_s") != NULL;
-        json_decref(pr);
-        json_decref(ev);
-        rpc_unpacked_free(ji);
-        if (have)
-            return 1;
-    }
-    fprintf(stderr, "job %s: no profile of %s\n", job, d->name);
-    return 0;
-}
-
-static void report_step(const char *dev, const char *job, int epoch, int stage, int p, int step)
-{
-    Skyloom__V1__ReportStepRequest q = SKYLOOM__V1__REPORT_STEP_REQUEST__INIT;
-    q.device_id = (char *)dev;
-    q.job_id = (char *)job;
-    q.epoch = (uint32_t)epoch;
-    q.stage = (uint32_t)stage;
-    q.step = (uint32_t)step;
-    q.loss = stage == p - 1 ? 7.0 - 0.125 * step : 0;
-    q.grad_norm = 1.5;
-    q.lr = 1e-3 * step;
-    q.fwd_s = 0.010 * (stage + 1);
-    q.bwd_s = 0.020 * (stage + 1);
-    q.recv_s = 0.005;
-    q.send_s = 0.004;
-    q.finish_s = 0.001;
-    q.step_s = 0.100;
-    q.raw_bytes = stage + 1 < p ? 4096 : 0;
-    q.wire_bytes = stage + 1 < p ? 4200 : 0;
-    q.raw_bytes_up = stage > 0 ? 2048 : 0;
-    q.wire_bytes_up = stage > 0 ? 2100 : 0;
-    q.masked = 10;
-    rpc_status st;
-    void *r = NULL;
-    CHECKF(call(coord_handle_report_step, dev, &q, &skyloom__v1__report_step_response__descriptor,
-                &r, &st) == RPC_OK, "%s", st.details);
-    rpc_unpacked_free(r);
-}
-
-/* One file of a device's checkpoint part, in two pieces: the code of the
- * first refusal, or RPC_OK. */
-static int upload(const fdev *d, const char *job, int epoch, int step, const char *name)
-{
-    uint8_t data[300], sum[32];
-    for (size_t i = 0; i < sizeof data; i++)
-        data[i] = (uint8_t)(d->name[0] * 7 + step * 13 + name[0] + i);
-    crypto_generichash(sum, sizeof sum, data, sizeof data, NULL, 0);
-    for (int piece = 0; piece < 2; piece++) {
-        Skyloom__V1__UploadChunkRequest q = SKYLOOM__V1__UPLOAD_CHUNK_REQUEST__INIT;
-        q.device_id = (char *)d->id;
-        q.job_id = (char *)job;
-        q.epoch = (uint32_t)epoch;
-        q.step = (uint32_t)step;
-        q.name = (char *)name;
-        q.offset = piece ? 100 : 0;
-        q.data.data = data + q.offset;
-        q.data.len = piece ? sizeof data - 100 : 100;
-        q.last = piece;
-        q.size = sizeof data;
-        if (piece) {
-            q.blake2b.data = sum;
-            q.blake2b.len = 32;
-        }
-        rpc_status st;
-        int code = call(coord_handle_upload_chunk, d->id, &q, NULL, NULL, &st);
-        if (code != RPC_OK)
-            return code;
-    }
-    return RPC_OK;
-}
-
-/* The devices of the running plan train steps up to `to` (reports, then
- * the parts of checkpoint steps, waiting for each commit). Returns RPC_OK,
- * or the code of the first upload refused (it stops there). */
-static int train(const char *job, int to, int every)
-{
-    jview v;
-    CHECK(view(job, &v) == 0 && !strcmp(v.state, "running"));
-    int code = RPC_OK;
-    for (int s = v.step + 1; s <= to && code == RPC_OK; s++) {
-        for (int i = v.p - 1; i >= 0; i--)
-            report_step(v.stage_dev[i], job, v.epoch, i, v.p, s);
-        if (every && s % every == 0) {
-            for (int i = 0; i < NDEV; i++) {
-                int in = 0;
-                for (int k = 0; k < v.p; k++)
-                    in |= !strcmp(v.stage_dev[k], D[i].id);
-                if (!in)
-                    continue;
-                char model[96], optim[96];
-                snprintf(model, sizeof model, "model.%s.safetensors", D[i].id);
-                snprintf(optim, sizeof optim, "optim.%s.safetensors", D[i].id);
-                if (code == RPC_OK)
-                    code = upload(&D[i], job, v.epoch, s, model);
-                if (code == RPC_OK)
-                    code = upload(&D[i], job, v.epoch, s, optim);
-                if (code == RPC_OK && D[i].dataset)
-                    code = upload(&D[i], job, v.epoch, s, "data.json");
-            }
-            if (code != RPC_OK)
-                break;
-            int committed = 0;
-            for (double t0 = sl_now_s(); !committed && sl_now_s() - t0 < WAIT_S; usleep(10 * 1000)) {
-                jview w;
-                committed = view(job, &w) == 0 && w.committed >= s;
-                free(w.plan);
-            }
-            CHECKF(committed, "step %d committed", s);
-        }
-        heartbeat_all();
-    }
-    free(v.plan);
-    return code;
-}
-
-static char *submit(const char *opts)
-{
-    Skyloom__V1__SubmitJobRequest q = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
-    char data[96];
-    snprintf(data, sizeof data, "%s:books", D[0].id);
-    q.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
-               " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
-    q.data = data;
-    q.options = (char *)opts;
-    Skyloom__V1__SubmitJobResponse *r = NULL;
-    rpc_status st;
-    CHECKF(call(coord_handle_submit_job, CERT_ADMIN_CN, &q,
-                &skyloom__v1__submit_job_response__descriptor, (void **)&r, &st) == RPC_OK,
-           "%s", st.details);
-    char *id = sl_xstrdup(r ? r->job_id : "");
-    rpc_unpacked_free(r);
-    return id;
-}
 
 /* ---- the trace ---------------------------------------------------------------- */
 
@@ -767,11 +343,11 @@ static void test_store_failed(void)
 int main(int argc, char **argv)
 {
     snprintf(golden_dir, sizeof golden_dir, "%s", argc > 1 ? argv[1] : "tests/golden");
-    tu_tmpdir(root, sizeof root, "golden");
-    tu_pki(root, "pki", pki, sizeof pki);
-    snprintf(state, sizeof state, "%s/state", root);
-    snprintf(logpath, sizeof logpath, "%s/log", root);
     /* the coordinator's log says each state it gives a job */
+    char logdir[] = "/tmp/skyloom-golden-log-XXXXXX";
+    if (!mkdtemp(logdir))
+        return 1;
+    snprintf(logpath, sizeof logpath, "%s/log", logdir);
     saved_stderr = dup(2);
     if (!freopen(logpath, "w", stderr)) {
         perror(logpath);
@@ -779,30 +355,18 @@ int main(int argc, char **argv)
     }
     setvbuf(stderr, NULL, _IOLBF, 0);
     sl_log_set_level(SL_LOG_INFO);
-    rpc_global_init();
-    if (sodium_init() < 0)
-        return 1;
-    sl_err err = {0};
-    O = (coord_opts){.listen = "127.0.0.1:0", .pki = pki, .state = state, .heartbeat_ms = 1000};
-    C = coord_open(&O, &err);
-    if (!C) {
-        fprintf(stderr, "coord_open: %s\n", err.msg);
-        return 1;
-    }
-    for (int i = 0; i < NDEV; i++)
-        enroll(&D[i]);
-    heartbeat_all();
+    cf_open("golden", 1000);
     RUN(test_runs);
     RUN(test_run_failure);
     RUN(test_device_lost);
     RUN(test_restart);
     RUN(test_store_failed);
-    coord_close(C);
-    rpc_global_shutdown();
+    cf_close();
     fflush(stderr);
     /* what the test itself said goes back to its stderr */
     char *text = NULL;
     size_t n = 0;
+    sl_err err = {0};
     if (!sl_read_file(logpath, 64u << 20, &text, &n, &err))
         for (char *line = text; line && *line;) {
             char *nl = strchr(line, '\n');
@@ -813,7 +377,9 @@ int main(int argc, char **argv)
             line = nl ? nl + 1 : NULL;
         }
     free(text);
-    if (!getenv("SKYLOOM_GOLDEN_KEEP"))
+    if (!getenv("SKYLOOM_GOLDEN_KEEP")) {
         tu_rmtree(root);
+        tu_rmtree(logdir);
+    }
     return sl_test_done();
 }

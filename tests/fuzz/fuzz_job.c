@@ -208,7 +208,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case 8:
             if (w.epoch_pending) {
-                coord_job_epoch_ready(jb, w.epoch_pending, 4.0);
+                coord_job_epoch_ready(jb, w.epoch_pending, 4.0, a % 5 == 0 ? "disk full" : NULL, w.now_ms, &fx);
                 w.epoch_pending = 0;
             }
             break;
