@@ -28,7 +28,8 @@ static void usage(FILE *f)
             "                     [--warmup N] [--weight-decay X] [--clip X] [--mask-prob P]\n"
             "                     [--init model.safetensors] [--resume DIR [--new-schedule]]\n"
             "                     [--save DIR] [--save-every N] [--metrics FILE] [--seed S]\n"
-            "                     [--threads N] [--max-time SECONDS] [--device auto|cpu|cuda]\n"
+            "                     [--threads N] [--max-time SECONDS] [--stop-at N]\n"
+            "                     [--device auto|cpu|cuda]\n"
             "                     [--recompute] [--recompute-attention]\n"
             "                     [--optim-state fp32|bf16]\n"
             "                     [--first N] [--sequences K] [--no-shuffle] [--log-every N]\n"
@@ -64,6 +65,8 @@ static void usage(FILE *f)
             "  --seed S            initialisation, masking and dropout seed (default 1)\n"
             "  --threads N         CPU threads (OpenMP and BLAS)\n"
             "  --max-time S        stop (and save) after the step that passes S seconds\n"
+            "  --stop-at N         stop (and save) after step N; the learning-rate schedule\n"
+            "                      stays the one of --steps (a run's first N steps)\n"
             "  --device D          auto (default: the GPU when one answers, else the CPU),\n"
             "                      cpu, or cuda (an error without a usable GPU)\n"
             "  --recompute         keep only each layer's output for backward and recompute\n"
@@ -102,6 +105,7 @@ typedef struct opts {
     int no_shuffle, log_every, new_schedule;
     int64_t first, sequences;
     int64_t max_time;
+    int stop_at;
     double lr, wd, clip, mask_prob;
     int64_t seed;
     int kind;
@@ -202,6 +206,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
             rc = sl_parse_int(a, v, 1, 1 << 30, &o->log_every, &err);
         else if (!strcmp(a, "--max-time"))
             rc = sl_parse_duration(a, v, &o->max_time, &err);
+        else if (!strcmp(a, "--stop-at"))
+            rc = sl_parse_int(a, v, 1, 1000000000, &o->stop_at, &err);
         else if (!strcmp(a, "--optimizer")) {
             if (!strcmp(v, "adamw"))
                 o->kind = DEV_OPT_ADAMW;
@@ -219,6 +225,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
     if (o->batch % o->micro)
         return sl_cli_fail("train", 2, "--batch (%d) must be a multiple of --micro-batches (%d)",
                            o->batch, o->micro);
+    if (o->stop_at > o->steps)
+        return sl_cli_fail("train", 2, "--stop-at %d is after --steps %d", o->stop_at, o->steps);
     if (o->init && o->resume)
         return sl_cli_fail("train", 2, "--init and --resume exclude each other");
     if (o->new_schedule && !o->resume)
@@ -418,7 +426,8 @@ int cmd_train(int argc, char **argv)
                    step, info.loss, info.masked, info.grad_norm, (double)info.lr, tok_s, eta);
             fflush(stdout);
         }
-        int stop = o.max_time > 0 && elapsed >= (double)o.max_time && step < o.steps;
+        int stop = ((o.max_time > 0 && elapsed >= (double)o.max_time) ||
+                    (o.stop_at > 0 && step >= o.stop_at)) && step < o.steps;
         if (stop && tty)
             printf("\n");
         if (o.save && ((o.save_every && step % o.save_every == 0) || step == o.steps || stop)) {
@@ -431,7 +440,8 @@ int cmd_train(int argc, char **argv)
         }
         last_step = step;
         if (stop) {
-            sl_log_info("time limit reached", "step=%d seconds=%.0f", step, elapsed);
+            sl_log_info(o.stop_at && step >= o.stop_at ? "stopped at --stop-at" : "time limit reached",
+                        "step=%d seconds=%.0f", step, elapsed);
             break;
         }
     }

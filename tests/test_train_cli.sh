@@ -33,6 +33,13 @@ check "no temporary files left" bash -c '! ls "$0"/*.tmp* "$0"/*/*.tmp* 2>/dev/n
 ev=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --batches 4 --json); rc=$?
 check "eval exits 0 with a loss" bash -c 'test $0 -eq 0 && grep -q "\"loss\":" <<<"$1"' "$rc" "$ev"
 check "a checkpoint records its learning-rate schedule (schedule.json, in the manifest)" bash -c 'grep -q "\"steps\": 300" "$0/schedule.json" && grep -q "schedule.json" "$0/manifest.json"' "$d/run/step-150"
+"$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 300 --batch 16 --lr 3e-3 --warmup 20 --threads 1 --stop-at 40 --save "$d/stop" >/dev/null; rc=$?
+check "--stop-at: a run's first steps, saved at the stop, the same bytes and rates as the whole run's" \
+    bash -c 'test $0 -eq 0 && [ "$(cat "$1/stop/latest")" = step-40 ] && [ $(wc -l < "$1/stop/metrics.csv") -eq 41 ] &&
+             [ "$(sed -n 2,41p "$1/run/metrics.csv" | cut -d, -f1-5)" = "$(sed -n 2,41p "$1/stop/metrics.csv" | cut -d, -f1-5)" ]' "$rc" "$d"
+"$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 300 --batch 16 --lr 3e-3 --warmup 20 --threads 1 --resume "$d/stop/step-40" --stop-at 150 --save "$d/stop" >/dev/null; rc=$?
+check "--stop-at, resumed: step 150 equals the whole run's byte for byte" \
+    bash -c 'test $0 -eq 0 && cmp -s "$1/stop/step-150/model.safetensors" "$1/run/step-150/model.safetensors"' "$rc" "$d"
 err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 160 --batch 16 --lr 3e-3 --warmup 20 --threads 1 --resume "$d/run/step-150" --save "$d/run2" 2>&1); rc=$?
 check "resuming with another --steps: exit 1, names the option, writes nothing" bash -c 'test $0 -eq 1 && grep -q "its run had steps=300, this one 160 (--steps).*--new-schedule" <<<"$1" && ! test -e "$2"' "$rc" "$err" "$d/run2"
 err=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 300 --batch 16 --lr 1e-3 --warmup 20 --threads 1 --resume "$d/run/step-150" --save "$d/run2" 2>&1); rc=$?
