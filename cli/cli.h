@@ -46,6 +46,9 @@ int cli_opt_take(const char *cmd, int argc, char **argv, int *i, const cli_opt *
 /* value when it is set, else the environment variable `env` when set and
  * not empty, else NULL. */
 const char *cli_env_default(const char *value, const char *env);
+/* 0 when both are set; else prints which is missing (and its variable) as
+ * a usage error of `cmd` and returns 2. */
+int cli_need_connection(const char *cmd, const char *target, const char *pki);
 /* A coordinator's address as --coordinator (or opt) takes it: HOST:PORT,
  * [ADDR]:PORT for IPv6, a port from 1 to 65535 (gRPC's own forms, unix:,
  * dns:///, ipv4:, are passed on). A bare host is refused here instead of

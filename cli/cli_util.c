@@ -65,6 +65,18 @@ const char *cli_env_default(const char *value, const char *env)
     return e && *e ? e : NULL;
 }
 
+int cli_need_connection(const char *cmd, const char *target, const char *pki)
+{
+    if (!target && !pki)
+        return sl_cli_fail(cmd, 2, "--coordinator and --pki are required (or the environment "
+                           "variables %s and %s)", CLI_ENV_COORDINATOR, CLI_ENV_PKI);
+    if (!target || !pki)
+        return sl_cli_fail(cmd, 2, "%s is required (or the environment variable %s)",
+                           target ? "--pki" : "--coordinator",
+                           target ? CLI_ENV_PKI : CLI_ENV_COORDINATOR);
+    return 0;
+}
+
 int cli_check_address(const char *opt, const char *target, sl_err *err)
 {
     /* gRPC's own forms (unix:PATH, dns:///HOST:PORT, ipv4:...) are its to check */

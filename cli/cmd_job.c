@@ -894,10 +894,8 @@ int cmd_job(int argc, char **argv)
         rc = sl_cli_fail("job", 2, "job compare needs two JOB ids or more");
     } else if (!takes_id && !is_compare && npos) {
         rc = sl_cli_fail("job", 2, "job %s: unexpected argument '%s'", sub, pos[0]);
-    } else if (!target || !pki) {
-        rc = sl_cli_fail("job", 2, "%s%s%s required (or the environment variables %s and %s)",
-                         target ? "" : "--coordinator", !target && !pki ? " and " : "",
-                         pki ? "" : "--pki", CLI_ENV_COORDINATOR, CLI_ENV_PKI);
+    } else if (cli_need_connection("job", target, pki)) {
+        rc = 2;
     } else if (cli_check_address("--coordinator", target, &err)) {
         rc = sl_cli_fail("job", 2, "%s", err.msg);
     } else if (!strcmp(sub, "export") && !out) {

@@ -118,10 +118,8 @@ int cmd_status(int argc, char **argv)
     }
     target = cli_env_default(target, CLI_ENV_COORDINATOR);
     pki = cli_env_default(pki, CLI_ENV_PKI);
-    if (!target || !pki)
-        return sl_cli_fail("status", 2, "%s%s%s required (or the environment variables %s and %s)",
-                           target ? "" : "--coordinator", !target && !pki ? " and " : "",
-                           pki ? "" : "--pki", CLI_ENV_COORDINATOR, CLI_ENV_PKI);
+    if (cli_need_connection("status", target, pki))
+        return 2;
     char ca[4200], crt[4200], key[4200];
     sl_err err = {0};
     if (cli_check_address("--coordinator", target, &err))
