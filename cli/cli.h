@@ -56,8 +56,9 @@ int cli_need_connection(const char *cmd, const char *target, const char *pki);
 int cli_check_address(const char *opt, const char *target, sl_err *err);
 /* A failed call to the coordinator at `target`, as the message in err
  * (returns -1): the common mistakes in words (nothing listening there; a
- * server that is not the coordinator's gRPC port, such as its HTTP
- * dashboard; a coordinator whose certificate the CA of `pki` did not sign;
+ * server that is not the coordinator's gRPC port: its HTTP dashboard, which
+ * a plain HTTP request to it tells, or anything else that fails the TLS
+ * handshake; a coordinator whose certificate the CA of `pki` did not sign;
  * a host name that does not resolve), anything else as "TARGET: CODE:
  * details". */
 int cli_call_error(sl_err *err, const char *target, const char *pki, int code, const char *details);

@@ -2,15 +2,21 @@
  * table, stopping on SIGINT/SIGTERM, the coordinator's address and PKI from
  * the environment, and a failed call to the coordinator in words. */
 #include <ctype.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "rpc.h"
 #include "sl_log.h"
+#include "sl_time.h"
 
 int cli_opt_take(const char *cmd, int argc, char **argv, int *i, const cli_opt *opts)
 {
@@ -100,6 +106,55 @@ int cli_check_address(const char *opt, const char *target, sl_err *err)
     return 0;
 }
 
+/* 1 if the server at target answers a plain HTTP request as HTTP (within a
+ * second or two), 0 otherwise. */
+static int speaks_http(const char *target)
+{
+    char host[256];
+    const char *colon = strrchr(target, ':');
+    if (!colon || (size_t)(colon - target) >= sizeof host)
+        return 0;
+    const char *h = target;
+    size_t hl = (size_t)(colon - target);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai)
+        return 0;
+    int yes = 0, fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS)) {
+        static const char req[] = "GET / HTTP/1.0\r\n\r\n";
+        char got[5];
+        size_t sent = 0, n = 0;
+        double end = sl_now_s() + 2;
+        while (n < sizeof got && sl_now_s() < end) {
+            struct pollfd pf = {fd, sent < sizeof req - 1 ? POLLOUT : POLLIN, 0};
+            if (poll(&pf, 1, 100) < 0 && errno != EINTR)
+                break;
+            if (pf.revents & POLLOUT) {
+                ssize_t k = send(fd, req + sent, sizeof req - 1 - sent, MSG_NOSIGNAL);
+                if (k < 0 && errno != EAGAIN)
+                    break;
+                sent += k > 0 ? (size_t)k : 0;
+            } else if (pf.revents & (POLLIN | POLLHUP | POLLERR)) {
+                ssize_t k = recv(fd, got + n, sizeof got - n, 0);
+                if (k <= 0 && !(k < 0 && errno == EAGAIN))
+                    break;
+                n += k > 0 ? (size_t)k : 0;
+            }
+        }
+        yes = n == sizeof got && !memcmp(got, "HTTP/", 5);
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    return yes;
+}
+
 /* The OpenSSL reason in a gRPC handshake error ("... SSL routines::wrong
  * version number"), or "" */
 static void ssl_reason(const char *details, char *out, size_t n)
@@ -125,10 +180,15 @@ int cli_call_error(sl_err *err, const char *target, const char *pki, int code, c
             return sl_err_set(err, SL_EAUTH, "the coordinator at %s has a certificate that is not "
                               "signed by the CA of --pki %s (%s/ca.crt): is %s the PKI this "
                               "coordinator was started with?", target, pki, pki, pki);
-        if (strstr(details, "andshake")) {
+        int closed = strstr(details, "Socket closed") || strstr(details, "Connection reset");
+        if ((strstr(details, "andshake") || closed) && speaks_http(target))
+            return sl_err_set(err, SL_EIO, "%s is an HTTP server (the coordinator's dashboard?), "
+                              "not a coordinator: %s", target, ports);
+        if (strstr(details, "andshake") || closed) {
             ssl_reason(details, why, sizeof why);
-            return sl_err_set(err, SL_EIO, "%s answers, but not as a coordinator (the TLS "
-                              "handshake failed%s%s): %s", target, why[0] ? ": " : "", why, ports);
+            return sl_err_set(err, SL_EIO, "%s answers, but not as a coordinator (%s%s%s): %s",
+                              target, closed ? "it closed the connection" : "the TLS handshake "
+                              "failed", why[0] ? ": " : "", why, ports);
         }
         if (strstr(details, "Connection refused"))
             return sl_err_set(err, SL_EIO, "cannot reach the coordinator at %s (connection "
