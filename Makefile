@@ -39,8 +39,10 @@ build: deps $(BUILD)/build.ninja
 # PREFIX/lib/systemd/system/skyloom-*.service (ExecStart at PREFIX/bin) and
 # PREFIX/share/doc/skyloom, each below DESTDIR when it is set (a staged
 # install, as GNU packages do). The build is configured for PREFIX first,
-# since the binary looks for the CUDA module there.
-install: build
+# since the binary looks for the CUDA module there. It builds what is not
+# built yet but installs no Debian package (`make deps` or `make build` do).
+install: $(BUILD)/build.ninja
+	ninja -C $(BUILD)
 	@cur=$$(meson introspect $(BUILD) --buildoptions | $(PYTHON) -c 'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))'); \
 	if [ "$$cur" != "$(PREFIX)" ]; then \
 	  echo "meson configure $(BUILD) -Dprefix=$(PREFIX) (was $$cur)"; \
