@@ -55,7 +55,7 @@ int cmd_job_metrics(rpc_channel *ch, const char *target, const char *pki, const 
 typedef struct run {
     char id[64], state[24], reason[160], data[160]; /* data: OWNER:DATASET ("-" before a plan) */
     unsigned step, steps, committed, seq;
-    double loss;
+    double loss;              /* of the latest step */
     json_t *options, *config; /* objects (empty when unknown) */
     double *x, *y;            /* the curve: step, loss */
     size_t n;
@@ -203,7 +203,7 @@ static void print_table(const run *r, int n)
             else if (row == 2)
                 snprintf(b, 64, "%u", r[i].committed);
             else if (row == 3)
-                snprintf(b, 64, r[i].n ? "%.4f" : "-", r[i].n ? r[i].y[r[i].n - 1] : 0.0);
+                snprintf(b, 64, r[i].step ? "%.4f" : "-", r[i].loss);
             else if (row == 5)
                 snprintf(b, 64, r[i].seq ? "%u" : "-", r[i].seq);
             cells[i] = sl_xstrdup(row == 4 ? r[i].data : b);
