@@ -12,6 +12,9 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUDGET ?= 480
 MESON_OPTS ?=
 PYTHON     ?= /usr/bin/python3
+# make install: where (the build is configured for it), and a staging root
+PREFIX     ?= /usr/local
+DESTDIR    ?=
 # CI builds warning-free or not at all.
 ifeq ($(CI),true)
   MESON_OPTS += -Dwerror=true
@@ -19,7 +22,7 @@ endif
 # meson finds nvcc only on PATH.
 export PATH := $(PATH):/usr/local/cuda/bin
 
-.PHONY: all deps build test test-asan test-cuda bench fuzz clean demo chaos testbed
+.PHONY: all deps build install test test-asan test-cuda bench fuzz clean demo chaos testbed
 
 all: build
 
@@ -27,10 +30,25 @@ deps:
 	@scripts/deps.sh
 
 $(BUILD)/build.ninja:
-	meson setup $(BUILD) $(MESON_OPTS)
+	meson setup $(BUILD) $(MESON_OPTS) --prefix=$(PREFIX)
 
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
+
+# PREFIX/bin/skyloom, PREFIX/lib/libskyloom_cuda.so when CUDA is built,
+# PREFIX/lib/systemd/system/skyloom-*.service (ExecStart at PREFIX/bin) and
+# PREFIX/share/doc/skyloom, each below DESTDIR when it is set (a staged
+# install, as GNU packages do). The build is configured for PREFIX first,
+# since the binary looks for the CUDA module there. It builds what is not
+# built yet but installs no Debian package (`make deps` or `make build` do).
+install: $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+	@cur=$$(meson introspect $(BUILD) --buildoptions | $(PYTHON) -c 'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))'); \
+	if [ "$$cur" != "$(PREFIX)" ]; then \
+	  echo "meson configure $(BUILD) -Dprefix=$(PREFIX) (was $$cur)"; \
+	  meson configure $(BUILD) -Dprefix=$(PREFIX) && ninja -C $(BUILD) || exit 1; \
+	fi
+	meson install -C $(BUILD) --no-rebuild $(if $(DESTDIR),--destdir "$(abspath $(DESTDIR))")
 
 test: build
 	@rm -f $(BUILD)/meson-logs/testlog.json

@@ -362,10 +362,101 @@ static json_t *load(const char *text, const char *name, sl_err *err)
 
 /* ---- the three formats ---- */
 
+/* The keys a config.json may hold: the ones parse_config reads, then what
+ * Hugging Face's BertConfig (with PretrainedConfig's and, in older
+ * transformers, the generation defaults) writes, which this reader does not
+ * need. Keys that start with '_' (_name_or_path, _commit_hash, ...) are
+ * Hugging Face's bookkeeping. Any other key is refused: a misspelled key
+ * would otherwise leave its field at the default without a word. */
+static const char *const config_keys[] = {
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+    "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "hidden_act",
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
+    /* BertConfig */
+    "pad_token_id", "position_embedding_type", "use_cache", "classifier_dropout",
+    "gradient_checkpointing", "directionality", "pooler_fc_size", "pooler_num_attention_heads",
+    "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type", "output_past", "xla_device",
+    /* PretrainedConfig */
+    "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "use_bfloat16",
+    "return_dict", "output_hidden_states", "output_attentions", "torchscript", "tf_legacy_loss",
+    "pruned_heads", "tie_word_embeddings", "chunk_size_feed_forward", "is_encoder_decoder",
+    "is_decoder", "cross_attention_hidden_size", "add_cross_attention", "tie_encoder_decoder",
+    "finetuning_task", "id2label", "label2id", "num_labels", "problem_type", "tokenizer_class",
+    "prefix", "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
+    "task_specific_params",
+    /* generation defaults */
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+    "suppress_tokens", "begin_suppress_tokens", NULL};
+
+/* Edit distance (insertions, deletions, substitutions, swaps of
+ * neighbours), capped: keys are short. */
+static size_t key_distance(const char *a, const char *b)
+{
+    enum { MAXK = 64 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= MAXK || m >= MAXK)
+        return MAXK;
+    size_t d[MAXK + 1][MAXK + 1];
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = i;
+    for (size_t k = 0; k <= m; k++)
+        d[0][k] = k;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t k = 1; k <= m; k++) {
+            size_t v = d[i - 1][k - 1] + (a[i - 1] != b[k - 1]);
+            if (d[i - 1][k] + 1 < v)
+                v = d[i - 1][k] + 1;
+            if (d[i][k - 1] + 1 < v)
+                v = d[i][k - 1] + 1;
+            if (i > 1 && k > 1 && a[i - 1] == b[k - 2] && a[i - 2] == b[k - 1] &&
+                d[i - 2][k - 2] + 1 < v)
+                v = d[i - 2][k - 2] + 1;
+            d[i][k] = v;
+        }
+    return d[n][m];
+}
+
+/* Every key of the config is one of config_keys (or starts with '_'); an
+ * unknown one is named, with the nearest known key when one is close. */
+static int config_known_keys(jctx *c, json_t *j)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(j, k, v) {
+        int ok = k[0] == '_';
+        const char *best = NULL;
+        size_t bd = (size_t)-1;
+        for (int i = 0; config_keys[i] && !ok; i++) {
+            size_t d = key_distance(k, config_keys[i]);
+            ok = d == 0;
+            if (d < bd) {
+                bd = d;
+                best = config_keys[i];
+            }
+        }
+        if (ok)
+            continue;
+        jpush_key(c, k);
+        if (best && bd <= 1 + strlen(k) / 5)
+            jfail(c, "unknown key; did you mean %s?", best);
+        else
+            jfail(c, "unknown key (not a BERT config.json key)");
+        c->depth--;
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_config(jctx *c, json_t *j, bal_bert *b)
 {
     if (!json_is_object(j))
         return jfail(c, "must be an object");
+    if (config_known_keys(c, j))
+        return -1;
     static const char *const k[7] = {"hidden_size", "num_hidden_layers", "num_attention_heads",
                                      "intermediate_size", "vocab_size",
                                      "max_position_embeddings", "type_vocab_size"};

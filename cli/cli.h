@@ -3,6 +3,7 @@
 #ifndef CLI_H
 #define CLI_H
 
+#include "rpc.h"
 #include "sl_cli.h"
 
 int cmd_version(int argc, char **argv);
@@ -14,6 +15,12 @@ int cmd_coordinator(int argc, char **argv);
 int cmd_device(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_job(int argc, char **argv);
+/* skyloom job metrics and job compare (cmd_job_runs.c), over a channel to
+ * the coordinator at target with the admin certificate of pki; they return
+ * the exit status. */
+int cmd_job_metrics(rpc_channel *ch, const char *target, const char *pki, const char *id);
+int cmd_job_compare(rpc_channel *ch, const char *target, const char *pki, const char *const *ids,
+                    int n, const char *svg, int json);
 /* Helpers for the commands above (cli_util.c). */
 /* Makes SIGINT and SIGTERM set a flag instead of killing the process; the
  * flag (the signal number, 0 before any) is what cli_stop_signal returns. */
@@ -31,6 +38,34 @@ typedef struct cli_opt {
  * in its value, advances *i and returns 1; 0 if it is not in the table; -1
  * after printing "skyloom CMD: OPT needs a value" (a usage error). */
 int cli_opt_take(const char *cmd, int argc, char **argv, int *i, const cli_opt *opts);
+/* The coordinator's address and the PKI directory from the environment:
+ * the commands that take --coordinator or --pki use these where the option
+ * is not given (an option on the command line wins). */
+#define CLI_ENV_COORDINATOR "SKYLOOM_COORDINATOR"
+#define CLI_ENV_PKI "SKYLOOM_PKI"
+/* value when it is set, else the environment variable `env` when set and
+ * not empty, else NULL. */
+const char *cli_env_default(const char *value, const char *env);
+/* 0 when both are set; else prints which is missing (and its variable) as
+ * a usage error of `cmd` and returns 2. */
+int cli_need_connection(const char *cmd, const char *target, const char *pki);
+/* A coordinator's address as --coordinator (or opt) takes it: HOST:PORT,
+ * [ADDR]:PORT for IPv6, a port from 1 to 65535 (gRPC's own forms, unix:,
+ * dns:///, ipv4:, are passed on). A bare host is refused here instead of
+ * being dialled at a port it does not name. */
+int cli_check_address(const char *opt, const char *target, sl_err *err);
+/* A failed call to the coordinator at `target`, as the message in err
+ * (returns -1): the common mistakes in words (nothing listening there; a
+ * server that is not the coordinator's gRPC port: its HTTP dashboard, which
+ * a plain HTTP request to it tells, or anything else that fails the TLS
+ * handshake; a coordinator whose certificate the CA of `pki` did not sign;
+ * a host name that does not resolve), anything else as "TARGET: CODE:
+ * details". */
+int cli_call_error(sl_err *err, const char *target, const char *pki, int code, const char *details);
+/* 0 when a failed call's reason will not change by calling again (a TLS
+ * handshake refused, a certificate from another CA, a host name that does
+ * not resolve); 1 otherwise (nothing listening yet, a restart, a timeout). */
+int cli_call_may_pass(int code, const char *details);
 int cmd_plan(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -5,32 +5,58 @@
 #include "cert.h"
 #include "cli.h"
 
-static const char usage_text[] =
-    "usage: skyloom certs init   --pki DIR [--name N] [--san IP:A,DNS:B,...] [--cert-days D]\n"
-    "       skyloom certs token  --pki DIR --site S [--ttl 1h] [--cert-days D] [--json]\n"
-    "       skyloom certs revoke --pki DIR DEVICE_ID\n"
-    "       skyloom certs show   FILE [--json]\n"
-    "       skyloom certs rotate-coordinator --pki DIR [--san IP:A,DNS:B,...] [--days 825]\n\n"
-    "init    makes the project CA (EC P-256), the coordinator's certificate (SANs:\n"
-    "        localhost, 127.0.0.1 and --san) and an admin client certificate for\n"
-    "        skyloom status. Private keys are written 0600; existing files are never\n"
-    "        overwritten. --cert-days sets how long device certificates last\n"
-    "        (default 365); devices renew theirs at two thirds of that.\n"
-    "token   prints a one-time enrollment token for a device of site S. The token\n"
-    "        carries the CA's SHA-256 fingerprint; only its hash is kept, in DIR/spool,\n"
-    "        until the coordinator (started with the same --pki) imports it.\n"
-    "        --cert-days gives the device enrolled with it certificates of that\n"
-    "        lifetime (instead of the PKI's default), renewals included.\n"
-    "revoke  queues the revocation of a device id; the coordinator imports it on its\n"
-    "        next call and refuses the device from then on (renewals too).\n"
-    "show    prints the certificates in a PEM file.\n"
-    "rotate-coordinator  a new key and certificate for the coordinator from the same\n"
-    "        CA, same name and SANs (or --san: the defaults plus these), valid --days;\n"
-    "        the old pair is kept as coordinator.{key,crt}.prev. Devices need\n"
-    "        nothing; a running coordinator serves it to new connections within a\n"
-    "        second, and a restarted one from the start.\n"
-    "--cert-seconds N instead of --cert-days: lifetimes in seconds (at least 5), for\n"
+/* One usage text per certs command: `skyloom certs CMD --help` prints CMD's,
+ * `skyloom certs --help` all of them. */
+static const struct certs_cmd {
+    const char *name, *synopsis, *text;
+} certs_cmds[] = {
+    {"init", "skyloom certs init   --pki DIR [--name N] [--san IP:A,DNS:B,...] [--cert-days D]",
+     "init    makes the project CA (EC P-256), the coordinator's certificate (SANs:\n"
+     "        localhost, 127.0.0.1 and --san) and an admin client certificate for\n"
+     "        skyloom status. Private keys are written 0600; existing files are never\n"
+     "        overwritten. --cert-days sets how long device certificates last\n"
+     "        (default 365); devices renew theirs at two thirds of that.\n"},
+    {"token", "skyloom certs token  --pki DIR --site S [--ttl 1h] [--cert-days D] [--json]",
+     "token   prints a one-time enrollment token for a device of site S. The token\n"
+     "        carries the CA's SHA-256 fingerprint; only its hash is kept, in DIR/spool,\n"
+     "        until the coordinator (started with the same --pki) imports it.\n"
+     "        --cert-days gives the device enrolled with it certificates of that\n"
+     "        lifetime (instead of the PKI's default), renewals included.\n"},
+    {"revoke", "skyloom certs revoke --pki DIR DEVICE_ID",
+     "revoke  queues the revocation of a device id; the coordinator imports it on its\n"
+     "        next call and refuses the device from then on (renewals too).\n"},
+    {"show", "skyloom certs show   FILE [--json]", "show    prints the certificates in a PEM file.\n"},
+    {"rotate-coordinator", "skyloom certs rotate-coordinator --pki DIR [--san IP:A,DNS:B,...] [--days 825]",
+     "rotate-coordinator  a new key and certificate for the coordinator from the same\n"
+     "        CA, same name and SANs (or --san: the defaults plus these), valid --days;\n"
+     "        the old pair is kept as coordinator.{key,crt}.prev. Devices need\n"
+     "        nothing; a running coordinator serves it to new connections within a\n"
+     "        second, and a restarted one from the start.\n"},
+};
+#define N_CERTS_CMDS (int)(sizeof certs_cmds / sizeof certs_cmds[0])
+
+static const char lifetime_text[] =
+    "\n--cert-seconds N instead of --cert-days: lifetimes in seconds (at least 5), for\n"
     "tests and trials of renewal.\n";
+static const char pki_env_text[] =
+    "\nWithout --pki, the environment variable SKYLOOM_PKI gives the PKI directory; an\n"
+    "option wins.\n";
+
+static void usage(FILE *f, const struct certs_cmd *only)
+{
+    int k = 0;
+    for (int i = 0; i < N_CERTS_CMDS; i++)
+        if (!only || only == &certs_cmds[i])
+            fprintf(f, "%s %s\n", k++ ? "      " : "usage:", certs_cmds[i].synopsis);
+    fprintf(f, "\n");
+    for (int i = 0; i < N_CERTS_CMDS; i++)
+        if (!only || only == &certs_cmds[i])
+            fputs(certs_cmds[i].text, f);
+    if (!only || !strcmp(only->name, "init") || !strcmp(only->name, "token"))
+        fputs(lifetime_text, f);
+    if (!only || strcmp(only->name, "show"))
+        fputs(pki_env_text, f);
+}
 
 /* Parses "--opt value" pairs; positional arguments go to pos. */
 typedef struct opts {
@@ -93,12 +119,16 @@ static int cert_lifetime(const opts *o, int64_t *s)
 int cmd_certs(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fputs(usage_text, argc < 2 ? stderr : stdout);
+        usage(argc < 2 ? stderr : stdout, NULL);
         return argc < 2 ? 2 : 0;
     }
+    const struct certs_cmd *cc = NULL;
+    for (int i = 0; i < N_CERTS_CMDS; i++)
+        if (!strcmp(argv[1], certs_cmds[i].name))
+            cc = &certs_cmds[i];
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
+            usage(stdout, cc);
             return 0;
         }
     const char *sub = argv[1];
@@ -106,6 +136,8 @@ int cmd_certs(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
+    if (strcmp(sub, "show"))
+        o.pki = cli_env_default(o.pki, CLI_ENV_PKI);
     sl_err err = {0};
     if (!strcmp(sub, "show")) {
         if (o.npos != 1)
@@ -115,7 +147,8 @@ int cmd_certs(int argc, char **argv)
         return 0;
     }
     if (!o.pki)
-        return sl_cli_fail("certs", 2, "%s needs --pki DIR", sub);
+        return sl_cli_fail("certs", 2, "%s needs --pki DIR (or the environment variable %s)", sub,
+                           CLI_ENV_PKI);
     int64_t life;
     if (cert_lifetime(&o, &life))
         return 2;

@@ -121,7 +121,10 @@ int cmd_coordinator(int argc, char **argv)
                    "picks one, written to --http-port-file). If the default address is taken the\n"
                    "coordinator runs without it and says so. An address other than loopback\n"
                    "needs --http-token FILE (one line): every request must then carry\n"
-                   "'Authorization: Bearer TOKEN'.\n");
+                   "'Authorization: Bearer TOKEN'.\n\n"
+                   "Without --pki, the environment variable SKYLOOM_PKI gives the PKI directory;\n"
+                   "an option wins. Clients (skyloom job, status, device) take the --listen\n"
+                   "address as --coordinator, never the HTTP one.\n");
             return 0;
         }
         int r = cli_opt_take("coordinator", argc, argv, &i, table);
@@ -142,8 +145,10 @@ int cmd_coordinator(int argc, char **argv)
             return sl_cli_fail("coordinator", 2, "--max-message must be 4K..1G");
         o.max_message = (size_t)b;
     }
+    o.pki = cli_env_default(o.pki, CLI_ENV_PKI);
     if (!o.listen || !o.pki || !o.state)
-        return sl_cli_fail("coordinator", 2, "--listen, --pki and --state are required");
+        return sl_cli_fail("coordinator", 2, "--listen, --pki (or the environment variable %s) and "
+                           "--state are required", CLI_ENV_PKI);
     cli_raise_fd_limit();
     rpc_global_init();
     int status = 0, http_failed = 0;

@@ -23,25 +23,48 @@
 
 #define MAX_CORPUS_FILE ((uint64_t)4 << 30)
 
-static void usage_data(FILE *f)
+/* One usage text per data command: `skyloom data CMD --help` prints CMD's,
+ * `skyloom data --help` all of them. */
+static const struct data_cmd {
+    const char *name, *synopsis, *text;
+} data_cmds[] = {
+    {"vocab",
+     "skyloom data vocab --corpus FILE... --size N --out vocab.txt [--cased]\n"
+     "                          [--min-freq K] [--json]",
+     "  vocab    learns a WordPiece vocabulary (standard vocab.txt, '##' pieces)\n"},
+    {"prepare",
+     "skyloom data prepare --vocab vocab.txt --in FILE_OR_DIR... --out SHARD\n"
+     "                          --seq T [--cased] [--json]",
+     "  prepare  tokenizes (BERT BasicTokenizer + WordPiece) and packs documents into\n"
+     "           [CLS] ... [SEP] sequences of at most T tokens, written as one shard\n"},
+    {"inspect", "skyloom data inspect SHARD [--show N] [--json]",
+     "  inspect  shows a shard's header, counts, vocabulary hash and first sequences\n"},
+    {"tokenize", "skyloom data tokenize --vocab vocab.txt [--cased] [FILE...]",
+     "  tokenize prints one line of WordPiece ids per input line (no [CLS]/[SEP]),\n"
+     "           reading the FILEs in order ('-' or none: standard input)\n"},
+};
+#define N_DATA_CMDS (int)(sizeof data_cmds / sizeof data_cmds[0])
+
+/* All the data commands (only NULL), or the one named "data NAME". */
+static void usage_data(FILE *f, const char *only)
 {
-    fprintf(f,
-            "usage: skyloom data vocab --corpus FILE... --size N --out vocab.txt [--cased]\n"
-            "                          [--min-freq K] [--json]\n"
-            "       skyloom data prepare --vocab vocab.txt --in FILE_OR_DIR... --out SHARD\n"
-            "                          --seq T [--cased] [--json]\n"
-            "       skyloom data inspect SHARD [--show N] [--json]\n"
-            "       skyloom data tokenize --vocab vocab.txt [--cased] [FILE...]\n\n"
-            "Turns UTF-8 text into what BERT pre-training reads.\n"
-            "  vocab    learns a WordPiece vocabulary (standard vocab.txt, '##' pieces)\n"
-            "  prepare  tokenizes (BERT BasicTokenizer + WordPiece) and packs documents into\n"
-            "           [CLS] ... [SEP] sequences of at most T tokens, written as one shard\n"
-            "  inspect  shows a shard's header, counts, vocabulary hash and first sequences\n"
-            "  tokenize prints one line of WordPiece ids per input line (no [CLS]/[SEP]),\n"
-            "           reading the FILEs in order ('-' or none: standard input)\n\n"
-            "Corpus text: one sentence or paragraph per line, a blank line between documents;\n"
-            "a directory stands for all files under it (sorted). Text is lower-cased and\n"
-            "accent-stripped unless --cased. Invalid UTF-8 is an error naming file and offset.\n");
+    const struct data_cmd *one = NULL;
+    for (int i = 0; only && i < N_DATA_CMDS; i++)
+        if (!strcmp(only + strlen("data "), data_cmds[i].name))
+            one = &data_cmds[i];
+    int k = 0;
+    for (int i = 0; i < N_DATA_CMDS; i++)
+        if (!one || one == &data_cmds[i])
+            fprintf(f, "%s %s\n", k++ ? "      " : "usage:", data_cmds[i].synopsis);
+    fprintf(f, "\n%s", one ? "" : "Turns UTF-8 text into what BERT pre-training reads.\n");
+    for (int i = 0; i < N_DATA_CMDS; i++)
+        if (!one || one == &data_cmds[i])
+            fputs(data_cmds[i].text, f);
+    if (!one || strcmp(one->name, "inspect"))
+        fprintf(f, "\nCorpus text: one sentence or paragraph per line, a blank line between "
+                   "documents;\na directory stands for all files under it (sorted). Text is "
+                   "lower-cased and\naccent-stripped unless --cased. Invalid UTF-8 is an error "
+                   "naming file and offset.\n");
 }
 
 /* ---- corpus files ---- */
@@ -139,7 +162,7 @@ static int parse_opts(const char *cmd, int argc, char **argv, const dopt *opts, 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage_data(stdout);
+            usage_data(stdout, cmd);
             return 0;
         }
         const dopt *o = opts;
@@ -604,12 +627,12 @@ done:
 int cmd_data(int argc, char **argv)
 {
     if (argc < 2) {
-        usage_data(stderr);
+        usage_data(stderr, NULL);
         return 2;
     }
     const char *sub = argv[1];
     if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
-        usage_data(stdout);
+        usage_data(stdout, NULL);
         return 0;
     }
     if (!strcmp(sub, "vocab"))

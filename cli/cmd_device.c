@@ -36,7 +36,12 @@ static void usage(void)
            "  --threads N       compute threads for training and profiling (default:\n"
            "                    the cores hwloc sees)\n"
            "  --memory BYTES    usable memory to report to the planner (default: the\n"
-           "                    machine's, from hwloc)\n");
+           "                    machine's, from hwloc)\n\n"
+           "--coordinator is the coordinator's gRPC address (its --listen); without it,\n"
+           "the environment variable SKYLOOM_COORDINATOR gives it. One device per state\n"
+           "directory: a second one on DIR is refused, naming the pid that holds it.\n"
+           "Without --stage-listen the device serves no job, so its --data cannot be\n"
+           "trained on (it says so when it starts).\n");
 }
 
 int cmd_device(int argc, char **argv)
@@ -86,8 +91,12 @@ int cmd_device(int argc, char **argv)
         if (r == 0)
             return sl_cli_fail("device", 2, "unknown option '%s'", a);
     }
+    o.coordinator = cli_env_default(o.coordinator, CLI_ENV_COORDINATOR);
     if (!o.coordinator || !o.state || !o.site)
-        return sl_cli_fail("device", 2, "--coordinator, --state and --site are required");
+        return sl_cli_fail("device", 2, "--coordinator (or the environment variable %s), --state "
+                           "and --site are required", CLI_ENV_COORDINATOR);
+    if (cli_check_address("--coordinator", o.coordinator, &err))
+        return sl_cli_fail("device", 2, "%s", err.msg);
     int threads = 0;
     uint64_t memory = 0;
     if (threads_s && sl_parse_int("--threads", threads_s, 1, 1024, &threads, &err))
@@ -107,6 +116,15 @@ int cmd_device(int argc, char **argv)
         dev_profile prof;
         if (dev_profile_probe(&prof, NULL) == 0)
             memory = prof.memory_bytes;
+    }
+    if (n_data && !stage_listen) {
+        char names[64 * 66] = "";
+        for (int k = 0; k < n_data; k++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%.64s", k ? "," : "",
+                     data[k].name);
+        sl_log_warn("device: --data without --stage-listen: this device serves no Stage, so no "
+                    "job can train on its data", "datasets=%s hint=\"add --stage-listen HOST:PORT "
+                    "(port 0: a free one)\"", names);
     }
     cli_raise_fd_limit();
     rpc_global_init();

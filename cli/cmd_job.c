@@ -12,63 +12,132 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bal.h"
 #include "cert.h"
 #include "cli.h"
 #include "coord_obs.h"
 #include "dev_ckpt.h"
 #include "dev_config.h"
+#include "dev_plan.h"
 #include "rpc.h"
 #include "skyloom.pb-c.h"
 #include "sl_file.h"
 #include "sl_mem.h"
 #include "sl_time.h"
 
+/* One usage text per job command: `skyloom job CMD --help` prints CMD's,
+ * `skyloom job --help` (and `skyloom help job`) all of them. */
+typedef struct job_cmd {
+    const char *name, *synopsis, *text;
+} job_cmd;
+
+static const char conn_text[] =
+    "The coordinator and the PKI: --coordinator HOST:PORT is the coordinator's gRPC\n"
+    "address (its --listen), --pki DIR the PKI whose admin certificate the command\n"
+    "uses (skyloom certs init). Without the options, the environment variables\n"
+    "SKYLOOM_COORDINATOR and SKYLOOM_PKI give them; an option wins. Options may come\n"
+    "before or after the job id.\n";
+
+static const char submit_text[] =
+    "A job trains a BERT across the devices of a coordinator: the data owner\n"
+    "checks its dataset, the candidate devices profile themselves, the balancer\n"
+    "places the layers (by default the data owner holds the first and the last\n"
+    "unit, so token ids and labels never leave it), and the devices train 1F1B\n"
+    "over sealed, compressed links, uploading checkpoints every K steps. The\n"
+    "config is read here first (the reader skyloom train uses): a bad field or an\n"
+    "unknown key is refused naming the file and the key.\n\n"
+    "submit options:\n"
+    "  --batch B, --micro-batches M   sequences per step and their split (8, 1)\n"
+    "  --codec-act C      none (default), fp16, bf16, int8\n"
+    "  --codec-grad C     none (default), fp16, bf16, int8, topk:F (0 < F <= 1)\n"
+    "  --no-seal          plaintext frames (still inside mutual TLS)\n"
+    "  --algo A           optimal (default), sky or even\n"
+    "  --schedule S       1f1b (default) or gpipe\n"
+    "  --checkpoint-every K   commit a checkpoint every K steps (default 50) and at\n"
+    "                     the end\n"
+    "  --init FILE        start from this model (safetensors, HF names)\n"
+    "  --devices ID,...   the candidate devices (default: every online one)\n"
+    "  --no-u-shape       a plain chain: the data owner holds unit 0 only, and the\n"
+    "                     labels and the tied gradient travel to the last stage\n"
+    "  --replan-margin F  a device that joins during the job is taken in when the\n"
+    "                     plan with it is predicted F faster (default 0.10)\n"
+    "  --lr X --warmup N --seed S --optimizer adamw|lamb --optim-state fp32|bf16\n"
+    "  --weight-decay X --clip X --mask-prob P --first N --sequences K\n"
+    "  --no-shuffle --recompute --recompute-attention\n"
+    "                     as for skyloom train: the job's result is the same\n"
+    "  --no-wait          return once submitted (default: wait until it runs or\n"
+    "                     fails, and print the plan)\n"
+    "  --json             print the job's summary and plan as JSON\n";
+
+static const job_cmd job_cmds[] = {
+    {"submit",
+     "skyloom job submit --coordinator HOST:PORT --pki DIR --config C\n"
+     "                          --data DEVICE_ID:NAME --steps N [options]",
+     submit_text},
+    {"list", "skyloom job list --coordinator HOST:PORT --pki DIR [--json]",
+     "Every job of the coordinator: state, step of steps, committed step, loss, and the\n"
+     "reason of a failure.\n"},
+    {"status", "skyloom job status JOB --coordinator HOST:PORT --pki DIR [--json]",
+     "One job: state, step, committed step, loss; the plan (stages, units, devices,\n"
+     "sites, addresses, the predicted step); the last step's time and tokens/s, per\n"
+     "stage busy share, seconds and bytes to the next stage; the recovery events.\n"
+     "--json adds the options, the whole plan, the profiles and metrics.csv.\n"},
+    {"watch", "skyloom job watch JOB --coordinator HOST:PORT --pki DIR",
+     "Follows the job until it ends: a line per step (on a terminal one line\n"
+     "rewritten in place) and the recovery events; exits 0 when it is done, 1 when\n"
+     "it failed or was stopped.\n"},
+    {"stop", "skyloom job stop JOB --coordinator HOST:PORT --pki DIR",
+     "Stops the job: its devices leave it at their next heartbeat or step report;\n"
+     "what was committed stays exportable.\n"},
+    {"export", "skyloom job export JOB --coordinator HOST:PORT --pki DIR --out DIR",
+     "Writes the committed step as DIR/model.safetensors (every tensor, Hugging Face\n"
+     "BERT names) and DIR/config.json, for skyloom eval, fill-mask and PyTorch.\n"},
+    {"trace", "skyloom job trace JOB --coordinator HOST:PORT --pki DIR --svg F [--json]",
+     "The measured timeline of a recent step (every stage's forward, backward,\n"
+     "send, receive and sync, idle between), as the devices reported it, to an SVG\n"
+     "file (--svg), with the plan's predicted step marked; --json prints the ops.\n"},
+    {"metrics", "skyloom job metrics JOB --coordinator HOST:PORT --pki DIR",
+     "Prints the job's metrics.csv: a header, then one row per step (step, epoch,\n"
+     "loss, masked tokens, gradient norm, learning rate, seconds, tokens/s, each\n"
+     "stage's busy share, bytes per link raw and on the wire). docs/jobs.md\n"
+     "describes the columns.\n"},
+    {"compare", "skyloom job compare JOB JOB... --coordinator HOST:PORT --pki DIR [--svg F] [--json]",
+     "Jobs side by side: their state, steps and last loss, then every option (and\n"
+     "the config's fields) in a row, a column per job; '*' marks the rows whose\n"
+     "values differ. --svg F writes their loss curves in one chart (a colour per\n"
+     "job, the step across, the loss up; at most 4000 points per curve, the mean of\n"
+     "each run of steps beyond). --json prints the same as JSON.\n"},
+};
+#define N_JOB_CMDS (int)(sizeof job_cmds / sizeof job_cmds[0])
+
+static const job_cmd *job_cmd_find(const char *name)
+{
+    for (int i = 0; i < N_JOB_CMDS; i++)
+        if (!strcmp(job_cmds[i].name, name))
+            return &job_cmds[i];
+    return NULL;
+}
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: skyloom job submit --coordinator HOST:PORT --pki DIR --config C\n"
-            "                          --data DEVICE_ID:NAME --steps N [options]\n"
-            "       skyloom job list --coordinator HOST:PORT --pki DIR [--json]\n"
-            "       skyloom job status JOB --coordinator HOST:PORT --pki DIR [--json]\n"
-            "       skyloom job watch JOB --coordinator HOST:PORT --pki DIR\n"
-            "       skyloom job stop JOB --coordinator HOST:PORT --pki DIR\n"
-            "       skyloom job export JOB --coordinator HOST:PORT --pki DIR --out DIR\n"
-            "       skyloom job trace JOB --coordinator HOST:PORT --pki DIR --svg F [--json]\n\n"
-            "A job trains a BERT across the devices of a coordinator: the data owner\n"
-            "checks its dataset, the candidate devices profile themselves, the balancer\n"
-            "places the layers (by default the data owner holds the first and the last\n"
-            "unit, so token ids and labels never leave it), and the devices train 1F1B\n"
-            "over sealed, compressed links, uploading checkpoints every K steps.\n\n"
-            "submit options:\n"
-            "  --batch B, --micro-batches M   sequences per step and their split (8, 1)\n"
-            "  --codec-act C      none (default), fp16, bf16, int8\n"
-            "  --codec-grad C     none (default), fp16, bf16, int8, topk:F\n"
-            "  --no-seal          plaintext frames (still inside mutual TLS)\n"
-            "  --algo A           optimal (default), sky or even\n"
-            "  --schedule S       1f1b (default) or gpipe\n"
-            "  --checkpoint-every K   commit a checkpoint every K steps (default 50) and at\n"
-            "                     the end\n"
-            "  --init FILE        start from this model (safetensors, HF names)\n"
-            "  --devices ID,...   the candidate devices (default: every online one)\n"
-            "  --no-u-shape       a plain chain: the data owner holds unit 0 only, and the\n"
-            "                     labels and the tied gradient travel to the last stage\n"
-            "  --replan-margin F  a device that joins during the job is taken in when the\n"
-            "                     plan with it is predicted F faster (default 0.10)\n"
-            "  --lr X --warmup N --seed S --optimizer adamw|lamb --optim-state fp32|bf16\n"
-            "  --weight-decay X --clip X --mask-prob P --first N --sequences K\n"
-            "  --no-shuffle --recompute --recompute-attention\n"
-            "                     as for skyloom train: the job's result is the same\n"
-            "  --no-wait          return once submitted (default: wait until it runs or\n"
-            "                     fails, and print the plan)\n"
-            "  --json             print the job (submit, status, list) as JSON\n\n"
-            "trace: the measured timeline of a recent step (every stage's forward, backward,\n"
-            "send, receive and sync, idle between), as the devices reported it, to an SVG\n"
-            "file (--svg), with the plan's predicted step marked; --json prints the ops.\n");
+    for (int i = 0; i < N_JOB_CMDS; i++)
+        fprintf(f, "%s %s\n", i ? "      " : "usage:", job_cmds[i].synopsis);
+    fprintf(f, "\n%s\n", submit_text);
+    for (int i = 1; i < N_JOB_CMDS; i++)
+        fprintf(f, "%s:\n%s\n", job_cmds[i].name, job_cmds[i].text);
+    fputs(conn_text, f);
+}
+
+static void usage_of(const job_cmd *jc)
+{
+    printf("usage: %s\n\n%s\n%s", jc->synopsis, jc->text, conn_text);
 }
 
 typedef struct client {
     rpc_channel *ch;
-    const char *target;
+    const char *target, *pki;
+    int code; /* of the last call that failed */
+    char details[384];
 } client;
 
 static int connect_admin(client *c, const char *target, const char *pki, sl_err *err)
@@ -79,6 +148,7 @@ static int connect_admin(client *c, const char *target, const char *pki, sl_err 
         return -1;
     rpc_channel_opts co = {.target = target, .tls = {ca, crt, key}, .max_message = 256u << 20};
     c->target = target;
+    c->pki = pki;
     return (c->ch = rpc_channel_create(&co, err)) ? 0 : -1;
 }
 
@@ -87,9 +157,11 @@ static int call(client *c, const char *method, const void *req, const void *desc
 {
     rpc_status st = {0};
     int code = rpc_call_pb(c->ch, method, req, desc, resp, 60000, &st);
-    if (code != RPC_OK)
-        return sl_err_set(err, code == RPC_NOT_FOUND ? SL_EINVAL : SL_EIO, "%s: %s: %s", c->target,
-                          rpc_code_name(code), st.details);
+    if (code != RPC_OK) {
+        c->code = code;
+        snprintf(c->details, sizeof c->details, "%s", st.details);
+        return cli_call_error(err, c->target, c->pki, code, st.details);
+    }
     return 0;
 }
 
@@ -111,8 +183,9 @@ static int upload_piece(client *c, const Skyloom__V1__UploadInitRequest *q, sl_e
         rpc_unpacked_free(r);
         if (code == RPC_OK)
             return 0;
-        if ((code != RPC_UNAVAILABLE && code != RPC_DEADLINE_EXCEEDED) || waited >= UPLOAD_RETRY_S)
-            return sl_err_set(err, SL_EIO, "%s: %s: %s", c->target, rpc_code_name(code), st.details);
+        if ((code != RPC_UNAVAILABLE && code != RPC_DEADLINE_EXCEEDED) || waited >= UPLOAD_RETRY_S ||
+            !cli_call_may_pass(code, st.details))
+            return cli_call_error(err, c->target, c->pki, code, st.details);
         if (waited == 0)
             fprintf(stderr, "skyloom job: %s unavailable (%s); sending the piece again for up to "
                     "%d s\n", c->target, st.details, UPLOAD_RETRY_S);
@@ -307,8 +380,22 @@ static int submit(client *c, int argc, char **argv)
             json_object_set_new(o, s->key, json_string(v));
         }
     }
-    if (!config || !data || !json_object_get(o, "steps"))
+    if (!config || !data || !json_object_get(o, "steps")) {
+        json_decref(o);
         return sl_cli_fail("job", 2, "submit needs --config, --data and --steps (see --help)");
+    }
+    /* what can be checked here is, so that a refusal names the option */
+    const char *ca = json_string_value(json_object_get(o, "codec_act"));
+    const char *cg = json_string_value(json_object_get(o, "codec_grad"));
+    double frac;
+    if ((ca && dev_plan_codec(ca, 0, &frac) < 0) || (cg && dev_plan_codec(cg, 1, &frac) < 0)) {
+        int act = ca && dev_plan_codec(ca, 0, &frac) < 0;
+        int rc = sl_cli_fail("job", 2, "--codec-%s '%s' is not a codec for %s (none, fp16, bf16, "
+                             "int8%s)", act ? "act" : "grad", act ? ca : cg,
+                             act ? "activations" : "gradients", act ? "" : ", topk:F with 0 < F <= 1");
+        json_decref(o);
+        return rc;
+    }
     if (devices) {
         json_t *d = json_array();
         char buf[8192];
@@ -320,7 +407,10 @@ static int submit(client *c, int argc, char **argv)
     char *ctext = NULL, upload[UPLOAD_ID_LEN + 1] = "";
     size_t clen = 0;
     dev_config cfg;
-    if (sl_read_file(config, 1 << 20, &ctext, &clen, &err) ||
+    bal_bert bert;
+    /* the config by the reader the coordinator and the devices use, its
+     * errors naming this file */
+    if (sl_read_file(config, 1 << 20, &ctext, &clen, &err) || bal_bert_parse(&bert, ctext, config, &err) ||
         (init && (dev_config_parse(&cfg, ctext, &err) || dev_ckpt_check_model(&cfg, init, &err) ||
                   upload_init(c, init, upload, &err)))) {
         free(ctext);
@@ -650,6 +740,32 @@ static int fetch(client *c, const char *id, int step, const char *name, const ch
     return rc;
 }
 
+/* Export of a job that has committed no step: says so, with when it
+ * commits (its options) and where it is. */
+static int no_commit(client *c, const char *id)
+{
+    sl_err err = {0};
+    Skyloom__V1__JobInfo *j = get_job(c, id, 0, &err);
+    if (!j)
+        return sl_cli_fail("job", 1, "%s", err.msg);
+    json_t *o = loads_or_null(j->options);
+    long long k = json_integer_value(json_object_get(o, "checkpoint_every"));
+    json_decref(o);
+    const Skyloom__V1__JobSummary *s = j->summary;
+    char when[64];
+    if (k > 0 && k < s->steps)
+        snprintf(when, sizeof when, "it commits every %lld steps", k);
+    else
+        snprintf(when, sizeof when, "it commits at its last step, %u", s->steps);
+    int rc = ended(s->state)
+                 ? sl_cli_fail("job", 1, "job %s has no committed step: it %s before its first "
+                               "commit (%s)", id, s->state, when)
+                 : sl_cli_fail("job", 1, "job %s has no committed step yet (%s; it is %s, at step "
+                               "%u of %u)", id, when, s->state, s->step, s->steps);
+    rpc_unpacked_free(j);
+    return rc;
+}
+
 /* The committed step's parts, assembled into one model.safetensors (a stage
  * of the whole model loads every part; any cut loads from any cut). */
 static int export_job(client *c, const char *id, const char *out)
@@ -662,11 +778,13 @@ static int export_job(client *c, const char *id, const char *out)
     q.step = UINT32_MAX; /* whatever is committed */
     Skyloom__V1__FetchFileResponse *r = NULL;
     if (call(c, RPC_M_FETCH_FILE, &q, &skyloom__v1__fetch_file_response__descriptor, (void **)&r, &err))
-        return sl_cli_fail("job", 1, "%s", err.msg);
+        return c->code == RPC_NOT_FOUND && strstr(c->details, "no checkpoint at step 0")
+                   ? no_commit(c, id)
+                   : sl_cli_fail("job", 1, "%s", err.msg);
     int step = (int)r->step, status = 1;
     if (step == 0 || r->n_names == 0) {
         rpc_unpacked_free(r);
-        return sl_cli_fail("job", 1, "job %s has no committed step yet", id);
+        return no_commit(c, id);
     }
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s/.export-%s", out, id);
@@ -724,56 +842,73 @@ int cmd_job(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    const char *sub = argv[1], *id = NULL, *target = NULL, *pki = NULL, *out = NULL, *svg = NULL;
-    int json = 0, first = 2;
-    if (strcmp(sub, "submit") && strcmp(sub, "list")) {
-        if (argc < 3 || argv[2][0] == '-')
-            return sl_cli_fail("job", 2, "job %s needs a JOB id", sub);
-        id = argv[2];
-        first = 3;
-    }
-    /* the connection options anywhere; the rest goes to submit */
-    char **rest = sl_xcalloc((size_t)argc, sizeof *rest);
-    int nrest = 0;
-    for (int i = first; i < argc; i++) {
+    const char *sub = argv[1];
+    const job_cmd *jc = job_cmd_find(sub);
+    if (!jc)
+        return sl_cli_fail("job", 2, "unknown job command '%s' (submit, list, status, watch, stop, "
+                           "export, trace, metrics, compare)", sub);
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage_of(jc);
+            return 0;
+        }
+    int is_submit = !strcmp(sub, "submit"), is_compare = !strcmp(sub, "compare");
+    int takes_id = strcmp(sub, "list") && !is_submit && !is_compare;
+    int takes_svg = !strcmp(sub, "trace") || is_compare;
+    const char *target = NULL, *pki = NULL, *out = NULL, *svg = NULL;
+    int json = 0;
+    /* the connection options, --out and --svg anywhere; submit's own go to
+     * submit; the other commands take job ids, before or after options */
+    char **rest = sl_xcalloc((size_t)argc, sizeof *rest), **pos = sl_xcalloc((size_t)argc, sizeof *pos);
+    int nrest = 0, npos = 0, rc = -1;
+    for (int i = 2; i < argc && rc < 0; i++) {
         const char *a = argv[i];
-        if ((!strcmp(a, "--coordinator") || !strcmp(a, "--pki") || !strcmp(a, "--out") ||
-             (!strcmp(a, "--svg") && !strcmp(sub, "trace"))) && i + 1 < argc) {
-            const char **dst = !strcmp(a, "--coordinator") ? &target : !strcmp(a, "--pki") ? &pki
-                               : !strcmp(a, "--svg") ? &svg : &out;
-            *dst = argv[++i];
+        const char **dst = !strcmp(a, "--coordinator") ? &target : !strcmp(a, "--pki") ? &pki
+                           : !strcmp(a, "--out") && !strcmp(sub, "export") ? &out
+                           : !strcmp(a, "--svg") && takes_svg ? &svg : NULL;
+        if (dst) {
+            if (i + 1 >= argc)
+                rc = sl_cli_fail("job", 2, "%s needs a value", a);
+            else
+                *dst = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = 1;
             rest[nrest++] = argv[i];
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            free(rest);
-            return 0;
-        } else {
+        } else if (is_submit) {
             rest[nrest++] = argv[i];
+        } else if (a[0] == '-' && a[1]) {
+            rc = sl_cli_fail("job", 2, "job %s: unknown option '%s'", sub, a);
+        } else {
+            pos[npos++] = argv[i];
         }
     }
-    int rc;
-    if (!target || !pki) {
-        rc = sl_cli_fail("job", 2, "--coordinator and --pki are required");
-    } else if (strcmp(sub, "submit") && nrest > json) {
-        rc = sl_cli_fail("job", 2, "job %s: unknown option '%s'", sub, rest[0]);
-    } else if (strcmp(sub, "submit") && strcmp(sub, "list") && strcmp(sub, "status") &&
-               strcmp(sub, "watch") && strcmp(sub, "stop") && strcmp(sub, "export") &&
-               strcmp(sub, "trace")) {
-        rc = sl_cli_fail("job", 2, "unknown job command '%s' (submit, list, status, watch, stop, "
-                         "export, trace)", sub);
+    target = cli_env_default(target, CLI_ENV_COORDINATOR);
+    pki = cli_env_default(pki, CLI_ENV_PKI);
+    sl_err err = {0};
+    if (rc >= 0) {
+        /* refused above */
+    } else if (takes_id && npos != 1) {
+        rc = npos ? sl_cli_fail("job", 2, "job %s takes one JOB id, not '%s' too", sub, pos[1])
+                  : sl_cli_fail("job", 2, "job %s needs a JOB id (usage: %s)", sub, jc->synopsis);
+    } else if (is_compare && npos < 2) {
+        rc = sl_cli_fail("job", 2, "job compare needs two JOB ids or more");
+    } else if (!takes_id && !is_compare && npos) {
+        rc = sl_cli_fail("job", 2, "job %s: unexpected argument '%s'", sub, pos[0]);
+    } else if (cli_need_connection("job", target, pki)) {
+        rc = 2;
+    } else if (cli_check_address("--coordinator", target, &err)) {
+        rc = sl_cli_fail("job", 2, "%s", err.msg);
     } else if (!strcmp(sub, "export") && !out) {
         rc = sl_cli_fail("job", 2, "job export needs --out DIR");
     } else if (!strcmp(sub, "trace") && !svg && !json) {
         rc = sl_cli_fail("job", 2, "job trace needs --svg FILE (or --json)");
     } else {
+        const char *id = takes_id ? pos[0] : NULL;
         client c = {0};
-        sl_err err = {0};
         rpc_global_init();
         if (connect_admin(&c, target, pki, &err))
             rc = sl_cli_fail("job", 1, "%s", err.msg);
-        else if (!strcmp(sub, "submit"))
+        else if (is_submit)
             rc = submit(&c, nrest, rest);
         else if (!strcmp(sub, "list"))
             rc = list(&c, json);
@@ -785,6 +920,10 @@ int cmd_job(int argc, char **argv)
             rc = stop(&c, id);
         else if (!strcmp(sub, "trace"))
             rc = trace(&c, id, svg, json);
+        else if (!strcmp(sub, "metrics"))
+            rc = cmd_job_metrics(c.ch, target, pki, id);
+        else if (is_compare)
+            rc = cmd_job_compare(c.ch, target, pki, (const char *const *)pos, npos, svg, json);
         else
             rc = export_job(&c, id, out);
         if (c.ch)
@@ -792,5 +931,6 @@ int cmd_job(int argc, char **argv)
         rpc_global_shutdown();
     }
     free(rest);
+    free(pos);
     return rc;
 }

@@ -22,7 +22,7 @@ static const char usage_text[] =
     "  --devices F         devices: id, site, memory, FLOP/s or measured unit times\n"
     "  --network F         bandwidth and latency inside and between sites\n"
     "  --algo A            optimal (default), sky (the Sky Computing allocator), even\n"
-    "  --micro-batches M   micro-batches per iteration (default: chosen for <= 10%% bubble)\n"
+    "  --micro-batches M   micro-batches per iteration (default: chosen for <= 10% bubble)\n"
     "  --schedule S        1f1b (default) or gpipe\n"
     "  --data-owner D      device id that holds the embeddings and the head, as the chain's\n"
     "                      first and last stage (U-shaped: tokens and labels stay on D)\n"

@@ -100,7 +100,10 @@ int cmd_status(int argc, char **argv)
                    "(embeddings | encoder layers | head) forward, backward and optimizer step\n"
                    "for that job's micro-batch, its threads and memory, and the round trip and bandwidth of\n"
                    "its links to the other candidates. Authenticates with DIR/admin.crt from\n"
-                   "skyloom certs init.\n");
+                   "skyloom certs init.\n\n"
+                   "--coordinator is the coordinator's gRPC address (its --listen). Without\n"
+                   "the options, the environment variables SKYLOOM_COORDINATOR and SKYLOOM_PKI\n"
+                   "give them; an option wins.\n");
             return 0;
         }
         if (!strcmp(a, "--json")) {
@@ -113,10 +116,14 @@ int cmd_status(int argc, char **argv)
         if (r == 0)
             return sl_cli_fail("status", 2, "unknown option '%s'", a);
     }
-    if (!target || !pki)
-        return sl_cli_fail("status", 2, "--coordinator and --pki are required");
+    target = cli_env_default(target, CLI_ENV_COORDINATOR);
+    pki = cli_env_default(pki, CLI_ENV_PKI);
+    if (cli_need_connection("status", target, pki))
+        return 2;
     char ca[4200], crt[4200], key[4200];
     sl_err err = {0};
+    if (cli_check_address("--coordinator", target, &err))
+        return sl_cli_fail("status", 2, "%s", err.msg);
     if (cert_path(ca, sizeof ca, pki, "ca.crt", &err) ||
         cert_path(crt, sizeof crt, pki, "admin.crt", &err) ||
         cert_path(key, sizeof key, pki, "admin.key", &err))
@@ -134,8 +141,10 @@ int cmd_status(int argc, char **argv)
         int code = rpc_call_pb(ch, RPC_M_LIST_DEVICES, &req,
                                &skyloom__v1__list_devices_response__descriptor, (void **)&r, 10000,
                                &st);
-        if (code != RPC_OK)
-            status = sl_cli_fail("status", 1, "%s: %s: %s", target, rpc_code_name(code), st.details);
+        if (code != RPC_OK) {
+            cli_call_error(&err, target, pki, code, st.details);
+            status = sl_cli_fail("status", 1, "%s", err.msg);
+        }
     }
     if (r && json) {
         json_t *arr = json_array();

@@ -5,16 +5,33 @@
 #include <string.h>
 
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <protobuf-c/protobuf-c.h>
 #include <grpc/support/time.h>
 
 #include "rpc_internal.h"
 #include "sl_file.h"
+#include "sl_log.h"
 #include "sl_mem.h"
+
+/* gRPC core's own log lines ("E1129 ... ssl_transport_security.cc ...
+ * Handshake failed") go through our logger at debug level: every failure
+ * they describe reaches the caller as a call's status, which the commands
+ * put in words. An assertion that is about to abort the process stays an
+ * error. */
+static void grpc_log_line(gpr_log_func_args *a)
+{
+    const char *m = a->message ? a->message : "";
+    int level = strncmp(m, "assertion failed", 16) == 0 ? SL_LOG_ERROR : SL_LOG_DEBUG;
+    const char *file = a->file ? strrchr(a->file, '/') : NULL;
+    sl_log(level, "grpc", "severity=%s at=%s:%d message=\"%s\"", gpr_log_severity_string(a->severity),
+           file ? file + 1 : a->file ? a->file : "?", a->line, m);
+}
 
 void rpc_global_init(void)
 {
     rpc_accept_init();
+    gpr_set_log_function(grpc_log_line);
     grpc_init();
 }
 void rpc_global_shutdown(void) { grpc_shutdown(); }

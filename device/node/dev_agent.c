@@ -4,7 +4,9 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,7 +39,44 @@ struct dev_agent {
     dev_task *tasks; /* of the last heartbeat reply */
     int n_tasks;
     _Atomic int poked; /* a heartbeat is wanted before the interval is up */
+    int lock_fd;       /* DIR/device.lock, held while the agent is open */
 };
+
+#define LOCK_FILE "device.lock"
+
+/* Takes DIR/device.lock (flock, released by dev_agent_close or when the
+ * process ends) and writes this process's pid in it: a second agent on the
+ * same state directory would take over the first one's identity, so it is
+ * refused, naming the holder. */
+static int lock_state(const char *dir, int *fd_out, sl_err *err)
+{
+    char p[4200];
+    if (cert_path(p, sizeof p, dir, LOCK_FILE, err))
+        return -1;
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return sl_err_set(err, SL_EIO, "cannot open %s: %s", p, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[32] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return sl_err_set(err, SL_ESTATE,
+                              "the state directory %s is in use by another device%s%s%s "
+                              "(it holds %s)",
+                              dir, holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "", p);
+        return sl_err_set(err, SL_EIO, "cannot lock %s: %s", p, strerror(e));
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        sl_log_warn("device: cannot write the lock file", "path=%s", p);
+    *fd_out = fd;
+    return 0;
+}
 
 void dev_profile_to_pb(const dev_profile *p, void *out)
 {
@@ -197,6 +236,7 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     if (!a->o.timeout_ms)
         a->o.timeout_ms = 10000;
     a->heartbeat_ms = 5000;
+    a->lock_fd = -1;
     mode_t old;
     int r = sl_private_dir(o->state, &old, err);
     if (r < 0) {
@@ -207,6 +247,8 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     if (r > 0)
         sl_log_warn("device: the state directory was open to group or others; made it private",
                     "dir=%s old_mode=%04o mode=0700", o->state, (unsigned)old);
+    if (lock_state(o->state, &a->lock_fd, err))
+        goto fail;
     if (dev_identity_files_init(&a->f, o->state, err))
         goto fail;
     sl_err perr = {0};
@@ -250,6 +292,8 @@ void dev_agent_close(dev_agent *a)
         free(a->datasets[i]);
     free(a->datasets);
     dev_tasks_free(a->tasks, a->n_tasks);
+    if (a->lock_fd >= 0)
+        close(a->lock_fd);
     free(a);
 }
 

@@ -6,6 +6,8 @@
  *   device.crt   certificate from the coordinator (CN = device id)
  *   ca.crt       the project CA, pinned by the token's fingerprint
  *   device.json  {"device_id", "site", "coordinator"}
+ *   device.lock  the pid of the process whose agent has the directory open
+ *                (flock: one agent per state directory)
  *
  * Certificates are renewed before they expire: at two thirds of the way from
  * notBefore to notAfter a heartbeat first calls Renew (a new key made here,
@@ -40,9 +42,11 @@ typedef struct dev_agent_opts {
 
 typedef struct dev_agent dev_agent;
 
-/* Enrolls (when the state has no certificate yet) or loads the stored
- * identity, then connects with mutual TLS. Refusals from the coordinator
- * come back as "Enroll refused: CODE: reason" with SL_EAUTH. */
+/* Locks the state directory (a directory another agent holds is refused
+ * with SL_ESTATE, naming the holder's pid), enrolls (when the state has no
+ * certificate yet) or loads the stored identity, then connects with mutual
+ * TLS. Refusals from the coordinator come back as "Enroll refused: CODE:
+ * reason" with SL_EAUTH. */
 dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err);
 void dev_agent_close(dev_agent *a);
 const char *dev_agent_id(const dev_agent *a);

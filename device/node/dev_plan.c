@@ -114,8 +114,7 @@ static int address_ok(const char *s)
     return n >= 1 && n <= 255;
 }
 
-/* A codec by name; gradients also "topk:F" with 0 < F <= 1. */
-static int codec_of(const char *s, int grad, double *frac)
+int dev_plan_codec(const char *s, int grad, double *frac)
 {
     *frac = 0;
     if (grad && !strncmp(s, "topk:", 5)) {
@@ -177,13 +176,13 @@ static int read_wire(const json_t *pl, dev_plan *p, sl_err *err)
     const char *ca = get_str(pl, "", "codec_act", err);
     if (!ca)
         return -1;
-    if ((p->codec_act = codec_of(ca, 0, &frac)) < 0)
+    if ((p->codec_act = dev_plan_codec(ca, 0, &frac)) < 0)
         return sl_err_set(err, SL_ECORRUPT, "plan: codec_act: '%.40s' is not none, fp16, bf16 or "
                           "int8", ca);
     const char *cg = get_str(pl, "", "codec_grad", err);
     if (!cg)
         return -1;
-    if ((p->codec_grad = codec_of(cg, 1, &p->topk)) < 0)
+    if ((p->codec_grad = dev_plan_codec(cg, 1, &p->topk)) < 0)
         return sl_err_set(err, SL_ECORRUPT, "plan: codec_grad: '%.40s' is not none, fp16, bf16, "
                           "int8 or topk:F (0 < F <= 1)", cg);
     if (get_bool(pl, "", "sealed", &p->sealed, err))

@@ -100,5 +100,9 @@ int dev_plan_parse(const char *text, size_t len, const char *self_id, dev_plan *
 /* The same from a loaded JSON value. */
 int dev_plan_from_json(const json_t *plan, const char *self_id, dev_plan *p, sl_err *err);
 void dev_plan_free(dev_plan *p);
+/* A codec by the name codec_act and codec_grad take (none, fp16, bf16,
+ * int8; for gradients, grad != 0, also "topk:F" with 0 < F <= 1, F in
+ * *frac, else 0): its enum dev_codec, or -1 for a name it is not. */
+int dev_plan_codec(const char *name, int grad, double *frac);
 
 #endif

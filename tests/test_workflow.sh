@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# What a user of the CLI meets around jobs, on loopback with a coordinator and
+# real device processes: one device per state directory (a second refused
+# naming the holder's pid, a new one starting once the first is gone); a
+# device with --data but no --stage-listen says its data cannot serve a job;
+# plain errors for an address with nothing behind it, the HTTP port, a bare
+# host and another PKI, with no stray gRPC log line; SKYLOOM_COORDINATOR and
+# SKYLOOM_PKI (an option wins) and job ids before or after options; option,
+# config and export errors that name what is wrong; job metrics and job
+# compare on two finished jobs (one of them with a Hugging Face config).
+# usage: test_workflow.sh SKYLOOM SOURCE_ROOT
+set -u
+SK="$1"; src="$2"
+unset SKYLOOM_COORDINATOR SKYLOOM_PKI
+CL=$(mktemp -d /tmp/skyloom-flow-XXXXXX)
+. "$src/scripts/cluster.sh"
+fail=0
+check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
+trap 'cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
+d=$CL
+# one_line TEXT: TEXT is a single line (no gRPC log line beside the error)
+one_line() { [ "$(printf '%s\n' "$1" | wc -l)" -eq 1 ]; }
+export -f one_line
+
+cl_shard "$src" || exit 1
+cl_config "$d/cfg.json" 16 1 32
+cl_start || exit 1
+cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" || exit 1; OWNER=$CL_ID
+cl_wait_online 1 || exit 1
+
+# ---- one device per state directory --------------------------------------------
+P1=${CL_PID_OF[dev1]}
+out=$(timeout 30 "$SK" device --coordinator "$CL_ADDR" --state "$d/dev1" --site lab-a \
+      --stage-listen 127.0.0.1:0 2>&1); rc=$?
+check "a second device on the same --state is refused at once, naming the first one's pid" \
+    bash -c 'test $0 -eq 1 && one_line "$1" && grep -q "skyloom device: the state directory .*/dev1 is in use by another device (pid $2)" <<<"$1"' \
+    "$rc" "$out" "$P1"
+check "the refused device left the first one's lock as it was" test "$(cat "$d/dev1/device.lock")" = "$P1"
+check "the first device still runs" kill -0 "$P1"
+cl_kill9 dev1
+cl_restart dev1 || exit 1
+check "once the first is gone (SIGKILL), a new device starts on the same --state" \
+    cl_poll 30 bash -c '[ "$(grep -c "^device $1" "$0")" -eq 2 ]' "$d/dev1.log" "$OWNER"
+port=$(sed -n 's/.*serving Stage .*port=\([0-9]*\).*/\1/p' "$d/dev1.log" | tail -1)
+check "the new device is online at its new Stage address" \
+    cl_poll 30 bash -c '"$0" status --coordinator "$1" --pki "$2" | grep -q "^$3 .*online .*127.0.0.1:$4 "' \
+    "$SK" "$CL_ADDR" "$d/pki" "$OWNER" "$port"
+check "its lock names its own pid" cl_poll 10 bash -c '[ "$(cat "$0" 2>/dev/null)" = "$1" ]' "$d/dev1/device.lock" "${CL_PID_OF[dev1]}"
+check "no warning about --data for a device that serves Stage" bash -c '! grep -q "without --stage-listen" "$0"' "$d/dev1.log"
+
+# ---- --data without --stage-listen; SKYLOOM_COORDINATOR for a device -------------
+tok=$(SKYLOOM_PKI="$d/pki" "$SK" -q certs token --site lab-a); rc=$?
+check "certs token takes the PKI from SKYLOOM_PKI" bash -c 'test $0 -eq 0 && grep -q "^skyloom1\." <<<"$1"' "$rc" "$tok"
+out=$(SKYLOOM_COORDINATOR="$CL_ADDR" timeout 30 "$SK" device --token "$tok" --state "$d/nostage" \
+      --site lab-a --data "wiki=$d/text.shard" --data "more=$d/text.shard" --once 2>"$d/nostage.err"); rc=$?
+check "a device takes the coordinator from SKYLOOM_COORDINATOR (enrolls, one heartbeat)" \
+    bash -c 'test $0 -eq 0 && grep -q "^device d" <<<"$1"' "$rc" "$out"
+check "with --data but no --stage-listen it warns at start that its data cannot serve a job" \
+    grep -q "warn  device: --data without --stage-listen: this device serves no Stage, so no job can train on its data datasets=wiki,more" "$d/nostage.err"
+
+# ---- connection mistakes, in words ---------------------------------------------
+closed=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+out=$("$SK" job list --coordinator "127.0.0.1:$closed" --pki "$d/pki" 2>&1); rc=$?
+check "nothing at the address: cannot reach, the address, which port is which" \
+    bash -c 'test $0 -eq 1 && one_line "$1" && grep -q "^skyloom job: cannot reach the coordinator at 127.0.0.1:$2 (connection refused): is it running? --coordinator is the coordinator.s gRPC address (its --listen, 7400 in the docs), not its HTTP dashboard.s (--http-listen, 7401)$" <<<"$1"' \
+    "$rc" "$out" "$closed"
+out=$("$SK" status --coordinator "$CL_HTTP" --pki "$d/pki" 2>&1); rc=$?
+check "the HTTP port: an HTTP server, not a coordinator, which port is which; one line" \
+    bash -c 'test $0 -eq 1 && one_line "$1" && grep -q "^skyloom status: $2 is an HTTP server (the coordinator.s dashboard?), not a coordinator: --coordinator is the coordinator.s gRPC address (its --listen, 7400 in the docs), not its HTTP dashboard.s (--http-listen, 7401)$" <<<"$1"' \
+    "$rc" "$out" "$CL_HTTP"
+# a server that speaks neither TLS nor HTTP (it greets and hangs up)
+python3 - "$d/other-port" <<'PY' &
+import os, socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+open(sys.argv[1] + ".tmp", "w").write("%d\n" % s.getsockname()[1]); os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+s.settimeout(60)
+while True:
+    c, _ = s.accept(); c.sendall(b"SSH-2.0-OpenSSH_9.2\r\n"); c.close()
+PY
+OTHER=$!
+CL_PIDS+=("$OTHER")
+cl_poll 20 test -s "$d/other-port"
+other="127.0.0.1:$(cat "$d/other-port" 2>/dev/null)"
+out=$("$SK" job list --coordinator "$other" --pki "$d/pki" 2>&1); rc=$?
+check "a server that is not TLS: answers, but not as a coordinator, which port is which; one line" \
+    bash -c 'test $0 -eq 1 && one_line "$1" && grep -q "^skyloom job: $2 answers, but not as a coordinator (\(the TLS handshake failed: wrong version number\|it closed the connection\)): --coordinator is the coordinator.s gRPC address" <<<"$1"' \
+    "$rc" "$out" "$other"
+bare() { # bare WHAT ARGS...: skyloom ARGS (with --coordinator 127.0.0.1) is refused
+    local what=$1 out rc; shift
+    out=$("$SK" "$@" 2>&1); rc=$?
+    check "$what: a bare host is refused before dialling (exit 2), asking for HOST:PORT" \
+        bash -c 'test $0 -eq 2 && one_line "$1" && grep -q ": --coordinator 127.0.0.1 has no port: give HOST:PORT" <<<"$1"' "$rc" "$out"
+}
+bare "job list" job list --coordinator 127.0.0.1 --pki "$d/pki"
+bare "status" status --pki "$d/pki" --coordinator 127.0.0.1
+bare "device" device --coordinator 127.0.0.1 --state "$d/bare" --site x
+check "the refused device made no state directory" test ! -e "$d/bare"
+"$SK" -q certs init --pki "$d/pki2" >/dev/null
+out=$("$SK" job list --coordinator "$CL_ADDR" --pki "$d/pki2" 2>&1); rc=$?
+check "another PKI: the coordinator's certificate is not signed by this --pki's CA" \
+    bash -c 'test $0 -eq 1 && one_line "$1" && grep -q "^skyloom job: the coordinator at $2 has a certificate that is not signed by the CA of --pki $3 ($3/ca.crt)" <<<"$1"' \
+    "$rc" "$out" "$CL_ADDR" "$d/pki2"
+out=$("$SK" -v job list --coordinator "$CL_ADDR" --pki "$d/pki2" 2>&1)
+check "gRPC's own log line goes through our logger (with -v, at debug level)" \
+    bash -c 'grep -q "debug grpc severity=E at=ssl_transport_security.cc:[0-9]* message=\"Handshake failed.*certificate verify failed" <<<"$0" && ! grep -q "^E[0-9]" <<<"$0"' "$out"
+
+# ---- the environment, options anywhere ----------------------------------------------
+export SKYLOOM_COORDINATOR="$CL_ADDR" SKYLOOM_PKI="$d/pki"
+out=$("$SK" status --json 2>&1); rc=$?
+check "status takes SKYLOOM_COORDINATOR and SKYLOOM_PKI" bash -c 'test $0 -eq 0 && grep -q "\"device_id\": \"$2\"" <<<"$1"' "$rc" "$out" "$OWNER"
+out=$(SKYLOOM_COORDINATOR="127.0.0.1:$closed" "$SK" job list --json 2>&1); rc=$?
+check "job list dials the address SKYLOOM_COORDINATOR names" \
+    bash -c 'test $0 -eq 1 && grep -q "cannot reach the coordinator at 127.0.0.1:$2" <<<"$1"' "$rc" "$out" "$closed"
+out=$(SKYLOOM_COORDINATOR="127.0.0.1:$closed" SKYLOOM_PKI="$d/pki2" "$SK" job list --json --coordinator "$CL_ADDR" --pki "$d/pki" 2>&1); rc=$?
+check "--coordinator and --pki win over the environment" bash -c 'test $0 -eq 0 && grep -q "^\[" <<<"$1"' "$rc" "$out"
+out=$(SKYLOOM_PKI= "$SK" job list 2>&1); rc=$?
+check "an empty SKYLOOM_PKI is no PKI: exit 2 naming --pki and the variable" \
+    bash -c 'test $0 -eq 2 && grep -q "skyloom job: --pki is required (or the environment variable SKYLOOM_PKI)" <<<"$1"' "$rc" "$out"
+out=$("$SK" coordinator --listen 127.0.0.1:0 --state "$d/coord2" 2>&1); rc=$?
+check "the coordinator takes its --pki from SKYLOOM_PKI (this one is in use: refused)" \
+    bash -c 'test $0 -eq 1 && grep -q "PKI directory $2 is in use by another coordinator" <<<"$1"' "$rc" "$out" "$d/pki"
+
+# ---- option and config errors that name what is wrong ------------------------------
+njobs() { "$SK" job list --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
+before=$(njobs)
+sub() { "$SK" job submit --data "$OWNER:wiki" --steps 3 "$@" 2>&1; }
+out=$(sub --config "$d/cfg.json" --codec-act int4); rc=$?
+check "--codec-act int4: exit 2 naming --codec-act only" \
+    bash -c 'test $0 -eq 2 && one_line "$1" && grep -q "^skyloom job: --codec-act .int4. is not a codec for activations (none, fp16, bf16, int8)$" <<<"$1"' "$rc" "$out"
+out=$(sub --config "$d/cfg.json" --codec-grad topk:1.5); rc=$?
+check "--codec-grad topk:1.5: exit 2 naming --codec-grad and topk's range" \
+    bash -c 'test $0 -eq 2 && grep -q "^skyloom job: --codec-grad .topk:1.5. is not a codec for gradients (none, fp16, bf16, int8, topk:F with 0 < F <= 1)$" <<<"$1"' "$rc" "$out"
+sed 's/"num_hidden_layers": 1/"num_hidden_layers": 0/' "$d/cfg.json" > "$d/my-bert.json"
+out=$(sub --config "$d/my-bert.json"); rc=$?
+check "a config error cites the file's own name and line, not config.json:1 behind the coordinator's address" \
+    bash -c 'test $0 -eq 1 && grep -q "^skyloom job: $2:1: num_hidden_layers: must be between 1 and 256, got 0$" <<<"$1" && ! grep -q "INVALID_ARGUMENT\|config.json" <<<"$1"' \
+    "$rc" "$out" "$d/my-bert.json"
+python3 - "$d/cfg.json" "$d/typo.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["num_hiden_layers"] = c.pop("num_hidden_layers")
+json.dump(c, open(sys.argv[2], "w"), indent=1)
+PY
+out=$(sub --config "$d/typo.json"); rc=$?
+check "a misspelled key is refused, named, with the nearest known key" \
+    bash -c 'test $0 -eq 1 && grep -q "^skyloom job: $2:[0-9]*: num_hiden_layers: unknown key; did you mean num_hidden_layers?$" <<<"$1"' \
+    "$rc" "$out" "$d/typo.json"
+check "none of these reached the coordinator (no job was made)" test "$(njobs)" = "$before"
+# a config as Hugging Face's BertConfig writes it (transformers 4.x), sized for this shard
+python3 - "$d/cfg.json" "$d/hf/config.json" <<'PY'
+import json, os, sys
+c = json.load(open(sys.argv[1]))
+c.update({"_name_or_path": "bert-base-uncased", "architectures": ["BertForMaskedLM"],
+          "model_type": "bert", "transformers_version": "4.36.2", "pad_token_id": 0,
+          "position_embedding_type": "absolute", "use_cache": True, "classifier_dropout": None,
+          "torch_dtype": "float32", "gradient_checkpointing": False, "initializer_range": 0.02,
+          "layer_norm_eps": 1e-12, "hidden_act": "gelu", "type_vocab_size": 2,
+          "id2label": {"0": "LABEL_0", "1": "LABEL_1"}, "label2id": {"LABEL_0": 0, "LABEL_1": 1},
+          "num_labels": 2, "problem_type": None, "tie_word_embeddings": True,
+          "directionality": "bidi", "pooler_type": "first_token_transform",
+          "pooler_fc_size": 768, "pooler_num_attention_heads": 12, "pooler_num_fc_layers": 3,
+          "pooler_size_per_head": 128})
+os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True)
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+
+# ---- two finished jobs: metrics and compare ------------------------------------------
+# job NAME ARGS...: submits, waits, and follows it to its end; its id in JOB
+job() {
+  local name=$1; shift
+  "$SK" job submit --data "$OWNER:wiki" --batch 4 "$@" > "$d/$name.submit" 2>&1
+  JOB=$(grep -x 'j[0-9a-f]*' "$d/$name.submit")
+  "$SK" job watch "$JOB" > "$d/$name.watch" 2>&1
+  check "$name: submitted and done" bash -c '[ -n "$0" ] && grep -q "done after" "$1"' "$JOB" "$d/$name.watch"
+}
+job a --config "$d/cfg.json" --steps 5 --lr 1e-3 --checkpoint-every 2; A=$JOB
+job b --config "$d/hf/config.json" --steps 7 --lr 2e-3 --seed 9 --checkpoint-every 0; B=$JOB
+"$SK" job metrics "$A" > "$d/a.metrics"; rc=$?
+check "job metrics prints the job's metrics.csv as the coordinator wrote it (header and rows)" \
+    bash -c 'test $0 -eq 0 && cmp -s "$1" "$2"' "$rc" "$d/a.metrics" "$d/coord/jobs/$A/metrics.csv"
+check "job metrics: the header, then one row per step, steps 1..5 in order" \
+    bash -c 'head -1 "$0" | grep -q "^step,epoch,loss,masked,grad_norm," && [ "$(tail -n +2 "$0" | cut -d, -f1 | tr "\n" " ")" = "1 2 3 4 5 " ]' "$d/a.metrics"
+"$SK" job metrics --coordinator "$CL_ADDR" --pki "$d/pki" "$B" > "$d/b.metrics"; rc=$?
+check "job metrics with options before the job id; 7 rows for the 7-step job" \
+    bash -c 'test $0 -eq 0 && [ "$(tail -n +2 "$1" | wc -l)" -eq 7 ]' "$rc" "$d/b.metrics"
+"$SK" job status "$A" --json > "$d/a1.json"; rc1=$?
+"$SK" job status --json "$A" > "$d/a2.json"; rc2=$?
+check "job status JOB --json and --json JOB: the same" \
+    bash -c 'test $0 -eq 0 -a $1 -eq 0 && grep -q "\"job_id\": \"$4\"" "$2" && cmp -s "$2" "$3"' "$rc1" "$rc2" "$d/a1.json" "$d/a2.json" "$A"
+
+"$SK" job compare "$A" "$B" --svg "$d/cmp.svg" > "$d/cmp.txt"; rc=$?
+check "job compare writes one SVG: two curves with the jobs' step counts, a legend, step and loss axes" \
+    python3 - "$d/cmp.svg" "$A" "$B" <<'PY'
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[1]).getroot()
+lines = [p for p in root.iter(ns + "polyline") if p.get("class") == "curve"]
+got = {p.get("data-job"): len(p.get("points").split()) for p in lines}
+assert got == {sys.argv[2]: 5, sys.argv[3]: 7}, got
+assert len({p.get("stroke") for p in lines}) == 2, "one colour per job"
+texts = [t.text or "" for t in root.iter(ns + "text")]
+assert "step" in texts and "loss" in texts, texts
+legend = [t.text for t in root.iter(ns + "text") if t.get("class") == "legend"]
+assert len(legend) == 2 and legend[0].startswith(sys.argv[2]) and legend[1].startswith(sys.argv[3]), legend
+PY
+check "job compare prints the options side by side, '*' on the rows that differ" \
+    bash -c 'test $0 -eq 0 && grep -q "^  job  *$2  *$3$" "$1" && grep -q "^\* lr  *0.001  *0.002$" "$1" && grep -q "^\* steps  *5  *7$" "$1" && grep -q "^\* seed  *1  *9$" "$1" && grep -q "^  batch  *4  *4$" "$1" && grep -q "^  hidden_size  *16  *16$" "$1"' \
+    "$rc" "$d/cmp.txt" "$A" "$B"
+"$SK" job compare "$A" "$B" --json > "$d/cmp.json"; rc=$?
+check "job compare --json: the differing options, and each job's curve" \
+    python3 - "$d/cmp.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+d = set(j["differ"])
+assert {"lr", "steps", "seed", "checkpoint_every"} <= d and "batch" not in d, d
+assert [len(x["loss"]) for x in j["jobs"]] == [5, 7], [len(x["loss"]) for x in j["jobs"]]
+PY
+out=$("$SK" job compare "$A" 2>&1); rc=$?
+check "job compare of one job: exit 2" bash -c 'test $0 -eq 2 && grep -q "two JOB ids or more" <<<"$1"' "$rc" "$out"
+out=$("$SK" job compare "$A" jffffffffffffffff 2>&1); rc=$?
+check "job compare of an unknown job: exit 1 naming it" bash -c 'test $0 -eq 1 && grep -q "no job .jffffffffffffffff." <<<"$1"' "$rc" "$out"
+
+# ---- export before the first commit -------------------------------------------------
+L=$("$SK" job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 100000 --batch 4 \
+    --checkpoint-every 50000 --no-wait 2>"$d/long.err")
+out=$("$SK" job export "$L" --out "$d/none" 2>&1); rc=$?
+check "export before the first commit: says so, and when it commits (no NOT_FOUND, no 'no checkpoint at step 0')" \
+    bash -c 'test $0 -eq 1 && grep -q "^skyloom job: job $2 has no committed step yet (it commits every 50000 steps; it is [a-z]*, at step [0-9]* of 100000)$" <<<"$1" && ! grep -q "NOT_FOUND\|no checkpoint" <<<"$1"' \
+    "$rc" "$out" "$L"
+"$SK" job stop "$L" >/dev/null
+out=$("$SK" job export "$L" --out "$d/none" 2>&1); rc=$?
+check "export of a job stopped before its first commit: says it stopped first" \
+    bash -c 'test $0 -eq 1 && grep -q "^skyloom job: job $2 has no committed step: it stopped before its first commit (it commits every 50000 steps)$" <<<"$1"' \
+    "$rc" "$out" "$L"
+
+cl_stop
+exit $fail
