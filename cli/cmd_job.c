@@ -777,10 +777,16 @@ static int export_job(client *c, const char *id, const char *out)
     q.name = "";
     q.step = UINT32_MAX; /* whatever is committed */
     Skyloom__V1__FetchFileResponse *r = NULL;
-    if (call(c, RPC_M_FETCH_FILE, &q, &skyloom__v1__fetch_file_response__descriptor, (void **)&r, &err))
-        return c->code == RPC_NOT_FOUND && strstr(c->details, "no checkpoint at step 0")
-                   ? no_commit(c, id)
-                   : sl_cli_fail("job", 1, "%s", err.msg);
+    if (call(c, RPC_M_FETCH_FILE, &q, &skyloom__v1__fetch_file_response__descriptor, (void **)&r, &err)) {
+        /* the step FetchFile names when nothing is committed is step 0,
+         * which holds a model only for a job started from one */
+        if (c->code != RPC_NOT_FOUND)
+            return sl_cli_fail("job", 1, "%s", err.msg);
+        Skyloom__V1__JobInfo *j = get_job(c, id, 0, &err);
+        int none = j && j->summary->committed_step == 0;
+        rpc_unpacked_free(j);
+        return none ? no_commit(c, id) : sl_cli_fail("job", 1, "%s", err.msg);
+    }
     int step = (int)r->step, status = 1;
     if (step == 0 || r->n_names == 0) {
         rpc_unpacked_free(r);

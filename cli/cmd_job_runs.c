@@ -8,17 +8,15 @@
 #include <string.h>
 
 #include "cli.h"
+#include "coord_obs.h"
 #include "rpc.h"
 #include "skyloom.pb-c.h"
 #include "sl_buf.h"
 #include "sl_file.h"
 #include "sl_mem.h"
 
-/* The header the coordinator writes as metrics.csv's first line; GetJob
- * returns the rows without it. */
-static const char metrics_header[] =
-    "step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,link_raw_bytes,"
-    "link_wire_bytes,link_raw_bytes_back,link_wire_bytes_back,side_raw_bytes,side_wire_bytes";
+/* GetJob returns metrics.csv's rows without its header. */
+static const char metrics_header[] = COORD_METRICS_HEADER;
 
 static Skyloom__V1__JobInfo *get_job(rpc_channel *ch, const char *target, const char *pki,
                                      const char *id, sl_err *err)

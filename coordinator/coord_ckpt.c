@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "coord_obs.h"
 #include "sl_buf.h"
 #include "sl_file.h"
 #include "sl_log.h"
@@ -369,9 +370,7 @@ void coord_ckpt_prune(coord_ckpt *k, int step)
 
 /* ---- metrics.csv ------------------------------------------------------------------------ */
 
-static const char *const metrics_header =
-    "step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,link_raw_bytes,"
-    "link_wire_bytes,link_raw_bytes_back,link_wire_bytes_back,side_raw_bytes,side_wire_bytes\n";
+static const char *const metrics_header = COORD_METRICS_HEADER "\n";
 
 int coord_ckpt_metrics_append(coord_ckpt *k, int step, int epoch, const coord_step_rep *rep, int p,
                               double step_s, double tokens_s, sl_err *err)

@@ -113,9 +113,12 @@ static int check(const json_t *o, char *why, size_t cap)
     if (batch < 1 || batch > 65536 || micro < 1 || micro > batch || batch % micro)
         return fail(why, cap, "options: batch %lld is not a multiple of micro_batches %lld",
                     (long long)batch, (long long)micro);
-    if (!codec_ok(ca, 0) || !codec_ok(cg, 1))
-        return fail(why, cap, "options: codec_act '%.40s' or codec_grad '%.40s' unknown (none, "
-                    "fp16, bf16, int8; gradients also topk:F)", ca, cg);
+    if (!codec_ok(ca, 0))
+        return fail(why, cap, "options: codec_act '%.40s' is not a codec for activations (none, "
+                    "fp16, bf16, int8)", ca);
+    if (!codec_ok(cg, 1))
+        return fail(why, cap, "options: codec_grad '%.40s' is not a codec for gradients (none, "
+                    "fp16, bf16, int8, topk:F with 0 < F <= 1)", cg);
     if (bal_algo_parse(sget(o, "algo")) < 0)
         return fail(why, cap, "options: algo must be optimal, sky or even");
     if (bal_schedule_parse(sget(o, "schedule")) < 0)

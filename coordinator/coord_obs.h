@@ -22,6 +22,12 @@
 typedef struct coord_jobs coord_jobs;
 
 #define COORD_OBS_NAMES 32        /* frame refusal reasons kept at most */
+
+/* metrics.csv's first line (without its newline): a row per step all
+ * stages reported (GetJob returns the rows without it). */
+#define COORD_METRICS_HEADER                                                                     \
+    "step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,link_raw_bytes,"        \
+    "link_wire_bytes,link_raw_bytes_back,link_wire_bytes_back,side_raw_bytes,side_wire_bytes"
 #define COORD_TRACE_MAX_OPS 4096  /* segments of one stage's step at most */
 
 typedef struct coord_obs_count {
