@@ -79,6 +79,8 @@ typedef struct kn_be {
                         float beta1, float beta2, float eps, float wd, int t);
     double (*sumsq)(const float *x, size_t n);
     void (*scale)(float *x, size_t n, float s);
+    void (*tanh_forward)(float *out, const float *inp, size_t N);
+    void (*tanh_backward)(float *dinp, const float *out, const float *dout, size_t N);
 } kn_be;
 
 /* Host memory and the CPU ops. Never NULL. */

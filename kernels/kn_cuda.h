@@ -38,7 +38,7 @@ extern "C" {
 #include "kn_backend.h"
 #include "kn_be.h"
 
-#define KN_CUDA_MODULE_ABI 1
+#define KN_CUDA_MODULE_ABI 2
 typedef struct kn_cuda_module {
     int abi; /* KN_CUDA_MODULE_ABI */
     const kn_cuda_info *(*probe)(void);
@@ -85,6 +85,8 @@ void kn_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv
                                 int B, int T, int C, int NH, kn_dropout drop);
 void kn_cuda_gelu_forward(float *out, const float *inp, size_t N, int kind);
 void kn_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, int kind);
+void kn_cuda_tanh_forward(float *out, const float *inp, size_t N);
+void kn_cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t N);
 void kn_cuda_residual_forward(float *out, const float *a, const float *b, size_t N);
 void kn_cuda_residual_backward(float *da, float *db, const float *dout, size_t N);
 void kn_cuda_dropout_forward(float *out, const float *inp, int B, size_t per_seq, kn_dropout drop);

@@ -68,6 +68,10 @@ void kn_attention_backward(float *dqkv, const float *dout, const float *qkv, con
 /* out = gelu(inp), N elements. */
 void kn_gelu_forward(float *out, const float *inp, size_t N, int kind);
 void kn_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N, int kind);
+/* out = tanh(inp), N elements (the pooler of a classification head). The
+ * backward takes the forward's OUTPUT: dinp += dout * (1 - out^2). */
+void kn_tanh_forward(float *out, const float *inp, size_t N);
+void kn_tanh_backward(float *dinp, const float *out, const float *dout, size_t N);
 /* out = a + b */
 void kn_residual_forward(float *out, const float *a, const float *b, size_t N);
 void kn_residual_backward(float *da, float *db, const float *dout, size_t N);

@@ -82,6 +82,14 @@ SL_HD KN_INLINE void kn_t_gelu_bwd(size_t i, float *dinp, const float *inp, cons
 {
     dinp[i] += kn_gelu_bwd_elem(inp[i], dout[i], kind);
 }
+SL_HD KN_INLINE void kn_t_tanh_fwd(size_t i, float *out, const float *inp)
+{
+    out[i] = kn_tanhf(inp[i]);
+}
+SL_HD KN_INLINE void kn_t_tanh_bwd(size_t i, float *dinp, const float *out, const float *dout)
+{
+    dinp[i] += dout[i] * (1.0f - out[i] * out[i]);
+}
 SL_HD KN_INLINE void kn_t_residual_fwd(size_t i, float *out, const float *a, const float *b)
 {
     out[i] = a[i] + b[i];

@@ -166,6 +166,14 @@ static void sh_gelu_backward(float *dinp, const float *inp, const float *dout, s
 {
     kn_gelu_backward(R(dinp), R(inp), R(dout), N, kind);
 }
+static void sh_tanh_forward(float *out, const float *inp, size_t N)
+{
+    kn_tanh_forward(R(out), R(inp), N);
+}
+static void sh_tanh_backward(float *dinp, const float *out, const float *dout, size_t N)
+{
+    kn_tanh_backward(R(dinp), R(out), R(dout), N);
+}
 static void sh_residual_forward(float *out, const float *a, const float *b, size_t N)
 {
     kn_residual_forward(R(out), R(a), R(b), N);
@@ -255,6 +263,8 @@ static const kn_be kn_shadow_be = {
     .lamb_update = sh_lamb,
     .sumsq = sh_sumsq,
     .scale = sh_scale,
+    .tanh_forward = sh_tanh_forward,
+    .tanh_backward = sh_tanh_backward,
 };
 
 #endif

@@ -164,6 +164,16 @@ static void test_elementwise(void)
         FOR(i, n) kn_t_gelu_bwd(i, o2, x, y, kind);
         check_same(kind ? "gelu tanh bwd" : "gelu erf bwd", o1, o2, n);
     }
+    kn_tanh_forward(o1, x, n);
+    FOR(i, n) kn_t_tanh_fwd(i, o2, x);
+    check_same("tanh fwd", o1, o2, n);
+    memset(o2, 0, n * sizeof *o2);
+    float *tg = kt_randn(n, 18, 1);
+    memcpy(o2, tg, n * sizeof *o2);
+    kn_tanh_backward(tg, o1, y, n);
+    FOR(i, n) kn_t_tanh_bwd(i, o2, o1, y);
+    check_same("tanh bwd", tg, o2, n);
+    free(tg);
     kn_residual_forward(o1, x, y, n);
     FOR(i, n) kn_t_residual_fwd(i, o2, x, y);
     check_same("residual fwd", o1, o2, n);

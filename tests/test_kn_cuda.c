@@ -146,6 +146,14 @@ static void test_elementwise(void)
         cmp(kind ? "gelu tanh fwd" : "gelu erf fwd", d_o, o, n);
         cmp(kind ? "gelu tanh bwd" : "gelu erf bwd", dg, g, n);
     }
+    memset(g, 0, n * sizeof *g);
+    kn_cuda_zero(dg, n * sizeof(float), NULL);
+    kn_tanh_forward(o, x, n);
+    kn_tanh_backward(g, o, y, n);
+    kn_cuda_tanh_forward(d_o, dx, n);
+    kn_cuda_tanh_backward(dg, d_o, dy, n);
+    cmp("tanh fwd", d_o, o, n);
+    cmp("tanh bwd", dg, g, n);
     kn_residual_forward(o, x, y, n);
     kn_cuda_residual_forward(d_o, dx, dy, n);
     cmp("residual fwd", d_o, o, n);

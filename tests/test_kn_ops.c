@@ -316,6 +316,12 @@ static void test_gelu(void)
     kn_gelu_backward(dx, in.ge_x, in.ge_dout, n, KN_GELU_TANH);
     cmp("ge.out_tanh", out, n);
     cmp("ge.dx_tanh", dx, n);
+    /* tanh (the pooler's), on the same inputs; its backward reads the output */
+    memset(dx, 0, n * sizeof *dx);
+    kn_tanh_forward(out, in.ge_x, n);
+    kn_tanh_backward(dx, out, in.ge_dout, n);
+    cmp("th.out", out, n);
+    cmp("th.dx", dx, n);
     free(out), free(dx);
 }
 
@@ -461,6 +467,7 @@ static void test_accumulation(void)
     TWICE("emb.dwte twice", g, (size_t)V * C,
           kn_embed_backward(g, NULL, NULL, in.emb_dout, in.tok, in.seg, B, T, C));
     TWICE("gelu.dx twice", g, nf, kn_gelu_backward(g, in.ge_x, in.ge_dout, nf, KN_GELU_ERF));
+    TWICE("tanh.dx twice", g, nf, kn_tanh_backward(g, in.ge_x, in.ge_dout, nf));
     TWICE("dropout.dx twice", g, nc,
           kn_dropout_backward(g, in.do_dout, B, (size_t)T * C, in.do_drop));
     TWICE("residual twice", g, 2 * nc, kn_residual_backward(g, g + nc, in.do_dout, nc));

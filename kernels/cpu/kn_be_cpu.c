@@ -70,6 +70,8 @@ static const kn_be cpu_be = {
     .lamb_update = kn_lamb_update,
     .sumsq = kn_sumsq,
     .scale = kn_scale,
+    .tanh_forward = kn_tanh_forward,
+    .tanh_backward = kn_tanh_backward,
 };
 
 const kn_be *kn_be_cpu(void) { return &cpu_be; }

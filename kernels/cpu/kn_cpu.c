@@ -184,6 +184,20 @@ KN_CLONES void kn_gelu_backward(float *dinp, const float *inp, const float *dout
     }
 }
 
+KN_CLONES void kn_tanh_forward(float *out, const float *inp, size_t N)
+{
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN_HEAVY)
+    for (size_t i = 0; i < N; i++)
+        kn_t_tanh_fwd(i, out, inp);
+}
+
+void kn_tanh_backward(float *dinp, const float *out, const float *dout, size_t N)
+{
+#pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)
+    for (size_t i = 0; i < N; i++)
+        kn_t_tanh_bwd(i, dinp, out, dout);
+}
+
 void kn_residual_forward(float *out, const float *a, const float *b, size_t N)
 {
 #pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN)

@@ -37,6 +37,8 @@ static const kn_be cuda_be = {
     .lamb_update = kn_cuda_lamb_update,
     .sumsq = kn_cuda_sumsq,
     .scale = kn_cuda_scale,
+    .tanh_forward = kn_cuda_tanh_forward,
+    .tanh_backward = kn_cuda_tanh_backward,
 };
 
 static const kn_cuda_module module = {

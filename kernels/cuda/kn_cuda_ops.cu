@@ -219,6 +219,9 @@ KN_KERNEL(k_gelu_fwd, (size_t n, float *out, const float *inp, int kind),
           kn_t_gelu_fwd(i, out, inp, kind))
 KN_KERNEL(k_gelu_bwd, (size_t n, float *dinp, const float *inp, const float *dout, int kind),
           kn_t_gelu_bwd(i, dinp, inp, dout, kind))
+KN_KERNEL(k_tanh_fwd, (size_t n, float *out, const float *inp), kn_t_tanh_fwd(i, out, inp))
+KN_KERNEL(k_tanh_bwd, (size_t n, float *dinp, const float *out, const float *dout),
+          kn_t_tanh_bwd(i, dinp, out, dout))
 KN_KERNEL(k_residual_fwd, (size_t n, float *out, const float *a, const float *b),
           kn_t_residual_fwd(i, out, a, b))
 KN_KERNEL(k_residual_bwd, (size_t n, float *da, float *db, const float *dout),
@@ -417,6 +420,14 @@ extern "C" void kn_cuda_gelu_backward(float *dinp, const float *inp, const float
                                       int kind)
 {
     LAUNCH(k_gelu_bwd, N, dinp, inp, dout, kind);
+}
+extern "C" void kn_cuda_tanh_forward(float *out, const float *inp, size_t N)
+{
+    LAUNCH(k_tanh_fwd, N, out, inp);
+}
+extern "C" void kn_cuda_tanh_backward(float *dinp, const float *out, const float *dout, size_t N)
+{
+    LAUNCH(k_tanh_bwd, N, dinp, out, dout);
 }
 extern "C" void kn_cuda_residual_forward(float *out, const float *a, const float *b, size_t N)
 {

@@ -91,6 +91,10 @@ for kind, approx in (("erf", "none"), ("tanh", "tanh")):
     out = F.gelu(xl, approximate=approx)
     out.backward(dout)
     put("ge.out_" + kind, out), put("ge.dx_" + kind, xl.grad)
+xl = leaf(x)  # tanh (the classification head's pooler), same inputs
+out = torch.tanh(xl)
+out.backward(dout)
+put("th.out", out), put("th.dx", xl.grad)
 
 # residual
 a, b = leaf(f32("res.a", N, C)), leaf(f32("res.b", N, C))
