@@ -43,15 +43,40 @@ typedef struct bal_unit {
  * intermediate_size, vocab_size. Defaults as in transformers' BertConfig:
  * max_position_embeddings 512, type_vocab_size 2, layer_norm_eps 1e-12,
  * hidden_act "gelu", hidden_dropout_prob and attention_probs_dropout_prob
- * 0.1, initializer_range 0.02. Other fields are ignored, so a Hugging Face
- * file works unchanged. */
+ * 0.1, initializer_range 0.02. The classification fields as
+ * PretrainedConfig reads them: num_labels (2 unless the config says, or
+ * id2label has another count), id2label ({"0": name, ...}, every id below
+ * num_labels once) and label2id (its inverse), problem_type (null or one
+ * of Hugging Face's three), classifier_dropout (null: hidden_dropout_prob).
+ * Other keys Hugging Face writes are accepted and ignored, so its files
+ * work unchanged; unknown keys are refused.
+ *
+ * The task is not read from the file: the caller sets it (skyloom train
+ * --task, a job's "task" option). It decides the last unit: the MLM head,
+ * or a sequence-classification head (pooler and classifier). */
 enum bal_act { BAL_ACT_GELU = 0, BAL_ACT_GELU_TANH = 1 }; /* gelu; gelu_new, gelu_pytorch_tanh */
+enum bal_task { BAL_TASK_MLM = 0, BAL_TASK_CLASSIFY = 1 };
+/* problem_type: absent or null, or one of Hugging Face's values */
+enum bal_problem_type {
+    BAL_PROBLEM_NONE = 0, BAL_PROBLEM_SINGLE_LABEL = 1, BAL_PROBLEM_MULTI_LABEL = 2,
+    BAL_PROBLEM_REGRESSION = 3
+};
 typedef struct bal_bert {
     int hidden, layers, heads, intermediate, vocab, max_pos, type_vocab;
     double ln_eps;
     int act; /* enum bal_act */
     double hidden_dropout, attn_dropout, init_range;
+    int task;       /* enum bal_task: what the last unit is (set by the caller) */
+    int num_labels; /* classes of the classification head */
+    int problem_type; /* enum bal_problem_type */
+    /* the classifier's dropout: classifier_dropout, or hidden_dropout_prob
+     * when the config has none (null) */
+    double classifier_dropout;
 } bal_bert;
+/* Classes a classification config may have. */
+#define BAL_MAX_LABELS 65536
+/* A class name's longest (bytes, UTF-8). */
+#define BAL_MAX_LABEL_BYTES 256
 /* Share of the tokens the MLM head (decoder and loss) runs at: BERT's 15%. */
 #define BAL_MASK_FRAC 0.15
 /* The sizes a config may have (the reader, bal_bert_check, the device). */
@@ -65,13 +90,21 @@ enum {
  * and the field: "config.json:3: num_hidden_layers: must be between 1 and 256, got 0". */
 int bal_bert_parse(bal_bert *b, const char *text, const char *name, sl_err *err);
 int bal_bert_load(bal_bert *b, const char *path, sl_err *err);
-/* The sizes: each within its limit, hidden a multiple of heads. */
+/* The sizes: each within its limit, hidden a multiple of heads; for the
+ * classification task 2..BAL_MAX_LABELS labels and a single-label
+ * problem_type (or none). */
 int bal_bert_check(const bal_bert *b, sl_err *err);
 
+/* The class names of config.json's id2label, in id order (*names: n
+ * sl_xstrdup'd strings in an sl_xmalloc'd array; free each and the array),
+ * or *names NULL and *n 0 when the config has no id2label. The text must
+ * be one bal_bert_parse accepted. */
+int bal_bert_label_names(const char *text, const char *name, char ***names, int *n, sl_err *err);
 /* Units for `cfg` at micro-batch `batch` x sequence `seq`: 0 embeddings,
- * 1..L encoder layers, L+1 MLM head + loss. *out is sl_xmalloc'd. This is
- * the one cost description of a unit (the device's tests check a stage's
- * parameters and stash against it). */
+ * 1..L encoder layers, L+1 the head and its loss (cfg->task: the MLM head,
+ * or the classification head with num_labels classes). *out is
+ * sl_xmalloc'd. This is the one cost description of a unit (the device's
+ * tests check a stage's parameters and stash against it). */
 int bal_bert_units(const bal_bert *cfg, int batch, int seq, bal_unit **out, int *n_units,
                    sl_err *err);
 

@@ -451,6 +451,122 @@ static int config_known_keys(jctx *c, json_t *j)
     return 0;
 }
 
+/* A class name: 1..BAL_MAX_LABEL_BYTES bytes, no control characters. */
+static int label_name_ok(const char *s, size_t n)
+{
+    return n >= 1 && n <= BAL_MAX_LABEL_BYTES && !has_control(s, n);
+}
+
+/* id2label's key for id k: its decimal digits, no sign or leading zero. */
+static int id_key(const char *k, long long *id)
+{
+    if (!k[0] || (k[0] == '0' && k[1]) || strlen(k) > 9)
+        return -1;
+    long long v = 0;
+    for (const char *p = k; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    *id = v;
+    return 0;
+}
+
+/* id2label (with num_labels, when both are there, of the same count) and
+ * label2id as its inverse. */
+static int parse_labels(jctx *c, json_t *j, bal_bert *b, int num_given)
+{
+    json_t *ids = json_object_get(j, "id2label");
+    if (ids && !json_is_null(ids)) {
+        jpush_key(c, "id2label");
+        if (!json_is_object(ids))
+            return jfail(c, "must be an object {\"0\": name, ...}");
+        size_t n = json_object_size(ids);
+        if (n < 1 || n > BAL_MAX_LABELS)
+            return jfail(c, "must have 1 to %d labels, has %zu", BAL_MAX_LABELS, n);
+        if (num_given && (long long)n != b->num_labels)
+            return jfail(c, "has %zu labels, num_labels says %d", n, b->num_labels);
+        const char *k;
+        json_t *v;
+        json_object_foreach(ids, k, v) {
+            long long id;
+            jpush_key(c, k);
+            if (id_key(k, &id) || id >= (long long)n)
+                return jfail(c, "keys must be the ids 0..%zu", n - 1);
+            if (!json_is_string(v) || !label_name_ok(json_string_value(v), json_string_length(v)))
+                return jfail(c, "must be a name of 1 to %d bytes without control characters",
+                             BAL_MAX_LABEL_BYTES);
+            c->depth--;
+        }
+        b->num_labels = (int)n;
+        c->depth--;
+    }
+    json_t *names = json_object_get(j, "label2id");
+    if (names && !json_is_null(names)) {
+        jpush_key(c, "label2id");
+        if (!json_is_object(names))
+            return jfail(c, "must be an object {name: id, ...}");
+        if (!ids || json_is_null(ids))
+            return jfail(c, "given without id2label");
+        if (json_object_size(names) != json_object_size(ids))
+            return jfail(c, "has %zu labels, id2label %zu", json_object_size(names),
+                         json_object_size(ids));
+        const char *k;
+        json_t *v;
+        json_object_foreach(names, k, v) {
+            jpush_key(c, k);
+            char key[16];
+            json_t *back = NULL;
+            if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+                json_integer_value(v) < b->num_labels) {
+                snprintf(key, sizeof key, "%lld", (long long)json_integer_value(v));
+                back = json_object_get(ids, key);
+            }
+            if (!back || strcmp(json_string_value(back), k))
+                return jfail(c, "label2id must be the inverse of id2label");
+            c->depth--;
+        }
+        c->depth--;
+    }
+    return 0;
+}
+
+/* num_labels, id2label, label2id, problem_type, classifier_dropout. */
+static int parse_classes(jctx *c, json_t *j, bal_bert *b)
+{
+    long long k = 2;
+    int r = get_int(c, j, "num_labels", 0, 1, BAL_MAX_LABELS, &k);
+    if (r < 0)
+        return -1;
+    b->num_labels = (int)k;
+    if (parse_labels(c, j, b, r == 0))
+        return -1;
+    b->problem_type = BAL_PROBLEM_NONE;
+    json_t *pt = json_object_get(j, "problem_type");
+    if (pt && !json_is_null(pt)) {
+        static const char *const kinds[] = {"single_label_classification",
+                                            "multi_label_classification", "regression"};
+        static const int kind_of[] = {BAL_PROBLEM_SINGLE_LABEL, BAL_PROBLEM_MULTI_LABEL,
+                                      BAL_PROBLEM_REGRESSION};
+        for (int i = 0; i < 3 && json_is_string(pt); i++)
+            if (!strcmp(json_string_value(pt), kinds[i]))
+                b->problem_type = kind_of[i];
+        if (b->problem_type == BAL_PROBLEM_NONE) {
+            jpush_key(c, "problem_type");
+            jfail(c, "must be null, single_label_classification, multi_label_classification "
+                     "or regression");
+            c->depth--;
+            return -1;
+        }
+    }
+    b->classifier_dropout = b->hidden_dropout;
+    json_t *cd = json_object_get(j, "classifier_dropout");
+    if (cd && !json_is_null(cd) &&
+        get_num(c, j, "classifier_dropout", 0, 0, 0.99, &b->classifier_dropout) < 0)
+        return -1;
+    return 0;
+}
+
 static int parse_config(jctx *c, json_t *j, bal_bert *b)
 {
     if (!json_is_object(j))
@@ -471,7 +587,7 @@ static int parse_config(jctx *c, json_t *j, bal_bert *b)
         return -1;
     }
     *b = (bal_bert){(int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6],
-                    1e-12, BAL_ACT_GELU, 0.1, 0.1, 0.02};
+                    1e-12, BAL_ACT_GELU, 0.1, 0.1, 0.02, BAL_TASK_MLM, 2, BAL_PROBLEM_NONE, 0.1};
     if (get_num(c, j, "layer_norm_eps", 0, 1e-30, 0.5, &b->ln_eps) < 0 ||
         get_num(c, j, "hidden_dropout_prob", 0, 0, 0.99, &b->hidden_dropout) < 0 ||
         get_num(c, j, "attention_probs_dropout_prob", 0, 0, 0.99, &b->attn_dropout) < 0 ||
@@ -489,7 +605,7 @@ static int parse_config(jctx *c, json_t *j, bal_bert *b)
         c->depth--;
         return -1;
     }
-    return 0;
+    return parse_classes(c, j, b);
 }
 
 int bal_bert_parse(bal_bert *b, const char *text, const char *name, sl_err *err)
@@ -499,6 +615,30 @@ int bal_bert_parse(bal_bert *b, const char *text, const char *name, sl_err *err)
     int rc = j ? parse_config(&c, j, b) : -1;
     json_decref(j);
     return rc;
+}
+
+int bal_bert_label_names(const char *text, const char *name, char ***names, int *n, sl_err *err)
+{
+    *names = NULL;
+    *n = 0;
+    bal_bert b;
+    if (bal_bert_parse(&b, text, name, err))
+        return -1;
+    json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+    json_t *ids = json_object_get(j, "id2label");
+    if (ids && json_is_object(ids)) {
+        int k = (int)json_object_size(ids);
+        char **out = sl_xcalloc((size_t)k, sizeof *out);
+        for (int i = 0; i < k; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", i);
+            out[i] = sl_xstrdup(json_string_value(json_object_get(ids, key)));
+        }
+        *names = out;
+        *n = k;
+    }
+    json_decref(j);
+    return 0;
 }
 
 /* One unit's seconds: [forward, backward] (b != NULL) or a number. */

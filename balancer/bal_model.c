@@ -14,7 +14,8 @@ const int bal_bert_max[7] = {BAL_MAX_HIDDEN, BAL_MAX_LAYERS, BAL_MAX_HEADS, BAL_
 /* Units of one BERT at micro-batch B x sequence T, N = B*T tokens (fp32).
  *   embeddings: word+position+type tables and a LayerNorm
  *   encoder:    QKV+O (4H^2), FFN (2HI), two LayerNorms; attention 2 x 2BT^2H
- *   head:       transform (H^2) + LayerNorm + decoder (HV) + softmax/cross-entropy
+ *   head:       transform (H^2) + LayerNorm + decoder (HV) + softmax/cross-entropy;
+ *               or, to classify, pooler (H^2) + tanh + classifier (HK) + cross-entropy
  * Backward costs twice the forward (two GEMMs per forward GEMM). The head's
  * decoder is tied to the word embeddings in Hugging Face BERT; a stage that
  * holds the head keeps its own copy, so it is counted on both. */
@@ -32,6 +33,20 @@ int bal_bert_check(const bal_bert *c, sl_err *err)
     if (c->hidden % c->heads)
         return sl_err_set(err, SL_EINVAL, "BERT config: hidden_size %d is not a multiple of "
                           "num_attention_heads %d", c->hidden, c->heads);
+    if (c->task != BAL_TASK_MLM && c->task != BAL_TASK_CLASSIFY)
+        return sl_err_set(err, SL_EINVAL, "BERT config: unknown task %d", c->task);
+    if (c->task == BAL_TASK_CLASSIFY) {
+        if (c->num_labels < 2 || c->num_labels > BAL_MAX_LABELS)
+            return sl_err_set(err, SL_EINVAL, "BERT config: sequence classification needs "
+                              "num_labels between 2 and %d, got %d", BAL_MAX_LABELS, c->num_labels);
+        if (c->problem_type != BAL_PROBLEM_NONE && c->problem_type != BAL_PROBLEM_SINGLE_LABEL)
+            return sl_err_set(err, SL_EINVAL, "BERT config: problem_type %s is not supported "
+                              "(single_label_classification is)",
+                              c->problem_type == BAL_PROBLEM_REGRESSION ? "regression"
+                                                                         : "multi_label_classification");
+        if (!(c->classifier_dropout >= 0 && c->classifier_dropout < 1))
+            return sl_err_set(err, SL_EINVAL, "BERT config: classifier_dropout must be in [0, 1)");
+    }
     return 0;
 }
 
@@ -74,9 +89,27 @@ int bal_bert_units(const bal_bert *c, int batch, int seq, bal_unit **out, int *n
         u[i].out_bytes = (uint64_t)(4 * N * H);
         u[i].stash_bytes = (uint64_t)sl;
     }
-    double ph = H * H + 3 * H + V * H + V;
     bal_unit *h = &u[n - 1];
     h->kind = BAL_UNIT_HEAD;
+    if (c->task == BAL_TASK_CLASSIFY) {
+        /* the pooler (dense + tanh) and the classifier at the [CLS] row of
+         * each sequence, dropout between them, the cross-entropy over K
+         * classes; a slot keeps the pooler's input, its output and the
+         * dropped copy (3H), the probabilities (K) and the losses (1) per
+         * sequence, as a Skyloom stage does (device/dev_stage.c) */
+        double K = c->num_labels;
+        h->fwd_flops = 2 * B * (H * H + H * K) + 10 * B * H + 10 * B * K;
+        h->bwd_flops = 2 * h->fwd_flops;
+        h->param_bytes = (uint64_t)(4 * (H * H + H + K * H + K));
+        h->out_bytes = 0;
+        h->stash_bytes = (uint64_t)(4 * B * (3 * H + K + 1) + 8 * B);
+        for (int i = 0; i < n; i++)
+            u[i].optim_bytes = 3 * u[i].param_bytes;
+        *out = u;
+        *n_units = n;
+        return 0;
+    }
+    double ph = H * H + 3 * H + V * H + V;
     /* the head runs only at the masked positions (BAL_MASK_FRAC of the
      * tokens), as a Skyloom stage does */
     double M = BAL_MASK_FRAC * N;

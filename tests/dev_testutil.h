@@ -42,6 +42,18 @@ static inline void dt_make_batch(dt_batch *b, int B, int T, int V, uint64_t stre
     }
 }
 
+/* The batch's labels for sequence classification with K classes: each
+ * sequence's class at its position 0 ([CLS]), -100 everywhere else; every
+ * fifth sequence (4, 9, ...) has none. */
+static inline void dt_classify(dt_batch *b, int K, uint64_t stream)
+{
+    for (int s = 0; s < b->B; s++)
+        for (int t = 0; t < b->T; t++)
+            b->lab[(size_t)s * b->T + t] =
+                t == 0 && s % 5 != 4 ? (int32_t)(sl_rng_u32(0xC1A55, stream, (uint64_t)s) % (uint32_t)K)
+                                     : -100;
+}
+
 static inline dev_batch dt_view(const dt_batch *b, uint64_t seq0)
 {
     dev_batch d = {.B = b->B, .T = b->T, .tokens = b->tok, .segments = b->seg,

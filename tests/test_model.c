@@ -92,8 +92,10 @@ static void compare_grads(dev_stage *s, dev_st *ref, double tol)
     printf("    %d tensors, worst gradient rel error %.3g\n", nt, worst);
 }
 
-/* dev_stage_forward_logits against torch's logits, and against its own loss. */
-static void compare_logits(dev_stage *s, const dt_batch *b, int V)
+/* dev_stage_forward_logits against torch's logits, and against its own loss:
+ * at the masked positions (MLM, V classes), or of every sequence, labelled
+ * at its position 0 (classification, V = K classes). */
+static void compare_logits(dev_stage *s, const dt_batch *b, int V, int classify)
 {
     char p[256];
     snprintf(p, sizeof p, "%s/logits.f64", g_dir);
@@ -114,15 +116,19 @@ static void compare_logits(dev_stage *s, const dt_batch *b, int V)
     CHECKF(dev_stage_forward_logits(s, 0, &mb, NULL, logits, cap, &M, &loss_sum, &err) == 0, "%s",
            err.msg);
     CHECKF(got == (size_t)M * V, "torch wrote %zu logits, we have %d x %d", got, M, V);
+    CHECK(!classify || M == b->B);
     for (size_t i = 0; i < got; i++)
         want[i] = (float)want64[i];
-    KT_CHECK_REL("logits at masks", logits, want, (size_t)M * V, 1e-4);
+    KT_CHECK_REL(classify ? "logits of the sequences" : "logits at masks", logits, want,
+                 (size_t)M * V, 1e-4);
     /* the loss the same forward reports is the cross-entropy of these logits */
     double ce = 0;
     for (int j = 0, i = 0; i < b->B * b->T; i++) {
+        if (classify && i % b->T == 0 && b->lab[i] == -100)
+            j++; /* a sequence without a class has logits but no loss */
         if (b->lab[i] == -100)
             continue;
-        const float *r = logits + (size_t)j++ * V;
+        const float *r = logits + (size_t)(classify ? i / b->T : j++) * V;
         double mx = r[0], se = 0;
         for (int v = 1; v < V; v++)
             mx = r[v] > mx ? r[v] : mx;
@@ -140,13 +146,15 @@ static void compare_logits(dev_stage *s, const dt_batch *b, int V)
     free(want64);
 }
 
-static void run_case(const char *label, int gelu, int L)
+/* K = 0: BertForMaskedLM; K > 0: BertForSequenceClassification, K classes. */
+static void run_case(const char *label, int gelu, int L, int K)
 {
     printf("  case %s\n", label);
     dev_config c = {.hidden = 96, .layers = L, .heads = 3, .intermediate = 160, .vocab = 211,
                     .max_pos = 40, .type_vocab = 2, .ln_eps = 1e-12f, .gelu = gelu,
-                    .hidden_dropout = 0, .attn_dropout = 0, .init_range = 0.05f};
-    int B = 4, T = 37;
+                    .hidden_dropout = 0, .attn_dropout = 0, .init_range = 0.05f,
+                    .task = K ? DEV_TASK_CLASSIFY : DEV_TASK_MLM, .num_labels = K};
+    int B = K ? 8 : 4, T = 37;
     sl_err err = {0};
     int bounds[2] = {0, L + 2};
     dev_train *tr = dev_train_create(&c, bounds, 1, B, T, 1, 99, &err);
@@ -165,6 +173,8 @@ static void run_case(const char *label, int gelu, int L)
 
     dt_batch b;
     dt_make_batch(&b, B, T, c.vocab, 40);
+    if (K)
+        dt_classify(&b, K, 41);
     size_t n = (size_t)B * T;
     write_i32("tokens", b.tok, n);
     write_i32("segments", b.seg, n);
@@ -173,9 +183,10 @@ static void run_case(const char *label, int gelu, int L)
     char path[256], cmd[1024];
     snprintf(path, sizeof path, "%s/dims.txt", g_dir);
     FILE *f = fopen(path, "w");
-    fprintf(f, "C %d\nL %d\nNH %d\nF %d\nV %d\nP %d\nTV %d\nB %d\nT %d\neps 1e-12\ngelu %d\n",
+    fprintf(f, "C %d\nL %d\nNH %d\nF %d\nV %d\nP %d\nTV %d\nB %d\nT %d\neps 1e-12\ngelu %d\n"
+               "task %d\nK %d\n",
             c.hidden, c.layers, c.heads, c.intermediate, c.vocab, c.max_pos, c.type_vocab, B, T,
-            gelu);
+            gelu, K ? 1 : 0, K);
     fclose(f);
     snprintf(path, sizeof path, "%s/model.safetensors", g_dir);
     CHECKF(dev_ckpt_save_model(s, path, &err) == 0, "%s", err.msg);
@@ -199,7 +210,7 @@ static void run_case(const char *label, int gelu, int L)
     CHECKF(ref != NULL, "%s", err.msg);
     if (ref)
         compare_grads(s, ref, 1e-4);
-    compare_logits(s, &b, c.vocab);
+    compare_logits(s, &b, K ? K : c.vocab, K > 0);
 
     /* The same batch in 4 micro-batches: the same gradient. */
     dev_train *tr4 = dev_train_create(&c, bounds, 1, B, T, 4, 99, &err);
@@ -227,13 +238,20 @@ out:
     dev_train_free(tr);
 }
 
-static void test_vs_torch_erf(void) { run_case("L=2 H=96 A=3 F=160 V=211 T=37, gelu erf", KN_GELU_ERF, 2); }
-static void test_vs_torch_tanh(void) { run_case("L=1, gelu tanh", KN_GELU_TANH, 1); }
+static void test_vs_torch_erf(void) { run_case("L=2 H=96 A=3 F=160 V=211 T=37, gelu erf", KN_GELU_ERF, 2, 0); }
+static void test_vs_torch_tanh(void) { run_case("L=1, gelu tanh", KN_GELU_TANH, 1, 0); }
+/* BertForSequenceClassification: pooler, classifier, 5 classes, one of the
+ * eight sequences without a class */
+static void test_classify_vs_torch(void)
+{
+    run_case("classification, L=2, K=5, gelu erf", KN_GELU_ERF, 2, 5);
+}
 
 static void all(void)
 {
     RUN(test_vs_torch_erf);
     RUN(test_vs_torch_tanh);
+    RUN(test_classify_vs_torch);
 }
 
 int main(void)

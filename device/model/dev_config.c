@@ -15,8 +15,20 @@ void dev_config_bert(const dev_config *c, bal_bert *b)
                     .type_vocab = c->type_vocab, .ln_eps = c->ln_eps,
                     .act = c->gelu == KN_GELU_TANH ? BAL_ACT_GELU_TANH : BAL_ACT_GELU,
                     .hidden_dropout = c->hidden_dropout, .attn_dropout = c->attn_dropout,
-                    .init_range = c->init_range};
+                    .init_range = c->init_range, .task = c->task, .num_labels = c->num_labels,
+                    .problem_type = c->problem_type, .classifier_dropout = c->cls_dropout};
 }
+
+int dev_task_parse(const char *name)
+{
+    if (!strcmp(name, "mlm"))
+        return DEV_TASK_MLM;
+    if (!strcmp(name, "classify"))
+        return DEV_TASK_CLASSIFY;
+    return -1;
+}
+
+const char *dev_task_name(int task) { return task == DEV_TASK_CLASSIFY ? "classify" : "mlm"; }
 
 int dev_config_validate(const dev_config *c, sl_err *err)
 {
@@ -34,6 +46,30 @@ int dev_config_validate(const dev_config *c, sl_err *err)
     return 0;
 }
 
+/* config.json's classification keys, as BertForSequenceClassification's
+ * save_pretrained writes them. */
+static int add_classes(const dev_config *c, json_t *o)
+{
+    json_t *ids = json_object(), *names = json_object();
+    int rc = 0;
+    for (int i = 0; i < c->num_labels; i++) {
+        char key[16], dflt[32];
+        snprintf(key, sizeof key, "%d", i);
+        snprintf(dflt, sizeof dflt, "LABEL_%d", i);
+        const char *name = c->label_names ? c->label_names[i] : dflt;
+        rc |= json_object_set_new(ids, key, json_string(name));
+        rc |= json_object_set_new(names, name, json_integer(i));
+    }
+    rc |= json_object_set_new(o, "architectures",
+                              json_pack("[s]", "BertForSequenceClassification"));
+    rc |= json_object_set_new(o, "num_labels", json_integer(c->num_labels));
+    rc |= json_object_set_new(o, "id2label", ids);
+    rc |= json_object_set_new(o, "label2id", names);
+    rc |= json_object_set_new(o, "problem_type", json_string("single_label_classification"));
+    rc |= json_object_set_new(o, "classifier_dropout", json_real((double)c->cls_dropout));
+    return rc ? -1 : 0;
+}
+
 static void from_bert(dev_config *c, const bal_bert *b)
 {
     *c = (dev_config){.hidden = b->hidden, .layers = b->layers, .heads = b->heads,
@@ -41,7 +77,10 @@ static void from_bert(dev_config *c, const bal_bert *b)
                       .type_vocab = b->type_vocab, .ln_eps = (float)b->ln_eps,
                       .gelu = b->act == BAL_ACT_GELU_TANH ? KN_GELU_TANH : KN_GELU_ERF,
                       .hidden_dropout = (float)b->hidden_dropout,
-                      .attn_dropout = (float)b->attn_dropout, .init_range = (float)b->init_range};
+                      .attn_dropout = (float)b->attn_dropout, .init_range = (float)b->init_range,
+                      .task = b->task, .num_labels = b->num_labels,
+                      .problem_type = b->problem_type,
+                      .cls_dropout = (float)b->classifier_dropout};
 }
 
 int dev_config_parse(dev_config *c, const char *json_text, sl_err *err)
@@ -76,7 +115,11 @@ int dev_config_save(const dev_config *c, const char *path, sl_err *err)
                           "hidden_dropout_prob", (double)c->hidden_dropout,
                           "attention_probs_dropout_prob", (double)c->attn_dropout,
                           "initializer_range", (double)c->init_range);
-    char *s = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    if (o && c->task == DEV_TASK_CLASSIFY && add_classes(c, o)) {
+        json_decref(o);
+        o = NULL;
+    }
+    char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(o);
     if (!s)
         return sl_err_set(err, SL_ENOMEM, "config: cannot encode JSON");
@@ -90,8 +133,30 @@ int dev_config_save(const dev_config *c, const char *path, sl_err *err)
 size_t dev_config_param_count(const dev_config *c)
 {
     size_t C = (size_t)c->hidden, F = (size_t)c->intermediate, V = (size_t)c->vocab;
+    size_t K = (size_t)c->num_labels;
     size_t emb = V * C + (size_t)c->max_pos * C + (size_t)c->type_vocab * C + 2 * C;
     size_t layer = 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C + 2 * C;
-    size_t head = C * C + C + 2 * C + V;
+    size_t head = c->task == DEV_TASK_CLASSIFY ? C * C + C + K * C + K : C * C + C + 2 * C + V;
     return emb + (size_t)c->layers * layer + head;
+}
+
+int dev_config_load_names(const char *path, char ***names, int *n, sl_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    *names = NULL;
+    *n = 0;
+    if (sl_read_file(path, 1u << 20, &text, &len, err))
+        return -1;
+    int rc = strlen(text) != len ? sl_err_set(err, SL_EINVAL, "%s: contains a NUL byte", path)
+                                 : bal_bert_label_names(text, path, names, n, err);
+    free(text);
+    return rc;
+}
+
+void dev_config_free_names(char **names, int n)
+{
+    for (int i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
 }

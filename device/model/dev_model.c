@@ -67,6 +67,12 @@ int dev_model_layout(const dev_config *c, int u0, int u1, dev_tensor **out, int 
             add(&b, u, 0, C, 0, "%s%d.output.dense.bias", p, l);
             add(&b, u, DEV_T_LNW, C, 0, "%s%d.output.LayerNorm.weight", p, l);
             add(&b, u, 0, C, 0, "%s%d.output.LayerNorm.bias", p, l);
+        } else if (c->task == DEV_TASK_CLASSIFY) {
+            int K = c->num_labels;
+            add(&b, u, DEV_T_DECAY, C, C, "bert.pooler.dense.weight");
+            add(&b, u, 0, C, 0, "bert.pooler.dense.bias");
+            add(&b, u, DEV_T_DECAY, K, C, "classifier.weight");
+            add(&b, u, 0, K, 0, "classifier.bias");
         } else {
             const char *p = "cls.predictions.";
             add(&b, u, DEV_T_DECAY, C, C, "%stransform.dense.weight", p);

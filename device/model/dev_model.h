@@ -1,9 +1,12 @@
 /* dev_model.h - BERT as a sequence of layer units and their parameter tensors.
  *
  * Units: 0 = embeddings (word + position + segment, LayerNorm, dropout),
- * 1..L = encoder layers (post-LN, as in BERT), L+1 = the MLM head (dense,
- * GELU, LayerNorm, decoder tied to the word embeddings, output bias) and the
- * loss. A tensor is named with its Hugging Face name, except the fused
+ * 1..L = encoder layers (post-LN, as in BERT), L+1 = the head and its loss:
+ * the MLM head (dense, GELU, LayerNorm, decoder tied to the word
+ * embeddings, output bias), or to classify (dev_config.task) the pooler
+ * (bert.pooler.dense, tanh) and the classifier (classifier.weight/.bias)
+ * of BertForSequenceClassification, which share nothing with unit 0.
+ * A tensor is named with its Hugging Face name, except the fused
  * attention projection, which we keep as one (3C, C) matrix (rows: query,
  * key, value) named "...attention.self.qkv.weight" and split into HF's
  * query/key/value on import and export (DEV_T_QKV).

@@ -22,7 +22,7 @@
 #include "sl_time.h"
 
 /* Dropout sites (mixed with the unit index into the RNG stream). */
-enum { SITE_EMBED = 1, SITE_ATTN = 2, SITE_ATTN_OUT = 3, SITE_FFN_OUT = 4 };
+enum { SITE_EMBED = 1, SITE_ATTN = 2, SITE_ATTN_OUT = 3, SITE_FFN_OUT = 4, SITE_CLASSIFIER = 5 };
 
 typedef struct embed_a {
     float *emb, *mean, *rstd, *out; /* out = dropout(LN(emb)), in place */
@@ -39,12 +39,21 @@ typedef struct head_a {
     float *xm, *d, *g, *l, *mean, *rstd, *probs, *losses;
 } head_a;
 
+/* The classification head's stash: one row per sequence (maxB rows). */
+typedef struct cls_a {
+    int32_t *idx, *tgt;   /* host: each sequence's [CLS] row and its class (-100: none) */
+    int32_t *didx, *dtgt; /* the backend's copies (the host arrays when !res) */
+    float *hloss;         /* host copy of losses (losses itself when !res) */
+    float *xc, *pool, *drop, *probs, *losses; /* (B,C) x3, (B,K), (B) */
+} cls_a;
+
 typedef struct slot {
     float *base;
     float *in; /* copy of the input boundary activation (u0 > 0) */
     embed_a e;
     layer_a *l; /* indexed by unit - first layer unit of the stage */
     head_a h;
+    cls_a k;    /* the classification head's (when the stage has it) */
     int B;      /* micro-batch size of the forward in this slot; 0 = empty */
     /* the micro-batch's int inputs as the ops read them: uploaded copies
      * (dtok, dseg, dvalid: maxB*T each) on a resident backend, else the
@@ -67,6 +76,8 @@ struct dev_stage {
     dev_config c;
     int u0, u1, maxB, T, nslots, step;
     int has_embed, has_head, l0, nl; /* layer units l0 .. l0+nl-1 */
+    int cls;  /* the head is the classification head (task classify) */
+    int tied; /* the head is the MLM head, whose decoder is the word embeddings */
     dev_tensor *t;
     int nt;
     size_t np;
@@ -308,6 +319,8 @@ static size_t slot_floats(const dev_stage *s, slot *sl, float *base)
 }
 
 static int etail_reserve(dev_stage *s, int need, sl_err *err);
+static int cls_alloc(dev_stage *s);
+static void cls_free(const dev_stage *s, cls_a *k);
 
 dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int T, int slots,
                             uint64_t seed, const kn_be *be, unsigned flags, sl_err *err)
@@ -344,6 +357,8 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     int head = dev_unit_head(c);
     s->has_embed = u0 == 0;
     s->has_head = u1 == head;
+    s->cls = s->has_head && c->task == DEV_TASK_CLASSIFY;
+    s->tied = s->has_head && !s->cls;
     s->l0 = u0 > 0 ? u0 : 1;
     int lend = u1 < head ? u1 : c->layers;
     s->nl = lend >= s->l0 ? lend - s->l0 + 1 : 0;
@@ -379,7 +394,7 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
         s->gp[k] = s->grads + s->t[k].offset;
         s->first[s->t[k].unit - u0] = k;
     }
-    if (s->has_head) {
+    if (s->tied) {
         int k = s->first[head - u0];
         if (s->has_embed) {
             s->head_wte = s->pp[0];
@@ -445,7 +460,13 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
         dev_stage_free(s);
         return NULL;
     }
-    if (s->has_embed && s->has_head) {
+    if (s->cls && cls_alloc(s)) {
+        sl_err_set(err, SL_ENOMEM, "cannot allocate the classification head's %d rows for units "
+                   "%d..%d", max_B, u0, u1);
+        dev_stage_free(s);
+        return NULL;
+    }
+    if (s->has_embed && s->tied) {
         size_t NT = (size_t)max_B * T;
         s->erow_of = sl_xmalloc(V * sizeof(int32_t));
         for (size_t i = 0; i < V; i++)
@@ -565,6 +586,7 @@ void dev_stage_free(dev_stage *s)
         bfree(s, sl->dvalid);
         free(sl->l);
         head_free(s, &sl->h);
+        cls_free(s, &sl->k);
     }
     free(s->slots);
     float *b[] = {s->params, s->grads, s->mv, s->dtied, s->wbase, s->etail, s->etmp, s->G0, s->G1, s->T1, s->T2, s->F1,
@@ -757,7 +779,7 @@ static int embed_backward(dev_stage *s, slot *sl, const dev_micro *mb, const flo
     s->be->dropout_backward(s->T1, dout, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_EMBED, 0));
     zero(s, s->T2, (size_t)N * C);
     s->be->layernorm_backward(s->T2, g[3], g[4], s->T1, a->emb, p[3], a->mean, a->rstd, N, C);
-    if (!s->has_head) {
+    if (!s->tied) {
         s->be->embed_backward(g[0], g[1], g[2], s->T2, sl->tok, sl->seg, B, T, C);
         return 0;
     }
@@ -933,6 +955,131 @@ static void head_backward(dev_stage *s, slot *sl, const dev_micro *mb, float *dx
     s->be->scatter_rows(dx, s->dxm, h->didx, M, C);
 }
 
+/* ---- unit L+1 to classify: pooler and classifier, one row per sequence ----
+ * xc (B,C) = x[b, 0] (the [CLS] rows); pool = tanh(xc Wp^T + bp);
+ * drop = dropout(pool); logits (B,K) = drop Wc^T + bc;
+ * loss = sum of the cross-entropies of the labelled sequences (a sequence's
+ * class is its label at position 0; -100 there: none). As Hugging Face's
+ * BertForSequenceClassification (single_label_classification), dropout p =
+ * classifier_dropout, else hidden_dropout_prob, keyed like every dropout. */
+static void cls_free(const dev_stage *s, cls_a *k)
+{
+    sl_aligned_free(k->idx);
+    sl_aligned_free(k->tgt);
+    if (s->res) {
+        bfree(s, k->didx);
+        bfree(s, k->dtgt);
+        sl_aligned_free(k->hloss);
+    }
+    float *b[5] = {k->xc, k->pool, k->drop, k->probs, k->losses};
+    for (int i = 0; i < 5; i++)
+        bfree(s, b[i]);
+    memset(k, 0, sizeof *k);
+}
+
+/* Every slot's rows, for micro-batches of up to maxB sequences. */
+static int cls_alloc(dev_stage *s)
+{
+    size_t B = (size_t)s->maxB, C = s->c.hidden, K = s->c.num_labels;
+    for (int i = 0; i < s->nslots; i++) {
+        cls_a *k = &s->slots[i].k;
+        k->idx = sl_try_aligned_alloc(B * sizeof(int32_t));
+        k->tgt = sl_try_aligned_alloc(B * sizeof(int32_t));
+        if (!k->idx || !k->tgt)
+            s->oom = 1;
+        if (s->res) {
+            k->didx = (int32_t *)falloc(s, B);
+            k->dtgt = (int32_t *)falloc(s, B);
+            k->hloss = halloc(s, B);
+        } else {
+            k->didx = k->idx;
+            k->dtgt = k->tgt;
+        }
+        k->xc = falloc(s, B * C);
+        k->pool = falloc(s, B * C);
+        k->drop = falloc(s, B * C);
+        k->probs = falloc(s, B * K);
+        k->losses = falloc(s, B);
+        if (!s->res)
+            k->hloss = k->losses;
+        s->bytes += B * (3 * C + K + 1) * sizeof(float) + 2 * B * sizeof(int32_t);
+    }
+    return s->oom ? -1 : 0;
+}
+
+static int cls_forward(dev_stage *s, slot *sl, const float *x, const dev_micro *mb,
+                       double *loss_sum, int *labelled, sl_err *err)
+{
+    int B = mb->B, T = mb->T, C = s->c.hidden, K = s->c.num_labels, head = dev_unit_head(&s->c);
+    float **p = s->pp + s->first[head - s->u0];
+    cls_a *k = &sl->k;
+    int n = 0;
+    for (int b = 0; b < B; b++) {
+        const int32_t *y = mb->labels + (size_t)b * T;
+        for (int t = 1; t < T; t++)
+            if (y[t] != -100)
+                return sl_err_set(err, SL_EINVAL, "sequence %d has a label at position %d: a "
+                                  "class belongs at position 0 ([CLS]) only", b, t);
+        if (y[0] != -100 && (y[0] < 0 || y[0] >= K))
+            return sl_err_set(err, SL_EINVAL, "class %d of sequence %d outside the model's %d "
+                              "labels", y[0], b, K);
+        k->idx[b] = b * T;
+        k->tgt[b] = y[0];
+        n += y[0] != -100;
+    }
+    *labelled = n;
+    *loss_sum = 0;
+    if (s->logits_out && (size_t)B * K > s->logits_cap)
+        return sl_err_set(err, SL_EINVAL, "%d sequences need %zu logits, room for %zu", B,
+                          (size_t)B * K, s->logits_cap);
+    size_t bi = (size_t)B * sizeof(int32_t);
+    if (s->res && (s->be->upload(k->didx, k->idx, bi, err) || s->be->upload(k->dtgt, k->tgt, bi, err)))
+        return -1;
+    s->be->gather_rows(k->xc, x, k->didx, B, C);
+    mm_fwd(s, k->pool, k->xc, p[0], p[1], B, C, C);
+    s->be->tanh_forward(k->pool, k->pool, (size_t)B * C);
+    s->be->dropout_forward(k->drop, k->pool, B, (size_t)C,
+                           drop_of(mb, s->c.cls_dropout, SITE_CLASSIFIER, head));
+    /* the logits become the probabilities in place */
+    mm_fwd(s, k->probs, k->drop, p[2], p[3], B, C, K);
+    if (s->logits_out &&
+        s->be->download(s->logits_out, k->probs, (size_t)B * K * sizeof(float), err))
+        return -1;
+    s->be->crossentropy_forward(k->losses, k->probs, k->probs, k->dtgt, B, K);
+    if (s->res && s->be->download(k->hloss, k->losses, (size_t)B * sizeof(float), err))
+        return -1;
+    double sum = 0;
+    for (int b = 0; b < B; b++)
+        sum += k->hloss[b]; /* 0 for a sequence without a class */
+    *loss_sum = sum;
+    return 0;
+}
+
+/* -> dx (B,T,C) overwritten: the head's gradient at the [CLS] rows, 0
+ * elsewhere. The (B,C) gradients in between use T1 and T2, which the
+ * layers' backward overwrites only after this. */
+static void cls_backward(dev_stage *s, slot *sl, const dev_micro *mb, float *dx)
+{
+    int B = mb->B, C = s->c.hidden, K = s->c.num_labels, head = dev_unit_head(&s->c);
+    int f = s->first[head - s->u0];
+    float **p = s->pp + f, **g = s->gp + f;
+    cls_a *k = &sl->k;
+    size_t BC = (size_t)B * C;
+    zero(s, dx, (size_t)B * mb->T * C);
+    /* the probabilities become their gradient (consumes the slot's stash) */
+    s->be->crossentropy_backward(k->probs, k->probs, k->dtgt, B, K, mb->loss_scale);
+    zero(s, s->T1, BC);
+    mm_bwd(s, s->T1, g[2], g[3], k->probs, k->drop, p[2], B, C, K);
+    zero(s, s->T2, BC);
+    s->be->dropout_backward(s->T2, s->T1, B, (size_t)C,
+                            drop_of(mb, s->c.cls_dropout, SITE_CLASSIFIER, head));
+    zero(s, s->T1, BC);
+    s->be->tanh_backward(s->T1, k->pool, s->T2, BC);
+    zero(s, s->T2, BC);
+    mm_bwd(s, s->T2, g[0], g[1], s->T1, k->xc, p[0], B, C, C);
+    s->be->scatter_rows(dx, s->T2, k->didx, B, C);
+}
+
 static int check_micro(const dev_stage *s, int slot_i, const dev_micro *mb, sl_err *err)
 {
     if (slot_i < 0 || slot_i >= s->nslots)
@@ -1032,7 +1179,10 @@ int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float
         layer_forward(s, s->l0 + i, &a, layer_input(s, sl, i), sl->valid, mb);
     }
     const float *last = layer_input(s, sl, s->nl);
-    if (s->has_head) {
+    if (s->cls) {
+        if (cls_forward(s, sl, last, mb, loss_sum, masked, err))
+            return bail(s);
+    } else if (s->has_head) {
         if (head_forward(s, sl, last, mb, loss_sum, masked, err))
             return bail(s);
     } else if (out && s->be->download(out, last, N * C * sizeof(float), err)) {
@@ -1053,6 +1203,8 @@ int dev_stage_forward_logits(dev_stage *s, int slot, const dev_micro *mb, const 
     s->logits_cap = cap;
     int rc = dev_stage_forward(s, slot, mb, in, NULL, loss_sum, M, err);
     s->logits_out = NULL;
+    if (rc == 0 && s->cls)
+        *M = mb->B; /* a row of logits for every sequence */
     return rc;
 }
 
@@ -1070,7 +1222,9 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
         return sl_err_set(err, SL_EINVAL, "stage ending at unit %d needs an output gradient", s->u1);
     bind_micro(s, sl, mb, 0, err);
     sl->B = 0;
-    if (s->has_head)
+    if (s->cls)
+        cls_backward(s, sl, mb, cur);
+    else if (s->has_head)
         head_backward(s, sl, mb, cur);
     else if (s->be->upload(cur, dout, NC * sizeof(float), err))
         return bail(s);
@@ -1116,6 +1270,8 @@ int dev_stage_zero_grad(dev_stage *s, sl_err *err)
 
 int dev_stage_tied_role(const dev_stage *s)
 {
+    if (s->c.task == DEV_TASK_CLASSIFY)
+        return DEV_TIED_NONE; /* the classification head shares nothing with unit 0 */
     if (s->has_embed && s->has_head)
         return DEV_TIED_LOCAL;
     if (s->has_embed)

@@ -1,14 +1,19 @@
 #!/usr/bin/python3
-"""PyTorch reference BERT (MLM) for tests/test_model.c; nothing it writes is committed.
+"""PyTorch reference BERT (MLM, or sequence classification) for tests/test_model.c;
+nothing it writes is committed.
 
-Usage: bert_ref.py DIR. DIR holds dims.txt ("name value" lines), the model our
-C code exported (model.safetensors, Hugging Face names) and the batch as raw
+Usage: bert_ref.py DIR. DIR holds dims.txt ("name value" lines; "task 1" and
+"K" for BertForSequenceClassification with K classes), the model our C code
+exported (model.safetensors, Hugging Face names) and the batch as raw
 little-endian int32 (tokens, segments, valid, labels; labels -100 = not
-masked). A minimal BERT with HF parameter names is built here in float64
-(transformers is not installed), dropout 0. Writes:
-  loss.txt                 mean MLM loss over the masked tokens
+masked; to classify, a sequence's class at its position 0). A minimal BERT
+with HF parameter names is built here in float64 (transformers is not
+installed), dropout 0. Writes:
+  loss.txt                 mean MLM loss over the masked tokens (or mean
+                           cross-entropy over the labelled sequences)
   logits.f64               the (M, V) logits at the masked positions, in position
-                           order (raw little-endian float64)
+                           order, or the (B, K) logits of every sequence (raw
+                           little-endian float64)
   grads.safetensors        the gradient of every parameter, HF names (the word
                            embeddings' gradient includes the tied decoder's)
   torch_model.safetensors  a model initialised by torch (float32), as a torch
@@ -31,6 +36,7 @@ with open(os.path.join(D, "dims.txt")) as f:
         k, v = line.split()
         dims[k] = float(v) if ("." in v or "e" in v) else int(v)
 C, L, NH, FF, V = dims["C"], dims["L"], dims["NH"], dims["F"], dims["V"]
+TASK, K = dims.get("task", 0), dims.get("K", 0)
 P, TV, B, T, EPS, GELU = dims["P"], dims["TV"], dims["B"], dims["T"], dims["eps"], dims["gelu"]
 
 
@@ -90,8 +96,22 @@ def lin(x, p, name):
 
 
 def bert_loss(p):
-    """The MLM loss of BERT with parameters p (HF names -> float64 tensors) and the
-    logits at the masked positions."""
+    """The loss of BERT with parameters p (HF names -> float64 tensors) and its
+    logits: MLM at the masked positions, or classification of every sequence."""
+    x = encode(p)
+    return classify(p, x) if TASK == 1 else mlm(p, x)
+
+
+def classify(p, x):
+    """BertForSequenceClassification: pooler on [CLS], classifier, mean
+    cross-entropy over the labelled sequences (dropout 0)."""
+    pooled = torch.tanh(lin(x[:, 0], p, "bert.pooler.dense"))
+    logits = lin(pooled, p, "classifier")
+    return torch.nn.functional.cross_entropy(logits, labels[:, 0], ignore_index=-100), logits
+
+
+def encode(p):
+    """The encoder's last hidden states (B, T, C)."""
     e = "bert.embeddings."
     x = p[e + "word_embeddings.weight"][tok] + p[e + "position_embeddings.weight"][:T][None] \
         + p[e + "token_type_embeddings.weight"][seg]
@@ -115,6 +135,12 @@ def bert_loss(p):
         h = gelu(lin(x, p, n + "intermediate.dense"))
         x = ln(x + lin(h, p, n + "output.dense"),
                p[n + "output.LayerNorm.weight"], p[n + "output.LayerNorm.bias"])
+    return x
+
+
+def mlm(p, x):
+    """The MLM head at the masked positions: loss and logits."""
+    e = "bert.embeddings."
     m = labels.reshape(-1) != -100
     xm = x.reshape(B * T, C)[m]  # the decoder only at masked positions
     c = "cls.predictions."
@@ -147,9 +173,10 @@ for k, v in ours.items():
         tw[k] = 0.05 * torch.randn(v.shape)
 tw = {k: t.float() for k, t in tw.items()}
 saved = dict(tw)
-saved["cls.predictions.decoder.weight"] = tw["bert.embeddings.word_embeddings.weight"]
-saved["bert.pooler.dense.weight"] = torch.zeros(C, C)
-saved["bert.pooler.dense.bias"] = torch.zeros(C)
+if TASK == 0:
+    saved["cls.predictions.decoder.weight"] = tw["bert.embeddings.word_embeddings.weight"]
+    saved["bert.pooler.dense.weight"] = torch.zeros(C, C)
+    saved["bert.pooler.dense.bias"] = torch.zeros(C)
 st_write(os.path.join(D, "torch_model.safetensors"), {k: t.numpy() for k, t in saved.items()})
 with torch.no_grad():
     tl, _ = bert_loss({k: t.double() for k, t in tw.items()})
