@@ -17,6 +17,14 @@ static const dev_config cfg = {.hidden = 48, .layers = 3, .heads = 3, .intermedi
                                .vocab = 97, .max_pos = 32, .type_vocab = 2, .ln_eps = 1e-12f,
                                .gelu = 0, .hidden_dropout = 0.1f, .attn_dropout = 0.1f,
                                .init_range = 0.02f};
+/* The same model with the sequence-classification head (7 classes; its
+ * own dropout, 0.2, on the pooled [CLS] rows). */
+static const dev_config ccfg = {.hidden = 48, .layers = 3, .heads = 3, .intermediate = 80,
+                                .vocab = 97, .max_pos = 32, .type_vocab = 2, .ln_eps = 1e-12f,
+                                .gelu = 0, .hidden_dropout = 0.1f, .attn_dropout = 0.1f,
+                                .init_range = 0.02f, .task = DEV_TASK_CLASSIFY, .num_labels = 7,
+                                .cls_dropout = 0.2f};
+static const dev_config *train_cfg = &cfg; /* the model train() trains */
 enum { B = 4, T = 24, STEPS = 2 };
 
 typedef struct run {
@@ -34,11 +42,13 @@ static void train(run *r, const int *bounds, int n, int micro, const dev_optim *
     r->steps = steps;
     sl_err err = {0};
     dev_train_opts to = {.schedule = train_schedule, .flags = train_flags};
-    r->tr = dev_train_open(&cfg, bounds, n, B, T, micro, 7, &to, &err);
+    r->tr = dev_train_open(train_cfg, bounds, n, B, T, micro, 7, &to, &err);
     CHECKF(r->tr != NULL, "%s", err.msg);
     dt_batch b;
     for (int s = 0; s < steps && r->tr; s++) {
         dt_make_batch(&b, B, T, cfg.vocab, 100 + 10 * (uint64_t)s);
+        if (train_cfg->task == DEV_TASK_CLASSIFY)
+            dt_classify(&b, train_cfg->num_labels, 100 + 10 * (uint64_t)s);
         dev_batch db = dt_view(&b, (uint64_t)s * B);
         dev_step_info info;
         /* the last step leaves its gradients for comparison, before the update */
@@ -157,6 +167,37 @@ static void test_lamb(void)
     splits(&o);
 }
 
+/* The classification head: every split, 1 and 4 micro-batches, and 4 in
+ * flight with recomputation, bit for bit the one stage (dropout on; the
+ * head's on the [CLS] rows keyed by the global sequence, as every other). */
+static void test_classify(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    o.clip = 0.5f;
+    train_cfg = &ccfg;
+    splits(&o);
+    static const int one[] = {0, 5}, three[] = {0, 2, 4, 5}, head[] = {0, 4, 5};
+    run ref = {0}, r = {0}, rh = {0};
+    train(&ref, one, 1, 4, &o, STEPS);
+    train_flags = DEV_STAGE_RECOMPUTE;
+    train(&r, three, 3, 4, &o, STEPS);
+    train_flags = 0;
+    train(&rh, head, 2, 4, &o, STEPS); /* the head alone on a stage */
+    if (ref.tr && r.tr)
+        compare(&ref, &r, 1, "classify, 3 stages, 4 in flight");
+    if (ref.tr && rh.tr)
+        compare(&ref, &rh, 1, "classify, the head alone");
+    /* no tied embeddings to exchange: no stage has a role */
+    for (int i = 0; r.tr && i < 3; i++)
+        CHECK(dev_stage_tied_role(dev_train_stage(r.tr, i)) == DEV_TIED_NONE);
+    dev_train_free(ref.tr);
+    dev_train_free(r.tr);
+    dev_train_free(rh.tr);
+    train_cfg = &cfg;
+}
+
 /* The runner on threads with several micro-batches in flight (one stash
  * slot each), in the 1F1B order (there with DEV_STAGE_RECOMPUTE: stash only
  * the layer outputs, recompute the rest in backward) and in the GPipe order
@@ -230,36 +271,36 @@ static void test_bf16_state(void)
     dev_train_free(ref4.tr);
 }
 
-/* The balancer's units (bal_bert_units, the one cost description) for cfg
+/* The balancer's units (bal_bert_units, the one cost description) for c
  * at micro-batch bm x T. */
-static bal_unit *units_of(int bm, int *n)
+static bal_unit *units_of(const dev_config *c, int bm, int *n)
 {
     bal_bert bb;
-    dev_config_bert(&cfg, &bb);
+    dev_config_bert(c, &bb);
     bal_unit *bu = NULL;
     sl_err err = {0};
-    CHECKF(bal_bert_units(&bb, bm, T, &bu, n, &err) == 0 && *n == dev_unit_count(&cfg), "%s",
+    CHECKF(bal_bert_units(&bb, bm, T, &bu, n, &err) == 0 && *n == dev_unit_count(c), "%s",
            err.msg);
     return bu;
 }
 
 /* The cost model's stash per micro-batch is what a stage really allocates
- * per in-flight slot. One case: stages u0..L with 1 and 3 slots; the
+ * per in-flight slot. One case: stages u0..u1 with 1 and 3 slots; the
  * difference per slot is the stash, against the cost model's (plus the
  * input copy of a middle stage). */
-static void stash_case(int u0, const char *what)
+static void stash_case(const dev_config *c, int u0, int u1, const char *what)
 {
     sl_err err = {0};
     enum { BM = 2 };
     int n = 0;
-    bal_unit *bu = units_of(BM, &n);
-    dev_stage *s1 = dev_stage_create(&cfg, u0, cfg.layers, BM, T, 1, 7, NULL, 0, &err);
-    dev_stage *s3 = dev_stage_create(&cfg, u0, cfg.layers, BM, T, 3, 7, NULL, 0, &err);
+    bal_unit *bu = units_of(c, BM, &n);
+    dev_stage *s1 = dev_stage_create(c, u0, u1, BM, T, 1, 7, NULL, 0, &err);
+    dev_stage *s3 = dev_stage_create(c, u0, u1, BM, T, 3, 7, NULL, 0, &err);
     CHECKF(s1 && s3, "%s", err.msg);
     if (s1 && s3 && bu) {
         double per_slot = (double)(dev_stage_bytes(s3) - dev_stage_bytes(s1)) / 2;
-        double model = u0 > 0 ? (double)BM * T * cfg.hidden * 4 : 0; /* the input copy */
-        for (int u = u0; u <= cfg.layers; u++)
+        double model = u0 > 0 ? (double)BM * T * c->hidden * 4 : 0; /* the input copy */
+        for (int u = u0; u <= u1; u++)
             model += (double)bu[u].stash_bytes;
         printf("    %s, stash per slot: stage %.0f bytes, cost model %.0f\n", what, per_slot, model);
         /* (the stage pads every tensor to 16 floats) */
@@ -273,26 +314,29 @@ static void stash_case(int u0, const char *what)
 
 static void test_stash_cost(void)
 {
-    stash_case(1, "middle stage");
-    stash_case(0, "first stage"); /* the embeddings' stash instead of an input copy */
+    stash_case(&cfg, 1, cfg.layers, "middle stage");
+    stash_case(&cfg, 0, cfg.layers, "first stage"); /* the embeddings' stash instead of an input copy */
+    /* the classification head's rows are allocated with the slot */
+    stash_case(&ccfg, 2, ccfg.layers + 1, "classification head");
+    stash_case(&ccfg, ccfg.layers + 1, ccfg.layers + 1, "classification head alone");
 }
 
 /* The cost model's parameters per unit are the tensors a stage of that unit
  * holds (the head with its own copy of the word embeddings), its optimizer
  * state AdamW's two moments and the gradient, and the head runs at the
  * masked positions only. */
-static void test_unit_costs(void)
+static void unit_costs(const dev_config *c)
 {
     enum { BM = 4 };
     int n = 0;
-    bal_unit *bu = units_of(BM, &n);
+    bal_unit *bu = units_of(c, BM, &n);
     size_t params = 0;
     for (int u = 0; u < n && bu; u++) {
         dev_tensor *ts = NULL;
         int nt = 0;
         size_t total = 0, numel = 0;
         sl_err err = {0};
-        CHECKF(dev_model_layout(&cfg, u, u, &ts, &nt, &total, &err) == 0, "%s", err.msg);
+        CHECKF(dev_model_layout(c, u, u, &ts, &nt, &total, &err) == 0, "%s", err.msg);
         for (int i = 0; i < nt; i++)
             numel += ts[i].numel;
         free(ts);
@@ -300,19 +344,35 @@ static void test_unit_costs(void)
                "floats", u, (unsigned long long)bu[u].param_bytes, numel);
         CHECK(bu[u].optim_bytes == 3 * bu[u].param_bytes);
         CHECK(bu[u].fwd_flops > 0 && bu[u].bwd_flops >= bu[u].fwd_flops);
-        CHECK(u == dev_unit_head(&cfg) ? bu[u].out_bytes == 0
-                                       : bu[u].out_bytes == (uint64_t)BM * T * cfg.hidden * 4);
+        CHECK(u == dev_unit_head(c) ? bu[u].out_bytes == 0
+                                    : bu[u].out_bytes == (uint64_t)BM * T * c->hidden * 4);
         params += numel;
     }
+    if (c->task == DEV_TASK_CLASSIFY) {
+        /* the whole model; the head at the [CLS] rows: 2 B (H H + H K) */
+        CHECK(params == dev_config_param_count(c));
+        double H = c->hidden, K = c->num_labels;
+        CHECKF(bu && bu[n - 1].fwd_flops >= 2 * BM * (H * H + H * K) &&
+               bu[n - 1].fwd_flops < 2 * BM * T * H * H,
+               "classification head forward %.3g FLOPs", bu ? bu[n - 1].fwd_flops : 0);
+        free(bu);
+        return;
+    }
     /* the whole model, plus the head's copy of the word embeddings */
-    CHECK(params == dev_config_param_count(&cfg) + (size_t)cfg.vocab * cfg.hidden);
+    CHECK(params == dev_config_param_count(c) + (size_t)c->vocab * c->hidden);
     /* the head's decoder at the masked positions: 2 M H V, not 2 N H V */
     if (bu) {
-        double M = BAL_MASK_FRAC * BM * T, H = cfg.hidden, V = cfg.vocab;
+        double M = BAL_MASK_FRAC * BM * T, H = c->hidden, V = c->vocab;
         double h = bu[n - 1].fwd_flops;
         CHECKF(h >= 2 * M * H * V && h < 0.5 * 2 * BM * T * H * V, "head forward %.3g FLOPs", h);
     }
     free(bu);
+}
+
+static void test_unit_costs(void)
+{
+    unit_costs(&cfg);
+    unit_costs(&ccfg);
 }
 
 /* dev_unit_times, the profile a device reports: every unit's forward,
@@ -337,6 +397,11 @@ static void test_unit_times(void)
                    k, u, fwd[u], bwd[u], opt[u]);
         CHECK(fwd[1] == fwd[3] && bwd[2] == bwd[3] && opt[1] == opt[3]);
     }
+    /* the classification head's unit */
+    for (int u = 0; u < NU; u++)
+        fwd[u] = bwd[u] = opt[u] = 0;
+    CHECKF(dev_unit_times(&ccfg, 2, T, NULL, 3, &o, 0, fwd, bwd, opt, &err) == 0, "%s", err.msg);
+    CHECK(fwd[4] > 0 && bwd[4] > 0 && opt[4] > 0);
     /* without the optimizer: only forward and backward */
     CHECK(dev_unit_times(&cfg, 2, T, NULL, 1, NULL, 0, fwd, bwd, NULL, &err) == 0 && fwd[4] > 0);
     CHECK(dev_unit_times(&cfg, 0, T, NULL, 1, NULL, 0, fwd, bwd, opt, &err) != 0 &&
@@ -352,5 +417,6 @@ int main(void)
     RUN(test_in_flight);
     RUN(test_adamw);
     RUN(test_lamb);
+    RUN(test_classify);
     return sl_test_done();
 }

@@ -96,7 +96,11 @@ int dev_unit_times(const dev_config *c, int Bm, int T, const kn_be *be, int reps
     for (size_t i = 0; i < N; i++) {
         tok[i] = (int32_t)(sl_rng_u32(0x7E57, 1, i) % (uint32_t)c->vocab);
         valid[i] = 1;
-        lab[i] = sl_rng_u32(0x7E57, 2, i) % 100 < 15 ? tok[i] : -100;
+        if (c->task == DEV_TASK_CLASSIFY) /* each sequence's class at its [CLS] position */
+            lab[i] = i % (size_t)T == 0 ? (int32_t)(sl_rng_u32(0x7E57, 2, i) % (uint32_t)c->num_labels)
+                                        : -100;
+        else
+            lab[i] = sl_rng_u32(0x7E57, 2, i) % 100 < 15 ? tok[i] : -100;
         masked += lab[i] != -100;
     }
     float *x = sl_xaligned_alloc(NC * 4), *y = sl_xaligned_alloc(NC * 4),

@@ -3,8 +3,10 @@
  * with (bal_device.unit_fwd_s / unit_bwd_s). Measured on this backend and
  * with the calling thread's OpenMP/BLAS thread count, so a device with fewer
  * cores, threads or a CPU quota measures as slower. The embeddings, one
- * encoder layer (all layers are the same) and the head are each run as a
- * stage of their own on random inputs; each time is the median of `reps`
+ * encoder layer (all layers are the same) and the head (the config's
+ * task's: the MLM head at 15% of the positions, or the classification head
+ * at every sequence's [CLS] row) are each run as a stage of their own on
+ * random inputs; each time is the median of `reps`
  * runs after one warm-up. The optimizer step is timed the same way, on the
  * gradients of the last backward. */
 #ifndef DEV_UNITPROF_H
