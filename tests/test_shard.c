@@ -388,6 +388,134 @@ static void test_wide_tokens(void)
     free(t);
 }
 
+/* labels.txt: names by line, the strict checks with file and line, lookup,
+ * the hash over "name\n" (a CRLF copy hashes like its LF twin), sorting. */
+static void test_labels(void)
+{
+    sl_err err = {0};
+    dev_labels *l = dev_labels_parse("neg\npos\nmixed\n", 14, "labels.txt", &err);
+    CHECKF(l != NULL, "%s", err.msg);
+    dev_labels *crlf = dev_labels_parse("neg\r\npos\r\nmixed", 15, "crlf.txt", &err);
+    CHECKF(crlf != NULL, "%s", err.msg);
+    if (l && crlf) {
+        CHECK(dev_labels_count(l) == 3 && !strcmp(dev_labels_name(l, 2), "mixed"));
+        CHECK(dev_labels_find(l, "pos", 3) == 1 && dev_labels_find(l, "po", 2) == -1 &&
+              dev_labels_name(l, 3) == NULL);
+        uint8_t a[32], b[32];
+        dev_labels_hash(l, a);
+        dev_labels_hash(crlf, b);
+        CHECK(memcmp(a, b, 32) == 0);
+    }
+    dev_labels_free(l);
+    dev_labels_free(crlf);
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"", "empty label file"},
+        {"a\n\nb\n", "line 2 is empty"},
+        {"a\nb\na\n", "duplicate label 'a' on lines 1 and 3"},
+        {"only\n", "1 labels; a classification needs 2"},
+        {"a\nb\tc\n", "line 2: the label holds a tab"},
+        {"a\n b\n", "line 2: the label starts or ends with a space"},
+        {"a\n\xff\n", "line 2: the label is not valid UTF-8"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sl_err e = {0};
+        dev_labels *x = dev_labels_parse(bad[i].text, strlen(bad[i].text), "labels.txt", &e);
+        CHECKF(!x && strstr(e.msg, "labels.txt") && strstr(e.msg, bad[i].want), "case %zu: '%s'",
+               i, e.msg);
+        dev_labels_free(x);
+    }
+    /* from a set: numbers in numeric order, else byte order */
+    const char *nums[] = {"10", "2", "1"}, *words[] = {"pos", "Neg", "neg"};
+    l = dev_labels_from(nums, 3, 1, "data", &err);
+    CHECK(l && !strcmp(dev_labels_name(l, 0), "1") && !strcmp(dev_labels_name(l, 2), "10"));
+    dev_labels_free(l);
+    l = dev_labels_from(words, 3, 1, "data", &err);
+    CHECK(l && !strcmp(dev_labels_name(l, 0), "Neg") && !strcmp(dev_labels_name(l, 2), "pos"));
+    dev_labels_free(l);
+}
+
+/* A labelled shard (version 2): one example per sequence and document, cut
+ * to T with its [SEP] kept, classes and label vocabulary read back; damage
+ * to the label parts refused by name; and an unlabelled shard is still
+ * version 1. */
+static void test_labelled(void)
+{
+    sl_err err = {0};
+    dev_labels *l = dev_labels_parse("sports\nscience\narts\n", 20, "labels.txt", &err);
+    CHECKF(l != NULL, "%s", err.msg);
+    if (!l)
+        return;
+    dev_shard_writer *w = dev_shard_writer_labelled(vocab, 6, false, l, &err);
+    CHECKF(w != NULL, "%s", err.msg);
+    int32_t a[] = {200, 201}, c[] = {205, 206, 207, 208, 209, 210};
+    CHECK(dev_shard_writer_example(w, a, 2, 2) == 0);
+    CHECK(dev_shard_writer_example(w, c, 6, 0) == 1); /* cut to 4 */
+    CHECK(dev_shard_writer_example(w, a, 1, 1) == 0);
+    const char *path = tmp_path("l.shard");
+    CHECKF(dev_shard_writer_finish(w, path, &err) == 0, "%s", err.msg);
+    dev_shard_writer_free(w);
+    dev_shard *s = dev_shard_open(path, &err);
+    CHECKF(s != NULL, "%s", err.msg);
+    if (s) {
+        CHECK(dev_shard_version(s) == 2 && dev_shard_count(s) == 3 && dev_shard_doc_count(s) == 3);
+        const dev_labels *sl = dev_shard_labels(s);
+        CHECK(sl && dev_labels_count(sl) == 3 && !strcmp(dev_labels_name(sl, 1), "science"));
+        CHECK(dev_shard_label(s, 0) == 2 && dev_shard_label(s, 1) == 0 &&
+              dev_shard_label(s, 2) == 1 && dev_shard_label(s, 3) == -1);
+        int32_t tok[6];
+        dev_special sp = dev_shard_special(s);
+        CHECK(dev_shard_read(s, 1, tok) == 6 && tok[0] == sp.cls && tok[4] == 208 &&
+              tok[5] == sp.sep);
+        CHECK(dev_shard_read(s, 2, tok) == 3 && tok[3] == sp.pad);
+        dev_shard_close(s);
+    }
+    s = dev_shard_open(tmp_path("p.shard"), &err); /* test_packing's, without labels */
+    CHECK(s && dev_shard_version(s) == 1 && !dev_shard_labels(s) && dev_shard_label(s, 0) == -1);
+    dev_shard_close(s);
+    /* a writer given sentences cannot finish a labelled shard */
+    w = dev_shard_writer_labelled(vocab, 6, false, l, &err);
+    dev_shard_writer_sentence(w, a, 2);
+    CHECK(dev_shard_writer_finish(w, tmp_path("x.shard"), &err) == -1 &&
+          strstr(err.msg, "examples only"));
+    dev_shard_writer_free(w);
+    dev_labels_free(l);
+
+    char *buf;
+    size_t n;
+    if (sl_read_file(path, 1 << 20, &buf, &n, &err))
+        return;
+    uint8_t *b = malloc(n);
+    uint64_t nseq, ndoc, vb, lb;
+    memcpy(&nseq, buf + 56, 8);
+    memcpy(&ndoc, buf + 64, 8);
+    memcpy(&vb, buf + 80, 8);
+    memcpy(&lb, buf + 120, 8);
+    size_t off_lab = 160 + 8 * (nseq + 1) + 8 * (ndoc + 1) + ((vb + 7) & ~(uint64_t)7);
+    size_t off_cls = off_lab + ((lb + 7) & ~(uint64_t)7);
+    memcpy(b, buf, n);
+    b[off_cls] = 3; /* sequence 0's class := 3, with 3 labels */
+    resign(b, n);
+    CHECK(refused(b, n, "sequence 0 has class 3, there are 3 labels", NULL));
+    memcpy(b, buf, n);
+    b[off_lab] ^= 1; /* label text no longer matches its hash */
+    resign(b, n);
+    CHECK(refused(b, n, "labels do not match the header's hash", NULL));
+    memcpy(b, buf, n);
+    b[116] = 1; /* one label */
+    resign(b, n);
+    CHECK(refused(b, n, "label count 1", NULL));
+    memcpy(b, buf, n);
+    b[12] = 128; /* version 2 with version 1's header */
+    CHECK(refused(b, n, "header size 128, version 2 has 160", NULL));
+    memcpy(b, buf, n);
+    b[off_cls + 4] ^= 1;
+    CHECK(refused(b, n, "checksum mismatch", NULL));
+    free(b);
+    free(buf);
+}
+
 int main(void)
 {
     if (sodium_init() < 0)
@@ -405,6 +533,8 @@ int main(void)
     RUN(test_damage);
     RUN(test_vocab_mismatch);
     RUN(test_wide_tokens);
+    RUN(test_labels);
+    RUN(test_labelled);
     dev_vocab_free(vocab);
     tmp_cleanup();
     return sl_test_done();

@@ -22,7 +22,9 @@ enum {
     H_MAGIC = 0, H_VERSION = 8, H_HEADER_BYTES = 12, H_VOCAB_HASH = 16, H_VOCAB_SIZE = 48,
     H_SEQ_LEN = 52, H_SEQ_COUNT = 56, H_DOC_COUNT = 64, H_TOKEN_COUNT = 72, H_VOCAB_BYTES = 80,
     H_TOKEN_WIDTH = 88, H_FLAGS = 92, H_PAD = 96, H_UNK = 100, H_CLS = 104, H_SEP = 108,
-    H_MASK = 112, H_RESERVED = 116
+    H_MASK = 112, H_RESERVED = 116,
+    /* version 2 (labelled): where version 1 has its reserved bytes, and after */
+    H_LABEL_COUNT = 116, H_LABEL_BYTES = 120, H_LABEL_HASH = 128
 };
 
 static inline uint32_t rd32(const uint8_t *p)
@@ -49,11 +51,16 @@ struct dev_shard {
     const uint8_t *map;
     size_t size;
     uint64_t n, d, ntok, vocab_bytes;
-    int T, vocab_size, width;
+    int T, vocab_size, width, version;
     bool cased;
     uint8_t hash[32];
     dev_special sp;
     const uint8_t *seq, *doc, *vocab, *tok;
+    /* version 2: the label vocabulary and each sequence's class */
+    uint64_t label_bytes;
+    uint32_t nlabels;
+    const uint8_t *lab, *cls;
+    dev_labels *labels;
 };
 
 static inline uint32_t tok_at(const dev_shard *s, uint64_t i)
@@ -71,6 +78,7 @@ void dev_shard_close(dev_shard *s)
         return;
     if (s->map)
         munmap((void *)s->map, s->size);
+    dev_labels_free(s->labels);
     free(s->path);
     free(s);
 }
@@ -118,12 +126,18 @@ dev_shard *dev_shard_open(const char *path, sl_err *err)
         REFUSE(SL_ECORRUPT, "truncated: %zu bytes, shorter than the %d-byte header and checksum",
                s->size, DEV_SHARD_HEADER_BYTES + 32);
     uint32_t version = rd32(h + H_VERSION);
-    if (version != DEV_SHARD_VERSION)
-        REFUSE(SL_ENOTSUP, "format version %u, this build reads version %d", version,
-               DEV_SHARD_VERSION);
-    if (rd32(h + H_HEADER_BYTES) != DEV_SHARD_HEADER_BYTES)
-        REFUSE(SL_ECORRUPT, "header size %u, expected %d", rd32(h + H_HEADER_BYTES),
-               DEV_SHARD_HEADER_BYTES);
+    if (version != DEV_SHARD_VERSION && version != DEV_SHARD_VERSION_LABELLED)
+        REFUSE(SL_ENOTSUP, "format version %u, this build reads versions %d and %d", version,
+               DEV_SHARD_VERSION, DEV_SHARD_VERSION_LABELLED);
+    s->version = (int)version;
+    int labelled = version == DEV_SHARD_VERSION_LABELLED;
+    uint32_t hbytes = labelled ? DEV_SHARD_HEADER_BYTES_LABELLED : DEV_SHARD_HEADER_BYTES;
+    if (rd32(h + H_HEADER_BYTES) != hbytes)
+        REFUSE(SL_ECORRUPT, "header size %u, version %u has %u", rd32(h + H_HEADER_BYTES),
+               version, hbytes);
+    if (s->size < hbytes + 32)
+        REFUSE(SL_ECORRUPT, "truncated: %zu bytes, shorter than the %u-byte header and checksum",
+               s->size, hbytes + 32);
     s->vocab_size = (int)rd32(h + H_VOCAB_SIZE);
     s->T = (int)rd32(h + H_SEQ_LEN);
     s->n = rd64(h + H_SEQ_COUNT);
@@ -139,9 +153,18 @@ dev_shard *dev_shard_open(const char *path, sl_err *err)
     s->sp.cls = (int)rd32(h + H_CLS);
     s->sp.sep = (int)rd32(h + H_SEP);
     s->sp.mask = (int)rd32(h + H_MASK);
-    for (int i = H_RESERVED; i < DEV_SHARD_HEADER_BYTES; i++)
+    for (int i = H_RESERVED; !labelled && i < DEV_SHARD_HEADER_BYTES; i++)
         if (h[i])
             REFUSE(SL_ECORRUPT, "reserved header byte %d is not zero", i);
+    if (labelled) {
+        s->nlabels = rd32(h + H_LABEL_COUNT);
+        s->label_bytes = rd64(h + H_LABEL_BYTES);
+        if (s->nlabels < 2 || s->nlabels > DEV_LABELS_MAX)
+            REFUSE(SL_ECORRUPT, "label count %u out of range 2..%d", s->nlabels, DEV_LABELS_MAX);
+        if (s->label_bytes > s->size)
+            REFUSE(SL_ECORRUPT, "truncated: the header's %llu bytes of labels are more than the "
+                   "file's %zu", (unsigned long long)s->label_bytes, s->size);
+    }
     if (flags & ~1u)
         REFUSE(SL_ECORRUPT, "unknown flags 0x%x", flags);
     if (s->width != 2 && s->width != 4)
@@ -160,10 +183,12 @@ dev_shard *dev_shard_open(const char *path, sl_err *err)
                             "%llu tokens) need more than the file's %zu bytes",
                (unsigned long long)s->n, (unsigned long long)s->d, (unsigned long long)s->ntok,
                s->size);
-    uint64_t off_seq = DEV_SHARD_HEADER_BYTES;
+    uint64_t off_seq = hbytes;
     uint64_t off_doc = off_seq + 8 * (s->n + 1);
     uint64_t off_voc = off_doc + 8 * (s->d + 1);
-    uint64_t off_tok = off_voc + pad8(s->vocab_bytes);
+    uint64_t off_lab = off_voc + pad8(s->vocab_bytes);
+    uint64_t off_cls = off_lab + (labelled ? pad8(s->label_bytes) : 0);
+    uint64_t off_tok = off_cls + (labelled ? pad8(4 * s->n) : 0);
     uint64_t off_sum = off_tok + pad8(s->ntok * (uint64_t)s->width);
     uint64_t want = off_sum + 32;
     if (s->size < want)
@@ -174,7 +199,7 @@ dev_shard *dev_shard_open(const char *path, sl_err *err)
                s->size - (size_t)want, (unsigned long long)want);
     if (sodium_init() < 0)
         REFUSE(SL_EINTERNAL, "libsodium failed to initialise");
-    uint8_t sum[32];
+    uint8_t sum[32], vh[32];
     crypto_generichash(sum, 32, s->map, off_sum, NULL, 0);
     if (memcmp(sum, s->map + off_sum, 32) != 0)
         REFUSE(SL_ECORRUPT, "checksum mismatch: the file is corrupted");
@@ -182,9 +207,25 @@ dev_shard *dev_shard_open(const char *path, sl_err *err)
     s->doc = s->map + off_doc;
     s->vocab = s->map + off_voc;
     s->tok = s->map + off_tok;
+    if (labelled) {
+        s->lab = s->map + off_lab;
+        s->cls = s->map + off_cls;
+        crypto_generichash(vh, 32, s->lab, s->label_bytes, NULL, 0);
+        if (memcmp(vh, h + H_LABEL_HASH, 32) != 0)
+            REFUSE(SL_ECORRUPT, "inconsistent: the stored labels do not match the header's hash");
+        sl_err lerr = {0};
+        if (!(s->labels = dev_labels_parse((const char *)s->lab, s->label_bytes, "labels", &lerr)))
+            REFUSE(SL_ECORRUPT, "inconsistent: the stored labels: %.200s", lerr.msg);
+        if (dev_labels_count(s->labels) != (int)s->nlabels)
+            REFUSE(SL_ECORRUPT, "inconsistent: %d stored labels, header says %u",
+                   dev_labels_count(s->labels), s->nlabels);
+        for (uint64_t i = 0; i < s->n; i++)
+            if (rd32(s->cls + 4 * i) >= s->nlabels)
+                REFUSE(SL_ECORRUPT, "inconsistent: sequence %llu has class %u, there are %u labels",
+                       (unsigned long long)i, rd32(s->cls + 4 * i), s->nlabels);
+    }
 
     /* The checksum says the bytes are as written; these say the writer was sane. */
-    uint8_t vh[32];
     crypto_generichash(vh, 32, s->vocab, s->vocab_bytes, NULL, 0);
     if (memcmp(vh, s->hash, 32) != 0)
         REFUSE(SL_ECORRUPT, "inconsistent: the stored vocabulary does not match the header's hash");
@@ -257,6 +298,12 @@ dev_shard *dev_shard_open(const char *path, sl_err *err)
 }
 
 uint64_t dev_shard_count(const dev_shard *s) { return s->n; }
+int dev_shard_version(const dev_shard *s) { return s->version; }
+const dev_labels *dev_shard_labels(const dev_shard *s) { return s->labels; }
+int dev_shard_label(const dev_shard *s, uint64_t idx)
+{
+    return s->cls && idx < s->n ? (int)rd32(s->cls + 4 * idx) : -1;
+}
 int dev_shard_seq_len(const dev_shard *s) { return s->T; }
 void dev_shard_checksum(const dev_shard *s, uint8_t out[32])
 {
@@ -329,6 +376,9 @@ struct dev_shard_writer {
     uint64_t ntok;
     uint64_t *seq, *doc;
     size_t nseq, capseq, ndoc, capdoc;
+    dev_labels *labels; /* a labelled shard's: then cls[i] is sequence i's class */
+    uint32_t *cls;
+    size_t ncls, capcls;
 };
 
 static FILE *open_spill(sl_err *err)
@@ -450,6 +500,35 @@ void dev_shard_writer_end_doc(dev_shard_writer *w)
     }
 }
 
+dev_shard_writer *dev_shard_writer_labelled(const dev_vocab *v, int seq_len, bool cased,
+                                            const dev_labels *labels, sl_err *err)
+{
+    size_t len;
+    const char *text = dev_labels_text(labels, &len);
+    dev_labels *copy = dev_labels_parse(text, len, "labels", err);
+    dev_shard_writer *w = copy ? dev_shard_writer_new(v, seq_len, cased, err) : NULL;
+    if (!w) {
+        dev_labels_free(copy);
+        return NULL;
+    }
+    w->labels = copy;
+    return w;
+}
+
+int dev_shard_writer_example(dev_shard_writer *w, const int32_t *ids, size_t n, int label)
+{
+    size_t budget = (size_t)w->T - 2;
+    dev_shard_writer_end_doc(w); /* whatever came before is a document of its own */
+    emit_seq(w, ids, n < budget ? n : budget);
+    if (w->ncls == w->capcls) {
+        w->capcls = w->capcls ? 2 * w->capcls : 1024;
+        w->cls = sl_xrealloc(w->cls, w->capcls * sizeof *w->cls);
+    }
+    w->cls[w->ncls++] = (uint32_t)label;
+    dev_shard_writer_end_doc(w);
+    return n > budget;
+}
+
 uint64_t dev_shard_writer_count(const dev_shard_writer *w) { return w->nseq; }
 
 /* u64 little-endian values, a buffer at a time. */
@@ -482,11 +561,17 @@ int dev_shard_writer_finish(dev_shard_writer *w, const char *path, sl_err *err)
     if (w->spill_errno)
         return sl_err_set(err, SL_EIO, "writing the tokens to the spill file: %s (set TMPDIR "
                           "to a disk with room)", strerror(w->spill_errno));
+    if (w->labels && w->ncls != w->nseq)
+        return sl_err_set(err, SL_EINVAL, "a labelled shard takes examples only: %zu sequences, "
+                          "%zu classes", w->nseq, w->ncls);
     uint64_t n = w->nseq, d = w->ndoc - 1, ntok = w->ntok, tbytes = ntok * (uint64_t)w->width;
-    uint8_t hd[DEV_SHARD_HEADER_BYTES] = {0};
+    uint8_t hd[DEV_SHARD_HEADER_BYTES_LABELLED] = {0};
+    size_t hbytes = w->labels ? DEV_SHARD_HEADER_BYTES_LABELLED : DEV_SHARD_HEADER_BYTES;
+    size_t lbytes = 0;
+    const char *ltext = w->labels ? dev_labels_text(w->labels, &lbytes) : NULL;
     memcpy(hd + H_MAGIC, MAGIC, 8);
-    wr32(hd + H_VERSION, DEV_SHARD_VERSION);
-    wr32(hd + H_HEADER_BYTES, DEV_SHARD_HEADER_BYTES);
+    wr32(hd + H_VERSION, w->labels ? DEV_SHARD_VERSION_LABELLED : DEV_SHARD_VERSION);
+    wr32(hd + H_HEADER_BYTES, (uint32_t)hbytes);
     memcpy(hd + H_VOCAB_HASH, w->hash, 32);
     wr32(hd + H_VOCAB_SIZE, (uint32_t)w->vocab_size);
     wr32(hd + H_SEQ_LEN, (uint32_t)w->T);
@@ -501,14 +586,32 @@ int dev_shard_writer_finish(dev_shard_writer *w, const char *path, sl_err *err)
     wr32(hd + H_CLS, (uint32_t)w->sp.cls);
     wr32(hd + H_SEP, (uint32_t)w->sp.sep);
     wr32(hd + H_MASK, (uint32_t)w->sp.mask);
+    if (w->labels) {
+        wr32(hd + H_LABEL_COUNT, (uint32_t)dev_labels_count(w->labels));
+        wr64(hd + H_LABEL_BYTES, lbytes);
+        dev_labels_hash(w->labels, hd + H_LABEL_HASH);
+    }
     dev_hashed o;
     if (dev_hashed_open(&o, path, err))
         return -1;
-    dev_hashed_write(&o, hd, sizeof hd);
+    dev_hashed_write(&o, hd, hbytes);
     hput_u64s(&o, w->seq, n, ntok);    /* seq_start[0..n], the last = token count */
     hput_u64s(&o, w->doc, d, w->doc[d]); /* doc_start[0..d] */
     dev_hashed_write(&o, w->vocab_text, w->vocab_len);
     hput_zeros(&o, pad8(w->vocab_len) - w->vocab_len);
+    if (w->labels) {
+        dev_hashed_write(&o, ltext, lbytes);
+        hput_zeros(&o, pad8(lbytes) - lbytes);
+        uint8_t b[4 * 1024];
+        for (size_t i = 0, k = 0; i < n; i++) {
+            wr32(b + 4 * k++, w->cls[i]);
+            if (k == 1024 || i + 1 == n) {
+                dev_hashed_write(&o, b, 4 * k);
+                k = 0;
+            }
+        }
+        hput_zeros(&o, pad8(4 * n) - 4 * n);
+    }
     rewind(w->spill);
     uint8_t *buf = sl_xmalloc(1 << 16);
     uint64_t left = tbytes;
@@ -538,5 +641,7 @@ void dev_shard_writer_free(dev_shard_writer *w)
     dev_ids_free(&w->cur);
     free(w->seq);
     free(w->doc);
+    dev_labels_free(w->labels);
+    free(w->cls);
     free(w);
 }

@@ -1,10 +1,12 @@
 /* fuzz_shard.c - libFuzzer target: opening a token shard, then reading all
  * of it. The first byte's bit 0 re-signs the BLAKE2b trailer and bit 1
  * rewrites the header's vocabulary hash over the vocabulary section the
- * header points at, so the consistency checks behind both are reached.
+ * header points at (and, in a labelled shard's header, the label hash over
+ * the labels' section), so the consistency checks behind them are reached.
  * Properties: every sequence of an opened shard is [CLS] ... [SEP] within
  * T tokens, every id is inside the vocabulary, the special ids are
- * distinct, and the stored vocabulary parses to the header's size. */
+ * distinct, the stored vocabulary parses to the header's size, and in a
+ * labelled shard every class is below the label count. */
 #include "dev_shard.h"
 #include "fuzz_util.h"
 
@@ -24,11 +26,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = size - 1;
     uint8_t *b = malloc(n ? n : 1);
     memcpy(b, data + 1, n);
-    if ((data[0] & 2) && n >= DEV_SHARD_HEADER_BYTES) {
+    if ((data[0] & 2) && n >= DEV_SHARD_HEADER_BYTES_LABELLED) {
+        int labelled = (rd64(b + 8) & 0xffffffffu) == DEV_SHARD_VERSION_LABELLED;
         uint64_t ns = rd64(b + 56), nd = rd64(b + 64), vb = rd64(b + 80);
-        uint64_t off = DEV_SHARD_HEADER_BYTES + 8 * (ns + 1) + 8 * (nd + 1);
-        if (ns < n && nd < n && vb <= n && off <= n && vb <= n - off)
+        uint64_t off = (labelled ? DEV_SHARD_HEADER_BYTES_LABELLED : DEV_SHARD_HEADER_BYTES) +
+                       8 * (ns + 1) + 8 * (nd + 1);
+        if (ns < n && nd < n && vb <= n && off <= n && vb <= n - off) {
             crypto_generichash(b + 16, 32, b + off, vb, NULL, 0);
+            uint64_t lb = rd64(b + 120), loff = off + ((vb + 7) & ~(uint64_t)7);
+            if (labelled && lb <= n && loff <= n && lb <= n - loff)
+                crypto_generichash(b + 128, 32, b + loff, lb, NULL, 0);
+        }
     }
     if (data[0] & 1)
         fu_resign(b, n, 32);
@@ -57,6 +65,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             REQUIRE(tok[t] >= 0 && tok[t] < V);
     }
     REQUIRE(dev_shard_read(s, count, tok) == -1);
+    const dev_labels *labels = dev_shard_labels(s);
+    REQUIRE(!labels == (dev_shard_version(s) == DEV_SHARD_VERSION));
+    for (uint64_t i = 0; labels && i < count; i++)
+        REQUIRE(dev_shard_label(s, i) >= 0 && dev_shard_label(s, i) < dev_labels_count(labels));
     for (uint64_t d = 0; d + 1 <= dev_shard_doc_count(s); d++)
         REQUIRE(dev_shard_doc_start(s, d) < dev_shard_doc_start(s, d + 1));
     free(tok);
