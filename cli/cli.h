@@ -3,6 +3,8 @@
 #ifndef CLI_H
 #define CLI_H
 
+#include "dev_tok.h"
+#include "dev_vocab.h"
 #include "rpc.h"
 #include "sl_cli.h"
 
@@ -69,6 +71,21 @@ int cli_call_may_pass(int code, const char *details);
 int cmd_plan(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+/* skyloom eval --task classify (cmd_eval_classify.c), with eval's options. */
+typedef struct cli_eval_args {
+    const char *config, *model, *data, *device;
+    const char *logits; /* --logits FILE or NULL */
+    int batches;        /* 0: every sequence from first to the end */
+    int B, json;
+    int64_t first, seed;
+} cli_eval_args;
+int cmd_eval_classify(const cli_eval_args *a);
 int cmd_fill_mask(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
+/* The ids of text as Hugging Face's BertTokenizer gives them: [MASK],
+ * [CLS], [SEP], [PAD] and [UNK] written in the text are those tokens (when
+ * the vocabulary has them), the rest goes through the tokenizer; appended
+ * to out (no [CLS]/[SEP] around it). */
+int cli_encode_text(const dev_vocab *v, int cased, const char *text, dev_ids *out, sl_err *err);
 
 #endif

@@ -200,3 +200,30 @@ int cli_call_error(sl_err *err, const char *target, const char *pki, int code, c
     return sl_err_set(err, code == RPC_NOT_FOUND ? SL_EINVAL : SL_EIO, "%s: %s: %s", target,
                       rpc_code_name(code), details);
 }
+
+int cli_encode_text(const dev_vocab *v, int cased, const char *text, dev_ids *out, sl_err *err)
+{
+    static const char *const special[] = {"[MASK]", "[CLS]", "[SEP]", "[PAD]", "[UNK]"};
+    const char *p = text;
+    for (;;) {
+        const char *best = NULL;
+        int id = -1;
+        size_t blen = 0;
+        for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) {
+            int sid = dev_vocab_id(v, special[k]);
+            const char *q = sid >= 0 ? strstr(p, special[k]) : NULL;
+            if (q && (!best || q < best)) {
+                best = q;
+                id = sid;
+                blen = strlen(special[k]);
+            }
+        }
+        size_t n = best ? (size_t)(best - p) : strlen(p);
+        if (dev_tok_encode(v, cased, p, n, out, err))
+            return -1;
+        if (!best)
+            return 0;
+        dev_ids_push(out, id);
+        p = best + blen;
+    }
+}

@@ -1,4 +1,5 @@
-/* skyloom eval: the mean MLM loss of a model on a shard (dropout off). */
+/* skyloom eval: the mean MLM loss of a model on a shard (dropout off), or
+ * with --task classify a classifier's metrics (cmd_eval_classify.c). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,17 +16,27 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: skyloom eval --config config.json --model model.safetensors --data SHARD\n"
-               "                    [--batches K] [--batch B] [--first N] [--mask-prob P]\n"
-               "                    [--seed S] [--device auto|cpu|cuda] [--json]\n\n"
+               "                    [--task mlm|classify] [--batches K] [--batch B] [--first N]\n"
+               "                    [--mask-prob P] [--seed S] [--device auto|cpu|cuda]\n"
+               "                    [--logits FILE] [--json]\n\n"
                "Prints the mean masked-LM loss (and perplexity) of the model over K batches of\n"
                "B sequences starting at sequence N of the shard (defaults: K 10, B 8, N 0),\n"
-               "masked as training masks them (15%%, seed S, default 1), dropout off.\n");
+               "masked as training masks them (15%%, seed S, default 1), dropout off.\n\n"
+               "With --task classify the model is a sequence classifier (the config's\n"
+               "num_labels) and the shard a labelled one: it prints the mean cross-entropy,\n"
+               "the accuracy, macro-F1 (the mean F1 of the classes that are true or\n"
+               "predicted at least once) and each class's precision, recall and F1 over\n"
+               "every sequence from N to the end (or K batches of B); --json adds the\n"
+               "confusion matrix (rows the true class, columns the predicted one).\n"
+               "--logits writes each sequence's logits (sequences x classes, little-endian\n"
+               "float32) to FILE.\n");
 }
 
 int cmd_eval(int argc, char **argv)
 {
     const char *config = NULL, *model = NULL, *data = NULL, *device = "auto";
-    int batches = 10, B = 8, json = 0;
+    const char *task = "mlm", *logits = NULL;
+    int batches = 0, B = 8, json = 0;
     int64_t first = 0, seed = 1;
     double mask_prob = 0.15;
     sl_err err = {0};
@@ -51,6 +62,10 @@ int cmd_eval(int argc, char **argv)
             data = v;
         else if (!strcmp(a, "--device"))
             device = v;
+        else if (!strcmp(a, "--task"))
+            task = v;
+        else if (!strcmp(a, "--logits"))
+            logits = v;
         else if (!strcmp(a, "--batches"))
             rc = sl_parse_int(a, v, 1, 1 << 24, &batches, &err);
         else if (!strcmp(a, "--batch"))
@@ -70,6 +85,18 @@ int cmd_eval(int argc, char **argv)
         return sl_cli_fail("eval", 2, "--config, --model and --data are required (see --help)");
     if (!kn_be_name_ok(device))
         return sl_cli_fail("eval", 2, "--device must be auto, cpu or cuda, got '%s'", device);
+    if (dev_task_parse(task) < 0)
+        return sl_cli_fail("eval", 2, "--task must be mlm or classify, got '%s'", task);
+    if (dev_task_parse(task) == DEV_TASK_CLASSIFY) {
+        cli_eval_args ea = {.config = config, .model = model, .data = data, .device = device,
+                            .logits = logits, .batches = batches, .B = B, .json = json,
+                            .first = first, .seed = seed};
+        return cmd_eval_classify(&ea);
+    }
+    if (logits)
+        return sl_cli_fail("eval", 2, "--logits goes with --task classify");
+    if (!batches)
+        batches = 10;
     dev_config cfg;
     if (dev_config_load(&cfg, config, &err))
         return sl_cli_fail("eval", 1, "%s", err.msg);

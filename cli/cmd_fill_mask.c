@@ -33,35 +33,6 @@ static void usage(FILE *f)
             "Text is lower-cased and accent-stripped unless --cased.\n");
 }
 
-/* The ids of text: literal special tokens map to their ids, the pieces in
- * between go through the tokenizer. */
-static int encode(const dev_vocab *v, int cased, const char *text, dev_ids *out, sl_err *err)
-{
-    static const char *const special[] = {"[MASK]", "[CLS]", "[SEP]", "[PAD]", "[UNK]"};
-    const char *p = text;
-    for (;;) {
-        const char *best = NULL;
-        int id = -1;
-        size_t blen = 0;
-        for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) {
-            int sid = dev_vocab_id(v, special[k]);
-            const char *q = sid >= 0 ? strstr(p, special[k]) : NULL;
-            if (q && (!best || q < best)) {
-                best = q;
-                id = sid;
-                blen = strlen(special[k]);
-            }
-        }
-        size_t n = best ? (size_t)(best - p) : strlen(p);
-        if (dev_tok_encode(v, cased, p, n, out, err))
-            return -1;
-        if (!best)
-            return 0;
-        dev_ids_push(out, id);
-        p = best + blen;
-    }
-}
-
 /* Hugging Face's clean_up_tokenization, applied to a decoded sequence. */
 static void cleanup(char *s)
 {
@@ -187,7 +158,7 @@ int cmd_fill_mask(int argc, char **argv)
         goto out;
     }
     dev_ids_push(&ids, sp.cls);
-    if (encode(v, cased, text, &ids, &err)) {
+    if (cli_encode_text(v, cased, text, &ids, &err)) {
         sl_cli_fail("fill-mask", 1, "--text: %s", err.msg);
         goto out;
     }

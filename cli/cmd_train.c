@@ -1,5 +1,7 @@
-/* skyloom train: BERT MLM training on this machine, the whole model as one
- * stage (the single-device reference every distributed run must match). */
+/* skyloom train: BERT training on this machine (MLM, or sequence
+ * classification with --task classify), as one stage or a pipeline of
+ * stages on threads (the single-device reference every distributed run must
+ * match). */
 #include <errno.h>
 #include <jansson.h>
 #include <omp.h>
@@ -24,6 +26,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: skyloom train --config config.json --data SHARD --steps N --batch B\n"
+            "                     [--task mlm|classify]\n"
             "                     [--micro-batches M] [--optimizer adamw|lamb] [--lr X]\n"
             "                     [--warmup N] [--weight-decay X] [--clip X] [--mask-prob P]\n"
             "                     [--init model.safetensors] [--resume DIR [--new-schedule]]\n"
@@ -37,9 +40,15 @@ static void usage(FILE *f)
             "                     [--stage-device D,...] [--json]\n\n"
             "Trains a BERT (masked language model) on a token shard (skyloom data prepare).\n"
             "Each step reads B sequences, masks them (15%%), splits them into M micro-batches\n"
-            "and accumulates their gradients: the step is the same for any M.\n\n"
-            "  --config FILE       BERT config.json (hidden_size, num_hidden_layers, ...)\n"
+            "and accumulates their gradients: the step is the same for any M.\n"
+            "With --task classify it fine-tunes a sequence classifier (Hugging Face's\n"
+            "BertForSequenceClassification) on a labelled shard (data prepare --labels):\n"
+            "each sequence's class from the [CLS] position through the pooler and the\n"
+            "classifier, the loss the mean cross-entropy of the batch's sequences.\n\n"
+            "  --config FILE       BERT config.json (hidden_size, num_hidden_layers, ...;\n"
+            "                      to classify, num_labels or id2label: the shard's labels)\n"
             "  --data SHARD        token shard; its vocabulary must fit vocab_size\n"
+            "  --task T            mlm (default) or classify\n"
             "  --steps N           train until step N\n"
             "  --batch B           sequences per step (default 8)\n"
             "  --micro-batches M   B/M sequences per forward/backward (default 1)\n"
@@ -50,7 +59,10 @@ static void usage(FILE *f)
             "  --weight-decay X    decoupled weight decay (default 0.01; never on biases\n"
             "                      and LayerNorm)\n"
             "  --clip X            global gradient-norm clip (default 1.0; 0 disables)\n"
-            "  --init FILE         start from these weights (safetensors, HF BERT names)\n"
+            "  --init FILE         start from these weights (safetensors, HF BERT names); to\n"
+            "                      classify, an MLM checkpoint too: the head it lacks\n"
+            "                      (bert.pooler.dense, classifier) starts from normal(0,\n"
+            "                      initializer_range) with zero biases, and the run says so\n"
             "  --resume DIR        continue a run saved with --save (weights, optimizer, step)\n"
             "                      with the same data and learning-rate options as it had\n"
             "  --new-schedule      with --resume: continue under this run's --steps, --lr,\n"
@@ -99,7 +111,7 @@ static void usage(FILE *f)
 
 typedef struct opts {
     const char *config, *data, *init, *resume, *save, *metrics, *device, *optim_state;
-    const char *stages, *schedule, *stage_device;
+    const char *stages, *schedule, *stage_device, *task;
     int stage_threads;
     int steps, batch, micro, save_every, threads, json, warmup, recompute, recompute_attn;
     int no_shuffle, log_every, new_schedule;
@@ -127,6 +139,7 @@ static int parse(opts *o, int argc, char **argv, int *help)
     o->optim_state = "fp32";
     o->stages = "1";
     o->schedule = "1f1b";
+    o->task = "mlm";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -174,6 +187,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
             o->schedule = v;
         else if (!strcmp(a, "--stage-device"))
             o->stage_device = v;
+        else if (!strcmp(a, "--task"))
+            o->task = v;
         else if (!strcmp(a, "--stage-threads"))
             rc = sl_parse_int(a, v, 1, 1024, &o->stage_threads, &err);
         else if (!strcmp(a, "--steps"))
@@ -239,6 +254,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
         return sl_cli_fail("train", 2, "--optim-state bf16 is implemented for adamw only");
     if (bal_schedule_parse(o->schedule) < 0)
         return sl_cli_fail("train", 2, "--schedule must be 1f1b or gpipe, got '%s'", o->schedule);
+    if (dev_task_parse(o->task) < 0)
+        return sl_cli_fail("train", 2, "--task must be mlm or classify, got '%s'", o->task);
     return 0;
 }
 
@@ -307,25 +324,47 @@ int cmd_train(int argc, char **argv)
     }
     sl_err err = {0};
     dev_config cfg;
+    char **names = NULL;
+    int nnames = 0;
     if (dev_config_load(&cfg, o.config, &err))
         return sl_cli_fail("train", 1, "%s", err.msg);
+    cfg.task = dev_task_parse(o.task);
+    if (dev_config_validate(&cfg, &err) ||
+        (cfg.task == DEV_TASK_CLASSIFY && dev_config_load_names(o.config, &names, &nnames, &err)))
+        return sl_cli_fail("train", 1, "%s: %s", o.config, err.msg);
     int bounds[513], nstages;
-    if (dev_stages_parse(o.stages, dev_unit_count(&cfg), bounds, 512, &nstages, &err))
+    if (dev_stages_parse(o.stages, dev_unit_count(&cfg), bounds, 512, &nstages, &err)) {
+        dev_config_free_names(names, nnames);
         return sl_cli_fail("train", 2, "%s", err.msg);
-    if (nstages > o.micro)
+    }
+    if (nstages > o.micro) {
+        dev_config_free_names(names, nnames);
         return sl_cli_fail("train", 2, "--stages %s: %d stages need at least %d micro-batches "
                            "(--micro-batches %d): a stage would have nothing to do", o.stages,
                            nstages, nstages, o.micro);
+    }
     dev_feed_opts fo = {.batch = o.batch, .first = (uint64_t)o.first,
                         .sequences = (uint64_t)o.sequences, .shuffle = !o.no_shuffle,
                         .seed = (uint64_t)o.seed, .mask_prob = (float)o.mask_prob};
     dev_feed *feed = dev_feed_open(o.data, &cfg, &fo, &err);
-    if (!feed)
-        return sl_cli_fail("train", 1, "%s", err.msg);
     int status = 1;
     dev_train *tr = NULL;
     FILE *csv = NULL;
+    json_t *fresh_all = json_array();
     const kn_be *be[512];
+    if (!feed) {
+        sl_cli_fail("train", 1, "%s", err.msg);
+        goto out;
+    }
+    /* to classify, the shard's labels name the classes (the checkpoints'
+     * id2label); a config that names them must name them alike */
+    if (cfg.task == DEV_TASK_CLASSIFY) {
+        if (dev_config_check_names(names, nnames, dev_feed_labels(feed), o.config, &err)) {
+            sl_cli_fail("train", 1, "%s", err.msg);
+            goto out;
+        }
+        cfg.label_names = dev_labels_names(dev_feed_labels(feed));
+    }
     if (stage_backends(o.stage_device, o.device, nstages, be, &err)) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
@@ -344,11 +383,20 @@ int cmd_train(int argc, char **argv)
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
     }
-    for (int i = 0; o.init && i < nstages; i++)
-        if (dev_ckpt_load_model(dev_train_stage(tr, i), o.init, &err)) {
+    for (int i = 0; o.init && i < nstages; i++) {
+        char fresh[1024];
+        if (dev_ckpt_init_model(dev_train_stage(tr, i), o.init, fresh, sizeof fresh, &err)) {
             sl_cli_fail("train", 1, "%s", err.msg);
             goto out;
         }
+        if (fresh[0]) {
+            sl_log_info("train: --init lacks the classification head; initialised",
+                        "tensors=\"%s\" init=\"normal(0, %g), biases 0\" file=%s", fresh,
+                        (double)cfg.init_range, o.init);
+            for (char *sv = NULL, *t = strtok_r(fresh, ", ", &sv); t; t = strtok_r(NULL, ", ", &sv))
+                json_array_append_new(fresh_all, json_string(t));
+        }
+    }
     dev_optim opt;
     dev_optim_for_run(&opt, o.kind, o.lr, o.wd, o.clip, o.steps, o.warmup);
     if (o.resume && dev_run_resume(tr, &opt, feed, o.resume, o.new_schedule, &err)) {
@@ -382,9 +430,9 @@ int cmd_train(int argc, char **argv)
     size_t stage_bytes = 0;
     for (int i = 0; i < nstages; i++)
         stage_bytes += dev_stage_bytes(dev_train_stage(tr, i));
-    sl_log_info("train", "params=%zu units=%d stages=%d schedule=%s batch=%d micro=%d seq=%d "
-                "steps=%d optimizer=%s optim_state=%s recompute=%s sequences=%llu..%llu order=%s "
-                "stage_mb=%.1f",
+    sl_log_info("train", "task=%s params=%zu units=%d stages=%d schedule=%s batch=%d micro=%d "
+                "seq=%d steps=%d optimizer=%s optim_state=%s recompute=%s sequences=%llu..%llu "
+                "order=%s stage_mb=%.1f", o.task,
                 dev_config_param_count(&cfg), dev_unit_count(&cfg), nstages, o.schedule, o.batch,
                 o.micro, T, o.steps, o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", o.optim_state,
                 o.recompute ? "layer" : o.recompute_attn ? "attention" : "no",
@@ -454,6 +502,9 @@ int cmd_train(int argc, char **argv)
                               "checkpoint", o.save ? path : NULL, "device",
                               dev_stage_backend(st0), "optim_state", o.optim_state, "stages",
                               nstages);
+        json_object_set_new(j, "task", json_string(o.task));
+        if (o.init)
+            json_object_set_new(j, "initialised", json_incref(fresh_all));
         char *js = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
         printf("%s\n", js);
         free(js);
@@ -465,5 +516,7 @@ out:
         fclose(csv);
     dev_train_free(tr);
     dev_feed_close(feed);
+    dev_config_free_names(names, nnames);
+    json_decref(fresh_all);
     return status;
 }

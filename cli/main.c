@@ -24,8 +24,9 @@ static const command commands[] = {
     {"data", cmd_data, "corpus to WordPiece vocabulary and token shards; inspect shards"},
     {"plan", cmd_plan, "place a model on devices and simulate the pipeline (balancer)"},
     {"train", cmd_train, "train a BERT on this machine (the single-device reference)"},
-    {"eval", cmd_eval, "mean masked-LM loss of a model on a shard"},
+    {"eval", cmd_eval, "mean masked-LM loss of a model on a shard, or a classifier's metrics"},
     {"fill-mask", cmd_fill_mask, "the most likely tokens at each [MASK] of a text"},
+    {"predict", cmd_predict, "the labels of texts with their probabilities (a classifier)"},
     {"profile", cmd_profile, "show this machine's topology and compute backends"},
     {"version", cmd_version, "show version, libraries and what this machine has"},
 };

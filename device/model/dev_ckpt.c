@@ -145,15 +145,28 @@ int dev_ckpt_save_model(dev_stage *s, const char *path, sl_err *err)
     return dev_stage_pull(s, err) ? -1 : write_pulled(&s, 1, W_PARAMS, 0, path, err);
 }
 
-static int ignorable(const char *name)
+/* Tensors a BERT file may hold that the model does not use: for MLM the
+ * pooler and the NSP head; to classify the pre-training heads (an MLM or
+ * BertForPreTraining checkpoint starts a classifier). */
+static int ignorable(const dev_config *c, const char *name)
 {
-    static const char *const prefixes[] = {"bert.pooler.", "cls.seq_relationship.",
-                                           "bert.embeddings.position_ids",
-                                           "cls.predictions.decoder.bias"};
-    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
-        if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
+    static const char *const mlm[] = {"bert.pooler.", "cls.seq_relationship.",
+                                      "bert.embeddings.position_ids",
+                                      "cls.predictions.decoder.bias"};
+    static const char *const cls[] = {"cls.", "bert.embeddings.position_ids"};
+    int classify = c->task == DEV_TASK_CLASSIFY;
+    const char *const *p = classify ? cls : mlm;
+    size_t n = classify ? sizeof cls / sizeof cls[0] : sizeof mlm / sizeof mlm[0];
+    for (size_t i = 0; i < n; i++)
+        if (!strncmp(name, p[i], strlen(p[i])))
             return 1;
     return 0;
+}
+
+/* A tensor of the classification head, which --init may start afresh. */
+static int cls_head_tensor(const dev_config *c, const dev_tensor *t)
+{
+    return c->task == DEV_TASK_CLASSIFY && t->unit == dev_unit_head(c);
 }
 
 /* Every tensor in the file must belong to this model (any unit). */
@@ -174,7 +187,7 @@ static int check_unknown(const dev_config *c, dev_st *st, const char *path, sl_e
     int rc = 0;
     for (int i = 0; i < dev_st_count(st) && rc == 0; i++) {
         const char *name = dev_st_at(st, i)->name;
-        if (ignorable(name))
+        if (ignorable(c, name))
             continue;
         int found = 0;
         for (int k = 0; k < nall + nemb && !found; k++) {
@@ -190,9 +203,13 @@ static int check_unknown(const dev_config *c, dev_st *st, const char *path, sl_e
             rc = sl_err_set(err, SL_EINVAL,
                             "%s: tensor '%s': the file has layer %d but the config has %d layers",
                             path, name, layer, c->layers);
+        else if (!strncmp(name, "classifier.", 11))
+            rc = sl_err_set(err, SL_EINVAL, "%s: unexpected tensor '%s': the file holds a "
+                            "classification head (--task classify reads it)", path, name);
         else
-            rc = sl_err_set(err, SL_EINVAL, "%s: unexpected tensor '%s' (not part of BERT MLM)",
-                            path, name);
+            rc = sl_err_set(err, SL_EINVAL, "%s: unexpected tensor '%s' (not part of BERT %s)",
+                            path, name, c->task == DEV_TASK_CLASSIFY ? "for sequence "
+                            "classification" : "MLM");
     }
     free(all);
     free(emb);
@@ -248,18 +265,25 @@ int dev_ckpt_check_model(const dev_config *c, const char *path, sl_err *err)
         hf_part parts[3];
         int n = hf_parts(&t[k], parts);
         for (int i = 0; i < n && rc == 0; i++)
-            rc = file_tensor(st, &t[k], &parts[i], path, err) ? 0 : -1;
+            if (!cls_head_tensor(c, &t[k]) || dev_st_find(st, parts[i].name))
+                rc = file_tensor(st, &t[k], &parts[i], path, err) ? 0 : -1;
     }
     free(t);
     dev_st_close(st);
     return rc ? -1 : 0;
 }
 
-int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err)
+/* dev_ckpt_load_model; with `fresh` non-NULL, tensors of the classification
+ * head that the file lacks keep the stage's values, and their names go to
+ * fresh (comma-separated, cut to cap). */
+static int load_model(dev_stage *s, const char *path, char *fresh, size_t cap, sl_err *err)
 {
     dev_st *st = dev_st_open(path, err);
     if (!st)
         return -1;
+    size_t used = 0;
+    if (fresh && cap)
+        fresh[0] = 0;
     int rc = check_unknown(dev_stage_config(s), st, path, err);
     if (!rc)
         rc = dev_stage_pull(s, err); /* the host view is the base of the copy below */
@@ -277,6 +301,13 @@ int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err)
         hf_part parts[3];
         int n = hf_parts(&t[k], parts);
         for (int i = 0; i < n && rc == 0; i++) {
+            if (fresh && cls_head_tensor(dev_stage_config(s), &t[k]) &&
+                !dev_st_find(st, parts[i].name)) {
+                if (used < cap)
+                    used += (size_t)snprintf(fresh + used, cap - used, "%s%s", used ? ", " : "",
+                                             parts[i].name);
+                continue;
+            }
             const dev_st_tensor *f = file_tensor(st, &t[k], &parts[i], path, err);
             rc = f ? dev_st_read_f32(st, f, 0, parts[i].numel, tmp + t[k].offset + parts[i].offset, err)
                    : -1;
@@ -289,6 +320,16 @@ int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err)
     sl_aligned_free(tmp);
     dev_st_close(st);
     return rc;
+}
+
+int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err)
+{
+    return load_model(s, path, NULL, 0, err);
+}
+
+int dev_ckpt_init_model(dev_stage *s, const char *path, char *fresh, size_t cap, sl_err *err)
+{
+    return load_model(s, path, fresh, cap, err);
 }
 
 

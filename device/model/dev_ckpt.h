@@ -7,7 +7,10 @@
  * only written by a stage that holds the head without unit 0. Loading checks
  * every tensor's presence, dtype and shape and names the one that is wrong;
  * tensors of units outside the stage are skipped (a stage loads its slice of a
- * full model), BERT's pooler and NSP head are ignored.
+ * full model), BERT's pooler and NSP head are ignored. To classify (the
+ * config's task) the head is the pooler and classifier of
+ * BertForSequenceClassification, and the pre-training heads (cls.*) are
+ * ignored instead.
  *
  * A checkpoint directory (docs/training.md):
  *   manifest.json       written last: the step, the optimizer, and every file
@@ -36,9 +39,16 @@ int dev_ckpt_save_model(dev_stage *s, const char *path, sl_err *err);
 /* The parameters of s from one safetensors file (a full model or a part);
  * --init and eval. */
 int dev_ckpt_load_model(dev_stage *s, const char *path, sl_err *err);
-/* Whether the file holds every parameter of config c with its shape, and no
- * tensor the config does not know: what dev_ckpt_load_model checks, without
- * a stage or the data. */
+/* --init: dev_ckpt_load_model, except that to classify the head's tensors
+ * (bert.pooler.*, classifier.*) may be missing from the file (an MLM
+ * checkpoint starting a classifier): those keep the stage's initialisation
+ * (normal(0, initializer_range), zero biases) and their names go to
+ * `fresh` (comma-separated, "" if none; cut to cap bytes). */
+int dev_ckpt_init_model(dev_stage *s, const char *path, char *fresh, size_t cap, sl_err *err);
+/* Whether the file holds every parameter of config c with its shape (the
+ * classification head's may be missing, as for dev_ckpt_init_model), and no
+ * tensor the config does not know: what --init checks, without a stage or
+ * the data. */
 int dev_ckpt_check_model(const dev_config *c, const char *path, sl_err *err);
 
 /* One file of a checkpoint as the manifest lists it. */

@@ -8,6 +8,9 @@
 #include "sl_file.h"
 #include "kn_ops.h"
 
+_Static_assert(DEV_LABELS_MAX == BAL_MAX_LABELS && DEV_LABEL_MAX_BYTES == BAL_MAX_LABEL_BYTES,
+               "a label vocabulary's limits are the config's");
+
 void dev_config_bert(const dev_config *c, bal_bert *b)
 {
     *b = (bal_bert){.hidden = c->hidden, .layers = c->layers, .heads = c->heads,
@@ -159,4 +162,28 @@ void dev_config_free_names(char **names, int n)
     for (int i = 0; names && i < n; i++)
         free(names[i]);
     free(names);
+}
+
+int dev_config_check_names(char *const *names, int n, const dev_labels *labels,
+                           const char *config, sl_err *err)
+{
+    if (!names)
+        return 0;
+    int defaults = 1;
+    for (int i = 0; i < n && defaults; i++) {
+        char d[32];
+        snprintf(d, sizeof d, "LABEL_%d", i);
+        defaults = !strcmp(names[i], d);
+    }
+    if (defaults)
+        return 0;
+    if (n != dev_labels_count(labels))
+        return sl_err_set(err, SL_EINVAL, "%s names %d classes, the shard has %d labels", config,
+                          n, dev_labels_count(labels));
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], dev_labels_name(labels, i)))
+            return sl_err_set(err, SL_EINVAL, "%s: id2label gives class %d the name '%.64s', the "
+                              "shard's labels '%.64s': the classes would be mixed up",
+                              config, i, names[i], dev_labels_name(labels, i));
+    return 0;
 }

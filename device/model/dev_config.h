@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "bal.h"
+#include "dev_labels.h"
 #include "sl_err.h"
 
 /* What the model's last unit is: the MLM head (BertForMaskedLM) or a
@@ -56,6 +57,12 @@ int dev_config_save(const dev_config *c, const char *path, sl_err *err);
  * *n 0 when it has none); free with dev_config_free_names. */
 int dev_config_load_names(const char *path, char ***names, int *n, sl_err *err);
 void dev_config_free_names(char **names, int n);
+/* Whether a config's class names (names[0..n), from dev_config_load_names;
+ * NULL: none) are the labels of a labelled shard, in the same order; all of
+ * Hugging Face's defaults (LABEL_0, LABEL_1, ...) stand for any names. The
+ * error names the config and the first class that differs. */
+int dev_config_check_names(char *const *names, int n, const dev_labels *labels,
+                           const char *config, sl_err *err);
 /* Number of parameters of the whole model (tied decoder counted once). */
 size_t dev_config_param_count(const dev_config *c);
 

@@ -10,6 +10,7 @@
 
 #include "bal.h"
 #include "dev_ckpt.h"
+#include "dev_cls.h"
 #include "sl_file.h"
 #include "sl_log.h"
 #include "sl_mem.h"
@@ -20,6 +21,7 @@ struct dev_feed {
     dev_order ord;
     dev_feed_opts o;
     int vocab, T;
+    int classify; /* each sequence with its class, unmasked (task classify) */
     dev_mlm_batch mb;
     uint64_t *rows, *epochs; /* a step's shard sequences and their epochs */
 };
@@ -42,6 +44,7 @@ dev_feed *dev_feed_open(const char *shard_path, const dev_config *c, const dev_f
     f->vocab = c->vocab;
     if (!(f->shard = dev_shard_open(shard_path, err)))
         goto fail;
+    f->classify = c->task == DEV_TASK_CLASSIFY;
     if (dev_train_check_shard(c, f->shard, err) ||
         dev_order_init(&f->ord, dev_shard_count(f->shard), o->first, o->sequences, o->seed,
                        o->shuffle, err)) {
@@ -63,6 +66,7 @@ fail:
 }
 
 int dev_feed_seq_len(const dev_feed *f) { return f->T; }
+const dev_labels *dev_feed_labels(const dev_feed *f) { return dev_shard_labels(f->shard); }
 const dev_order *dev_feed_order(const dev_feed *f) { return &f->ord; }
 
 int dev_feed_batch(dev_feed *f, int step, dev_batch *b, sl_err *err)
@@ -72,8 +76,9 @@ int dev_feed_batch(dev_feed *f, int step, dev_batch *b, sl_err *err)
     uint64_t seq0 = (uint64_t)(step - 1) * (uint64_t)f->o.batch;
     for (int r = 0; r < f->o.batch; r++)
         f->rows[r] = dev_order_seq(&f->ord, seq0 + (uint64_t)r, &f->epochs[r]);
-    if (dev_mlm_make_rows(f->shard, &f->sp, f->vocab, f->o.mask_prob, f->o.seed, f->rows,
-                          f->epochs, &f->mb, err))
+    if (f->classify ? dev_cls_make_rows(f->shard, f->rows, &f->mb, err)
+                    : dev_mlm_make_rows(f->shard, &f->sp, f->vocab, f->o.mask_prob, f->o.seed,
+                                        f->rows, f->epochs, &f->mb, err))
         return -1;
     *b = dev_batch_of(&f->mb, seq0);
     return 0;

@@ -26,11 +26,15 @@ typedef struct dev_feed_opts {
 typedef struct dev_feed dev_feed;
 
 /* Opens the shard and checks it against the model (vocabulary, sequence
- * length, range). */
+ * length, range; to classify, its labels). The batches are masked for the
+ * MLM head (mask_prob, seed), or to classify each sequence as stored with
+ * its class (dev_cls.h). */
 dev_feed *dev_feed_open(const char *shard_path, const dev_config *c, const dev_feed_opts *o,
                         sl_err *err);
 void dev_feed_close(dev_feed *f);
 int dev_feed_seq_len(const dev_feed *f);
+/* The shard's label vocabulary (owned by the feed), NULL without labels. */
+const dev_labels *dev_feed_labels(const dev_feed *f);
 const dev_order *dev_feed_order(const dev_feed *f);
 /* The masked batch of 1-based step `step`; valid until the next call. */
 int dev_feed_batch(dev_feed *f, int step, dev_batch *b, sl_err *err);

@@ -290,5 +290,15 @@ int dev_train_check_shard(const dev_config *c, const dev_shard *s, sl_err *err)
                           dev_shard_seq_len(s), c->max_pos);
     if (dev_shard_count(s) == 0)
         return sl_err_set(err, SL_EINVAL, "the shard holds no sequences");
+    if (c->task == DEV_TASK_CLASSIFY) {
+        const dev_labels *l = dev_shard_labels(s);
+        if (!l)
+            return sl_err_set(err, SL_EINVAL, "the shard has no labels, and a classification "
+                              "needs them (skyloom data prepare --labels)");
+        if (dev_labels_count(l) != c->num_labels)
+            return sl_err_set(err, SL_EINVAL, "the shard has %d labels, the config's num_labels "
+                              "is %d (set num_labels, or id2label, in config.json)",
+                              dev_labels_count(l), c->num_labels);
+    }
     return 0;
 }

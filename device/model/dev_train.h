@@ -59,7 +59,8 @@ static inline dev_batch dev_batch_of(const dev_mlm_batch *m, uint64_t seq0)
     return b;
 }
 /* Refuses a shard the model cannot read: ids beyond vocab_size, sequences
- * longer than max_position_embeddings. */
+ * longer than max_position_embeddings; to classify, a shard without labels
+ * or with another count of them than num_labels. */
 int dev_train_check_shard(const dev_config *c, const dev_shard *s, sl_err *err);
 
 #endif
