@@ -175,10 +175,20 @@ bal_problem *bal_problem_new(const bal_unit *units, int n_units, const bal_devic
  * file, the line and the field: "devices.json:7: devices[1].memory_gib: ...". */
 bal_problem *bal_problem_load(const char *config_path, int batch, int seq,
                               const char *devices_path, const char *network_path, sl_err *err);
+/* bal_problem_load for a task (enum bal_task; see bal_problem_parse_task). */
+bal_problem *bal_problem_load_task(int task, const char *config_path, int batch, int seq,
+                                   const char *devices_path, const char *network_path,
+                                   sl_err *err);
 /* The same from text already in memory; `*_name` is used in messages. */
 bal_problem *bal_problem_parse(const char *config_text, const char *config_name, int batch,
                                int seq, const char *devices_text, const char *devices_name,
                                const char *network_text, const char *network_name, sl_err *err);
+/* bal_problem_parse for a task (enum bal_task): its units' last is that
+ * task's head (bal_bert_units). bal_problem_parse is BAL_TASK_MLM. */
+bal_problem *bal_problem_parse_task(int task, const char *config_text, const char *config_name,
+                                    int batch, int seq, const char *devices_text,
+                                    const char *devices_name, const char *network_text,
+                                    const char *network_name, sl_err *err);
 void bal_problem_free(bal_problem *pb);
 /* The same problem over the devices flagged in keep[n_devices], in their
  * order (indices renumbered), with the links among their sites. */

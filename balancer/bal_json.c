@@ -952,6 +952,15 @@ bal_problem *bal_problem_parse(const char *config_text, const char *config_name,
                                int seq, const char *devices_text, const char *devices_name,
                                const char *network_text, const char *network_name, sl_err *err)
 {
+    return bal_problem_parse_task(BAL_TASK_MLM, config_text, config_name, batch, seq,
+                                  devices_text, devices_name, network_text, network_name, err);
+}
+
+bal_problem *bal_problem_parse_task(int task, const char *config_text, const char *config_name,
+                                    int batch, int seq, const char *devices_text,
+                                    const char *devices_name, const char *network_text,
+                                    const char *network_name, sl_err *err)
+{
     bal_problem *pb = NULL;
     bal_unit *units = NULL;
     bal_device *dev = NULL;
@@ -965,6 +974,7 @@ bal_problem *bal_problem_parse(const char *config_text, const char *config_name,
     jctx c;
     if (bal_bert_parse(&b, config_text, config_name, err))
         goto out;
+    b.task = task;
     if (bal_bert_units(&b, batch, seq, &units, &n, err)) {
         sl_err_wrap(err, "%s", config_name);
         goto out;
@@ -1021,13 +1031,22 @@ int bal_bert_load(bal_bert *b, const char *path, sl_err *err)
 bal_problem *bal_problem_load(const char *config_path, int batch, int seq,
                               const char *devices_path, const char *network_path, sl_err *err)
 {
+    return bal_problem_load_task(BAL_TASK_MLM, config_path, batch, seq, devices_path,
+                                 network_path, err);
+}
+
+bal_problem *bal_problem_load_task(int task, const char *config_path, int batch, int seq,
+                                   const char *devices_path, const char *network_path,
+                                   sl_err *err)
+{
     char *ct = read_text(config_path, 1u << 20, err), *dt = NULL, *nt = NULL;
     bal_problem *pb = NULL;
     if (!ct || !(dt = read_text(devices_path, 64u << 20, err)))
         goto out;
     if (network_path && !(nt = read_text(network_path, 64u << 20, err)))
         goto out;
-    pb = bal_problem_parse(ct, config_path, batch, seq, dt, devices_path, nt, network_path, err);
+    pb = bal_problem_parse_task(task, ct, config_path, batch, seq, dt, devices_path, nt,
+                                network_path, err);
 out:
     free(ct);
     free(dt);

@@ -13,8 +13,8 @@ static const char usage_text[] =
     "usage: skyloom plan --config config.json --seq T --micro-batch B --devices devices.json\n"
     "                    --network network.json [--algo optimal|sky|even] [--micro-batches M]\n"
     "                    [--schedule 1f1b|gpipe] [--data-owner DEVICE | --first-device DEVICE]\n"
-    "                    [--json] [--svg F] [--compare]\n\n"
-    "Places the units of a BERT (embeddings, encoder layers, MLM head) on a chain of\n"
+    "                    [--task mlm|classify] [--json] [--svg F] [--compare]\n\n"
+    "Places the units of a BERT (embeddings, encoder layers, the head) on a chain of\n"
     "devices and replays one training iteration with the pipeline simulator.\n\n"
     "  --config F          BERT config.json (hidden_size, num_hidden_layers, ...)\n"
     "  --seq T             sequence length\n"
@@ -30,6 +30,8 @@ static const char usage_text[] =
     "  --json              print the plan and simulated timeline as JSON\n"
     "  --svg F             write a Gantt chart of the simulated iteration to F\n"
     "  --compare           run even, sky and optimal at the same micro-batch count\n"
+    "  --task T            mlm (default: the MLM head) or classify (the sequence-\n"
+    "                      classification head, num_labels classes)\n"
     "Formats: docs/balancer.md. Examples: docs/examples/.\n";
 
 static void human_bytes(uint64_t b, char *out, size_t n)
@@ -94,7 +96,7 @@ int cmd_plan(int argc, char **argv)
 {
     const char *config = NULL, *devices = NULL, *network = NULL, *svg = NULL, *owner = NULL,
                *first = NULL;
-    int seq = 0, batch = 0, json = 0, compare = 0, algo = BAL_OPTIMAL;
+    int seq = 0, batch = 0, json = 0, compare = 0, algo = BAL_OPTIMAL, task = BAL_TASK_MLM;
     bal_opts o = bal_opts_default();
     sl_err err = {0};
     for (int i = 1; i < argc; i++) {
@@ -110,7 +112,7 @@ int cmd_plan(int argc, char **argv)
                  !strcmp(a, "--svg") || !strcmp(a, "--seq") || !strcmp(a, "--micro-batch") ||
                  !strcmp(a, "--micro-batches") || !strcmp(a, "--algo") ||
                  !strcmp(a, "--schedule") || !strcmp(a, "--data-owner") ||
-                 !strcmp(a, "--first-device")) {
+                 !strcmp(a, "--first-device") || !strcmp(a, "--task")) {
             if (i + 1 >= argc)
                 return sl_cli_fail("plan", 2, "%s needs a value", a);
             const char *v = argv[++i];
@@ -126,6 +128,11 @@ int cmd_plan(int argc, char **argv)
                 owner = v;
             else if (!strcmp(a, "--first-device"))
                 first = v;
+            else if (!strcmp(a, "--task")) {
+                if (strcmp(v, "mlm") && strcmp(v, "classify"))
+                    return sl_cli_fail("plan", 2, "--task must be mlm or classify, got '%s'", v);
+                task = strcmp(v, "mlm") ? BAL_TASK_CLASSIFY : BAL_TASK_MLM;
+            }
             else if (!strcmp(a, "--seq")) {
                 if (sl_parse_int(a, v, 1, 1000000, &seq, &err))
                     return sl_cli_fail("plan", 2, "%s", err.msg);
@@ -146,7 +153,7 @@ int cmd_plan(int argc, char **argv)
     if (!config || !devices || !network || !seq || !batch)
         return sl_cli_fail("plan", 2, "--config, --seq, --micro-batch, --devices and --network "
                            "are required (see skyloom plan --help)");
-    bal_problem *pb = bal_problem_load(config, batch, seq, devices, network, &err);
+    bal_problem *pb = bal_problem_load_task(task, config, batch, seq, devices, network, &err);
     if (!pb)
         return sl_cli_fail("plan", 1, "%s", err.msg);
     int n_dev = bal_problem_n_devices(pb), rc = 0;

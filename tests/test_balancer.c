@@ -1362,6 +1362,94 @@ static void test_bert_units(void)
     CHECK(bal_bert_units(&base, 8, 1024, &u, &n, &err) == -1);
 }
 
+/* The classification head as the last unit: BertForSequenceClassification's
+ * pooler and classifier (K classes) at one row per sequence, far cheaper than
+ * the MLM head; a config that cannot classify is refused; config.json's
+ * classification keys are read and checked, naming the field. */
+static void test_bert_classify(void)
+{
+    bal_bert b = {.hidden = 768, .layers = 12, .heads = 12, .intermediate = 3072,
+                  .vocab = 30522, .max_pos = 512, .type_vocab = 2, .task = BAL_TASK_CLASSIFY,
+                  .num_labels = 5, .classifier_dropout = 0.1};
+    bal_unit *u, *m;
+    int n;
+    sl_err err = {0};
+    CHECKF(bal_bert_units(&b, 8, 128, &u, &n, &err) == 0 && n == 14, "%s", err.msg);
+    bal_bert mlm = b;
+    mlm.task = BAL_TASK_MLM;
+    CHECK(bal_bert_units(&mlm, 8, 128, &m, &n, &err) == 0);
+    CHECK(u[13].param_bytes == 4ull * (768 * 768 + 768 + 5 * 768 + 5));
+    CHECK(u[13].optim_bytes == 3 * u[13].param_bytes && u[13].out_bytes == 0);
+    CHECK(u[13].fwd_flops >= 2.0 * 8 * (768 * 768 + 768 * 5) && u[13].fwd_flops < m[13].fwd_flops / 50);
+    CHECK(u[13].stash_bytes == 4ull * 8 * (3 * 768 + 5 + 1) + 8 * 8);
+    for (int i = 0; i < 13; i++)
+        CHECK(!memcmp(&u[i], &m[i], sizeof u[i])); /* the rest is the same model */
+    free(u);
+    free(m);
+    bal_bert bad = b;
+    bad.num_labels = 1;
+    CHECK(bal_bert_units(&bad, 8, 128, &u, &n, &err) == -1 && strstr(err.msg, "num_labels"));
+    bad = b;
+    bad.problem_type = BAL_PROBLEM_MULTI_LABEL;
+    CHECK(bal_bert_units(&bad, 8, 128, &u, &n, &err) == -1 &&
+          strstr(err.msg, "multi_label_classification is not supported"));
+    /* config.json */
+    const char *base = "{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                       "\"intermediate_size\": 128, \"vocab_size\": 100";
+    static const struct {
+        const char *tail, *want; /* want NULL: accepted */
+        int k;
+        double cd;
+    } cases[] = {
+        {"}", NULL, 2, 0.1},
+        {", \"num_labels\": 7}", NULL, 7, 0.1},
+        {", \"hidden_dropout_prob\": 0.2, \"classifier_dropout\": null}", NULL, 2, 0.2},
+        {", \"classifier_dropout\": 0.3, \"problem_type\": \"single_label_classification\"}",
+         NULL, 2, 0.3},
+        {", \"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}, "
+         "\"label2id\": {\"b\": 1, \"a\": 0, \"c\": 2}}", NULL, 3, 0.1},
+        {", \"num_labels\": 0}", "num_labels: must be between 1 and 65536", 0, 0},
+        {", \"num_labels\": 2, \"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}}",
+         "id2label: has 3 labels, num_labels says 2", 0, 0},
+        {", \"id2label\": {\"0\": \"a\", \"2\": \"b\"}}", "id2label.2: keys must be the ids 0..1", 0, 0},
+        {", \"id2label\": {\"0\": \"a\", \"01\": \"b\"}}", "keys must be the ids", 0, 0},
+        {", \"id2label\": {\"0\": \"a\", \"1\": 5}}", "id2label.1: must be a name", 0, 0},
+        {", \"id2label\": {\"0\": \"a\", \"1\": \"\"}}", "id2label.1: must be a name", 0, 0},
+        {", \"id2label\": [\"a\", \"b\"]}", "id2label: must be an object", 0, 0},
+        {", \"id2label\": {\"0\": \"a\", \"1\": \"b\"}, \"label2id\": {\"a\": 1, \"b\": 0}}",
+         "label2id must be the inverse of id2label", 0, 0},
+        {", \"label2id\": {\"a\": 0, \"b\": 1}}", "label2id: given without id2label", 0, 0},
+        {", \"problem_type\": \"ranking\"}", "problem_type: must be null, single_label", 0, 0},
+        {", \"classifier_dropout\": 1.5}", "classifier_dropout: must be between 0 and 0.99", 0, 0},
+        {", \"num_lables\": 3}", "unknown key; did you mean num_labels?", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "%s%s", base, cases[i].tail);
+        bal_bert c;
+        sl_err e = {0};
+        int rc = bal_bert_parse(&c, text, "config.json", &e);
+        if (!cases[i].want)
+            CHECKF(rc == 0 && c.task == BAL_TASK_MLM && c.num_labels == cases[i].k &&
+                       fabs(c.classifier_dropout - cases[i].cd) < 1e-12,
+                   "case %zu: rc %d k %d cd %g: %s", i, rc, c.num_labels, c.classifier_dropout, e.msg);
+        else
+            CHECKF(rc == -1 && strstr(e.msg, cases[i].want), "case %zu: %s", i, e.msg);
+    }
+    char **names;
+    int k;
+    CHECK(bal_bert_label_names("{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                               "\"intermediate_size\": 128, \"vocab_size\": 100, \"id2label\": "
+                               "{\"1\": \"pos\", \"0\": \"neg\"}}", "c", &names, &k, &err) == 0 &&
+          k == 2 && !strcmp(names[0], "neg") && !strcmp(names[1], "pos"));
+    for (int i = 0; i < k; i++)
+        free(names[i]);
+    free(names);
+    CHECK(bal_bert_label_names("{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                               "\"intermediate_size\": 128, \"vocab_size\": 100}", "c", &names, &k, &err) == 0 &&
+          !names && k == 0);
+}
+
 /* ---- messages ---- */
 
 
@@ -2675,6 +2763,7 @@ static void test_measured_optimizer(void)
 int main(void)
 {
     RUN(test_bert_units);
+    RUN(test_bert_classify);
     RUN(test_exact_vs_brute_force);
     RUN(test_fill_vs_brute_force);
     RUN(test_exact_search_vs_brute_force);

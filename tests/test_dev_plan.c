@@ -100,6 +100,8 @@ static void test_accepted_variants(void)
         {"stages.1.warmup", "4"},
         {"stages.2.link_key", "\"FEF5031A74023323AB3EB63E076B7B175506400164579D82033EC02C5AC7773D\""},
         {"stages.2.address", "\"[::1]:7001\""},
+        {"options.task", "\"mlm\""},
+        {"options.task", "\"classify\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *text = edited(cases[i][0], cases[i][1]);
@@ -111,6 +113,10 @@ static void test_accepted_variants(void)
         CHECKF(!broken, "%s = %s: %s", cases[i][0], cases[i][1], broken);
         if (!rc && !strcmp(cases[i][1], "\"topk:0.25\""))
             CHECK(p.codec_grad == DEV_CODEC_TOPK && p.topk == 0.25);
+        if (!rc && !strcmp(cases[i][0], "options.task"))
+            CHECK(p.options.task ==
+                      (strstr(cases[i][1], "classify") ? DEV_TASK_CLASSIFY : DEV_TASK_MLM) &&
+                  p.config.task == p.options.task && p.config.num_labels == 2);
         dev_plan_free(&p);
         free(text);
     }
@@ -166,6 +172,8 @@ static void test_refusals(void)
         {"options.sequences", "\"all\"", "plan: options.sequences: not an integer"},
         {"options.shuffle", "1", "plan: options.shuffle: not true or false"},
         {"options.mask_prob", "1.5", "plan: options.mask_prob: 1.5 is not in (0, 1)"},
+        {"options.task", "\"regress\"", "plan: options.task: 'regress' is not mlm or classify"},
+        {"options.task", "1", "plan: options.task: not a string"},
         {"data", NULL, "plan: data: missing"},
         {"data.dataset", "\"../etc\"", "plan: data.dataset: '../etc' is not a dataset name"},
         {"data.dataset", "7", "plan: data.dataset: not a string"},
@@ -298,12 +306,42 @@ static void test_real_plans(void)
     CHECKF(n >= 3, "%d plans", n);
 }
 
+/* options.task classify makes the config's head the classifier: a config
+ * that cannot be one is refused, naming the task; without the task the
+ * same config trains MLM. */
+static void test_task(void)
+{
+    json_error_t je;
+    json_t *pl = json_loads(fp_base_plan, 0, &je);
+    json_object_set_new(json_object_get(pl, "config"), "num_labels", json_integer(1));
+    char *mlm = json_dumps(pl, JSON_COMPACT);
+    json_object_set_new(json_object_get(pl, "options"), "task", json_string("classify"));
+    char *cls = json_dumps(pl, JSON_COMPACT);
+    json_object_set_new(json_object_get(pl, "config"), "num_labels", json_integer(5));
+    char *cls5 = json_dumps(pl, JSON_COMPACT);
+    json_decref(pl);
+    dev_plan p;
+    sl_err err = {0};
+    CHECKF(parse(mlm, FP_OWNER, &p, &err) == 0 && p.config.task == DEV_TASK_MLM, "%s", err.msg);
+    dev_plan_free(&p);
+    CHECK(parse(cls, FP_OWNER, &p, &err) == -1);
+    CHECKF(strstr(err.msg, "plan: options.task classify") && strstr(err.msg, "num_labels"), "%s",
+           err.msg);
+    CHECKF(parse(cls5, FP_OWNER, &p, &err) == 0 && p.config.task == DEV_TASK_CLASSIFY &&
+               p.config.num_labels == 5, "%s", err.msg);
+    dev_plan_free(&p);
+    free(mlm);
+    free(cls);
+    free(cls5);
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_OFF);
     RUN(test_base_plan);
     RUN(test_accepted_variants);
     RUN(test_refusals);
+    RUN(test_task);
     RUN(test_devices);
     RUN(test_real_plans);
     return sl_test_done();

@@ -177,7 +177,8 @@ dev_train *dev_train_open(const dev_config *c, const int *bounds, int nstages, i
             .act_floats = (size_t)(B / micro) * T * c->hidden,
             .valid_ints = (size_t)(B / micro) * T,
             .label_ints = (size_t)B * T,
-            .tied_floats = (size_t)c->vocab * c->hidden,
+            /* the MLM head's decoder is the word embeddings; a classifier shares nothing */
+            .tied_floats = c->task == DEV_TASK_CLASSIFY ? 0 : (size_t)c->vocab * c->hidden,
             .gather_max = nt,
         };
         if (!(tr->hub = dev_port_hub_create(&hc, err)))

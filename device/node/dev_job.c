@@ -155,12 +155,19 @@ static dev_feed_opts feed_opts(json_t *o)
     return fo;
 }
 
-static int config_of(json_t *cfg, dev_config *c, sl_err *err)
+/* A task spec's config, with the spec's "task" (absent: mlm) as its last
+ * unit, checked for it. */
+static int config_of(json_t *spec, dev_config *c, sl_err *err)
 {
+    json_t *cfg = json_object_get(spec, "config"), *task = json_object_get(spec, "task");
     char *text = cfg ? json_dumps(cfg, JSON_COMPACT) : NULL;
     int rc = text ? dev_config_parse(c, text, err) : sl_err_set(err, SL_EINVAL, "no config");
     free(text);
-    return rc;
+    if (rc)
+        return -1;
+    if (task && (!json_is_string(task) || (c->task = dev_task_parse(json_string_value(task))) < 0))
+        return sl_err_set(err, SL_EINVAL, "task: not mlm or classify");
+    return dev_config_validate(c, err) ? sl_err_wrap(err, "task %s", dev_task_name(c->task)) : 0;
 }
 
 static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
@@ -177,13 +184,28 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
     } else if (!d) {
         sl_err_set(err, SL_EINVAL, "this device serves no dataset '%.64s' (it serves only what "
                    "--data names)", name);
-    } else if (!config_of(json_object_get(spec, "config"), &c, err)) {
+    } else if (!config_of(spec, &c, err)) {
         dev_feed_opts fo = feed_opts(spec);
         if ((f = dev_feed_open(d->path, &c, &fo, err))) {
             const dev_order *o = dev_feed_order(f);
-            json_t *r = json_pack("{s:I, s:i, s:I, s:I}", "sequences", (json_int_t)o->count,
+            json_t *r = json_pack("{s:I, s:i, s:I, s:I, s:s}", "sequences", (json_int_t)o->count,
                                   "seq_len", dev_feed_seq_len(f), "first", (json_int_t)o->first,
-                                  "vocab_size", (json_int_t)c.vocab);
+                                  "vocab_size", (json_int_t)c.vocab, "task",
+                                  dev_task_name(c.task));
+            const dev_labels *l = dev_feed_labels(f);
+            if (c.task == DEV_TASK_CLASSIFY && l) {
+                /* dev_feed_open refused another count than the config's */
+                uint8_t h[32];
+                char hex[65];
+                dev_labels_hash(l, h);
+                dev_hash_hex(h, hex);
+                json_t *names = json_array();
+                for (int i = 0; i < dev_labels_count(l); i++)
+                    json_array_append_new(names, json_string(dev_labels_name(l, i)));
+                json_object_set_new(r, "num_labels", json_integer(dev_labels_count(l)));
+                json_object_set_new(r, "labels_hash", json_string(hex));
+                json_object_set_new(r, "labels", names);
+            }
             *result = json_dumps(r, JSON_COMPACT);
             json_decref(r);
             rc = 0;
@@ -309,7 +331,7 @@ static int do_profile(dev_jobs *js, const dev_task *t, const char *round, char *
     int T = (int)json_integer_value(json_object_get(spec, "seq"));
     size_t bytes = (size_t)json_integer_value(json_object_get(spec, "ping_bytes"));
     int links_only = !strcmp(round, "links"), units_only = !strcmp(round, "units");
-    if (!spec || config_of(json_object_get(spec, "config"), &c, err)) {
+    if (!spec || config_of(spec, &c, err)) {
         json_decref(spec);
         return -1;
     }
@@ -706,9 +728,13 @@ static int restore(run_ctx *r, sl_err *err)
     }
     for (int k = 0; !rc && n > 0 && k < r->nlocal; k++) {
         if (want == 0) {
-            char m[4400];
+            /* the job's initial model: to classify, an MLM one starts the head afresh */
+            char m[4400], fresh[1024];
             snprintf(m, sizeof m, "%s/model.safetensors", dir);
-            rc = dev_ckpt_load_model(r->st[k], m, err);
+            rc = dev_ckpt_init_model(r->st[k], m, fresh, sizeof fresh, err);
+            if (!rc && fresh[0])
+                sl_log_info("device: the initial model lacks the classification head; initialised",
+                            "job=%s tensors=\"%s\"", r->rt->job, fresh);
         } else {
             rc = dev_ckpt_load(r->st[k], r->kind, dir, err);
         }

@@ -241,6 +241,24 @@ static int read_options(const json_t *pl, dev_plan_options *o, sl_err *err)
         return sl_err_set(err, SL_ECORRUPT, "plan: options.mask_prob: %g is not in (0, 1)", o->mask_prob);
     o->first = (uint64_t)first;
     o->sequences = (uint64_t)sequences;
+    o->task = DEV_TASK_MLM;
+    if (json_object_get(v, "task")) {
+        const char *task = get_str(v, at, "task", err);
+        if (!task)
+            return -1;
+        if ((o->task = dev_task_parse(task)) < 0)
+            return sl_err_set(err, SL_ECORRUPT, "plan: options.task: '%.40s' is not mlm or "
+                              "classify", task);
+    }
+    return 0;
+}
+
+/* The task makes the config's last unit: the config must suit it. */
+static int apply_task(dev_plan *p, sl_err *err)
+{
+    p->config.task = p->options.task;
+    if (dev_config_validate(&p->config, err))
+        return sl_err_wrap(err, "plan: options.task %s", dev_task_name(p->options.task));
     return 0;
 }
 
@@ -357,7 +375,7 @@ int dev_plan_from_json(const json_t *pl, const char *self_id, dev_plan *p, sl_er
     else
         rc = read_config(pl, &p->config, err) || read_numbers(pl, p, err) ||
                      read_wire(pl, p, err) || read_options(pl, &p->options, err) ||
-                     read_data(pl, p, err) ||
+                     apply_task(p, err) || read_data(pl, p, err) ||
                      read_stages(pl, self_id ? self_id : "", p, err)
                  ? -1
                  : 0;

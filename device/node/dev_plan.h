@@ -19,7 +19,11 @@
  *   options           optimizer adamw|lamb, optim_state fp32|bf16 (bf16
  *                     with adamw only), lr, weight_decay and clip numbers,
  *                     warmup -1 (10% of the steps)..INT_MAX, seed an
- *                     integer, recompute and recompute_attention booleans
+ *                     integer, recompute and recompute_attention booleans;
+ *                     task "mlm" or "classify" (absent: mlm), which makes
+ *                     the config's last unit the classification head: the
+ *                     config must then be one (num_labels 2.., a single-
+ *                     label problem_type or none)
  *   stages            1..DEV_PLAN_MAX_STAGES objects, stage i with index i,
  *                     a device id, an address (1..255 printable ASCII bytes,
  *                     no space), first_unit..last_unit, link_key (64 hex
@@ -73,6 +77,7 @@ typedef struct dev_plan_options {
     uint64_t first, sequences;
     int shuffle;
     double mask_prob;
+    int task;              /* enum dev_train_task; also in the plan's config */
 } dev_plan_options;
 
 typedef struct dev_plan {
