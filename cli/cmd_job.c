@@ -56,6 +56,10 @@ static const char submit_text[] =
     "  --checkpoint-every K   commit a checkpoint every K steps (default 50) and at\n"
     "                     the end\n"
     "  --init FILE        start from this model (safetensors, HF names)\n"
+    "  --task T           mlm (default) or classify: fine-tune a sequence classifier\n"
+    "                     (the config's num_labels; a labelled dataset; --init an\n"
+    "                     MLM model starts the classification head afresh). Needs a\n"
+    "                     coordinator that knows the option\n"
     "  --devices ID,...   the candidate devices (default: every online one)\n"
     "  --no-u-shape       a plain chain: the data owner holds unit 0 only, and the\n"
     "                     labels and the tied gradient travel to the last stage\n"
@@ -322,7 +326,7 @@ static const sopt submit_opts[] = {
     {"--warmup", "warmup", 0},         {"--seed", "seed", 0},
     {"--optimizer", "optimizer", 2},   {"--optim-state", "optim_state", 2},
     {"--weight-decay", "weight_decay", 1}, {"--clip", "clip", 1},
-    {"--mask-prob", "mask_prob", 1},   {"--first", "first", 0},
+    {"--mask-prob", "mask_prob", 1},   {"--first", "first", 0},   {"--task", "task", 2},
     {"--sequences", "sequences", 0},   {"--no-shuffle", "shuffle", 4},
     {"--recompute", "recompute", 3},   {"--recompute-attention", "recompute_attention", 3},
     {"--no-u-shape", "u_shape", 4},    {"--replan-margin", "replan_margin", 1},
@@ -410,9 +414,22 @@ static int submit(client *c, int argc, char **argv)
     bal_bert bert;
     /* the config by the reader the coordinator and the devices use, its
      * errors naming this file */
-    if (sl_read_file(config, 1 << 20, &ctext, &clen, &err) || bal_bert_parse(&bert, ctext, config, &err) ||
-        (init && (dev_config_parse(&cfg, ctext, &err) || dev_ckpt_check_model(&cfg, init, &err) ||
-                  upload_init(c, init, upload, &err)))) {
+    const char *task = json_string_value(json_object_get(o, "task"));
+    if (task && dev_task_parse(task) < 0) {
+        json_decref(o);
+        return sl_cli_fail("job", 2, "--task must be mlm or classify, got '%s'", task);
+    }
+    if (task && dev_task_parse(task) == DEV_TASK_MLM)
+        json_object_del(o, "task"); /* the default: the options say nothing */
+    int bad = sl_read_file(config, 1 << 20, &ctext, &clen, &err) ||
+              bal_bert_parse(&bert, ctext, config, &err) ||
+              ((init || task) && dev_config_parse(&cfg, ctext, &err));
+    if (!bad && task) { /* the config must suit the task's head */
+        cfg.task = dev_task_parse(task);
+        bad = dev_config_validate(&cfg, &err) && sl_err_wrap(&err, "%s: --task %s", config, task);
+    }
+    if (bad || (init && (dev_ckpt_check_model(&cfg, init, &err) ||
+                         upload_init(c, init, upload, &err)))) {
         free(ctext);
         json_decref(o);
         return sl_cli_fail("job", 1, "%s", err.msg);
@@ -796,6 +813,8 @@ static int export_job(client *c, const char *id, const char *out)
     snprintf(tmp, sizeof tmp, "%s/.export-%s", out, id);
     dev_stage *s = NULL;
     dev_config cfg;
+    char **names = NULL;
+    int nnames = 0;
     if (sl_mkdir(out, 0755, &err) || sl_mkdir(tmp, 0700, &err))
         goto fail;
     for (size_t i = 0; i < r->n_names; i++) {
@@ -806,8 +825,15 @@ static int export_job(client *c, const char *id, const char *out)
     }
     char p[4400], m[4400];
     snprintf(p, sizeof p, "%s/config.json", tmp);
-    if (dev_config_load(&cfg, p, &err))
+    int task = dev_ckpt_task(tmp, &err);
+    if (task < 0 || dev_config_load(&cfg, p, &err))
         goto fail;
+    /* a classification job's: its head, and config.json as BertForSequenceClassification's */
+    cfg.task = task;
+    if (task == DEV_TASK_CLASSIFY &&
+        (dev_config_validate(&cfg, &err) || dev_config_load_names(p, &names, &nnames, &err)))
+        goto fail;
+    cfg.label_names = (const char *const *)names;
     snprintf(p, sizeof p, "%s/manifest.json", tmp);
     char *mtext = NULL;
     size_t mlen = 0;
@@ -832,6 +858,7 @@ fail:
     if (status)
         sl_cli_fail("job", 1, "export: %s", err.msg);
     dev_stage_free(s);
+    dev_config_free_names(names, nnames);
     for (size_t i = 0; i < r->n_names; i++) {
         char f[4400];
         snprintf(f, sizeof f, "%s/%s", tmp, r->names[i]);

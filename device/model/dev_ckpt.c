@@ -970,3 +970,57 @@ int dev_ckpt_load(dev_stage *s, int kind, const char *dir, sl_err *err)
     ck_close(&d);
     return rc ? -1 : 0;
 }
+
+/* Whether the safetensors file DIR/name holds a classification head. */
+static int part_classifies(const char *dir, const char *name, sl_err *err)
+{
+    char *path = join(dir, name);
+    dev_st *st = dev_st_open(path, err);
+    free(path);
+    if (!st)
+        return -1;
+    int yes = dev_st_find(st, "classifier.weight") != NULL;
+    dev_st_close(st);
+    return yes;
+}
+
+int dev_ckpt_task(const char *dir, sl_err *err)
+{
+    char *mpath = join(dir, MANIFEST), *text = NULL;
+    size_t len = 0;
+    int task = -1;
+    if (access(mpath, F_OK) != 0) { /* the earlier format */
+        int yes = part_classifies(dir, "model.safetensors", err);
+        free(mpath);
+        return yes < 0 ? -1 : yes ? DEV_TASK_CLASSIFY : DEV_TASK_MLM;
+    }
+    if (sl_read_file(mpath, 1 << 20, &text, &len, err)) {
+        free(mpath);
+        return -1;
+    }
+    json_error_t je;
+    json_t *m = json_loadb(text, len, 0, &je), *files = json_object_get(m, "files"), *f;
+    size_t i;
+    if (!json_is_array(files))
+        sl_err_set(err, SL_ECORRUPT, "%s: not a Skyloom checkpoint manifest", mpath);
+    else
+        task = DEV_TASK_MLM;
+    json_array_foreach(files, i, f) {
+        const char *name = json_string_value(json_object_get(f, "name"));
+        size_t n = name ? strlen(name) : 0;
+        if (!name || strncmp(name, "model", 5) || n < 12 || strcmp(name + n - 12, ".safetensors") ||
+            strchr(name, '/'))
+            continue;
+        int yes = part_classifies(dir, name, err);
+        if (yes < 0) {
+            task = -1;
+            break;
+        }
+        if (yes)
+            task = DEV_TASK_CLASSIFY;
+    }
+    json_decref(m);
+    free(text);
+    free(mpath);
+    return task;
+}

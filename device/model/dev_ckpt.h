@@ -85,5 +85,10 @@ int dev_ckpt_load(dev_stage *s, int optim_kind, const char *dir, sl_err *err);
 /* The step a checkpoint directory holds (its manifest's, or the earlier
  * format's model metadata); -1 with err set if it is not a checkpoint. */
 int dev_ckpt_step(const char *dir, sl_err *err);
+/* The task whose head a checkpoint directory holds: DEV_TASK_CLASSIFY when
+ * a model part has classifier.weight, else DEV_TASK_MLM; -1 with err set if
+ * its model cannot be read. (config.json does not say: the task is the
+ * run's.) */
+int dev_ckpt_task(const char *dir, sl_err *err);
 
 #endif
