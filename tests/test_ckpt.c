@@ -552,6 +552,94 @@ static void test_config(void)
     }
 }
 
+/* A classifier's checkpoint: saved by a split (two parts), its config.json
+ * as BertForSequenceClassification's (names, num_labels, problem_type) read
+ * back; it loads into one stage bit for bit; dev_ckpt_task tells it from an
+ * MLM one; --init from the MLM one starts the head afresh (its names
+ * reported) and takes the rest; the MLM model's MLM head is refused by a
+ * stage only when it would be read as one. */
+static void test_classifier(void)
+{
+    static const char *const names[] = {"neg", "pos", "mixed"};
+    dev_config cc = cfg;
+    cc.task = DEV_TASK_CLASSIFY;
+    cc.num_labels = 3;
+    cc.cls_dropout = 0.1f;
+    cc.label_names = names;
+    sl_err err = {0};
+    int two[] = {0, 2, 4};
+    dev_train *tr = dev_train_create(&cc, two, 2, B, T, 2, 5, &err);
+    CHECKF(tr != NULL, "%s", err.msg);
+    if (!tr)
+        return;
+    dev_optim o;
+    dev_optim_default(&o);
+    dt_batch b;
+    dt_make_batch(&b, B, T, cfg.vocab, 77);
+    dt_classify(&b, 3, 78);
+    dev_batch db = dt_view(&b, 0);
+    dev_step_info info;
+    CHECKF(dev_train_step(tr, &db, &o, &info, &err) == 0, "%s", err.msg);
+    dev_stage *st[2] = {dev_train_stage(tr, 0), dev_train_stage(tr, 1)};
+    CHECKF(dev_ckpt_save(st, 2, o.kind, path("cls"), NULL, 0, &err) == 0, "%s", err.msg);
+    dev_config back;
+    char **got = NULL;
+    int n = 0;
+    CHECKF(dev_config_load(&back, path("cls/config.json"), &err) == 0 &&
+               dev_config_load_names(path("cls/config.json"), &got, &n, &err) == 0,
+           "%s", err.msg);
+    CHECK(back.num_labels == 3 && back.problem_type == BAL_PROBLEM_SINGLE_LABEL &&
+          back.cls_dropout == 0.1f && back.task == DEV_TASK_MLM && n == 3 &&
+          !strcmp(got[2], "mixed"));
+    dev_config_free_names(got, n);
+    CHECK(dev_ckpt_task(path("cls"), &err) == DEV_TASK_CLASSIFY);
+    int one[] = {0, 4};
+    dev_train *t1 = dev_train_create(&cc, one, 1, B, T, 1, 9, &err);
+    dev_stage *s1 = dev_train_stage(t1, 0);
+    CHECKF(dev_ckpt_load(s1, o.kind, path("cls"), &err) == 0, "%s", err.msg);
+    int nt;
+    const dev_tensor *t = dev_stage_tensors(s1, &nt);
+    for (int k = 0; k < nt; k++) {
+        size_t numel = 0;
+        float *x = dt_find(tr, t[k].name, 0, &numel);
+        CHECKF(x && kt_bitwise_equal(x, dev_stage_params(s1, NULL) + t[k].offset, numel),
+               "%s not loaded as saved", t[k].name);
+    }
+    /* from an MLM checkpoint: the head initialised, the rest loaded */
+    dev_optim mo;
+    dev_optim_default(&mo);
+    mo.lr = 1e-3f;
+    dev_train *m = trained(1, &mo);
+    dev_stage *ms = dev_train_stage(m, 0);
+    CHECKF(dev_ckpt_save(&ms, 1, mo.kind, path("mlm"), NULL, 0, &err) == 0, "%s", err.msg);
+    CHECK(dev_ckpt_task(path("mlm"), &err) == DEV_TASK_MLM);
+    char fresh[256];
+    CHECKF(dev_ckpt_init_model(s1, path("mlm/model.safetensors"), fresh, sizeof fresh, &err) == 0,
+           "%s", err.msg);
+    CHECKF(!strcmp(fresh, "bert.pooler.dense.weight, bert.pooler.dense.bias, classifier.weight, "
+                          "classifier.bias"), "fresh: %s", fresh);
+    size_t numel = 0;
+    float *we = dt_find(m, "bert.encoder.layer.1.output.dense.weight", 0, &numel);
+    for (int k = 0; k < nt; k++)
+        if (!strcmp(t[k].name, "bert.encoder.layer.1.output.dense.weight"))
+            CHECK(we && kt_bitwise_equal(we, dev_stage_params(s1, NULL) + t[k].offset, numel));
+    CHECK(dev_ckpt_check_model(&cc, path("mlm/model.safetensors"), &err) == 0);
+    /* strict loading wants the head; an MLM stage refuses the classifier */
+    sl_err e = {0};
+    CHECK(dev_ckpt_load_model(s1, path("mlm/model.safetensors"), &e) == -1 &&
+          strstr(e.msg, "missing tensor 'bert.pooler.dense.weight'"));
+    dev_train *t2 = dev_train_create(&cc, one, 1, B, T, 1, 9, &err);
+    CHECK(dev_ckpt_init_model(dev_train_stage(t2, 0), path("cls/model.safetensors"), fresh,
+                              sizeof fresh, &err) == 0 && fresh[0] == 0);
+    CHECK(dev_ckpt_load_model(ms, path("cls/model.safetensors"), &e) == -1 &&
+          strstr(e.msg, "the file holds a classification head"));
+    dt_free_batch(&b);
+    dev_train_free(t2);
+    dev_train_free(m);
+    dev_train_free(t1);
+    dev_train_free(tr);
+}
+
 static void write_st(const char *name, const char *hdr, const void *data, size_t n)
 {
     uint64_t hl = strlen(hdr);
@@ -693,6 +781,7 @@ static void all(void)
     RUN(test_damaged_model);
     RUN(test_damaged_checkpoint);
     RUN(test_any_cut);
+    RUN(test_classifier);
 }
 
 int main(void)
