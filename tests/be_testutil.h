@@ -304,6 +304,67 @@ out:
     }
 }
 
+/* The sequence-classification head on `be` against the CPU: BE_STEPS steps
+ * with one stage and with two (the head alone on the second), two
+ * micro-batches, dropout on (the classifier's too); every stage's state;
+ * then the logits a forward gives for every sequence. */
+static void be_check_classify(const kn_be *be, const be_tol *tol)
+{
+    dev_config cc = be_cfg;
+    cc.task = DEV_TASK_CLASSIFY;
+    cc.num_labels = 5;
+    cc.cls_dropout = 0.2f;
+    static const int one[] = {0, 5}, two[] = {0, 4, 5};
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    sl_err err = {0};
+    for (int k = 0; k < 2; k++) {
+        const char *what = k ? "classify, 2 stages" : "classify, 1 stage";
+        dev_train *c = dev_train_create_on(&cc, k ? two : one, k + 1, BE_B, BE_T, 2, 7, NULL, 0, &err);
+        dev_train *g = dev_train_create_on(&cc, k ? two : one, k + 1, BE_B, BE_T, 2, 7, be, 0, &err);
+        CHECKF(c && g, "%s: %s", what, err.msg);
+        for (int s = 0; c && g && s < BE_STEPS; s++) {
+            dt_batch b;
+            dt_make_batch(&b, BE_B, BE_T, cc.vocab, 600 + 10 * (uint64_t)s);
+            dt_classify(&b, cc.num_labels, 601 + 10 * (uint64_t)s);
+            dev_batch db = dt_view(&b, (uint64_t)s * BE_B);
+            dev_step_info ic = {0}, ig = {0};
+            CHECKF(dev_train_step(c, &db, &o, &ic, &err) == 0, "%s: %s", what, err.msg);
+            CHECKF(dev_train_step(g, &db, &o, &ig, &err) == 0, "%s: %s", what, err.msg);
+            be_same_scalar(what, ig.loss, ic.loss, tol->loss);
+            be_same_scalar(what, ig.grad_norm, ic.grad_norm, tol->grads);
+            CHECK(ig.masked == ic.masked && ic.masked == BE_B); /* a class for each */
+            dt_free_batch(&b);
+        }
+        if (c && g)
+            be_same_state(what, g, c, tol, 1);
+        if (c && g && k == 0) {
+            dt_batch b;
+            dt_make_batch(&b, BE_B, BE_T, cc.vocab, 700);
+            dt_classify(&b, cc.num_labels, 701);
+            /* the stage's micro-batch: the first half */
+            dev_micro mb = {.B = BE_B / 2, .T = BE_T, .tokens = b.tok, .segments = b.seg,
+                            .valid = b.valid, .labels = b.lab, .seed = 7, .loss_scale = 1};
+            float lc[BE_B * 5], lg[BE_B * 5];
+            double sc, sg;
+            int mc, mg;
+            CHECKF(dev_stage_forward_logits(dev_train_stage(c, 0), 0, &mb, NULL, lc, BE_B * 5, &mc,
+                                            &sc, &err) == 0 &&
+                       dev_stage_forward_logits(dev_train_stage(g, 0), 0, &mb, NULL, lg, BE_B * 5,
+                                                &mg, &sg, &err) == 0,
+                   "%s", err.msg);
+            CHECK(mc == BE_B / 2 && mg == BE_B / 2);
+            be_same("classify: logits", lg, lc, BE_B / 2 * 5, tol->params);
+            be_same_scalar("classify: loss of the logits", sg, sc, tol->loss);
+            dt_free_batch(&b);
+        }
+        printf("    %-36s %s\n", what, "compared");
+        dev_train_free(c);
+        dev_train_free(g);
+    }
+}
+
 static void be_check_slots(const kn_be *be, const be_tol *tol)
 {
     dev_stage *c[2] = {0}, *g[2] = {0};

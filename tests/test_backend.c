@@ -49,6 +49,12 @@ static void test_training(void)
     CHECKF(!kn_shadow_violation(), "%s", kn_shadow_violation());
 }
 
+static void test_classify(void)
+{
+    be_check_classify(&kn_shadow_be, &exact);
+    CHECKF(!kn_shadow_violation(), "%s", kn_shadow_violation());
+}
+
 static void test_slots(void)
 {
     be_check_slots(&kn_shadow_be, &exact);
@@ -134,6 +140,7 @@ static void cases(void)
     RUN(test_shadow_faults);
     RUN(test_training);
     RUN(test_slots);
+    RUN(test_classify);
     RUN(test_ckpt);
     RUN(test_faults);
 }

@@ -1,5 +1,6 @@
 /* Training on the GPU (the CUDA backend) against the CPU: the same steps,
- * splits, optimizers, checkpoints and in-flight slots as test_backend.c,
+ * splits, optimizers, checkpoints, in-flight slots and classification head
+ * as test_backend.c,
  * within tolerances (cuBLAS sums in another order than OpenBLAS). Skips with
  * the probe's reason when this build has no CUDA or the machine no GPU. */
 #include "be_testutil.h"
@@ -14,12 +15,14 @@ static char tmpdir[] = "/tmp/skyloom-devcuda-XXXXXX";
 static void test_training(void) { be_check_training(gpu, &gpu_tol); }
 static void test_slots(void) { be_check_slots(gpu, &gpu_tol); }
 static void test_ckpt(void) { be_check_ckpt(gpu, &gpu_tol, tmpdir); }
+static void test_classify(void) { be_check_classify(gpu, &gpu_tol); }
 
 static void cases(void)
 {
     RUN(test_training);
     RUN(test_slots);
     RUN(test_ckpt);
+    RUN(test_classify);
 }
 
 int main(void)
