@@ -65,7 +65,9 @@ static char tmpdir[] = "/tmp/skyloom-backend-XXXXXX";
 
 /* Everything a trainer does with the backend: create (3 stages, 2
  * micro-batches), two steps, an evaluation, a checkpoint saved and loaded
- * into a second trainer. Returns -1 at the first error, with err set. */
+ * into a second trainer; then a classifier of 2 stages (the head alone on
+ * the second): a step and an evaluation. Returns -1 at the first error,
+ * with err set. */
 static int scenario(sl_err *err)
 {
     static const int three[] = {0, 2, 4, 5};
@@ -73,7 +75,7 @@ static int scenario(sl_err *err)
     dev_optim_default(&o);
     int rc = -1;
     dev_train *t = dev_train_create_on(&be_cfg, three, 3, BE_B, BE_T, 2, 7, &kn_shadow_be, 0, err);
-    dev_train *u = NULL;
+    dev_train *u = NULL, *c = NULL;
     dt_batch b;
     dt_make_batch(&b, BE_B, BE_T, be_cfg.vocab, 555);
     dev_batch db = dt_view(&b, 0);
@@ -89,11 +91,21 @@ static int scenario(sl_err *err)
     u = dev_train_create_on(&be_cfg, three, 3, BE_B, BE_T, 2, 7, &kn_shadow_be, 0, err);
     if (!u || dev_ckpt_load(dev_train_stage(u, 0), DEV_OPT_ADAMW, dir, err))
         goto out;
+    static const int head[] = {0, 4, 5};
+    dev_config cc = be_cfg;
+    cc.task = DEV_TASK_CLASSIFY;
+    cc.num_labels = 3;
+    cc.cls_dropout = 0.1f;
+    dt_classify(&b, 3, 556);
+    if (!(c = dev_train_create_on(&cc, head, 2, BE_B, BE_T, 2, 7, &kn_shadow_be, 0, err)) ||
+        dev_train_step(c, &db, &o, &info, err) || dev_train_eval(c, &db, &loss, &masked, err))
+        goto out;
     rc = 0;
 out:
     dt_free_batch(&b);
     dev_train_free(t);
     dev_train_free(u);
+    dev_train_free(c);
     return rc;
 }
 
