@@ -14,8 +14,8 @@
  *
  * A step: the batch (B sequences) is split into M micro-batches of B/M; each
  * goes forward through the stages and back; gradients accumulate with the
- * loss scale 1/(masked tokens in the whole batch), so the result is the
- * gradient of the batch's mean MLM loss. */
+ * loss scale 1/(labels in the whole batch: masked tokens, or classified
+ * sequences), so the result is the gradient of the batch's mean loss. */
 #ifndef DEV_PIPE_H
 #define DEV_PIPE_H
 
@@ -32,8 +32,8 @@ typedef struct dev_batch {
 } dev_batch;
 
 typedef struct dev_step_info {
-    double loss;      /* mean MLM loss over the batch's masked tokens */
-    int masked;       /* masked tokens in the batch */
+    double loss;      /* mean loss over the batch's labels (masked tokens, or sequences) */
+    int masked;       /* labels in the batch */
     double grad_norm; /* before clipping */
     float lr;
 } dev_step_info;

@@ -21,7 +21,9 @@
  *
  * Every stage needs the micro-batch's `valid` mask (attention padding); the
  * stage holding unit 0 needs tokens and segments, the one holding the head
- * needs labels. */
+ * needs labels: the MLM head's at the masked positions, or to classify
+ * (config task DEV_TASK_CLASSIFY) each sequence's class at its position 0
+ * ([CLS]) and -100 elsewhere. */
 #ifndef DEV_STAGE_H
 #define DEV_STAGE_H
 
@@ -36,11 +38,12 @@
 /* What a stage needs to know about one micro-batch besides its input. */
 typedef struct dev_micro {
     int B, T;
-    const int32_t *tokens, *segments, *valid, *labels; /* (B,T); segments may be NULL */
+    const int32_t *tokens, *segments, *valid, *labels; /* (B,T); segments may be NULL;
+                                                        * labels: -100 = none */
     uint64_t seq0;    /* global index of the micro-batch's first sequence (dropout keys) */
     uint64_t step;    /* optimizer step (dropout keys) */
     uint64_t seed;    /* run seed (dropout keys) */
-    float loss_scale; /* 1 / masked tokens in the WHOLE batch */
+    float loss_scale; /* 1 / labels in the WHOLE batch (masked tokens, or classified sequences) */
     int train;        /* 0: dropout off (evaluation) */
 } dev_micro;
 
@@ -114,15 +117,19 @@ size_t dev_stage_bytes(const dev_stage *s);
 /* Forward of one micro-batch into stash `slot`. `in` is the boundary
  * activation (B,T,C) (NULL when the stage starts at unit 0); `out` receives
  * the boundary activation (NULL when the stage ends with the head). When the
- * stage holds the head, *loss_sum gets the sum of the per-token losses and
- * *masked the number of masked positions of this micro-batch. */
+ * stage holds the head, *loss_sum gets the sum of the losses and *masked the
+ * number of labels of this micro-batch (masked positions, or classified
+ * sequences). */
 int dev_stage_forward(dev_stage *s, int slot, const dev_micro *mb, const float *in, float *out,
                       double *loss_sum, int *masked, sl_err *err);
 /* dev_stage_forward on a stage holding the head that also copies the (M, V)
  * logits at the masked positions (labels != -100, in position order; row j
  * is the j-th such position) into the host array `logits` of `cap` floats,
- * before the loss turns them into probabilities; *M gets M. For evaluation
- * (mb->train 0, say); the slot may be backpropagated as after a forward. */
+ * before the loss turns them into probabilities; *M gets M. The
+ * classification head gives the (B, K) logits of every sequence, with a
+ * class or without, and *M gets B (*loss_sum is over those with one). For
+ * evaluation (mb->train 0, say); the slot may be backpropagated as after a
+ * forward. */
 int dev_stage_forward_logits(dev_stage *s, int slot, const dev_micro *mb, const float *in,
                              float *logits, size_t cap, int *M, double *loss_sum, sl_err *err);
 /* Backward of the micro-batch in `slot` (same mb as its forward). `dout` is
