@@ -200,14 +200,23 @@ check "eval --task classify of torch's model: exit 0" test $rc -eq 0
 "$py" "$src/tests/ref/classify_ref.py" eval "$t" 16 "$t/eval.json" "$t/eval.f32"
 check "eval: logits, loss, accuracy, macro-F1, confusion as PyTorch's" test $? -eq 0
 texts=("the cat sat on the mat" "Paris is the capital of France [SEP] the king's house" "she ran")
-for k in 1 2 3; do
+# each case: top-k, then the texts; skyloom's outputs first, one PyTorch run for all
+cases=("1|${texts[0]}|${texts[1]}|${texts[2]}" "2|${texts[0]}|${texts[1]}|${texts[2]}"
+       "3|${texts[0]}|${texts[1]}|${texts[2]}" "2|a big red dog")
+rcs=0
+printf '[' > "$t/cases.json"
+for i in "${!cases[@]}"; do
+    IFS='|' read -r -a c <<<"${cases[$i]}"
     args=()
-    for x in "${texts[@]}"; do args+=(--text "$x"); done
-    "$sk" -q predict "${tm[@]}" --vocab "$t/vocab.txt" "${args[@]}" --top-k $k --json --logits "$t/p.f32" > "$t/p.json"; rc=$?
-    "$py" "$src/tests/ref/classify_ref.py" predict "$t" $k "$t/p.json" "$t/p.f32" "${texts[@]}"
-    check "predict, three texts, top-k $k: as the PyTorch pipeline" test $? -eq 0 -a $rc -eq 0
+    for x in "${c[@]:1}"; do args+=(--text "$x"); done
+    "$sk" -q predict "${tm[@]}" --vocab "$t/vocab.txt" "${args[@]}" --top-k "${c[0]}" --json \
+        --logits "$t/p$i.f32" > "$t/p$i.json" || rcs=1
+    "$py" -c 'import json, sys; print(json.dumps({"topk": int(sys.argv[1]), "texts": sys.argv[4:], "out": sys.argv[2], "logits": sys.argv[3]}))' \
+        "${c[0]}" "$t/p$i.json" "$t/p$i.f32" "${c[@]:1}" >> "$t/cases.json"
+    [ "$i" -lt $((${#cases[@]} - 1)) ] && printf ',' >> "$t/cases.json"
 done
-"$sk" -q predict "${tm[@]}" --vocab "$t/vocab.txt" --text "a big red dog" --top-k 2 --json --logits "$t/p.f32" > "$t/p.json"; rc=$?
-"$py" "$src/tests/ref/classify_ref.py" predict "$t" 2 "$t/p.json" "$t/p.f32" "a big red dog"
-check "predict, one text, top-k 2: the pipeline's list of two" test $? -eq 0 -a $rc -eq 0
+printf ']' >> "$t/cases.json"
+check "predict: exit 0 for every case" test $rcs -eq 0
+"$py" "$src/tests/ref/classify_ref.py" predict "$t" "$t/cases.json"
+check "predict, three texts with top-k 1, 2, 3 and one text with top-k 2: as the PyTorch pipeline" test $? -eq 0
 exit $fail

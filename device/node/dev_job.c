@@ -386,6 +386,7 @@ static int do_profile(dev_jobs *js, const dev_task *t, const char *round, char *
         if (pool.net_ns[0])
             json_object_set_new(cp, "net_ns", json_string(pool.net_ns));
         json_object_set_new(r, "cpu_pool", cp);
+        json_object_set_new(r, "task", json_string(dev_task_name(c.task))); /* the head timed */
         if (units_only)
             json_object_set_new(r, "round", json_string("units"));
         *result = json_dumps(r, JSON_COMPACT);

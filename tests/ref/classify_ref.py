@@ -17,12 +17,13 @@ pipeline in plain PyTorch, the reference for tests/test_classify.sh
       (relative), the mean cross-entropy within 1e-5 (relative), the accuracy
       and macro-F1 (scikit-learn's: classes true or predicted, an undefined
       ratio 0) and the confusion matrix exactly.
-  classify_ref.py predict DIR TOPK OUT.json LOGITS.f32 TEXT...
-      the text-classification pipeline on the texts (each alone, unpadded) and
-      `skyloom predict --json --top-k TOPK --logits`: logits within 1e-4, the
-      same labels in the same order (ties within 1e-5 may swap), scores within
-      1e-5, and the pipeline's shape (one dict per text at top-k 1, a list of
-      TOPK per text otherwise, unwrapped for one text).
+  classify_ref.py predict DIR CASES.json
+      for each case {"topk", "texts", "out", "logits"} of CASES.json: the
+      text-classification pipeline on the texts (each alone, unpadded) and what
+      `skyloom predict --json --top-k TOPK --logits` wrote: logits within 1e-4,
+      the same labels in the same order (ties within 1e-5 may swap), scores
+      within 1e-5, and the pipeline's shape (one dict per text at top-k 1, a
+      list of TOPK per text otherwise, unwrapped for one text).
 Exit 1 on any difference.
 """
 import json
@@ -239,4 +240,8 @@ if __name__ == "__main__":
     elif cmd == "eval":
         sys.exit(evaluate(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]))
     else:
-        sys.exit(predict(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]))
+        bad = 0
+        for case in json.load(open(sys.argv[3])):
+            print("     top-k %d, %d text(s):" % (case["topk"], len(case["texts"])))
+            bad |= predict(sys.argv[2], case["topk"], case["out"], case["logits"], case["texts"])
+        sys.exit(bad)
