@@ -205,7 +205,8 @@ static int check_unknown(const dev_config *c, dev_st *st, const char *path, sl_e
                             path, name, layer, c->layers);
         else if (!strncmp(name, "classifier.", 11))
             rc = sl_err_set(err, SL_EINVAL, "%s: unexpected tensor '%s': the file holds a "
-                            "classification head (--task classify reads it)", path, name);
+                            "classification head (--task classify and skyloom predict read it)",
+                            path, name);
         else
             rc = sl_err_set(err, SL_EINVAL, "%s: unexpected tensor '%s' (not part of BERT %s)",
                             path, name, c->task == DEV_TASK_CLASSIFY ? "for sequence "
