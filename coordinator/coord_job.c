@@ -710,26 +710,54 @@ void coord_job_epoch_ready(coord_job *jb, int epoch, double loss, const char *fa
 
 /* ---- failures --------------------------------------------------------------------------- */
 
-void coord_job_run_failure(coord_job *jb, const char *device, int epoch, const char *reason,
-                           const char *lost, int64_t now_ms, coord_fx_list *fx)
+int coord_job_neighbours(const coord_job *jb, const char *a, const char *b)
+{
+    int p = jb->plan.p;
+    for (int i = 0; i < p; i++) {
+        if (strcmp(jb->plan.stage_dev[i], a))
+            continue;
+        /* the stages next to it, and the chain's other end (labels, the tied gradient) */
+        int nb[3] = {i - 1, i + 1, i == 0 ? p - 1 : i == p - 1 ? 0 : -1};
+        for (int k = 0; k < 3; k++)
+            if (nb[k] >= 0 && nb[k] < p && nb[k] != i && !strcmp(jb->plan.stage_dev[nb[k]], b))
+                return 1;
+    }
+    return 0;
+}
+
+int coord_job_member(const coord_job *jb, const char *device)
+{
+    return (!strcmp(jb->owner, device) ? COORD_MEMBER_OWNER : 0) |
+           (coord_job_cand_index(jb, device) >= 0 ? COORD_MEMBER_CAND : 0) |
+           (coord_job_stage_of(jb, device) >= 0 ? COORD_MEMBER_STAGE : 0);
+}
+
+int coord_job_run_failure(coord_job *jb, const char *device, int epoch, const char *reason,
+                          const char *lost, int64_t now_ms, coord_fx_list *fx)
 {
     ev e = ev_of(jb, now_ms, fx, NULL);
     if (jb->state != COORD_JOB_RUNNING || epoch != jb->epoch)
-        return;
+        return 0;
     int k = coord_job_cand_index(jb, device), s = lost && *lost ? coord_job_cand_index(jb, lost) : -1;
+    int first = k >= 0 && !jb->cand[k].reported;
+    /* a claim about a device it exchanges nothing with is not weighed */
+    int refused = lost && *lost && !coord_job_neighbours(jb, device, lost);
+    if (refused || s == k)
+        s = -1;
     if (k >= 0)
         jb->cand[k].reported = 1;
-    if (s >= 0 && s != k && coord_job_stage_of(jb, lost) >= 0)
-        jb->cand[s].suspect = 1;
+    if (s >= 0 && first)
+        jb->cand[s].suspect++;
     if (!jb->rec.fail_ms)
         jb->rec.fail_ms = now_ms;
     if (!jb->rec.fail_why[0] || (s < 0 && !jb->rec.fail_primary)) {
         snprintf(jb->rec.fail_why, sizeof jb->rec.fail_why, "device %s: %.500s", device, reason);
         jb->rec.fail_primary = s < 0;
     }
-    logf_(&e, SL_LOG_INFO, "coordinator: run failure reported",
-          "job=%s epoch=%d device=%s suspect=%s reason=\"%.300s\"", jb->id, jb->epoch, device,
-          s >= 0 ? lost : "-", reason);
+    logf_(&e, refused ? SL_LOG_WARN : SL_LOG_INFO, "coordinator: run failure reported",
+          "job=%s epoch=%d device=%s suspect=%s%s reason=\"%.300s\"", jb->id, jb->epoch, device,
+          s >= 0 ? lost : "-", refused ? " refused_claim=not_a_neighbour" : "", reason);
+    return refused ? -1 : 0;
 }
 
 /* Declares a candidate lost (once). */
@@ -745,11 +773,14 @@ static void mark_lost(ev *e, int k, const char *how)
 }
 
 /* A running job: devices whose heartbeats stopped, and the failure reports
- * of the epoch once they are all in (or policy.decide_ms after the first). A
- * device named by a neighbour whose link to it broke is lost unless it
- * reported a failure itself (then its own report says why). A heartbeat is
- * no proof of life here: one sent just before a kill may be handled after
- * the reports. */
+ * of the epoch once they are all in (or policy.decide_ms after the first).
+ * A device its neighbours named is weighed against what else is known of
+ * it: one that reported a failure itself is not lost (its own report says
+ * why); one named by two of its neighbours is lost; one named by a single
+ * neighbour is lost only when it has not heartbeated since the first report
+ * for an interval and a second, and kept if it has (a device cannot make
+ * another one lost alone). A heartbeat from before the reports is no proof
+ * of life: one sent just before a kill may be handled after them. */
 static void check_running(ev *e)
 {
     coord_job *jb = e->jb;
@@ -774,14 +805,25 @@ static void check_running(ev *e)
         }
         if (!lost[0] && !all && e->now_ms - jb->rec.fail_ms < jb->policy.decide_ms)
             return;
-        for (int k = 0; k < jb->ncand; k++) {
-            coord_cand *c = &jb->cand[k];
-            if (!c->suspect || c->reported || c->lost_ms || coord_job_stage_of(jb, c->id) < 0)
-                continue;
-            mark_lost(e, k, "a neighbour's link to it broke and it reported nothing");
-            size_t o = strlen(lost);
-            snprintf(lost + o, sizeof lost - o, "%s%.40s (link broke)", o ? ", " : "", c->id);
-        }
+        int64_t hb = e->devs ? e->devs->heartbeat_ms : 0, waited = e->now_ms - jb->rec.fail_ms;
+        const char *how[2] = {"its neighbours' links to it broke and it reported nothing",
+                              "a neighbour's link to it broke, and it has not heartbeated since"};
+        for (int pass = 0; pass < 2; pass++)
+            for (int k = 0; k < jb->ncand; k++) {
+                coord_cand *c = &jb->cand[k];
+                if (!c->suspect || c->reported || c->lost_ms || coord_job_stage_of(jb, c->id) < 0)
+                    continue;
+                const coord_dev *d = coord_devs_find(e->devs, c->id);
+                int heard = d && d->seen_ms > jb->rec.fail_ms;
+                int verdict = c->suspect >= 2 ? 0 : heard ? -1 : waited >= hb + 1000 ? 1 : -2;
+                if (pass == 0 && verdict == -2)
+                    return; /* its heartbeat decides: wait for it */
+                if (pass == 0 || verdict < 0)
+                    continue;
+                mark_lost(e, k, how[verdict]);
+                size_t o = strlen(lost);
+                snprintf(lost + o, sizeof lost - o, "%s%.40s (link broke)", o ? ", " : "", c->id);
+            }
     }
     char why[800];
     if (lost[0])

@@ -116,7 +116,8 @@ typedef struct coord_cand {
     char *links;             /* round one's links (JSON array text), kept for round two */
     int *measure, nmeasure;  /* the candidates whose links it measures in round one */
     int64_t lost_ms;         /* declared lost then (0: not lost) */
-    int suspect, reported;   /* named by a failed neighbour; reported a failure (this epoch) */
+    int suspect;             /* neighbours that named it lost (this epoch) */
+    int reported;            /* reported a failure (this epoch) */
     int joining;             /* came online during the job: weighed at the next commit */
 } coord_cand;
 
@@ -321,9 +322,18 @@ void coord_job_epoch_ready(coord_job *jb, int epoch, double loss, const char *fa
                            int64_t now_ms, coord_fx_list *fx);
 
 /* A device's run of `epoch` failed; `lost` is the neighbour whose link
- * broke first ("" if none). */
-void coord_job_run_failure(coord_job *jb, const char *device, int epoch, const char *reason,
-                           const char *lost, int64_t now_ms, coord_fx_list *fx);
+ * broke first ("" if none). A device may name only its own neighbours (the
+ * stages next to its own, or the first and last stage): -1 when `lost` is
+ * not one (the report counts as the device's own failure), else 0. */
+int coord_job_run_failure(coord_job *jb, const char *device, int epoch, const char *reason,
+                          const char *lost, int64_t now_ms, coord_fx_list *fx);
+/* Whether devices a and b exchange frames in the plan. */
+int coord_job_neighbours(const coord_job *jb, const char *a, const char *b);
+
+/* What a device is to a job: its data owner, a candidate (profiled for
+ * it), a device of its current plan (COORD_MEMBER_* bits; 0: nothing). */
+enum { COORD_MEMBER_OWNER = 1, COORD_MEMBER_CAND = 2, COORD_MEMBER_STAGE = 4 };
+int coord_job_member(const coord_job *jb, const char *device);
 
 /* The operator's stop: -1 when the job had ended. */
 int coord_job_stop(coord_job *jb, int64_t now_ms, coord_fx_list *fx);

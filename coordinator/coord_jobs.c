@@ -82,6 +82,20 @@ void coord_jobs_add(coord_jobs *j, cjob *jb)
 
 int coord_jobs_settled(const coord_jobs *j) { return sl_unix_ms() >= j->settle_ms; }
 
+void coord_jobs_denied(coord_jobs *j, int reason)
+{
+    pthread_mutex_lock(&j->mu);
+    j->denied[reason]++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+const char *coord_denial_name(int reason)
+{
+    static const char *const names[COORD_DENY_N] = {"not_member", "not_neighbour", "not_own_part",
+                                                    "quota", "fetch_not_own_units"};
+    return reason >= 0 && reason < COORD_DENY_N ? names[reason] : "?";
+}
+
 void coord_jobs_set_fileops(coord_jobs *j, const coord_fileops *ops)
 {
     pthread_mutex_lock(&j->mu);
@@ -758,6 +772,7 @@ int coord_jobs_snapshot(coord_jobs *j, const char *id, coord_snapshot *s)
     }
     s->nrefused = j->nrefused;
     memcpy(s->refused, j->refused, sizeof s->refused);
+    memcpy(s->denied, j->denied, sizeof s->denied);
     cjob *one = NULL;
     for (int i = 0; id && i < j->njob && !one; i++)
         if (!strcmp(j->job[i]->sm.id, id))

@@ -50,6 +50,7 @@ struct coord_jobs {
     int64_t settle_ms;      /* until then, devices may still be coming back after a restart */
     coord_obs_count refused[COORD_OBS_NAMES]; /* frames refused by reason, every job */
     int nrefused;
+    uint64_t denied[COORD_DENY_N];            /* calls refused by reason (j->mu) */
     const coord_fileops *fileops; /* the checkpoint stores' file operations (tests) */
     coord_job_policy policy;      /* every job's */
 };
@@ -62,6 +63,8 @@ cjob *coord_jobs_find(coord_jobs *j, const char *id);
 void coord_jobs_queue(coord_jobs *j, cjob *jb, coord_fx_list *fx);
 /* Runs the job's queued effects until none is left (j->mu not held). */
 void coord_jobs_drain(coord_jobs *j, cjob *jb);
+/* Counts a refused call (takes j->mu). */
+void coord_jobs_denied(coord_jobs *j, int reason);
 /* Whether devices had time to come back after a restart. */
 int coord_jobs_settled(const coord_jobs *j);
 /* Adds a new job (its files and row already written). */

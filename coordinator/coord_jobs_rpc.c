@@ -46,6 +46,7 @@ typedef struct method {
     const ProtobufCMessageDescriptor *desc;
     int allow;        /* COORD_ALLOW_* */
     int need_job;     /* a job_id that is no job: NOT_FOUND before the body runs */
+    int roles;        /* a device caller must be one of these to its job (COORD_MEMBER_*) */
     int (*body)(call *k);
 } method;
 
@@ -80,17 +81,28 @@ static int serve(const method *m, void *ud, const rpc_peer *peer, const uint8_t 
         k.jb = coord_jobs_find(k.j, k.job_id);
     if (code == RPC_OK && m->need_job && !k.jb)
         code = rpc_status_set(st, RPC_NOT_FOUND, "no job '%.40s'", k.job_id);
+    /* a device speaks only about the jobs it is part of, in the role the call is for */
+    if (code == RPC_OK && k.jb && *k.device) {
+        pthread_mutex_lock(&k.j->mu);
+        int role = coord_job_member(&k.jb->sm, k.device);
+        pthread_mutex_unlock(&k.j->mu);
+        if (!(role & m->roles)) {
+            coord_jobs_denied(k.j, COORD_DENY_NOT_MEMBER);
+            code = rpc_status_set(st, RPC_PERMISSION_DENIED, "device %s has no part in job %s "
+                                  "that makes this call", k.device, k.job_id);
+        }
+    }
     if (code == RPC_OK)
         code = m->body(&k);
     rpc_unpacked_free(r);
     return code;
 }
 
-#define HANDLER(fn, type, desc, allow, need_job, body)                                           \
+#define HANDLER(fn, type, desc, allow, need_job, roles, body)                                    \
     int fn(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, rpc_buf *resp,          \
            rpc_status *st)                                                                         \
     {                                                                                              \
-        static const method m = {type, &desc, allow, need_job, body};                              \
+        static const method m = {type, &desc, allow, need_job, roles, body};                       \
         return serve(&m, ud, peer, req, len, resp, st);                                            \
     }
 
@@ -242,7 +254,7 @@ out:
     return code;
 }
 HANDLER(coord_handle_submit_job, "SubmitJobRequest", skyloom__v1__submit_job_request__descriptor,
-        COORD_ALLOW_ADMIN, 0, submit)
+        COORD_ALLOW_ADMIN, 0, 0, submit)
 
 /* ---- reading jobs --------------------------------------------------------------------------- */
 
@@ -288,7 +300,7 @@ static int list_jobs(call *k)
     return RPC_OK;
 }
 HANDLER(coord_handle_list_jobs, "ListJobsRequest", skyloom__v1__list_jobs_request__descriptor,
-        COORD_ALLOW_ADMIN, 0, list_jobs)
+        COORD_ALLOW_ADMIN, 0, 0, list_jobs)
 
 static json_t *profiles_json(const coord_job *jb)
 {
@@ -362,7 +374,7 @@ static int get_job(call *k)
     return RPC_OK;
 }
 HANDLER(coord_handle_get_job, "GetJobRequest", skyloom__v1__get_job_request__descriptor,
-        COORD_ALLOW_ADMIN, 1, get_job)
+        COORD_ALLOW_ADMIN, 1, 0, get_job)
 
 static int stop_job(call *k)
 {
@@ -379,7 +391,7 @@ static int stop_job(call *k)
     return reply(k, &out);
 }
 HANDLER(coord_handle_stop_job, "StopJobRequest", skyloom__v1__stop_job_request__descriptor,
-        COORD_ALLOW_ADMIN, 1, stop_job)
+        COORD_ALLOW_ADMIN, 1, 0, stop_job)
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
@@ -455,7 +467,7 @@ static int fetch_file(call *k)
     return code;
 }
 HANDLER(coord_handle_fetch_file, "FetchFileRequest", skyloom__v1__fetch_file_request__descriptor,
-        COORD_ALLOW_ADMIN | COORD_ALLOW_DEVICE, 1, fetch_file)
+        COORD_ALLOW_ADMIN | COORD_ALLOW_DEVICE, 1, COORD_MEMBER_STAGE, fetch_file)
 
 static int upload_init(call *k)
 {
@@ -466,7 +478,7 @@ static int upload_init(call *k)
     return reply(k, &o);
 }
 HANDLER(coord_handle_upload_init, "UploadInitRequest", skyloom__v1__upload_init_request__descriptor,
-        COORD_ALLOW_ADMIN, 0, upload_init)
+        COORD_ALLOW_ADMIN, 0, 0, upload_init)
 
 /* Whether device may write the piece now: the state machine's answer,
  * after the job's pending effects ran when it asks for them (a new epoch's
@@ -540,7 +552,7 @@ static int upload_chunk(call *k)
     return reply(k, &o);
 }
 HANDLER(coord_handle_upload_chunk, "UploadChunkRequest", skyloom__v1__upload_chunk_request__descriptor,
-        COORD_ALLOW_DEVICE, 0, upload_chunk)
+        COORD_ALLOW_DEVICE, 0, COORD_MEMBER_CAND | COORD_MEMBER_STAGE, upload_chunk)
 
 /* ---- what devices report ------------------------------------------------------------------ */
 
@@ -618,8 +630,9 @@ static int report_task(call *k)
         json_t *res = *r->result ? json_loads(r->result, 0, &je) : NULL;
         const char *lost = json_string_value(json_object_get(res, "lost"));
         pthread_mutex_lock(&j->mu);
-        coord_job_run_failure(&k->jb->sm, r->device_id, (int)r->epoch, r->reason, lost ? lost : "",
-                              sl_unix_ms(), &fx);
+        if (coord_job_run_failure(&k->jb->sm, r->device_id, (int)r->epoch, r->reason,
+                                  lost ? lost : "", sl_unix_ms(), &fx))
+            j->denied[COORD_DENY_NOT_NEIGHBOUR]++;
         pthread_cond_broadcast(&j->cv);
         settle(j, k->jb, &fx);
         json_decref(res);
@@ -628,7 +641,7 @@ static int report_task(call *k)
     return reply(k, &out);
 }
 HANDLER(coord_handle_report_task, "ReportTaskRequest", skyloom__v1__report_task_request__descriptor,
-        COORD_ALLOW_DEVICE, 1, report_task)
+        COORD_ALLOW_DEVICE, 1, COORD_MEMBER_OWNER | COORD_MEMBER_CAND | COORD_MEMBER_STAGE, report_task)
 
 static int get_plan(call *k)
 {
@@ -676,7 +689,7 @@ static int get_plan(call *k)
     return code;
 }
 HANDLER(coord_handle_get_plan, "GetPlanRequest", skyloom__v1__get_plan_request__descriptor,
-        COORD_ALLOW_DEVICE, 0, get_plan)
+        COORD_ALLOW_DEVICE, 0, COORD_MEMBER_STAGE, get_plan)
 
 static int report_step(call *k)
 {
@@ -704,7 +717,7 @@ static int report_step(call *k)
     return reply(k, &out);
 }
 HANDLER(coord_handle_report_step, "ReportStepRequest", skyloom__v1__report_step_request__descriptor,
-        COORD_ALLOW_DEVICE, 1, report_step)
+        COORD_ALLOW_DEVICE, 1, COORD_MEMBER_CAND | COORD_MEMBER_STAGE, report_step)
 
 /* ---- a device's latest profile (skyloom status) ----------------------------------------------- */
 

@@ -431,7 +431,7 @@ static void test_loss_decision(void)
     tick(&jb);
     const coord_fx *lost = find(COORD_FX_EVENT, "lost");
     CHECKF(jb.state == COORD_JOB_RECOVERING && lost && !strcmp(lost->device, DEV_B) &&
-           strstr(lost->text, "link to it broke"), "%s", jb.reason);
+           strstr(lost->text, "its neighbours' links to it broke"), "%s", jb.reason);
     CHECK(strstr(jb.reason, "lost " DEV_B " (link broke); running again from step 11"));
     CHECK(jb.rec.n_lost == 1 && jb.rec.n_recoveries == 1);
     /* recovering: planned at once over the usable candidates (not B) */
@@ -455,6 +455,61 @@ static void test_loss_decision(void)
     tick(&jb); /* every device of the plan reported: decided at once */
     CHECKF(jb.state == COORD_JOB_RECOVERING && count(COORD_FX_EVENT, "lost") == 0 &&
            strstr(jb.reason, "device " DEV_C ": out of memory"), "%s", jb.reason);
+    coord_job_free(&jb);
+}
+
+/* A claim against one device, from one neighbour, is weighed against its
+ * heartbeats; a claim against a device the reporter exchanges nothing with
+ * is refused. */
+static void test_loss_weighed(void)
+{
+    setup();
+    coord_job jb;
+    add_dev(DEV_D, "lab-b");
+    make_job(&jb, OPTS);
+    to_running(&jb, OWNER "," DEV_B "," DEV_C "," DEV_D);
+    CHECK(coord_job_neighbours(&jb, DEV_B, OWNER) && coord_job_neighbours(&jb, DEV_B, DEV_C) &&
+          !coord_job_neighbours(&jb, DEV_B, DEV_D) && coord_job_neighbours(&jb, OWNER, DEV_D));
+    CHECK(coord_job_member(&jb, OWNER) == (COORD_MEMBER_OWNER | COORD_MEMBER_CAND | COORD_MEMBER_STAGE));
+    CHECK(coord_job_member(&jb, "d00000000000000ff") == 0);
+    report_steps(&jb, 1, 10);
+    commit(&jb, 10);
+    /* B names D, which is not its neighbour: refused, B's own failure */
+    fx_reset();
+    CHECK(coord_job_run_failure(&jb, DEV_B, 1, "my link broke", DEV_D, now_ms, &fx) == -1);
+    CHECK(jb.cand[coord_job_cand_index(&jb, DEV_D)].suspect == 0);
+    pass(1500);
+    tick(&jb);
+    CHECKF(jb.state == COORD_JOB_RECOVERING && count(COORD_FX_EVENT, "lost") == 0 &&
+           strstr(jb.reason, "device " DEV_B ": my link broke"), "%s", jb.reason);
+    tick(&jb);
+    coord_plan_result r = plan_result(OWNER "," DEV_B "," DEV_C "," DEV_D, 1.0);
+    coord_job_plan_done(&jb, COORD_PLAN_RECOVER, &r, now_ms, &fx);
+    coord_job_epoch_ready(&jb, 2, 4.0, NULL, now_ms, &fx);
+    /* C named by B alone while it heartbeats: kept */
+    fx_reset();
+    CHECK(coord_job_run_failure(&jb, DEV_B, 2, "link broke", DEV_C, now_ms, &fx) == 0);
+    pass(1500); /* C heartbeats, as every live device does */
+    tick(&jb);
+    CHECKF(jb.state == COORD_JOB_RECOVERING && count(COORD_FX_EVENT, "lost") == 0, "%s", jb.reason);
+    tick(&jb);
+    r = plan_result(OWNER "," DEV_B "," DEV_C "," DEV_D, 1.0);
+    coord_job_plan_done(&jb, COORD_PLAN_RECOVER, &r, now_ms, &fx);
+    coord_job_epoch_ready(&jb, 3, 4.0, NULL, now_ms, &fx);
+    report_steps(&jb, 11, 20);
+    commit(&jb, 20);
+    /* C named by B alone and silent since: lost an interval and a second after the report */
+    fx_reset();
+    silent[0] = DEV_C;
+    coord_job_run_failure(&jb, DEV_B, 3, "link broke", DEV_C, now_ms, &fx);
+    pass(1500);
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_RUNNING); /* its heartbeat decides */
+    pass(500);
+    tick(&jb);
+    const coord_fx *lost = find(COORD_FX_EVENT, "lost");
+    CHECKF(lost && !strcmp(lost->device, DEV_C) && strstr(lost->text, "has not heartbeated since") &&
+           jb.state == COORD_JOB_RECOVERING, "%s", jb.reason);
     coord_job_free(&jb);
 }
 
@@ -799,6 +854,7 @@ int main(void)
     RUN(test_reports_out_of_order);
     RUN(test_commit_waits_for_reports);
     RUN(test_loss_decision);
+    RUN(test_loss_weighed);
     RUN(test_heartbeat_loss);
     RUN(test_stalls);
     RUN(test_store_backoff);
