@@ -308,6 +308,8 @@ static void plan_free(coord_job_plan *p)
     free(p->text);
     free(p->sig);
     free(p->stage_dev);
+    free(p->first_unit);
+    free(p->last_unit);
     memset(p, 0, sizeof *p);
 }
 
@@ -609,7 +611,48 @@ int coord_part_name_ok(const char *s)
     return valid_name(tag, 60) && !strchr(tag, '.');
 }
 
-int coord_job_parts_expected(const coord_job *jb) { return 2 * jb->plan.ndev + 1; }
+int coord_part_is_of(const coord_job *jb, const char *name, const char *device)
+{
+    if (!strcmp(name, "data.json"))
+        return !strcmp(device, jb->owner);
+    size_t n = strlen(device);
+    const char *tag = name + 6; /* model. or optim. */
+    if (strncmp(tag, device, n))
+        return 0;
+    if (!strcmp(tag + n, ".safetensors"))
+        return 1;
+    if (strncmp(tag + n, "-u", 2) || !(tag[n + 2] >= '0' && tag[n + 2] <= '9'))
+        return 0;
+    const char *d = tag + n + 2;
+    while (*d >= '0' && *d <= '9')
+        d++;
+    return !strcmp(d, ".safetensors");
+}
+
+int coord_job_nunits(const coord_job *jb)
+{
+    int n = 0;
+    for (int i = 0; i < jb->plan.p && jb->plan.last_unit; i++)
+        n = jb->plan.last_unit[i] + 1 > n ? jb->plan.last_unit[i] + 1 : n;
+    return n;
+}
+
+void coord_job_units_of(const coord_job *jb, const char *device, uint8_t *units, int nunits)
+{
+    memset(units, 0, (size_t)nunits);
+    for (int i = 0; i < jb->plan.p && jb->plan.first_unit; i++)
+        if (!strcmp(jb->plan.stage_dev[i], device))
+            for (int u = jb->plan.first_unit[i]; u <= jb->plan.last_unit[i] && u < nunits; u++)
+                if (u >= 0)
+                    units[u] = 1;
+}
+
+void coord_job_fetch_units(const coord_job *jb, const char *device, uint8_t *units, int nunits)
+{
+    coord_job_units_of(jb, device, units, nunits);
+    if (nunits > 1 && units[nunits - 1] && !units[0] && !jb->opts.u_shape)
+        units[0] = 1;
+}
 
 int coord_job_upload_check(const coord_job *jb, const char *device, int epoch, int step,
                            const char *name)
@@ -617,7 +660,7 @@ int coord_job_upload_check(const coord_job *jb, const char *device, int epoch, i
     if (jb->state != COORD_JOB_RUNNING || epoch != jb->epoch)
         return COORD_UPLOAD_NOT_RUNNING;
     if (coord_job_stage_of(jb, device) < 0 || !coord_part_name_ok(name) || step < 1 ||
-        step > jb->steps || (!strcmp(name, "data.json") && strcmp(device, jb->owner)))
+        step > jb->steps || !coord_part_is_of(jb, name, device))
         return COORD_UPLOAD_REFUSED;
     if (step <= jb->committed)
         return COORD_UPLOAD_COMMITTED;

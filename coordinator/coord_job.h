@@ -137,6 +137,7 @@ typedef struct coord_job_plan {
     size_t sig_len;
     int p, ndev, seq;                    /* stages, distinct devices, sequence length */
     char (*stage_dev)[COORD_DEV_ID_LEN]; /* [p] */
+    int *first_unit, *last_unit;         /* [p]: the units each stage runs (inclusive) */
     double predicted;                    /* the predicted iteration time */
 } coord_job_plan;
 
@@ -300,8 +301,18 @@ int coord_job_upload_check(const coord_job *jb, const char *device, int epoch, i
 /* A file name a part may have: model.TAG.safetensors, optim.TAG.safetensors
  * or data.json. */
 int coord_part_name_ok(const char *name);
-/* How many files a step's parts hold (two per device, and the data record). */
-int coord_job_parts_expected(const coord_job *jb);
+/* Whether part `name` may be device's: data.json the owner's, the others
+ * tagged with its id (TAG is DEVICE or DEVICE-uUNIT). */
+int coord_part_is_of(const coord_job *jb, const char *name, const char *device);
+
+/* The model's units (its plan's last unit + 1; 0 before a plan). */
+int coord_job_nunits(const coord_job *jb);
+/* units[u] = 1 for the units device runs in the current plan (nunits of them). */
+void coord_job_units_of(const coord_job *jb, const char *device, uint8_t *units, int nunits);
+/* The units whose checkpoint files device may fetch: its own, and where
+ * the job is not U-shaped and it runs the head without the embeddings, the
+ * embeddings' (the head's weights are tied to them). */
+void coord_job_fetch_units(const coord_job *jb, const char *device, uint8_t *units, int nunits);
 
 /* Every part of `step` arrived: it is committed once every stage reported it. */
 void coord_job_parts_done(coord_job *jb, int epoch, int step, coord_fx_list *fx);

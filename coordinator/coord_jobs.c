@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bal.h"
 #include "coord_jobs_int.h"
 #include "coord_plan.h"
 #include "skyloom.pb-c.h"
@@ -43,6 +44,14 @@ cjob *coord_jobs_wrap(coord_jobs *j, coord_job *sm)
     memset(sm, 0, sizeof *sm);
     jb->sm.policy = j->policy;
     jb->obs = coord_jobobs_new();
+    bal_bert b;
+    bal_unit *u = NULL;
+    int nu = 0;
+    sl_err err = {0};
+    if (!bal_bert_parse(&b, jb->sm.config, "config.json", &err) && !bal_bert_units(&b, 1, 1, &u, &nu, &err))
+        for (int i = 0; i < nu; i++)
+            jb->model_bytes += u[i].param_bytes;
+    free(u);
     char *dir = path_of(j->root, jb->sm.id);
     jb->ck = coord_ckpt_new(dir, j->fileops);
     free(dir);

@@ -31,6 +31,7 @@ typedef struct cjob {
     coord_fx_list fxq;     /* effects to run, in order (j->mu) */
     int draining;          /* a thread is running them (j->mu) */
     int plan_req;          /* COORD_PLAN_* + 1: a PLAN effect for the engine (j->mu) */
+    uint64_t model_bytes;  /* the model's fp32 weights (its config's) */
 } cjob;
 
 struct coord_jobs {

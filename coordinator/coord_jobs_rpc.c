@@ -395,15 +395,46 @@ HANDLER(coord_handle_stop_job, "StopJobRequest", skyloom__v1__stop_job_request__
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
+/* Whether a device whose units are units[nunits] may have checkpoint file
+ * `name` of dir: the config and manifest, the start model, data.json the
+ * owner only, and a part only when every tensor in it is of one of its
+ * units (so that the data owner's layers and embeddings stay the owner's). */
+static int fetchable(const char *dir, const char *name, const uint8_t *units, int nunits, int owner)
+{
+    if (!strcmp(name, "config.json") || !strcmp(name, "manifest.json") ||
+        !strcmp(name, "model.safetensors"))
+        return 1;
+    if (!strcmp(name, "data.json"))
+        return owner;
+    uint8_t in[BAL_MAX_LAYERS + 2];
+    char why[300], *p = path_of(dir, name);
+    if (access(p, F_OK) != 0) { /* not there: the read says so */
+        free(p);
+        return 1;
+    }
+    int ok = nunits > 0 && !coord_ckpt_file_units(p, nunits, in, why, sizeof why);
+    for (int u = 0; ok && u < nunits; u++)
+        ok = !in[u] || units[u];
+    free(p);
+    return ok;
+}
+
 static int fetch_file(call *k)
 {
     const Skyloom__V1__FetchFileRequest *r = k->req;
     coord_jobs *j = k->j;
     int code = RPC_OK, step = -1;
     char *dir = NULL;
+    uint8_t units[BAL_MAX_LAYERS + 2];
+    int nunits = 0, owner = 0, device = *r->device_id != 0;
     pthread_mutex_lock(&j->mu);
     const coord_job *sm = &k->jb->sm;
-    if (*r->device_id && coord_job_stage_of(sm, r->device_id) < 0) {
+    if (device) {
+        nunits = coord_job_nunits(sm);
+        coord_job_fetch_units(sm, r->device_id, units, nunits);
+        owner = !strcmp(sm->owner, r->device_id);
+    }
+    if (device && coord_job_stage_of(sm, r->device_id) < 0) {
         code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage of job %s",
                               r->device_id, sm->id);
     } else {
@@ -424,7 +455,8 @@ static int fetch_file(call *k)
             code = rpc_status_set(k->st, RPC_NOT_FOUND, "job %s has no checkpoint at step %d",
                                   r->job_id, step);
         for (struct dirent *e; d && (e = readdir(d));) {
-            if (e->d_name[0] == '.' || !coord_ckpt_servable(e->d_name))
+            if (e->d_name[0] == '.' || !coord_ckpt_servable(e->d_name) ||
+                (device && !fetchable(dir, e->d_name, units, nunits, owner)))
                 continue;
             out.names = sl_xrealloc(out.names, (out.n_names + 1) * sizeof *out.names);
             out.names[out.n_names++] = sl_xstrdup(e->d_name);
@@ -433,6 +465,11 @@ static int fetch_file(call *k)
             closedir(d);
     } else if (code == RPC_OK && !coord_ckpt_servable(r->name)) {
         code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "'%.80s' is not a checkpoint file", r->name);
+    } else if (code == RPC_OK && device && !fetchable(dir, r->name, units, nunits, owner)) {
+        coord_jobs_denied(j, COORD_DENY_FETCH);
+        code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s may not fetch %.80s of job %s: "
+                              "it holds what the device does not run", r->device_id, r->name,
+                              r->job_id);
     } else if (code == RPC_OK) {
         char *p = path_of(dir, r->name);
         int fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -501,12 +538,16 @@ static int upload_chunk(call *k)
     coord_jobs *j = k->j;
     cjob *jb = k->jb;
     int v = jb ? upload_allowed(j, jb, r) : COORD_UPLOAD_NOT_RUNNING;
+    uint8_t units[BAL_MAX_LAYERS + 2];
+    int nunits = 0;
     if (v == COORD_UPLOAD_OK) {
         /* the check again under the job's I/O lock: no epoch's reset can
          * run while the piece is written */
         pthread_mutex_lock(&jb->io_mu);
         pthread_mutex_lock(&j->mu);
         v = coord_job_upload_check(&jb->sm, r->device_id, (int)r->epoch, (int)r->step, r->name);
+        nunits = coord_job_nunits(&jb->sm);
+        coord_job_units_of(&jb->sm, r->device_id, units, nunits);
         pthread_mutex_unlock(&j->mu);
         if (v != COORD_UPLOAD_OK)
             pthread_mutex_unlock(&jb->io_mu);
@@ -514,18 +555,27 @@ static int upload_chunk(call *k)
     if (v == COORD_UPLOAD_NOT_RUNNING || v == COORD_UPLOAD_LATER)
         return rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "job %.40s is not running epoch %u",
                               r->job_id, r->epoch);
-    if (v == COORD_UPLOAD_REFUSED)
-        return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "device %s may not upload '%.80s' for "
-                              "step %u", r->device_id, r->name, r->step);
+    if (v == COORD_UPLOAD_REFUSED) {
+        coord_jobs_denied(j, COORD_DENY_NOT_OWN_PART);
+        return rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s may not upload '%.80s' for "
+                              "step %u (its parts are model.%s-uUNIT.safetensors and "
+                              "optim.%s-uUNIT.safetensors; data.json is the data owner's)",
+                              r->device_id, r->name, r->step, r->device_id, r->device_id);
+    }
     Skyloom__V1__UploadChunkResponse o = SKYLOOM__V1__UPLOAD_CHUNK_RESPONSE__INIT;
     if (v == COORD_UPLOAD_COMMITTED) { /* a retry of a committed step: nothing to do */
         o.committed = 1;
         return reply(k, &o);
     }
     char why[4400] = "";
-    int done = 0;
-    int rc = coord_ckpt_piece(jb->ck, (int)r->step, r->name, r->offset, r->data.data, r->data.len,
-                              r->last, r->size, r->blake2b.data, r->blake2b.len, &done, why, sizeof why);
+    int complete = 0;
+    /* at most 4 checkpoint steps' parts of the whole model (weights and two
+     * moments, and slack for headers) per device and per job */
+    uint64_t quota = 4 * (3 * jb->model_bytes + (4u << 20));
+    coord_ckpt_set_model(jb->ck, nunits, quota, quota);
+    coord_piece q = {r->device_id, (int)r->step, r->name, r->offset, r->data.data, r->data.len,
+                     r->last, r->size, r->blake2b.data, r->blake2b.len, units, nunits};
+    int rc = coord_ckpt_piece(jb->ck, &q, &complete, why, sizeof why);
     pthread_mutex_unlock(&jb->io_mu);
     coord_fx_list fx = {0};
     int code = RPC_OK;
@@ -533,9 +583,13 @@ static int upload_chunk(call *k)
     coord_job *sm = &jb->sm;
     if (rc == COORD_PIECE_OK || rc == COORD_PIECE_DAMAGED)
         coord_jobobs_upload(jb->obs, (int)r->step, r->data.len);
-    if (rc == COORD_PIECE_OK && done == coord_job_parts_expected(sm))
+    if (rc == COORD_PIECE_OK && complete)
         coord_job_parts_done(sm, (int)r->epoch, (int)r->step, &fx);
-    if (rc == COORD_PIECE_RANGE)
+    if (rc == COORD_PIECE_REFUSED || rc == COORD_PIECE_QUOTA) {
+        j->denied[rc == COORD_PIECE_QUOTA ? COORD_DENY_QUOTA : COORD_DENY_NOT_OWN_PART]++;
+        code = rpc_status_set(k->st, rc == COORD_PIECE_QUOTA ? RPC_RESOURCE_EXHAUSTED
+                                                             : RPC_PERMISSION_DENIED, "%s", why);
+    } else if (rc == COORD_PIECE_RANGE)
         code = rpc_status_set(k->st, RPC_OUT_OF_RANGE, "%s", why);
     else if (rc == COORD_PIECE_DAMAGED)
         code = rpc_status_set(k->st, RPC_DATA_LOSS, "%s", why);

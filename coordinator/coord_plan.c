@@ -437,9 +437,14 @@ int coord_plan_read(char *text, uint8_t *sig, size_t sig_len, coord_job_plan *pl
     pl->sig_len = sig_len;
     pl->p = p;
     pl->stage_dev = sl_xcalloc((size_t)p, sizeof *pl->stage_dev);
+    pl->first_unit = sl_xcalloc((size_t)p, sizeof *pl->first_unit);
+    pl->last_unit = sl_xcalloc((size_t)p, sizeof *pl->last_unit);
     for (int i = 0; i < p; i++) {
-        const char *d = json_string_value(json_object_get(json_array_get(st, (size_t)i), "device"));
+        json_t *si = json_array_get(st, (size_t)i);
+        const char *d = json_string_value(json_object_get(si, "device"));
         snprintf(pl->stage_dev[i], CERT_ID_LEN, "%s", d ? d : "");
+        pl->first_unit[i] = (int)json_integer_value(json_object_get(si, "first_unit"));
+        pl->last_unit[i] = (int)json_integer_value(json_object_get(si, "last_unit"));
         int seen = 0;
         for (int k = 0; k < i; k++)
             seen |= !strcmp(pl->stage_dev[k], pl->stage_dev[i]);

@@ -29,7 +29,9 @@
 #include "sl_time.h"
 #include "trust_util.h"
 
-#define NDEV 3
+#ifndef NDEV
+#define NDEV 3 /* the devices of D[] this test uses (up to 4) */
+#endif
 #define WAIT_S 30.0
 
 static char root[256], pki[512], state[512];
@@ -66,10 +68,11 @@ typedef struct fdev {
     int alive;     /* heartbeats and answers tasks */
 } fdev;
 
-static fdev D[NDEV] = {
+static fdev D[4] = {
     {"A", "lab-a", "books", "", 1.0, 1},
     {"B", "lab-a", NULL, "", 1.0, 1},
     {"C", "lab-b", NULL, "", 1.5, 1},
+    {"E", "lab-b", NULL, "", 1.0, 1},
 };
 
 static inline const char *token_secret(const char *site, char *out)
@@ -230,6 +233,7 @@ typedef struct jview {
     char state[16];
     int epoch, step, committed, p;
     char stage_dev[8][CERT_ID_LEN];
+    int first_unit[8], last_unit[8];
     char *plan;
 } jview;
 
@@ -251,6 +255,8 @@ static inline int view(const char *job, jview *v)
         json_array_foreach(json_object_get(pj, "stages"), k, st) if (k < 8) {
             snprintf(v->stage_dev[k], CERT_ID_LEN, "%s",
                      json_string_value(json_object_get(st, "device")) ?: "");
+            v->first_unit[k] = (int)json_integer_value(json_object_get(st, "first_unit"));
+            v->last_unit[k] = (int)json_integer_value(json_object_get(st, "last_unit"));
             v->p = (int)k + 1;
         }
         json_decref(pj);
@@ -339,14 +345,55 @@ static inline void report_step(const char *dev, const char *job, int epoch, int 
     rpc_unpacked_free(r);
 }
 
+/* The bytes of a device's checkpoint part: a safetensors file with one
+ * small tensor for each unit the device runs in plan v (a model part, or
+ * with ".exp_avg" names an optimizer part), or data.json's text; fixed by
+ * the device, the step and the name. */
+static inline size_t part_bytes(const fdev *d, const jview *v, int step, const char *name,
+                                uint8_t *out, size_t cap)
+{
+    if (!strcmp(name, "data.json"))
+        return (size_t)snprintf((char *)out, cap, "{\"device\": \"%s\", \"step\": %d}", d->name, step);
+    sl_buf h = {0};
+    int n = 0, layers = 2, optim = !strncmp(name, "optim.", 6);
+    sl_buf_printf(&h, "{");
+    for (int i = 0; i < v->p; i++) {
+        if (strcmp(v->stage_dev[i], d->id))
+            continue;
+        for (int u = v->first_unit[i]; u <= v->last_unit[i]; u++, n++) {
+            char t[96];
+            if (u == 0)
+                snprintf(t, sizeof t, "bert.embeddings.LayerNorm.bias");
+            else if (u <= layers)
+                snprintf(t, sizeof t, "bert.encoder.layer.%d.output.LayerNorm.bias", u - 1);
+            else
+                snprintf(t, sizeof t, "cls.predictions.bias");
+            sl_buf_printf(&h, "%s\"%s%s\": {\"dtype\": \"F32\", \"shape\": [4], "
+                          "\"data_offsets\": [%d, %d]}", n ? ", " : "", t, optim ? ".exp_avg" : "",
+                          16 * n, 16 * n + 16);
+        }
+    }
+    sl_buf_printf(&h, "}");
+    size_t hl = h.n, total = 8 + hl + 16 * (size_t)n;
+    if (total > cap)
+        total = cap;
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    memcpy(out + 8, h.s, hl);
+    for (size_t i = 8 + hl; i < total; i++)
+        out[i] = (uint8_t)(d->name[0] * 7 + step * 13 + name[0] + i);
+    free(h.s);
+    return total;
+}
+
 /* One file of a device's checkpoint part, in two pieces: the code of the
  * first refusal, or RPC_OK. */
-static inline int upload(const fdev *d, const char *job, int epoch, int step, const char *name)
+static inline int upload(const fdev *d, const jview *v, const char *job, int epoch, int step,
+                         const char *name)
 {
-    uint8_t data[300], sum[32];
-    for (size_t i = 0; i < sizeof data; i++)
-        data[i] = (uint8_t)(d->name[0] * 7 + step * 13 + name[0] + i);
-    crypto_generichash(sum, sizeof sum, data, sizeof data, NULL, 0);
+    uint8_t data[4096], sum[32];
+    size_t n = part_bytes(d, v, step, name, data, sizeof data), first = n / 3;
+    crypto_generichash(sum, sizeof sum, data, n, NULL, 0);
     for (int piece = 0; piece < 2; piece++) {
         Skyloom__V1__UploadChunkRequest q = SKYLOOM__V1__UPLOAD_CHUNK_REQUEST__INIT;
         q.device_id = (char *)d->id;
@@ -354,11 +401,11 @@ static inline int upload(const fdev *d, const char *job, int epoch, int step, co
         q.epoch = (uint32_t)epoch;
         q.step = (uint32_t)step;
         q.name = (char *)name;
-        q.offset = piece ? 100 : 0;
+        q.offset = piece ? first : 0;
         q.data.data = data + q.offset;
-        q.data.len = piece ? sizeof data - 100 : 100;
+        q.data.len = piece ? n - first : first;
         q.last = piece;
-        q.size = sizeof data;
+        q.size = n;
         if (piece) {
             q.blake2b.data = sum;
             q.blake2b.len = 32;
@@ -394,11 +441,11 @@ static inline int train(const char *job, int to, int every)
                 snprintf(model, sizeof model, "model.%s.safetensors", D[i].id);
                 snprintf(optim, sizeof optim, "optim.%s.safetensors", D[i].id);
                 if (code == RPC_OK)
-                    code = upload(&D[i], job, v.epoch, s, model);
+                    code = upload(&D[i], &v, job, v.epoch, s, model);
                 if (code == RPC_OK)
-                    code = upload(&D[i], job, v.epoch, s, optim);
+                    code = upload(&D[i], &v, job, v.epoch, s, optim);
                 if (code == RPC_OK && D[i].dataset)
-                    code = upload(&D[i], job, v.epoch, s, "data.json");
+                    code = upload(&D[i], &v, job, v.epoch, s, "data.json");
             }
             if (code != RPC_OK)
                 break;

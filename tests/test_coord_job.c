@@ -146,6 +146,13 @@ static coord_plan_result plan_result(const char *stage_devs, double pred)
             seen |= !strcmp(r.plan.stage_dev[a], r.plan.stage_dev[b]);
         r.plan.ndev += !seen;
     }
+    /* 4 units (2 layers): the first stage the first ones, then one each */
+    r.plan.first_unit = sl_xcalloc((size_t)p, sizeof *r.plan.first_unit);
+    r.plan.last_unit = sl_xcalloc((size_t)p, sizeof *r.plan.last_unit);
+    for (int a = 0; a < p; a++) {
+        r.plan.first_unit[a] = a == 0 ? 0 : 4 - p + a;
+        r.plan.last_unit[a] = 4 - p + a;
+    }
     r.plan.text = sl_xstrdup("{\"plan\": true}");
     r.plan.sig = sl_xmalloc(4);
     r.plan.sig_len = 4;
@@ -307,7 +314,12 @@ static void test_profiling_rounds(void)
     coord_plan_result r = plan_result(OWNER "," DEV_B "," OWNER, 0.5);
     coord_job_plan_done(&jb, COORD_PLAN_FIRST, &r, now_ms, &fx);
     CHECK(jb.state == COORD_JOB_RUNNING && jb.epoch == 1 && jb.plan.p == 3 && jb.plan.ndev == 2);
-    CHECK(coord_job_parts_expected(&jb) == 5);
+    CHECK(coord_job_nunits(&jb) == 4);
+    uint8_t units[4];
+    coord_job_units_of(&jb, OWNER, units, 4);
+    CHECK(units[0] && units[1] && !units[2] && units[3]);
+    coord_job_fetch_units(&jb, DEV_B, units, 4);
+    CHECK(!units[0] && !units[1] && units[2] && !units[3]);
     CHECK(coord_job_tasks(&jb, OWNER, now_ms, w) == 1 && w[0].kind == COORD_TASK_RUN && w[0].epoch == 1);
     /* a candidate left out of the plan is told to stop the epoch */
     CHECK(coord_job_tasks(&jb, DEV_C, now_ms, w) >= 1 && w[0].kind == COORD_TASK_STOP);
@@ -383,6 +395,12 @@ static void test_commit_waits_for_reports(void)
     CHECK(coord_job_upload_check(&jb, OWNER, 1, 10, "data.json") == COORD_UPLOAD_OK);
     CHECK(coord_job_upload_check(&jb, DEV_B, 1, 10, "data.json") == COORD_UPLOAD_REFUSED);
     CHECK(coord_job_upload_check(&jb, DEV_B, 1, 10, "../x.safetensors") == COORD_UPLOAD_REFUSED);
+    CHECK(coord_job_upload_check(&jb, DEV_B, 1, 10, "model." OWNER ".safetensors") ==
+          COORD_UPLOAD_REFUSED); /* another device's tag */
+    CHECK(coord_job_upload_check(&jb, DEV_B, 1, 10, "model." DEV_B "-u2.safetensors") ==
+          COORD_UPLOAD_OK);
+    CHECK(coord_job_upload_check(&jb, DEV_B, 1, 10, "optim." DEV_B "-ux.safetensors") ==
+          COORD_UPLOAD_REFUSED);
     CHECK(coord_job_upload_check(&jb, DEV_C, 1, 10, "model." DEV_C ".safetensors") ==
           COORD_UPLOAD_REFUSED);
     CHECK(coord_job_upload_check(&jb, DEV_B, 2, 10, "model." DEV_B ".safetensors") ==

@@ -64,7 +64,7 @@ typedef struct upload_item {
     struct upload_item *next;
     int step;
     char dir[4200];
-    char name[3][96];
+    char (*name)[96]; /* a model and an optimizer file per unit, the data record */
     int n;
 } upload_item;
 
@@ -710,7 +710,7 @@ static int restore(run_ctx *r, sl_err *err)
             snprintf(m, sizeof m, "%s/model.safetensors", dir);
             rc = dev_ckpt_load_model(r->st[k], m, err);
         } else {
-            rc = dev_ckpt_load(r->st[k], r->kind, dir, err);
+            rc = dev_ckpt_load_fetched(r->st[k], r->kind, dir, err);
         }
     }
     if (!rc && n > 0 && want > 0 && r->feed)
@@ -816,6 +816,7 @@ static void *uploader_main(void *arg)
             sl_log_info("device: checkpoint part uploaded", "job=%s step=%d seconds=%.3f",
                         r->rt->job, u->step, sl_now_s() - t0);
         rm_tree(u->dir);
+        free(u->name);
         free(u);
         pthread_mutex_lock(&r->mu);
         r->uploading = 0;
@@ -832,20 +833,24 @@ static int write_part(run_ctx *r, int step, sl_err *err)
     u->step = step;
     snprintf(u->dir, sizeof u->dir, "%s/part-%d", r->dir, step);
     rm_tree(u->dir);
-    dev_ckpt_file files[2];
+    dev_ckpt_file *files = NULL;
+    int nfiles = 0;
     double t0 = sl_now_s();
     int rc = sl_mkdir(u->dir, 0700, err) ||
-             dev_ckpt_write_part(r->st, r->nlocal, r->kind, u->dir, self(r->js), files, err);
+             dev_ckpt_write_unit_parts(r->st, r->nlocal, r->kind, u->dir, self(r->js), &files,
+                                       &nfiles, err);
     if (!rc) {
-        snprintf(u->name[0], sizeof u->name[0], "%s", files[0].name);
-        snprintf(u->name[1], sizeof u->name[1], "%s", files[1].name);
-        u->n = 2;
+        u->name = sl_xcalloc((size_t)nfiles + 1, sizeof *u->name);
+        for (int i = 0; i < nfiles; i++)
+            snprintf(u->name[u->n++], sizeof u->name[0], "%s", files[i].name);
         if (r->feed) {
             rc = dev_feed_write_record(r->feed, u->dir, err);
             snprintf(u->name[u->n++], sizeof u->name[0], "data.json");
         }
     }
+    free(files);
     if (rc) {
+        free(u->name);
         free(u);
         return -1;
     }
@@ -1120,6 +1125,7 @@ static void run_free(run_ctx *r)
     while (r->uh) {
         upload_item *u = r->uh;
         r->uh = u->next;
+        free(u->name);
         free(u);
     }
     for (int k = 0; k < r->nlocal; k++) {

@@ -93,6 +93,12 @@ static coord_plan_result some_plan(world *w, const uint8_t b)
             seen |= !strcmp(r.plan.stage_dev[a], r.plan.stage_dev[c]);
         r.plan.ndev += !seen;
     }
+    r.plan.first_unit = sl_xcalloc((size_t)p, sizeof *r.plan.first_unit);
+    r.plan.last_unit = sl_xcalloc((size_t)p, sizeof *r.plan.last_unit);
+    for (int i = 0; i < p; i++) {
+        r.plan.first_unit[i] = i == 0 ? 0 : 4 - p + i;
+        r.plan.last_unit[i] = 4 - p + i;
+    }
     r.plan.text = sl_xstrdup("{}");
     r.plan.sig = sl_xmalloc(1);
     r.plan.sig_len = 1;
