@@ -161,9 +161,14 @@ typedef struct coord_http coord_http;
 typedef struct coord_http_opts {
     const char *listen;     /* HOST:PORT (port 0 picks one) */
     const char *token;      /* bearer token every request must carry, or NULL */
+    const char *name;       /* another name requests may give as Host (a DNS name), or NULL */
 } coord_http_opts;
 /* Serves c (started or not) until coord_http_stop, which must come before
- * coord_close. Refuses a non-loopback address without a token. */
+ * coord_close. Refuses a non-loopback address without a token. Without a
+ * token, a request's Host must be the listen address (on loopback also
+ * localhost, 127.0.0.1 or [::1]) or `name`, with the port served, so that a
+ * page of another site cannot reach the dashboard through a name it made
+ * point here (DNS rebinding). */
 coord_http *coord_http_start(coord *c, const coord_http_opts *o, sl_err *err);
 int coord_http_port(const coord_http *h);
 void coord_http_stop(coord_http *h);
