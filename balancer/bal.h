@@ -150,6 +150,10 @@ void bal_problem_free(bal_problem *pb);
 /* The same problem over the devices flagged in keep[n_devices], in their
  * order (indices renumbered), with the links among their sites. */
 bal_problem *bal_problem_subset(const bal_problem *pb, const unsigned char *keep, sl_err *err);
+/* The same problem with units 0..k as one unit (their costs, bytes and every
+ * device's times summed; the boundary the last of them sends): a plan of it
+ * keeps them on one stage, the data owner's when it holds unit 0. */
+bal_problem *bal_problem_merge_prefix(const bal_problem *pb, int k, sl_err *err);
 
 /* What the links carry per byte of a boundary tensor (fp32), forward
  * (activations) and back (their gradients): 1 without a codec, about 0.5
@@ -241,6 +245,10 @@ typedef struct bal_plan {
 /* Plans `algo` for pb. Infeasible memory fails with the shortfall in bytes
  * and the largest model (encoder layers) that would fit. */
 bal_plan *bal_plan_make(const bal_problem *pb, int algo, const bal_opts *opts, sl_err *err);
+/* A plan of bal_problem_merge_prefix(pb, k) in pb's units: the stage of
+ * the merged unit starts at 0, every other range moves by k; per-unit
+ * times are pb's on the device running each unit. */
+int bal_plan_expand_prefix(bal_plan *pl, const bal_problem *pb, int k, sl_err *err);
 /* The `even` split (the Sky Computing paper's baseline): n_units over p
  * stages (p capped at n_units), floor(n/p) units each and the first n mod p
  * one more, as cut points cuts[0] = 0 < ... < cuts[p] = n_units; returns p. */

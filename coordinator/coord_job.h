@@ -93,6 +93,7 @@ typedef struct coord_dev {
     char **datasets;
     int n_datasets;
     int64_t seen, seen_ms; /* its last heartbeat (seconds, milliseconds); 0: none */
+    coord_policy policy;   /* as a data owner, from its last heartbeat */
 } coord_dev;
 
 typedef struct coord_devs {

@@ -242,3 +242,20 @@ int coord_jobopts_allows(const coord_jobopts *o, const char *owner, const char *
             return 1;
     return 0;
 }
+
+int coord_policy_check(const coord_policy *pol, const coord_jobopts *o, char *why, size_t cap)
+{
+    if (!pol->known)
+        return 0;
+    if (!o->sealed && !pol->allow_unsealed) {
+        snprintf(why, cap, "the data owner's policy keeps its frames sealed: drop --no-seal (or "
+                 "its device runs with --allow-unsealed)");
+        return -1;
+    }
+    if (!o->u_shape && !pol->allow_labels_out) {
+        snprintf(why, cap, "the data owner's policy keeps its labels and the head at home: drop "
+                 "--no-u-shape (or its device runs with --allow-labels-out)");
+        return -1;
+    }
+    return 0;
+}

@@ -46,6 +46,19 @@ struct json_t *coord_jobopts_json(const coord_jobopts *o);
 /* The options as JSON text: sorted keys, compact (indent 0) or indented. */
 char *coord_jobopts_text(const coord_jobopts *o, int indent);
 
+/* A data owner's policy as its heartbeats state it (OwnerPolicy): what a
+ * job on its data must keep at home. known 0: never stated (nothing known). */
+typedef struct coord_policy {
+    int known;
+    int home_layers;      /* encoder layers on the owner besides the embeddings */
+    int allow_unsealed;   /* the job may be --no-seal */
+    int allow_labels_out; /* the job may be --no-u-shape */
+} coord_policy;
+
+/* 0 if options o keep pol (or pol is unknown), else -1 with why, naming
+ * the option at fault and the device option that would lift the rule. */
+int coord_policy_check(const coord_policy *pol, const coord_jobopts *o, char *why, size_t cap);
+
 /* Whether the options let the job use device `id` (the owner always). */
 int coord_jobopts_allows(const coord_jobopts *o, const char *owner, const char *id);
 

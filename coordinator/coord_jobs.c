@@ -192,6 +192,7 @@ void coord_jobs_seen(coord_jobs *j, const coord_seen *s, int64_t now)
         d->memory = s->memory_bytes;
     if (s->backend)
         snprintf(d->backend, sizeof d->backend, "%s", s->backend);
+    d->policy = s->policy;
     d->seen = now;
     d->seen_ms = sl_unix_ms();
     pthread_cond_broadcast(&j->cv);
@@ -225,9 +226,10 @@ static json_t *check_spec(const coord_job *jb)
 {
     json_error_t je;
     json_t *cfg = json_loads(jb->config, 0, &je);
-    json_t *s = json_pack("{s:s, s:O, s:i, s:I, s:I}", "dataset", jb->dataset, "config", cfg,
-                          "batch", jb->opts.batch, "first", (json_int_t)jb->opts.first, "sequences",
-                          (json_int_t)jb->opts.sequences);
+    json_t *s = json_pack("{s:s, s:O, s:i, s:I, s:I, s:b, s:b}", "dataset", jb->dataset, "config",
+                          cfg, "batch", jb->opts.batch, "first", (json_int_t)jb->opts.first,
+                          "sequences", (json_int_t)jb->opts.sequences, "sealed", jb->opts.sealed,
+                          "u_shape", jb->opts.u_shape);
     json_decref(cfg);
     return s;
 }

@@ -218,6 +218,13 @@ static int submit(call *k)
         goto out;
     }
     pthread_mutex_lock(&j->mu);
+    coord_devs devs = coord_jobs_devs(j);
+    const coord_dev *od = coord_devs_find(&devs, owner);
+    if (od && coord_policy_check(&od->policy, &opts, why, sizeof why)) {
+        pthread_mutex_unlock(&j->mu);
+        code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s (owner %s)", why, owner);
+        goto out;
+    }
     if (j->njob + j->reserved >= COORD_MAX_JOBS) {
         pthread_mutex_unlock(&j->mu);
         code = rpc_status_set(k->st, RPC_RESOURCE_EXHAUSTED, "%d jobs already", COORD_MAX_JOBS);

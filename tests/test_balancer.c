@@ -2672,6 +2672,96 @@ static void test_measured_optimizer(void)
     free(u);
 }
 
+/* ---- a data owner's home layers: units 0..k merged, planned, expanded ---- */
+
+static void test_home_layers(void)
+{
+    int plans = 0, ushaped_plans = 0;
+    for (uint64_t seed = 52000; seed < 52100; seed++) {
+        inst in = make_bert_instance(seed);
+        if (!in.pb)
+            continue;
+        int L = in.n - 2;
+        for (int k = 1; k <= L; k++) {
+            sl_err err = {0};
+            bal_problem *mg = bal_problem_merge_prefix(in.pb, k, &err);
+            CHECKF(mg && bal_problem_n_units(mg) == in.n - k, "seed %llu k %d: %s",
+                   (unsigned long long)seed, k, err.msg);
+            if (!mg)
+                continue;
+            double fl = 0;
+            for (int u = 0; u <= k; u++)
+                fl += bal_problem_unit(in.pb, u)->fwd_flops;
+            CHECK(fabs(bal_problem_unit(mg, 0)->fwd_flops - fl) <= 1e-9 * fl &&
+                  bal_problem_unit(mg, 0)->out_bytes == bal_problem_unit(in.pb, k)->out_bytes);
+            for (int d = 0; d < in.D; d++) {
+                double f = 0, b = 0;
+                for (int u = 0; u <= k; u++) {
+                    f += bal_unit_fwd_s(in.pb, d, u);
+                    b += bal_unit_bwd_s(in.pb, d, u);
+                }
+                CHECK(fabs(bal_unit_fwd_s(mg, d, 0) - f) <= 1e-12 * f &&
+                      fabs(bal_unit_bwd_s(mg, d, 0) - b) <= 1e-12 * b);
+                for (int v = 1; v < in.n - k; v++)
+                    CHECK(bal_unit_fwd_s(mg, d, v) == bal_unit_fwd_s(in.pb, d, v + k));
+            }
+            bal_opts o = bal_opts_default();
+            o.micro_batches = 4;
+            int ush = (int)(seed + (uint64_t)k) % 2;
+            if (ush)
+                o.data_owner = 0;
+            else
+                o.first_device = 0;
+            bal_plan *pl = bal_plan_make(mg, BAL_OPTIMAL, &o, &err);
+            if (pl && bal_plan_expand_prefix(pl, in.pb, k, &err)) {
+                CHECKF(0, "seed %llu k %d: %s", (unsigned long long)seed, k, err.msg);
+                bal_plan_free(pl);
+                pl = NULL;
+            }
+            if (pl) {
+                int p = pl->n_stages, order[16], extra[16], cuts[17];
+                CHECKF(pl->n_units == in.n && pl->stage[0].device == 0 && pl->stage[0].first == 0 &&
+                       pl->stage[0].last >= k, "seed %llu k %d: stage 0 is device %d units %d..%d",
+                       (unsigned long long)seed, k, pl->stage[0].device, pl->stage[0].first,
+                       pl->stage[0].last);
+                for (int i = 0; i < p && p <= 16; i++) {
+                    const bal_stage *st = &pl->stage[i];
+                    CHECK(st->first == (i ? pl->stage[i - 1].last + 1 : 0) && st->last >= st->first);
+                    for (int u = st->first; u <= st->last; u++)
+                        CHECK(pl->unit_fwd_s[u] == bal_unit_fwd_s(in.pb, st->device, u));
+                    order[i] = st->device;
+                    extra[i] = st->extra;
+                    cuts[i] = st->first;
+                }
+                CHECK(pl->stage[p - 1].last == in.n - 1);
+                cuts[p] = in.n;
+                /* the same chain and cuts planned on the whole problem: the same iteration */
+                bal_chain c = {p, order, extra, pl->micro_batches, pl->schedule, o.window,
+                               ush && p >= 3};
+                bal_plan *direct = p <= 16 ? bal_plan_chain(in.pb, &c, cuts, &err) : NULL;
+                bal_timeline *t1 = bal_simulate(pl, pl->schedule, 0, &err);
+                bal_timeline *t2 = direct ? bal_simulate(direct, direct->schedule, 0, &err) : NULL;
+                CHECKF(t1 && t2 && fabs(t1->iteration_s - t2->iteration_s) <= 1e-9 * t2->iteration_s,
+                       "seed %llu k %d: expanded %.9g, direct %.9g (%s)", (unsigned long long)seed, k,
+                       t1 ? t1->iteration_s : -1, t2 ? t2->iteration_s : -1, err.msg);
+                plans++;
+                ushaped_plans += ush && p >= 3;
+                bal_timeline_free(t1);
+                bal_timeline_free(t2);
+                bal_plan_free(direct);
+                bal_plan_free(pl);
+            }
+            bal_problem_free(mg);
+        }
+        sl_err err = {0};
+        CHECK(!bal_problem_merge_prefix(in.pb, L + 1, &err) && strstr(err.msg, "cannot keep"));
+        bal_problem_free(in.pb);
+    }
+    CHECK(plans >= 80 && ushaped_plans >= 15);
+    printf("  %d plans keeping units 0..k on the data owner (%d U-shaped over 3+ stages)\n", plans,
+           ushaped_plans);
+}
+
 int main(void)
 {
     RUN(test_bert_units);
@@ -2681,6 +2771,7 @@ int main(void)
     RUN(test_never_worse_and_memory);
     RUN(test_never_beaten_by_smaller);
     RUN(test_first_device);
+    RUN(test_home_layers);
     RUN(test_closed_forms);
     RUN(test_link_in_simulator);
     RUN(test_ushaped_shares_compute);

@@ -177,6 +177,11 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
     } else if (!d) {
         sl_err_set(err, SL_EINVAL, "this device serves no dataset '%.64s' (it serves only what "
                    "--data names)", name);
+    } else if (json_is_boolean(json_object_get(spec, "sealed")) &&
+               json_is_boolean(json_object_get(spec, "u_shape")) &&
+               dev_policy_check_options(&js->o.policy, json_is_true(json_object_get(spec, "sealed")),
+                                        json_is_true(json_object_get(spec, "u_shape")), err)) {
+        /* refused before any work: the job's options break this owner's policy */
     } else if (!config_of(json_object_get(spec, "config"), &c, err)) {
         dev_feed_opts fo = feed_opts(spec);
         if ((f = dev_feed_open(d->path, &c, &fo, err))) {
@@ -497,6 +502,8 @@ static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
         sl_err_wrap(err, "the plan of job %s is refused", t->job);
     if (!rc && dev_plan_parse((const char *)sp->plan.data, sp->plan.len, self(r->js), &r->pl, err))
         rc = sl_err_wrap(err, "the plan of job %s", t->job);
+    if (!rc && dev_policy_check_plan(&r->js->o.policy, &r->pl, self(r->js), err))
+        rc = sl_err_wrap(err, "the plan of job %s is refused", t->job);
     if (!rc && (r->pl.epoch != t->epoch || strcmp(r->pl.job, t->job)))
         rc = sl_err_set(err, SL_ESTATE, "the plan is of another job or epoch than the task (%u)",
                         t->epoch);
