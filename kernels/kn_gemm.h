@@ -10,6 +10,8 @@
 #ifndef KN_GEMM_H
 #define KN_GEMM_H
 
+#include <stdint.h>
+
 typedef struct kn_gemm_cm {
     int transa, transb; /* column-major operands: 0 = N, 1 = T */
     int m, n, k;
@@ -40,5 +42,14 @@ static inline kn_gemm_cm kn_gemm_map(int ta, int tb, int M, int N, int K, const 
 /* Row-major C = alpha op(A) op(B) + beta C on the CPU (OpenBLAS). ta/tb: 0 or 1. */
 void kn_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Row-major C = alpha op(A) op(B) (+ bias) (+ C) on the CPU with bf16 A and
+ * B and fp32 accumulation (oneDNN, cpu/kn_dnnl.c): C is fp32 (c_bf16 0;
+ * accumulate 1 adds the product to C) or bf16 (c_bf16 1, rounded once after
+ * the bias; accumulate 0). bias (N) may be NULL. The bits depend on the
+ * shape, never on the thread count. 0, or -1 when oneDNN failed. */
+int kn_bgemm(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+             const uint16_t *B, int ldb, const float *bias, int accumulate, void *C, int ldc,
+             int c_bf16);
 
 #endif

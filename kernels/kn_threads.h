@@ -118,6 +118,70 @@ SL_HD KN_INLINE void kn_t_scale(size_t i, float *x, float s)
     x[i] *= s;
 }
 
+/* bf16 compute: one thread per element */
+SL_HD KN_INLINE void kn_t_to_bf16(size_t i, uint16_t *out16, const float *inp)
+{
+    out16[i] = sl_f32_to_bf16(inp[i]);
+}
+SL_HD KN_INLINE void kn_t_gelu_fwd_bf16(size_t i, uint16_t *out16, const uint16_t *inp16, int kind)
+{
+    float g, dg;
+    kn_gelu16_elem(sl_bf16_to_f32(inp16[i]), kind, &g, &dg);
+    out16[i] = sl_f32_to_bf16(g);
+}
+/* dinp += gelu'(x) dout; with out16, also the forward's value again */
+SL_HD KN_INLINE void kn_t_gelu_bwd_bf16(size_t i, float *dinp, uint16_t *out16,
+                                        const uint16_t *inp16, const float *dout, int kind)
+{
+    float g, dg;
+    kn_gelu16_elem(sl_bf16_to_f32(inp16[i]), kind, &g, &dg);
+    dinp[i] += dg * dout[i];
+    if (out16)
+        out16[i] = sl_f32_to_bf16(g);
+}
+/* a product's fp32 accumulator plus the bias, rounded once (the CPU's
+ * oneDNN primitive does the same inside) */
+SL_HD KN_INLINE void kn_t_bias_bf16(size_t i, uint16_t *out16, const float *acc, const float *b,
+                                    int OC)
+{
+    out16[i] = sl_f32_to_bf16(b ? acc[i] + b[i % OC] : acc[i]);
+}
+/* attention in bf16, one thread per row of (B,NH,T,T): att16 = bf16(P) and
+ * pd16 = bf16(att16 * dropout multiplier) (pd16 NULL: no dropout) */
+SL_HD KN_INLINE void kn_t_attn_p16(size_t row, uint16_t *att16, uint16_t *pd16, const float *P,
+                                   kn_dropout d, int T, int NH)
+{
+    size_t per = (size_t)NH * T;
+    uint64_t base = kn_dropout_index(d.seq0, row / per, per * T, (row % per) * T);
+    float sc = kn_dropout_scale(d.p);
+    for (int j = 0; j < T; j++) {
+        uint16_t a = sl_f32_to_bf16(P[row * T + j]);
+        att16[row * T + j] = a;
+        if (pd16)
+            pd16[row * T + j] = sl_f32_to_bf16(
+                sl_bf16_to_f32(a) * (kn_dropout_keep(d.seed, d.stream, base + j, d.p) ? sc : 0.0f));
+    }
+}
+/* attention backward in bf16, one thread per row: P = att16 widened, the
+ * dropped probabilities pd16 as forward made them, dP *= the multiplier,
+ * then dS = softmax backward (in place in dp), ds16 = bf16(dS) */
+SL_HD KN_INLINE void kn_t_attn_bwd16(size_t row, float *dp, uint16_t *ds16, const uint16_t *att16,
+                                     kn_dropout d, int T, int NH, float scale)
+{
+    size_t per = (size_t)NH * T;
+    uint64_t base = kn_dropout_index(d.seq0, row / per, per * T, (row % per) * T);
+    float sc = kn_dropout_scale(d.p), dot = 0.0f;
+    float *x = dp + row * T;
+    const uint16_t *a = att16 + row * T;
+    for (int j = 0; j < T; j++) {
+        if (d.p > 0.0f)
+            x[j] *= kn_dropout_keep(d.seed, d.stream, base + j, d.p) ? sc : 0.0f;
+        dot += sl_bf16_to_f32(a[j]) * x[j];
+    }
+    for (int j = 0; j < T; j++)
+        ds16[row * T + j] = sl_f32_to_bf16(scale * sl_bf16_to_f32(a[j]) * (x[j] - dot));
+}
+
 /* cross-entropy: one thread per masked position */
 SL_HD KN_INLINE void kn_t_xent_fwd(size_t i, float *losses, float *probs, const float *logits,
                                    const int32_t *targets, int V)

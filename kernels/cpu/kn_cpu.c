@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kn_body.h"
+#include "kn_cpu.h"
 #include "kn_gemm.h"
 #include "kn_rng.h"
 #include "kn_ops.h"
@@ -33,7 +34,7 @@ static size_t red_blocks(size_t n, size_t *block)
 }
 
 /* dst[c] += sum over rows n of x[n*ld + c], c in [0, C). */
-static void colsum_add(float *dst, const float *x, int N, int ld, int C)
+void kn_colsum_add(float *dst, const float *x, int N, int ld, int C)
 {
     int nblk = (C + KN_COLS - 1) / KN_COLS;
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= KN_PAR_MIN)
@@ -152,7 +153,7 @@ void kn_matmul_backward(float *dinp, float *dw, float *db, const float *dout, co
     if (dw)
         kn_sgemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (db)
-        colsum_add(db, dout, N, OC, OC);
+        kn_colsum_add(db, dout, N, OC, OC);
 }
 
 /* ---- elementwise ---- */
