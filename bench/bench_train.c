@@ -62,6 +62,7 @@ int main(int argc, char **argv)
         flags |= *q == 'r'   ? DEV_STAGE_RECOMPUTE
                  : *q == 'a' ? DEV_STAGE_RECOMPUTE_ATTN
                  : *q == 'b' ? DEV_STAGE_BF16_STATE
+                 : *q == 'p' ? DEV_STAGE_BF16_COMPUTE
                              : 0x100;
     char base[8];
     snprintf(base, sizeof base, "%.*s", (int)(plus ? (size_t)(plus - which) : strlen(which)), which);
