@@ -179,6 +179,20 @@ void dev_stage_prof_get(const dev_stage *s, double *mm_seconds, double *mm_flops
     *mm_flops = s->mm_flops;
 }
 
+int dev_precision_flags(const char *name)
+{
+    if (name && !strcmp(name, "fp32"))
+        return 0;
+    if (name && !strcmp(name, "bf16"))
+        return DEV_STAGE_BF16_COMPUTE;
+    return -1;
+}
+
+const char *dev_precision_name(unsigned flags)
+{
+    return flags & DEV_STAGE_BF16_COMPUTE ? "bf16" : "fp32";
+}
+
 void dev_optim_default(dev_optim *o)
 {
     memset(o, 0, sizeof *o);

@@ -60,6 +60,11 @@ float dev_clip_scale(double norm, float max_norm);
 
 typedef struct dev_stage dev_stage;
 
+/* --precision: "fp32" -> 0, "bf16" -> DEV_STAGE_BF16_COMPUTE, else -1. */
+int dev_precision_flags(const char *name);
+/* The name of the precision a stage's flags ask for ("fp32" or "bf16"). */
+const char *dev_precision_name(unsigned flags);
+
 /* Creation flags. RECOMPUTE: a slot keeps only each encoder layer's output
  * and backward re-runs the layer's forward into one shared work area first
  * (activation checkpointing per layer): the stash shrinks from ~10.5 C + 
