@@ -64,7 +64,8 @@ static void test_base_plan(void)
     CHECK(p.config.layers == 3 && p.config.hidden == 32 && p.config.max_pos == 24);
     CHECK(p.options.optimizer == DEV_OPT_ADAMW && !p.options.bf16_state && p.options.lr == 0.002 &&
           p.options.weight_decay == 0.01 && p.options.clip == 1.0 && p.options.warmup == -1 &&
-          p.options.seed == 1 && !p.options.recompute && !p.options.recompute_attention);
+          p.options.seed == 1 && !p.options.recompute && !p.options.recompute_attention &&
+          !p.options.bf16_compute); /* a plan without precision is fp32 */
     CHECK(p.n_stages == 4 && p.n_local == 2 && p.local[0] == 0 && p.local[1] == 3);
     static const int first[] = {0, 2, 3, 4}, last[] = {1, 2, 3, 4}, warm[] = {3, 3, 3, 0};
     for (int i = 0; i < 4 && p.n_stages == 4; i++)
@@ -91,6 +92,8 @@ static void test_accepted_variants(void)
         {"schedule", "\"gpipe\""},
         {"options.optimizer", "\"lamb\""},
         {"options.optim_state", "\"bf16\""},
+        {"options.precision", "\"bf16\""},
+        {"options.precision", "\"fp32\""},
         {"options.seed", "-1"},
         {"checkpoint_every", "0"},
         {"checkpoint_every", "50"},
@@ -109,6 +112,8 @@ static void test_accepted_variants(void)
         CHECKF(!broken, "%s = %s: %s", cases[i][0], cases[i][1], broken);
         if (!rc && !strcmp(cases[i][1], "\"topk:0.25\""))
             CHECK(p.codec_grad == DEV_CODEC_TOPK && p.topk == 0.25);
+        if (!rc && !strcmp(cases[i][0], "options.precision"))
+            CHECK(p.options.bf16_compute == !strcmp(cases[i][1], "\"bf16\""));
         dev_plan_free(&p);
         free(text);
     }
@@ -155,6 +160,8 @@ static void test_refusals(void)
         {"options", "[]", "plan: options: not an object"},
         {"options.optimizer", "\"sgd\"", "plan: options.optimizer: 'sgd' is not adamw or lamb"},
         {"options.optim_state", "\"fp8\"", "plan: options.optim_state: 'fp8' is not fp32 or bf16"},
+        {"options.precision", "\"fp16\"", "plan: options.precision: 'fp16' is not fp32 or bf16"},
+        {"options.precision", "16", "plan: options.precision: not a string"},
         {"options.lr", "\"fast\"", "plan: options.lr: not a number"},
         {"options.clip", NULL, "plan: options.clip: missing"},
         {"options.warmup", "-2", "plan: options.warmup: -2 is not in -1..2147483647"},
