@@ -1,12 +1,13 @@
-/* kn_gemm.h - row-major sgemm on column-major BLAS (CBLAS and cuBLAS alike).
+/* kn_gemm.h - row-major GEMM on column-major BLAS (CBLAS and cuBLAS alike).
  *
  * The ops think row-major: C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C,
  * with leading dimensions counted in row-major elements. A column-major
  * library reads a row-major matrix as its transpose, so it is asked for
  * C^T = op(B)^T @ op(A)^T: the operands and M/N swap, transposes and leading
- * dimensions stay. kn_gemm_map does this once; kn_sgemm (CBLAS, column-major
- * mode on purpose) and kn_cuda_sgemm (cuBLAS) both use it, so every CPU test
- * of a matmul or attention also tests the mapping the GPU path relies on. */
+ * dimensions stay. kn_gemm_map does this once, whatever the element type;
+ * kn_sgemm (CBLAS, column-major mode on purpose), kn_cuda_sgemm and
+ * kn_cuda_bgemm (cuBLAS, fp32 and bf16) all use it, so every CPU test of a
+ * matmul or attention also tests the mapping the GPU path relies on. */
 #ifndef KN_GEMM_H
 #define KN_GEMM_H
 
@@ -15,15 +16,15 @@
 typedef struct kn_gemm_cm {
     int transa, transb; /* column-major operands: 0 = N, 1 = T */
     int m, n, k;
-    const float *a;
+    const void *a;
     int lda;
-    const float *b;
+    const void *b;
     int ldb;
     int ldc;
 } kn_gemm_cm;
 
-static inline kn_gemm_cm kn_gemm_map(int ta, int tb, int M, int N, int K, const float *A, int lda,
-                                     const float *B, int ldb, int ldc)
+static inline kn_gemm_cm kn_gemm_map(int ta, int tb, int M, int N, int K, const void *A, int lda,
+                                     const void *B, int ldb, int ldc)
 {
     kn_gemm_cm g;
     g.transa = tb;

@@ -146,21 +146,23 @@ SL_HD KN_INLINE void kn_t_bias_bf16(size_t i, uint16_t *out16, const float *acc,
 {
     out16[i] = sl_f32_to_bf16(b ? acc[i] + b[i % OC] : acc[i]);
 }
-/* attention in bf16, one thread per row of (B,NH,T,T): att16 = bf16(P) and
- * pd16 = bf16(att16 * dropout multiplier) (pd16 NULL: no dropout) */
-SL_HD KN_INLINE void kn_t_attn_p16(size_t row, uint16_t *att16, uint16_t *pd16, const float *P,
-                                   kn_dropout d, int T, int NH)
+/* attention in bf16, one thread per row of (B,NH,T,T): att16 = bf16(P) */
+SL_HD KN_INLINE void kn_t_attn_round16(size_t row, uint16_t *att16, const float *P, int T)
+{
+    for (int j = 0; j < T; j++)
+        att16[row * T + j] = sl_f32_to_bf16(P[row * T + j]);
+}
+/* pd16 = bf16(att16 * dropout multiplier): what the product with v takes */
+SL_HD KN_INLINE void kn_t_attn_drop16(size_t row, uint16_t *pd16, const uint16_t *att16,
+                                      kn_dropout d, int T, int NH)
 {
     size_t per = (size_t)NH * T;
     uint64_t base = kn_dropout_index(d.seq0, row / per, per * T, (row % per) * T);
     float sc = kn_dropout_scale(d.p);
-    for (int j = 0; j < T; j++) {
-        uint16_t a = sl_f32_to_bf16(P[row * T + j]);
-        att16[row * T + j] = a;
-        if (pd16)
-            pd16[row * T + j] = sl_f32_to_bf16(
-                sl_bf16_to_f32(a) * (kn_dropout_keep(d.seed, d.stream, base + j, d.p) ? sc : 0.0f));
-    }
+    for (int j = 0; j < T; j++)
+        pd16[row * T + j] = sl_f32_to_bf16(
+            sl_bf16_to_f32(att16[row * T + j]) *
+            (kn_dropout_keep(d.seed, d.stream, base + j, d.p) ? sc : 0.0f));
 }
 /* attention backward in bf16, one thread per row: P = att16 widened, the
  * dropped probabilities pd16 as forward made them, dP *= the multiplier,
