@@ -4,7 +4,8 @@
  * seq 128, batch 8, dropout 0.1, 15% of positions masked (decoder only at
  * those). Prints one JSON line: median step, tokens/s, share of the step in
  * the matrix multiplies and their GFLOP/s against plain cblas_sgemm on the
- * same shapes, peak RSS. bench/run.sh puts it side by side with PyTorch. */
+ * same shapes, peak RSS. bench/run.sh puts it side by side with PyTorch.
+ * A fourth argument picks the backend (cpu, the default, or cuda). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -69,6 +70,7 @@ int main(int argc, char **argv)
     if (flags & 0x100)
         base[0] = 0; /* an unknown suffix: usage */
     int steps = argc > 2 ? atoi(argv[2]) : 10, threads = argc > 3 ? atoi(argv[3]) : 2;
+    const char *device = argc > 4 ? argv[4] : "cpu";
     dev_config c = {.max_pos = 512, .type_vocab = 2, .ln_eps = 1e-12f, .gelu = 0,
                     .hidden_dropout = 0.1f, .attn_dropout = 0.1f, .init_range = 0.02f};
     if (!strcmp(base, "a")) {
@@ -78,8 +80,9 @@ int main(int argc, char **argv)
     } else if (!strcmp(base, "c")) {
         c.layers = 12, c.hidden = 768, c.heads = 12, c.intermediate = 3072, c.vocab = 30522;
     } else {
-        fprintf(stderr, "usage: bench_train a|b|c[+{r,a,b}...] [steps] [threads]  (r: recompute, "
-                        "a: recompute attention, b: bf16 optimizer state)\n");
+        fprintf(stderr, "usage: bench_train a|b|c[+{r,a,b,p}...] [steps] [threads] [cpu|cuda]  (r: "
+                        "recompute, a: recompute attention, b: bf16 optimizer state, p: bf16 "
+                        "compute)\n");
         return 2;
     }
     if (steps < 1 || threads < 1) {
@@ -102,7 +105,8 @@ int main(int argc, char **argv)
     }
     sl_err err = {0};
     int bounds[2] = {0, dev_unit_count(&c)};
-    dev_train *tr = dev_train_create_on(&c, bounds, 1, B, T, 1, 1, NULL, flags, &err);
+    const kn_be *be = kn_be_open(device, NULL, 0, &err);
+    dev_train *tr = be ? dev_train_create_on(&c, bounds, 1, B, T, 1, 1, be, flags, &err) : NULL;
     if (!tr) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         return 1;
@@ -135,10 +139,10 @@ int main(int argc, char **argv)
     printf("{\"impl\": \"skyloom\", \"config\": \"%s\", \"params\": %zu, \"step_s\": %.4f, "
            "\"tokens_per_s\": %.1f, \"sgemm_share\": %.3f, \"sgemm_gflops\": %.1f, "
            "\"plain_sgemm_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"stage_mb\": %.1f, "
-           "\"loss\": %.4f, \"steps\": %d, \"threads\": %d}\n",
+           "\"loss\": %.4f, \"steps\": %d, \"threads\": %d, \"device\": \"%s\"}\n",
            which, dev_config_param_count(&c), step, (double)n / step, mms / step,
            mm_med_flops / mms / 1e9, plain, ru.ru_maxrss / 1024.0, dev_stage_bytes(st) / 1048576.0,
-           info.loss, steps, threads);
+           info.loss, steps, threads, be->name);
     dev_train_free(tr);
     free(dt);
     free(mm);
