@@ -84,6 +84,9 @@ typedef struct kn_be {
      * products natively here, else -1 naming what is missing. */
     int (*bf16_check)(sl_err *err);
     void (*to_bf16)(uint16_t *out16, const float *inp, size_t n);
+    void (*layernorm_forward_bf16)(float *out, uint16_t *out16, float *mean, float *rstd,
+                                   const float *inp, const float *w, const float *b, int N,
+                                   int C, float eps);
     void (*matmul_forward_bf16)(float *out, uint16_t *out16, const uint16_t *inp16,
                                 const uint16_t *w16, const float *b, int N, int IC, int OC);
     void (*matmul_backward_bf16)(float *dinp, float *dw, float *db, const float *dout,

@@ -116,6 +116,9 @@ int kn_cuda_bf16_check(sl_err *err);
 void kn_cuda_bgemm(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                    const uint16_t *B, int ldb, float beta, void *C, int ldc, int c_bf16);
 void kn_cuda_to_bf16(uint16_t *out16, const float *inp, size_t n);
+void kn_cuda_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean, float *rstd,
+                                    const float *inp, const float *w, const float *b, int N,
+                                    int C, float eps);
 void kn_cuda_matmul_forward_bf16(float *out, uint16_t *out16, const uint16_t *inp16,
                                  const uint16_t *w16, const float *b, int N, int IC, int OC);
 void kn_cuda_matmul_backward_bf16(float *dinp, float *dw, float *db, const float *dout,

@@ -120,6 +120,11 @@ void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, si
  * inside the product library is reported by the backend's sync. */
 /* out16 = bf16(inp), n elements. */
 void kn_to_bf16(uint16_t *out16, const float *inp, size_t n);
+/* kn_layernorm_forward that also writes its output rounded to bf16 into
+ * out16 (the products' copy: bit for bit kn_to_bf16 of out). */
+void kn_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean, float *rstd,
+                               const float *inp, const float *w, const float *b, int N, int C,
+                               float eps);
 /* inp16 (N,IC), w16 (OC,IC), b (OC) fp32 -> inp16 @ w16^T + b (N,OC): into
  * out (fp32; out16 NULL) or, rounded once after the bias, into out16 (bf16;
  * out NULL). */

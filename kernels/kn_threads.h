@@ -33,6 +33,16 @@ SL_HD KN_INLINE void kn_t_ln_fwd(size_t n, float *out, float *mean, float *rstd,
 {
     kn_layernorm_row_fwd(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C, eps);
 }
+/* forward, and the row rounded to bf16 into out16 */
+SL_HD KN_INLINE void kn_t_ln_fwd_bf16(size_t n, float *out, uint16_t *out16, float *mean,
+                                      float *rstd, const float *inp, const float *w,
+                                      const float *b, int C, float eps)
+{
+    kn_layernorm_row_fwd(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C, eps);
+    KN_SIMD
+    for (int c = 0; c < C; c++)
+        out16[n * C + c] = sl_f32_to_bf16(out[n * C + c]);
+}
 SL_HD KN_INLINE void kn_t_ln_bwd_row(size_t n, float *dinp, const float *dout, const float *inp,
                                      const float *w, const float *mean, const float *rstd, int C)
 {
@@ -129,15 +139,22 @@ SL_HD KN_INLINE void kn_t_gelu_fwd_bf16(size_t i, uint16_t *out16, const uint16_
     kn_gelu16_elem(sl_bf16_to_f32(inp16[i]), kind, &g, &dg);
     out16[i] = sl_f32_to_bf16(g);
 }
-/* dinp += gelu'(x) dout; with out16, also the forward's value again */
-SL_HD KN_INLINE void kn_t_gelu_bwd_bf16(size_t i, float *dinp, uint16_t *out16,
-                                        const uint16_t *inp16, const float *dout, int kind)
+/* dinp += gelu'(x) dout */
+SL_HD KN_INLINE void kn_t_gelu_bwd_bf16(size_t i, float *dinp, const uint16_t *inp16,
+                                        const float *dout, int kind)
 {
     float g, dg;
     kn_gelu16_elem(sl_bf16_to_f32(inp16[i]), kind, &g, &dg);
     dinp[i] += dg * dout[i];
-    if (out16)
-        out16[i] = sl_f32_to_bf16(g);
+}
+/* the same, and the forward's value again into out16 */
+SL_HD KN_INLINE void kn_t_gelu_bwd_out_bf16(size_t i, float *dinp, uint16_t *out16,
+                                            const uint16_t *inp16, const float *dout, int kind)
+{
+    float g, dg;
+    kn_gelu16_elem(sl_bf16_to_f32(inp16[i]), kind, &g, &dg);
+    dinp[i] += dg * dout[i];
+    out16[i] = sl_f32_to_bf16(g);
 }
 /* a product's fp32 accumulator plus the bias, rounded once (the CPU's
  * oneDNN primitive does the same inside) */

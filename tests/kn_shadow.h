@@ -222,6 +222,12 @@ static void sh_to_bf16(uint16_t *out16, const float *inp, size_t n)
 {
     kn_to_bf16(R(out16), R(inp), n);
 }
+static void sh_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean, float *rstd,
+                                     const float *inp, const float *w, const float *b, int N,
+                                     int C, float eps)
+{
+    kn_layernorm_forward_bf16(R(out), R(out16), R(mean), R(rstd), R(inp), R(w), R(b), N, C, eps);
+}
 static void sh_matmul_forward_bf16(float *out, uint16_t *out16, const uint16_t *inp16,
                                    const uint16_t *w16, const float *b, int N, int IC, int OC)
 {
@@ -294,6 +300,7 @@ static const kn_be kn_shadow_be = {
     .scale = sh_scale,
     .bf16_check = kn_cpu_bf16_check,
     .to_bf16 = sh_to_bf16,
+    .layernorm_forward_bf16 = sh_layernorm_forward_bf16,
     .matmul_forward_bf16 = sh_matmul_forward_bf16,
     .matmul_backward_bf16 = sh_matmul_backward_bf16,
     .attention_forward_bf16 = sh_attention_forward_bf16,

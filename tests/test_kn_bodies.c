@@ -197,9 +197,25 @@ static void test_bf16(void)
         FOR(i, no) kn_t_gelu_fwd_bf16(i, c2, h16, kind);
         check_same16(kind ? "gelu tanh fwd bf16" : "gelu erf fwd bf16", c1, c2, no);
         kn_gelu_backward_bf16(g1, c1, h16, dout, no, kind);
-        FOR(i, no) kn_t_gelu_bwd_bf16(i, g2, c2, h16, dout, kind);
+        FOR(i, no) kn_t_gelu_bwd_out_bf16(i, g2, c2, h16, dout, kind);
         check_same(kind ? "gelu tanh bwd bf16" : "gelu erf bwd bf16", g1, g2, no);
+        check_same16(kind ? "gelu tanh bwd value" : "gelu erf bwd value", c1, c2, no);
+        memset(g1, 0, no * sizeof *g1), memset(g2, 0, no * sizeof *g2);
+        kn_gelu_backward_bf16(g1, NULL, h16, dout, no, kind);
+        FOR(i, no) kn_t_gelu_bwd_bf16(i, g2, h16, dout, kind);
+        check_same(kind ? "gelu tanh bwd bf16 (no value)" : "gelu erf bwd bf16 (no value)", g1, g2, no);
         free(g1), free(g2);
+    }
+    /* LayerNorm with the rounded output: one thread per row */
+    {
+        float *lx = kt_randn(nx, 28, 2), *lw = kt_randn(C, 29, 1), *lb = kt_randn(C, 30, 1);
+        float *l1 = kt_alloc(nx), *l2 = kt_alloc(nx), *s1 = kt_alloc(2 * N), *s2 = kt_alloc(2 * N);
+        uint16_t *r1 = sl_xmalloc(nx * 2), *r2 = sl_xmalloc(nx * 2);
+        kn_layernorm_forward_bf16(l1, r1, s1, s1 + N, lx, lw, lb, N, C, 1e-12f);
+        FOR(r, N) kn_t_ln_fwd_bf16(r, l2, r2, s2, s2 + N, lx, lw, lb, C, 1e-12f);
+        check_same("layernorm fwd bf16", l1, l2, nx);
+        check_same16("layernorm fwd to bf16", r1, r2, nx);
+        free(lx), free(lw), free(lb), free(l1), free(l2), free(s1), free(s2), free(r1), free(r2);
     }
     /* linear: fp32 out = bias fill, then the product added; bf16 out = the
      * accumulator plus the bias rounded per element */

@@ -302,6 +302,17 @@ static void test_bf16(void)
     kn_to_bf16(c16, f, no);
     kn_cuda_to_bf16(dc16, df, no);
     cmp16("to_bf16", dc16, c16, no, 0);
+    {
+        float *w = kt_randn(FF, 48, 1), *lb = kt_randn(FF, 49, 1), *l = kt_alloc(no),
+              *st = kt_alloc(2 * N);
+        float *dwl = upf(w, FF), *dlb = upf(lb, FF), *dl = zeros(no), *dst = zeros(2 * N);
+        kn_layernorm_forward_bf16(l, c16, st, st + N, f, w, lb, N, FF, 1e-12f);
+        kn_cuda_layernorm_forward_bf16(dl, dc16, dst, dst + N, df, dwl, dlb, N, FF, 1e-12f);
+        cmpt("layernorm fwd bf16", dl, l, no, 1e-5);
+        cmp16("layernorm fwd to bf16", dc16, c16, no, 4e-3);
+        free(w), free(lb), free(l), free(st);
+        kn_cuda_free(dwl), kn_cuda_free(dlb), kn_cuda_free(dl), kn_cuda_free(dst);
+    }
     kn_matmul_forward_bf16(o, NULL, x16, w16, b, N, C, FF);
     kn_cuda_matmul_forward_bf16(do_, NULL, dx16, dw16, db_, N, C, FF);
     cmpt("matmul fwd bf16", do_, o, no, 1e-5);

@@ -455,6 +455,22 @@ static void test_accumulation(void)
     free(bs), free(qs), free(a16), free(o16), free(g), free(gs), free(g0);
 }
 
+/* LayerNorm with its output rounded too: the fp32 op's bits, and the
+ * rounding kn_to_bf16 would make of them. */
+static void test_layernorm_bf16(void)
+{
+    size_t n = (size_t)N * C;
+    float *x = kt_randn(n, 90, 2), *w = kt_randn(C, 91, 1), *b = kt_randn(C, 92, 1);
+    float *o1 = kt_alloc(n), *o2 = kt_alloc(n), *st1 = kt_alloc(2 * N), *st2 = kt_alloc(2 * N);
+    uint16_t *h1 = sl_xmalloc(n * 2), *h2 = sl_xmalloc(n * 2);
+    kn_layernorm_forward(o1, st1, st1 + N, x, w, b, N, C, 1e-12f);
+    kn_to_bf16(h1, o1, n);
+    kn_layernorm_forward_bf16(o2, h2, st2, st2 + N, x, w, b, N, C, 1e-12f);
+    CHECK(kt_bitwise_equal(o1, o2, n) && kt_bitwise_equal(st1, st2, 2 * N));
+    CHECK(memcmp(h1, h2, n * 2) == 0);
+    free(x), free(w), free(b), free(o1), free(o2), free(st1), free(st2), free(h1), free(h2);
+}
+
 /* Degenerate shapes: nothing to multiply writes the bias (or keeps C). */
 static void test_edge_shapes(void)
 {
@@ -515,6 +531,7 @@ int main(int argc, char **argv)
     printf("oneDNN %s, instruction set %s\n", kn_dnnl_version(), kn_dnnl_isa());
     make_inputs();
     RUN(test_edge_shapes);
+    RUN(test_layernorm_bf16);
     RUN(test_bgemm_mapping);
     RUN(test_thread_independent);
     RUN(test_accumulation);

@@ -67,6 +67,9 @@ struct dev_stage {
     int w16_stale; /* the parameters changed since w16 was made */
     uint16_t *A16, *D16; /* bf16c scratch: a product's input (N x max(F,C)) and the
                           * attention's output gradient (N x C), rounded to bf16 */
+    uint16_t *L16, *X16; /* bf16c: l1 and a layer's input x rounded (N x C each), written
+                          * by the LayerNorms that make them */
+    const float *x16_of; /* the fp32 tensor X16 holds rounded (NULL: none) */
     uint64_t seed; /* run seed: keys the stochastic rounding of bf16 moments */
     uint16_t *hmv16; /* bf16 + res: host staging of the moments for pull/push */
     float *wbase;  /* `work`: one P_CHEAP block, or (recompute) one layer's full stash */
@@ -158,6 +161,20 @@ static void mm_bwd16(dev_stage *s, float *dinp, float *dw, float *db, const floa
         s->mm_s += sl_now_s() - t0;
         s->mm_flops += 4.0 * N * IC * OC;
     }
+}
+
+/* x rounded to bf16 (N x C): X16, which the LayerNorm that made x wrote
+ * (x16_of), or converted now. Only those LayerNorms set x16_of: they are
+ * the only writers of the tensors they tag, while a converted input (the
+ * embeddings' output, a stage's input) is written again by the next
+ * micro-batch without X16. */
+static const uint16_t *x16_for(dev_stage *s, const float *x, size_t NC)
+{
+    if (s->x16_of != x) {
+        s->be->to_bf16(s->X16, x, NC);
+        s->x16_of = NULL;
+    }
+    return s->X16;
 }
 
 /* The bf16 copy of a parameter tensor (its offset in w16 is its offset in
@@ -505,11 +522,13 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     int chain = !s->recompute && s->nl > 0;
     s->X = chain ? falloc(s, N * C) : NULL;
     s->bytes += (N * C * (chain ? 5 : 4) + N * F1 + N * F) * sizeof(float);
-    if (s->bf16c) { /* a product's input, the attention's output gradient, rounded */
+    if (s->bf16c) { /* a product's input, the attention's output gradient, l1, x: rounded */
         size_t fa = F > C ? F : C;
         s->A16 = (uint16_t *)falloc(s, (N * fa + 1) / 2);
         s->D16 = (uint16_t *)falloc(s, (N * C + 1) / 2);
-        s->bytes += N * (fa + C) * sizeof(uint16_t);
+        s->L16 = (uint16_t *)falloc(s, (N * C + 1) / 2);
+        s->X16 = (uint16_t *)falloc(s, (N * C + 1) / 2);
+        s->bytes += N * (fa + 3 * C) * sizeof(uint16_t);
     }
     if (s->nl > 0) { /* the shared part of every layer's stash (see layer_carve) */
         int parts = s->recompute ? P_KEEP | P_CHEAP | P_OUT : P_CHEAP;
@@ -662,7 +681,7 @@ void dev_stage_free(dev_stage *s)
     }
     free(s->slots);
     void *b[] = {s->params, s->grads, s->mv, s->dtied, s->wbase, s->etail, s->etmp, s->G0, s->G1, s->T1, s->T2, s->F1,
-                 s->F2, s->X, s->dl, s->dg, s->dd, s->dxm, s->w16, s->A16, s->D16};
+                 s->F2, s->X, s->dl, s->dg, s->dd, s->dxm, s->w16, s->A16, s->D16, s->L16, s->X16};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         bfree(s, b[i]);
     free(s->erow_of);
@@ -917,7 +936,12 @@ static void layer_refresh(dev_stage *s, int u, layer_a *a, const int32_t *valid,
     else if (s->recompute_attn)
         s->be->attention_forward(a->atto, a->att, a->qkv, valid, B, T, C, s->c.heads,
                                  drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
-    s->be->layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, s->c.ln_eps);
+    if (s->bf16c) /* the products read l1 rounded */
+        s->be->layernorm_forward_bf16(a->ln1, s->L16, a->mean1, a->rstd1, a->res1, p[4], p[5], N,
+                                      C, s->c.ln_eps);
+    else
+        s->be->layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C,
+                                 s->c.ln_eps);
 }
 
 /* dout (B,T,C) -> dx (B,T,C) (overwritten), parameter gradients accumulated. */
@@ -966,21 +990,23 @@ static void layer_forward16(dev_stage *s, int u, layer_a *a, const float *x, con
     int B = mb->B, T = mb->T, C = s->c.hidden, F = s->c.intermediate, N = B * T;
     size_t NC = (size_t)N * C;
     float eps = s->c.ln_eps;
-    s->be->to_bf16(s->A16, x, NC);
-    mm_fwd16(s, NULL, a->qkv16, s->A16, w16_of(s, p[0]), p[1], N, C, 3 * C);
+    mm_fwd16(s, NULL, a->qkv16, x16_for(s, x, NC), w16_of(s, p[0]), p[1], N, C, 3 * C);
     s->be->attention_forward_bf16(a->atto16, a->att16, a->qkv16, valid, B, T, C, s->c.heads,
                                   drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
     mm_fwd16(s, s->T1, NULL, a->atto16, w16_of(s, p[2]), p[3], N, C, C);
     s->be->dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
     s->be->residual_forward(a->res1, x, s->T1, NC);
-    s->be->layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, eps);
-    s->be->to_bf16(s->A16, a->ln1, NC);
-    mm_fwd16(s, NULL, a->h16, s->A16, w16_of(s, p[6]), p[7], N, C, F);
+    s->be->layernorm_forward_bf16(a->ln1, s->L16, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C,
+                                  eps);
+    mm_fwd16(s, NULL, a->h16, s->L16, w16_of(s, p[6]), p[7], N, C, F);
     s->be->gelu_forward_bf16(s->A16, a->h16, (size_t)N * F, s->c.gelu);
     mm_fwd16(s, s->T1, NULL, s->A16, w16_of(s, p[8]), p[9], N, F, C);
     s->be->dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
     s->be->residual_forward(a->res2, a->ln1, s->T1, NC);
-    s->be->layernorm_forward(a->out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C, eps);
+    /* the output, and rounded: the next layer's first product reads that */
+    s->be->layernorm_forward_bf16(a->out, s->X16, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C,
+                                  eps);
+    s->x16_of = a->out;
 }
 
 /* layer_backward in bf16 compute (each product rounds its output gradient;
@@ -1003,9 +1029,9 @@ static void layer_backward16(dev_stage *s, int u, layer_a *a, const float *x, co
     zero(s, s->F2, NF);
     s->be->gelu_backward_bf16(s->F2, s->A16, a->h16, s->F1, NF, s->c.gelu);
     mm_bwd16(s, NULL, g[8], NULL, T2, s->A16, w16_of(s, p[8]), N, F, C);
-    s->be->to_bf16(s->A16, a->ln1, NC);
-    /* T1 holds d(res2), which is also the residual part of d(ln1). */
-    mm_bwd16(s, T1, g[6], g[7], s->F2, s->A16, w16_of(s, p[6]), N, C, F);
+    /* T1 holds d(res2), which is also the residual part of d(ln1); L16 holds
+     * l1 rounded (layer_refresh, or the layer's forward again) */
+    mm_bwd16(s, T1, g[6], g[7], s->F2, s->L16, w16_of(s, p[6]), N, C, F);
     zero(s, T2, NC);
     s->be->layernorm_backward(T2, g[4], g[5], T1, a->res1, p[4], a->mean1, a->rstd1, N, C);
     dcopy(s, dx, T2, NC);
@@ -1017,8 +1043,7 @@ static void layer_backward16(dev_stage *s, int u, layer_a *a, const float *x, co
     zero(s, s->Q, 3 * NC);
     s->be->attention_backward_bf16(s->Q, s->D16, a->qkv16, a->att16, B, T, C, s->c.heads,
                                    drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
-    s->be->to_bf16(s->A16, x, NC);
-    mm_bwd16(s, dx, g[0], g[1], s->Q, s->A16, w16_of(s, p[0]), N, C, 3 * C);
+    mm_bwd16(s, dx, g[0], g[1], s->Q, x16_for(s, x, NC), w16_of(s, p[0]), N, C, 3 * C);
 }
 
 static void layer_fwd(dev_stage *s, int u, layer_a *a, const float *x, const int32_t *valid,
@@ -1196,8 +1221,14 @@ static const float *layer_input(dev_stage *s, slot *sl, int i)
 static void layer_output(dev_stage *s, int u, const layer_a *a, int N, float *out)
 {
     float **p = s->pp + s->first[u - s->u0];
-    s->be->layernorm_forward(out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, s->c.hidden,
-                             s->c.ln_eps);
+    if (s->bf16c) { /* and rounded, for the next layer's weight gradient */
+        s->be->layernorm_forward_bf16(out, s->X16, a->mean2, a->rstd2, a->res2, p[10], p[11], N,
+                                      s->c.hidden, s->c.ln_eps);
+        s->x16_of = out;
+    } else {
+        s->be->layernorm_forward(out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, s->c.hidden,
+                                 s->c.ln_eps);
+    }
 }
 
 int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float *in, float *out,
@@ -1425,21 +1456,24 @@ int dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale, sl_err *e
     for (int k = 0; k < s->nt; k++) {
         const dev_tensor *x = &s->t[k];
         float wd = (x->flags & DEV_T_DECAY) ? o->wd : 0.0f;
+        float *m = s->mv + x->offset, *v = s->mv + s->np + x->offset;
         if (s->bf16) {
             uint16_t *m16 = (uint16_t *)s->mv + x->offset, *v16 = (uint16_t *)s->mv + s->np + x->offset;
             s->be->adamw_update_bf16(s->pp[k], s->gp[k], m16, v16, x->numel, lr, o->beta1, o->beta2,
                                      o->eps, wd, t, rseed, dev_tensor_key(x));
-            continue;
-        }
-        float *m = s->mv + x->offset, *v = s->mv + s->np + x->offset;
-        if (o->kind == DEV_OPT_LAMB)
+        } else if (o->kind == DEV_OPT_LAMB) {
             s->be->lamb_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
-        else
+        } else {
             s->be->adamw_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
+        }
+        if (s->bf16c) /* the products' copy, while the tensor is in cache */
+            s->be->to_bf16(s->w16 + x->offset, s->pp[k], x->numel);
     }
-    s->w16_stale = 1;
-    if (check_fault(s, err))
+    s->w16_stale = !s->bf16c;
+    if (check_fault(s, err)) {
+        s->w16_stale = 1;
         return sl_err_wrap(err, "optimizer step %d", t);
+    }
     s->step = t;
     return 0;
 }

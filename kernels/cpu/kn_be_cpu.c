@@ -73,6 +73,7 @@ static const kn_be cpu_be = {
     .scale = kn_scale,
     .bf16_check = kn_cpu_bf16_check,
     .to_bf16 = kn_to_bf16,
+    .layernorm_forward_bf16 = kn_layernorm_forward_bf16,
     .matmul_forward_bf16 = kn_matmul_forward_bf16,
     .matmul_backward_bf16 = kn_matmul_backward_bf16,
     .attention_forward_bf16 = kn_attention_forward_bf16,

@@ -19,6 +19,15 @@ KN_CLONES void kn_to_bf16(uint16_t *out16, const float *inp, size_t n)
         kn_t_to_bf16(i, out16, inp);
 }
 
+void kn_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean, float *rstd,
+                               const float *inp, const float *w, const float *b, int N, int C,
+                               float eps)
+{
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= KN_PAR_MIN)
+    for (int n = 0; n < N; n++)
+        kn_t_ln_fwd_bf16((size_t)n, out, out16, mean, rstd, inp, w, b, C, eps);
+}
+
 void kn_matmul_forward_bf16(float *out, uint16_t *out16, const uint16_t *inp16,
                             const uint16_t *w16, const float *b, int N, int IC, int OC)
 {
@@ -66,18 +75,18 @@ KN_CLONES void kn_gelu_backward_bf16(float *dinp, uint16_t *out16, const uint16_
     if (kind == KN_GELU_TANH && out16) {
 #pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN_HEAVY)
         for (size_t i = 0; i < N; i++)
-            kn_t_gelu_bwd_bf16(i, dinp, out16, inp16, dout, KN_GELU_TANH);
+            kn_t_gelu_bwd_out_bf16(i, dinp, out16, inp16, dout, KN_GELU_TANH);
     } else if (kind == KN_GELU_TANH) {
 #pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN_HEAVY)
         for (size_t i = 0; i < N; i++)
-            kn_t_gelu_bwd_bf16(i, dinp, NULL, inp16, dout, KN_GELU_TANH);
+            kn_t_gelu_bwd_bf16(i, dinp, inp16, dout, KN_GELU_TANH);
     } else if (out16) {
 #pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN_HEAVY)
         for (size_t i = 0; i < N; i++)
-            kn_t_gelu_bwd_bf16(i, dinp, out16, inp16, dout, KN_GELU_ERF);
+            kn_t_gelu_bwd_out_bf16(i, dinp, out16, inp16, dout, KN_GELU_ERF);
     } else {
 #pragma omp parallel for simd schedule(static) if (N >= KN_PAR_MIN_HEAVY)
         for (size_t i = 0; i < N; i++)
-            kn_t_gelu_bwd_bf16(i, dinp, NULL, inp16, dout, KN_GELU_ERF);
+            kn_t_gelu_bwd_bf16(i, dinp, inp16, dout, KN_GELU_ERF);
     }
 }

@@ -39,6 +39,7 @@ static const kn_be cuda_be = {
     .scale = kn_cuda_scale,
     .bf16_check = kn_cuda_bf16_check,
     .to_bf16 = kn_cuda_to_bf16,
+    .layernorm_forward_bf16 = kn_cuda_layernorm_forward_bf16,
     .matmul_forward_bf16 = kn_cuda_matmul_forward_bf16,
     .matmul_backward_bf16 = kn_cuda_matmul_backward_bf16,
     .attention_forward_bf16 = kn_cuda_attention_forward_bf16,

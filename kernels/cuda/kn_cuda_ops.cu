@@ -506,14 +506,21 @@ extern "C" void kn_cuda_scale(float *x, size_t n, float s)
 // the tensor cores on sm_80 and newer). The row math is kn_threads.h's, as the
 // CPU's, which tests/test_kn_bodies.c runs over these launches' index spaces.
 KN_KERNEL(k_to_bf16, (size_t n, uint16_t *out16, const float *inp), kn_t_to_bf16(i, out16, inp))
+KN_KERNEL(k_ln_fwd_bf16,
+          (size_t n, float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
+           const float *w, const float *b, int C, float eps),
+          kn_t_ln_fwd_bf16(i, out, out16, mean, rstd, inp, w, b, C, eps))
 KN_KERNEL(k_bias_bf16, (size_t n, uint16_t *out16, const float *acc, const float *b, int OC),
           kn_t_bias_bf16(i, out16, acc, b, OC))
 KN_KERNEL(k_gelu_fwd_bf16, (size_t n, uint16_t *out16, const uint16_t *inp16, int kind),
           kn_t_gelu_fwd_bf16(i, out16, inp16, kind))
 KN_KERNEL(k_gelu_bwd_bf16,
+          (size_t n, float *dinp, const uint16_t *inp16, const float *dout, int kind),
+          kn_t_gelu_bwd_bf16(i, dinp, inp16, dout, kind))
+KN_KERNEL(k_gelu_bwd_out_bf16,
           (size_t n, float *dinp, uint16_t *out16, const uint16_t *inp16, const float *dout,
            int kind),
-          kn_t_gelu_bwd_bf16(i, dinp, out16, inp16, dout, kind))
+          kn_t_gelu_bwd_out_bf16(i, dinp, out16, inp16, dout, kind))
 KN_KERNEL(k_attn_round16, (size_t n, uint16_t *att16, const float *P, int T),
           kn_t_attn_round16(i, att16, P, T))
 KN_KERNEL(k_attn_drop16, (size_t n, uint16_t *pd16, const uint16_t *att16, kn_dropout d, int T,
@@ -579,6 +586,13 @@ static void bgemm_heads(int ta, int tb, int M, int N, int K, float alpha, const 
 extern "C" void kn_cuda_to_bf16(uint16_t *out16, const float *inp, size_t n)
 {
     LAUNCH(k_to_bf16, n, out16, inp);
+}
+
+extern "C" void kn_cuda_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean,
+                                               float *rstd, const float *inp, const float *w,
+                                               const float *b, int N, int C, float eps)
+{
+    LAUNCH(k_ln_fwd_bf16, (size_t)N, out, out16, mean, rstd, inp, w, b, C, eps);
 }
 
 extern "C" void kn_cuda_matmul_forward_bf16(float *out, uint16_t *out16, const uint16_t *inp16,
@@ -697,5 +711,8 @@ extern "C" void kn_cuda_gelu_forward_bf16(uint16_t *out16, const uint16_t *inp16
 extern "C" void kn_cuda_gelu_backward_bf16(float *dinp, uint16_t *out16, const uint16_t *inp16,
                                            const float *dout, size_t N, int kind)
 {
-    LAUNCH(k_gelu_bwd_bf16, N, dinp, out16, inp16, dout, kind);
+    if (out16)
+        LAUNCH(k_gelu_bwd_out_bf16, N, dinp, out16, inp16, dout, kind);
+    else
+        LAUNCH(k_gelu_bwd_bf16, N, dinp, inp16, dout, kind);
 }
