@@ -9,7 +9,7 @@
 #include "sl_mem.h"
 
 /* Below this many elements a loop runs on one thread (kn_cpu.c says why). */
-#define KN_PAR_MIN (1 << 18)
+#define KN_PAR_MIN (1 << 16)
 #define KN_PAR_MIN_HEAVY (1 << 14)
 
 KN_CLONES void kn_to_bf16(uint16_t *out16, const float *inp, size_t n)

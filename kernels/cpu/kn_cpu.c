@@ -16,10 +16,11 @@
 
 #define KN_COLS 64
 /* Below these many elements a loop runs on one thread: memory-bound loops
- * (adds, dropout, optimizers, row normalisation) finish in well under 100 us
- * there, less than a fork/join costs once a core is shared with other work;
- * compute-bound ones (GELU's erf, exp rows) pay off much earlier. */
-#define KN_PAR_MIN (1 << 18)
+ * (adds, dropout, optimizers, row normalisation) finish in under 25 us
+ * there, about what a fork/join costs; compute-bound ones (GELU's erf, exp
+ * rows) pay off earlier. 2^16 gave 4% faster fp32 steps than 2^18 and 6-19%
+ * faster bf16 ones, where these loops are most of a step (docs/kernels.md). */
+#define KN_PAR_MIN (1 << 16)
 #define KN_PAR_MIN_HEAVY (1 << 14)
 /* Reductions sum fixed blocks (at least KN_RED_BLOCK elements, at most
  * KN_RED_MAX_BLOCKS of them) and then the block sums in order, so their
