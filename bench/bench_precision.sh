@@ -68,8 +68,8 @@ for name, label in (("demo", "demo (L2 H128, seq 64, batch 16)"), ("b", "(b) L4 
     e32, e16 = ev(name, "fp32"), ev(name, "bf16")
     rel, erel = (lb - la) / la, (e16 - e32) / e32
     ok &= abs(rel) <= 0.01 and abs(erel) <= 0.005
-    print("| %s | %d | %.4f / %.4f | %.4f / %.4f | %+.2f%% | %.0f / %.0f | %.4f / %.4f | %+.3f%% |" % (
+    print("| %s | %d | %.5f / %.5f | %.5f / %.5f | %+.3f%% | %.0f / %.0f | %.5f / %.5f | %+.4f%% |" % (
         label, steps, fa, la, fb, lb, 100 * rel, ta, tb, e32, e16, 100 * erel))
-print("(bars: last-20 mean within 1%, evaluation within 0.5%: %s)" % ("met" if ok else "MISSED"))
+print("(bars: last-20 mean within 1%%, evaluation within 0.5%%: %s)" % ("met" if ok else "MISSED"))
 sys.exit(0 if ok else 1)
 PY
