@@ -422,7 +422,7 @@ SL_HD void kn_adamw_elem(float *p, float g, float *m, float *v, float lr, float 
 /* AdamW with m and v held in bf16: the update itself is kn_adamw_elem's, in
  * fp32, from the widened moments; the new moments are stored stochastically
  * rounded with the two halves of one random word r. */
-SL_HD void kn_adamw_bf16_elem(float *p, float g, uint16_t *m, uint16_t *v, float lr, float beta1,
+SL_HD KN_INLINE void kn_adamw_bf16_elem(float *p, float g, uint16_t *m, uint16_t *v, float lr, float beta1,
                               float beta2, float eps, float wd, float bc1, float sqrt_bc2,
                               uint32_t r)
 {

@@ -300,9 +300,9 @@ void kn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, flo
         kn_t_adamw(i, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sqrt_bc2);
 }
 
-void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n, float lr,
-                          float beta1, float beta2, float eps, float wd, int t, uint64_t seed,
-                          uint64_t stream)
+KN_CLONES void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+                                    float lr, float beta1, float beta2, float eps, float wd, int t,
+                                    uint64_t seed, uint64_t stream)
 {
     float bc1 = (float)(1.0 - pow(beta1, t));
     float sqrt_bc2 = (float)sqrt(1.0 - pow(beta2, t));
@@ -312,6 +312,7 @@ void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, si
         uint32_t w[KN_DROP_CHUNK];
         size_t i0 = k * KN_DROP_CHUNK, len = n - i0 < KN_DROP_CHUNK ? n - i0 : KN_DROP_CHUNK;
         kn_rng_fill_u32(seed, stream, i0, len, w);
+        KN_SIMD
         for (size_t i = 0; i < len; i++)
             kn_adamw_bf16_elem(&p[i0 + i], g[i0 + i], &m[i0 + i], &v[i0 + i], lr, beta1, beta2,
                                eps, wd, bc1, sqrt_bc2, w[i]);
