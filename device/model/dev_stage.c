@@ -981,8 +981,8 @@ static void layer_backward(dev_stage *s, int u, layer_a *a, const float *x, cons
  * qkv, the attention probabilities and output and h are produced and kept
  * in bf16 (the products read nothing else of them; GELU reads bf16(h) in
  * both directions); x, r1, l1, r2, the LayerNorms, dropout and the
- * residuals stay fp32. A16 takes x, l1 and gelu(h) rounded for the
- * products that read them. */
+ * residuals stay fp32. The products read x rounded from X16, l1 from L16
+ * (both written by the LayerNorms that make them) and gelu(h) from A16. */
 static void layer_forward16(dev_stage *s, int u, layer_a *a, const float *x, const int32_t *valid,
                             const dev_micro *mb)
 {

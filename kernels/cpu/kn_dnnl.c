@@ -264,7 +264,7 @@ static int prim_run(const bprim *b, const void *A, const void *B, const float *b
     return st == dnnl_success ? 0 : -1;
 }
 
-/* One product on the calling thread, its scratchpad on the stack's heap. */
+/* One product on the calling thread, with a scratchpad of its own. */
 static int run_one(const bkey *k, const void *A, const void *B, const float *bias, void *C)
 {
     bprim *b = prim_get(k);
