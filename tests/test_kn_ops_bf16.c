@@ -482,6 +482,26 @@ static void test_edge_shapes(void)
     CHECK(c[0] == 1 && c[5] == 6);
     CHECK(kn_bgemm(0, 1, 0, 3, 4, 1.0f, NULL, 4, NULL, 4, NULL, 0, c, 3, 0) == 0);
     CHECK(kn_bgemm(0, 1, 2, 0, 4, 1.0f, NULL, 4, NULL, 4, NULL, 0, c, 3, 0) == 0);
+    /* the ops: no rows, no inputs (IC = 0: the bias alone), no outputs */
+    float out[6] = {9, 9, 9, 9, 9, 9}, dw[6] = {0}, db[3] = {0}, dout[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t o16[6] = {0}, x16[1] = {0};
+    kn_matmul_forward_bf16(out, NULL, x16, x16, bias, 0, 4, 3);
+    CHECK(out[0] == 9);
+    kn_matmul_forward_bf16(out, NULL, x16, x16, bias, 2, 0, 3);
+    CHECK(out[0] == 1.5f && out[5] == 0.25f);
+    kn_matmul_forward_bf16(NULL, o16, x16, x16, bias, 2, 0, 3);
+    CHECK(sl_bf16_to_f32(o16[1]) == -2.0f);
+    kn_matmul_backward_bf16(NULL, dw, db, dout, x16, x16, 2, 0, 3);
+    CHECK(db[0] == 5 && db[2] == 9 && dw[0] == 0);
+    kn_matmul_backward_bf16(out, dw, db, dout, x16, x16, 0, 2, 3);
+    CHECK(db[0] == 5);
+    kn_to_bf16(o16, out, 0);
+    kn_gelu_forward_bf16(o16, x16, 0, KN_GELU_ERF);
+    kn_gelu_backward_bf16(out, o16, x16, out, 0, KN_GELU_ERF);
+    kn_attention_forward_bf16(o16, o16, x16, NULL, 0, 4, 6, 2, in.att_drop[1]);
+    kn_attention_backward_bf16(out, x16, x16, o16, 0, 4, 6, 2, in.att_drop[1]);
+    sl_err err = {0};
+    CHECKF(kn_cpu_status(&err) == 0, "%s", err.msg);
 }
 
 /* A CPU whose oneDNN lacks bf16 kernels is refused with the instruction set
