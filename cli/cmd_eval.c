@@ -16,15 +16,18 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: skyloom eval --config config.json --model model.safetensors --data SHARD\n"
                "                    [--batches K] [--batch B] [--first N] [--mask-prob P]\n"
-               "                    [--seed S] [--device auto|cpu|cuda] [--json]\n\n"
+               "                    [--seed S] [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
+               "                    [--json]\n\n"
                "Prints the mean masked-LM loss (and perplexity) of the model over K batches of\n"
                "B sequences starting at sequence N of the shard (defaults: K 10, B 8, N 0),\n"
-               "masked as training masks them (15%%, seed S, default 1), dropout off.\n");
+               "masked as training masks them (15%%, seed S, default 1), dropout off.\n"
+               "--precision bf16 computes the matrix products in bf16 (as skyloom train\n"
+               "--precision bf16 does), everything else in fp32.\n");
 }
 
 int cmd_eval(int argc, char **argv)
 {
-    const char *config = NULL, *model = NULL, *data = NULL, *device = "auto";
+    const char *config = NULL, *model = NULL, *data = NULL, *device = "auto", *precision = "fp32";
     int batches = 10, B = 8, json = 0;
     int64_t first = 0, seed = 1;
     double mask_prob = 0.15;
@@ -51,6 +54,8 @@ int cmd_eval(int argc, char **argv)
             data = v;
         else if (!strcmp(a, "--device"))
             device = v;
+        else if (!strcmp(a, "--precision"))
+            precision = v;
         else if (!strcmp(a, "--batches"))
             rc = sl_parse_int(a, v, 1, 1 << 24, &batches, &err);
         else if (!strcmp(a, "--batch"))
@@ -70,6 +75,9 @@ int cmd_eval(int argc, char **argv)
         return sl_cli_fail("eval", 2, "--config, --model and --data are required (see --help)");
     if (!kn_be_name_ok(device))
         return sl_cli_fail("eval", 2, "--device must be auto, cpu or cuda, got '%s'", device);
+    int pflags = dev_precision_flags(precision);
+    if (pflags < 0)
+        return sl_cli_fail("eval", 2, "--precision must be fp32 or bf16, got '%s'", precision);
     dev_config cfg;
     if (dev_config_load(&cfg, config, &err))
         return sl_cli_fail("eval", 1, "%s", err.msg);
@@ -97,7 +105,12 @@ int cmd_eval(int argc, char **argv)
         goto out;
     }
     sl_log_info("eval", "device: %s", why);
-    tr = dev_train_create_on(&cfg, bounds, 1, B, T, 1, (uint64_t)seed, be, 0, &err);
+    if (pflags && (!be->bf16_check || be->bf16_check(&err))) {
+        sl_cli_fail("eval", 1, "--precision bf16 on %s: %s", be->name,
+                    be->bf16_check ? err.msg : "no bf16 compute");
+        goto out;
+    }
+    tr = dev_train_create_on(&cfg, bounds, 1, B, T, 1, (uint64_t)seed, be, (unsigned)pflags, &err);
     if (!tr || dev_ckpt_load_model(dev_train_stage(tr, 0), model, &err)) {
         sl_cli_fail("eval", 1, "%s", err.msg);
         goto out;
@@ -129,8 +142,9 @@ int cmd_eval(int argc, char **argv)
     }
     double loss = masked ? sum / (double)masked : 0;
     if (json) {
-        json_t *j = json_pack("{s:f, s:f, s:I, s:i, s:i}", "loss", loss, "perplexity", exp(loss),
-                              "masked_tokens", (json_int_t)masked, "batches", batches, "batch", B);
+        json_t *j = json_pack("{s:f, s:f, s:I, s:i, s:i, s:s}", "loss", loss, "perplexity",
+                              exp(loss), "masked_tokens", (json_int_t)masked, "batches", batches,
+                              "batch", B, "precision", precision);
         char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(8));
         printf("%s\n", s);
         free(s);

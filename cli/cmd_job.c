@@ -62,6 +62,7 @@ static const char submit_text[] =
     "  --replan-margin F  a device that joins during the job is taken in when the\n"
     "                     plan with it is predicted F faster (default 0.10)\n"
     "  --lr X --warmup N --seed S --optimizer adamw|lamb --optim-state fp32|bf16\n"
+    "  --precision fp32|bf16\n"
     "  --weight-decay X --clip X --mask-prob P --first N --sequences K\n"
     "  --no-shuffle --recompute --recompute-attention\n"
     "                     as for skyloom train: the job's result is the same\n"
@@ -326,6 +327,7 @@ static const sopt submit_opts[] = {
     {"--sequences", "sequences", 0},   {"--no-shuffle", "shuffle", 4},
     {"--recompute", "recompute", 3},   {"--recompute-attention", "recompute_attention", 3},
     {"--no-u-shape", "u_shape", 4},    {"--replan-margin", "replan_margin", 1},
+    {"--precision", "precision", 2},
     {NULL, NULL, 0},
 };
 
@@ -379,6 +381,11 @@ static int submit(client *c, int argc, char **argv)
         } else {
             json_object_set_new(o, s->key, json_string(v));
         }
+    }
+    const char *prec = json_string_value(json_object_get(o, "precision"));
+    if (prec && dev_precision_flags(prec) < 0) {
+        json_decref(o);
+        return sl_cli_fail("job", 2, "--precision must be fp32 or bf16, got '%s'", prec);
     }
     if (!config || !data || !json_object_get(o, "steps")) {
         json_decref(o);

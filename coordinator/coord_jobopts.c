@@ -20,12 +20,13 @@ static json_t *defaults(void)
 {
     return json_pack(
         "{s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, s:I, "
-        "s:I, s:b, s:b, s:b, s:b, s:f}",
+        "s:I, s:b, s:b, s:b, s:b, s:f, s:s}",
         "batch", 8, "micro_batches", 1, "codec_act", "none", "codec_grad", "none", "sealed", 1,
         "algo", "optimal", "schedule", "1f1b", "checkpoint_every", 50, "lr", -1.0, "warmup", -1,
         "seed", (json_int_t)1, "optimizer", "adamw", "optim_state", "fp32", "weight_decay", 0.01,
         "clip", 1.0, "mask_prob", 0.15, "first", (json_int_t)0, "sequences", (json_int_t)0,
-        "shuffle", 1, "recompute", 0, "recompute_attention", 0, "u_shape", 1, "replan_margin", 0.10);
+        "shuffle", 1, "recompute", 0, "recompute_attention", 0, "u_shape", 1, "replan_margin", 0.10,
+        "precision", "fp32");
 }
 
 static int codec_ok(const char *s, int grad)
@@ -127,6 +128,8 @@ static int check(const json_t *o, char *why, size_t cap)
         (!strcmp(os, "bf16") && strcmp(opt, "adamw")))
         return fail(why, cap, "options: optimizer adamw|lamb, optim_state fp32|bf16 (bf16 with "
                     "adamw only)");
+    if (strcmp(sget(o, "precision"), "fp32") && strcmp(sget(o, "precision"), "bf16"))
+        return fail(why, cap, "options: precision must be fp32 or bf16");
     if (iget(o, "warmup") < -1 || iget(o, "warmup") > INT_MAX || iget(o, "checkpoint_every") > INT_MAX)
         return fail(why, cap, "options: warmup must be -1 (10%% of the steps) or more, and warmup "
                     "and checkpoint_every at most %d", INT_MAX);
@@ -178,6 +181,7 @@ int coord_jobopts_parse(const char *text, coord_jobopts *o, char *why, size_t ca
     o->recompute_attention = bget(j, "recompute_attention");
     o->u_shape = bget(j, "u_shape");
     o->replan_margin = rget(j, "replan_margin");
+    snprintf(o->precision, sizeof o->precision, "%s", sget(j, "precision"));
     json_t *devs = json_object_get(j, "devices"), *d;
     size_t i;
     o->has_devices = devs != NULL;
@@ -207,7 +211,7 @@ json_t *coord_jobopts_json(const coord_jobopts *o)
 {
     json_t *j = json_pack(
         "{s:i, s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, "
-        "s:I, s:I, s:b, s:b, s:b, s:b, s:f}",
+        "s:I, s:I, s:b, s:b, s:b, s:b, s:f, s:s}",
         "steps", o->steps, "batch", o->batch, "micro_batches", o->micro_batches, "codec_act",
         o->codec_act, "codec_grad", o->codec_grad, "sealed", o->sealed, "algo", o->algo,
         "schedule", o->schedule, "checkpoint_every", o->checkpoint_every, "lr", o->lr, "warmup",
@@ -215,7 +219,8 @@ json_t *coord_jobopts_json(const coord_jobopts *o)
         o->optim_state, "weight_decay", o->weight_decay, "clip", o->clip, "mask_prob",
         o->mask_prob, "first", (json_int_t)o->first, "sequences", (json_int_t)o->sequences,
         "shuffle", o->shuffle, "recompute", o->recompute, "recompute_attention",
-        o->recompute_attention, "u_shape", o->u_shape, "replan_margin", o->replan_margin);
+        o->recompute_attention, "u_shape", o->u_shape, "replan_margin", o->replan_margin,
+        "precision", o->precision);
     if (o->has_devices) {
         json_t *a = json_array();
         for (int i = 0; i < o->n_devices; i++)

@@ -29,6 +29,7 @@ typedef struct coord_jobopts {
     int64_t first, sequences;
     int shuffle, recompute, recompute_attention, u_shape;
     double replan_margin; /* a joiner's plan is taken when faster by this share */
+    char precision[8];    /* fp32, bf16: the products' (skyloom train --precision) */
     int has_devices;      /* the submit named the devices the job may use */
     int n_devices;
     char (*devices)[COORD_DEV_ID_LEN];

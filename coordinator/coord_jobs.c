@@ -250,10 +250,10 @@ static json_t *profile_spec(const coord_devs *devs, const coord_job *jb, int k, 
         if (d)
             json_array_append_new(peers, json_pack("{s:s, s:s}", "id", d->id, "address", d->address));
     }
-    json_t *s = json_pack("{s:o, s:i, s:i, s:o, s:i, s:s, s:s}", "config", cfg, "micro_batch",
+    json_t *s = json_pack("{s:o, s:i, s:i, s:o, s:i, s:s, s:s, s:s}", "config", cfg, "micro_batch",
                           jb->batch / jb->opts.micro_batches, "seq", jb->seq, "peers", peers,
                           "ping_bytes", 1 << 20, "optimizer", jb->opts.optimizer, "optim_state",
-                          jb->opts.optim_state);
+                          jb->opts.optim_state, "precision", jb->opts.precision);
     if (round != COORD_PROFILE_BOTH)
         json_object_set_new(s, "round", json_string(profile_round_name[round]));
     return s;

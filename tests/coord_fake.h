@@ -66,13 +66,14 @@ typedef struct fdev {
     char id[CERT_ID_LEN];
     double speed;  /* its units take this many times the base figures */
     int alive;     /* heartbeats and answers tasks */
+    const Skyloom__V1__OwnerPolicy *policy; /* stated in its heartbeats; NULL: none */
 } fdev;
 
 static fdev D[4] = {
-    {"A", "lab-a", "books", "", 1.0, 1},
-    {"B", "lab-a", NULL, "", 1.0, 1},
-    {"C", "lab-b", NULL, "", 1.5, 1},
-    {"E", "lab-b", NULL, "", 1.0, 1},
+    {"A", "lab-a", "books", "", 1.0, 1, NULL},
+    {"B", "lab-a", NULL, "", 1.0, 1, NULL},
+    {"C", "lab-b", NULL, "", 1.5, 1, NULL},
+    {"E", "lab-b", NULL, "", 1.0, 1, NULL},
 };
 
 static inline const char *token_secret(const char *site, char *out)
@@ -199,6 +200,7 @@ static inline void heartbeat(fdev *d)
     q.link_public_key.data = key;
     q.link_public_key.len = 32;
     q.threads = 2;
+    q.policy = (Skyloom__V1__OwnerPolicy *)d->policy;
     rpc_status st;
     Skyloom__V1__HeartbeatResponse *r = NULL;
     CHECKF(call(coord_handle_heartbeat, d->id, &q, &skyloom__v1__heartbeat_response__descriptor,
@@ -421,11 +423,15 @@ static inline int upload(const fdev *d, const jview *v, const char *job, int epo
 /* The devices of the running plan train steps up to `to` (reports, then
  * the parts of checkpoint steps, waiting for each commit). Returns RPC_OK,
  * the code of the first upload refused, or RPC_ABORTED when the epoch ended
- * before a commit (they stop there). */
+ * before a commit or before they began (they stop there). */
 static inline int train(const char *job, int to, int every)
 {
     jview v;
-    CHECK(view(job, &v) == 0 && !strcmp(v.state, "running"));
+    if (view(job, &v) || strcmp(v.state, "running")) {
+        /* the epoch ended before its devices started (a store failure, say) */
+        free(v.plan);
+        return RPC_ABORTED;
+    }
     int code = RPC_OK;
     for (int s = v.step + 1; s <= to && code == RPC_OK; s++) {
         for (int i = v.p - 1; i >= 0; i--)
@@ -469,7 +475,9 @@ static inline int train(const char *job, int to, int every)
     return code;
 }
 
-static inline char *submit(const char *opts)
+/* Submits a job on D[0]'s "books" with options opts: the code, the job id
+ * in *id (malloc'd, "" when refused), the refusal in st. */
+static inline int submit_code(const char *opts, char **id, rpc_status *st)
 {
     Skyloom__V1__SubmitJobRequest q = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
     char data[96];
@@ -479,12 +487,18 @@ static inline char *submit(const char *opts)
     q.data = data;
     q.options = (char *)opts;
     Skyloom__V1__SubmitJobResponse *r = NULL;
-    rpc_status st;
-    CHECKF(call(coord_handle_submit_job, CERT_ADMIN_CN, &q,
-                &skyloom__v1__submit_job_response__descriptor, (void **)&r, &st) == RPC_OK,
-           "%s", st.details);
-    char *id = sl_xstrdup(r ? r->job_id : "");
+    int code = call(coord_handle_submit_job, CERT_ADMIN_CN, &q,
+                    &skyloom__v1__submit_job_response__descriptor, (void **)&r, st);
+    *id = sl_xstrdup(r ? r->job_id : "");
     rpc_unpacked_free(r);
+    return code;
+}
+
+static inline char *submit(const char *opts)
+{
+    char *id;
+    rpc_status st;
+    CHECKF(submit_code(opts, &id, &st) == RPC_OK, "%s", st.details);
     return id;
 }
 

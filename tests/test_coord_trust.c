@@ -224,6 +224,58 @@ static void test_tensor_units(void)
     CHECK(coord_tensor_unit("../../etc/passwd", 2) == -1);
 }
 
+/* The data owner's policy, stated in its heartbeats: a job that contradicts
+ * it is refused at submit, naming the option and what would lift it; a job
+ * within it is planned with the owner's home layers on the owner. */
+static void test_owner_policy(void)
+{
+    Skyloom__V1__OwnerPolicy pol = SKYLOOM__V1__OWNER_POLICY__INIT;
+    pol.home_layers = 1;
+    D[0].policy = &pol;
+    heartbeat_all();
+    char opts[512], *id;
+    rpc_status st;
+    snprintf(opts, sizeof opts, "{\"steps\": 2, \"batch\": 4, \"micro_batches\": 2, "
+             "\"checkpoint_every\": 2, \"algo\": \"even\", \"u_shape\": false, \"devices\": "
+             "[\"%s\", \"%s\", \"%s\"]}", D[0].id, D[1].id, D[2].id);
+    CHECKF(submit_code(opts, &id, &st) == RPC_FAILED_PRECONDITION && !*id &&
+           strstr(st.details, "drop --no-u-shape (or its device runs with --allow-labels-out)") &&
+           strstr(st.details, D[0].id), "%s", st.details);
+    free(id);
+    char *sealed_off = strstr(opts, "\"u_shape\": false");
+    memcpy(sealed_off, "\"sealed\":  false", strlen("\"sealed\":  false"));
+    CHECKF(submit_code(opts, &id, &st) == RPC_FAILED_PRECONDITION && !*id &&
+           strstr(st.details, "drop --no-seal (or its device runs with --allow-unsealed)"),
+           "%s", st.details);
+    free(id);
+    /* within the policy: units 0..1 on the owner, the head too (U-shaped) */
+    memcpy(sealed_off, "\"sealed\":   true", strlen("\"sealed\":   true"));
+    char *job = submit(opts);
+    CHECK(pump_until(job, "running", 1));
+    jview v;
+    CHECK(view(job, &v) == 0 && v.p >= 2);
+    CHECKF(!strcmp(v.stage_dev[0], D[0].id) && v.first_unit[0] == 0 && v.last_unit[0] >= 1 &&
+           !strcmp(v.stage_dev[v.p - 1], D[0].id) && v.last_unit[v.p - 1] == 3,
+           "stage 0: %s units %d..%d", v.stage_dev[0], v.first_unit[0], v.last_unit[0]);
+    free(v.plan);
+    CHECK(train(job, 2, 2) == RPC_OK && pump_until(job, "done", 1));
+    free(job);
+    /* a policy that allows it: the plain chain is taken */
+    pol.allow_labels_out = 1;
+    heartbeat_all();
+    snprintf(opts, sizeof opts, "{\"steps\": 2, \"batch\": 4, \"micro_batches\": 2, "
+             "\"checkpoint_every\": 2, \"algo\": \"even\", \"u_shape\": false, \"devices\": "
+             "[\"%s\", \"%s\", \"%s\"]}", D[0].id, D[1].id, D[2].id);
+    job = submit(opts);
+    CHECK(pump_until(job, "running", 1) && view(job, &v) == 0 && v.p >= 2 &&
+          strcmp(v.stage_dev[v.p - 1], D[0].id) && v.last_unit[0] >= 1);
+    free(v.plan);
+    CHECK(train(job, 2, 2) == RPC_OK && pump_until(job, "done", 1));
+    free(job);
+    D[0].policy = NULL;
+    heartbeat_all();
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_OFF);
@@ -231,6 +283,7 @@ int main(void)
     RUN(test_tensor_units);
     RUN(test_store_shares);
     RUN(test_outsider_and_impostors);
+    RUN(test_owner_policy);
     cf_close();
     tu_rmtree(root);
     return sl_test_done();

@@ -20,7 +20,8 @@ cl_config "$d/cfg.json" 32 3 48
 sed "s/\"vocab_size\": $V/\"vocab_size\": 50/" "$d/cfg.json" > "$d/small.json"
 
 cl_start || exit 1
-cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" || exit 1; OWNER=$CL_ID
+# the owner's policy lets the plain chain below send its labels out
+cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" --allow-labels-out || exit 1; OWNER=$CL_ID
 cl_device dev2 lab-b --threads 1 || exit 1; MID=$CL_ID
 cl_device dev3 lab-b --threads 1 || exit 1; LAST=$CL_ID
 cl_wait_online 3 || exit 1

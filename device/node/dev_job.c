@@ -341,6 +341,17 @@ static int do_profile(dev_jobs *js, const dev_task *t, const char *round, char *
     if (okind && !strcmp(okind, "lamb"))
         o.kind = DEV_OPT_LAMB;
     unsigned flags = ostate && !strcmp(ostate, "bf16") ? DEV_STAGE_BF16_STATE : 0;
+    /* the job's precision (absent: fp32): units are timed as the run computes them */
+    const json_t *pj = json_object_get(spec, "precision");
+    int pflags = pj ? dev_precision_flags(json_string_value(pj)) : 0;
+    if (pflags < 0) {
+        sl_err_set(err, SL_EINVAL, "profile: precision '%.40s' is not fp32 or bf16",
+                   json_is_string(pj) ? json_string_value(pj) : "(not a string)");
+        json_decref(links);
+        json_decref(spec);
+        return -1;
+    }
+    flags |= (unsigned)pflags;
     omp_set_num_threads(js->o.threads);
     /* The units are timed with the machine's cores to this device: devices
      * sharing them take turns, and the plan charges the sharing (cpu_pool). */
@@ -360,10 +371,10 @@ static int do_profile(dev_jobs *js, const dev_task *t, const char *round, char *
             json_array_append_new(b, json_real(bwd[u]));
             json_array_append_new(os, json_real(opt[u]));
         }
-        json_t *r = json_pack("{s:o, s:o, s:o, s:I, s:i, s:s, s:O}", "unit_fwd_s", f, "unit_bwd_s",
-                              b, "unit_optim_s", os, "memory_bytes",
+        json_t *r = json_pack("{s:o, s:o, s:o, s:I, s:i, s:s, s:s, s:O}", "unit_fwd_s", f,
+                              "unit_bwd_s", b, "unit_optim_s", os, "memory_bytes",
                               (json_int_t)js->o.memory_bytes, "threads", js->o.threads, "backend",
-                              "cpu", "links", links);
+                              "cpu", "precision", dev_precision_name(flags), "links", links);
         json_t *cp = json_pack("{s:s, s:f, s:f}", "name", pool.name, "pool_cpus",
                                pool.pool_cpus, "cpus", pool.cpus);
         if (pool.net_ns[0])
@@ -582,7 +593,8 @@ static int open_stages(run_ctx *r, sl_err *err)
     const dev_plan *pl = &r->pl;
     unsigned flags = (pl->options.recompute ? DEV_STAGE_RECOMPUTE : 0) |
                      (pl->options.recompute_attention ? DEV_STAGE_RECOMPUTE_ATTN : 0) |
-                     (pl->options.bf16_state ? DEV_STAGE_BF16_STATE : 0);
+                     (pl->options.bf16_state ? DEV_STAGE_BF16_STATE : 0) |
+                     (pl->options.bf16_compute ? DEV_STAGE_BF16_COMPUTE : 0);
     uint64_t seed = pl->options.seed;
     for (int k = 0; k < r->nlocal; k++) {
         int i = r->local[k];

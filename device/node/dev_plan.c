@@ -227,6 +227,17 @@ static int read_options(const json_t *pl, dev_plan_options *o, sl_err *err)
         get_bool(v, at, "recompute_attention", &o->recompute_attention, err))
         return -1;
     o->seed = (uint64_t)seed;
+    /* precision: optional, a plan without it is fp32 */
+    if (json_object_get(v, "precision")) {
+        const char *pr = get_str(v, at, "precision", err);
+        if (!pr)
+            return -1;
+        int f = dev_precision_flags(pr);
+        if (f < 0)
+            return sl_err_set(err, SL_ECORRUPT, "plan: options.precision: '%.40s' is not fp32 or "
+                              "bf16", pr);
+        o->bf16_compute = f != 0;
+    }
     /* the data owner's feed: plans from before these were written read as
      * the defaults */
     long long first = 0, sequences = 0;

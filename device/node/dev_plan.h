@@ -19,7 +19,9 @@
  *   options           optimizer adamw|lamb, optim_state fp32|bf16 (bf16
  *                     with adamw only), lr, weight_decay and clip numbers,
  *                     warmup -1 (10% of the steps)..INT_MAX, seed an
- *                     integer, recompute and recompute_attention booleans
+ *                     integer, recompute and recompute_attention booleans,
+ *                     precision fp32|bf16 (the products' precision,
+ *                     skyloom train --precision; absent: fp32)
  *   stages            1..DEV_PLAN_MAX_STAGES objects, stage i with index i,
  *                     a device id, an address (1..255 printable ASCII bytes,
  *                     no space), first_unit..last_unit, link_key (64 hex
@@ -73,6 +75,7 @@ typedef struct dev_plan_options {
     uint64_t first, sequences;
     int shuffle;
     double mask_prob;
+    int bf16_compute;      /* precision "bf16" */
 } dev_plan_options;
 
 typedef struct dev_plan {

@@ -37,6 +37,15 @@ static const kn_be cuda_be = {
     .lamb_update = kn_cuda_lamb_update,
     .sumsq = kn_cuda_sumsq,
     .scale = kn_cuda_scale,
+    .bf16_check = kn_cuda_bf16_check,
+    .to_bf16 = kn_cuda_to_bf16,
+    .layernorm_forward_bf16 = kn_cuda_layernorm_forward_bf16,
+    .matmul_forward_bf16 = kn_cuda_matmul_forward_bf16,
+    .matmul_backward_bf16 = kn_cuda_matmul_backward_bf16,
+    .attention_forward_bf16 = kn_cuda_attention_forward_bf16,
+    .attention_backward_bf16 = kn_cuda_attention_backward_bf16,
+    .gelu_forward_bf16 = kn_cuda_gelu_forward_bf16,
+    .gelu_backward_bf16 = kn_cuda_gelu_backward_bf16,
 };
 
 static const kn_cuda_module module = {
