@@ -839,6 +839,7 @@ static void test_options(void)
         {"{\"steps\": 5, \"sealed\": \"yes\"}", "options: 'sealed' is of the wrong type"},
         {"{\"steps\": 5, \"checkpoint_every\": 2.5}", "options: 'checkpoint_every' must be a whole number"},
         {"{\"steps\": 5, \"devices\": [\"x\"]}", "options: devices must be a list of device ids"},
+        {"{\"steps\": 5, \"precision\": \"fp16\"}", "options: precision must be fp32 or bf16"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = coord_jobopts_parse(bad[i].text, &o, why, sizeof why);
@@ -856,6 +857,21 @@ static void test_options(void)
     char *t2 = coord_jobopts_text(&o2, 0);
     CHECK(!strcmp(t, t2));
     CHECK(coord_jobopts_allows(&o, "dX", "dY")); /* an empty list allows everyone */
+    CHECK(!strcmp(o.precision, "fp32") && strstr(t, "\"precision\":\"fp32\""));
+    coord_jobopts o3;
+    CHECK(coord_jobopts_parse("{\"steps\": 1, \"precision\": \"bf16\"}", &o3, why, sizeof why) == 0 &&
+          !strcmp(o3.precision, "bf16"));
+    coord_jobopts_free(&o3);
+    /* the data owner's policy against the options */
+    coord_policy pol = {.known = 1, .home_layers = 1};
+    CHECK(coord_policy_check(&pol, &o, why, sizeof why) == 0);
+    o.u_shape = 0;
+    CHECK(coord_policy_check(&pol, &o, why, sizeof why) == -1 && strstr(why, "--allow-labels-out"));
+    pol.allow_labels_out = 1;
+    o.sealed = 0;
+    CHECK(coord_policy_check(&pol, &o, why, sizeof why) == -1 && strstr(why, "--allow-unsealed"));
+    pol.known = 0;
+    CHECK(coord_policy_check(&pol, &o, why, sizeof why) == 0); /* nothing known: nothing refused */
     free(t);
     free(t2);
     coord_jobopts_free(&o);

@@ -143,6 +143,18 @@ check "status --json: the latest profile (u2's for the 2 devices it profiled, u3
     bash -c 'profiled "$0" "$1" "$2,$3" "$2,$3" && profiled "$0" "$4" "$5" "$2,$3,$5"' \
     "$d/status2.json" "$JOB" "$OWNER" "$MID" "$U3" "$LAST"
 
+# bf16 products: the job equals skyloom train --precision bf16 (a CPU with AVX512_BF16 or AMX)
+bf16=$("$SK" --version | grep "cpu bf16")
+if grep -q "precision bf16 available" <<<"$bf16"; then
+  "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps 20 --batch 8 --micro-batches 4 \
+      --lr 2e-3 --precision bf16 --save "$d/refbf16" >/dev/null 2>&1
+  REF=$d/refbf16 job bf16 "$OWNER,$MID" --precision bf16
+  check "bf16: the plan's options say bf16" \
+      bash -c 'python3 -c "import json,sys; sys.exit(json.load(open(sys.argv[1]))[\"plan\"][\"options\"][\"precision\"] != \"bf16\")" "$0"' "$d/bf16.submit"
+else
+  echo "skip bf16 job: this CPU has no bf16 products ($bf16)"
+fi
+
 # a plain chain: the labels and the tied gradient cross to the last device
 job chain "$OWNER,$MID,$LAST" --no-u-shape
 check "chain: the device holding the head received the labels and the tied gradient" \
