@@ -319,26 +319,6 @@ static char *plan_text(const plan_in *in, const bal_plan *pl, const bal_timeline
     return text;
 }
 
-/* A plan that runs units 0..home (the embeddings and home encoder layers,
- * as many as the model has) on the data owner's first stage: the balancer
- * places the others around them as one unit. */
-static bal_plan *plan_home(const bal_problem *pb, int algo, const bal_opts *bo, int home, sl_err *err)
-{
-    int layers = bal_problem_n_units(pb) - 2;
-    if (home > layers)
-        home = layers;
-    if (home <= 0)
-        return bal_plan_make(pb, algo, bo, err);
-    bal_problem *merged = bal_problem_merge_prefix(pb, home, err);
-    bal_plan *pl = merged ? bal_plan_make(merged, algo, bo, err) : NULL;
-    if (pl && bal_plan_expand_prefix(pl, pb, home, err)) {
-        bal_plan_free(pl);
-        pl = NULL;
-    }
-    bal_problem_free(merged);
-    return pl;
-}
-
 /* Plans a job (no lock held): the balancer on the measured devices and
  * links, the data owner first. Returns the signed plan text or NULL with
  * the reason. */
@@ -366,7 +346,7 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
     else if (coord_policy_check(pol, &in->opts, why, sizeof why))
         sl_err_set(err, SL_EAUTH, "%s", why);
     else
-        pl = plan_home(pb, algo, &bo, pol->known ? pol->home_layers : 0, err);
+        pl = bal_plan_make_home(pb, algo, &bo, pol->known ? pol->home_layers : 0, err);
     if (pl && pl->stage[0].device != owner)
         sl_err_set(err, SL_ESTATE, "the plan does not start at the data owner %s", in->owner);
     else if (pl && (tl = bal_simulate(pl, pl->schedule, 0, err)))
