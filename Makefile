@@ -4,6 +4,7 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 CUDA_BUILD ?= build-cuda
+GPU_BUILD  ?= build-gpu
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 # The whole fuzz run's budget: each target gets FUZZ_SECONDS, or less when
@@ -22,7 +23,7 @@ endif
 # meson finds nvcc only on PATH.
 export PATH := $(PATH):/usr/local/cuda/bin
 
-.PHONY: all deps build install test test-asan test-cuda bench fuzz clean demo chaos testbed
+.PHONY: all deps build install test test-asan test-cuda test-gpu bench fuzz clean demo chaos testbed
 
 all: build
 
@@ -83,6 +84,13 @@ test-cuda: deps $(CUDA_BUILD)/build.ninja
 	@meson test -C $(CUDA_BUILD) --suite cuda --print-errorlogs --num-processes 2 || true
 	@$(PYTHON) scripts/test-summary.py $(CUDA_BUILD)/meson-logs/testlog.json
 
+# On a machine with an NVIDIA GPU: a CUDA build for that GPU, the CUDA tests
+# (every op and whole training runs against the CPU, fp32 and bf16),
+# skyloom train on both, and a short GPU-against-CPU benchmark, in under
+# eight minutes; the report goes to $(GPU_BUILD)/test-gpu.md ($$OUT when set).
+test-gpu: deps
+	@scripts/test-gpu.sh $(GPU_BUILD)
+
 # libFuzzer targets (tests/fuzz/meson.build): clang, coverage instrumentation
 # on all code, ASan+UBSan; each target runs min(FUZZ_SECONDS, FUZZ_BUDGET /
 # number of targets) seconds on its own corpus in
@@ -133,4 +141,4 @@ bench: build
 	meson test -C $(BUILD) --benchmark --verbose --num-processes 1
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD) $(GPU_BUILD) $(FUZZ_BUILD)

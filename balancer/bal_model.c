@@ -430,6 +430,108 @@ bal_problem *bal_problem_subset(const bal_problem *pb, const unsigned char *keep
     return sub;
 }
 
+bal_problem *bal_problem_merge_prefix(const bal_problem *pb, int k, sl_err *err)
+{
+    int n = pb->n_units, D = pb->n_dev;
+    if (k < 0 || k >= n - 1) {
+        sl_err_set(err, SL_EINVAL, "cannot keep units 0..%d together in a model of %d units", k, n);
+        return NULL;
+    }
+    int m = n - k;
+    bal_unit *units = sl_xmalloc((size_t)m * sizeof *units);
+    units[0] = pb->unit[0];
+    for (int u = 1; u <= k; u++) {
+        const bal_unit *x = &pb->unit[u];
+        units[0].fwd_flops += x->fwd_flops;
+        units[0].bwd_flops += x->bwd_flops;
+        units[0].param_bytes += x->param_bytes;
+        units[0].optim_bytes += x->optim_bytes;
+        units[0].stash_bytes += x->stash_bytes;
+        units[0].out_bytes = x->out_bytes;
+    }
+    memcpy(units + 1, pb->unit + k + 1, (size_t)(m - 1) * sizeof *units);
+    /* every device's times, as measured or estimated, summed the same way */
+    bal_device *dev = sl_xmalloc((size_t)D * sizeof *dev);
+    double *t = sl_xmalloc(3 * (size_t)D * m * sizeof *t);
+    for (int d = 0; d < D; d++) {
+        dev[d] = pb->dev[d];
+        double *f = t + (size_t)d * m, *b = t + ((size_t)D + d) * m, *o = t + (2 * (size_t)D + d) * m;
+        for (int u = 0; u < n; u++) {
+            int v = u <= k ? 0 : u - k;
+            const double *tf = pb->tf + (size_t)d * n, *tb = pb->tb + (size_t)d * n,
+                         *to = pb->topt + (size_t)d * n;
+            if (u <= k && u > 0) {
+                f[0] += tf[u];
+                b[0] += tb[u];
+                o[0] += to[u];
+            } else {
+                f[v] = tf[u];
+                b[v] = tb[u];
+                o[v] = to[u];
+            }
+        }
+        dev[d].unit_fwd_s = f;
+        dev[d].unit_bwd_s = b;
+        dev[d].unit_optim_s = o;
+    }
+    int ns = pb->n_sites;
+    bal_site_inside *in = sl_xcalloc((size_t)ns + 1, sizeof *in);
+    bal_site_link *ln = sl_xcalloc((size_t)ns * ns + 1, sizeof *ln);
+    bal_network net = bal_network_default();
+    net.same_host = pb->same_host;
+    for (int a = 0; a < ns; a++) {
+        memcpy(in[net.n_inside].site, pb->site[a], BAL_NAME_MAX);
+        in[net.n_inside++].link = pb->inside[a];
+        for (int c = a + 1; c < ns; c++) {
+            bal_site_link *x = &ln[net.n_links++];
+            memcpy(x->a, pb->site[a], BAL_NAME_MAX);
+            memcpy(x->b, pb->site[c], BAL_NAME_MAX);
+            x->link = pb->between[(size_t)a * ns + c];
+        }
+    }
+    net.inside = in;
+    net.links = ln;
+    bal_problem *out = bal_problem_new(units, m, dev, D, &net, err);
+    if (out) {
+        out->wire_act = pb->wire_act;
+        out->wire_grad = pb->wire_grad;
+    }
+    free(units);
+    free(dev);
+    free(t);
+    free(in);
+    free(ln);
+    return out;
+}
+
+int bal_plan_expand_prefix(bal_plan *pl, const bal_problem *pb, int k, sl_err *err)
+{
+    int n = pb->n_units;
+    if (k < 0 || pl->n_units != n - k)
+        return sl_err_set(err, SL_EINVAL, "a plan of %d units does not expand by %d to %d", pl->n_units,
+                          k, n);
+    double *f = sl_xcalloc((size_t)n, sizeof *f), *b = sl_xcalloc((size_t)n, sizeof *b),
+           *o = sl_xcalloc((size_t)n, sizeof *o);
+    for (int i = 0; i < pl->n_stages; i++) {
+        bal_stage *s = &pl->stage[i];
+        s->first = s->first == 0 ? 0 : s->first + k;
+        s->last += k;
+        for (int u = s->first; u <= s->last; u++) {
+            f[u] = pb->tf[(size_t)s->device * n + u];
+            b[u] = pb->tb[(size_t)s->device * n + u];
+            o[u] = pb->topt[(size_t)s->device * n + u];
+        }
+    }
+    free(pl->unit_fwd_s);
+    free(pl->unit_bwd_s);
+    free(pl->unit_optim_s);
+    pl->unit_fwd_s = f;
+    pl->unit_bwd_s = b;
+    pl->unit_optim_s = o;
+    pl->n_units = n;
+    return 0;
+}
+
 int bal_problem_set_wire(bal_problem *pb, double act, double grad, sl_err *err)
 {
     if (!(act > 0 && act <= 16) || !(grad > 0 && grad <= 16))

@@ -4,8 +4,10 @@
  * seq 128, batch 8, dropout 0.1, 15% of positions masked (decoder only at
  * those). Prints one JSON line: median step, tokens/s, share of the step in
  * the matrix multiplies and their GFLOP/s against plain cblas_sgemm on the
- * same shapes, peak RSS. bench/run.sh puts it side by side with PyTorch. */
+ * same shapes, peak RSS. bench/run.sh puts it side by side with PyTorch.
+ * A fourth argument picks the backend (cpu, the default, or cuda). */
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include "bench_util.h"
 #include "dev_train.h"
 #include "kn_backend.h"
+#include "kn_gemm.h"
 #include "sl_mem.h"
 #include "sl_time.h"
 
@@ -50,6 +53,91 @@ static double plain_sgemm(const dev_config *c, int N, int M, int reps)
     return flops / dt / 1e9;
 }
 
+/* The same products in bf16 (bf16 compute), in a loop: through kn_bgemm (the
+ * step's fixed panels on one thread each) into *ours, and as one oneDNN
+ * matmul per product with oneDNN's own threads (bits that depend on the
+ * thread count, which a pipeline stage cannot have) into *whole. GFLOP/s. */
+static void plain_bgemm(const dev_config *c, int N, int M, int reps, double *ours, double *whole)
+{
+    int C = c->hidden, F = c->intermediate, V = c->vocab;
+    int shapes[6][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, F}, {N, F, C}, {M, C, C}, {M, C, V}};
+    int count[6] = {c->layers, c->layers, c->layers, c->layers, 1, 1};
+    size_t big = (size_t)(N > M ? N : M) * (size_t)(F > V ? (F > 3 * C ? F : 3 * C) : V);
+    uint16_t *a = sl_xaligned_alloc(big * 2), *b = sl_xaligned_alloc(big * 2);
+    float *o = sl_xaligned_alloc(big * 4);
+    for (size_t i = 0; i < big; i++) {
+        a[i] = b[i] = (uint16_t)(0x3c00 + i % 97); /* small positive bf16 values */
+        o[i] = 0;
+    }
+    /* the three products of a linear layer: out = x w^T, dx = dy w, dw = dy^T x */
+    dnnl_engine_t eng;
+    dnnl_stream_t strm;
+    dnnl_engine_create(&eng, dnnl_cpu, 0);
+    dnnl_stream_create(&strm, eng, dnnl_stream_default_flags);
+    dnnl_primitive_t prim[6][3];
+    for (int sh = 0; sh < 6; sh++)
+        for (int k = 0; k < 3; k++) {
+            int n = shapes[sh][0], ic = shapes[sh][1], oc = shapes[sh][2];
+            int m = k == 2 ? oc : n, nn = k == 0 ? oc : ic, kk = k == 0 ? ic : k == 1 ? oc : n;
+            int ta = k == 2, tb = k == 0;
+            dnnl_memory_desc_t ma, mb, mc;
+            dnnl_dims_t da = {m, kk}, db = {kk, nn}, dc = {m, nn};
+            dnnl_dims_t sa = {ta ? 1 : kk, ta ? m : 1}, sb = {tb ? 1 : nn, tb ? kk : 1},
+                        sc = {nn, 1};
+            dnnl_memory_desc_init_by_strides(&ma, 2, da, dnnl_bf16, sa);
+            dnnl_memory_desc_init_by_strides(&mb, 2, db, dnnl_bf16, sb);
+            dnnl_memory_desc_init_by_strides(&mc, 2, dc, dnnl_f32, sc);
+            dnnl_matmul_desc_t md;
+            dnnl_primitive_desc_t pd;
+            dnnl_matmul_desc_init(&md, &ma, &mb, NULL, &mc);
+            dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL);
+            dnnl_primitive_create(&prim[sh][k], pd);
+            dnnl_primitive_desc_destroy(pd);
+        }
+    for (int pass = 0; pass < 2; pass++) {
+        double flops = 0, t0 = 0;
+        for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+            if (r == 0)
+                t0 = sl_now_s();
+            for (int sh = 0; sh < 6; sh++)
+                for (int rep = 0; rep < count[sh]; rep++) {
+                    int n = shapes[sh][0], ic = shapes[sh][1], oc = shapes[sh][2];
+                    if (pass == 0) {
+                        kn_bgemm(0, 1, n, oc, ic, 1.0f, a, ic, b, ic, NULL, 0, o, oc, 0);
+                        kn_bgemm(0, 0, n, ic, oc, 1.0f, a, oc, b, ic, NULL, 1, o, ic, 0);
+                        kn_bgemm(1, 0, oc, ic, n, 1.0f, a, oc, b, ic, NULL, 1, o, ic, 0);
+                    } else {
+                        for (int k = 0; k < 3; k++) {
+                            const_dnnl_primitive_desc_t pd;
+                            dnnl_primitive_get_primitive_desc(prim[sh][k], &pd);
+                            dnnl_memory_t m[3];
+                            dnnl_memory_create(&m[0], dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), eng, a);
+                            dnnl_memory_create(&m[1], dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), eng, b);
+                            dnnl_memory_create(&m[2], dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), eng, o);
+                            dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
+                                                       {DNNL_ARG_DST, m[2]}};
+                            dnnl_primitive_execute(prim[sh][k], strm, 3, args);
+                            for (int x = 0; x < 3; x++)
+                                dnnl_memory_destroy(m[x]);
+                        }
+                    }
+                    if (r >= 0)
+                        flops += 6.0 * n * ic * oc;
+                }
+        }
+        double gf = flops / (sl_now_s() - t0) / 1e9;
+        *(pass ? whole : ours) = gf;
+    }
+    for (int sh = 0; sh < 6; sh++)
+        for (int k = 0; k < 3; k++)
+            dnnl_primitive_destroy(prim[sh][k]);
+    dnnl_stream_destroy(strm);
+    dnnl_engine_destroy(eng);
+    sl_aligned_free(a);
+    sl_aligned_free(b);
+    sl_aligned_free(o);
+}
+
 int main(int argc, char **argv)
 {
     const char *which = argc > 1 ? argv[1] : "a";
@@ -62,12 +150,14 @@ int main(int argc, char **argv)
         flags |= *q == 'r'   ? DEV_STAGE_RECOMPUTE
                  : *q == 'a' ? DEV_STAGE_RECOMPUTE_ATTN
                  : *q == 'b' ? DEV_STAGE_BF16_STATE
+                 : *q == 'p' ? DEV_STAGE_BF16_COMPUTE
                              : 0x100;
     char base[8];
     snprintf(base, sizeof base, "%.*s", (int)(plus ? (size_t)(plus - which) : strlen(which)), which);
     if (flags & 0x100)
         base[0] = 0; /* an unknown suffix: usage */
     int steps = argc > 2 ? atoi(argv[2]) : 10, threads = argc > 3 ? atoi(argv[3]) : 2;
+    const char *device = argc > 4 ? argv[4] : "cpu";
     dev_config c = {.max_pos = 512, .type_vocab = 2, .ln_eps = 1e-12f, .gelu = 0,
                     .hidden_dropout = 0.1f, .attn_dropout = 0.1f, .init_range = 0.02f};
     if (!strcmp(base, "a")) {
@@ -77,8 +167,9 @@ int main(int argc, char **argv)
     } else if (!strcmp(base, "c")) {
         c.layers = 12, c.hidden = 768, c.heads = 12, c.intermediate = 3072, c.vocab = 30522;
     } else {
-        fprintf(stderr, "usage: bench_train a|b|c[+{r,a,b}...] [steps] [threads]  (r: recompute, "
-                        "a: recompute attention, b: bf16 optimizer state)\n");
+        fprintf(stderr, "usage: bench_train a|b|c[+{r,a,b,p}...] [steps] [threads] [cpu|cuda]  (r: "
+                        "recompute, a: recompute attention, b: bf16 optimizer state, p: bf16 "
+                        "compute)\n");
         return 2;
     }
     if (steps < 1 || threads < 1) {
@@ -101,7 +192,8 @@ int main(int argc, char **argv)
     }
     sl_err err = {0};
     int bounds[2] = {0, dev_unit_count(&c)};
-    dev_train *tr = dev_train_create_on(&c, bounds, 1, B, T, 1, 1, NULL, flags, &err);
+    const kn_be *be = kn_be_open(device, NULL, 0, &err);
+    dev_train *tr = be ? dev_train_create_on(&c, bounds, 1, B, T, 1, 1, be, flags, &err) : NULL;
     if (!tr) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         return 1;
@@ -130,14 +222,17 @@ int main(int argc, char **argv)
     double step = bench_median(dt, steps), mms = bench_median(mm, steps);
     struct rusage ru; /* before plain_sgemm's own buffers */
     getrusage(RUSAGE_SELF, &ru);
-    double plain = plain_sgemm(&c, (int)n, M, 3);
+    double plain = plain_sgemm(&c, (int)n, M, 3), ours = 0, whole = 0;
+    if (flags & DEV_STAGE_BF16_COMPUTE)
+        plain_bgemm(&c, (int)n, M, 3, &ours, &whole);
     printf("{\"impl\": \"skyloom\", \"config\": \"%s\", \"params\": %zu, \"step_s\": %.4f, "
            "\"tokens_per_s\": %.1f, \"sgemm_share\": %.3f, \"sgemm_gflops\": %.1f, "
            "\"plain_sgemm_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"stage_mb\": %.1f, "
-           "\"loss\": %.4f, \"steps\": %d, \"threads\": %d}\n",
+           "\"loss\": %.4f, \"steps\": %d, \"threads\": %d, \"device\": \"%s\", "
+           "\"plain_bgemm_gflops\": %.1f, \"dnnl_whole_gflops\": %.1f}\n",
            which, dev_config_param_count(&c), step, (double)n / step, mms / step,
            mm_med_flops / mms / 1e9, plain, ru.ru_maxrss / 1024.0, dev_stage_bytes(st) / 1048576.0,
-           info.loss, steps, threads);
+           info.loss, steps, threads, be->name, ours, whole);
     dev_train_free(tr);
     free(dt);
     free(mm);

@@ -5,7 +5,11 @@ bench_train.c, torch's best settings here: run with
 LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp (see
 /work/shared/notes/pytorch-reference.md), the MLM decoder computed only at the
 masked positions. Prints one JSON line.
-Usage: torch_bert.py a|b|c [steps] [threads]"""
+With precision bf16 the forward runs under torch.autocast("cpu", bfloat16)
+(products in bf16 through oneDNN, master weights and optimizer in fp32);
+under 1.13's autocast the head's LayerNorm gets its input cast back to fp32
+(its weights are fp32 and it has no bf16 rule there).
+Usage: torch_bert.py a|b|c [steps] [threads] [fp32|bf16]"""
 import json
 import math
 import resource
@@ -19,6 +23,9 @@ import torch.nn.functional as F
 which = sys.argv[1] if len(sys.argv) > 1 else "a"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
 threads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+precision = sys.argv[4] if len(sys.argv) > 4 else "fp32"
+if precision not in ("fp32", "bf16"):
+    sys.exit("precision must be fp32 or bf16")
 torch.set_num_threads(threads)
 L, C, NH, FF, V = {"a": (2, 128, 2, 512, 8192), "b": (4, 256, 4, 1024, 8192),
                    "c": (12, 768, 12, 3072, 30522)}[which]
@@ -60,7 +67,7 @@ class Bert(nn.Module):
         for layer in self.layers:
             x = layer(x, mask)
         x = x.reshape(B * T, C)[sel]  # the decoder only at masked positions
-        x = self.hln(F.gelu(self.dense(x)))
+        x = self.hln(F.gelu(self.dense(x)).float())
         return F.cross_entropy(x @ self.wte.weight.T + self.bias, target)
 
 
@@ -85,7 +92,8 @@ times = []
 for s in range(steps + 1):
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    loss = model(tok, seg, mask, sel, target)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        loss = model(tok, seg, mask, sel, target)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
@@ -97,4 +105,5 @@ print(json.dumps({"impl": "torch", "config": which, "torch": torch.__version__,
                   "params": sum(p.numel() for p in model.parameters()), "step_s": round(step, 4),
                   "tokens_per_s": round(B * T / step, 1),
                   "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                  "loss": round(loss.item(), 4), "steps": steps, "threads": threads}))
+                  "loss": round(loss.item(), 4), "steps": steps, "threads": threads,
+                  "precision": precision}))

@@ -74,8 +74,9 @@ int cmd_eval(int argc, char **argv);
 /* skyloom eval --task classify (cmd_eval_classify.c), with eval's options. */
 typedef struct cli_eval_args {
     const char *config, *model, *data, *device;
-    const char *logits; /* --logits FILE or NULL */
-    int batches;        /* 0: every sequence from first to the end */
+    const char *precision; /* fp32 or bf16, checked */
+    const char *logits;    /* --logits FILE or NULL */
+    int batches;           /* 0: every sequence from first to the end */
     int B, json;
     int64_t first, seed;
 } cli_eval_args;

@@ -53,7 +53,7 @@ static int backup(int argc, char **argv)
  * (a warning: several coordinators on one machine must not fail for it);
  * a failure on an address the user named is an error (*failed). */
 static coord_http *start_http(coord *c, const char *listen, const char *token_file,
-                              const char *port_file, int *failed)
+                              const char *name, const char *port_file, int *failed)
 {
     *failed = 0;
     if (!strcmp(listen, "off"))
@@ -64,7 +64,7 @@ static coord_http *start_http(coord *c, const char *listen, const char *token_fi
         *failed = sl_cli_fail("coordinator", 2, "%s", err.msg);
         return NULL;
     }
-    coord_http_opts ho = {.listen = listen, .token = token};
+    coord_http_opts ho = {.listen = listen, .token = token, .name = name};
     coord_http *h = coord_http_start(c, &ho, &err);
     free(token);
     if (!h && err.code == SL_EIO && !strcmp(listen, HTTP_DEFAULT)) {
@@ -92,13 +92,13 @@ int cmd_coordinator(int argc, char **argv)
         return backup(argc, argv);
     coord_opts o = {0};
     const char *port_file = NULL, *heartbeat = NULL, *max_message = NULL;
-    const char *http = HTTP_DEFAULT, *http_token = NULL, *http_port_file = NULL;
+    const char *http = HTTP_DEFAULT, *http_token = NULL, *http_port_file = NULL, *http_name = NULL;
     sl_err err = {0};
     const cli_opt table[] = {{"--listen", &o.listen},       {"--pki", &o.pki},
                              {"--state", &o.state},         {"--port-file", &port_file},
                              {"--heartbeat", &heartbeat},   {"--max-message", &max_message},
                              {"--http-listen", &http},      {"--http-token", &http_token},
-                             {"--http-port-file", &http_port_file},
+                             {"--http-port-file", &http_port_file}, {"--http-name", &http_name},
                              {NULL, NULL}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -106,7 +106,7 @@ int cmd_coordinator(int argc, char **argv)
             printf("usage: skyloom coordinator --listen ADDR --pki DIR --state DIR\n"
                    "                           [--heartbeat 5s] [--max-message 1M] [--port-file F]\n"
                    "                           [--http-listen HOST:PORT|off] [--http-token FILE]\n"
-                   "                           [--http-port-file F]\n"
+                   "                           [--http-port-file F] [--http-name NAME]\n"
                    "       skyloom coordinator backup --state DIR --out FILE\n\n"
                    "Serves the Coordinator service over mutual TLS on ADDR (HOST:PORT; port 0\n"
                    "picks a free one, written to --port-file). Devices without a certificate\n"
@@ -121,7 +121,9 @@ int cmd_coordinator(int argc, char **argv)
                    "picks one, written to --http-port-file). If the default address is taken the\n"
                    "coordinator runs without it and says so. An address other than loopback\n"
                    "needs --http-token FILE (one line): every request must then carry\n"
-                   "'Authorization: Bearer TOKEN'.\n\n"
+                   "'Authorization: Bearer TOKEN'. Without a token, a request's Host must be the\n"
+                   "listen address (on loopback also localhost) or --http-name NAME: a web page\n"
+                   "that points a name of its own here (DNS rebinding) is refused.\n\n"
                    "Without --pki, the environment variable SKYLOOM_PKI gives the PKI directory;\n"
                    "an option wins. Clients (skyloom job, status, device) take the --listen\n"
                    "address as --coordinator, never the HTTP one.\n");
@@ -154,7 +156,7 @@ int cmd_coordinator(int argc, char **argv)
     int status = 0, http_failed = 0;
     coord *c = coord_open(&o, &err);
     int port = c ? coord_start(c, &err) : -1;
-    coord_http *h = port < 0 ? NULL : start_http(c, http, http_token, http_port_file, &http_failed);
+    coord_http *h = port < 0 ? NULL : start_http(c, http, http_token, http_name, http_port_file, &http_failed);
     if (port < 0) {
         status = sl_cli_fail("coordinator", 1, "%s", err.msg);
     } else if (http_failed) {

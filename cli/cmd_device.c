@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "dev_agent.h"
 #include "dev_job.h"
+#include "dev_plan.h"
 #include "dev_profile.h"
 #include "dev_stagesvc.h"
 #include "sl_log.h"
@@ -20,7 +21,8 @@ static void usage(void)
     printf("usage: skyloom device --coordinator HOST:PORT --state DIR --site S\n"
            "                      [--token TOKEN] [--name N] [--once]\n"
            "                      [--stage-listen HOST:PORT [--stage-advertise HOST:PORT]]\n"
-           "                      [--data NAME=PATH]... [--threads N] [--memory BYTES]\n\n"
+           "                      [--data NAME=PATH]... [--threads N] [--memory BYTES]\n"
+           "                      [--home-layers N] [--allow-unsealed] [--allow-labels-out]\n\n"
            "Joins a coordinator. The first start needs a one-time --token (from\n"
            "skyloom certs token): the device makes its own key in DIR, pins the CA by\n"
            "the token's fingerprint, sends a CSR and stores the certificate it gets.\n"
@@ -37,18 +39,28 @@ static void usage(void)
            "                    the cores hwloc sees)\n"
            "  --memory BYTES    usable memory to report to the planner (default: the\n"
            "                    machine's, from hwloc)\n\n"
+           "The data owner's policy, for jobs on its --data (it refuses a plan that\n"
+           "breaks it, saying why; the coordinator plans within it):\n"
+           "  --home-layers N   encoder layers that run here besides the embeddings\n"
+           "                    (default %d; docs/security.md says what a middle device\n"
+           "                    learns at each N)\n"
+           "  --allow-unsealed  let jobs send its frames unsealed (default: sealed only)\n"
+           "  --allow-labels-out let the head, with its labels and the tied embedding's\n"
+           "                    gradient, run on another device (default: here)\n\n"
            "--coordinator is the coordinator's gRPC address (its --listen); without it,\n"
            "the environment variable SKYLOOM_COORDINATOR gives it. One device per state\n"
            "directory: a second one on DIR is refused, naming the pid that holds it.\n"
            "Without --stage-listen the device serves no job, so its --data cannot be\n"
-           "trained on (it says so when it starts).\n");
+           "trained on (it says so when it starts).\n", DEV_POLICY_HOME_LAYERS);
 }
 
 int cmd_device(int argc, char **argv)
 {
     dev_agent_opts o = {0};
     int once = 0;
-    const char *stage_listen = NULL, *stage_advertise = NULL, *threads_s = NULL, *memory_s = NULL;
+    const char *stage_listen = NULL, *stage_advertise = NULL, *threads_s = NULL, *memory_s = NULL,
+               *home_s = NULL;
+    dev_policy policy = dev_policy_default();
     dev_dataset data[64];
     int n_data = 0;
     const cli_opt table[] = {{"--coordinator", &o.coordinator},
@@ -60,6 +72,7 @@ int cmd_device(int argc, char **argv)
                              {"--stage-advertise", &stage_advertise},
                              {"--threads", &threads_s},
                              {"--memory", &memory_s},
+                             {"--home-layers", &home_s},
                              {NULL, NULL}};
     sl_err err = {0};
     for (int i = 1; i < argc; i++) {
@@ -70,6 +83,10 @@ int cmd_device(int argc, char **argv)
         }
         if (!strcmp(a, "--once")) {
             once = 1;
+            continue;
+        }
+        if (!strcmp(a, "--allow-unsealed") || !strcmp(a, "--allow-labels-out")) {
+            *(a[8] == 'u' ? &policy.allow_unsealed : &policy.allow_labels_out) = 1;
             continue;
         }
         if (!strcmp(a, "--data")) {
@@ -103,6 +120,9 @@ int cmd_device(int argc, char **argv)
         return sl_cli_fail("device", 2, "%s", err.msg);
     if (memory_s && sl_parse_bytes("--memory", memory_s, &memory, &err))
         return sl_cli_fail("device", 2, "%s", err.msg);
+    if (home_s && sl_parse_int("--home-layers", home_s, 0, DEV_POLICY_MAX_HOME_LAYERS,
+                               &policy.home_layers, &err))
+        return sl_cli_fail("device", 2, "%s", err.msg);
     for (int k = 0; k < n_data; k++)
         if (access(data[k].path, R_OK) != 0)
             return sl_cli_fail("device", 2, "--data %s=%s: %s", data[k].name, data[k].path,
@@ -135,12 +155,14 @@ int cmd_device(int argc, char **argv)
     dev_jobs *jobs = NULL;
     if (a) {
         dev_jobs_opts jo = {.agent = a, .datasets = data, .n_datasets = n_data,
-                            .threads = threads, .memory_bytes = memory, .link_kp = &kp};
+                            .threads = threads, .memory_bytes = memory, .link_kp = &kp,
+                            .policy = policy};
         jobs = dev_jobs_open(&jo, &err);
         const char *names[64];
         for (int k = 0; k < n_data; k++)
             names[k] = data[k].name;
         dev_agent_set_job_info(a, names, n_data, stage_listen ? kp.pk : NULL, (unsigned)threads);
+        dev_agent_set_policy(a, policy.home_layers, policy.allow_unsealed, policy.allow_labels_out);
     }
     if (a && stage_listen) {
         dev_stagesvc_opts so = {.listen = stage_listen, .state = o.state,

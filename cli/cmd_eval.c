@@ -18,10 +18,12 @@ static void usage(FILE *f)
     fprintf(f, "usage: skyloom eval --config config.json --model model.safetensors --data SHARD\n"
                "                    [--task mlm|classify] [--batches K] [--batch B] [--first N]\n"
                "                    [--mask-prob P] [--seed S] [--device auto|cpu|cuda]\n"
-               "                    [--logits FILE] [--json]\n\n"
+               "                    [--precision fp32|bf16] [--logits FILE] [--json]\n\n"
                "Prints the mean masked-LM loss (and perplexity) of the model over K batches of\n"
                "B sequences starting at sequence N of the shard (defaults: K 10, B 8, N 0),\n"
-               "masked as training masks them (15%%, seed S, default 1), dropout off.\n\n"
+               "masked as training masks them (15%%, seed S, default 1), dropout off.\n"
+               "--precision bf16 computes the matrix products in bf16 (as skyloom train\n"
+               "--precision bf16 does), everything else in fp32.\n\n"
                "With --task classify the model is a sequence classifier (the config's\n"
                "num_labels) and the shard a labelled one: it prints the mean cross-entropy,\n"
                "the accuracy, macro-F1 (the mean F1 of the classes that are true or\n"
@@ -34,7 +36,7 @@ static void usage(FILE *f)
 
 int cmd_eval(int argc, char **argv)
 {
-    const char *config = NULL, *model = NULL, *data = NULL, *device = "auto";
+    const char *config = NULL, *model = NULL, *data = NULL, *device = "auto", *precision = "fp32";
     const char *task = "mlm", *logits = NULL;
     int batches = 0, B = 8, json = 0;
     int64_t first = 0, seed = 1;
@@ -66,6 +68,8 @@ int cmd_eval(int argc, char **argv)
             task = v;
         else if (!strcmp(a, "--logits"))
             logits = v;
+        else if (!strcmp(a, "--precision"))
+            precision = v;
         else if (!strcmp(a, "--batches"))
             rc = sl_parse_int(a, v, 1, 1 << 24, &batches, &err);
         else if (!strcmp(a, "--batch"))
@@ -85,12 +89,15 @@ int cmd_eval(int argc, char **argv)
         return sl_cli_fail("eval", 2, "--config, --model and --data are required (see --help)");
     if (!kn_be_name_ok(device))
         return sl_cli_fail("eval", 2, "--device must be auto, cpu or cuda, got '%s'", device);
+    int pflags = dev_precision_flags(precision);
+    if (pflags < 0)
+        return sl_cli_fail("eval", 2, "--precision must be fp32 or bf16, got '%s'", precision);
     if (dev_task_parse(task) < 0)
         return sl_cli_fail("eval", 2, "--task must be mlm or classify, got '%s'", task);
     if (dev_task_parse(task) == DEV_TASK_CLASSIFY) {
         cli_eval_args ea = {.config = config, .model = model, .data = data, .device = device,
-                            .logits = logits, .batches = batches, .B = B, .json = json,
-                            .first = first, .seed = seed};
+                            .precision = precision, .logits = logits, .batches = batches, .B = B,
+                            .json = json, .first = first, .seed = seed};
         return cmd_eval_classify(&ea);
     }
     if (logits)
@@ -124,7 +131,12 @@ int cmd_eval(int argc, char **argv)
         goto out;
     }
     sl_log_info("eval", "device: %s", why);
-    tr = dev_train_create_on(&cfg, bounds, 1, B, T, 1, (uint64_t)seed, be, 0, &err);
+    if (pflags && (!be->bf16_check || be->bf16_check(&err))) {
+        sl_cli_fail("eval", 1, "--precision bf16 on %s: %s", be->name,
+                    be->bf16_check ? err.msg : "no bf16 compute");
+        goto out;
+    }
+    tr = dev_train_create_on(&cfg, bounds, 1, B, T, 1, (uint64_t)seed, be, (unsigned)pflags, &err);
     if (!tr || dev_ckpt_load_model(dev_train_stage(tr, 0), model, &err)) {
         sl_cli_fail("eval", 1, "%s", err.msg);
         goto out;
@@ -156,8 +168,9 @@ int cmd_eval(int argc, char **argv)
     }
     double loss = masked ? sum / (double)masked : 0;
     if (json) {
-        json_t *j = json_pack("{s:f, s:f, s:I, s:i, s:i}", "loss", loss, "perplexity", exp(loss),
-                              "masked_tokens", (json_int_t)masked, "batches", batches, "batch", B);
+        json_t *j = json_pack("{s:f, s:f, s:I, s:i, s:i, s:s}", "loss", loss, "perplexity",
+                              exp(loss), "masked_tokens", (json_int_t)masked, "batches", batches,
+                              "batch", B, "precision", precision);
         char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(8));
         printf("%s\n", s);
         free(s);

@@ -100,7 +100,14 @@ int cmd_eval_classify(const cli_eval_args *a)
         goto out;
     }
     sl_log_info("eval", "device: %s", why);
-    st = dev_stage_create(&cfg, 0, dev_unit_head(&cfg), a->B, T, 1, (uint64_t)a->seed, be, 0, &err);
+    int pflags = dev_precision_flags(a->precision);
+    if (pflags && (!be->bf16_check || be->bf16_check(&err))) {
+        sl_cli_fail("eval", 1, "--precision bf16 on %s: %s", be->name,
+                    be->bf16_check ? err.msg : "no bf16 compute");
+        goto out;
+    }
+    st = dev_stage_create(&cfg, 0, dev_unit_head(&cfg), a->B, T, 1, (uint64_t)a->seed, be,
+                          (unsigned)pflags, &err);
     if (!st || dev_ckpt_load_model(st, a->model, &err)) {
         sl_cli_fail("eval", 1, "%s", err.msg);
         goto out;
@@ -172,11 +179,11 @@ int cmd_eval_classify(const cli_eval_args *a)
                                                  cs[c].f1, "support", (json_int_t)cs[c].support,
                                                  "predicted", (json_int_t)cs[c].predicted));
         }
-        json_t *j = json_pack("{s:s, s:f, s:f, s:f, s:I, s:I, s:i, s:i, s:o, s:o, s:o}", "task",
-                              "classify", "loss", mean_loss, "accuracy", accuracy, "macro_f1",
-                              macro_f1, "sequences", (json_int_t)n, "first", (json_int_t)first,
-                              "batches", batches, "batch", a->B, "labels", ln, "per_class", per,
-                              "confusion", cm);
+        json_t *j = json_pack("{s:s, s:f, s:f, s:f, s:I, s:I, s:i, s:i, s:s, s:o, s:o, s:o}",
+                              "task", "classify", "loss", mean_loss, "accuracy", accuracy,
+                              "macro_f1", macro_f1, "sequences", (json_int_t)n, "first",
+                              (json_int_t)first, "batches", batches, "batch", a->B, "precision",
+                              a->precision, "labels", ln, "per_class", per, "confusion", cm);
         char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(8));
         printf("%s\n", s);
         free(s);

@@ -21,7 +21,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: skyloom fill-mask --config config.json --model model.safetensors\n"
             "                         --vocab vocab.txt --text TEXT [--top-k 5] [--cased]\n"
-            "                         [--json] [--logits FILE] [--device auto|cpu|cuda]\n\n"
+            "                         [--json] [--logits FILE] [--device auto|cpu|cuda]\n"
+            "                         [--precision fp32|bf16]\n\n"
             "Prints the top-k tokens and their probabilities at each [MASK] of TEXT, as\n"
             "Hugging Face's fill-mask pipeline does: the text is tokenized as BERT does\n"
             "([CLS] text [SEP], segment 0; [MASK], [CLS], [SEP], [PAD] and [UNK] written\n"
@@ -30,7 +31,8 @@ static void usage(FILE *f)
             "pipeline's output: a list of {score, token, token_str, sequence} for one\n"
             "mask, a list of such lists for several. --logits writes the (masks, vocab)\n"
             "logits as little-endian float32, row by row in text order.\n"
-            "Text is lower-cased and accent-stripped unless --cased.\n");
+            "Text is lower-cased and accent-stripped unless --cased. --precision bf16\n"
+            "computes the matrix products in bf16 (as skyloom train --precision bf16).\n");
 }
 
 /* Hugging Face's clean_up_tokenization, applied to a decoded sequence. */
@@ -93,12 +95,14 @@ static char *filled(const dev_vocab *v, const int32_t *ids, int n, int pos, int 
 int cmd_fill_mask(int argc, char **argv)
 {
     const char *config = NULL, *model = NULL, *vpath = NULL, *text = NULL, *device = "auto";
+    const char *precision = "fp32";
     const char *topk_s = NULL, *logits_path = NULL;
     int json = 0, cased = 0, topk = 5;
     sl_err err = {0};
     const cli_opt table[] = {{"--config", &config}, {"--model", &model},   {"--vocab", &vpath},
                              {"--text", &text},     {"--top-k", &topk_s},  {"--device", &device},
-                             {"--logits", &logits_path}, {NULL, NULL}};
+                             {"--logits", &logits_path}, {"--precision", &precision},
+                             {NULL, NULL}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -125,6 +129,9 @@ int cmd_fill_mask(int argc, char **argv)
         return sl_cli_fail("fill-mask", 2, "%s", err.msg);
     if (!kn_be_name_ok(device))
         return sl_cli_fail("fill-mask", 2, "--device must be auto, cpu or cuda, got '%s'", device);
+    int pflags = dev_precision_flags(precision);
+    if (pflags < 0)
+        return sl_cli_fail("fill-mask", 2, "--precision must be fp32 or bf16, got '%s'", precision);
     size_t tl = strlen(text), bad = dev_utf8_check(text, tl);
     if (bad < tl)
         return sl_cli_fail("fill-mask", 2, "--text: invalid UTF-8 at byte offset %zu", bad);
@@ -189,7 +196,12 @@ int cmd_fill_mask(int argc, char **argv)
         goto out;
     }
     sl_log_debug("fill-mask", "device: %s", why);
-    s = dev_stage_create(&cfg, 0, dev_unit_head(&cfg), 1, T, 1, 1, be, 0, &err);
+    if (pflags && (!be->bf16_check || be->bf16_check(&err))) {
+        sl_cli_fail("fill-mask", 1, "--precision bf16 on %s: %s", be->name,
+                    be->bf16_check ? err.msg : "no bf16 compute");
+        goto out;
+    }
+    s = dev_stage_create(&cfg, 0, dev_unit_head(&cfg), 1, T, 1, 1, be, (unsigned)pflags, &err);
     if (!s || dev_ckpt_load_model(s, model, &err)) {
         sl_cli_fail("fill-mask", 1, "%s", err.msg);
         goto out;

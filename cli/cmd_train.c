@@ -34,7 +34,7 @@ static void usage(FILE *f)
             "                     [--threads N] [--max-time SECONDS] [--stop-at N]\n"
             "                     [--device auto|cpu|cuda]\n"
             "                     [--recompute] [--recompute-attention]\n"
-            "                     [--optim-state fp32|bf16]\n"
+            "                     [--optim-state fp32|bf16] [--precision fp32|bf16]\n"
             "                     [--first N] [--sequences K] [--no-shuffle] [--log-every N]\n"
             "                     [--stages SPEC] [--schedule 1f1b|gpipe] [--stage-threads N]\n"
             "                     [--stage-device D,...] [--json]\n\n"
@@ -85,6 +85,12 @@ static void usage(FILE *f)
             "                      the rest (less memory, one more forward; same results)\n"
             "  --recompute-attention  only the attention probabilities and output are\n"
             "                      recomputed (a few per cent slower; same results)\n"
+            "  --precision P       fp32 (default) or bf16: mixed precision, every matrix\n"
+            "                      product in bf16 with fp32 accumulation, the weights,\n"
+            "                      gradients, optimizer, norms and softmax/LayerNorm/GELU/loss\n"
+            "                      in fp32 (needs AVX512_BF16 or AMX on the CPU, compute\n"
+            "                      capability 8.0 on a GPU); checkpoints are fp32 either way,\n"
+            "                      so a run resumes in the other precision\n"
             "  --optim-state S     fp32 (default) or bf16: AdamW moments in bf16 with\n"
             "                      stochastic rounding (half the optimizer memory; the\n"
             "                      results differ from fp32 within rounding)\n"
@@ -110,7 +116,7 @@ static void usage(FILE *f)
 }
 
 typedef struct opts {
-    const char *config, *data, *init, *resume, *save, *metrics, *device, *optim_state;
+    const char *config, *data, *init, *resume, *save, *metrics, *device, *optim_state, *precision;
     const char *stages, *schedule, *stage_device, *task;
     int stage_threads;
     int steps, batch, micro, save_every, threads, json, warmup, recompute, recompute_attn;
@@ -137,6 +143,7 @@ static int parse(opts *o, int argc, char **argv, int *help)
     o->warmup = -1;
     o->device = "auto";
     o->optim_state = "fp32";
+    o->precision = "fp32";
     o->stages = "1";
     o->schedule = "1f1b";
     o->task = "mlm";
@@ -179,6 +186,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
             o->device = v;
         else if (!strcmp(a, "--optim-state"))
             o->optim_state = v;
+        else if (!strcmp(a, "--precision"))
+            o->precision = v;
         else if (!strcmp(a, "--metrics"))
             o->metrics = v;
         else if (!strcmp(a, "--stages"))
@@ -250,6 +259,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
         return sl_cli_fail("train", 2, "--device must be auto, cpu or cuda, got '%s'", o->device);
     if (strcmp(o->optim_state, "fp32") && strcmp(o->optim_state, "bf16"))
         return sl_cli_fail("train", 2, "--optim-state must be fp32 or bf16, got '%s'", o->optim_state);
+    if (dev_precision_flags(o->precision) < 0)
+        return sl_cli_fail("train", 2, "--precision must be fp32 or bf16, got '%s'", o->precision);
     if (!strcmp(o->optim_state, "bf16") && o->kind != DEV_OPT_ADAMW)
         return sl_cli_fail("train", 2, "--optim-state bf16 is implemented for adamw only");
     if (bal_schedule_parse(o->schedule) < 0)
@@ -269,9 +280,10 @@ static void fmt_eta(char *buf, size_t n, double s)
         snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
 }
 
-/* --stage-device: one backend for every stage, or one per stage. */
-static int stage_backends(const char *list, const char *fallback, int n, const kn_be **be,
-                          sl_err *err)
+/* --stage-device: one backend for every stage, or one per stage; with bf16
+ * each must run bf16 products natively. */
+static int stage_backends(const char *list, const char *fallback, int n, int bf16,
+                          const kn_be **be, sl_err *err)
 {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", list ? list : fallback);
@@ -301,6 +313,10 @@ static int stage_backends(const char *list, const char *fallback, int n, const k
         char why[512];
         if (!(be[i] = kn_be_open(name, why, sizeof why, err)))
             return k > 1 ? sl_err_wrap(err, "stage %d", i) : -1;
+        if (bf16 && (!be[i]->bf16_check || be[i]->bf16_check(err)))
+            return be[i]->bf16_check ? sl_err_wrap(err, "--precision bf16 on %s%s", where, be[i]->name)
+                                     : sl_err_set(err, SL_ENOTSUP, "--precision bf16: %s%s has no "
+                                                  "bf16 compute", where, be[i]->name);
         sl_log_info("train", "%sdevice: %s", where, why);
     }
     for (int i = k; i < n; i++)
@@ -365,7 +381,8 @@ int cmd_train(int argc, char **argv)
         }
         cfg.label_names = dev_labels_names(dev_feed_labels(feed));
     }
-    if (stage_backends(o.stage_device, o.device, nstages, be, &err)) {
+    unsigned pflags = (unsigned)dev_precision_flags(o.precision);
+    if (stage_backends(o.stage_device, o.device, nstages, pflags != 0, be, &err)) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
     }
@@ -376,7 +393,7 @@ int cmd_train(int argc, char **argv)
         .stage_be = be,
         .flags = (o.recompute ? DEV_STAGE_RECOMPUTE : 0) |
                  (o.recompute_attn ? DEV_STAGE_RECOMPUTE_ATTN : 0) |
-                 (!strcmp(o.optim_state, "bf16") ? DEV_STAGE_BF16_STATE : 0),
+                 (!strcmp(o.optim_state, "bf16") ? DEV_STAGE_BF16_STATE : 0) | pflags,
     };
     tr = dev_train_open(&cfg, bounds, nstages, o.batch, T, o.micro, (uint64_t)o.seed, &to, &err);
     if (!tr) {
@@ -431,10 +448,11 @@ int cmd_train(int argc, char **argv)
     for (int i = 0; i < nstages; i++)
         stage_bytes += dev_stage_bytes(dev_train_stage(tr, i));
     sl_log_info("train", "task=%s params=%zu units=%d stages=%d schedule=%s batch=%d micro=%d "
-                "seq=%d steps=%d optimizer=%s optim_state=%s recompute=%s sequences=%llu..%llu "
-                "order=%s stage_mb=%.1f", o.task,
+                "seq=%d steps=%d optimizer=%s optim_state=%s precision=%s recompute=%s "
+                "sequences=%llu..%llu order=%s stage_mb=%.1f", o.task,
                 dev_config_param_count(&cfg), dev_unit_count(&cfg), nstages, o.schedule, o.batch,
                 o.micro, T, o.steps, o.kind == DEV_OPT_LAMB ? "lamb" : "adamw", o.optim_state,
+                o.precision,
                 o.recompute ? "layer" : o.recompute_attn ? "attention" : "no",
                 (unsigned long long)ord->first, (unsigned long long)(ord->first + ord->count - 1),
                 ord->shuffle ? "shuffled" : "shard", stage_bytes / 1048576.0);
@@ -495,13 +513,13 @@ int cmd_train(int argc, char **argv)
     }
     double total = sl_now_s() - t_start;
     if (o.json) {
-        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?, s:s, s:s, s:i}", "steps", last_step,
+        json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?, s:s, s:s, s:s, s:i}", "steps", last_step,
                               "first_loss", first_loss, "last_loss", last_loss, "seconds", total,
                               "tokens_per_s",
                               total > 0 ? (double)(last_step - first + 1) * o.batch * T / total : 0.0,
                               "checkpoint", o.save ? path : NULL, "device",
-                              dev_stage_backend(st0), "optim_state", o.optim_state, "stages",
-                              nstages);
+                              dev_stage_backend(st0), "optim_state", o.optim_state, "precision",
+                              o.precision, "stages", nstages);
         json_object_set_new(j, "task", json_string(o.task));
         if (o.init)
             json_object_set_new(j, "initialised", json_incref(fresh_all));

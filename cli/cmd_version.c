@@ -28,6 +28,10 @@ int cmd_version(int argc, char **argv)
     unsigned hw = hwloc_get_api_version();
     printf("skyloom %s\n", SKYLOOM_VERSION);
     printf("  cpu blas:  %s, %d threads\n", kn_blas_name(), kn_blas_threads());
+    sl_err err = {0};
+    int bf16 = kn_cpu_bf16_check(&err);
+    printf("  cpu bf16:  oneDNN %s, %s: %s\n", kn_dnnl_version(), kn_dnnl_isa(),
+           bf16 ? err.msg : "--precision bf16 available");
     printf("  cuda:      %s\n", cuda->compiled ? "compiled in" : "not compiled in");
     if (cuda->compiled)
         printf("  gpu:       %s\n", cuda->device_count > 0 ? cuda->reason : "none found");

@@ -24,18 +24,30 @@ typedef struct part {
     crypto_generichash_state hash; /* of the pieces written so far, in order */
     uint8_t sum[32];               /* checked when the last piece arrived */
     int done;
+    int kind;                      /* PART_* */
+    int replica;                   /* its uploader's replica */
+    uint8_t *units;                /* [nunits]: the units its tensors are of (done) */
 } part;
 
+enum { PART_MODEL, PART_OPTIM, PART_DATA };
+
+/* One device's parts of one step. */
 typedef struct slot {
+    char device[COORD_DEV_ID_LEN];
     int step;
     part *parts;
     int n;
+    uint64_t bytes;
 } slot;
 
 struct coord_ckpt {
     char *dir;
     coord_fileops ops;
-    slot up[COORD_ACC_STEPS];
+    slot *slots; /* in the order their first piece came */
+    int nslots;
+    int nunits;  /* the model's units (0 until set) */
+    int nrep;    /* replicas whose parts make a step (1 unless set) */
+    uint64_t quota_device, quota_job;
 };
 
 /* ---- the file operations --------------------------------------------------------- */
@@ -150,19 +162,42 @@ coord_ckpt *coord_ckpt_new(const char *dir, const coord_fileops *ops)
     coord_ckpt *k = sl_xcalloc(1, sizeof *k);
     k->dir = sl_xstrdup(dir);
     coord_ckpt_set_ops(k, ops);
-    for (int i = 0; i < COORD_ACC_STEPS; i++)
-        k->up[i].step = -1;
     return k;
+}
+
+static void slot_free(slot *u)
+{
+    for (int i = 0; i < u->n; i++)
+        free(u->parts[i].units);
+    free(u->parts);
+}
+
+/* Drops slot i (its files stay where they are). */
+static void slot_drop(coord_ckpt *k, int i)
+{
+    slot_free(&k->slots[i]);
+    memmove(&k->slots[i], &k->slots[i + 1], (size_t)(k->nslots - i - 1) * sizeof *k->slots);
+    k->nslots--;
 }
 
 void coord_ckpt_free(coord_ckpt *k)
 {
     if (!k)
         return;
-    for (int i = 0; i < COORD_ACC_STEPS; i++)
-        free(k->up[i].parts);
+    while (k->nslots)
+        slot_drop(k, k->nslots - 1);
+    free(k->slots);
     free(k->dir);
     free(k);
+}
+
+void coord_ckpt_set_replicas(coord_ckpt *k, int nrep) { k->nrep = nrep; }
+
+void coord_ckpt_set_model(coord_ckpt *k, int nunits, uint64_t quota_device, uint64_t quota_job)
+{
+    k->nunits = nunits;
+    k->quota_device = quota_device;
+    k->quota_job = quota_job;
 }
 
 const char *coord_ckpt_dir(const coord_ckpt *k) { return k->dir; }
@@ -198,105 +233,245 @@ static void rm_dir(const char *dir)
 
 /* ---- parts ------------------------------------------------------------------------- */
 
-static slot *slot_of(coord_ckpt *k, int step)
+int coord_tensor_unit(const char *name, int layers)
 {
-    slot *u = &k->up[step % COORD_ACC_STEPS];
-    if (u->step != step) {
-        free(u->parts);
-        memset(u, 0, sizeof *u);
-        u->step = step;
-    }
-    return u;
+    int l;
+    char rest[8];
+    if (!strncmp(name, "bert.embeddings.", 16))
+        return 0;
+    if (sscanf(name, "bert.encoder.layer.%d.%1s", &l, rest) == 2)
+        return l >= 0 && l < layers ? l + 1 : -1;
+    if (!strncmp(name, "cls.", 4) || !strncmp(name, "bert.pooler.", 12) ||
+        !strncmp(name, "classifier.", 11))
+        return layers + 1;
+    return -1;
 }
 
-static part *part_of(const slot *u, int step, const char *name)
+int coord_ckpt_file_units(const char *path, int nunits, uint8_t *units, char *why, size_t cap)
 {
-    if (u->step != step)
-        return NULL;
-    for (int i = 0; i < u->n; i++)
+    memset(units, 0, (size_t)nunits);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    uint8_t len8[8];
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) || pread(fd, len8, 8, 0) != 8) {
+        snprintf(why, cap, "%s: %s", path, fd < 0 ? strerror(errno) : "not a safetensors file");
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | len8[i];
+    if (n < 2 || n > (16u << 20) || n > (uint64_t)sb.st_size - 8) {
+        close(fd);
+        snprintf(why, cap, "%s: not a safetensors file (header of %llu bytes)", path,
+                 (unsigned long long)n);
+        return -1;
+    }
+    char *hdr = sl_xmalloc(n + 1);
+    int rc = pread(fd, hdr, n, 8) == (ssize_t)n ? 0 : -1;
+    close(fd);
+    json_error_t je;
+    json_t *h = rc ? NULL : json_loadb(hdr, n, 0, &je);
+    free(hdr);
+    if (!json_is_object(h)) {
+        json_decref(h);
+        snprintf(why, cap, "%s: not a safetensors file (its header is not a JSON object)", path);
+        return -1;
+    }
+    const char *name;
+    json_t *v;
+    json_object_foreach(h, name, v) {
+        if (!strcmp(name, "__metadata__"))
+            continue;
+        int u = coord_tensor_unit(name, nunits - 2);
+        if (u < 0 || u >= nunits) {
+            snprintf(why, cap, "%s: tensor '%.100s' is of no unit of this model", path, name);
+            rc = -1;
+            break;
+        }
+        units[u] = 1;
+    }
+    json_decref(h);
+    return rc;
+}
+
+static slot *slot_find(coord_ckpt *k, const char *device, int step)
+{
+    for (int i = 0; i < k->nslots; i++)
+        if (k->slots[i].step == step && !strcmp(k->slots[i].device, device))
+            return &k->slots[i];
+    return NULL;
+}
+
+static part *part_of(const slot *u, const char *name)
+{
+    for (int i = 0; u && i < u->n; i++)
         if (!strcmp(u->parts[i].name, name))
             return &u->parts[i];
     return NULL;
 }
 
-uint64_t coord_ckpt_part_size(const coord_ckpt *k, int step, const char *name)
+uint64_t coord_ckpt_part_size(const coord_ckpt *k, const char *device, int step, const char *name)
 {
-    const part *pt = part_of(&k->up[step % COORD_ACC_STEPS], step, name);
+    const part *pt = part_of(slot_find((coord_ckpt *)k, device, step), name);
     return pt ? pt->size : 0;
 }
 
-int coord_ckpt_piece(coord_ckpt *k, int step, const char *name, uint64_t offset,
-                     const uint8_t *data, size_t len, int last, uint64_t size, const uint8_t *sum,
-                     size_t sum_len, int *parts_done, char *why, size_t cap)
+/* Whether step's parts, of every device, cover every unit in a model and an
+ * optimizer file, and hold the data record: for every replica. */
+static int step_complete(const coord_ckpt *k, int step)
 {
-    slot *u = slot_of(k, step);
-    part *pt = part_of(u, step, name);
-    *parts_done = 0;
-    if (!pt && offset == 0) {
+    if (!k->nunits)
+        return 0;
+    int nrep = k->nrep > 0 ? k->nrep : 1;
+    size_t per = 2 * (size_t)k->nunits;
+    uint8_t *cov = sl_xcalloc(per * (size_t)nrep, 1), *data = sl_xcalloc((size_t)nrep, 1);
+    int all = 1;
+    for (int i = 0; i < k->nslots; i++) {
+        const slot *u = &k->slots[i];
+        for (int q = 0; u->step == step && q < u->n; q++) {
+            const part *pt = &u->parts[q];
+            if (!pt->done || pt->replica < 0 || pt->replica >= nrep)
+                continue;
+            data[pt->replica] |= pt->kind == PART_DATA;
+            for (int x = 0; pt->units && x < k->nunits; x++)
+                cov[per * (size_t)pt->replica + (pt->kind == PART_OPTIM) * (size_t)k->nunits + (size_t)x] |=
+                    pt->units[x];
+        }
+    }
+    for (size_t x = 0; x < per * (size_t)nrep; x++)
+        all &= cov[x];
+    for (int r = 0; r < nrep; r++)
+        all &= data[r];
+    free(cov);
+    free(data);
+    return all;
+}
+
+#define SLOTS_PER_DEVICE 4 /* a device's checkpoint steps under way at once */
+
+int coord_ckpt_piece(coord_ckpt *k, const coord_piece *q, int *complete, char *why, size_t cap)
+{
+    *complete = 0;
+    slot *u = slot_find(k, q->device, q->step);
+    part *pt = part_of(u, q->name);
+    if (!u && q->offset == 0) {
+        int mine = 0;
+        for (int i = 0; i < k->nslots; i++)
+            mine += !strcmp(k->slots[i].device, q->device);
+        if (mine >= SLOTS_PER_DEVICE) {
+            snprintf(why, cap, "device %s has the parts of %d steps under way already", q->device,
+                     mine);
+            return COORD_PIECE_QUOTA;
+        }
+        k->slots = sl_xrealloc(k->slots, (size_t)(k->nslots + 1) * sizeof *k->slots);
+        u = &k->slots[k->nslots++];
+        memset(u, 0, sizeof *u);
+        snprintf(u->device, sizeof u->device, "%s", q->device);
+        u->step = q->step;
+    }
+    if (u && !pt && q->offset == 0) {
         u->parts = sl_xrealloc(u->parts, (size_t)(u->n + 1) * sizeof *u->parts);
         pt = &u->parts[u->n++];
         memset(pt, 0, sizeof *pt);
-        memcpy(pt->name, name, strnlen(name, sizeof pt->name - 1));
+        memcpy(pt->name, q->name, strnlen(q->name, sizeof pt->name - 1));
+        pt->kind = !strncmp(q->name, "data.", 5) ? PART_DATA : !strncmp(q->name, "optim.", 6)
+                                                                  ? PART_OPTIM : PART_MODEL;
+        pt->replica = q->replica;
     }
-    if (!pt || pt->done || offset != pt->size || offset + len > COORD_MAX_FILE) {
-        snprintf(why, cap, "%s: chunk at %llu, expected %llu", name, (unsigned long long)offset,
+    if (!pt || pt->done || q->offset != pt->size || q->offset + q->len > COORD_MAX_FILE) {
+        snprintf(why, cap, "%s: chunk at %llu, expected %llu", q->name, (unsigned long long)q->offset,
                  (unsigned long long)(pt ? pt->size : 0));
         return COORD_PIECE_RANGE;
     }
+    uint64_t job_bytes = 0;
+    for (int i = 0; i < k->nslots; i++)
+        job_bytes += k->slots[i].bytes;
+    uint64_t dev_bytes = 0;
+    for (int i = 0; i < k->nslots; i++)
+        if (!strcmp(k->slots[i].device, q->device))
+            dev_bytes += k->slots[i].bytes;
+    if ((k->quota_device && dev_bytes + q->len > k->quota_device) ||
+        (k->quota_job && job_bytes + q->len > k->quota_job)) {
+        snprintf(why, cap, "%s of step %d: past the %s's share of the checkpoint store (%llu bytes)",
+                 q->name, q->step, k->quota_device && dev_bytes + q->len > k->quota_device ? "device" : "job",
+                 (unsigned long long)(k->quota_device && dev_bytes + q->len > k->quota_device
+                                          ? k->quota_device : k->quota_job));
+        return COORD_PIECE_QUOTA;
+    }
     sl_err err = {0};
-    char *dir = coord_ckpt_step_dir(k, step, 1), *ck = path_of(k->dir, "ckpt");
+    char *dir = coord_ckpt_step_dir(k, q->step, 1), *ck = path_of(k->dir, "ckpt");
     int rc = COORD_PIECE_OK;
     if (sl_mkdir(ck, 0700, &err) || sl_mkdir(dir, 0700, &err)) {
         snprintf(why, cap, "%s", err.msg);
         rc = COORD_PIECE_STORE;
     }
-    char *p = path_of(dir, name);
-    int fd = rc ? -1 : k->ops.open(k->ops.ud, p, O_WRONLY | O_CREAT | O_CLOEXEC | (offset ? 0 : O_TRUNC), 0600);
-    if (!rc && (fd < 0 || write_all(k, fd, data, len, (int64_t)offset) ||
-                (last && k->ops.fsync(k->ops.ud, fd)))) {
+    char *p = path_of(dir, q->name);
+    int fd = rc ? -1 : k->ops.open(k->ops.ud, p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
+                                                     (q->offset ? 0 : O_TRUNC), 0600);
+    if (!rc && (fd < 0 || write_all(k, fd, q->data, q->len, (int64_t)q->offset) ||
+                (q->last && k->ops.fsync(k->ops.ud, fd)))) {
         snprintf(why, cap, "%s: %s", p, strerror(errno));
         rc = COORD_PIECE_STORE;
     } else if (!rc) {
         /* hashed as it arrives (pieces come in order: offset == size), so the
          * last piece needs no read of the whole file */
-        if (offset == 0)
+        if (q->offset == 0)
             crypto_generichash_init(&pt->hash, NULL, 0, sizeof pt->sum);
-        crypto_generichash_update(&pt->hash, data, len);
-        pt->size += len;
+        crypto_generichash_update(&pt->hash, q->data, q->len);
+        pt->size += q->len;
+        u->bytes += q->len;
     }
     if (fd >= 0)
         close(fd);
-    if (!rc && last) {
-        int bad = size != pt->size || sum_len != 32;
+    if (!rc && q->last) {
+        int bad = q->size != pt->size || q->sum_len != 32;
         if (!bad) {
             crypto_generichash_final(&pt->hash, pt->sum, sizeof pt->sum);
-            bad = sodium_memcmp(pt->sum, sum, 32) != 0;
+            bad = sodium_memcmp(pt->sum, q->sum, 32) != 0;
         }
-        if (bad) { /* start the file again */
-            unlink(p);
-            pt->size = 0;
+        if (bad) {
             snprintf(why, cap, "%s of step %d arrived damaged (size or checksum differs); send it "
-                     "again", name, step);
+                     "again", q->name, q->step);
             rc = COORD_PIECE_DAMAGED;
+        } else if (pt->kind != PART_DATA) {
+            /* a part holds only tensors of units its device runs */
+            pt->units = sl_xcalloc((size_t)(k->nunits ? k->nunits : 1), 1);
+            char whom[600];
+            if (!k->nunits || coord_ckpt_file_units(p, k->nunits, pt->units, whom, sizeof whom)) {
+                snprintf(why, cap, "%s of step %d refused: %s", q->name, q->step,
+                         k->nunits ? whom : "the model is not known");
+                rc = COORD_PIECE_REFUSED;
+            }
+            for (int x = 0; !rc && x < k->nunits; x++)
+                if (pt->units[x] && !(x < q->nunits && q->units[x])) {
+                    snprintf(why, cap, "%s of step %d holds tensors of unit %d, which device %s "
+                             "does not run", q->name, q->step, x, q->device);
+                    rc = COORD_PIECE_REFUSED;
+                }
+        }
+        if (rc) { /* the file starts again */
+            unlink(p);
+            u->bytes -= pt->size;
+            pt->size = 0;
+            free(pt->units);
+            pt->units = NULL;
         } else {
             pt->done = 1;
+            *complete = step_complete(k, q->step);
         }
     }
     free(p);
     free(dir);
     free(ck);
-    for (int i = 0; i < u->n; i++)
-        *parts_done += u->parts[i].done;
     return rc;
 }
 
 void coord_ckpt_drop_partials(coord_ckpt *k)
 {
-    for (int i = 0; i < COORD_ACC_STEPS; i++) {
-        free(k->up[i].parts);
-        memset(&k->up[i], 0, sizeof k->up[i]);
-        k->up[i].step = -1;
-    }
+    while (k->nslots)
+        slot_drop(k, k->nslots - 1);
     char *ck = path_of(k->dir, "ckpt");
     DIR *d = opendir(ck);
     for (struct dirent *e; d && (e = readdir(d));) {
@@ -323,9 +498,8 @@ static void hex32(const uint8_t *sum, char hex[65])
 int coord_ckpt_commit(coord_ckpt *k, int step, const char *config, const char *optimizer,
                       const char *optim_state, sl_err *err)
 {
-    const slot *u = &k->up[step % COORD_ACC_STEPS];
-    if (u->step != step)
-        return sl_err_set(err, SL_ESTATE, "step %d: no parts", step);
+    if (!step_complete(k, step))
+        return sl_err_set(err, SL_ESTATE, "step %d: its parts are not all in", step);
     char *partial = coord_ckpt_step_dir(k, step, 1), *final = coord_ckpt_step_dir(k, step, 0);
     char *cfg = path_of(partial, "config.json");
     int rc = write_atomic(k, cfg, config, strlen(config), err);
@@ -333,17 +507,24 @@ int coord_ckpt_commit(coord_ckpt *k, int step, const char *config, const char *o
     /* the manifest lists every file with its sum: dev_ckpt_write_manifest's
      * format; the parts' sums were checked as they arrived */
     json_t *files = json_array();
-    for (int i = 0; !rc && i <= u->n; i++) {
-        char hex[65];
-        uint8_t cs[32];
-        if (i == u->n)
-            crypto_generichash(cs, sizeof cs, (const uint8_t *)config, strlen(config), NULL, 0);
-        hex32(i < u->n ? u->parts[i].sum : cs, hex);
-        json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name",
-                                               i < u->n ? u->parts[i].name : "config.json", "bytes",
-                                               (json_int_t)(i < u->n ? u->parts[i].size : strlen(config)),
-                                               "blake2b", hex));
-    }
+    char hex[65];
+    for (int i = 0; !rc && i < k->nslots; i++)
+        for (int q = 0; k->slots[i].step == step && q < k->slots[i].n; q++) {
+            const part *pt = &k->slots[i].parts[q];
+            if (!pt->done)
+                continue;
+            hex32(pt->sum, hex);
+            json_t *f = json_pack("{s:s, s:I, s:s}", "name", pt->name, "bytes",
+                                  (json_int_t)pt->size, "blake2b", hex);
+            if (k->nrep > 1)
+                json_object_set_new(f, "replica", json_integer(pt->replica));
+            json_array_append_new(files, f);
+        }
+    uint8_t cs[32];
+    crypto_generichash(cs, sizeof cs, (const uint8_t *)config, strlen(config), NULL, 0);
+    hex32(cs, hex);
+    json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", "config.json", "bytes",
+                                           (json_int_t)strlen(config), "blake2b", hex));
     json_t *m = json_pack("{s:s, s:i, s:i, s:s, s:s, s:o}", "format", "skyloom-checkpoint",
                           "version", 1, "step", step, "optimizer", optimizer, "optim_state",
                           optim_state, "files", files);
@@ -358,6 +539,16 @@ int coord_ckpt_commit(coord_ckpt *k, int step, const char *config, const char *o
         rc = sl_err_set(err, SL_EIO, "%s: %s", final, strerror(errno));
     free(partial);
     free(final);
+    /* the steps up to it need their parts no more */
+    for (int i = k->nslots - 1; !rc && i >= 0; i--)
+        if (k->slots[i].step <= step) {
+            if (k->slots[i].step < step) {
+                char *stale = coord_ckpt_step_dir(k, k->slots[i].step, 1);
+                rm_dir(stale);
+                free(stale);
+            }
+            slot_drop(k, i);
+        }
     return rc;
 }
 

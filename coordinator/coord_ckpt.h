@@ -44,21 +44,60 @@ void coord_ckpt_set_ops(coord_ckpt *k, const coord_fileops *ops);
 const char *coord_ckpt_dir(const coord_ckpt *k);
 
 enum {
-    COORD_PIECE_OK,       /* written (*parts_done: the step's files complete so far) */
+    COORD_PIECE_OK,       /* written */
     COORD_PIECE_RANGE,    /* not where the file ends, after its end, or done already */
     COORD_PIECE_DAMAGED,  /* the last piece: size or checksum differs; the file starts again */
     COORD_PIECE_STORE,    /* the store could not write it (why) */
+    COORD_PIECE_REFUSED,  /* the file holds tensors of units its device does not run, or is
+                           * not a safetensors file; it starts again */
+    COORD_PIECE_QUOTA,    /* past the device's or the job's share of the store */
 };
-/* A piece of file `name` of `step`'s parts at `offset`; `last` with the
- * whole file's size and BLAKE2b-256. why gets the reason of a refusal. */
-int coord_ckpt_piece(coord_ckpt *k, int step, const char *name, uint64_t offset,
-                     const uint8_t *data, size_t len, int last, uint64_t size, const uint8_t *sum,
-                     size_t sum_len, int *parts_done, char *why, size_t cap);
+
+/* A piece of a device's part of a step. */
+typedef struct coord_piece {
+    const char *device;      /* the uploader */
+    int step;
+    const char *name;        /* model.TAG.safetensors, optim.TAG.safetensors, data.json or
+                              * data.DEVICE.json */
+    uint64_t offset;
+    const uint8_t *data;
+    size_t len;
+    int last;                /* with the whole file's size and BLAKE2b-256 */
+    uint64_t size;
+    const uint8_t *sum;
+    size_t sum_len;
+    const uint8_t *units;    /* [nunits]: the units the device runs */
+    int nunits;
+    int replica;             /* the replica the device serves (0 without replicas) */
+} coord_piece;
+
+/* The model's units (for which units a part's tensors are of), and the bytes
+ * of parts a device and the whole job may have under way at once. */
+void coord_ckpt_set_model(coord_ckpt *k, int nunits, uint64_t quota_device, uint64_t quota_job);
+
+/* A step is complete when the parts of each of nrep replicas are
+ * (coord_job's owners; 1 unless set). The manifest then names each file's
+ * replica. */
+void coord_ckpt_set_replicas(coord_ckpt *k, int nrep);
+
+/* Writes a piece; why gets the reason of a refusal. *complete: the step's
+ * parts now cover every unit (model and optimizer) and the data record. A
+ * device has at most 4 steps' parts under way. */
+int coord_ckpt_piece(coord_ckpt *k, const coord_piece *q, int *complete, char *why, size_t cap);
 /* A piece's expected offset, for the refusal's message. */
-uint64_t coord_ckpt_part_size(const coord_ckpt *k, int step, const char *name);
+uint64_t coord_ckpt_part_size(const coord_ckpt *k, const char *device, int step, const char *name);
+
+/* The unit a checkpoint tensor (a Hugging Face BERT name, a moment's
+ * suffix allowed) is of: 0 the embeddings, 1..layers the encoder layers,
+ * layers + 1 the head; -1 none. */
+int coord_tensor_unit(const char *name, int layers);
+/* The units the tensors of safetensors file `path` are of, into units[u]
+ * (nunits = layers + 2); -1 (why) when it is not one or holds a tensor of
+ * no unit. */
+int coord_ckpt_file_units(const char *path, int nunits, uint8_t *units, char *why, size_t cap);
 
 /* Writes step's manifest (its parts, config.json) and makes it the
- * committed directory. */
+ * committed directory; the parts of the steps up to it are dropped. */
 int coord_ckpt_commit(coord_ckpt *k, int step, const char *config, const char *optimizer,
                       const char *optim_state, sl_err *err);
 /* Removes a committed step's directory (the one before the new commit). */

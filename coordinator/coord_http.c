@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,7 +34,11 @@
 struct coord_http {
     coord *c;
     struct MHD_Daemon *d;
-    char *auth; /* "Bearer TOKEN", or NULL */
+    uint8_t auth[32]; /* BLAKE2b of "Bearer TOKEN" */
+    int has_auth;
+    char host[256];   /* the listen address's host ("[v6]" bracketed) */
+    char name[256];   /* another name for it, or "" */
+    int loopback;
     pthread_mutex_t db_mu;
     coord_state *db;
     int port;
@@ -187,6 +192,35 @@ static enum MHD_Result route(coord_http *h, struct MHD_Connection *conn, const c
     return send_text(conn, MHD_HTTP_NOT_FOUND, "not found: %.200s (try /, /metrics or /job/ID)", url);
 }
 
+/* Whether a request's Host names this server: the listen address or the
+ * configured name (on loopback also localhost, 127.0.0.1 and [::1]), the
+ * served port if a port is given. A server that requires a token takes any:
+ * a page that made its name point here does not have the token. */
+static int host_ok(const coord_http *h, const char *host)
+{
+    if (!host || h->has_auth)
+        return 1; /* HTTP/1.0 sends none (a browser always does); a token needs no more */
+    size_t n = strlen(host);
+    const char *colon = host[0] == '[' ? strstr(host, "]:") : strrchr(host, ':');
+    if (colon && host[0] == '[')
+        colon++;
+    if (colon) {
+        char *end;
+        long port = strtol(colon + 1, &end, 10);
+        if (!colon[1] || *end || port != h->port)
+            return 0;
+        n = (size_t)(colon - host);
+    }
+    static const char *const local[] = {"localhost", "127.0.0.1", "[::1]"};
+    if ((strlen(h->host) == n && !strncasecmp(host, h->host, n)) ||
+        (h->name[0] && strlen(h->name) == n && !strncasecmp(host, h->name, n)))
+        return 1;
+    for (size_t i = 0; h->loopback && i < sizeof local / sizeof *local; i++)
+        if (strlen(local[i]) == n && !strncasecmp(host, local[i], n))
+            return 1;
+    return 0;
+}
+
 static enum MHD_Result serve(void *cls, struct MHD_Connection *conn, const char *url,
                              const char *method, const char *version, const char *upload_data,
                              size_t *upload_data_size, void **req_cls)
@@ -196,11 +230,17 @@ static enum MHD_Result serve(void *cls, struct MHD_Connection *conn, const char 
     (void)upload_data;
     (void)upload_data_size;
     (void)req_cls;
-    if (h->auth) {
+    if (!host_ok(h, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST)))
+        return send_text(conn, MHD_HTTP_FORBIDDEN, "this coordinator is not served under that "
+                         "Host name");
+    if (h->has_auth) {
+        /* compared as digests: the time taken says nothing of the token's
+         * length or of how much of it matched */
         const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                     MHD_HTTP_HEADER_AUTHORIZATION);
-        size_t n = strlen(h->auth);
-        if (!a || strlen(a) != n || sodium_memcmp(a, h->auth, n) != 0)
+        uint8_t got[32];
+        crypto_generichash(got, sizeof got, (const uint8_t *)(a ? a : ""), a ? strlen(a) : 0, NULL, 0);
+        if (!a || sodium_memcmp(got, h->auth, sizeof got) != 0)
             return send_text(conn, MHD_HTTP_UNAUTHORIZED,
                              "a bearer token is required (Authorization: Bearer TOKEN)");
     }
@@ -288,9 +328,18 @@ coord_http *coord_http_start(coord *c, const coord_http_opts *o, sl_err *err)
     pthread_mutex_init(&h->db_mu, NULL);
     if (o->token) {
         size_t n = strlen(o->token) + 8;
-        h->auth = sl_xmalloc(n);
-        snprintf(h->auth, n, "Bearer %s", o->token);
+        char *auth = sl_xmalloc(n);
+        snprintf(auth, n, "Bearer %s", o->token);
+        crypto_generichash(h->auth, sizeof h->auth, (const uint8_t *)auth, strlen(auth), NULL, 0);
+        sodium_memzero(auth, n);
+        free(auth);
+        h->has_auth = 1;
     }
+    const char *colon = o->listen[0] == '[' ? strchr(o->listen, ']') : strrchr(o->listen, ':');
+    snprintf(h->host, sizeof h->host, "%.*s", (int)(colon ? colon - o->listen + (o->listen[0] == '[')
+                                                          : (long)strlen(o->listen)), o->listen);
+    snprintf(h->name, sizeof h->name, "%s", o->name ? o->name : "");
+    h->loopback = loopback((struct sockaddr *)&ss);
     if (!(h->db = coord_state_attach(c->state, err))) {
         coord_http_stop(h);
         return NULL;
@@ -328,6 +377,6 @@ void coord_http_stop(coord_http *h)
         MHD_stop_daemon(h->d);
     coord_state_close(h->db);
     pthread_mutex_destroy(&h->db_mu);
-    free(h->auth);
+    sodium_memzero(h->auth, sizeof h->auth);
     free(h);
 }

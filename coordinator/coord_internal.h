@@ -7,6 +7,7 @@
 
 #include "cert.h"
 #include "coord.h"
+#include "coord_jobopts.h"
 #include "coord_obs.h"
 #include "coord_state.h"
 
@@ -61,6 +62,7 @@ typedef struct coord_seen {
     unsigned threads;
     uint64_t memory_bytes; /* from its profile, 0 if unknown */
     const char *backend;
+    coord_policy policy;
 } coord_seen;
 void coord_jobs_seen(coord_jobs *j, const coord_seen *s, int64_t now);
 /* The tasks for a device's heartbeat reply: *tasks is a malloc'd array of

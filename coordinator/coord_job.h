@@ -93,6 +93,7 @@ typedef struct coord_dev {
     char **datasets;
     int n_datasets;
     int64_t seen, seen_ms; /* its last heartbeat (seconds, milliseconds); 0: none */
+    coord_policy policy;   /* as a data owner, from its last heartbeat */
 } coord_dev;
 
 typedef struct coord_devs {
@@ -107,6 +108,16 @@ int coord_dev_online(const coord_devs *d, const coord_dev *x, int64_t now_s);
 
 /* ---- a job ---------------------------------------------------------------------- */
 
+/* A data owner of the job: its device, the dataset it serves and the
+ * sequences per step its replica trains on. A job has one owner, or
+ * several (a federation: a replica per owner, coord_jobopts' sync). */
+#define COORD_MAX_OWNERS 8
+typedef struct coord_owner {
+    char id[COORD_DEV_ID_LEN], dataset[65];
+    int batch;
+    char *data_info; /* its check's description of its shard (JSON text); NULL before */
+} coord_owner;
+
 /* A device the job may run on: its profile, and what recovery knows of it. */
 typedef struct coord_cand {
     char id[COORD_DEV_ID_LEN];
@@ -116,7 +127,8 @@ typedef struct coord_cand {
     char *links;             /* round one's links (JSON array text), kept for round two */
     int *measure, nmeasure;  /* the candidates whose links it measures in round one */
     int64_t lost_ms;         /* declared lost then (0: not lost) */
-    int suspect, reported;   /* named by a failed neighbour; reported a failure (this epoch) */
+    int suspect;             /* neighbours that named it lost (this epoch) */
+    int reported;            /* reported a failure (this epoch) */
     int joining;             /* came online during the job: weighed at the next commit */
 } coord_cand;
 
@@ -136,6 +148,11 @@ typedef struct coord_job_plan {
     size_t sig_len;
     int p, ndev, seq;                    /* stages, distinct devices, sequence length */
     char (*stage_dev)[COORD_DEV_ID_LEN]; /* [p] */
+    int *first_unit, *last_unit;         /* [p]: the units each stage runs (inclusive) */
+    /* replicas (one per owner): stages rep_first[r] .. rep_first[r + 1] - 1
+     * are replica r's chain, in the owners' order */
+    int nrep;
+    int rep_first[COORD_MAX_OWNERS + 1];
     double predicted;                    /* the predicted iteration time */
 } coord_job_plan;
 
@@ -168,8 +185,8 @@ typedef struct coord_job {
     char reason[COORD_REASON_LEN];
     char *config;           /* config.json text */
     coord_jobopts opts;
-    char owner[COORD_DEV_ID_LEN], dataset[65];
-    char *data_info;        /* the owner's description of its shard (JSON text); NULL before */
+    int nowner;
+    coord_owner owner[COORD_MAX_OWNERS];
     int epoch, step, committed;
     double loss;
     int64_t created, ended; /* seconds */
@@ -244,10 +261,16 @@ void coord_fx_free(coord_fx *f);
 /* ---- making and ending a job -------------------------------------------------- */
 
 /* A new job (checking) under the default policy. Takes config; copies
- * opts. */
+ * opts and the owners (1..COORD_MAX_OWNERS, data_info NULL). */
 void coord_job_init(coord_job *jb, const char *id, uint64_t num, char *config,
-                    const coord_jobopts *opts, const char *owner, const char *dataset,
+                    const coord_jobopts *opts, const coord_owner *owners, int nowner,
                     int64_t now_ms);
+/* The owner of device id (its index), or -1. */
+int coord_job_owner_index(const coord_job *jb, const char *device);
+/* Every owner's check is in. */
+int coord_job_checked(const coord_job *jb);
+/* The replica of the plan's stage s (0 without replicas). */
+int coord_job_stage_replica(const coord_job *jb, int s);
 void coord_job_free(coord_job *jb);
 
 /* Takes a plan (its text and signature: jb owns them from here) for the
@@ -262,11 +285,14 @@ void coord_job_restarted(coord_job *jb, double loss, int64_t now_ms, coord_fx_li
 
 /* ---- events ---------------------------------------------------------------------- */
 
-/* The data owner answered the check: its shard's description (JSON text,
- * seq its sequence length) or its refusal. Profiling starts at once when
- * `settled` (devices had time to come back after a restart). */
-void coord_job_check_done(coord_job *jb, int ok, const char *reason, const char *info, int seq,
-                          int settled, const coord_devs *devs, int64_t now_ms, coord_fx_list *fx);
+/* A data owner answered the check: its shard's description (JSON text,
+ * seq its sequence length, vocab its vocabulary size) or its refusal.
+ * Profiling starts once every owner's is in, at once when `settled`
+ * (devices had time to come back after a restart). The owners' shards
+ * must agree on the sequence length and the vocabulary. */
+void coord_job_check_done(coord_job *jb, const char *device, int ok, const char *reason,
+                          const char *info, int seq, int settled, const coord_devs *devs,
+                          int64_t now_ms, coord_fx_list *fx);
 
 /* A device's profile: `round` COORD_PROFILE_LINKS (links: its links) or the
  * units (result: the whole profile, round one's links merged in by the
@@ -282,6 +308,9 @@ enum {
     COORD_REPORT_STOP,    /* not the running epoch: the device should stop */
     COORD_REPORT_REFUSED, /* not this device's stage, or the step is out of range */
 };
+/* A step's loss from its stages' reports (a federation's: each replica's,
+ * weighed by its owner's sequences per step). */
+double coord_job_step_loss(const coord_job *jb, const coord_step_rep *rep);
 /* A stage's report of a step. */
 int coord_job_step_report(coord_job *jb, const char *device, int epoch, int stage, int step,
                           const coord_step_rep *rep, int64_t now_ms, coord_fx_list *fx);
@@ -296,11 +325,22 @@ enum {
 /* Whether `device` may upload file `name` of `step` for `epoch`. */
 int coord_job_upload_check(const coord_job *jb, const char *device, int epoch, int step,
                            const char *name);
-/* A file name a part may have: model.TAG.safetensors, optim.TAG.safetensors
- * or data.json. */
+/* A file name a part may have: model.TAG.safetensors, optim.TAG.safetensors,
+ * data.json or data.DEVICE.json. */
 int coord_part_name_ok(const char *name);
-/* How many files a step's parts hold (two per device, and the data record). */
-int coord_job_parts_expected(const coord_job *jb);
+/* Whether part `name` may be device's: data.json the owner's (of a job of
+ * several owners, data.OWNER.json each owner's), the others tagged with
+ * its id (TAG is DEVICE or DEVICE-uUNIT). */
+int coord_part_is_of(const coord_job *jb, const char *name, const char *device);
+
+/* The model's units (its plan's last unit + 1; 0 before a plan). */
+int coord_job_nunits(const coord_job *jb);
+/* units[u] = 1 for the units device runs in the current plan (nunits of them). */
+void coord_job_units_of(const coord_job *jb, const char *device, uint8_t *units, int nunits);
+/* The units whose checkpoint files device may fetch: its own, and where
+ * the job is not U-shaped and it runs the head without the embeddings, the
+ * embeddings' (the head's weights are tied to them). */
+void coord_job_fetch_units(const coord_job *jb, const char *device, uint8_t *units, int nunits);
 
 /* Every part of `step` arrived: it is committed once every stage reported it. */
 void coord_job_parts_done(coord_job *jb, int epoch, int step, coord_fx_list *fx);
@@ -321,9 +361,18 @@ void coord_job_epoch_ready(coord_job *jb, int epoch, double loss, const char *fa
                            int64_t now_ms, coord_fx_list *fx);
 
 /* A device's run of `epoch` failed; `lost` is the neighbour whose link
- * broke first ("" if none). */
-void coord_job_run_failure(coord_job *jb, const char *device, int epoch, const char *reason,
-                           const char *lost, int64_t now_ms, coord_fx_list *fx);
+ * broke first ("" if none). A device may name only its own neighbours (the
+ * stages next to its own, or the first and last stage): -1 when `lost` is
+ * not one (the report counts as the device's own failure), else 0. */
+int coord_job_run_failure(coord_job *jb, const char *device, int epoch, const char *reason,
+                          const char *lost, int64_t now_ms, coord_fx_list *fx);
+/* Whether devices a and b exchange frames in the plan. */
+int coord_job_neighbours(const coord_job *jb, const char *a, const char *b);
+
+/* What a device is to a job: its data owner, a candidate (profiled for
+ * it), a device of its current plan (COORD_MEMBER_* bits; 0: nothing). */
+enum { COORD_MEMBER_OWNER = 1, COORD_MEMBER_CAND = 2, COORD_MEMBER_STAGE = 4 };
+int coord_job_member(const coord_job *jb, const char *device);
 
 /* The operator's stop: -1 when the job had ended. */
 int coord_job_stop(coord_job *jb, int64_t now_ms, coord_fx_list *fx);

@@ -31,6 +31,7 @@ typedef struct cjob {
     coord_fx_list fxq;     /* effects to run, in order (j->mu) */
     int draining;          /* a thread is running them (j->mu) */
     int plan_req;          /* COORD_PLAN_* + 1: a PLAN effect for the engine (j->mu) */
+    uint64_t model_bytes;  /* the model's fp32 weights (its config's) */
 } cjob;
 
 struct coord_jobs {
@@ -50,18 +51,25 @@ struct coord_jobs {
     int64_t settle_ms;      /* until then, devices may still be coming back after a restart */
     coord_obs_count refused[COORD_OBS_NAMES]; /* frames refused by reason, every job */
     int nrefused;
+    uint64_t denied[COORD_DENY_N];            /* calls refused by reason (j->mu) */
     const coord_fileops *fileops; /* the checkpoint stores' file operations (tests) */
     coord_job_policy policy;      /* every job's */
 };
 
 /* The device view the state machine reads (call with j->mu held). */
 coord_devs coord_jobs_devs(const coord_jobs *j);
+/* The owners as the jobs row keeps them, and back (coord_jobs.c). */
+void coord_owners_row(const coord_job *jb, char **ids, char **datasets, char **data_info);
+int coord_owners_parse(const char *ids, const char *datasets, const coord_jobopts *o,
+                       coord_owner *out, int *n, char *why, size_t cap);
 /* Job `id`, or NULL (takes j->mu). */
 cjob *coord_jobs_find(coord_jobs *j, const char *id);
 /* Queues a job's effects (j->mu held); PLAN goes to the engine. */
 void coord_jobs_queue(coord_jobs *j, cjob *jb, coord_fx_list *fx);
 /* Runs the job's queued effects until none is left (j->mu not held). */
 void coord_jobs_drain(coord_jobs *j, cjob *jb);
+/* Counts a refused call (takes j->mu). */
+void coord_jobs_denied(coord_jobs *j, int reason);
 /* Whether devices had time to come back after a restart. */
 int coord_jobs_settled(const coord_jobs *j);
 /* Adds a new job (its files and row already written). */

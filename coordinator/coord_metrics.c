@@ -145,6 +145,15 @@ int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, sl_bu
         sl_buf_printf(b, "\"} %" PRIu64 "\n", s->refused[i].value);
     }
 
+    family(b, "skyloom_calls_refused_total", "counter",
+           "Calls about jobs refused since the coordinator started, by reason: a device in no "
+           "role of the job, a failure report naming a device that is not the reporter's "
+           "neighbour, a checkpoint part not the uploader's, a piece past a quota, a checkpoint "
+           "file of units the device does not run.");
+    for (int i = 0; i < COORD_DENY_N; i++)
+        sl_buf_printf(b, "skyloom_calls_refused_total{reason=\"%s\"} %" PRIu64 "\n",
+                      coord_denial_name(i), s->denied[i]);
+
     family(b, "skyloom_jobs", "gauge", "Jobs by state.");
     for (size_t k = 0; k < sizeof job_states / sizeof *job_states; k++) {
         int n = 0;

@@ -92,12 +92,24 @@ typedef struct coord_obs_dev {
     int64_t seen;
 } coord_obs_dev;
 
+/* Calls the job manager refused, by reason (skyloom_calls_refused_total). */
+enum coord_denial {
+    COORD_DENY_NOT_MEMBER,    /* a device in no role of the job it names */
+    COORD_DENY_NOT_NEIGHBOUR, /* a failure report naming a device it exchanges nothing with */
+    COORD_DENY_NOT_OWN_PART,  /* a checkpoint part not the uploader's own */
+    COORD_DENY_QUOTA,         /* a piece past the device's or the job's share of the store */
+    COORD_DENY_FETCH,         /* a checkpoint file of units the device does not run */
+    COORD_DENY_N
+};
+const char *coord_denial_name(int reason);
+
 typedef struct coord_snapshot {
     int64_t now;
     int njob, ndev, nrefused;
     coord_obs_job *job;
     coord_obs_dev *dev;
     coord_obs_count refused[COORD_OBS_NAMES]; /* frames refused by reason, every job */
+    uint64_t denied[COORD_DENY_N];            /* calls refused by reason */
 } coord_snapshot;
 
 /* Fills s: every job (id NULL), or only job `id` with its plan and trace.
@@ -149,9 +161,14 @@ typedef struct coord_http coord_http;
 typedef struct coord_http_opts {
     const char *listen;     /* HOST:PORT (port 0 picks one) */
     const char *token;      /* bearer token every request must carry, or NULL */
+    const char *name;       /* another name requests may give as Host (a DNS name), or NULL */
 } coord_http_opts;
 /* Serves c (started or not) until coord_http_stop, which must come before
- * coord_close. Refuses a non-loopback address without a token. */
+ * coord_close. Refuses a non-loopback address without a token. Without a
+ * token, a request's Host must be the listen address (on loopback also
+ * localhost, 127.0.0.1 or [::1]) or `name`, with the port served, so that a
+ * page of another site cannot reach the dashboard through a name it made
+ * point here (DNS rebinding). */
 coord_http *coord_http_start(coord *c, const coord_http_opts *o, sl_err *err);
 int coord_http_port(const coord_http *h);
 void coord_http_stop(coord_http *h);

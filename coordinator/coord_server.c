@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bal.h"
 #include "coord_internal.h"
 #include "skyloom.pb-c.h"
 #include "sl_file.h"
@@ -520,6 +521,14 @@ static int heartbeat(coord *c, coord_state *db, const Skyloom__V1__HeartbeatRequ
                        .threads = r->threads,
                        .memory_bytes = r->profile ? r->profile->memory_bytes : 0,
                        .backend = r->profile && r->profile->cuda ? "cuda" : "cpu"};
+    if (r->policy) {
+        if (r->policy->home_layers > BAL_MAX_LAYERS)
+            return rpc_status_set(st, RPC_INVALID_ARGUMENT, "policy.home_layers: %u is over %d",
+                                  r->policy->home_layers, BAL_MAX_LAYERS);
+        seen.policy = (coord_policy){.known = 1, .home_layers = (int)r->policy->home_layers,
+                                     .allow_unsealed = r->policy->allow_unsealed,
+                                     .allow_labels_out = r->policy->allow_labels_out};
+    }
     coord_jobs_seen(c->jobs, &seen, now);
     return heartbeat_reply(c, db, r->device_id, now, resp, st);
 }

@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "sl_err.h"
+
 typedef struct kn_cuda_info {
     bool compiled;       /* built with nvcc (HAVE_CUDA) */
     int device_count;    /* usable GPUs; 0 when none */
@@ -28,6 +30,17 @@ const char *kn_blas_core(void);
  * NULL otherwise); see kn_blas.c. */
 const char *kn_blas_core_for_cpu(void);
 int kn_blas_threads(void);
+
+/* bf16 compute on the CPU (oneDNN): 0 when the CPU has AVX512_BF16 or
+ * AMX-BF16 and oneDNN uses them; else -1 naming what is missing (oneDNN
+ * would emulate bf16, slower than fp32, and that is never done silently). */
+int kn_cpu_bf16_check(sl_err *err);
+/* oneDNN's version and the instruction set its kernels use here. */
+const char *kn_dnnl_version(void);
+const char *kn_dnnl_isa(void);
+/* The first bf16 product failure on this thread since the last call: -1
+ * with its message (then cleared), or 0 (the CPU backend's sync). */
+int kn_cpu_status(sl_err *err);
 void kn_blas_set_threads(int n);
 
 #endif

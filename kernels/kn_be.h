@@ -79,6 +79,30 @@ typedef struct kn_be {
                         float beta1, float beta2, float eps, float wd, int t);
     double (*sumsq)(const float *x, size_t n);
     void (*scale)(float *x, size_t n, float s);
+
+    /* bf16 compute (kn_ops.h). bf16_check: 0 when this backend runs bf16
+     * products natively here, else -1 naming what is missing. */
+    int (*bf16_check)(sl_err *err);
+    void (*to_bf16)(uint16_t *out16, const float *inp, size_t n);
+    void (*layernorm_forward_bf16)(float *out, uint16_t *out16, float *mean, float *rstd,
+                                   const float *inp, const float *w, const float *b, int N,
+                                   int C, float eps);
+    void (*matmul_forward_bf16)(float *out, uint16_t *out16, const uint16_t *inp16,
+                                const uint16_t *w16, const float *b, int N, int IC, int OC);
+    void (*matmul_backward_bf16)(float *dinp, float *dw, float *db, const float *dout,
+                                 const uint16_t *inp16, const uint16_t *w16, int N, int IC,
+                                 int OC);
+    void (*attention_forward_bf16)(uint16_t *out16, uint16_t *att16, const uint16_t *qkv16,
+                                   const int32_t *valid, int B, int T, int C, int NH,
+                                   kn_dropout drop);
+    void (*attention_backward_bf16)(float *dqkv, const uint16_t *dout16, const uint16_t *qkv16,
+                                    const uint16_t *att16, int B, int T, int C, int NH,
+                                    kn_dropout drop);
+    void (*gelu_forward_bf16)(uint16_t *out16, const uint16_t *inp16, size_t N, int kind);
+    void (*gelu_backward_bf16)(float *dinp, uint16_t *out16, const uint16_t *inp16,
+                               const float *dout, size_t N, int kind);
+
+    /* the classification head's pooler */
     void (*tanh_forward)(float *out, const float *inp, size_t N);
     void (*tanh_backward)(float *dinp, const float *out, const float *dout, size_t N);
 } kn_be;

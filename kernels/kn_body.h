@@ -127,6 +127,24 @@ SL_HD float kn_gelu_tanh_grad(float x)
     float du = KN_SQRT_2_OVER_PI * (1.0f + 3.0f * KN_GELU_TANH_C * x2);
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
+/* GELU of the bf16 path: the value and the derivative from one exponential
+ * (erf form) or one tanh, so that a backward recomputing the value from the
+ * same input gets the forward's bits while computing the derivative. */
+SL_HD KN_INLINE void kn_gelu16_elem(float x, int kind, float *g, float *dg)
+{
+    if (kind == 1) {
+        float x2 = x * x;
+        float t = kn_tanhf(KN_SQRT_2_OVER_PI * x * (1.0f + KN_GELU_TANH_C * x2));
+        *g = 0.5f * x * (1.0f + t);
+        *dg = 0.5f * (1.0f + t) +
+              0.5f * x * (1.0f - t * t) * KN_SQRT_2_OVER_PI * (1.0f + 3.0f * KN_GELU_TANH_C * x2);
+    } else {
+        float e = kn_expf(-0.5f * x * x);
+        float er = kn_erff_e(x * KN_SQRT1_2, e);
+        *g = 0.5f * x * (1.0f + er);
+        *dg = 0.5f * (1.0f + er) + x * KN_INV_SQRT_2PI * e;
+    }
+}
 /* kind: 0 = erf, 1 = tanh (enum kn_gelu_kind). */
 SL_HD float kn_gelu_fwd_elem(float x, int kind)
 {
@@ -404,7 +422,7 @@ SL_HD void kn_adamw_elem(float *p, float g, float *m, float *v, float lr, float 
 /* AdamW with m and v held in bf16: the update itself is kn_adamw_elem's, in
  * fp32, from the widened moments; the new moments are stored stochastically
  * rounded with the two halves of one random word r. */
-SL_HD void kn_adamw_bf16_elem(float *p, float g, uint16_t *m, uint16_t *v, float lr, float beta1,
+SL_HD KN_INLINE void kn_adamw_bf16_elem(float *p, float g, uint16_t *m, uint16_t *v, float lr, float beta1,
                               float beta2, float eps, float wd, float bc1, float sqrt_bc2,
                               uint32_t r)
 {

@@ -108,6 +108,34 @@ void kn_cuda_lamb_update(float *p, const float *g, float *m, float *v, size_t n,
 double kn_cuda_sumsq(const float *x, size_t n);
 void kn_cuda_scale(float *x, size_t n, float s);
 
+/* bf16 compute (kn_ops.h's bf16 ops): cublasGemmEx with bf16 operands and
+ * CUBLAS_COMPUTE_32F (fp32 accumulation on the tensor cores), the rest
+ * launch geometry around kn_threads.h's bodies. kn_cuda_bf16_check: 0 on a
+ * GPU of compute capability 8.0 (Ampere) or newer, else -1 naming it. */
+int kn_cuda_bf16_check(sl_err *err);
+/* Row-major C = alpha op(A) op(B) + beta C, A and B bf16, C fp32 (c_bf16
+ * 0) or bf16 (1); the mapping is kn_gemm_map's. */
+void kn_cuda_bgemm(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                   const uint16_t *B, int ldb, float beta, void *C, int ldc, int c_bf16);
+void kn_cuda_to_bf16(uint16_t *out16, const float *inp, size_t n);
+void kn_cuda_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean, float *rstd,
+                                    const float *inp, const float *w, const float *b, int N,
+                                    int C, float eps);
+void kn_cuda_matmul_forward_bf16(float *out, uint16_t *out16, const uint16_t *inp16,
+                                 const uint16_t *w16, const float *b, int N, int IC, int OC);
+void kn_cuda_matmul_backward_bf16(float *dinp, float *dw, float *db, const float *dout,
+                                  const uint16_t *inp16, const uint16_t *w16, int N, int IC,
+                                  int OC);
+void kn_cuda_attention_forward_bf16(uint16_t *out16, uint16_t *att16, const uint16_t *qkv16,
+                                    const int32_t *valid, int B, int T, int C, int NH,
+                                    kn_dropout drop);
+void kn_cuda_attention_backward_bf16(float *dqkv, const uint16_t *dout16, const uint16_t *qkv16,
+                                     const uint16_t *att16, int B, int T, int C, int NH,
+                                     kn_dropout drop);
+void kn_cuda_gelu_forward_bf16(uint16_t *out16, const uint16_t *inp16, size_t N, int kind);
+void kn_cuda_gelu_backward_bf16(float *dinp, uint16_t *out16, const uint16_t *inp16,
+                                const float *dout, size_t N, int kind);
+
 #ifdef __cplusplus
 }
 #endif

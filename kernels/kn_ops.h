@@ -115,6 +115,49 @@ void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, floa
 void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n, float lr,
                           float beta1, float beta2, float eps, float wd, int t, uint64_t seed,
                           uint64_t stream);
+/* ---- bf16 compute (mixed precision) -------------------------------------
+ * uint16_t tensors (names ending in 16) hold bf16 values: the top half of an
+ * fp32, rounded to nearest even (sl_float.h). Products take bf16 operands
+ * and accumulate in fp32; everything else (LayerNorm, softmax, GELU, the
+ * loss, gradients, the optimizer) stays in fp32. On the CPU the products
+ * are oneDNN's and need AVX512_BF16 or AMX (kn_cpu_bf16_check); a failure
+ * inside the product library is reported by the backend's sync. */
+/* out16 = bf16(inp), n elements. */
+void kn_to_bf16(uint16_t *out16, const float *inp, size_t n);
+/* kn_layernorm_forward that also writes its output rounded to bf16 into
+ * out16 (the products' copy: bit for bit kn_to_bf16 of out). */
+void kn_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean, float *rstd,
+                               const float *inp, const float *w, const float *b, int N, int C,
+                               float eps);
+/* inp16 (N,IC), w16 (OC,IC), b (OC) fp32 -> inp16 @ w16^T + b (N,OC): into
+ * out (fp32; out16 NULL) or, rounded once after the bias, into out16 (bf16;
+ * out NULL). */
+void kn_matmul_forward_bf16(float *out, uint16_t *out16, const uint16_t *inp16,
+                            const uint16_t *w16, const float *b, int N, int IC, int OC);
+/* With dout16 = bf16(dout) (rounded inside): dinp (N,IC) += dout16 @ w16;
+ * dw (OC,IC) += dout16^T @ inp16; db (OC) += the column sums of dout (fp32).
+ * Any of dinp, dw, db may be NULL. */
+void kn_matmul_backward_bf16(float *dinp, float *dw, float *db, const float *dout,
+                             const uint16_t *inp16, const uint16_t *w16, int N, int IC, int OC);
+/* Attention on bf16 q, k, v (qkv16 (B,T,3C)): scores and softmax in fp32;
+ * att16 (B,NH,T,T) keeps the probabilities rounded to bf16 (before
+ * dropout); the product with v takes bf16(att16 * dropout multiplier);
+ * out16 (B,T,C) bf16. */
+void kn_attention_forward_bf16(uint16_t *out16, uint16_t *att16, const uint16_t *qkv16,
+                               const int32_t *valid, int B, int T, int C, int NH,
+                               kn_dropout drop);
+/* dqkv (B,T,3C) fp32 += the gradient, given dout16 (B,T,C). */
+void kn_attention_backward_bf16(float *dqkv, const uint16_t *dout16, const uint16_t *qkv16,
+                                const uint16_t *att16, int B, int T, int C, int NH,
+                                kn_dropout drop);
+/* out16 = bf16(gelu(inp16)); dinp (fp32) += gelu'(inp16) * dout and, when
+ * out16 is not NULL, out16 = bf16(gelu(inp16)) again (bit for bit the
+ * forward's: a backward that needs the value recomputes it in the same
+ * pass). */
+void kn_gelu_forward_bf16(uint16_t *out16, const uint16_t *inp16, size_t N, int kind);
+void kn_gelu_backward_bf16(float *dinp, uint16_t *out16, const uint16_t *inp16, const float *dout,
+                           size_t N, int kind);
+
 /* Sum of squares (double accumulation) for global-norm clipping. */
 double kn_sumsq(const float *x, size_t n);
 void kn_scale(float *x, size_t n, float s);

@@ -33,6 +33,16 @@ SL_HD KN_INLINE void kn_t_ln_fwd(size_t n, float *out, float *mean, float *rstd,
 {
     kn_layernorm_row_fwd(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C, eps);
 }
+/* forward, and the row rounded to bf16 into out16 */
+SL_HD KN_INLINE void kn_t_ln_fwd_bf16(size_t n, float *out, uint16_t *out16, float *mean,
+                                      float *rstd, const float *inp, const float *w,
+                                      const float *b, int C, float eps)
+{
+    kn_layernorm_row_fwd(out + n * C, mean + n, rstd + n, inp + n * C, w, b, C, eps);
+    KN_SIMD
+    for (int c = 0; c < C; c++)
+        out16[n * C + c] = sl_f32_to_bf16(out[n * C + c]);
+}
 SL_HD KN_INLINE void kn_t_ln_bwd_row(size_t n, float *dinp, const float *dout, const float *inp,
                                      const float *w, const float *mean, const float *rstd, int C)
 {
@@ -124,6 +134,79 @@ SL_HD KN_INLINE void kn_t_dropout(size_t f, float *out, const float *inp, size_t
 SL_HD KN_INLINE void kn_t_scale(size_t i, float *x, float s)
 {
     x[i] *= s;
+}
+
+/* bf16 compute: one thread per element */
+SL_HD KN_INLINE void kn_t_to_bf16(size_t i, uint16_t *out16, const float *inp)
+{
+    out16[i] = sl_f32_to_bf16(inp[i]);
+}
+SL_HD KN_INLINE void kn_t_gelu_fwd_bf16(size_t i, uint16_t *out16, const uint16_t *inp16, int kind)
+{
+    float g, dg;
+    kn_gelu16_elem(sl_bf16_to_f32(inp16[i]), kind, &g, &dg);
+    out16[i] = sl_f32_to_bf16(g);
+}
+/* dinp += gelu'(x) dout */
+SL_HD KN_INLINE void kn_t_gelu_bwd_bf16(size_t i, float *dinp, const uint16_t *inp16,
+                                        const float *dout, int kind)
+{
+    float g, dg;
+    kn_gelu16_elem(sl_bf16_to_f32(inp16[i]), kind, &g, &dg);
+    dinp[i] += dg * dout[i];
+}
+/* the same, and the forward's value again into out16 */
+SL_HD KN_INLINE void kn_t_gelu_bwd_out_bf16(size_t i, float *dinp, uint16_t *out16,
+                                            const uint16_t *inp16, const float *dout, int kind)
+{
+    float g, dg;
+    kn_gelu16_elem(sl_bf16_to_f32(inp16[i]), kind, &g, &dg);
+    dinp[i] += dg * dout[i];
+    out16[i] = sl_f32_to_bf16(g);
+}
+/* a product's fp32 accumulator plus the bias, rounded once (the CPU's
+ * oneDNN primitive does the same inside) */
+SL_HD KN_INLINE void kn_t_bias_bf16(size_t i, uint16_t *out16, const float *acc, const float *b,
+                                    int OC)
+{
+    out16[i] = sl_f32_to_bf16(b ? acc[i] + b[i % OC] : acc[i]);
+}
+/* attention in bf16, one thread per row of (B,NH,T,T): att16 = bf16(P) */
+SL_HD KN_INLINE void kn_t_attn_round16(size_t row, uint16_t *att16, const float *P, int T)
+{
+    for (int j = 0; j < T; j++)
+        att16[row * T + j] = sl_f32_to_bf16(P[row * T + j]);
+}
+/* pd16 = bf16(att16 * dropout multiplier): what the product with v takes */
+SL_HD KN_INLINE void kn_t_attn_drop16(size_t row, uint16_t *pd16, const uint16_t *att16,
+                                      kn_dropout d, int T, int NH)
+{
+    size_t per = (size_t)NH * T;
+    uint64_t base = kn_dropout_index(d.seq0, row / per, per * T, (row % per) * T);
+    float sc = kn_dropout_scale(d.p);
+    for (int j = 0; j < T; j++)
+        pd16[row * T + j] = sl_f32_to_bf16(
+            sl_bf16_to_f32(att16[row * T + j]) *
+            (kn_dropout_keep(d.seed, d.stream, base + j, d.p) ? sc : 0.0f));
+}
+/* attention backward in bf16, one thread per row: P = att16 widened, the
+ * dropped probabilities pd16 as forward made them, dP *= the multiplier,
+ * then dS = softmax backward (in place in dp), ds16 = bf16(dS) */
+SL_HD KN_INLINE void kn_t_attn_bwd16(size_t row, float *dp, uint16_t *ds16, const uint16_t *att16,
+                                     kn_dropout d, int T, int NH, float scale)
+{
+    size_t per = (size_t)NH * T;
+    uint64_t base = kn_dropout_index(d.seq0, row / per, per * T, (row % per) * T);
+    float sc = kn_dropout_scale(d.p), dot = 0.0f;
+    float *x = dp + row * T;
+    const uint16_t *a = att16 + row * T;
+    for (int j = 0; j < T; j++) {
+        if (d.p > 0.0f)
+            x[j] *= kn_dropout_keep(d.seed, d.stream, base + j, d.p) ? sc : 0.0f;
+        dot += sl_bf16_to_f32(a[j]) * x[j];
+    }
+    for (int j = 0; j < T; j++)
+        ds16[row * T + j] = sl_f32_to_bf16(scale * sl_bf16_to_f32(a[j]) * (x[j] - dot));
 }
 
 /* cross-entropy: one thread per masked position */

@@ -8,7 +8,7 @@ pkgs=(
   build-essential meson ninja-build pkg-config python3
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libssl-dev libsodium-dev libhwloc-dev
-  libopenblas-openmp-dev libopenblas0-openmp
+  libopenblas-openmp-dev libopenblas0-openmp libdnnl-dev
   libsqlite3-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev
   fortunes
   iproute2

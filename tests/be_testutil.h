@@ -132,16 +132,20 @@ static void be_train_pair(const kn_be *be, unsigned flags, const be_tol *tol, co
     dt_free_batch(&b);
 }
 
+typedef struct be_case {
+    const int *b;
+    int n, micro, lamb;
+    unsigned flags; /* of the backend's side; the CPU's never recomputes */
+    const char *name;
+} be_case;
+
+static void be_run_cases(const kn_be *be, const be_tol *tol, const be_case *cases, size_t ncases);
+
 /* Training on `be` against the CPU for several splits and optimizers. */
 static void be_check_training(const kn_be *be, const be_tol *tol)
 {
     static const int one[] = {0, 5}, three[] = {0, 2, 4, 5};
-    static const struct {
-        const int *b;
-        int n, micro, lamb;
-        unsigned flags; /* of the backend's side; the CPU's never recomputes */
-        const char *name;
-    } cases[] = {
+    static const be_case cases[] = {
         {one, 1, 1, 0, 0, "1 stage, adamw"},
         {one, 1, 2, 1, 0, "1 stage, 2 micro-batches, lamb"},
         {three, 3, 2, 0, 0, "3 stages, 2 micro-batches, adamw"},
@@ -149,7 +153,32 @@ static void be_check_training(const kn_be *be, const be_tol *tol)
         {three, 3, 2, 0, DEV_STAGE_BF16_STATE | DEV_STAGE_RECOMPUTE_ATTN,
          "3 stages, 2 micro, bf16 state, attn"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    be_run_cases(be, tol, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* The same in bf16 compute, on both sides (the CPU's needs AVX512_BF16 or
+ * AMX: without them, nothing to compare with, said so). */
+static void be_check_training_bf16(const kn_be *be, const be_tol *tol)
+{
+    static const int one[] = {0, 5}, three[] = {0, 2, 4, 5};
+    static const be_case cases[] = {
+        {one, 1, 1, 0, DEV_STAGE_BF16_COMPUTE, "bf16, 1 stage, adamw"},
+        {three, 3, 2, 1, DEV_STAGE_BF16_COMPUTE | DEV_STAGE_RECOMPUTE,
+         "bf16, 3 stages, 2 micro, lamb, recompute"},
+        {three, 3, 2, 0, DEV_STAGE_BF16_COMPUTE | DEV_STAGE_BF16_STATE | DEV_STAGE_RECOMPUTE_ATTN,
+         "bf16, 3 stages, bf16 state, attn"},
+    };
+    sl_err err = {0};
+    if (kn_be_cpu()->bf16_check(&err)) {
+        printf("    bf16 compute not compared: the CPU has none (%s)\n", err.msg);
+        return;
+    }
+    be_run_cases(be, tol, cases, sizeof cases / sizeof cases[0]);
+}
+
+static void be_run_cases(const kn_be *be, const be_tol *tol, const be_case *cases, size_t ncases)
+{
+    for (size_t i = 0; i < ncases; i++) {
         dev_optim o;
         dev_optim_default(&o);
         o.lr = 1e-3f;
@@ -365,12 +394,13 @@ static void be_check_classify(const kn_be *be, const be_tol *tol)
     }
 }
 
-static void be_check_slots(const kn_be *be, const be_tol *tol)
+/* both: flags of both sides (DEV_STAGE_BF16_COMPUTE) */
+static void be_check_slots(const kn_be *be, const be_tol *tol, unsigned both)
 {
     dev_stage *c[2] = {0}, *g[2] = {0};
     double lc, lg;
-    be_run_slots(NULL, 0, &lc, c);
-    be_run_slots(be, DEV_STAGE_RECOMPUTE, &lg, g); /* two slots share one work area */
+    be_run_slots(NULL, both, &lc, c);
+    be_run_slots(be, both | DEV_STAGE_RECOMPUTE, &lg, g); /* two slots share one work area */
     be_same_scalar("two slots in flight: loss", lg, lc, tol->loss);
     sl_err err = {0};
     for (int i = 0; i < 2 && c[i] && g[i]; i++) {
@@ -393,7 +423,8 @@ static void be_check_slots(const kn_be *be, const be_tol *tol)
             free(copy);
         }
     }
-    printf("    %-36s %s\n", "2 stages, 2 in flight, recompute, tied", "compared");
+    printf("    %-36s %s\n", both ? "bf16, 2 stages, 2 in flight, recompute, tied"
+                                 : "2 stages, 2 in flight, recompute, tied", "compared");
     for (int i = 0; i < 2; i++) {
         dev_stage_free(c[i]);
         dev_stage_free(g[i]);

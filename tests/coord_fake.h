@@ -29,7 +29,9 @@
 #include "sl_time.h"
 #include "trust_util.h"
 
-#define NDEV 3
+#ifndef NDEV
+#define NDEV 3 /* the devices of D[] this test uses (up to 4) */
+#endif
 #define WAIT_S 30.0
 
 static char root[256], pki[512], state[512];
@@ -64,12 +66,14 @@ typedef struct fdev {
     char id[CERT_ID_LEN];
     double speed;  /* its units take this many times the base figures */
     int alive;     /* heartbeats and answers tasks */
+    const Skyloom__V1__OwnerPolicy *policy; /* stated in its heartbeats; NULL: none */
 } fdev;
 
-static fdev D[NDEV] = {
-    {"A", "lab-a", "books", "", 1.0, 1},
-    {"B", "lab-a", NULL, "", 1.0, 1},
-    {"C", "lab-b", NULL, "", 1.5, 1},
+static fdev D[4] = {
+    {"A", "lab-a", "books", "", 1.0, 1, NULL},
+    {"B", "lab-a", NULL, "", 1.0, 1, NULL},
+    {"C", "lab-b", NULL, "", 1.5, 1, NULL},
+    {"E", "lab-b", NULL, "", 1.0, 1, NULL},
 };
 
 static inline const char *token_secret(const char *site, char *out)
@@ -196,6 +200,7 @@ static inline void heartbeat(fdev *d)
     q.link_public_key.data = key;
     q.link_public_key.len = 32;
     q.threads = 2;
+    q.policy = (Skyloom__V1__OwnerPolicy *)d->policy;
     rpc_status st;
     Skyloom__V1__HeartbeatResponse *r = NULL;
     CHECKF(call(coord_handle_heartbeat, d->id, &q, &skyloom__v1__heartbeat_response__descriptor,
@@ -230,6 +235,10 @@ typedef struct jview {
     char state[16];
     int epoch, step, committed, p;
     char stage_dev[8][CERT_ID_LEN];
+    int first_unit[8], last_unit[8];
+    int nrep;                     /* replicas (0: the plan has none, one owner) */
+    char owner[4][CERT_ID_LEN];   /* the plan's data owners */
+    int nowner;
     char *plan;
 } jview;
 
@@ -251,8 +260,17 @@ static inline int view(const char *job, jview *v)
         json_array_foreach(json_object_get(pj, "stages"), k, st) if (k < 8) {
             snprintf(v->stage_dev[k], CERT_ID_LEN, "%s",
                      json_string_value(json_object_get(st, "device")) ?: "");
+            v->first_unit[k] = (int)json_integer_value(json_object_get(st, "first_unit"));
+            v->last_unit[k] = (int)json_integer_value(json_object_get(st, "last_unit"));
             v->p = (int)k + 1;
         }
+        json_t *reps = json_object_get(pj, "replicas"), *r;
+        v->nrep = (int)json_array_size(reps);
+        json_array_foreach(reps, k, r) if (k < 4) snprintf(v->owner[v->nowner++], CERT_ID_LEN, "%s",
+                                                         json_string_value(json_object_get(r, "owner")) ?: "");
+        if (!v->nrep)
+            snprintf(v->owner[v->nowner++], CERT_ID_LEN, "%s",
+                     json_string_value(json_object_get(json_object_get(pj, "data"), "owner")) ?: "");
         json_decref(pj);
     }
     coord_snapshot_free(&s);
@@ -339,14 +357,55 @@ static inline void report_step(const char *dev, const char *job, int epoch, int 
     rpc_unpacked_free(r);
 }
 
+/* The bytes of a device's checkpoint part: a safetensors file with one
+ * small tensor for each unit the device runs in plan v (a model part, or
+ * with ".exp_avg" names an optimizer part), or data.json's text; fixed by
+ * the device, the step and the name. */
+static inline size_t part_bytes(const fdev *d, const jview *v, int step, const char *name,
+                                uint8_t *out, size_t cap)
+{
+    if (!strncmp(name, "data.", 5))
+        return (size_t)snprintf((char *)out, cap, "{\"device\": \"%s\", \"step\": %d}", d->name, step);
+    sl_buf h = {0};
+    int n = 0, layers = 2, optim = !strncmp(name, "optim.", 6);
+    sl_buf_printf(&h, "{");
+    for (int i = 0; i < v->p; i++) {
+        if (strcmp(v->stage_dev[i], d->id))
+            continue;
+        for (int u = v->first_unit[i]; u <= v->last_unit[i]; u++, n++) {
+            char t[96];
+            if (u == 0)
+                snprintf(t, sizeof t, "bert.embeddings.LayerNorm.bias");
+            else if (u <= layers)
+                snprintf(t, sizeof t, "bert.encoder.layer.%d.output.LayerNorm.bias", u - 1);
+            else
+                snprintf(t, sizeof t, "cls.predictions.bias");
+            sl_buf_printf(&h, "%s\"%s%s\": {\"dtype\": \"F32\", \"shape\": [4], "
+                          "\"data_offsets\": [%d, %d]}", n ? ", " : "", t, optim ? ".exp_avg" : "",
+                          16 * n, 16 * n + 16);
+        }
+    }
+    sl_buf_printf(&h, "}");
+    size_t hl = h.n, total = 8 + hl + 16 * (size_t)n;
+    if (total > cap)
+        total = cap;
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    memcpy(out + 8, h.s, hl);
+    for (size_t i = 8 + hl; i < total; i++)
+        out[i] = (uint8_t)(d->name[0] * 7 + step * 13 + name[0] + i);
+    free(h.s);
+    return total;
+}
+
 /* One file of a device's checkpoint part, in two pieces: the code of the
  * first refusal, or RPC_OK. */
-static inline int upload(const fdev *d, const char *job, int epoch, int step, const char *name)
+static inline int upload(const fdev *d, const jview *v, const char *job, int epoch, int step,
+                         const char *name)
 {
-    uint8_t data[300], sum[32];
-    for (size_t i = 0; i < sizeof data; i++)
-        data[i] = (uint8_t)(d->name[0] * 7 + step * 13 + name[0] + i);
-    crypto_generichash(sum, sizeof sum, data, sizeof data, NULL, 0);
+    uint8_t data[4096], sum[32];
+    size_t n = part_bytes(d, v, step, name, data, sizeof data), first = n / 3;
+    crypto_generichash(sum, sizeof sum, data, n, NULL, 0);
     for (int piece = 0; piece < 2; piece++) {
         Skyloom__V1__UploadChunkRequest q = SKYLOOM__V1__UPLOAD_CHUNK_REQUEST__INIT;
         q.device_id = (char *)d->id;
@@ -354,11 +413,11 @@ static inline int upload(const fdev *d, const char *job, int epoch, int step, co
         q.epoch = (uint32_t)epoch;
         q.step = (uint32_t)step;
         q.name = (char *)name;
-        q.offset = piece ? 100 : 0;
+        q.offset = piece ? first : 0;
         q.data.data = data + q.offset;
-        q.data.len = piece ? sizeof data - 100 : 100;
+        q.data.len = piece ? n - first : first;
         q.last = piece;
-        q.size = sizeof data;
+        q.size = n;
         if (piece) {
             q.blake2b.data = sum;
             q.blake2b.len = 32;
@@ -374,11 +433,15 @@ static inline int upload(const fdev *d, const char *job, int epoch, int step, co
 /* The devices of the running plan train steps up to `to` (reports, then
  * the parts of checkpoint steps, waiting for each commit). Returns RPC_OK,
  * the code of the first upload refused, or RPC_ABORTED when the epoch ended
- * before a commit (they stop there). */
+ * before a commit or before they began (they stop there). */
 static inline int train(const char *job, int to, int every)
 {
     jview v;
-    CHECK(view(job, &v) == 0 && !strcmp(v.state, "running"));
+    if (view(job, &v) || strcmp(v.state, "running")) {
+        /* the epoch ended before its devices started (a store failure, say) */
+        free(v.plan);
+        return RPC_ABORTED;
+    }
     int code = RPC_OK;
     for (int s = v.step + 1; s <= to && code == RPC_OK; s++) {
         for (int i = v.p - 1; i >= 0; i--)
@@ -394,11 +457,16 @@ static inline int train(const char *job, int to, int every)
                 snprintf(model, sizeof model, "model.%s.safetensors", D[i].id);
                 snprintf(optim, sizeof optim, "optim.%s.safetensors", D[i].id);
                 if (code == RPC_OK)
-                    code = upload(&D[i], job, v.epoch, s, model);
+                    code = upload(&D[i], &v, job, v.epoch, s, model);
                 if (code == RPC_OK)
-                    code = upload(&D[i], job, v.epoch, s, optim);
-                if (code == RPC_OK && D[i].dataset)
-                    code = upload(&D[i], job, v.epoch, s, "data.json");
+                    code = upload(&D[i], &v, job, v.epoch, s, optim);
+                int owns = 0;
+                for (int o = 0; o < v.nowner; o++)
+                    owns |= !strcmp(v.owner[o], D[i].id);
+                char data[64];
+                snprintf(data, sizeof data, v.nrep > 1 ? "data.%s.json" : "data.json", D[i].id);
+                if (code == RPC_OK && owns)
+                    code = upload(&D[i], &v, job, v.epoch, s, data);
             }
             if (code != RPC_OK)
                 break;
@@ -422,22 +490,36 @@ static inline int train(const char *job, int to, int every)
     return code;
 }
 
-static inline char *submit(const char *opts)
+/* Submits a job on data ("ID:NAME[,ID:NAME...]") with options opts: the
+ * code, the job id in *id (malloc'd, "" when refused), the refusal in st.
+ * submit_code: on D[0]'s "books". */
+static inline int submit_data_code(const char *data, const char *opts, char **id, rpc_status *st)
 {
     Skyloom__V1__SubmitJobRequest q = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
-    char data[96];
-    snprintf(data, sizeof data, "%s:books", D[0].id);
     q.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
                " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
-    q.data = data;
+    q.data = (char *)data;
     q.options = (char *)opts;
     Skyloom__V1__SubmitJobResponse *r = NULL;
-    rpc_status st;
-    CHECKF(call(coord_handle_submit_job, CERT_ADMIN_CN, &q,
-                &skyloom__v1__submit_job_response__descriptor, (void **)&r, &st) == RPC_OK,
-           "%s", st.details);
-    char *id = sl_xstrdup(r ? r->job_id : "");
+    int code = call(coord_handle_submit_job, CERT_ADMIN_CN, &q,
+                    &skyloom__v1__submit_job_response__descriptor, (void **)&r, st);
+    *id = sl_xstrdup(r ? r->job_id : "");
     rpc_unpacked_free(r);
+    return code;
+}
+
+static inline int submit_code(const char *opts, char **id, rpc_status *st)
+{
+    char data[96];
+    snprintf(data, sizeof data, "%s:books", D[0].id);
+    return submit_data_code(data, opts, id, st);
+}
+
+static inline char *submit(const char *opts)
+{
+    char *id;
+    rpc_status st;
+    CHECKF(submit_code(opts, &id, &st) == RPC_OK, "%s", st.details);
     return id;
 }
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kn_backend.h"
 #include "kn_be.h"
 #include "sl_mem.h"
 
@@ -114,7 +115,7 @@ static int sh_zero(void *p, size_t bytes, sl_err *err)
 }
 static int sh_sync(sl_err *err)
 {
-    return sh_fault(err, "sync") ? -1 : 0;
+    return sh_fault(err, "sync") ? -1 : kn_cpu_status(err);
 }
 
 static void sh_embed_forward(float *out, const int32_t *tok, const int32_t *seg, const float *wte,
@@ -225,6 +226,48 @@ static void sh_adamw_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, si
 {
     kn_adamw_update_bf16(R(p), R(g), R(m), R(v), n, lr, b1, b2, eps, wd, t, seed, stream);
 }
+static void sh_to_bf16(uint16_t *out16, const float *inp, size_t n)
+{
+    kn_to_bf16(R(out16), R(inp), n);
+}
+static void sh_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean, float *rstd,
+                                     const float *inp, const float *w, const float *b, int N,
+                                     int C, float eps)
+{
+    kn_layernorm_forward_bf16(R(out), R(out16), R(mean), R(rstd), R(inp), R(w), R(b), N, C, eps);
+}
+static void sh_matmul_forward_bf16(float *out, uint16_t *out16, const uint16_t *inp16,
+                                   const uint16_t *w16, const float *b, int N, int IC, int OC)
+{
+    kn_matmul_forward_bf16(R(out), R(out16), R(inp16), R(w16), R(b), N, IC, OC);
+}
+static void sh_matmul_backward_bf16(float *dinp, float *dw, float *db, const float *dout,
+                                    const uint16_t *inp16, const uint16_t *w16, int N, int IC,
+                                    int OC)
+{
+    kn_matmul_backward_bf16(R(dinp), R(dw), R(db), R(dout), R(inp16), R(w16), N, IC, OC);
+}
+static void sh_attention_forward_bf16(uint16_t *out16, uint16_t *att16, const uint16_t *qkv16,
+                                      const int32_t *valid, int B, int T, int C, int NH,
+                                      kn_dropout drop)
+{
+    kn_attention_forward_bf16(R(out16), R(att16), R(qkv16), R(valid), B, T, C, NH, drop);
+}
+static void sh_attention_backward_bf16(float *dqkv, const uint16_t *dout16, const uint16_t *qkv16,
+                                       const uint16_t *att16, int B, int T, int C, int NH,
+                                       kn_dropout drop)
+{
+    kn_attention_backward_bf16(R(dqkv), R(dout16), R(qkv16), R(att16), B, T, C, NH, drop);
+}
+static void sh_gelu_forward_bf16(uint16_t *out16, const uint16_t *inp16, size_t N, int kind)
+{
+    kn_gelu_forward_bf16(R(out16), R(inp16), N, kind);
+}
+static void sh_gelu_backward_bf16(float *dinp, uint16_t *out16, const uint16_t *inp16,
+                                  const float *dout, size_t N, int kind)
+{
+    kn_gelu_backward_bf16(R(dinp), R(out16), R(inp16), R(dout), N, kind);
+}
 static double sh_sumsq(const float *x, size_t n) { return kn_sumsq(R(x), n); }
 static void sh_scale(float *x, size_t n, float s) { kn_scale(R(x), n, s); }
 #undef R
@@ -263,6 +306,15 @@ static const kn_be kn_shadow_be = {
     .lamb_update = sh_lamb,
     .sumsq = sh_sumsq,
     .scale = sh_scale,
+    .bf16_check = kn_cpu_bf16_check,
+    .to_bf16 = sh_to_bf16,
+    .layernorm_forward_bf16 = sh_layernorm_forward_bf16,
+    .matmul_forward_bf16 = sh_matmul_forward_bf16,
+    .matmul_backward_bf16 = sh_matmul_backward_bf16,
+    .attention_forward_bf16 = sh_attention_forward_bf16,
+    .attention_backward_bf16 = sh_attention_backward_bf16,
+    .gelu_forward_bf16 = sh_gelu_forward_bf16,
+    .gelu_backward_bf16 = sh_gelu_backward_bf16,
     .tanh_forward = sh_tanh_forward,
     .tanh_backward = sh_tanh_backward,
 };

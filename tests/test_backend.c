@@ -46,6 +46,7 @@ static void test_shadow_faults(void)
 static void test_training(void)
 {
     be_check_training(&kn_shadow_be, &exact);
+    be_check_training_bf16(&kn_shadow_be, &exact);
     CHECKF(!kn_shadow_violation(), "%s", kn_shadow_violation());
 }
 
@@ -57,7 +58,10 @@ static void test_classify(void)
 
 static void test_slots(void)
 {
-    be_check_slots(&kn_shadow_be, &exact);
+    be_check_slots(&kn_shadow_be, &exact, 0);
+    sl_err err = {0};
+    if (kn_be_cpu()->bf16_check(&err) == 0)
+        be_check_slots(&kn_shadow_be, &exact, DEV_STAGE_BF16_COMPUTE);
     CHECKF(!kn_shadow_violation(), "%s", kn_shadow_violation());
 }
 
@@ -68,13 +72,15 @@ static char tmpdir[] = "/tmp/skyloom-backend-XXXXXX";
  * into a second trainer; then a classifier of 2 stages (the head alone on
  * the second): a step and an evaluation. Returns -1 at the first error,
  * with err set. */
+static unsigned scenario_flags; /* dev_stage_create flags of the scenario */
 static int scenario(sl_err *err)
 {
     static const int three[] = {0, 2, 4, 5};
     dev_optim o;
     dev_optim_default(&o);
     int rc = -1;
-    dev_train *t = dev_train_create_on(&be_cfg, three, 3, BE_B, BE_T, 2, 7, &kn_shadow_be, 0, err);
+    dev_train *t = dev_train_create_on(&be_cfg, three, 3, BE_B, BE_T, 2, 7, &kn_shadow_be,
+                                       scenario_flags, err);
     dev_train *u = NULL, *c = NULL;
     dt_batch b;
     dt_make_batch(&b, BE_B, BE_T, be_cfg.vocab, 555);
@@ -88,7 +94,8 @@ static int scenario(sl_err *err)
         dev_train_eval(t, &db, &loss, &masked, err) ||
         dev_ckpt_save((dev_stage *[]){dev_train_stage(t, 0)}, 1, DEV_OPT_ADAMW, dir, NULL, 0, err))
         goto out;
-    u = dev_train_create_on(&be_cfg, three, 3, BE_B, BE_T, 2, 7, &kn_shadow_be, 0, err);
+    u = dev_train_create_on(&be_cfg, three, 3, BE_B, BE_T, 2, 7, &kn_shadow_be, scenario_flags,
+                            err);
     if (!u || dev_ckpt_load(dev_train_stage(u, 0), DEV_OPT_ADAMW, dir, err))
         goto out;
     static const int head[] = {0, 4, 5};
@@ -97,7 +104,8 @@ static int scenario(sl_err *err)
     cc.num_labels = 3;
     cc.cls_dropout = 0.1f;
     dt_classify(&b, 3, 556);
-    if (!(c = dev_train_create_on(&cc, head, 2, BE_B, BE_T, 2, 7, &kn_shadow_be, 0, err)) ||
+    if (!(c = dev_train_create_on(&cc, head, 2, BE_B, BE_T, 2, 7, &kn_shadow_be, scenario_flags,
+                                  err)) ||
         dev_train_step(c, &db, &o, &info, err) || dev_train_eval(c, &db, &loss, &masked, err))
         goto out;
     rc = 0;
@@ -111,10 +119,12 @@ out:
 
 /* SQLite-style: make each buffer operation of the scenario fail in turn.
  * Every failure must come back as an error naming it (none swallowed), with
- * no crash and, under ASan, no leak. */
-static void test_faults(void)
+ * no crash and, under ASan, no leak. In fp32, and in bf16 compute where the
+ * CPU has it (its bf16 weights and scratch are buffers too). */
+static void faults(unsigned flags)
 {
     sl_err err = {0};
+    scenario_flags = flags;
     kn_shadow_ops = 0;
     kn_shadow_fail_at = 0;
     CHECKF(scenario(&err) == 0, "%s", err.msg);
@@ -136,9 +146,19 @@ static void test_faults(void)
         }
     }
     kn_shadow_fail_at = 0;
-    printf("    %ld of %ld buffer operations failed in turn: %ld not reported\n", tried, total, bad);
+    printf("    %s%ld of %ld buffer operations failed in turn: %ld not reported\n",
+           flags ? "bf16: " : "", tried, total, bad);
     CHECK(tried > 50 && bad == 0);
     CHECK(scenario(&err) == 0); /* and nothing is left broken */
+    scenario_flags = 0;
+}
+
+static void test_faults(void)
+{
+    faults(0);
+    sl_err err = {0};
+    if (kn_be_cpu()->bf16_check(&err) == 0)
+        faults(DEV_STAGE_BF16_COMPUTE);
 }
 
 static void test_ckpt(void)

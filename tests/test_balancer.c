@@ -2760,6 +2760,240 @@ static void test_measured_optimizer(void)
     free(u);
 }
 
+/* ---- a data owner's home layers: units 0..k merged, planned, expanded ---- */
+
+static void test_home_layers(void)
+{
+    int plans = 0, ushaped_plans = 0;
+    for (uint64_t seed = 52000; seed < 52100; seed++) {
+        inst in = make_bert_instance(seed);
+        if (!in.pb)
+            continue;
+        int L = in.n - 2;
+        for (int k = 1; k <= L; k++) {
+            sl_err err = {0};
+            bal_problem *mg = bal_problem_merge_prefix(in.pb, k, &err);
+            CHECKF(mg && bal_problem_n_units(mg) == in.n - k, "seed %llu k %d: %s",
+                   (unsigned long long)seed, k, err.msg);
+            if (!mg)
+                continue;
+            double fl = 0;
+            for (int u = 0; u <= k; u++)
+                fl += bal_problem_unit(in.pb, u)->fwd_flops;
+            CHECK(fabs(bal_problem_unit(mg, 0)->fwd_flops - fl) <= 1e-9 * fl &&
+                  bal_problem_unit(mg, 0)->out_bytes == bal_problem_unit(in.pb, k)->out_bytes);
+            for (int d = 0; d < in.D; d++) {
+                double f = 0, b = 0;
+                for (int u = 0; u <= k; u++) {
+                    f += bal_unit_fwd_s(in.pb, d, u);
+                    b += bal_unit_bwd_s(in.pb, d, u);
+                }
+                CHECK(fabs(bal_unit_fwd_s(mg, d, 0) - f) <= 1e-12 * f &&
+                      fabs(bal_unit_bwd_s(mg, d, 0) - b) <= 1e-12 * b);
+                for (int v = 1; v < in.n - k; v++)
+                    CHECK(bal_unit_fwd_s(mg, d, v) == bal_unit_fwd_s(in.pb, d, v + k));
+            }
+            bal_opts o = bal_opts_default();
+            o.micro_batches = 4;
+            int ush = (int)(seed + (uint64_t)k) % 2;
+            if (ush)
+                o.data_owner = 0;
+            else
+                o.first_device = 0;
+            bal_plan *pl = bal_plan_make(mg, BAL_OPTIMAL, &o, &err);
+            if (pl && bal_plan_expand_prefix(pl, in.pb, k, &err)) {
+                CHECKF(0, "seed %llu k %d: %s", (unsigned long long)seed, k, err.msg);
+                bal_plan_free(pl);
+                pl = NULL;
+            }
+            if (pl) {
+                int p = pl->n_stages, order[16], extra[16], cuts[17];
+                CHECKF(pl->n_units == in.n && pl->stage[0].device == 0 && pl->stage[0].first == 0 &&
+                       pl->stage[0].last >= k, "seed %llu k %d: stage 0 is device %d units %d..%d",
+                       (unsigned long long)seed, k, pl->stage[0].device, pl->stage[0].first,
+                       pl->stage[0].last);
+                for (int i = 0; i < p && p <= 16; i++) {
+                    const bal_stage *st = &pl->stage[i];
+                    CHECK(st->first == (i ? pl->stage[i - 1].last + 1 : 0) && st->last >= st->first);
+                    for (int u = st->first; u <= st->last; u++)
+                        CHECK(pl->unit_fwd_s[u] == bal_unit_fwd_s(in.pb, st->device, u));
+                    order[i] = st->device;
+                    extra[i] = st->extra;
+                    cuts[i] = st->first;
+                }
+                CHECK(pl->stage[p - 1].last == in.n - 1);
+                cuts[p] = in.n;
+                /* the same chain and cuts planned on the whole problem: the same iteration */
+                bal_chain c = {p, order, extra, pl->micro_batches, pl->schedule, o.window,
+                               ush && p >= 3};
+                bal_plan *direct = p <= 16 ? bal_plan_chain(in.pb, &c, cuts, &err) : NULL;
+                bal_timeline *t1 = bal_simulate(pl, pl->schedule, 0, &err);
+                bal_timeline *t2 = direct ? bal_simulate(direct, direct->schedule, 0, &err) : NULL;
+                CHECKF(t1 && t2 && fabs(t1->iteration_s - t2->iteration_s) <= 1e-9 * t2->iteration_s,
+                       "seed %llu k %d: expanded %.9g, direct %.9g (%s)", (unsigned long long)seed, k,
+                       t1 ? t1->iteration_s : -1, t2 ? t2->iteration_s : -1, err.msg);
+                plans++;
+                ushaped_plans += ush && p >= 3;
+                bal_timeline_free(t1);
+                bal_timeline_free(t2);
+                bal_plan_free(direct);
+                bal_plan_free(pl);
+            }
+            bal_problem_free(mg);
+        }
+        sl_err err = {0};
+        CHECK(!bal_problem_merge_prefix(in.pb, L + 1, &err) && strstr(err.msg, "cannot keep"));
+        bal_problem_free(in.pb);
+    }
+    CHECK(plans >= 80 && ushaped_plans >= 15);
+    printf("  %d plans keeping units 0..k on the data owner (%d U-shaped over 3+ stages)\n", plans,
+           ushaped_plans);
+}
+
+/* ---- federation: replicas placed over the devices ---- */
+
+static double fed_time(const bal_fed_in *in, const int *of)
+{
+    double worst = 0;
+    int D = bal_problem_n_devices(in->pb[0]);
+    for (int r = 0; r < in->R; r++) {
+        unsigned char set[8];
+        int owner = -1, k = 0;
+        for (int d = 0; d < D; d++) {
+            set[d] = of[d] == r;
+            if (d == in->owner[r])
+                owner = k;
+            k += set[d];
+        }
+        bal_problem *sub = bal_problem_subset(in->pb[r], set, NULL);
+        bal_opts o = in->opts;
+        o.data_owner = in->ushaped ? owner : -1;
+        o.first_device = in->ushaped ? -1 : owner;
+        bal_plan *pl = sub ? bal_plan_make_home(sub, in->algo, &o, in->home ? in->home[r] : 0, NULL) : NULL;
+        bal_timeline *tl = pl ? bal_simulate(pl, pl->schedule, 0, NULL) : NULL;
+        double t = tl ? tl->iteration_s : INFINITY;
+        worst = t > worst ? t : worst;
+        bal_timeline_free(tl);
+        bal_plan_free(pl);
+        bal_problem_free(sub);
+    }
+    return worst;
+}
+
+/* 4..6 devices with room for the model, of random speeds over three sites. */
+static inst fed_instance(uint64_t seed)
+{
+    uint64_t k = 0;
+    bal_bert c = {.hidden = 64, .layers = 2 + (int)(urand(seed, &k) * 5), .heads = 2,
+                  .intermediate = 128, .vocab = 1000, .max_pos = 64, .type_vocab = 2};
+    bal_unit *u;
+    int n;
+    sl_err err = {0};
+    CHECK(bal_bert_units(&c, 2, 32, &u, &n, &err) == 0);
+    int D = 4 + (int)(urand(seed, &k) * 3);
+    bal_device dv[8];
+    memset(dv, 0, sizeof dv);
+    static const char *sites[] = {"a", "b", "c"};
+    for (int d = 0; d < D; d++) {
+        snprintf(dv[d].id, sizeof dv[d].id, "d%d", d);
+        strcpy(dv[d].site, sites[(int)(urand(seed, &k) * 3)]);
+        dv[d].mem_bytes = 1ull << 32;
+        dv[d].flops = 1e9 * (1 + 5 * urand(seed, &k));
+    }
+    bal_network net = bal_network_default();
+    net.between_sites = (bal_link){1e8 * (0.1 + urand(seed, &k)), 1e-3};
+    inst r = {bal_problem_new(u, n, dv, D, &net, &err), n, D};
+    free(u);
+    return r;
+}
+
+static void test_federation_placement(void)
+{
+    int runs = 0, optimal = 0, better_than_even = 0;
+    double worst_ratio = 1;
+    for (uint64_t seed = 61000; runs < 30 && seed < 61100; seed++) {
+        inst in0 = fed_instance(seed);
+        uint64_t k = 100;
+        const bal_problem *pbs[2] = {in0.pb, in0.pb};
+        int owner[2] = {0, 1 + (int)(urand(seed, &k) * (in0.D - 1))}, home[2] = {1, 0};
+        bal_fed_in fi = {.R = 2, .pb = pbs, .owner = owner, .home = home, .opts = bal_opts_default(),
+                         .ushaped = (int)(seed % 2), .algo = BAL_OPTIMAL};
+        fi.opts.micro_batches = 4;
+        sl_err err = {0};
+        bal_fed *f = bal_fed_place(&fi, &err), *e = bal_fed_even(&fi, NULL);
+        if (!f) {
+            CHECKF(!e, "seed %llu: no placement (%s), but the equal share fits",
+                   (unsigned long long)seed, err.msg);
+            bal_fed_free(e);
+            bal_problem_free(in0.pb);
+            continue;
+        }
+        /* every replica starts at its owner; a device serves one replica */
+        int seen[8] = {0};
+        for (int r = 0; r < 2; r++) {
+            const bal_plan *pl = f->plan[r];
+            CHECK(pl->stage[0].device == owner[r] && f->replica_of[owner[r]] == r);
+            if (fi.ushaped && pl->n_stages > 1)
+                CHECK(pl->stage[pl->n_stages - 1].device == owner[r]);
+            CHECK(pl->stage[0].last >= (home[r] < in0.n - 2 ? home[r] : in0.n - 2));
+            for (int i = 0; i < pl->n_stages; i++) {
+                int d = pl->stage[i].device;
+                CHECKF(f->replica_of[d] == r, "seed %llu: device %d in replica %d's plan serves %d",
+                       (unsigned long long)seed, d, r, f->replica_of[d]);
+                if (!(fi.ushaped && i == pl->n_stages - 1 && d == owner[r]))
+                    seen[d]++;
+            }
+        }
+        for (int d = 0; d < in0.D; d++)
+            CHECK(seen[d] <= 1 || (d == owner[0] || d == owner[1]));
+        double slow = 0;
+        for (int r = 0; r < 2; r++)
+            slow = f->iter_s[r] > slow ? f->iter_s[r] : slow;
+        CHECK(fabs(slow - f->slowest_s) <= 1e-12 * slow);
+        CHECK(fabs(fed_time(&fi, f->replica_of) - f->slowest_s) <= 1e-9 * f->slowest_s);
+        CHECKF(!e || f->slowest_s <= e->slowest_s * (1 + 1e-9), "seed %llu: placed %.6g, equal share %.6g",
+               (unsigned long long)seed, f->slowest_s, e->slowest_s);
+        better_than_even += e && f->slowest_s < e->slowest_s * 0.999;
+        /* every assignment of the other devices to a replica or none */
+        int others[8], no = 0, of[8];
+        for (int d = 0; d < in0.D; d++)
+            if (d != owner[0] && d != owner[1])
+                others[no++] = d;
+        double best = INFINITY;
+        int combos = 1;
+        for (int i = 0; i < no; i++)
+            combos *= 3;
+        for (int x = 0; x < combos; x++) {
+            for (int d = 0; d < in0.D; d++)
+                of[d] = d == owner[0] ? 0 : d == owner[1] ? 1 : -1;
+            for (int i = 0, y = x; i < no; i++, y /= 3)
+                of[others[i]] = y % 3 - 1;
+            double t = fed_time(&fi, of);
+            best = t < best ? t : best;
+        }
+        CHECK(f->slowest_s >= best * (1 - 1e-9));
+        optimal += f->slowest_s <= best * (1 + 1e-9);
+        worst_ratio = fmax(worst_ratio, f->slowest_s / best);
+        runs++;
+        bal_fed_free(f);
+        bal_fed_free(e);
+        bal_problem_free(in0.pb);
+    }
+    CHECK(runs == 30 && optimal * 10 >= runs * 7);
+    printf("  %d two-owner placements: the best of every assignment in %d (worst %.3fx it), "
+           "strictly faster than an equal share in %d\n", runs, optimal, worst_ratio,
+           better_than_even);
+    /* refusals */
+    inst in0 = fed_instance(61000);
+    const bal_problem *pbs[2] = {in0.pb, in0.pb};
+    int same[2] = {0, 0};
+    bal_fed_in fi = {.R = 2, .pb = pbs, .owner = same, .opts = bal_opts_default(), .ushaped = 1,
+                     .algo = BAL_OPTIMAL};
+    sl_err err = {0};
+    CHECK(!bal_fed_place(&fi, &err) && strstr(err.msg, "a device serves one replica"));
+    bal_problem_free(in0.pb);
+}
+
 int main(void)
 {
     RUN(test_bert_units);
@@ -2770,6 +3004,8 @@ int main(void)
     RUN(test_never_worse_and_memory);
     RUN(test_never_beaten_by_smaller);
     RUN(test_first_device);
+    RUN(test_home_layers);
+    RUN(test_federation_placement);
     RUN(test_closed_forms);
     RUN(test_link_in_simulator);
     RUN(test_ushaped_shares_compute);

@@ -516,6 +516,84 @@ static void test_any_cut(void)
     dev_train_free(ref);
 }
 
+/* A file per unit (what devices upload in a job), and a device given only
+ * the files of its own units: it loads its stage from them and equals the
+ * whole run; a stage of other units cannot, nor can the strict loader. */
+static void test_unit_parts(void)
+{
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    sl_err err = {0};
+    static const int three[] = {0, 1, 3, 4}, two[] = {0, 2, 4};
+    dev_train *ref = trained(2, &o);
+    dev_train *src = dev_train_create(&cfg, three, 3, B, T, 1, 3, &err);
+    for (int s = 0; s < 2; s++) {
+        dt_batch b;
+        dt_make_batch(&b, B, T, cfg.vocab, 500 + (uint64_t)s);
+        dev_batch db = dt_view(&b, (uint64_t)s * B);
+        dev_step_info info;
+        CHECKF(dev_train_step(src, &db, &o, &info, &err) == 0, "%s", err.msg);
+        dt_free_batch(&b);
+    }
+    dev_ckpt_file all[16];
+    int nall = 0;
+    for (int i = 0; i < 3; i++) {
+        dev_stage *st = dev_train_stage(src, i);
+        dev_ckpt_file *f = NULL;
+        int nf = 0;
+        char tag[16];
+        snprintf(tag, sizeof tag, "d%d", i);
+        CHECKF(dev_ckpt_write_unit_parts(&st, 1, o.kind, path("units"), tag, &f, &nf, &err) == 0,
+               "%s", err.msg);
+        int u0, u1;
+        dev_stage_units(st, &u0, &u1);
+        CHECKF(nf == 2 * (u1 - u0 + 1), "stage %d: %d files", i, nf);
+        for (int k = 0; k < nf; k++)
+            all[nall++] = f[k];
+        free(f);
+    }
+    CHECKF(dev_ckpt_write_manifest(path("units"), 2, o.kind, 0, all, nall, &err) == 0, "%s", err.msg);
+    /* the files a device running units 2-3 is given */
+    CHECK(mkdir(path("given"), 0755) == 0);
+    static const char *const names[] = {"manifest.json", "model.d1-u2.safetensors",
+                                        "optim.d1-u2.safetensors", "model.d2-u3.safetensors",
+                                        "optim.d2-u3.safetensors"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char from[96], to[96];
+        snprintf(from, sizeof from, "units/%s", names[i]);
+        snprintf(to, sizeof to, "given/%s", names[i]);
+        CHECKF(link(path(from), path(to)) == 0, "%s", names[i]);
+    }
+    dev_train *dst = dev_train_create(&cfg, two, 2, B, T, 1, 3, &err);
+    dev_stage *mine = dev_train_stage(dst, 1), *other = dev_train_stage(dst, 0);
+    CHECKF(dev_ckpt_load_fetched(mine, o.kind, path("given"), &err) == 0, "%s", err.msg);
+    CHECK(dev_ckpt_load(mine, o.kind, path("given"), &err) == -1 && strstr(err.msg, "lists it"));
+    CHECK(dev_ckpt_load_fetched(other, o.kind, path("given"), &err) == -1 &&
+          strstr(err.msg, "no part holds tensor"));
+    /* units 2-3 equal the one-stage run's, tensors and moments */
+    dev_stage *r0 = dev_train_stage(ref, 0);
+    int nt, mt;
+    const dev_tensor *t = dev_stage_tensors(r0, &nt), *u = dev_stage_tensors(mine, &mt);
+    size_t np, mp;
+    const float *pr = dev_stage_params(r0, &np), *mr = dev_stage_optim_state(r0, NULL);
+    CHECK(dev_stage_pull(mine, &err) == 0);
+    const float *pd = dev_stage_params(mine, &mp), *md = dev_stage_optim_state(mine, NULL);
+    int same = 1, seen = 0;
+    for (int k = 0; k < nt; k++)
+        for (int j = 0; j < mt; j++)
+            if (!strcmp(u[j].name, t[k].name)) {
+                seen++;
+                same &= kt_bitwise_equal(pd + u[j].offset, pr + t[k].offset, t[k].numel) &&
+                        kt_bitwise_equal(md + u[j].offset, mr + t[k].offset, t[k].numel) &&
+                        kt_bitwise_equal(md + mp + u[j].offset, mr + np + t[k].offset, t[k].numel);
+            }
+    CHECKF(same && seen > 0, "units 2-3 from their own files: %d tensors, equal %d", seen, same);
+    dev_train_free(dst);
+    dev_train_free(src);
+    dev_train_free(ref);
+}
+
 static void test_config(void)
 {
     dev_config c;
@@ -782,6 +860,7 @@ static void all(void)
     RUN(test_damaged_checkpoint);
     RUN(test_any_cut);
     RUN(test_classifier);
+    RUN(test_unit_parts);
 }
 
 int main(void)

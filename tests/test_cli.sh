@@ -11,6 +11,7 @@ out=$("$sk" --version) ; rc=$?
 check "--version exits 0" test $rc -eq 0
 check "--version names the version" grep -q '^skyloom [0-9]' <<<"$out"
 check "--version names the BLAS" grep -q 'cpu blas:.*OpenBLAS.*threads' <<<"$out"
+check "--version says whether bf16 runs here (oneDNN, its instructions)" grep -Eq 'cpu bf16:  oneDNN [0-9.]+, [A-Z0-9_]+: (--precision bf16 available|bf16 needs)' <<<"$out"
 check "--version tells whether CUDA is compiled in" grep -Eq 'cuda: +(compiled in|not compiled in)' <<<"$out"
 check "--version names gRPC, OpenSSL, libsodium" bash -c 'grep -q "grpc core: [0-9]" <<<"$1" && grep -q "openssl:   OpenSSL" <<<"$1" && grep -q "libsodium: [0-9]" <<<"$1"' _ "$out"
 if grep -q 'compiled in$' <<<"$(grep 'cuda:' <<<"$out")" && ! grep -q 'not compiled' <<<"$out"; then

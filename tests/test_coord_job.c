@@ -106,13 +106,16 @@ static void make_job(coord_job *jb, const char *opts_text)
         fprintf(stderr, "options: %s\n", why);
         exit(1);
     }
-    coord_job_init(jb, "j00000000000000aa", 170, sl_xstrdup("{}"), &o, OWNER, "wiki", now_ms);
+    coord_owner ow = {.batch = o.batch};
+    snprintf(ow.id, sizeof ow.id, "%s", OWNER);
+    snprintf(ow.dataset, sizeof ow.dataset, "wiki");
+    coord_job_init(jb, "j00000000000000aa", 170, sl_xstrdup("{}"), &o, &ow, 1, now_ms);
     coord_jobopts_free(&o);
 }
 
 static void check(coord_job *jb)
 {
-    coord_job_check_done(jb, 1, "", "{\"seq_len\": 8}", 8, 1, &view, now_ms, &fx);
+    coord_job_check_done(jb, OWNER, 1, "", "{\"seq_len\": 8}", 8, 1, &view, now_ms, &fx);
 }
 
 static char *units(double s)
@@ -145,6 +148,13 @@ static coord_plan_result plan_result(const char *stage_devs, double pred)
         for (int b = 0; b < a; b++)
             seen |= !strcmp(r.plan.stage_dev[a], r.plan.stage_dev[b]);
         r.plan.ndev += !seen;
+    }
+    /* 4 units (2 layers): the first stage the first ones, then one each */
+    r.plan.first_unit = sl_xcalloc((size_t)p, sizeof *r.plan.first_unit);
+    r.plan.last_unit = sl_xcalloc((size_t)p, sizeof *r.plan.last_unit);
+    for (int a = 0; a < p; a++) {
+        r.plan.first_unit[a] = a == 0 ? 0 : 4 - p + a;
+        r.plan.last_unit[a] = 4 - p + a;
     }
     r.plan.text = sl_xstrdup("{\"plan\": true}");
     r.plan.sig = sl_xmalloc(4);
@@ -307,7 +317,12 @@ static void test_profiling_rounds(void)
     coord_plan_result r = plan_result(OWNER "," DEV_B "," OWNER, 0.5);
     coord_job_plan_done(&jb, COORD_PLAN_FIRST, &r, now_ms, &fx);
     CHECK(jb.state == COORD_JOB_RUNNING && jb.epoch == 1 && jb.plan.p == 3 && jb.plan.ndev == 2);
-    CHECK(coord_job_parts_expected(&jb) == 5);
+    CHECK(coord_job_nunits(&jb) == 4);
+    uint8_t units[4];
+    coord_job_units_of(&jb, OWNER, units, 4);
+    CHECK(units[0] && units[1] && !units[2] && units[3]);
+    coord_job_fetch_units(&jb, DEV_B, units, 4);
+    CHECK(!units[0] && !units[1] && units[2] && !units[3]);
     CHECK(coord_job_tasks(&jb, OWNER, now_ms, w) == 1 && w[0].kind == COORD_TASK_RUN && w[0].epoch == 1);
     /* a candidate left out of the plan is told to stop the epoch */
     CHECK(coord_job_tasks(&jb, DEV_C, now_ms, w) >= 1 && w[0].kind == COORD_TASK_STOP);
@@ -383,6 +398,12 @@ static void test_commit_waits_for_reports(void)
     CHECK(coord_job_upload_check(&jb, OWNER, 1, 10, "data.json") == COORD_UPLOAD_OK);
     CHECK(coord_job_upload_check(&jb, DEV_B, 1, 10, "data.json") == COORD_UPLOAD_REFUSED);
     CHECK(coord_job_upload_check(&jb, DEV_B, 1, 10, "../x.safetensors") == COORD_UPLOAD_REFUSED);
+    CHECK(coord_job_upload_check(&jb, DEV_B, 1, 10, "model." OWNER ".safetensors") ==
+          COORD_UPLOAD_REFUSED); /* another device's tag */
+    CHECK(coord_job_upload_check(&jb, DEV_B, 1, 10, "model." DEV_B "-u2.safetensors") ==
+          COORD_UPLOAD_OK);
+    CHECK(coord_job_upload_check(&jb, DEV_B, 1, 10, "optim." DEV_B "-ux.safetensors") ==
+          COORD_UPLOAD_REFUSED);
     CHECK(coord_job_upload_check(&jb, DEV_C, 1, 10, "model." DEV_C ".safetensors") ==
           COORD_UPLOAD_REFUSED);
     CHECK(coord_job_upload_check(&jb, DEV_B, 2, 10, "model." DEV_B ".safetensors") ==
@@ -431,7 +452,7 @@ static void test_loss_decision(void)
     tick(&jb);
     const coord_fx *lost = find(COORD_FX_EVENT, "lost");
     CHECKF(jb.state == COORD_JOB_RECOVERING && lost && !strcmp(lost->device, DEV_B) &&
-           strstr(lost->text, "link to it broke"), "%s", jb.reason);
+           strstr(lost->text, "its neighbours' links to it broke"), "%s", jb.reason);
     CHECK(strstr(jb.reason, "lost " DEV_B " (link broke); running again from step 11"));
     CHECK(jb.rec.n_lost == 1 && jb.rec.n_recoveries == 1);
     /* recovering: planned at once over the usable candidates (not B) */
@@ -455,6 +476,61 @@ static void test_loss_decision(void)
     tick(&jb); /* every device of the plan reported: decided at once */
     CHECKF(jb.state == COORD_JOB_RECOVERING && count(COORD_FX_EVENT, "lost") == 0 &&
            strstr(jb.reason, "device " DEV_C ": out of memory"), "%s", jb.reason);
+    coord_job_free(&jb);
+}
+
+/* A claim against one device, from one neighbour, is weighed against its
+ * heartbeats; a claim against a device the reporter exchanges nothing with
+ * is refused. */
+static void test_loss_weighed(void)
+{
+    setup();
+    coord_job jb;
+    add_dev(DEV_D, "lab-b");
+    make_job(&jb, OPTS);
+    to_running(&jb, OWNER "," DEV_B "," DEV_C "," DEV_D);
+    CHECK(coord_job_neighbours(&jb, DEV_B, OWNER) && coord_job_neighbours(&jb, DEV_B, DEV_C) &&
+          !coord_job_neighbours(&jb, DEV_B, DEV_D) && coord_job_neighbours(&jb, OWNER, DEV_D));
+    CHECK(coord_job_member(&jb, OWNER) == (COORD_MEMBER_OWNER | COORD_MEMBER_CAND | COORD_MEMBER_STAGE));
+    CHECK(coord_job_member(&jb, "d00000000000000ff") == 0);
+    report_steps(&jb, 1, 10);
+    commit(&jb, 10);
+    /* B names D, which is not its neighbour: refused, B's own failure */
+    fx_reset();
+    CHECK(coord_job_run_failure(&jb, DEV_B, 1, "my link broke", DEV_D, now_ms, &fx) == -1);
+    CHECK(jb.cand[coord_job_cand_index(&jb, DEV_D)].suspect == 0);
+    pass(1500);
+    tick(&jb);
+    CHECKF(jb.state == COORD_JOB_RECOVERING && count(COORD_FX_EVENT, "lost") == 0 &&
+           strstr(jb.reason, "device " DEV_B ": my link broke"), "%s", jb.reason);
+    tick(&jb);
+    coord_plan_result r = plan_result(OWNER "," DEV_B "," DEV_C "," DEV_D, 1.0);
+    coord_job_plan_done(&jb, COORD_PLAN_RECOVER, &r, now_ms, &fx);
+    coord_job_epoch_ready(&jb, 2, 4.0, NULL, now_ms, &fx);
+    /* C named by B alone while it heartbeats: kept */
+    fx_reset();
+    CHECK(coord_job_run_failure(&jb, DEV_B, 2, "link broke", DEV_C, now_ms, &fx) == 0);
+    pass(1500); /* C heartbeats, as every live device does */
+    tick(&jb);
+    CHECKF(jb.state == COORD_JOB_RECOVERING && count(COORD_FX_EVENT, "lost") == 0, "%s", jb.reason);
+    tick(&jb);
+    r = plan_result(OWNER "," DEV_B "," DEV_C "," DEV_D, 1.0);
+    coord_job_plan_done(&jb, COORD_PLAN_RECOVER, &r, now_ms, &fx);
+    coord_job_epoch_ready(&jb, 3, 4.0, NULL, now_ms, &fx);
+    report_steps(&jb, 11, 20);
+    commit(&jb, 20);
+    /* C named by B alone and silent since: lost an interval and a second after the report */
+    fx_reset();
+    silent[0] = DEV_C;
+    coord_job_run_failure(&jb, DEV_B, 3, "link broke", DEV_C, now_ms, &fx);
+    pass(1500);
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_RUNNING); /* its heartbeat decides */
+    pass(500);
+    tick(&jb);
+    const coord_fx *lost = find(COORD_FX_EVENT, "lost");
+    CHECKF(lost && !strcmp(lost->device, DEV_C) && strstr(lost->text, "has not heartbeated since") &&
+           jb.state == COORD_JOB_RECOVERING, "%s", jb.reason);
     coord_job_free(&jb);
 }
 
@@ -691,7 +767,7 @@ static void test_restart_grace(void)
     check(&jb);
     CHECK(jb.state == COORD_JOB_PROFILING);
     coord_job_restarted(&jb, 0, now_ms, &fx);
-    CHECK(jb.state == COORD_JOB_CHECKING && jb.data_info);
+    CHECK(jb.state == COORD_JOB_CHECKING && jb.owner[0].data_info);
     coord_job_tick(&jb, &view, 0, now_ms, &fx); /* not settled: devices may be coming back */
     CHECK(jb.state == COORD_JOB_CHECKING);
     tick(&jb);
@@ -766,6 +842,7 @@ static void test_options(void)
         {"{\"steps\": 5, \"sealed\": \"yes\"}", "options: 'sealed' is of the wrong type"},
         {"{\"steps\": 5, \"checkpoint_every\": 2.5}", "options: 'checkpoint_every' must be a whole number"},
         {"{\"steps\": 5, \"devices\": [\"x\"]}", "options: devices must be a list of device ids"},
+        {"{\"steps\": 5, \"precision\": \"fp16\"}", "options: precision must be fp32 or bf16"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = coord_jobopts_parse(bad[i].text, &o, why, sizeof why);
@@ -783,6 +860,21 @@ static void test_options(void)
     char *t2 = coord_jobopts_text(&o2, 0);
     CHECK(!strcmp(t, t2));
     CHECK(coord_jobopts_allows(&o, "dX", "dY")); /* an empty list allows everyone */
+    CHECK(!strcmp(o.precision, "fp32") && strstr(t, "\"precision\":\"fp32\""));
+    coord_jobopts o3;
+    CHECK(coord_jobopts_parse("{\"steps\": 1, \"precision\": \"bf16\"}", &o3, why, sizeof why) == 0 &&
+          !strcmp(o3.precision, "bf16"));
+    coord_jobopts_free(&o3);
+    /* the data owner's policy against the options */
+    coord_policy pol = {.known = 1, .home_layers = 1};
+    CHECK(coord_policy_check(&pol, &o, why, sizeof why) == 0);
+    o.u_shape = 0;
+    CHECK(coord_policy_check(&pol, &o, why, sizeof why) == -1 && strstr(why, "--allow-labels-out"));
+    pol.allow_labels_out = 1;
+    o.sealed = 0;
+    CHECK(coord_policy_check(&pol, &o, why, sizeof why) == -1 && strstr(why, "--allow-unsealed"));
+    pol.known = 0;
+    CHECK(coord_policy_check(&pol, &o, why, sizeof why) == 0); /* nothing known: nothing refused */
     free(t);
     free(t2);
     coord_jobopts_free(&o);
@@ -799,6 +891,7 @@ int main(void)
     RUN(test_reports_out_of_order);
     RUN(test_commit_waits_for_reports);
     RUN(test_loss_decision);
+    RUN(test_loss_weighed);
     RUN(test_heartbeat_loss);
     RUN(test_stalls);
     RUN(test_store_backoff);

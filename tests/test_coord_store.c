@@ -259,6 +259,7 @@ static void *caller(void *arg)
 
 typedef struct up_arg {
     const char *job;
+    const jview *v;
     int epoch, code;
 } up_arg;
 
@@ -267,7 +268,7 @@ static void *uploader(void *arg)
     up_arg *a = arg;
     char name[96];
     snprintf(name, sizeof name, "model.%s.safetensors", D[0].id);
-    a->code = upload(&D[0], a->job, a->epoch, 2, name);
+    a->code = upload(&D[0], a->v, a->job, a->epoch, 2, name);
     happened("upload answered");
     return NULL;
 }
@@ -286,7 +287,7 @@ static void test_heartbeat_during_stall(void)
     S.hold = 1;
     S.held = S.released = 0;
     pthread_mutex_unlock(&S.mu);
-    up_arg a = {job, v.epoch, -1};
+    up_arg a = {job, &v, v.epoch, -1};
     pthread_t t;
     pthread_create(&t, NULL, uploader, &a);
     /* the upload's last piece is in its fsync, held */

@@ -10,6 +10,7 @@
 #include "sl_config.h"
 #include "sl_file.h"
 #include "sl_log.h"
+#include "sl_mem.h"
 #include "sl_test.h"
 
 /* The base plan with `path` ("a.b.2.c") set to the JSON `value`, or removed
@@ -64,7 +65,8 @@ static void test_base_plan(void)
     CHECK(p.config.layers == 3 && p.config.hidden == 32 && p.config.max_pos == 24);
     CHECK(p.options.optimizer == DEV_OPT_ADAMW && !p.options.bf16_state && p.options.lr == 0.002 &&
           p.options.weight_decay == 0.01 && p.options.clip == 1.0 && p.options.warmup == -1 &&
-          p.options.seed == 1 && !p.options.recompute && !p.options.recompute_attention);
+          p.options.seed == 1 && !p.options.recompute && !p.options.recompute_attention &&
+          !p.options.bf16_compute); /* a plan without precision is fp32 */
     CHECK(!strcmp(p.dataset, "wiki") && p.options.first == 0 && p.options.sequences == 0 &&
           p.options.shuffle == 1 && p.options.mask_prob == 0.15);
     CHECK(p.n_stages == 4 && p.n_local == 2 && p.local[0] == 0 && p.local[1] == 3);
@@ -93,6 +95,8 @@ static void test_accepted_variants(void)
         {"schedule", "\"gpipe\""},
         {"options.optimizer", "\"lamb\""},
         {"options.optim_state", "\"bf16\""},
+        {"options.precision", "\"bf16\""},
+        {"options.precision", "\"fp32\""},
         {"options.seed", "-1"},
         {"checkpoint_every", "0"},
         {"checkpoint_every", "50"},
@@ -117,6 +121,8 @@ static void test_accepted_variants(void)
             CHECK(p.options.task ==
                       (strstr(cases[i][1], "classify") ? DEV_TASK_CLASSIFY : DEV_TASK_MLM) &&
                   p.config.task == p.options.task && p.config.num_labels == 2);
+        if (!rc && !strcmp(cases[i][0], "options.precision"))
+            CHECK(p.options.bf16_compute == !strcmp(cases[i][1], "\"bf16\""));
         dev_plan_free(&p);
         free(text);
     }
@@ -163,6 +169,8 @@ static void test_refusals(void)
         {"options", "[]", "plan: options: not an object"},
         {"options.optimizer", "\"sgd\"", "plan: options.optimizer: 'sgd' is not adamw or lamb"},
         {"options.optim_state", "\"fp8\"", "plan: options.optim_state: 'fp8' is not fp32 or bf16"},
+        {"options.precision", "\"fp16\"", "plan: options.precision: 'fp16' is not fp32 or bf16"},
+        {"options.precision", "16", "plan: options.precision: not a string"},
         {"options.lr", "\"fast\"", "plan: options.lr: not a number"},
         {"options.clip", NULL, "plan: options.clip: missing"},
         {"options.warmup", "-2", "plan: options.warmup: -2 is not in -1..2147483647"},
@@ -335,6 +343,66 @@ static void test_task(void)
     free(cls5);
 }
 
+/* The data owner's policy: a plan that keeps it passes; each rule refuses
+ * the plan that breaks it, naming the option that lifts it; a plan read by
+ * a device that is not its data owner is not the policy's business. */
+static int policy_on(const char *edit, const char *value, const char *self, dev_policy pol,
+                     sl_err *err)
+{
+    char *text = edit ? edited(edit, value) : sl_xstrdup(fp_base_plan);
+    dev_plan p;
+    int rc = parse(text, self, &p, err);
+    CHECKF(rc == 0, "%s", err->msg);
+    if (!rc)
+        rc = dev_policy_check_plan(&pol, &p, self, err);
+    if (!rc || p.n_stages)
+        dev_plan_free(&p);
+    free(text);
+    return rc;
+}
+
+static void test_policy(void)
+{
+    sl_err err = {0};
+    dev_policy def = dev_policy_default(), pol = def;
+    CHECK(def.home_layers == DEV_POLICY_HOME_LAYERS && !def.allow_unsealed && !def.allow_labels_out);
+    /* the base plan: the owner holds units 0..1 and the head, sealed */
+    pol.home_layers = 1;
+    CHECKF(policy_on(NULL, NULL, FP_OWNER, pol, &err) == 0, "%s", err.msg);
+    pol.home_layers = 0;
+    CHECK(policy_on(NULL, NULL, FP_OWNER, pol, &err) == 0);
+    pol.home_layers = 2;
+    CHECKF(policy_on(NULL, NULL, FP_OWNER, pol, &err) == -1 && err.code == SL_EAUTH &&
+           strstr(err.msg, "the embeddings and 2 encoder layers stay at home, but the plan runs "
+                  "unit 2 on " FP_MID) && strstr(err.msg, "--home-layers"), "%s", err.msg);
+    /* more than the model has: every encoder layer */
+    pol.home_layers = 200;
+    CHECKF(policy_on(NULL, NULL, FP_OWNER, pol, &err) == -1 &&
+           strstr(err.msg, "the embeddings and 3 encoder layers stay"), "%s", err.msg);
+    /* a middle device reads the same plan: not its policy to apply */
+    CHECK(policy_on(NULL, NULL, FP_MID, pol, &err) == 0);
+    pol = def;
+    pol.home_layers = 1;
+    CHECKF(policy_on("sealed", "false", FP_OWNER, pol, &err) == -1 && err.code == SL_EAUTH &&
+           strstr(err.msg, "sealed") && strstr(err.msg, "--allow-unsealed"), "%s", err.msg);
+    pol.allow_unsealed = 1;
+    CHECK(policy_on("sealed", "false", FP_OWNER, pol, &err) == 0);
+    /* the head on another device */
+    pol = def;
+    pol.home_layers = 1;
+    CHECKF(policy_on("stages.3.device", "\"" FP_LAST "\"", FP_OWNER, pol, &err) == -1 &&
+           strstr(err.msg, "labels") && strstr(err.msg, "--allow-labels-out"), "%s", err.msg);
+    pol.allow_labels_out = 1;
+    CHECKF(policy_on("stages.3.device", "\"" FP_LAST "\"", FP_OWNER, pol, &err) == 0, "%s", err.msg);
+    /* the same rules on a job's options, before any plan */
+    pol = def;
+    CHECK(dev_policy_check_options(&pol, 1, 1, &err) == 0);
+    CHECK(dev_policy_check_options(&pol, 0, 1, &err) == -1 && strstr(err.msg, "--no-seal"));
+    CHECK(dev_policy_check_options(&pol, 1, 0, &err) == -1 && strstr(err.msg, "--no-u-shape"));
+    pol.allow_unsealed = pol.allow_labels_out = 1;
+    CHECK(dev_policy_check_options(&pol, 0, 0, &err) == 0);
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_OFF);
@@ -344,5 +412,6 @@ int main(void)
     RUN(test_task);
     RUN(test_devices);
     RUN(test_real_plans);
+    RUN(test_policy);
     return sl_test_done();
 }

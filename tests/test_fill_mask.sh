@@ -2,7 +2,8 @@
 # skyloom fill-mask against Hugging Face's fill-mask pipeline written in plain
 # PyTorch (tests/ref/fill_mask_ref.py) on a small random BERT that torch made
 # and saved: the same logits (1e-4 relative), top-k, scores, token strings and
-# filled sequences; one mask and several, cased and uncased; and the errors.
+# filled sequences; one mask and several, cased and uncased; in bf16, the
+# same top 5 and logits near fp32's; and the errors.
 # usage: test_fill_mask.sh SKYLOOM SOURCE_ROOT
 set -u
 sk="$1"; src="$2"
@@ -32,6 +33,27 @@ compare "two masks, contractions, top 10" "The king's [MASK] sat on the [MASK]!"
 compare "a mask against text and punctuation" "the cat[MASK], a dog ran." 3
 compare "cased, accents kept, [UNK] and [SEP] written in the text" "Café [UNK] [MASK] the river [SEP] a house" 4 --cased
 compare "the whole vocabulary" "[MASK]" 52
+
+# --precision bf16 (where the CPU has it): the products in bf16, the logits
+# within 3e-2 of the largest (a bf16 operand is within 2^-9 of its value;
+# measured 1.2e-2), the same three best tokens at each mask
+rm -f "$dir/l16.f32" "$dir/l32.f32"
+"$sk" -q fill-mask "${m[@]}" --text "The king's [MASK] sat on the [MASK]!" --top-k 5 --json --logits "$dir/l32.f32" > "$dir/o32.json"
+if "$sk" -q fill-mask "${m[@]}" --text "The king's [MASK] sat on the [MASK]!" --top-k 5 --json --logits "$dir/l16.f32" --precision bf16 > "$dir/o16.json" 2>"$dir/e16.txt"; then
+  check "--precision bf16: logits within 3e-2 of fp32's, the same top 3" "$py" -c '
+import json, sys
+import numpy as np
+a, b = np.fromfile(sys.argv[1], "<f4"), np.fromfile(sys.argv[2], "<f4")
+rel = float(np.abs(a - b).max() / np.abs(a).max())
+print("     bf16 logits against fp32: rel %.3g" % rel)
+ta = [[c["token"] for c in m[:3]] for m in json.load(open(sys.argv[3]))]
+tb = [[c["token"] for c in m[:3]] for m in json.load(open(sys.argv[4]))]
+sys.exit(0 if rel <= 3e-2 and ta == tb else 1)' "$dir/l32.f32" "$dir/l16.f32" "$dir/o32.json" "$dir/o16.json"
+else
+  check "--precision bf16 without bf16 instructions: refused naming them" grep -q "AVX512_BF16" "$dir/e16.txt"
+fi
+err=$("$sk" fill-mask "${m[@]}" --text "[MASK]" --precision half 2>&1); rc=$?
+check "--precision half: exit 2" bash -c 'test $0 -eq 2 && grep -q "fp32 or bf16" <<<"$1"' $rc "$err"
 
 out=$("$sk" -q fill-mask "${m[@]}" --text "Paris is the [MASK] of France." --top-k 3); rc=$?
 check "text output: three lines of score, token, id, sequence" \

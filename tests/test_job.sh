@@ -20,7 +20,8 @@ cl_config "$d/cfg.json" 32 3 48
 sed "s/\"vocab_size\": $V/\"vocab_size\": 50/" "$d/cfg.json" > "$d/small.json"
 
 cl_start || exit 1
-cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" || exit 1; OWNER=$CL_ID
+# the owner's policy lets the plain chain below send its labels out
+cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" --allow-labels-out || exit 1; OWNER=$CL_ID
 cl_device dev2 lab-b --threads 1 || exit 1; MID=$CL_ID
 cl_device dev3 lab-b --threads 1 || exit 1; LAST=$CL_ID
 cl_wait_online 3 || exit 1
@@ -141,6 +142,18 @@ check "u2: 3 stages, the data owner first and last" \
 check "status --json: the latest profile (u2's for the 2 devices it profiled, u3's for the third)" \
     bash -c 'profiled "$0" "$1" "$2,$3" "$2,$3" && profiled "$0" "$4" "$5" "$2,$3,$5"' \
     "$d/status2.json" "$JOB" "$OWNER" "$MID" "$U3" "$LAST"
+
+# bf16 products: the job equals skyloom train --precision bf16 (a CPU with AVX512_BF16 or AMX)
+bf16=$("$SK" --version | grep "cpu bf16")
+if grep -q "precision bf16 available" <<<"$bf16"; then
+  "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps 20 --batch 8 --micro-batches 4 \
+      --lr 2e-3 --precision bf16 --save "$d/refbf16" >/dev/null 2>&1
+  REF=$d/refbf16 job bf16 "$OWNER,$MID" --precision bf16
+  check "bf16: the plan's options say bf16" \
+      bash -c 'python3 -c "import json,sys; sys.exit(json.load(open(sys.argv[1]))[\"plan\"][\"options\"][\"precision\"] != \"bf16\")" "$0"' "$d/bf16.submit"
+else
+  echo "skip bf16 job: this CPU has no bf16 products ($bf16)"
+fi
 
 # a plain chain: the labels and the tied gradient cross to the last device
 job chain "$OWNER,$MID,$LAST" --no-u-shape

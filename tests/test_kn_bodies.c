@@ -6,6 +6,7 @@
  * the `if (i < n)` launch wrapper and cuBLAS itself are left untested here.
  * Most comparisons are bitwise (same bodies, same summation order). */
 #include "cpu/kn_rng.h"
+#include "kn_backend.h"
 #include "kn_gemm.h"
 #include "kn_ops.h"
 #include "kn_testutil.h"
@@ -148,6 +149,168 @@ static void test_attention(void)
     }
     free(qkv), free(dout), free(o1), free(o2), free(a1), free(a2), free(Pd), free(dP), free(g1),
         free(g2);
+}
+
+/* ---- bf16 compute: kn_cuda_*_bf16's launches, kn_bgemm standing in for
+ * cublasGemmEx (through the same kn_gemm_map mapping on the GPU) ---------- */
+
+static uint16_t *randn16(size_t n, uint64_t stream, float sd)
+{
+    float *x = kt_randn(n, stream, sd);
+    uint16_t *h = sl_xmalloc(n * sizeof *h);
+    FOR(i, n) h[i] = sl_f32_to_bf16(x[i]);
+    free(x);
+    return h;
+}
+static float *widen(const uint16_t *x, size_t n)
+{
+    float *f = kt_alloc(n);
+    FOR(i, n) f[i] = sl_bf16_to_f32(x[i]);
+    return f;
+}
+static void check_same16(const char *what, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    int same = memcmp(a, b, n * sizeof *a) == 0;
+    printf("    %-20s %s\n", what, same ? "bitwise equal" : "DIFFERENT");
+    CHECKF(same, "%s: CUDA geometry differs from the CPU op", what);
+}
+
+static void test_bf16(void)
+{
+    sl_err err = {0};
+    if (kn_cpu_bf16_check(&err)) {
+        printf("    bf16 bodies not run: %s\n", err.msg);
+        return;
+    }
+    size_t nx = (size_t)N * C, no = (size_t)N * FF, nw = (size_t)FF * C;
+    uint16_t *x16 = randn16(nx, 20, 1), *w16 = randn16(nw, 21, 0.1f);
+    float *b = kt_randn(FF, 22, 1), *dout = kt_randn(no, 23, 1), *f = kt_randn(no, 24, 2);
+    /* conversion, GELU: one thread per element, bitwise */
+    uint16_t *c1 = sl_xmalloc(no * 2), *c2 = sl_xmalloc(no * 2);
+    kn_to_bf16(c1, f, no);
+    FOR(i, no) kn_t_to_bf16(i, c2, f);
+    check_same16("to_bf16", c1, c2, no);
+    uint16_t *h16 = randn16(no, 25, 2);
+    for (int kind = 0; kind < 2; kind++) {
+        float *g1 = kt_alloc(no), *g2 = kt_alloc(no);
+        kn_gelu_forward_bf16(c1, h16, no, kind);
+        FOR(i, no) kn_t_gelu_fwd_bf16(i, c2, h16, kind);
+        check_same16(kind ? "gelu tanh fwd bf16" : "gelu erf fwd bf16", c1, c2, no);
+        kn_gelu_backward_bf16(g1, c1, h16, dout, no, kind);
+        FOR(i, no) kn_t_gelu_bwd_out_bf16(i, g2, c2, h16, dout, kind);
+        check_same(kind ? "gelu tanh bwd bf16" : "gelu erf bwd bf16", g1, g2, no);
+        check_same16(kind ? "gelu tanh bwd value" : "gelu erf bwd value", c1, c2, no);
+        memset(g1, 0, no * sizeof *g1), memset(g2, 0, no * sizeof *g2);
+        kn_gelu_backward_bf16(g1, NULL, h16, dout, no, kind);
+        FOR(i, no) kn_t_gelu_bwd_bf16(i, g2, h16, dout, kind);
+        check_same(kind ? "gelu tanh bwd bf16 (no value)" : "gelu erf bwd bf16 (no value)", g1, g2, no);
+        free(g1), free(g2);
+    }
+    /* LayerNorm with the rounded output: one thread per row */
+    {
+        float *lx = kt_randn(nx, 28, 2), *lw = kt_randn(C, 29, 1), *lb = kt_randn(C, 30, 1);
+        float *l1 = kt_alloc(nx), *l2 = kt_alloc(nx), *s1 = kt_alloc(2 * N), *s2 = kt_alloc(2 * N);
+        uint16_t *r1 = sl_xmalloc(nx * 2), *r2 = sl_xmalloc(nx * 2);
+        kn_layernorm_forward_bf16(l1, r1, s1, s1 + N, lx, lw, lb, N, C, 1e-12f);
+        FOR(r, N) kn_t_ln_fwd_bf16(r, l2, r2, s2, s2 + N, lx, lw, lb, C, 1e-12f);
+        check_same("layernorm fwd bf16", l1, l2, nx);
+        check_same16("layernorm fwd to bf16", r1, r2, nx);
+        free(lx), free(lw), free(lb), free(l1), free(l2), free(s1), free(s2), free(r1), free(r2);
+    }
+    /* linear: fp32 out = bias fill, then the product added; bf16 out = the
+     * accumulator plus the bias rounded per element */
+    float *o1 = kt_alloc(no), *o2 = kt_alloc(no), *acc = kt_alloc(no);
+    kn_matmul_forward_bf16(o1, NULL, x16, w16, b, N, C, FF);
+    FOR(i, no) kn_t_bias_fill(i, o2, b, FF);
+    CHECK(kn_bgemm(0, 1, N, FF, C, 1.0f, x16, C, w16, C, NULL, 1, o2, FF, 0) == 0);
+    check_same("matmul fwd bf16", o1, o2, no);
+    kn_matmul_forward_bf16(NULL, c1, x16, w16, b, N, C, FF);
+    CHECK(kn_bgemm(0, 1, N, FF, C, 1.0f, x16, C, w16, C, NULL, 0, acc, FF, 0) == 0);
+    FOR(i, no) kn_t_bias_bf16(i, c2, acc, b, FF);
+    check_same16("matmul fwd to bf16", c1, c2, no);
+    float *dx1 = kt_alloc(nx), *dx2 = kt_alloc(nx), *dw1 = kt_alloc(nw), *dw2 = kt_alloc(nw),
+          *db1 = kt_alloc(FF), *db2 = kt_alloc(FF);
+    kn_matmul_backward_bf16(dx1, dw1, db1, dout, x16, w16, N, C, FF);
+    FOR(i, no) kn_t_to_bf16(i, c2, dout);
+    CHECK(kn_bgemm(0, 0, N, C, FF, 1.0f, c2, FF, w16, C, NULL, 1, dx2, C, 0) == 0);
+    CHECK(kn_bgemm(1, 0, FF, C, N, 1.0f, c2, FF, x16, C, NULL, 1, dw2, C, 0) == 0);
+    FOR(o, FF) kn_t_bias_bwd(o, db2, dout, N, FF);
+    check_same("matmul bwd dx bf16", dx1, dx2, nx);
+    check_same("matmul bwd dw bf16", dw1, dw2, nw);
+    check_same("matmul bwd db bf16", db1, db2, FF);
+    free(x16), free(w16), free(b), free(dout), free(f), free(c1), free(c2), free(h16), free(o1),
+        free(o2), free(acc), free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
+
+    /* attention: per sequence, the heads' products (one strided batch on the
+     * GPU, here a call per head at the batch's offsets), rows one per thread.
+     * The CPU op copies each head's columns out first and another kernel of
+     * the product library may sum in another order, so a rounded element now
+     * and then lands on the other side of a tie: within a bf16 half-ulp. */
+    int32_t valid[N];
+    FOR(i, N) valid[i] = i < T || (i - T) < 30;
+    size_t nq = (size_t)N * 3 * C, na = (size_t)B * NH * T * T, TT = (size_t)T * T;
+    size_t rows = (size_t)B * NH * T;
+    float scale = 1.0f / sqrtf((float)HS);
+    uint16_t *qkv = randn16(nq, 26, 1), *dO = randn16(nx, 27, 1);
+    for (int k = 0; k < 2; k++) {
+        kn_dropout d = {.p = k ? 0.1f : 0.0f, .seed = 3, .stream = 4, .seq0 = 6};
+        uint16_t *out1 = sl_xcalloc(nx, 2), *out2 = sl_xcalloc(nx, 2), *a1 = sl_xcalloc(na, 2),
+                 *a2 = sl_xcalloc(na, 2), *Pd = sl_xcalloc(na, 2), *dS = sl_xcalloc(na, 2);
+        float *S = kt_alloc(na), *dP = kt_alloc(na), *g1 = kt_alloc(nq), *g2 = kt_alloc(nq);
+        kn_attention_forward_bf16(out1, a1, qkv, valid, B, T, C, NH, d);
+        kn_attention_backward_bf16(g1, dO, qkv, a1, B, T, C, NH, d);
+        FOR(bh, B * NH)
+        {
+            const uint16_t *q = qkv + (bh / NH) * T * 3 * C + (bh % NH) * HS;
+            CHECK(kn_bgemm(0, 1, T, T, HS, scale, q, 3 * C, q + C, 3 * C, NULL, 0, S + bh * TT, T,
+                           0) == 0);
+        }
+        FOR(r, rows) kn_t_softmax(r, S, valid, T, NH);
+        FOR(r, rows) kn_t_attn_round16(r, a2, S, T);
+        const uint16_t *P = a2;
+        if (d.p > 0.0f) {
+            FOR(r, rows) kn_t_attn_drop16(r, Pd, a2, d, T, NH);
+            P = Pd;
+        }
+        FOR(bh, B * NH)
+        {
+            size_t bb = bh / NH, h = bh % NH;
+            CHECK(kn_bgemm(0, 0, T, HS, T, 1.0f, P + bh * TT, T, qkv + bb * T * 3 * C + h * HS + 2 * C,
+                           3 * C, NULL, 0, out2 + bb * T * C + h * HS, C, 1) == 0);
+        }
+        /* backward, from the CPU op's probabilities (the forward is compared above) */
+        const uint16_t *Pv = a1;
+        if (d.p > 0.0f) {
+            FOR(r, rows) kn_t_attn_drop16(r, Pd, a1, d, T, NH);
+            Pv = Pd;
+        }
+        FOR(bh, B * NH)
+        {
+            size_t bb = bh / NH, h = bh % NH, tok0 = bb * T * 3 * C + h * HS;
+            const uint16_t *o = dO + bb * T * C + h * HS;
+            CHECK(kn_bgemm(0, 1, T, T, HS, 1.0f, o, C, qkv + tok0 + 2 * C, 3 * C, NULL, 0,
+                           dP + bh * TT, T, 0) == 0);
+            CHECK(kn_bgemm(1, 0, T, HS, T, 1.0f, Pv + bh * TT, T, o, C, NULL, 1,
+                           g2 + tok0 + 2 * C, 3 * C, 0) == 0);
+        }
+        FOR(r, rows) kn_t_attn_bwd16(r, dP, dS, a1, d, T, NH, scale);
+        FOR(bh, B * NH)
+        {
+            size_t bb = bh / NH, h = bh % NH, tok0 = bb * T * 3 * C + h * HS;
+            CHECK(kn_bgemm(0, 0, T, HS, T, 1.0f, dS + bh * TT, T, qkv + tok0 + C, 3 * C, NULL, 1,
+                           g2 + tok0, 3 * C, 0) == 0);
+            CHECK(kn_bgemm(1, 0, T, HS, T, 1.0f, dS + bh * TT, T, qkv + tok0, 3 * C, NULL, 1,
+                           g2 + tok0 + C, 3 * C, 0) == 0);
+        }
+        float *w1 = widen(out1, nx), *w2 = widen(out2, nx), *x1 = widen(a1, na),
+              *x2 = widen(a2, na);
+        KT_CHECK_REL(k ? "attention16 out (p=.1)" : "attention16 out", w2, w1, nx, 8e-3);
+        KT_CHECK_REL(k ? "attention16 att (p=.1)" : "attention16 att", x2, x1, na, 4e-3);
+        KT_CHECK_REL(k ? "attention16 dqkv (p=.1)" : "attention16 dqkv", g2, g1, nq, 2e-3);
+        free(out1), free(out2), free(a1), free(a2), free(Pd), free(dS), free(S), free(dP),
+            free(g1), free(g2), free(w1), free(w2), free(x1), free(x2);
+    }
+    free(qkv), free(dO);
 }
 
 static void test_elementwise(void)
@@ -334,6 +497,7 @@ int main(void)
     RUN(test_layernorm);
     RUN(test_matmul);
     RUN(test_attention);
+    RUN(test_bf16);
     RUN(test_elementwise);
     RUN(test_rows);
     RUN(test_crossentropy);

@@ -7,6 +7,7 @@
 #include "kn_ops.h"
 #include "kn_testutil.h"
 #include "sl_config.h"
+#include "sl_float.h"
 #if HAVE_CUDA
 #include "kn_cuda.h"
 #endif
@@ -251,6 +252,128 @@ static void test_crossentropy_optim(void)
     }
     free(g), free(s);
 }
+
+/* ---- bf16 compute: each op against the CPU's bf16 op ---------------------------------
+ * Both accumulate bf16 products in fp32, in other orders: fp32 results
+ * within 1e-5 (as the fp32 ops), bf16 ones (rounded once) within a bf16
+ * half-ulp of the largest element (4e-3; one rounding may land on the other
+ * side of a tie), attention's within what test_kn_ops_bf16 allows against
+ * its float64 emulation. Needs compute capability 8.0 (else said, not run). */
+static uint16_t *randn16(size_t n, uint64_t stream, float sd)
+{
+    float *x = kt_randn(n, stream, sd);
+    uint16_t *h = sl_xmalloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = sl_f32_to_bf16(x[i]);
+    free(x);
+    return h;
+}
+/* Downloads n bf16 of d and compares them widened with the CPU's ref. */
+static void cmp16(const char *what, const uint16_t *d, const uint16_t *ref, size_t n, double tol)
+{
+    sl_err err;
+    CHECKF(kn_cuda_sync(&err) == 0, "%s: %s", what, err.msg);
+    uint16_t *h = sl_xmalloc(n * 2);
+    CHECKF(kn_cuda_download(h, d, n * 2, &err) == 0, "%s", err.msg);
+    float *a = kt_alloc(n), *r = kt_alloc(n);
+    for (size_t i = 0; i < n; i++)
+        a[i] = sl_bf16_to_f32(h[i]), r[i] = sl_bf16_to_f32(ref[i]);
+    KT_CHECK_REL(what, a, r, n, tol);
+    free(h), free(a), free(r);
+}
+static void cmpt(const char *what, const float *d, const float *ref, size_t n, double tol)
+{
+    sl_err err;
+    CHECKF(kn_cuda_sync(&err) == 0, "%s: %s", what, err.msg);
+    float *h = kt_alloc(n);
+    CHECKF(kn_cuda_download(h, d, n * sizeof(float), &err) == 0, "%s", err.msg);
+    KT_CHECK_REL(what, h, ref, n, tol);
+    free(h);
+}
+
+static void test_bf16(void)
+{
+    sl_err err;
+    if (kn_cuda_bf16_check(&err) || kn_cpu_bf16_check(&err)) {
+        printf("    bf16 not compared: %s\n", err.msg);
+        return;
+    }
+    size_t nx = (size_t)N * C, no = (size_t)N * FF, nw = (size_t)FF * C;
+    uint16_t *x16 = randn16(nx, 40, 1), *w16 = randn16(nw, 41, 0.1f), *h16 = randn16(no, 42, 2);
+    float *b = kt_randn(FF, 43, 1), *dout = kt_randn(no, 44, 1), *f = kt_randn(no, 45, 3);
+    uint16_t *c16 = sl_xmalloc(no * 2);
+    float *o = kt_alloc(no), *dx = kt_alloc(nx), *dw = kt_alloc(nw), *db = kt_alloc(FF);
+    uint16_t *dx16 = up(x16, nx * 2), *dw16 = up(w16, nw * 2), *dh16 = up(h16, no * 2),
+             *dc16 = up(c16, no * 2);
+    float *db_ = upf(b, FF), *ddout = upf(dout, no), *df = upf(f, no), *do_ = zeros(no),
+          *ddx = zeros(nx), *ddw = zeros(nw), *ddb = zeros(FF);
+    kn_to_bf16(c16, f, no);
+    kn_cuda_to_bf16(dc16, df, no);
+    cmp16("to_bf16", dc16, c16, no, 0);
+    {
+        float *w = kt_randn(FF, 48, 1), *lb = kt_randn(FF, 49, 1), *l = kt_alloc(no),
+              *st = kt_alloc(2 * N);
+        float *dwl = upf(w, FF), *dlb = upf(lb, FF), *dl = zeros(no), *dst = zeros(2 * N);
+        kn_layernorm_forward_bf16(l, c16, st, st + N, f, w, lb, N, FF, 1e-12f);
+        kn_cuda_layernorm_forward_bf16(dl, dc16, dst, dst + N, df, dwl, dlb, N, FF, 1e-12f);
+        cmpt("layernorm fwd bf16", dl, l, no, 1e-5);
+        cmp16("layernorm fwd to bf16", dc16, c16, no, 4e-3);
+        free(w), free(lb), free(l), free(st);
+        kn_cuda_free(dwl), kn_cuda_free(dlb), kn_cuda_free(dl), kn_cuda_free(dst);
+    }
+    kn_matmul_forward_bf16(o, NULL, x16, w16, b, N, C, FF);
+    kn_cuda_matmul_forward_bf16(do_, NULL, dx16, dw16, db_, N, C, FF);
+    cmpt("matmul fwd bf16", do_, o, no, 1e-5);
+    kn_matmul_forward_bf16(NULL, c16, x16, w16, b, N, C, FF);
+    kn_cuda_matmul_forward_bf16(NULL, dc16, dx16, dw16, db_, N, C, FF);
+    cmp16("matmul fwd to bf16", dc16, c16, no, 4e-3);
+    kn_matmul_backward_bf16(dx, dw, db, dout, x16, w16, N, C, FF);
+    kn_cuda_matmul_backward_bf16(ddx, ddw, ddb, ddout, dx16, dw16, N, C, FF);
+    cmpt("matmul bwd dx bf16", ddx, dx, nx, 1e-5);
+    cmpt("matmul bwd dw bf16", ddw, dw, nw, 1e-5);
+    cmpt("matmul bwd db bf16", ddb, db, FF, 1e-5);
+    for (int kind = 0; kind < 2; kind++) {
+        float *g = kt_alloc(no), *dg = zeros(no);
+        kn_gelu_forward_bf16(c16, h16, no, kind);
+        kn_cuda_gelu_forward_bf16(dc16, dh16, no, kind);
+        cmp16(kind ? "gelu tanh fwd bf16" : "gelu erf fwd bf16", dc16, c16, no, 4e-3);
+        kn_gelu_backward_bf16(g, NULL, h16, dout, no, kind);
+        kn_cuda_gelu_backward_bf16(dg, NULL, dh16, ddout, no, kind);
+        cmpt(kind ? "gelu tanh bwd bf16" : "gelu erf bwd bf16", dg, g, no, 1e-5);
+        free(g), kn_cuda_free(dg);
+    }
+    /* attention, without and with dropout */
+    int32_t valid[N];
+    for (int i = 0; i < N; i++)
+        valid[i] = i < T || (i - T) < 30;
+    size_t nq = (size_t)N * 3 * C, na = (size_t)B * NH * T * T;
+    uint16_t *qkv = randn16(nq, 46, 1), *dO = randn16(nx, 47, 1);
+    uint16_t *dqkv16 = up(qkv, nq * 2), *ddO = up(dO, nx * 2);
+    int32_t *dvalid = up(valid, sizeof valid);
+    for (int k = 0; k < 2; k++) {
+        kn_dropout d = {.p = k ? 0.1f : 0.0f, .seed = 3, .stream = 4, .seq0 = 6};
+        uint16_t *o16 = sl_xmalloc(nx * 2), *a16 = sl_xmalloc(na * 2);
+        float *g = kt_alloc(nq);
+        kn_attention_forward_bf16(o16, a16, qkv, valid, B, T, C, NH, d);
+        kn_attention_backward_bf16(g, dO, qkv, a16, B, T, C, NH, d);
+        uint16_t *do16 = up(o16, nx * 2), *da16 = up(a16, na * 2);
+        float *dg = zeros(nq);
+        kn_cuda_attention_forward_bf16(do16, da16, dqkv16, dvalid, B, T, C, NH, d);
+        cmp16(k ? "attention16 out (p=.1)" : "attention16 out", do16, o16, nx, 8e-3);
+        cmp16(k ? "attention16 att (p=.1)" : "attention16 att", da16, a16, na, 4e-3);
+        /* the backward from the CPU's probabilities */
+        CHECK(kn_cuda_upload(da16, a16, na * 2, &err) == 0);
+        kn_cuda_attention_backward_bf16(dg, ddO, dqkv16, da16, B, T, C, NH, d);
+        cmpt(k ? "attention16 dqkv (p=.1)" : "attention16 dqkv", dg, g, nq, 2e-3);
+        free(o16), free(a16), free(g), kn_cuda_free(do16), kn_cuda_free(da16), kn_cuda_free(dg);
+    }
+    free(x16), free(w16), free(h16), free(b), free(dout), free(f), free(c16), free(o), free(dx),
+        free(dw), free(db), free(qkv), free(dO);
+    kn_cuda_free(dx16), kn_cuda_free(dw16), kn_cuda_free(dh16), kn_cuda_free(dc16),
+        kn_cuda_free(db_), kn_cuda_free(ddout), kn_cuda_free(df), kn_cuda_free(do_),
+        kn_cuda_free(ddx), kn_cuda_free(ddw), kn_cuda_free(ddb), kn_cuda_free(dqkv16),
+        kn_cuda_free(ddO), kn_cuda_free(dvalid);
+}
 #endif
 
 int main(void)
@@ -271,6 +394,7 @@ int main(void)
     RUN(test_elementwise);
     RUN(test_rows);
     RUN(test_crossentropy_optim);
+    RUN(test_bf16);
     kn_cuda_shutdown();
 #endif
     return sl_test_done();

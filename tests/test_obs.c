@@ -271,8 +271,10 @@ static int report_step(const char *dev, const char *job, int epoch, int stage, i
 
 /* ---- HTTP, by hand -------------------------------------------------------------- */
 
-/* One request to 127.0.0.1:port; the status, and the body into *body. */
-static int http(int port, const char *method, const char *path, const char *auth, char **body)
+/* One request to 127.0.0.1:port (Host: host, or 127.0.0.1:port when NULL);
+ * the status, and the body into *body. */
+static int http_host(int port, const char *host, const char *method, const char *path,
+                     const char *auth, char **body)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -284,8 +286,11 @@ static int http(int port, const char *method, const char *path, const char *auth
         return -1;
     }
     char req[1024];
-    int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: x\r\n%s%s%sConnection: close\r\n\r\n",
-                     method, path, auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "");
+    char hbuf[64];
+    snprintf(hbuf, sizeof hbuf, "127.0.0.1:%d", port);
+    int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\n%s%s%sConnection: close\r\n\r\n",
+                     method, path, host ? host : hbuf, auth ? "Authorization: " : "", auth ? auth : "",
+                     auth ? "\r\n" : "");
     if (write(fd, req, (size_t)n) != n) {
         close(fd);
         return -1;
@@ -306,6 +311,11 @@ static int http(int port, const char *method, const char *path, const char *auth
         *body = sl_xstrdup(b ? b + 4 : "");
     free(buf);
     return status;
+}
+
+static int http(int port, const char *method, const char *path, const char *auth, char **body)
+{
+    return http_host(port, NULL, method, path, auth, body);
 }
 
 static int count(const char *s, const char *what)
@@ -347,6 +357,8 @@ static void test_upload_damaged(const char *dev, const char *job, int epoch)
     uint8_t file[SIZE + 1], sum[32], wrong[32]; /* (one byte more for a piece past the end) */
     for (size_t i = 0; i < sizeof file; i++)
         file[i] = (uint8_t)(i * 7 + 3);
+    /* a safetensors header naming no tensor (the store reads it at the last piece) */
+    memcpy(file, "\x02\0\0\0\0\0\0\0{}", 10);
     crypto_generichash(sum, sizeof sum, file, SIZE, NULL, 0);
     memcpy(wrong, sum, sizeof wrong);
     wrong[5] ^= 1;
@@ -410,7 +422,27 @@ static void test_http(const char *job)
     CHECK(http(port, "GET", "/job/j0000000000000000", NULL, NULL) == 404);
     CHECK(http(port, "GET", "/job/../../etc/passwd", NULL, NULL) == 404);
     CHECK(http(port, "GET", "/nothing", NULL, NULL) == 404);
+    /* a name a web page pointed here is refused; the loopback names are not */
+    char lh[64];
+    snprintf(lh, sizeof lh, "localhost:%d", port);
+    CHECK(http_host(port, lh, "GET", "/metrics", NULL, NULL) == 200);
+    CHECK(http_host(port, "evil.example", "GET", "/", NULL, NULL) == 403);
+    snprintf(lh, sizeof lh, "evil.example:%d", port);
+    CHECK(http_host(port, lh, "GET", "/metrics", NULL, NULL) == 403);
+    snprintf(lh, sizeof lh, "127.0.0.1:%d", port + 1);
+    CHECK(http_host(port, lh, "GET", "/metrics", NULL, NULL) == 403);
     coord_http_stop(h);
+    ho.name = "dash.example";
+    h = coord_http_start(C, &ho, &err);
+    CHECKF(h != NULL, "%s", err.msg);
+    if (!h)
+        return;
+    port = coord_http_port(h);
+    snprintf(lh, sizeof lh, "dash.example:%d", port);
+    CHECK(http_host(port, lh, "GET", "/metrics", NULL, NULL) == 200);
+    CHECK(http_host(port, "other.example", "GET", "/metrics", NULL, NULL) == 403);
+    coord_http_stop(h);
+    ho.name = NULL;
 
     /* anything but loopback needs a token, and with one every request carries it */
     ho.listen = "0.0.0.0:0";

@@ -26,7 +26,7 @@ cl_config "$d/cfg.json" 64 4 128
 STEPS=100000
 
 cl_start || exit 1
-cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" || exit 1; OWNER=$CL_ID
+cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" --allow-labels-out || exit 1; OWNER=$CL_ID  # a plain chain below
 declare -A NAME_OF=([$OWNER]=dev1)
 for n in dev2 dev3 dev4; do
   cl_device $n lab-b --threads 1 || exit 1

@@ -34,6 +34,7 @@ typedef struct run {
 } run;
 
 static unsigned train_flags;  /* dev_stage_create flags of train() */
+static double micro_tol = 1e-6; /* compare()'s bound when not bitwise */
 static int train_schedule;    /* BAL_1F1B (0) or BAL_GPIPE */
 
 /* `steps` steps; the last leaves its gradients without updating. */
@@ -88,7 +89,7 @@ static void compare(run *ref, run *r, int bitwise, const char *what)
             } else {
                 double e = kt_rel(x, want, n);
                 worst = e > worst ? e : worst;
-                CHECKF(e <= 1e-6, "%s: %s of %s: rel error %.3g", what,
+                CHECKF(e <= micro_tol, "%s: %s of %s: rel error %.3g", what,
                        grad ? "gradient" : "value", t[k].name, e);
             }
         }
@@ -97,7 +98,7 @@ static void compare(run *ref, run *r, int bitwise, const char *what)
             CHECKF(ref->loss[i] == r->loss[i], "%s: loss %.17g vs %.17g", what, r->loss[i],
                    ref->loss[i]);
         else
-            CHECK_NEAR(r->loss[i], ref->loss[i], 1e-6 * ref->loss[i]);
+            CHECK_NEAR(r->loss[i], ref->loss[i], micro_tol * ref->loss[i]);
     }
     /* The head's copy of the word embeddings equals the embeddings. */
     size_t n1 = 0, n2 = 0;
@@ -271,6 +272,63 @@ static void test_bf16_state(void)
     dev_train_free(ref4.tr);
 }
 
+/* bf16 compute (DEV_STAGE_BF16_COMPUTE): every split, in sequence and on
+ * threads with micro-batches in flight (recomputing, in the 1F1B and GPipe
+ * orders), with bf16 moments too, gives the one-stage bf16 result bit for
+ * bit, as fp32 does: the same ops in the same order, the products' bits
+ * fixed by their shapes. 4 micro-batches against 1: other shapes, so other
+ * kernels may sum a row in another order, and a product's output rounded to
+ * bf16 may then land on the other side of a tie; the bound allows that
+ * (4e-3, a bf16 half-ulp of the largest gradient; measured here 3e-7, as in
+ * fp32: no rounding point moved). A stage on a backend without bf16 is
+ * refused. */
+static void test_bf16_compute(void)
+{
+    sl_err err = {0};
+    if (kn_be_cpu()->bf16_check(&err)) {
+        printf("    skipped, this CPU has no bf16: %s\n", err.msg);
+        return;
+    }
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    o.clip = 0.5f;
+    train_flags = DEV_STAGE_BF16_COMPUTE;
+    micro_tol = 4e-3;
+    splits(&o);
+    micro_tol = 1e-6;
+    static const int one[] = {0, 5}, three[] = {0, 2, 4, 5}, four[] = {0, 1, 3, 4, 5};
+    run ref = {0}, r = {0}, r4 = {0}, refb = {0}, rb = {0};
+    train(&ref, one, 1, 4, &o, STEPS);
+    train_flags = DEV_STAGE_BF16_COMPUTE | DEV_STAGE_RECOMPUTE;
+    train(&r, three, 3, 4, &o, STEPS);
+    train_flags = DEV_STAGE_BF16_COMPUTE | DEV_STAGE_RECOMPUTE_ATTN;
+    train_schedule = BAL_GPIPE;
+    train(&r4, four, 4, 4, &o, STEPS);
+    train_schedule = BAL_1F1B;
+    train_flags = DEV_STAGE_BF16_COMPUTE | DEV_STAGE_BF16_STATE;
+    train(&refb, one, 1, 1, &o, 3);
+    train(&rb, three, 3, 1, &o, 3);
+    if (ref.tr && r.tr)
+        compare(&ref, &r, 1, "bf16, 3 stages, 4 in flight, recompute");
+    if (ref.tr && r4.tr)
+        compare(&ref, &r4, 1, "bf16, 4 stages, GPipe, attn");
+    if (refb.tr && rb.tr)
+        compare(&refb, &rb, 1, "bf16 compute and state, 3 stages");
+    train_flags = 0;
+    dev_train_free(ref.tr);
+    dev_train_free(r.tr);
+    dev_train_free(r4.tr);
+    dev_train_free(refb.tr);
+    dev_train_free(rb.tr);
+    /* a backend without bf16 compute is refused with its reason */
+    kn_be nobf = *kn_be_cpu();
+    nobf.bf16_check = NULL;
+    nobf.name = "plain";
+    CHECK(dev_stage_create(&cfg, 0, 4, B, T, 1, 7, &nobf, DEV_STAGE_BF16_COMPUTE, &err) == NULL &&
+          err.code == SL_ENOTSUP && strstr(err.msg, "plain"));
+}
+
 /* The balancer's units (bal_bert_units, the one cost description) for c
  * at micro-batch bm x T. */
 static bal_unit *units_of(const dev_config *c, int bm, int *n)
@@ -418,5 +476,6 @@ int main(void)
     RUN(test_adamw);
     RUN(test_lamb);
     RUN(test_classify);
+    RUN(test_bf16_compute);
     return sl_test_done();
 }

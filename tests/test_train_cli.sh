@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # skyloom train / eval end to end on real text (this repository's own
-# documentation as the corpus): a tiny BERT's loss falls within 300 steps;
-# checkpoints are written atomically and resume; eval reads them; bad input
-# gives one line and the right exit status.
+# documentation as the corpus): a tiny BERT's loss falls within 300 steps,
+# in fp32 and in bf16 alike; checkpoints are written atomically and resume;
+# eval reads them, in either precision; bad input gives one line and the
+# right exit status.
 set -u
 sk="$1"; src="$2"
 fail=0
@@ -113,6 +114,38 @@ else
   echo "     --device cuda here: $out"
   check "--device cuda without a GPU: exit 1, one line with the reason" bash -c 'test $0 -eq 1 && [ $(wc -l <<<"$1") -eq 1 ] && grep -q "^skyloom train: --device cuda: .*\(CUDA\|cuda\|GPU\)" <<<"$1"' "$rc" "$out"
 fi
+# --precision bf16 (where the CPU has AVX512_BF16 or AMX): the same 300
+# steps within 1% (mean loss of the last 20), the same model evaluated in
+# both precisions within 0.5%; a CPU (or a oneDNN limited by
+# DNNL_MAX_CPU_ISA) without bf16 is refused with the instructions named
+out=$("$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 300 --batch 16 \
+      --lr 3e-3 --warmup 20 --threads 1 --precision bf16 --metrics "$d/bf16.csv" --json 2>&1); rc=$?
+if [ $rc -eq 0 ]; then
+  check "train --precision bf16: the JSON summary says so" grep -q '"precision": "bf16"' <<<"$out"
+  read -r last16 < <(awk -F, 'NR>281 {b+=$2} END {printf "%.4f\n", b/20}' "$d/bf16.csv")
+  echo "     mean loss of the last 20 of 300 steps: fp32 $last, bf16 $last16"
+  check "bf16 training: the last 20 steps' mean loss within 1% of fp32's" \
+      awk -v a="$last" -v b="$last16" 'BEGIN{d=a-b; if (d<0) d=-d; exit !(d <= 0.01*a)}'
+  e32=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --batches 8 --json)
+  e16=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --batches 8 --json --precision bf16)
+  l32=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["loss"])' "$e32")
+  l16=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["loss"])' "$e16")
+  echo "     eval of one model: fp32 $l32, bf16 $l16"
+  check "eval in the two precisions within 0.5%" \
+      awk -v a="$l32" -v b="$l16" 'BEGIN{d=a-b; if (d<0) d=-d; exit !(d <= 0.005*a)}'
+  err=$(DNNL_MAX_CPU_ISA=AVX512_CORE "$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 2 --batch 4 --threads 1 --precision bf16 --save "$d/nobf16" 2>&1); rc=$?
+  check "--precision bf16 where oneDNN has no bf16: exit 1, one line naming AVX512_BF16 and AMX, nothing written" \
+      bash -c 'test $0 -eq 1 && [ $(wc -l <<<"$1") -eq 1 ] && grep -q "^skyloom train: --precision bf16 on cpu: .*AVX512_BF16 or AMX" <<<"$1" && ! test -e "$2"' "$rc" "$err" "$d/nobf16"
+  echo "     $err"
+  err=$(DNNL_MAX_CPU_ISA=AVX512_CORE "$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --precision bf16 2>&1); rc=$?
+  check "eval --precision bf16 there: exit 1 with the reason" bash -c 'test $0 -eq 1 && grep -q "AVX512_BF16" <<<"$1"' "$rc" "$err"
+else
+  echo "     --precision bf16 here: $out"
+  check "--precision bf16 on a CPU without bf16: exit 1, one line naming AVX512_BF16" \
+      bash -c 'test $0 -eq 1 && [ $(wc -l <<<"$1") -eq 1 ] && grep -q "AVX512_BF16" <<<"$1"' "$rc" "$out"
+fi
+err=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --precision fp8 2>&1); rc=$?
+check "eval --precision fp8: exit 2, named" bash -c 'test $0 -eq 2 && grep -q "fp32 or bf16" <<<"$1"' "$rc" "$err"
 err=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --device tpu 2>&1); rc=$?
 check "--device tpu: exit 2, named" bash -c 'test $0 -eq 2 && grep -q "auto, cpu or cuda" <<<"$1"' "$rc" "$err"
 "$sk" train --help | grep -q 'usage: skyloom train'; check "train --help" test $? -eq 0

@@ -2,9 +2,10 @@
 # skyloom train --stages: a pipeline of stages on threads gives bit for bit
 # the one-stage run (the same losses in metrics.csv, the same
 # model.safetensors bytes) for any cut, either schedule, any micro-batch
-# count, dropout on, AdamW and LAMB, bf16 moments, recomputation; a
-# checkpoint written by one cut resumes under another exactly; a bad SPEC is
-# refused with one line naming the problem.
+# count, dropout on, AdamW and LAMB, bf16 moments, recomputation, bf16
+# compute (--precision bf16); a checkpoint written by one cut resumes under
+# another exactly, and one written in one precision resumes in the other; a
+# bad SPEC is refused with one line naming the problem.
 set -u
 sk="$1"; src="$2"
 fail=0
@@ -40,6 +41,19 @@ variants=(
   "rec|--micro-batches 4 --recompute"
   "attn|--micro-batches 2 --recompute-attention"
 )
+# bf16 compute where the CPU has it (AVX512_BF16 or AMX); elsewhere the
+# refusal is what there is to check
+out=$("$sk" train "${common[@]}" --steps 1 --precision bf16 --save "$d/probe" 2>&1); rc=$?
+if [ $rc -eq 0 ]; then
+  have_bf16=1
+  variants+=("prec|--micro-batches 4 --precision bf16"
+             "precrec|--micro-batches 4 --precision bf16 --recompute --optim-state bf16")
+else
+  have_bf16=0
+  check "--precision bf16 on a CPU without bf16: exit 1 naming the instructions" \
+      bash -c 'test $0 -eq 1 && grep -q "AVX512_BF16" <<<"$1"' "$rc" "$out"
+  echo "skip bf16 compute (this CPU has none): $out"
+fi
 for v in "${variants[@]}"; do
   name=${v%%|*}; read -r -a args <<<"${v#*|}"
   run "$name-1" "${args[@]}"
@@ -47,6 +61,7 @@ for v in "${variants[@]}"; do
   cuts=("2" "0-0,1-4" "0-2,3-3,4-4")
   [ "$name" = adamw ] && cuts+=("4")
   [ "$name" = attn ] && cuts=("2" "0-3,4-4")
+  [ "$name" = precrec ] && cuts=("0-2,3-3,4-4")
   for cut in "${cuts[@]}"; do
     for sched in 1f1b gpipe; do
       [ "$name" != adamw ] && [ "$sched" = gpipe ] && [ "$cut" != 2 ] && continue
@@ -73,6 +88,29 @@ for v in "adamw|" "bf16|--optim-state bf16"; do
       bash -c '[ "$(sed -n 5,7p "$0" | cut -d, -f1-4)" = "$(sed -n 2,4p "$1" | cut -d, -f1-4)" ]' \
       "$d/$name-1/metrics.csv" "$d/r3-$name/metrics.csv"
 done
+# A checkpoint written in one precision resumes in the other (weights and
+# moments are fp32 in both): fp32's step 3 continued in bf16 and bf16's in
+# fp32, in one stage and in 3 stages with the same bits, the losses of steps
+# 4-6 within 1% of the uninterrupted run's in the checkpoint's precision.
+if [ $have_bf16 = 1 ]; then
+  for v in "adamw|bf16" "prec|fp32"; do
+    from=${v%%|*} to=${v#*|}
+    "$sk" -q train "${common[@]}" --micro-batches 4 --steps 6 --resume "$d/$from-1/step-3" \
+        --save "$d/x-$from" --precision "$to" >/dev/null 2>"$d/x-$from.err"
+    check "$from's checkpoint resumes in $to" test -s "$d/x-$from/step-6/model.safetensors"
+    "$sk" -q train "${common[@]}" --micro-batches 4 --steps 6 --resume "$d/$from-1/step-3" \
+        --save "$d/x3-$from" --precision "$to" --stages 0-2,3-3,4-4 --stage-threads 1 >/dev/null 2>&1
+    check "... the same bits resumed as 3 stages" \
+        cmp -s "$d/x-$from/step-6/model.safetensors" "$d/x3-$from/step-6/model.safetensors"
+    check "... its steps 4-6 within 1% of the uninterrupted run's losses" \
+        python3 -c 'import sys
+a = [float(l.split(",")[1]) for l in open(sys.argv[1]).read().split()[1:]][3:]
+b = [float(l.split(",")[1]) for l in open(sys.argv[2]).read().split()[1:]]  # steps 4-6
+print("     losses 4-6: %s against %s" % (b, a))
+sys.exit(not (len(a) == len(b) == 3 and all(abs(x - y) <= 0.01 * y for x, y in zip(b, a))))' \
+        "$d/$from-1/metrics.csv" "$d/x-$from/metrics.csv"
+  done
+fi
 check "a checkpoint of 2 stages is one model.safetensors and one optim.safetensors with a manifest" \
     bash -c 'test -s "$0/model.safetensors" && test -s "$0/optim.safetensors" && grep -q "\"blake2b\"" "$0/manifest.json"' "$d/adamw-2-1f1b/step-6"
 
@@ -91,6 +129,8 @@ bad "out of range" "out of range" "0-2,3-7"
 bad "not a range" "not a count or a range" "0-2,x"
 bad "more stages than micro-batches" "need at least 5 micro-batches" "5"
 bad "more stages than units" "at most 5 stages" "9" --micro-batches 8 --batch 8
+out=$("$sk" train "${common[@]}" --steps 1 --precision fp16 2>&1); rc=$?
+check "--precision fp16: exit 2 naming the choices" bash -c 'test $0 -eq 2 && grep -q "fp32 or bf16" <<<"$1"' "$rc" "$out"
 out=$("$sk" train "${common[@]}" --micro-batches 4 --steps 1 --stages 2 --schedule zigzag 2>&1); rc=$?
 check "--schedule zigzag: exit 2 naming it" bash -c 'test $0 -eq 2 && grep -q "1f1b or gpipe" <<<"$1"' "$rc" "$out"
 out=$("$sk" train "${common[@]}" --micro-batches 4 --steps 1 --stages 2 --stage-device cpu,cpu,cpu 2>&1); rc=$?

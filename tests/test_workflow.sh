@@ -145,6 +145,16 @@ out=$(sub --config "$d/typo.json"); rc=$?
 check "a misspelled key is refused, named, with the nearest known key" \
     bash -c 'test $0 -eq 1 && grep -q "^skyloom job: $2:[0-9]*: num_hiden_layers: unknown key; did you mean num_hidden_layers?$" <<<"$1"' \
     "$rc" "$out" "$d/typo.json"
+# the data owner's policy (its defaults: labels at home, frames sealed), known from its heartbeats
+out=$(sub --config "$d/cfg.json" --no-u-shape); rc=$?
+check "--no-u-shape against an owner that keeps its labels: refused at submit, naming the option and what lifts it" \
+    bash -c 'test $0 -eq 1 && one_line "$1" && grep -q "^skyloom job: .*the data owner.s policy keeps its labels and the head at home: drop --no-u-shape (or its device runs with --allow-labels-out) (owner $2)$" <<<"$1"' "$rc" "$out" "$OWNER"
+out=$(sub --config "$d/cfg.json" --no-seal); rc=$?
+check "--no-seal against an owner that keeps its frames sealed: refused at submit" \
+    bash -c 'test $0 -eq 1 && grep -q "drop --no-seal (or its device runs with --allow-unsealed)" <<<"$1"' "$rc" "$out"
+out=$("$SK" device --coordinator 127.0.0.1:1 --state "$d/x" --site s --home-layers -1 2>&1); rc=$?
+check "--home-layers -1: exit 2 naming the option" \
+    bash -c 'test $0 -eq 2 && grep -q "^skyloom device: --home-layers" <<<"$1"' "$rc" "$out"
 check "none of these reached the coordinator (no job was made)" test "$(njobs)" = "$before"
 # a config as Hugging Face's BertConfig writes it (transformers 4.x), sized for this shard
 python3 - "$d/cfg.json" "$d/hf/config.json" <<'PY'

@@ -83,7 +83,7 @@ static void units_str(dev_stage *const *st, int n, char *out, size_t cap)
  * entries: parameters, or the two moments (NAME.exp_avg, NAME.exp_avg_sq).
  * The head's copy of the word embeddings is left out when a stage of the set
  * holds unit 0 (the two are equal). */
-static dev_st_out *collect(dev_stage *const *st, int n, int what, int *count)
+static dev_st_out *collect(dev_stage *const *st, int n, int what, int unit, int *count)
 {
     int total = 0, has_embed = 0;
     for (int i = 0; i < n; i++) {
@@ -101,7 +101,7 @@ static dev_st_out *collect(dev_stage *const *st, int n, int what, int *count)
         size_t np;
         float *p = what == W_PARAMS ? dev_stage_params(st[i], &np) : dev_stage_optim_state(st[i], &np);
         for (int j = 0; j < nt; j++) {
-            if ((t[j].flags & DEV_T_TIED) && has_embed)
+            if (((t[j].flags & DEV_T_TIED) && has_embed) || (unit >= 0 && t[j].unit != unit))
                 continue;
             hf_part parts[3];
             int nparts = hf_parts(&t[j], parts);
@@ -125,14 +125,18 @@ static dev_st_out *collect(dev_stage *const *st, int n, int what, int *count)
 
 static const char *optim_name(int kind) { return kind == DEV_OPT_LAMB ? "lamb" : "adamw"; }
 
-static int write_pulled(dev_stage *const *st, int n, int what, int kind, const char *path,
+/* The stages' tensors (unit >= 0: that unit's only) as a safetensors file. */
+static int write_pulled(dev_stage *const *st, int n, int what, int kind, int unit, const char *path,
                         sl_err *err)
 {
     int count;
-    dev_st_out *out = collect(st, n, what, &count);
+    dev_st_out *out = collect(st, n, what, unit, &count);
     char step[24], units[256];
     snprintf(step, sizeof step, "%d", dev_stage_get_step(st[0]));
-    units_str(st, n, units, sizeof units);
+    if (unit >= 0)
+        snprintf(units, sizeof units, "%d..%d", unit, unit);
+    else
+        units_str(st, n, units, sizeof units);
     const char *meta[] = {"skyloom.step", step, "skyloom.units", units,
                           what == W_PARAMS ? NULL : "skyloom.optimizer", optim_name(kind), NULL};
     int rc = dev_st_write(path, out, count, meta, err);
@@ -142,7 +146,7 @@ static int write_pulled(dev_stage *const *st, int n, int what, int kind, const c
 
 int dev_ckpt_save_model(dev_stage *s, const char *path, sl_err *err)
 {
-    return dev_stage_pull(s, err) ? -1 : write_pulled(&s, 1, W_PARAMS, 0, path, err);
+    return dev_stage_pull(s, err) ? -1 : write_pulled(&s, 1, W_PARAMS, 0, -1, path, err);
 }
 
 /* Tensors a BERT file may hold that the model does not use: for MLM the
@@ -423,7 +427,7 @@ int dev_ckpt_write_part(dev_stage *const *st, int n, int kind, const char *dir, 
         rc = dev_stage_pull(st[i], err);
     for (int what = 0; what < 2 && !rc; what++) {
         char *path = join(dir, names[what]);
-        rc = write_pulled(st, n, what, kind, path, err);
+        rc = write_pulled(st, n, what, kind, -1, path, err);
         free(path);
     }
     for (int i = 0; i < n; i++)
@@ -431,6 +435,58 @@ int dev_ckpt_write_part(dev_stage *const *st, int n, int kind, const char *dir, 
     for (int what = 0; what < 2 && !rc; what++)
         rc = dev_ckpt_file_of(dir, names[what], &files[what], err);
     return rc;
+}
+
+int dev_ckpt_write_unit_parts(dev_stage *const *st, int n, int kind, const char *dir,
+                              const char *tag, dev_ckpt_file **files, int *nfiles, sl_err *err)
+{
+    *files = NULL;
+    *nfiles = 0;
+    if (n < 1 || !tag || !tag[0] || strchr(tag, '/') || strchr(tag, '.') || strlen(tag) > 40)
+        return sl_err_set(err, SL_EINVAL, "unit parts need stages and a tag, not '%s'", tag ? tag : "");
+    for (int i = 1; i < n; i++)
+        if (dev_stage_get_step(st[i]) != dev_stage_get_step(st[0]))
+            return sl_err_set(err, SL_EINVAL, "stages at steps %d and %d cannot share a checkpoint",
+                              dev_stage_get_step(st[0]), dev_stage_get_step(st[i]));
+    if (sl_mkdir(dir, 0755, err))
+        return -1;
+    int lo = 1 << 30, hi = -1;
+    for (int i = 0; i < n; i++) {
+        int u0, u1;
+        dev_stage_units(st[i], &u0, &u1);
+        lo = u0 < lo ? u0 : lo;
+        hi = u1 > hi ? u1 : hi;
+    }
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        rc = dev_stage_pull(st[i], err);
+    *files = sl_xcalloc(2 * (size_t)(hi - lo + 1) + 1, sizeof **files);
+    for (int u = lo; u <= hi && !rc; u++) {
+        int held = 0;
+        for (int i = 0; i < n; i++) {
+            int u0, u1;
+            dev_stage_units(st[i], &u0, &u1);
+            held |= u >= u0 && u <= u1;
+        }
+        for (int what = 0; what < 2 && held && !rc; what++) {
+            char name[96];
+            snprintf(name, sizeof name, "%s.%s-u%d.safetensors", what == W_PARAMS ? "model" : "optim",
+                     tag, u);
+            char *path = join(dir, name);
+            rc = write_pulled(st, n, what, kind, u, path, err) ||
+                 dev_ckpt_file_of(dir, name, &(*files)[*nfiles], err);
+            *nfiles += !rc;
+            free(path);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        dev_stage_drop_views(st[i]);
+    if (rc) {
+        free(*files);
+        *files = NULL;
+        *nfiles = 0;
+    }
+    return rc ? -1 : 0;
 }
 
 int dev_ckpt_write_manifest(const char *dir, int step, int kind, int bf16, const dev_ckpt_file *f,
@@ -731,7 +787,8 @@ static int parse_kind(const char *s)
 }
 
 /* manifest.json: every file it lists must be there with its size and sum. */
-static int ck_open_manifest(ck_dir *d, const char *mpath, const dev_config *c, sl_err *err)
+static int ck_open_manifest(ck_dir *d, const char *mpath, const dev_config *c, int present_only,
+                            sl_err *err)
 {
     char *text = NULL;
     size_t len = 0;
@@ -773,6 +830,11 @@ static int ck_open_manifest(ck_dir *d, const char *mpath, const dev_config *c, s
             break;
         }
         dev_ckpt_file got;
+        char *fp = join(d->dir, name);
+        int absent = present_only && access(fp, F_OK) != 0;
+        free(fp);
+        if (absent)
+            continue; /* a file of units this loader was not given */
         if (dev_ckpt_file_of(d->dir, name, &got, err)) {
             rc = sl_err_wrap(err, "%s lists it", mpath);
             break;
@@ -822,12 +884,13 @@ out:
     return rc;
 }
 
-static int ck_open(ck_dir *d, const char *dir, const dev_config *c, sl_err *err)
+static int ck_open(ck_dir *d, const char *dir, const dev_config *c, int present_only, sl_err *err)
 {
     memset(d, 0, sizeof *d);
     d->dir = sl_xstrdup(dir);
     char *mp = join(dir, MANIFEST);
-    int rc = access(mp, F_OK) == 0 ? ck_open_manifest(d, mp, c, err) : ck_open_legacy(d, c, err);
+    int rc = access(mp, F_OK) == 0 ? ck_open_manifest(d, mp, c, present_only, err)
+                                   : ck_open_legacy(d, c, err);
     free(mp);
     if (rc)
         ck_close(d);
@@ -904,11 +967,11 @@ static int read_part(dev_st **parts, int n, const char *dir, const hf_part *hp, 
     return dev_st_read_f32(st, f, 0, hp->numel, dst, err);
 }
 
-int dev_ckpt_load(dev_stage *s, int kind, const char *dir, sl_err *err)
+static int load(dev_stage *s, int kind, const char *dir, int present_only, sl_err *err)
 {
     const dev_config *c = dev_stage_config(s);
     ck_dir d;
-    if (ck_open(&d, dir, c, err))
+    if (ck_open(&d, dir, c, present_only, err))
         return -1;
     int rc = 0;
     int bf16 = dev_stage_bf16_state(s);
@@ -1024,4 +1087,14 @@ int dev_ckpt_task(const char *dir, sl_err *err)
     free(text);
     free(mpath);
     return task;
+}
+
+int dev_ckpt_load(dev_stage *s, int kind, const char *dir, sl_err *err)
+{
+    return load(s, kind, dir, 0, err);
+}
+
+int dev_ckpt_load_fetched(dev_stage *s, int kind, const char *dir, sl_err *err)
+{
+    return load(s, kind, dir, 1, err);
 }

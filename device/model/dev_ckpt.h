@@ -64,6 +64,13 @@ typedef struct dev_ckpt_file {
  * describe them. The stages must be at the same step. */
 int dev_ckpt_write_part(dev_stage *const *st, int n, int optim_kind, const char *dir,
                         const char *tag, dev_ckpt_file files[2], sl_err *err);
+/* The same a file per unit: model.TAG-uU.safetensors and
+ * optim.TAG-uU.safetensors for each unit U the stages hold, so that a unit's
+ * tensors can be handed to whoever runs it and to no one else. *files
+ * (malloc'd, *nfiles of them) in unit order, the model's before the
+ * optimizer's. */
+int dev_ckpt_write_unit_parts(dev_stage *const *st, int n, int optim_kind, const char *dir,
+                              const char *tag, dev_ckpt_file **files, int *nfiles, sl_err *err);
 /* Size and sum of DIR/name (config.json, data.json, a received part). */
 int dev_ckpt_file_of(const char *dir, const char *name, dev_ckpt_file *out, sl_err *err);
 /* Writes DIR/manifest.json (atomically) listing files[0..n): the
@@ -81,6 +88,10 @@ int dev_ckpt_save(dev_stage *const *st, int n, int optim_kind, const char *dir,
  * optimizer or moment precision with the option to pass. On failure the
  * stage is unchanged. */
 int dev_ckpt_load(dev_stage *s, int optim_kind, const char *dir, sl_err *err);
+/* The same from the files of a checkpoint a device was given: a file the
+ * manifest lists may be absent (units of others); every file present is
+ * checked, and every tensor the stage needs must be in one. */
+int dev_ckpt_load_fetched(dev_stage *s, int optim_kind, const char *dir, sl_err *err);
 
 /* The step a checkpoint directory holds (its manifest's, or the earlier
  * format's model metadata); -1 with err set if it is not a checkpoint. */

@@ -30,6 +30,8 @@ typedef struct embed_a {
 typedef struct layer_a {
     /* gelu(h) is not kept: backward recomputes it (saves F floats per token) */
     float *qkv, *atto, *att, *res1, *mean1, *rstd1, *ln1, *h, *res2, *mean2, *rstd2, *out;
+    /* bf16 compute: these replace qkv, atto, att and h (which are NULL) */
+    uint16_t *qkv16, *atto16, *att16, *h16;
 } layer_a;
 typedef struct head_a {
     int M, cap;
@@ -37,6 +39,7 @@ typedef struct head_a {
     int32_t *didx, *dtgt; /* the backend's copies (the host arrays when !res) */
     float *hloss;         /* host copy of losses (losses itself when !res) */
     float *xm, *d, *g, *l, *mean, *rstd, *probs, *losses;
+    uint16_t *xm16, *l16; /* bf16 compute: these replace xm and l (NULL) */
 } head_a;
 
 /* The classification head's stash: one row per sequence (maxB rows). */
@@ -68,6 +71,14 @@ struct dev_stage {
     int recompute; /* slots keep layer outputs only; backward re-runs each layer's forward */
     int recompute_attn; /* backward recomputes the attention probabilities and output */
     int bf16;      /* optimizer moments stored as bf16 (mv holds 2*np uint16) */
+    int bf16c;     /* bf16 compute: products on bf16 copies, some activations kept in bf16 */
+    uint16_t *w16; /* bf16c: the parameters rounded to bf16 (np), the products' weights */
+    int w16_stale; /* the parameters changed since w16 was made */
+    uint16_t *A16, *D16; /* bf16c scratch: a product's input (N x max(F,C)) and the
+                          * attention's output gradient (N x C), rounded to bf16 */
+    uint16_t *L16, *X16; /* bf16c: l1 and a layer's input x rounded (N x C each), written
+                          * by the LayerNorms that make them */
+    const float *x16_of; /* the fp32 tensor X16 holds rounded (NULL: none) */
     uint64_t seed; /* run seed: keys the stochastic rounding of bf16 moments */
     uint16_t *hmv16; /* bf16 + res: host staging of the moments for pull/push */
     float *wbase;  /* `work`: one P_CHEAP block, or (recompute) one layer's full stash */
@@ -139,6 +150,51 @@ static void mm_bwd(dev_stage *s, float *dinp, float *dw, float *db, const float 
     }
 }
 
+/* The same in bf16 (bf16 compute): inputs and weights bf16, the output fp32
+ * (out) or bf16 (out16); backward rounds dout for its products. */
+static void mm_fwd16(dev_stage *s, float *out, uint16_t *out16, const uint16_t *inp16,
+                     const uint16_t *w16, const float *b, int N, int IC, int OC)
+{
+    double t0 = s->prof ? sl_now_s() : 0;
+    s->be->matmul_forward_bf16(out, out16, inp16, w16, b, N, IC, OC);
+    if (s->prof) {
+        s->mm_s += sl_now_s() - t0;
+        s->mm_flops += 2.0 * N * IC * OC;
+    }
+}
+
+static void mm_bwd16(dev_stage *s, float *dinp, float *dw, float *db, const float *dout,
+                     const uint16_t *inp16, const uint16_t *w16, int N, int IC, int OC)
+{
+    double t0 = s->prof ? sl_now_s() : 0;
+    s->be->matmul_backward_bf16(dinp, dw, db, dout, inp16, w16, N, IC, OC);
+    if (s->prof) {
+        s->mm_s += sl_now_s() - t0;
+        s->mm_flops += 4.0 * N * IC * OC;
+    }
+}
+
+/* x rounded to bf16 (N x C): X16, which the LayerNorm that made x wrote
+ * (x16_of), or converted now. Only those LayerNorms set x16_of: they are
+ * the only writers of the tensors they tag, while a converted input (the
+ * embeddings' output, a stage's input) is written again by the next
+ * micro-batch without X16. */
+static const uint16_t *x16_for(dev_stage *s, const float *x, size_t NC)
+{
+    if (s->x16_of != x) {
+        s->be->to_bf16(s->X16, x, NC);
+        s->x16_of = NULL;
+    }
+    return s->X16;
+}
+
+/* The bf16 copy of a parameter tensor (its offset in w16 is its offset in
+ * the parameters). */
+static const uint16_t *w16_of(const dev_stage *s, const float *p)
+{
+    return s->w16 + (p - s->params);
+}
+
 void dev_stage_prof(dev_stage *s, int on)
 {
     s->prof = on;
@@ -149,6 +205,20 @@ void dev_stage_prof_get(const dev_stage *s, double *mm_seconds, double *mm_flops
 {
     *mm_seconds = s->mm_s;
     *mm_flops = s->mm_flops;
+}
+
+int dev_precision_flags(const char *name)
+{
+    if (name && !strcmp(name, "fp32"))
+        return 0;
+    if (name && !strcmp(name, "bf16"))
+        return DEV_STAGE_BF16_COMPUTE;
+    return -1;
+}
+
+const char *dev_precision_name(unsigned flags)
+{
+    return flags & DEV_STAGE_BF16_COMPUTE ? "bf16" : "fp32";
 }
 
 void dev_optim_default(dev_optim *o)
@@ -252,6 +322,11 @@ static float *carve(float *base, size_t *cur, size_t n)
     *cur += (n + 15) & ~(size_t)15;
     return base ? base + o : NULL;
 }
+/* n bf16 values (two to a float slot) */
+static uint16_t *carve16(float *base, size_t *cur, size_t n)
+{
+    return (uint16_t *)carve(base, cur, (n + 1) / 2);
+}
 
 /* Which parts of an encoder layer's activations a block holds:
  *   P_KEEP   what is worth keeping: qkv, the attention probabilities and
@@ -277,22 +352,34 @@ static void layer_carve(const dev_stage *s, layer_a *a, float *base, size_t *cur
     memset(a, 0, sizeof *a);
     int attn_cheap = s->recompute_attn && !s->recompute;
     if (parts & P_KEEP) {
-        a->qkv = carve(base, cur, N * 3 * C);
-        if (!attn_cheap) {
+        if (s->bf16c)
+            a->qkv16 = carve16(base, cur, N * 3 * C);
+        else
+            a->qkv = carve(base, cur, N * 3 * C);
+        if (!attn_cheap && s->bf16c) {
+            a->atto16 = carve16(base, cur, N * C);
+            a->att16 = carve16(base, cur, att);
+        } else if (!attn_cheap) {
             a->atto = carve(base, cur, N * C);
             a->att = carve(base, cur, att);
         }
         a->res1 = carve(base, cur, N * C);
         a->mean1 = carve(base, cur, N);
         a->rstd1 = carve(base, cur, N);
-        a->h = carve(base, cur, N * F);
+        if (s->bf16c)
+            a->h16 = carve16(base, cur, N * F);
+        else
+            a->h = carve(base, cur, N * F);
         a->res2 = carve(base, cur, N * C);
         a->mean2 = carve(base, cur, N);
         a->rstd2 = carve(base, cur, N);
     }
     if (parts & P_CHEAP) {
         a->ln1 = carve(base, cur, N * C);
-        if (attn_cheap) {
+        if (attn_cheap && s->bf16c) {
+            a->atto16 = carve16(base, cur, N * C);
+            a->att16 = carve16(base, cur, att);
+        } else if (attn_cheap) {
             a->atto = carve(base, cur, N * C);
             a->att = carve(base, cur, att);
         }
@@ -343,6 +430,17 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     s->recompute = (flags & DEV_STAGE_RECOMPUTE) != 0;
     s->recompute_attn = (flags & DEV_STAGE_RECOMPUTE_ATTN) && !s->recompute;
     s->bf16 = (flags & DEV_STAGE_BF16_STATE) != 0;
+    s->bf16c = (flags & DEV_STAGE_BF16_COMPUTE) != 0;
+    if (s->bf16c && !s->be->bf16_check) {
+        sl_err_set(err, SL_ENOTSUP, "bf16 compute: the %s backend has none", s->be->name);
+        free(s);
+        return NULL;
+    }
+    if (s->bf16c && s->be->bf16_check(err)) {
+        sl_err_wrap(err, "bf16 compute on %s", s->be->name);
+        free(s);
+        return NULL;
+    }
     s->seed = seed;
     s->c = *c;
     s->u0 = u0;
@@ -368,6 +466,9 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     s->params = falloc(s, s->np);
     s->grads = falloc(s, gtotal);
     s->mv = falloc(s, s->bf16 ? s->np : 2 * s->np); /* bf16: 2*np uint16 */
+    if (s->bf16c)
+        s->w16 = (uint16_t *)falloc(s, (s->np + 1) / 2);
+    s->w16_stale = 1;
     if (s->res) {
         s->hparams = halloc(s, s->np);
         s->hgrads = halloc(s, s->np);
@@ -379,7 +480,8 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
      * else a copy made by the first dev_stage_pull (dev_stage_drop_views) */
     if (!s->bf16 && !s->res)
         s->hmv = s->mv;
-    s->bytes = (s->np * (s->bf16 ? 2 : 3) + gtotal) * sizeof(float);
+    s->bytes = (s->np * (s->bf16 ? 2 : 3) + gtotal) * sizeof(float) +
+               (s->bf16c ? s->np * sizeof(uint16_t) : 0);
     if (s->oom) {
         sl_err_set(err, SL_ENOMEM, "cannot allocate %.1f MiB of parameters, gradients and optimizer state for units %d..%d",
                    (double)s->bytes / 1048576.0, u0, u1);
@@ -435,6 +537,14 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
     int chain = !s->recompute && s->nl > 0;
     s->X = chain ? falloc(s, N * C) : NULL;
     s->bytes += (N * C * (chain ? 5 : 4) + N * F1 + N * F) * sizeof(float);
+    if (s->bf16c) { /* a product's input, the attention's output gradient, l1, x: rounded */
+        size_t fa = F > C ? F : C;
+        s->A16 = (uint16_t *)falloc(s, (N * fa + 1) / 2);
+        s->D16 = (uint16_t *)falloc(s, (N * C + 1) / 2);
+        s->L16 = (uint16_t *)falloc(s, (N * C + 1) / 2);
+        s->X16 = (uint16_t *)falloc(s, (N * C + 1) / 2);
+        s->bytes += N * (fa + 3 * C) * sizeof(uint16_t);
+    }
     if (s->nl > 0) { /* the shared part of every layer's stash (see layer_carve) */
         int parts = s->recompute ? P_KEEP | P_CHEAP | P_OUT : P_CHEAP;
         size_t n = 0;
@@ -451,6 +561,8 @@ dev_stage *dev_stage_create(const dev_config *c, int u0, int u1, int max_B, int 
                 if (s->recompute_attn) {
                     a->atto = s->work.atto;
                     a->att = s->work.att;
+                    a->atto16 = s->work.atto16;
+                    a->att16 = s->work.att16;
                 }
             }
     }
@@ -533,6 +645,7 @@ int dev_stage_pull(dev_stage *s, sl_err *err)
 int dev_stage_push(dev_stage *s, sl_err *err)
 {
     size_t b = s->np * sizeof(float), n2 = 2 * s->np;
+    s->w16_stale = 1;
     if (s->res && s->be->upload(s->params, s->hparams, b, err))
         return sl_err_wrap(err, "copying the stage to %s", s->be->name);
     if (s->hmv == s->mv || !s->hmv) /* the moments are their own view, or were never viewed */
@@ -568,8 +681,8 @@ static void head_free(const dev_stage *s, head_a *h)
         bfree(s, h->dtgt);
         sl_aligned_free(h->hloss);
     }
-    float *b[8] = {h->xm, h->d, h->g, h->l, h->mean, h->rstd, h->probs, h->losses};
-    for (int i = 0; i < 8; i++)
+    void *b[10] = {h->xm, h->d, h->g, h->l, h->mean, h->rstd, h->probs, h->losses, h->xm16, h->l16};
+    for (int i = 0; i < 10; i++)
         bfree(s, b[i]);
     memset(h, 0, sizeof *h);
 }
@@ -589,8 +702,8 @@ void dev_stage_free(dev_stage *s)
         cls_free(s, &sl->k);
     }
     free(s->slots);
-    float *b[] = {s->params, s->grads, s->mv, s->dtied, s->wbase, s->etail, s->etmp, s->G0, s->G1, s->T1, s->T2, s->F1,
-                  s->F2, s->X, s->dl, s->dg, s->dd, s->dxm};
+    void *b[] = {s->params, s->grads, s->mv, s->dtied, s->wbase, s->etail, s->etmp, s->G0, s->G1, s->T1, s->T2, s->F1,
+                 s->F2, s->X, s->dl, s->dg, s->dd, s->dxm, s->w16, s->A16, s->D16, s->L16, s->X16};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         bfree(s, b[i]);
     free(s->erow_of);
@@ -661,7 +774,8 @@ static int head_reserve(dev_stage *s, head_a *h, int M)
     if (M <= h->cap)
         return 0;
     size_t C = s->c.hidden, V = s->c.vocab, m = (size_t)M;
-    s->bytes -= (size_t)h->cap * (4 * C + V + 6) * sizeof(float);
+    size_t per = (s->bf16c ? 3 * C : 4 * C) + V + 6; /* floats per row (xm16, l16: C) */
+    s->bytes -= (size_t)h->cap * per * sizeof(float);
     head_free(s, h);
     s->oom = 0;
     h->idx = sl_try_aligned_alloc(m * sizeof(int32_t));
@@ -673,10 +787,15 @@ static int head_reserve(dev_stage *s, head_a *h, int M)
         h->dtgt = (int32_t *)falloc(s, m);
         h->hloss = halloc(s, m);
     }
-    h->xm = falloc(s, m * C);
+    if (s->bf16c) {
+        h->xm16 = (uint16_t *)falloc(s, (m * C + 1) / 2);
+        h->l16 = (uint16_t *)falloc(s, (m * C + 1) / 2);
+    } else {
+        h->xm = falloc(s, m * C);
+        h->l = falloc(s, m * C);
+    }
     h->d = falloc(s, m * C);
     h->g = falloc(s, m * C);
-    h->l = falloc(s, m * C);
     h->mean = falloc(s, m);
     h->rstd = falloc(s, m);
     h->probs = falloc(s, m * V);
@@ -690,7 +809,7 @@ static int head_reserve(dev_stage *s, head_a *h, int M)
         h->dtgt = h->tgt;
         h->hloss = h->losses;
     }
-    s->bytes += m * (4 * C + V + 6) * sizeof(float);
+    s->bytes += m * per * sizeof(float);
     h->cap = M;
     return 0;
 }
@@ -699,7 +818,7 @@ static int scratch_reserve(dev_stage *s, int M)
 {
     if (M <= s->hcap)
         return 0;
-    size_t C = s->c.hidden, m = (size_t)M;
+    size_t C = s->c.hidden, m = (size_t)M, per = 4 * C; /* four (M,C) gradients */
     float **bufs[4] = {&s->dl, &s->dg, &s->dd, &s->dxm};
     for (int i = 0; i < 4; i++) {
         bfree(s, *bufs[i]);
@@ -708,9 +827,9 @@ static int scratch_reserve(dev_stage *s, int M)
     s->oom = 0;
     for (int i = 0; i < 4; i++)
         *bufs[i] = falloc(s, m * C);
-    s->bytes -= (size_t)s->hcap * 4 * C * sizeof(float);
+    s->bytes -= (size_t)s->hcap * per * sizeof(float);
     s->hcap = s->oom ? 0 : M;
-    s->bytes += (size_t)s->hcap * 4 * C * sizeof(float);
+    s->bytes += (size_t)s->hcap * per * sizeof(float);
     return s->oom ? -1 : 0;
 }
 
@@ -833,10 +952,18 @@ static void layer_refresh(dev_stage *s, int u, layer_a *a, const int32_t *valid,
 {
     float **p = s->pp + s->first[u - s->u0];
     int B = mb->B, T = mb->T, N = B * T, C = s->c.hidden;
-    if (s->recompute_attn)
+    if (s->recompute_attn && s->bf16c)
+        s->be->attention_forward_bf16(a->atto16, a->att16, a->qkv16, valid, B, T, C, s->c.heads,
+                                      drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
+    else if (s->recompute_attn)
         s->be->attention_forward(a->atto, a->att, a->qkv, valid, B, T, C, s->c.heads,
                                  drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
-    s->be->layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C, s->c.ln_eps);
+    if (s->bf16c) /* the products read l1 rounded */
+        s->be->layernorm_forward_bf16(a->ln1, s->L16, a->mean1, a->rstd1, a->res1, p[4], p[5], N,
+                                      C, s->c.ln_eps);
+    else
+        s->be->layernorm_forward(a->ln1, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C,
+                                 s->c.ln_eps);
 }
 
 /* dout (B,T,C) -> dx (B,T,C) (overwritten), parameter gradients accumulated. */
@@ -869,6 +996,94 @@ static void layer_backward(dev_stage *s, int u, layer_a *a, const float *x, cons
     s->be->attention_backward(s->Q, T2, a->qkv, a->att, B, T, C, s->c.heads,
                           drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
     mm_bwd(s, dx, g[0], g[1], s->Q, x, p[0], N, C, 3 * C);
+}
+
+/* ---- units 1..L in bf16 compute -------------------------------------------
+ * The same layer with every product on bf16 operands (fp32 accumulation);
+ * qkv, the attention probabilities and output and h are produced and kept
+ * in bf16 (the products read nothing else of them; GELU reads bf16(h) in
+ * both directions); x, r1, l1, r2, the LayerNorms, dropout and the
+ * residuals stay fp32. The products read x rounded from X16, l1 from L16
+ * (both written by the LayerNorms that make them) and gelu(h) from A16. */
+static void layer_forward16(dev_stage *s, int u, layer_a *a, const float *x, const int32_t *valid,
+                            const dev_micro *mb)
+{
+    float **p = s->pp + s->first[u - s->u0];
+    int B = mb->B, T = mb->T, C = s->c.hidden, F = s->c.intermediate, N = B * T;
+    size_t NC = (size_t)N * C;
+    float eps = s->c.ln_eps;
+    mm_fwd16(s, NULL, a->qkv16, x16_for(s, x, NC), w16_of(s, p[0]), p[1], N, C, 3 * C);
+    s->be->attention_forward_bf16(a->atto16, a->att16, a->qkv16, valid, B, T, C, s->c.heads,
+                                  drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
+    mm_fwd16(s, s->T1, NULL, a->atto16, w16_of(s, p[2]), p[3], N, C, C);
+    s->be->dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
+    s->be->residual_forward(a->res1, x, s->T1, NC);
+    s->be->layernorm_forward_bf16(a->ln1, s->L16, a->mean1, a->rstd1, a->res1, p[4], p[5], N, C,
+                                  eps);
+    mm_fwd16(s, NULL, a->h16, s->L16, w16_of(s, p[6]), p[7], N, C, F);
+    s->be->gelu_forward_bf16(s->A16, a->h16, (size_t)N * F, s->c.gelu);
+    mm_fwd16(s, s->T1, NULL, s->A16, w16_of(s, p[8]), p[9], N, F, C);
+    s->be->dropout_forward(s->T1, s->T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
+    s->be->residual_forward(a->res2, a->ln1, s->T1, NC);
+    /* the output, and rounded: the next layer's first product reads that */
+    s->be->layernorm_forward_bf16(a->out, s->X16, a->mean2, a->rstd2, a->res2, p[10], p[11], N, C,
+                                  eps);
+    s->x16_of = a->out;
+}
+
+/* layer_backward in bf16 compute (each product rounds its output gradient;
+ * its bias gradient sums the fp32 one). */
+static void layer_backward16(dev_stage *s, int u, layer_a *a, const float *x, const dev_micro *mb,
+                             const float *dout, float *dx)
+{
+    float **p = s->pp + s->first[u - s->u0], **g = s->gp + s->first[u - s->u0];
+    int B = mb->B, T = mb->T, C = s->c.hidden, F = s->c.intermediate, N = B * T;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    float *T1 = s->T1, *T2 = s->T2;
+    zero(s, T1, NC);
+    s->be->layernorm_backward(T1, g[10], g[11], dout, a->res2, p[10], a->mean2, a->rstd2, N, C);
+    zero(s, T2, NC);
+    s->be->dropout_backward(T2, T1, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_FFN_OUT, u));
+    /* d gelu(h) first, then one pass for gelu(h) (again) and dh, then the
+     * weight gradient that reads gelu(h) */
+    zero(s, s->F1, NF);
+    mm_bwd16(s, s->F1, NULL, g[9], T2, NULL, w16_of(s, p[8]), N, F, C);
+    zero(s, s->F2, NF);
+    s->be->gelu_backward_bf16(s->F2, s->A16, a->h16, s->F1, NF, s->c.gelu);
+    mm_bwd16(s, NULL, g[8], NULL, T2, s->A16, w16_of(s, p[8]), N, F, C);
+    /* T1 holds d(res2), which is also the residual part of d(ln1); L16 holds
+     * l1 rounded (layer_refresh, or the layer's forward again) */
+    mm_bwd16(s, T1, g[6], g[7], s->F2, s->L16, w16_of(s, p[6]), N, C, F);
+    zero(s, T2, NC);
+    s->be->layernorm_backward(T2, g[4], g[5], T1, a->res1, p[4], a->mean1, a->rstd1, N, C);
+    dcopy(s, dx, T2, NC);
+    zero(s, T1, NC);
+    s->be->dropout_backward(T1, T2, B, (size_t)T * C, drop_of(mb, s->c.hidden_dropout, SITE_ATTN_OUT, u));
+    zero(s, T2, NC);
+    mm_bwd16(s, T2, g[2], g[3], T1, a->atto16, w16_of(s, p[2]), N, C, C);
+    s->be->to_bf16(s->D16, T2, NC);
+    zero(s, s->Q, 3 * NC);
+    s->be->attention_backward_bf16(s->Q, s->D16, a->qkv16, a->att16, B, T, C, s->c.heads,
+                                   drop_of(mb, s->c.attn_dropout, SITE_ATTN, u));
+    mm_bwd16(s, dx, g[0], g[1], s->Q, x16_for(s, x, NC), w16_of(s, p[0]), N, C, 3 * C);
+}
+
+static void layer_fwd(dev_stage *s, int u, layer_a *a, const float *x, const int32_t *valid,
+                      const dev_micro *mb)
+{
+    if (s->bf16c)
+        layer_forward16(s, u, a, x, valid, mb);
+    else
+        layer_forward(s, u, a, x, valid, mb);
+}
+
+static void layer_bwd(dev_stage *s, int u, layer_a *a, const float *x, const dev_micro *mb,
+                      const float *dout, float *dx)
+{
+    if (s->bf16c)
+        layer_backward16(s, u, a, x, mb, dout, dx);
+    else
+        layer_backward(s, u, a, x, mb, dout, dx);
 }
 
 /* ---- unit L+1: MLM head, only at the M masked positions ------------------
@@ -911,12 +1126,22 @@ static int head_forward(dev_stage *s, slot *sl, const float *x, const dev_micro 
     size_t mi = (size_t)M * sizeof(int32_t);
     if (s->res && (s->be->upload(h->didx, h->idx, mi, err) || s->be->upload(h->dtgt, h->tgt, mi, err)))
         return -1;
-    s->be->gather_rows(h->xm, x, h->didx, M, C);
-    mm_fwd(s, h->d, h->xm, p[0], p[1], M, C, C);
-    s->be->gelu_forward(h->g, h->d, (size_t)M * C, s->c.gelu);
-    s->be->layernorm_forward(h->l, h->mean, h->rstd, h->g, p[2], p[3], M, C, s->c.ln_eps);
-    /* the logits become the probabilities in place */
-    mm_fwd(s, h->probs, h->l, s->head_wte, p[4], M, C, V);
+    if (s->bf16c) { /* x[masked] and l rounded for their products (dxm, dl: scratch) */
+        s->be->gather_rows(s->dxm, x, h->didx, M, C);
+        s->be->to_bf16(h->xm16, s->dxm, (size_t)M * C);
+        mm_fwd16(s, h->d, NULL, h->xm16, w16_of(s, p[0]), p[1], M, C, C);
+        s->be->gelu_forward(h->g, h->d, (size_t)M * C, s->c.gelu);
+        s->be->layernorm_forward(s->dl, h->mean, h->rstd, h->g, p[2], p[3], M, C, s->c.ln_eps);
+        s->be->to_bf16(h->l16, s->dl, (size_t)M * C);
+        mm_fwd16(s, h->probs, NULL, h->l16, w16_of(s, s->head_wte), p[4], M, C, V);
+    } else {
+        s->be->gather_rows(h->xm, x, h->didx, M, C);
+        mm_fwd(s, h->d, h->xm, p[0], p[1], M, C, C);
+        s->be->gelu_forward(h->g, h->d, (size_t)M * C, s->c.gelu);
+        s->be->layernorm_forward(h->l, h->mean, h->rstd, h->g, p[2], p[3], M, C, s->c.ln_eps);
+        /* the logits become the probabilities in place */
+        mm_fwd(s, h->probs, h->l, s->head_wte, p[4], M, C, V);
+    }
     if (s->logits_out &&
         s->be->download(s->logits_out, h->probs, (size_t)M * V * sizeof(float), err))
         return -1;
@@ -945,13 +1170,21 @@ static void head_backward(dev_stage *s, slot *sl, const dev_micro *mb, float *dx
     /* and the probabilities their gradient (consumes the slot's stash) */
     s->be->crossentropy_backward(h->probs, h->probs, h->dtgt, M, V, mb->loss_scale);
     zero(s, s->dl, MC);
-    mm_bwd(s, s->dl, s->head_gwte, g[4], h->probs, h->l, s->head_wte, M, C, V);
+    if (s->bf16c) {
+        mm_bwd16(s, s->dl, s->head_gwte, g[4], h->probs, h->l16, w16_of(s, s->head_wte), M, C, V);
+    } else {
+        mm_bwd(s, s->dl, s->head_gwte, g[4], h->probs, h->l, s->head_wte, M, C, V);
+    }
     zero(s, s->dg, MC);
     s->be->layernorm_backward(s->dg, g[2], g[3], s->dl, h->g, p[2], h->mean, h->rstd, M, C);
     zero(s, s->dd, MC);
     s->be->gelu_backward(s->dd, h->d, s->dg, MC, s->c.gelu);
     zero(s, s->dxm, MC);
-    mm_bwd(s, s->dxm, g[0], g[1], s->dd, h->xm, p[0], M, C, C);
+    if (s->bf16c) {
+        mm_bwd16(s, s->dxm, g[0], g[1], s->dd, h->xm16, w16_of(s, p[0]), M, C, C);
+    } else {
+        mm_bwd(s, s->dxm, g[0], g[1], s->dd, h->xm, p[0], M, C, C);
+    }
     s->be->scatter_rows(dx, s->dxm, h->didx, M, C);
 }
 
@@ -1135,8 +1368,14 @@ static const float *layer_input(dev_stage *s, slot *sl, int i)
 static void layer_output(dev_stage *s, int u, const layer_a *a, int N, float *out)
 {
     float **p = s->pp + s->first[u - s->u0];
-    s->be->layernorm_forward(out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, s->c.hidden,
-                             s->c.ln_eps);
+    if (s->bf16c) { /* and rounded, for the next layer's weight gradient */
+        s->be->layernorm_forward_bf16(out, s->X16, a->mean2, a->rstd2, a->res2, p[10], p[11], N,
+                                      s->c.hidden, s->c.ln_eps);
+        s->x16_of = out;
+    } else {
+        s->be->layernorm_forward(out, a->mean2, a->rstd2, a->res2, p[10], p[11], N, s->c.hidden,
+                                 s->c.ln_eps);
+    }
 }
 
 int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float *in, float *out,
@@ -1163,6 +1402,10 @@ int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float
     }
     if (bind_micro(s, sl, mb, 1, err))
         return bail(s);
+    if (s->bf16c && s->w16_stale) { /* the products' weights, once per update */
+        s->be->to_bf16(s->w16, s->params, s->np);
+        s->w16_stale = 0;
+    }
     if (s->has_embed)
         embed_forward(s, sl, mb);
     else if (s->be->upload(sl->in, in, N * C * sizeof(float), err))
@@ -1176,7 +1419,7 @@ int dev_stage_forward(dev_stage *s, int slot_i, const dev_micro *mb, const float
                   * layer_forward has read x for the last time by then */
             a.out = s->X;
         }
-        layer_forward(s, s->l0 + i, &a, layer_input(s, sl, i), sl->valid, mb);
+        layer_fwd(s, s->l0 + i, &a, layer_input(s, sl, i), sl->valid, mb);
     }
     const float *last = layer_input(s, sl, s->nl);
     if (s->cls) {
@@ -1236,13 +1479,13 @@ int dev_stage_backward(dev_stage *s, int slot_i, const dev_micro *mb, const floa
             /* the whole layer, into the work area (its output too, leaving
              * the slot's copy, the next layer's input, alone) */
             a = &s->work;
-            layer_forward(s, s->l0 + i, a, layer_input(s, sl, i), sl->valid, mb);
+            layer_fwd(s, s->l0 + i, a, layer_input(s, sl, i), sl->valid, mb);
         } else {
             layer_refresh(s, s->l0 + i, a, sl->valid, mb);
             if (i > 0)
                 layer_output(s, s->l0 + i - 1, &sl->l[i - 1], mb->B * mb->T, s->X);
         }
-        layer_backward(s, s->l0 + i, a, layer_input(s, sl, i), mb, cur, nxt);
+        layer_bwd(s, s->l0 + i, a, layer_input(s, sl, i), mb, cur, nxt);
         float *t = cur;
         cur = nxt;
         nxt = t;
@@ -1369,20 +1612,24 @@ int dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale, sl_err *e
     for (int k = 0; k < s->nt; k++) {
         const dev_tensor *x = &s->t[k];
         float wd = (x->flags & DEV_T_DECAY) ? o->wd : 0.0f;
+        float *m = s->mv + x->offset, *v = s->mv + s->np + x->offset;
         if (s->bf16) {
             uint16_t *m16 = (uint16_t *)s->mv + x->offset, *v16 = (uint16_t *)s->mv + s->np + x->offset;
             s->be->adamw_update_bf16(s->pp[k], s->gp[k], m16, v16, x->numel, lr, o->beta1, o->beta2,
                                      o->eps, wd, t, rseed, dev_tensor_key(x));
-            continue;
-        }
-        float *m = s->mv + x->offset, *v = s->mv + s->np + x->offset;
-        if (o->kind == DEV_OPT_LAMB)
+        } else if (o->kind == DEV_OPT_LAMB) {
             s->be->lamb_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
-        else
+        } else {
             s->be->adamw_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
+        }
+        if (s->bf16c) /* the products' copy, while the tensor is in cache */
+            s->be->to_bf16(s->w16 + x->offset, s->pp[k], x->numel);
     }
-    if (check_fault(s, err))
+    s->w16_stale = !s->bf16c;
+    if (check_fault(s, err)) {
+        s->w16_stale = 1;
         return sl_err_wrap(err, "optimizer step %d", t);
+    }
     s->step = t;
     return 0;
 }

@@ -63,6 +63,11 @@ float dev_clip_scale(double norm, float max_norm);
 
 typedef struct dev_stage dev_stage;
 
+/* --precision: "fp32" -> 0, "bf16" -> DEV_STAGE_BF16_COMPUTE, else -1. */
+int dev_precision_flags(const char *name);
+/* The name of the precision a stage's flags ask for ("fp32" or "bf16"). */
+const char *dev_precision_name(unsigned flags);
+
 /* Creation flags. RECOMPUTE: a slot keeps only each encoder layer's output
  * and backward re-runs the layer's forward into one shared work area first
  * (activation checkpointing per layer): the stash shrinks from ~10.5 C + 
@@ -76,7 +81,18 @@ typedef struct dev_stage dev_stage;
  * (B NH T^2 + B T C floats per layer); backward recomputes them from qkv.
  * Cheaper than RECOMPUTE (a few per cent of a BERT-base step, more for small
  * hidden sizes), bit-identical too. Implied by RECOMPUTE. */
-enum { DEV_STAGE_RECOMPUTE = 1u, DEV_STAGE_BF16_STATE = 2u, DEV_STAGE_RECOMPUTE_ATTN = 4u };
+/* BF16_COMPUTE (--precision bf16): mixed precision. Every matrix product
+ * (the linear layers, attention's QK^T and PV, the decoder) takes bf16
+ * operands with fp32 accumulation; the products' weights are a bf16 copy
+ * of the fp32 parameters (master weights), made again after each update
+ * (dev_stage_step) and each dev_stage_push; LayerNorm, softmax, GELU, the
+ * loss, the gradients, their norm and the optimizer stay fp32. A layer keeps
+ * qkv, the attention probabilities and output and the FFN's h in bf16
+ * (what its products read anyway), r1, r2 and the statistics in fp32. The
+ * backend must run bf16 natively (kn_be.bf16_check): creation fails with
+ * the reason otherwise. Any split gives the one-stage bits, as in fp32. */
+enum { DEV_STAGE_RECOMPUTE = 1u, DEV_STAGE_BF16_STATE = 2u, DEV_STAGE_RECOMPUTE_ATTN = 4u,
+       DEV_STAGE_BF16_COMPUTE = 8u };
 
 /* Units [u0, u1] inclusive; micro-batches of at most max_B sequences of
  * length T; `slots` in-flight micro-batches (1 for plain accumulation). The

@@ -36,6 +36,8 @@ struct dev_agent {
     uint8_t link_key[32];
     int has_key;
     unsigned threads;
+    int has_policy;
+    Skyloom__V1__OwnerPolicy policy;
     dev_task *tasks; /* of the last heartbeat reply */
     int n_tasks;
     _Atomic int poked; /* a heartbeat is wanted before the interval is up */
@@ -481,6 +483,7 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
     req.link_public_key.data = a->has_key ? a->link_key : NULL;
     req.link_public_key.len = a->has_key ? 32 : 0;
     req.threads = a->threads;
+    req.policy = a->has_policy ? &a->policy : NULL;
     rpc_buf in, out = {0};
     rpc_pack(&req, &in);
     int code = rpc_call_unary(a->ch, RPC_M_HEARTBEAT, in.data, in.len, a->o.timeout_ms, &out, st);
@@ -524,6 +527,15 @@ void dev_agent_set_job_info(dev_agent *a, const char *const *datasets, int n, co
         a->has_key = 1;
     }
     a->threads = threads;
+}
+
+void dev_agent_set_policy(dev_agent *a, int home_layers, int allow_unsealed, int allow_labels_out)
+{
+    skyloom__v1__owner_policy__init(&a->policy);
+    a->policy.home_layers = home_layers < 0 ? 0 : (uint32_t)home_layers;
+    a->policy.allow_unsealed = allow_unsealed != 0;
+    a->policy.allow_labels_out = allow_labels_out != 0;
+    a->has_policy = 1;
 }
 
 void dev_tasks_free(dev_task *t, int n)

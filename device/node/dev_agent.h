@@ -77,6 +77,9 @@ int dev_agent_is_revoked(void *agent, const char *id);
  * serves, its X25519 link key, its compute threads. */
 void dev_agent_set_job_info(dev_agent *a, const char *const *datasets, int n_datasets,
                             const uint8_t link_key[32], unsigned threads);
+/* The data-owner policy heartbeats state (dev_policy, dev_plan.h), so
+ * that the coordinator plans within it. */
+void dev_agent_set_policy(dev_agent *a, int home_layers, int allow_unsealed, int allow_labels_out);
 /* A task the coordinator's last heartbeat reply asked for. */
 typedef struct dev_task {
     char job[24];

@@ -64,7 +64,7 @@ typedef struct upload_item {
     struct upload_item *next;
     int step;
     char dir[4200];
-    char name[3][96];
+    char (*name)[96]; /* a model and an optimizer file per unit, the data record */
     int n;
 } upload_item;
 
@@ -184,6 +184,11 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
     } else if (!d) {
         sl_err_set(err, SL_EINVAL, "this device serves no dataset '%.64s' (it serves only what "
                    "--data names)", name);
+    } else if (json_is_boolean(json_object_get(spec, "sealed")) &&
+               json_is_boolean(json_object_get(spec, "u_shape")) &&
+               dev_policy_check_options(&js->o.policy, json_is_true(json_object_get(spec, "sealed")),
+                                        json_is_true(json_object_get(spec, "u_shape")), err)) {
+        /* refused before any work: the job's options break this owner's policy */
     } else if (!config_of(spec, &c, err)) {
         dev_feed_opts fo = feed_opts(spec);
         if ((f = dev_feed_open(d->path, &c, &fo, err))) {
@@ -358,6 +363,17 @@ static int do_profile(dev_jobs *js, const dev_task *t, const char *round, char *
     if (okind && !strcmp(okind, "lamb"))
         o.kind = DEV_OPT_LAMB;
     unsigned flags = ostate && !strcmp(ostate, "bf16") ? DEV_STAGE_BF16_STATE : 0;
+    /* the job's precision (absent: fp32): units are timed as the run computes them */
+    const json_t *pj = json_object_get(spec, "precision");
+    int pflags = pj ? dev_precision_flags(json_string_value(pj)) : 0;
+    if (pflags < 0) {
+        sl_err_set(err, SL_EINVAL, "profile: precision '%.40s' is not fp32 or bf16",
+                   json_is_string(pj) ? json_string_value(pj) : "(not a string)");
+        json_decref(links);
+        json_decref(spec);
+        return -1;
+    }
+    flags |= (unsigned)pflags;
     omp_set_num_threads(js->o.threads);
     /* The units are timed with the machine's cores to this device: devices
      * sharing them take turns, and the plan charges the sharing (cpu_pool). */
@@ -377,10 +393,10 @@ static int do_profile(dev_jobs *js, const dev_task *t, const char *round, char *
             json_array_append_new(b, json_real(bwd[u]));
             json_array_append_new(os, json_real(opt[u]));
         }
-        json_t *r = json_pack("{s:o, s:o, s:o, s:I, s:i, s:s, s:O}", "unit_fwd_s", f, "unit_bwd_s",
-                              b, "unit_optim_s", os, "memory_bytes",
+        json_t *r = json_pack("{s:o, s:o, s:o, s:I, s:i, s:s, s:s, s:O}", "unit_fwd_s", f,
+                              "unit_bwd_s", b, "unit_optim_s", os, "memory_bytes",
                               (json_int_t)js->o.memory_bytes, "threads", js->o.threads, "backend",
-                              "cpu", "links", links);
+                              "cpu", "precision", dev_precision_name(flags), "links", links);
         json_t *cp = json_pack("{s:s, s:f, s:f}", "name", pool.name, "pool_cpus",
                                pool.pool_cpus, "cpus", pool.cpus);
         if (pool.net_ns[0])
@@ -520,6 +536,8 @@ static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
         sl_err_wrap(err, "the plan of job %s is refused", t->job);
     if (!rc && dev_plan_parse((const char *)sp->plan.data, sp->plan.len, self(r->js), &r->pl, err))
         rc = sl_err_wrap(err, "the plan of job %s", t->job);
+    if (!rc && dev_policy_check_plan(&r->js->o.policy, &r->pl, self(r->js), err))
+        rc = sl_err_wrap(err, "the plan of job %s is refused", t->job);
     if (!rc && (r->pl.epoch != t->epoch || strcmp(r->pl.job, t->job)))
         rc = sl_err_set(err, SL_ESTATE, "the plan is of another job or epoch than the task (%u)",
                         t->epoch);
@@ -598,7 +616,8 @@ static int open_stages(run_ctx *r, sl_err *err)
     const dev_plan *pl = &r->pl;
     unsigned flags = (pl->options.recompute ? DEV_STAGE_RECOMPUTE : 0) |
                      (pl->options.recompute_attention ? DEV_STAGE_RECOMPUTE_ATTN : 0) |
-                     (pl->options.bf16_state ? DEV_STAGE_BF16_STATE : 0);
+                     (pl->options.bf16_state ? DEV_STAGE_BF16_STATE : 0) |
+                     (pl->options.bf16_compute ? DEV_STAGE_BF16_COMPUTE : 0);
     uint64_t seed = pl->options.seed;
     for (int k = 0; k < r->nlocal; k++) {
         int i = r->local[k];
@@ -737,7 +756,7 @@ static int restore(run_ctx *r, sl_err *err)
                 sl_log_info("device: the initial model lacks the classification head; initialised",
                             "job=%s tensors=\"%s\"", r->rt->job, fresh);
         } else {
-            rc = dev_ckpt_load(r->st[k], r->kind, dir, err);
+            rc = dev_ckpt_load_fetched(r->st[k], r->kind, dir, err);
         }
     }
     if (!rc && n > 0 && want > 0 && r->feed)
@@ -843,6 +862,7 @@ static void *uploader_main(void *arg)
             sl_log_info("device: checkpoint part uploaded", "job=%s step=%d seconds=%.3f",
                         r->rt->job, u->step, sl_now_s() - t0);
         rm_tree(u->dir);
+        free(u->name);
         free(u);
         pthread_mutex_lock(&r->mu);
         r->uploading = 0;
@@ -859,20 +879,24 @@ static int write_part(run_ctx *r, int step, sl_err *err)
     u->step = step;
     snprintf(u->dir, sizeof u->dir, "%s/part-%d", r->dir, step);
     rm_tree(u->dir);
-    dev_ckpt_file files[2];
+    dev_ckpt_file *files = NULL;
+    int nfiles = 0;
     double t0 = sl_now_s();
     int rc = sl_mkdir(u->dir, 0700, err) ||
-             dev_ckpt_write_part(r->st, r->nlocal, r->kind, u->dir, self(r->js), files, err);
+             dev_ckpt_write_unit_parts(r->st, r->nlocal, r->kind, u->dir, self(r->js), &files,
+                                       &nfiles, err);
     if (!rc) {
-        snprintf(u->name[0], sizeof u->name[0], "%s", files[0].name);
-        snprintf(u->name[1], sizeof u->name[1], "%s", files[1].name);
-        u->n = 2;
+        u->name = sl_xcalloc((size_t)nfiles + 1, sizeof *u->name);
+        for (int i = 0; i < nfiles; i++)
+            snprintf(u->name[u->n++], sizeof u->name[0], "%s", files[i].name);
         if (r->feed) {
             rc = dev_feed_write_record(r->feed, u->dir, err);
             snprintf(u->name[u->n++], sizeof u->name[0], "data.json");
         }
     }
+    free(files);
     if (rc) {
+        free(u->name);
         free(u);
         return -1;
     }
@@ -1147,6 +1171,7 @@ static void run_free(run_ctx *r)
     while (r->uh) {
         upload_item *u = r->uh;
         r->uh = u->next;
+        free(u->name);
         free(u);
     }
     for (int k = 0; k < r->nlocal; k++) {

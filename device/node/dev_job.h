@@ -25,6 +25,7 @@
 
 #include "dev_agent.h"
 #include "dev_frame.h"
+#include "dev_plan.h"
 #include "rpc.h"
 #include "sl_err.h"
 
@@ -43,6 +44,7 @@ typedef struct dev_jobs_opts {
     int threads;            /* compute threads for training and profiling */
     uint64_t memory_bytes;  /* usable memory reported to the planner */
     const dev_kx_keypair *link_kp; /* this process's X25519 key pair */
+    dev_policy policy;      /* for jobs on its datasets (checks and plans refuse what breaks it) */
 } dev_jobs_opts;
 
 typedef struct dev_jobs dev_jobs;

@@ -227,6 +227,17 @@ static int read_options(const json_t *pl, dev_plan_options *o, sl_err *err)
         get_bool(v, at, "recompute_attention", &o->recompute_attention, err))
         return -1;
     o->seed = (uint64_t)seed;
+    /* precision: optional, a plan without it is fp32 */
+    if (json_object_get(v, "precision")) {
+        const char *pr = get_str(v, at, "precision", err);
+        if (!pr)
+            return -1;
+        int f = dev_precision_flags(pr);
+        if (f < 0)
+            return sl_err_set(err, SL_ECORRUPT, "plan: options.precision: '%.40s' is not fp32 or "
+                              "bf16", pr);
+        o->bf16_compute = f != 0;
+    }
     /* the data owner's feed: plans from before these were written read as
      * the defaults */
     long long first = 0, sequences = 0;
@@ -401,4 +412,43 @@ void dev_plan_free(dev_plan *p)
 {
     free(p->stage);
     memset(p, 0, sizeof *p);
+}
+
+dev_policy dev_policy_default(void)
+{
+    return (dev_policy){.home_layers = DEV_POLICY_HOME_LAYERS};
+}
+
+int dev_policy_check_options(const dev_policy *pol, int sealed, int u_shape, sl_err *err)
+{
+    if (!sealed && !pol->allow_unsealed)
+        return sl_err_set(err, SL_EAUTH, "this data owner's policy: frames to other devices are "
+                          "sealed (the job is --no-seal; the owner's device lifts this with "
+                          "--allow-unsealed)");
+    if (!u_shape && !pol->allow_labels_out)
+        return sl_err_set(err, SL_EAUTH, "this data owner's policy: its labels and the tied "
+                          "embedding's gradient stay at home, the head on its device (the job is "
+                          "--no-u-shape; the owner's device lifts this with --allow-labels-out)");
+    return 0;
+}
+
+int dev_policy_check_plan(const dev_policy *pol, const dev_plan *p, const char *self_id, sl_err *err)
+{
+    if (p->n_stages < 1 || strcmp(p->stage[0].device, self_id))
+        return 0;
+    int others = 0;
+    for (int i = 0; i < p->n_stages; i++)
+        others |= strcmp(p->stage[i].device, self_id) != 0;
+    const dev_plan_stage *last = &p->stage[p->n_stages - 1];
+    if (dev_policy_check_options(pol, p->sealed || !others, !strcmp(last->device, self_id), err))
+        return -1;
+    /* units 0..home, the embeddings and that many encoder layers, on this device */
+    int home = pol->home_layers < p->config.layers ? pol->home_layers : p->config.layers;
+    for (int i = 0; i < p->n_stages && p->stage[i].first_unit <= home; i++)
+        if (strcmp(p->stage[i].device, self_id))
+            return sl_err_set(err, SL_EAUTH, "this data owner's policy: the embeddings and %d "
+                              "encoder layer%s stay at home, but the plan runs unit %d on %.40s "
+                              "(the owner's device lowers this with --home-layers)", home,
+                              home == 1 ? "" : "s", p->stage[i].first_unit, p->stage[i].device);
+    return 0;
 }

@@ -19,11 +19,13 @@
  *   options           optimizer adamw|lamb, optim_state fp32|bf16 (bf16
  *                     with adamw only), lr, weight_decay and clip numbers,
  *                     warmup -1 (10% of the steps)..INT_MAX, seed an
- *                     integer, recompute and recompute_attention booleans;
- *                     task "mlm" or "classify" (absent: mlm), which makes
- *                     the config's last unit the classification head: the
- *                     config must then be one (num_labels 2.., a single-
- *                     label problem_type or none)
+ *                     integer, recompute and recompute_attention booleans,
+ *                     precision fp32|bf16 (the products' precision,
+ *                     skyloom train --precision; absent: fp32); task "mlm"
+ *                     or "classify" (absent: mlm), which makes the config's
+ *                     last unit the classification head: the config must
+ *                     then be one (num_labels 2.., a single-label
+ *                     problem_type or none)
  *   stages            1..DEV_PLAN_MAX_STAGES objects, stage i with index i,
  *                     a device id, an address (1..255 printable ASCII bytes,
  *                     no space), first_unit..last_unit, link_key (64 hex
@@ -78,6 +80,7 @@ typedef struct dev_plan_options {
     int shuffle;
     double mask_prob;
     int task;              /* enum dev_train_task; also in the plan's config */
+    int bf16_compute;      /* precision "bf16" */
 } dev_plan_options;
 
 typedef struct dev_plan {
@@ -105,6 +108,27 @@ int dev_plan_parse(const char *text, size_t len, const char *self_id, dev_plan *
 /* The same from a loaded JSON value. */
 int dev_plan_from_json(const json_t *plan, const char *self_id, dev_plan *p, sl_err *err);
 void dev_plan_free(dev_plan *p);
+/* A data owner's policy (skyloom device --home-layers, --allow-unsealed,
+ * --allow-labels-out): what a job that reads its data must keep at home.
+ * The defaults keep the most; docs/security.md says what a middle device
+ * learns at them. */
+typedef struct dev_policy {
+    int home_layers;      /* encoder layers 1..N on this device besides the embeddings */
+    int allow_unsealed;   /* frames to other devices may go unsealed */
+    int allow_labels_out; /* the head (the labels, the tied embedding's gradient) may run elsewhere */
+} dev_policy;
+#define DEV_POLICY_HOME_LAYERS 1
+#define DEV_POLICY_MAX_HOME_LAYERS BAL_MAX_LAYERS
+dev_policy dev_policy_default(void);
+/* 0 if plan p keeps pol for the device self_id, which holds its stage 0
+ * (the data owner); else -1 with the rule it breaks and the option that
+ * lifts it in err. A plan that does not read this device's data (stage 0
+ * is another's) breaks nothing. */
+int dev_policy_check_plan(const dev_policy *pol, const dev_plan *p, const char *self_id, sl_err *err);
+/* The same for a job's options as a check task states them, before a plan:
+ * sealed, u_shape (the owner holds the head). */
+int dev_policy_check_options(const dev_policy *pol, int sealed, int u_shape, sl_err *err);
+
 /* A codec by the name codec_act and codec_grad take (none, fp16, bf16,
  * int8; for gradients, grad != 0, also "topk:F" with 0 < F <= 1, F in
  * *frac, else 0): its enum dev_codec, or -1 for a name it is not. */

@@ -15,25 +15,54 @@ static void *cpu_alloc(size_t bytes, sl_err *err)
     return p;
 }
 
+/* Large copies and zeroings (a stage's activations and their gradients,
+ * megabytes each) are split over the calling thread's OpenMP team, in
+ * chunks of KN_MOVE_CHUNK bytes; smaller ones, and overlapping moves, are
+ * one call. */
+#define KN_MOVE_CHUNK ((size_t)1 << 20)
+
 static int cpu_move(void *dst, const void *src, size_t bytes, sl_err *err)
 {
     (void)err;
-    if (bytes && dst != src)
+    if (!bytes || dst == src)
+        return 0;
+    const char *s = src;
+    char *d = dst;
+    if (bytes < 2 * KN_MOVE_CHUNK || (d < s + bytes && s < d + bytes)) {
         memmove(dst, src, bytes);
+        return 0;
+    }
+    size_t n = (bytes + KN_MOVE_CHUNK - 1) / KN_MOVE_CHUNK;
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < n; k++) {
+        size_t at = k * KN_MOVE_CHUNK, len = bytes - at < KN_MOVE_CHUNK ? bytes - at : KN_MOVE_CHUNK;
+        memcpy(d + at, s + at, len);
+    }
     return 0;
 }
 
 static int cpu_zero(void *p, size_t bytes, sl_err *err)
 {
     (void)err;
-    memset(p, 0, bytes);
+    char *d = p;
+    if (bytes < 2 * KN_MOVE_CHUNK) {
+        memset(p, 0, bytes);
+        return 0;
+    }
+    size_t n = (bytes + KN_MOVE_CHUNK - 1) / KN_MOVE_CHUNK;
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < n; k++) {
+        size_t at = k * KN_MOVE_CHUNK, len = bytes - at < KN_MOVE_CHUNK ? bytes - at : KN_MOVE_CHUNK;
+        memset(d + at, 0, len);
+    }
     return 0;
 }
 
+/* The ops run when called; only a failed bf16 product (oneDNN) is left to
+ * report. */
 static int cpu_sync(sl_err *err)
 {
-    (void)err;
-    return 0;
+    return kn_cpu_status(err);
 }
 
 static const kn_be cpu_be = {
@@ -70,6 +99,15 @@ static const kn_be cpu_be = {
     .lamb_update = kn_lamb_update,
     .sumsq = kn_sumsq,
     .scale = kn_scale,
+    .bf16_check = kn_cpu_bf16_check,
+    .to_bf16 = kn_to_bf16,
+    .layernorm_forward_bf16 = kn_layernorm_forward_bf16,
+    .matmul_forward_bf16 = kn_matmul_forward_bf16,
+    .matmul_backward_bf16 = kn_matmul_backward_bf16,
+    .attention_forward_bf16 = kn_attention_forward_bf16,
+    .attention_backward_bf16 = kn_attention_backward_bf16,
+    .gelu_forward_bf16 = kn_gelu_forward_bf16,
+    .gelu_backward_bf16 = kn_gelu_backward_bf16,
     .tanh_forward = kn_tanh_forward,
     .tanh_backward = kn_tanh_backward,
 };

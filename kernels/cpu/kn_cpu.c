@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kn_body.h"
+#include "kn_cpu.h"
 #include "kn_gemm.h"
 #include "kn_rng.h"
 #include "kn_ops.h"
@@ -15,10 +16,11 @@
 
 #define KN_COLS 64
 /* Below these many elements a loop runs on one thread: memory-bound loops
- * (adds, dropout, optimizers, row normalisation) finish in well under 100 us
- * there, less than a fork/join costs once a core is shared with other work;
- * compute-bound ones (GELU's erf, exp rows) pay off much earlier. */
-#define KN_PAR_MIN (1 << 18)
+ * (adds, dropout, optimizers, row normalisation) finish in under 25 us
+ * there, about what a fork/join costs; compute-bound ones (GELU's erf, exp
+ * rows) pay off earlier. 2^16 gave 4% faster fp32 steps than 2^18 and 6-19%
+ * faster bf16 ones, where these loops are most of a step (docs/kernels.md). */
+#define KN_PAR_MIN (1 << 16)
 #define KN_PAR_MIN_HEAVY (1 << 14)
 /* Reductions sum fixed blocks (at least KN_RED_BLOCK elements, at most
  * KN_RED_MAX_BLOCKS of them) and then the block sums in order, so their
@@ -33,7 +35,7 @@ static size_t red_blocks(size_t n, size_t *block)
 }
 
 /* dst[c] += sum over rows n of x[n*ld + c], c in [0, C). */
-static void colsum_add(float *dst, const float *x, int N, int ld, int C)
+void kn_colsum_add(float *dst, const float *x, int N, int ld, int C)
 {
     int nblk = (C + KN_COLS - 1) / KN_COLS;
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= KN_PAR_MIN)
@@ -152,7 +154,7 @@ void kn_matmul_backward(float *dinp, float *dw, float *db, const float *dout, co
     if (dw)
         kn_sgemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (db)
-        colsum_add(db, dout, N, OC, OC);
+        kn_colsum_add(db, dout, N, OC, OC);
 }
 
 /* ---- elementwise ---- */
@@ -312,9 +314,9 @@ void kn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, flo
         kn_t_adamw(i, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sqrt_bc2);
 }
 
-void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n, float lr,
-                          float beta1, float beta2, float eps, float wd, int t, uint64_t seed,
-                          uint64_t stream)
+KN_CLONES void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+                                    float lr, float beta1, float beta2, float eps, float wd, int t,
+                                    uint64_t seed, uint64_t stream)
 {
     float bc1 = (float)(1.0 - pow(beta1, t));
     float sqrt_bc2 = (float)sqrt(1.0 - pow(beta2, t));
@@ -324,6 +326,7 @@ void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, si
         uint32_t w[KN_DROP_CHUNK];
         size_t i0 = k * KN_DROP_CHUNK, len = n - i0 < KN_DROP_CHUNK ? n - i0 : KN_DROP_CHUNK;
         kn_rng_fill_u32(seed, stream, i0, len, w);
+        KN_SIMD
         for (size_t i = 0; i < len; i++)
             kn_adamw_bf16_elem(&p[i0 + i], g[i0 + i], &m[i0 + i], &v[i0 + i], lr, beta1, beta2,
                                eps, wd, bc1, sqrt_bc2, w[i]);

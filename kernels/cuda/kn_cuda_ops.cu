@@ -24,7 +24,7 @@ static cublasHandle_t g_blas;
 static bool g_ready;
 static int g_first_error; // first cudaError_t / cuBLAS failure since the last sync
 static char g_first_what[128];
-static float *g_scratch; // attention scratch, grown on demand
+static float *g_scratch; // the ops' scratch (attention, bf16 products), grown on demand
 static size_t g_scratch_floats;
 static double *g_acc; // 2 doubles for norms (LAMB, sumsq)
 
@@ -51,7 +51,7 @@ static float *scratch(size_t floats)
         g_scratch = NULL;
         g_scratch_floats = 0;
         cudaError_t st = cudaMalloc((void **)&g_scratch, floats * sizeof(float));
-        note(st != cudaSuccess, (int)st, "cudaMalloc of attention scratch");
+        note(st != cudaSuccess, (int)st, "cudaMalloc of the ops' scratch");
         if (st != cudaSuccess)
             return NULL;
         g_scratch_floats = floats;
@@ -172,7 +172,8 @@ extern "C" void kn_cuda_sgemm(int ta, int tb, int M, int N, int K, float alpha, 
     kn_gemm_cm g = kn_gemm_map(ta, tb, M, N, K, A, lda, B, ldb, ldc);
     cublasStatus_t st = cublasSgemm(g_blas, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     g.transb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &alpha,
-                                    g.a, g.lda, g.b, g.ldb, &beta, C, g.ldc);
+                                    (const float *)g.a, g.lda, (const float *)g.b, g.ldb, &beta,
+                                    C, g.ldc);
     note(st != CUBLAS_STATUS_SUCCESS, (int)st, "cublasSgemm");
 }
 
@@ -509,4 +510,220 @@ extern "C" double kn_cuda_sumsq(const float *x, size_t n)
 extern "C" void kn_cuda_scale(float *x, size_t n, float s)
 {
     LAUNCH(k_scale, n, x, s);
+}
+
+// ---- bf16 compute ---------------------------------------------------------------------------
+// Products: cublasGemmEx, bf16 operands, CUBLAS_COMPUTE_32F (fp32 accumulation;
+// the tensor cores on sm_80 and newer). The row math is kn_threads.h's, as the
+// CPU's, which tests/test_kn_bodies.c runs over these launches' index spaces.
+KN_KERNEL(k_to_bf16, (size_t n, uint16_t *out16, const float *inp), kn_t_to_bf16(i, out16, inp))
+KN_KERNEL(k_ln_fwd_bf16,
+          (size_t n, float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
+           const float *w, const float *b, int C, float eps),
+          kn_t_ln_fwd_bf16(i, out, out16, mean, rstd, inp, w, b, C, eps))
+KN_KERNEL(k_bias_bf16, (size_t n, uint16_t *out16, const float *acc, const float *b, int OC),
+          kn_t_bias_bf16(i, out16, acc, b, OC))
+KN_KERNEL(k_gelu_fwd_bf16, (size_t n, uint16_t *out16, const uint16_t *inp16, int kind),
+          kn_t_gelu_fwd_bf16(i, out16, inp16, kind))
+KN_KERNEL(k_gelu_bwd_bf16,
+          (size_t n, float *dinp, const uint16_t *inp16, const float *dout, int kind),
+          kn_t_gelu_bwd_bf16(i, dinp, inp16, dout, kind))
+KN_KERNEL(k_gelu_bwd_out_bf16,
+          (size_t n, float *dinp, uint16_t *out16, const uint16_t *inp16, const float *dout,
+           int kind),
+          kn_t_gelu_bwd_out_bf16(i, dinp, out16, inp16, dout, kind))
+KN_KERNEL(k_attn_round16, (size_t n, uint16_t *att16, const float *P, int T),
+          kn_t_attn_round16(i, att16, P, T))
+KN_KERNEL(k_attn_drop16, (size_t n, uint16_t *pd16, const uint16_t *att16, kn_dropout d, int T,
+                          int NH),
+          kn_t_attn_drop16(i, pd16, att16, d, T, NH))
+KN_KERNEL(k_attn_bwd16,
+          (size_t n, float *dp, uint16_t *ds16, const uint16_t *att16, kn_dropout d, int T,
+           int NH, float scale),
+          kn_t_attn_bwd16(i, dp, ds16, att16, d, T, NH, scale))
+
+extern "C" int kn_cuda_bf16_check(sl_err *err)
+{
+    struct cudaDeviceProp prop;
+    cudaError_t st = cudaGetDeviceProperties(&prop, 0);
+    if (st != cudaSuccess)
+        return sl_err_set(err, SL_ENOTSUP, "cudaGetDeviceProperties: %s", cudaGetErrorString(st));
+    if (prop.major < 8)
+        return sl_err_set(err, SL_ENOTSUP, "bf16 needs a GPU of compute capability 8.0 (Ampere) "
+                          "or newer; %s is sm_%d%d", prop.name, prop.major, prop.minor);
+    return 0;
+}
+
+extern "C" void kn_cuda_bgemm(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                              int lda, const uint16_t *B, int ldb, float beta, void *C, int ldc,
+                              int c_bf16)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0) { // no products: C = beta * C
+        if (beta == 0.0f) {
+            size_t es = c_bf16 ? 2 : 4;
+            cudaError_t st = cudaMemset2DAsync(C, (size_t)ldc * es, 0, (size_t)N * es, (size_t)M);
+            note(st != cudaSuccess, (int)st, "cudaMemset2DAsync");
+        } else if (beta != 1.0f && !c_bf16) {
+            kn_cuda_sgemm(0, 0, M, N, 0, 0.0f, NULL, 1, NULL, 1, beta, (float *)C, ldc);
+        }
+        return;
+    }
+    kn_gemm_cm g = kn_gemm_map(ta, tb, M, N, K, A, lda, B, ldb, ldc);
+    cublasStatus_t st = cublasGemmEx(g_blas, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     g.transb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &alpha,
+                                     g.a, CUDA_R_16BF, g.lda, g.b, CUDA_R_16BF, g.ldb, &beta, C,
+                                     c_bf16 ? CUDA_R_16BF : CUDA_R_32F, g.ldc, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT);
+    note(st != CUBLAS_STATUS_SUCCESS, (int)st, "cublasGemmEx");
+}
+
+// The same product for every head of sequence b at once: the heads' blocks
+// are hs columns apart in A, B and C (cublasGemmStridedBatchedEx, NH of them).
+static void bgemm_heads(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                        int lda, long long sa, const uint16_t *B, int ldb, long long sb, float beta,
+                        void *C, int ldc, long long sc, int c_bf16, int NH)
+{
+    kn_gemm_cm g = kn_gemm_map(ta, tb, M, N, K, A, lda, B, ldb, ldc);
+    // kn_gemm_map swaps the operands: the column-major a is B
+    cublasStatus_t st = cublasGemmStridedBatchedEx(
+        g_blas, g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, g.transb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m,
+        g.n, g.k, &alpha, g.a, CUDA_R_16BF, g.lda, sb, g.b, CUDA_R_16BF, g.ldb, sa, &beta, C,
+        c_bf16 ? CUDA_R_16BF : CUDA_R_32F, g.ldc, sc, NH, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    note(st != CUBLAS_STATUS_SUCCESS, (int)st, "cublasGemmStridedBatchedEx");
+}
+
+extern "C" void kn_cuda_to_bf16(uint16_t *out16, const float *inp, size_t n)
+{
+    LAUNCH(k_to_bf16, n, out16, inp);
+}
+
+extern "C" void kn_cuda_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean,
+                                               float *rstd, const float *inp, const float *w,
+                                               const float *b, int N, int C, float eps)
+{
+    LAUNCH(k_ln_fwd_bf16, (size_t)N, out, out16, mean, rstd, inp, w, b, C, eps);
+}
+
+extern "C" void kn_cuda_matmul_forward_bf16(float *out, uint16_t *out16, const uint16_t *inp16,
+                                            const uint16_t *w16, const float *b, int N, int IC,
+                                            int OC)
+{
+    size_t n = (size_t)N * OC;
+    if (out) { // the fp32 path's order: bias first, then the product added
+        if (b)
+            LAUNCH(k_bias_fill, n, out, b, OC);
+        kn_cuda_bgemm(0, 1, N, OC, IC, 1.0f, inp16, IC, w16, IC, b ? 1.0f : 0.0f, out, OC, 0);
+        return;
+    }
+    // bf16 output: the fp32 accumulator plus the bias, rounded once
+    float *acc = scratch(n);
+    if (!acc)
+        return;
+    kn_cuda_bgemm(0, 1, N, OC, IC, 1.0f, inp16, IC, w16, IC, 0.0f, acc, OC, 0);
+    LAUNCH(k_bias_bf16, n, out16, acc, b, OC);
+}
+
+extern "C" void kn_cuda_matmul_backward_bf16(float *dinp, float *dw, float *db, const float *dout,
+                                             const uint16_t *inp16, const uint16_t *w16, int N,
+                                             int IC, int OC)
+{
+    size_t n = (size_t)N * OC;
+    if (dinp || dw) {
+        uint16_t *d16 = (uint16_t *)scratch((n + 1) / 2);
+        if (!d16)
+            return;
+        LAUNCH(k_to_bf16, n, d16, dout);
+        if (dinp)
+            kn_cuda_bgemm(0, 0, N, IC, OC, 1.0f, d16, OC, w16, IC, 1.0f, dinp, IC, 0);
+        if (dw)
+            kn_cuda_bgemm(1, 0, OC, IC, N, 1.0f, d16, OC, inp16, IC, 1.0f, dw, IC, 0);
+    }
+    if (db)
+        LAUNCH(k_bias_bwd, (size_t)OC, db, dout, N, OC);
+}
+
+// Attention: per sequence, the NH heads' products as one strided batch; the
+// rows (softmax, rounding, dropout) one thread per row, as the fp32 path.
+extern "C" void kn_cuda_attention_forward_bf16(uint16_t *out16, uint16_t *att16,
+                                               const uint16_t *qkv16, const int32_t *valid, int B,
+                                               int T, int C, int NH, kn_dropout drop)
+{
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t TT = (size_t)T * T, rows = (size_t)B * NH * T, n = rows * T;
+    // scratch: the fp32 scores, then the dropped probabilities (bf16)
+    float *S = scratch(n + (n + 1) / 2);
+    if (!S)
+        return;
+    uint16_t *Pd = (uint16_t *)(S + n);
+    for (int b = 0; b < B; b++) {
+        const uint16_t *q = qkv16 + (size_t)b * T * 3 * C;
+        bgemm_heads(0, 1, T, T, hs, scale, q, 3 * C, hs, q + C, 3 * C, hs, 0.0f,
+                    S + (size_t)b * NH * TT, T, (long long)TT, 0, NH);
+    }
+    LAUNCH(k_softmax, rows, S, valid, T, NH);
+    LAUNCH(k_attn_round16, rows, att16, S, T);
+    const uint16_t *P = att16;
+    if (drop.p > 0.0f) {
+        LAUNCH(k_attn_drop16, rows, Pd, att16, drop, T, NH);
+        P = Pd;
+    }
+    for (int b = 0; b < B; b++) {
+        const uint16_t *v = qkv16 + (size_t)b * T * 3 * C + 2 * C;
+        bgemm_heads(0, 0, T, hs, T, 1.0f, P + (size_t)b * NH * TT, T, (long long)TT, v, 3 * C, hs,
+                    0.0f, out16 + (size_t)b * T * C, C, hs, 1, NH);
+    }
+}
+
+extern "C" void kn_cuda_attention_backward_bf16(float *dqkv, const uint16_t *dout16,
+                                                const uint16_t *qkv16, const uint16_t *att16,
+                                                int B, int T, int C, int NH, kn_dropout drop)
+{
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t TT = (size_t)T * T, rows = (size_t)B * NH * T, n = rows * T;
+    // scratch: dP (fp32), the dropped probabilities and dS (bf16)
+    float *dP = scratch(n + 2 * ((n + 1) / 2));
+    if (!dP)
+        return;
+    uint16_t *Pd = (uint16_t *)(dP + n), *dS = Pd + 2 * ((n + 1) / 2);
+    const uint16_t *Pv = att16;
+    if (drop.p > 0.0f) {
+        LAUNCH(k_attn_drop16, rows, Pd, att16, drop, T, NH);
+        Pv = Pd;
+    }
+    for (int b = 0; b < B; b++) {
+        size_t tok0 = (size_t)b * T * 3 * C;
+        const uint16_t *dO = dout16 + (size_t)b * T * C;
+        // dP = dO v^T; dV += Pd^T dO
+        bgemm_heads(0, 1, T, T, hs, 1.0f, dO, C, hs, qkv16 + tok0 + 2 * C, 3 * C, hs, 0.0f,
+                    dP + (size_t)b * NH * TT, T, (long long)TT, 0, NH);
+        bgemm_heads(1, 0, T, hs, T, 1.0f, Pv + (size_t)b * NH * TT, T, (long long)TT, dO, C, hs,
+                    1.0f, dqkv + tok0 + 2 * C, 3 * C, hs, 0, NH);
+    }
+    LAUNCH(k_attn_bwd16, rows, dP, dS, att16, drop, T, NH, scale);
+    for (int b = 0; b < B; b++) {
+        size_t tok0 = (size_t)b * T * 3 * C;
+        const uint16_t *ds = dS + (size_t)b * NH * TT;
+        // dQ += dS K; dK += dS^T Q
+        bgemm_heads(0, 0, T, hs, T, 1.0f, ds, T, (long long)TT, qkv16 + tok0 + C, 3 * C, hs, 1.0f,
+                    dqkv + tok0, 3 * C, hs, 0, NH);
+        bgemm_heads(1, 0, T, hs, T, 1.0f, ds, T, (long long)TT, qkv16 + tok0, 3 * C, hs, 1.0f,
+                    dqkv + tok0 + C, 3 * C, hs, 0, NH);
+    }
+}
+
+extern "C" void kn_cuda_gelu_forward_bf16(uint16_t *out16, const uint16_t *inp16, size_t N, int kind)
+{
+    LAUNCH(k_gelu_fwd_bf16, N, out16, inp16, kind);
+}
+extern "C" void kn_cuda_gelu_backward_bf16(float *dinp, uint16_t *out16, const uint16_t *inp16,
+                                           const float *dout, size_t N, int kind)
+{
+    if (out16)
+        LAUNCH(k_gelu_bwd_out_bf16, N, dinp, out16, inp16, dout, kind);
+    else
+        LAUNCH(k_gelu_bwd_bf16, N, dinp, inp16, dout, kind);
 }

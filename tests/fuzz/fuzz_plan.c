@@ -53,6 +53,8 @@ static void agrees(const dev_plan *p, const json_t *pl)
     const json_t *o = json_object_get(pl, "options");
     REQUIRE(p->options.warmup == jint(o, "warmup") && p->options.seed == (uint64_t)jint(o, "seed"));
     REQUIRE(p->options.lr == json_number_value(json_object_get(o, "lr")));
+    const json_t *pr = json_object_get(o, "precision");
+    REQUIRE(p->options.bf16_compute == (pr && !strcmp(json_string_value(pr), "bf16")));
     REQUIRE(p->config.layers == jint(json_object_get(pl, "config"), "num_hidden_layers"));
     const json_t *st = json_object_get(pl, "stages");
     REQUIRE((size_t)p->n_stages == json_array_size(st));
@@ -155,7 +157,7 @@ static const char *const fields[] = {
     "options", "stages",
     "options.optimizer", "options.optim_state", "options.lr", "options.weight_decay",
     "options.clip", "options.warmup", "options.seed", "options.recompute",
-    "options.recompute_attention",
+    "options.recompute_attention", "options.precision",
     "config.num_hidden_layers", "config.hidden_size", "config.num_attention_heads",
     "config.max_position_embeddings", "config.vocab_size", "config.intermediate_size",
 };

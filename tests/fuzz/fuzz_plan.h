@@ -100,8 +100,9 @@ static inline const char *fp_plan_broken(const dev_plan *p, const char *self)
         return "sealed a flag, schedule 1f1b or gpipe";
     const dev_plan_options *o = &p->options;
     if ((o->optimizer != DEV_OPT_ADAMW && o->optimizer != DEV_OPT_LAMB) ||
-        (o->bf16_state && o->optimizer != DEV_OPT_ADAMW) || o->warmup < -1)
-        return "options: optimizer, bf16 state with adamw only, warmup >= -1";
+        (o->bf16_state && o->optimizer != DEV_OPT_ADAMW) || o->warmup < -1 ||
+        (o->bf16_compute != 0 && o->bf16_compute != 1))
+        return "options: optimizer, bf16 state with adamw only, warmup >= -1, precision a flag";
     int units = p->config.layers + 2;
     if (p->n_stages < 1 || p->n_stages > units || p->n_stages > DEV_PLAN_MAX_STAGES || !p->stage)
         return "1..units stages";
