@@ -22,7 +22,7 @@ static void usage(FILE *f)
             "usage: skyloom predict --config config.json --model model.safetensors\n"
             "                       --vocab vocab.txt --text TEXT [--text TEXT]...\n"
             "                       [--top-k K] [--cased] [--json] [--logits FILE]\n"
-            "                       [--device auto|cpu|cuda]\n\n"
+            "                       [--device auto|cpu|cuda] [--precision fp32|bf16]\n\n"
             "Classifies each TEXT with a sequence classifier (a config with num_labels and\n"
             "id2label; skyloom train --task classify writes both), as Hugging Face's\n"
             "text-classification pipeline does: the text is tokenized as BERT does\n"
@@ -33,7 +33,8 @@ static void usage(FILE *f)
             "a list of K per text, a list of such lists for several texts). Labels are\n"
             "id2label's names (LABEL_0, ... without it). --logits writes the (texts,\n"
             "labels) logits as little-endian float32. Text is lower-cased and\n"
-            "accent-stripped unless --cased.\n");
+            "accent-stripped unless --cased. --precision bf16 computes the matrix\n"
+            "products in bf16 (as skyloom train --precision bf16).\n");
 }
 
 typedef struct scored {
@@ -54,13 +55,14 @@ static int by_score(const void *a, const void *b)
 int cmd_predict(int argc, char **argv)
 {
     const char *config = NULL, *model = NULL, *vpath = NULL, *device = "auto";
-    const char *topk_s = NULL, *logits_path = NULL, *text = NULL;
+    const char *topk_s = NULL, *logits_path = NULL, *text = NULL, *precision = "fp32";
     const char **texts = sl_xmalloc(MAX_TEXTS * sizeof *texts);
     int ntext = 0, json = 0, cased = 0, topk = 1;
     sl_err err = {0};
     const cli_opt table[] = {{"--config", &config}, {"--model", &model},   {"--vocab", &vpath},
                              {"--text", &text},     {"--top-k", &topk_s},  {"--device", &device},
-                             {"--logits", &logits_path}, {NULL, NULL}};
+                             {"--logits", &logits_path}, {"--precision", &precision},
+                             {NULL, NULL}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -101,6 +103,11 @@ int cmd_predict(int argc, char **argv)
     if (!kn_be_name_ok(device)) {
         free(texts);
         return sl_cli_fail("predict", 2, "--device must be auto, cpu or cuda, got '%s'", device);
+    }
+    int pflags = dev_precision_flags(precision);
+    if (pflags < 0) {
+        free(texts);
+        return sl_cli_fail("predict", 2, "--precision must be fp32 or bf16, got '%s'", precision);
     }
     for (int t = 0; t < ntext; t++) {
         size_t tl = strlen(texts[t]), bad = dev_utf8_check(texts[t], tl);
@@ -185,7 +192,12 @@ int cmd_predict(int argc, char **argv)
         goto done;
     }
     sl_log_debug("predict", "device: %s", why);
-    s = dev_stage_create(&cfg, 0, dev_unit_head(&cfg), ntext, T, 1, 1, be, 0, &err);
+    if (pflags && (!be->bf16_check || be->bf16_check(&err))) {
+        sl_cli_fail("predict", 1, "--precision bf16 on %s: %s", be->name,
+                    be->bf16_check ? err.msg : "no bf16 compute");
+        goto done;
+    }
+    s = dev_stage_create(&cfg, 0, dev_unit_head(&cfg), ntext, T, 1, 1, be, (unsigned)pflags, &err);
     if (!s || dev_ckpt_load_model(s, model, &err)) {
         sl_cli_fail("predict", 1, "%s", err.msg);
         goto done;
