@@ -336,8 +336,9 @@ out:
 /* The sequence-classification head on `be` against the CPU: BE_STEPS steps
  * with one stage and with two (the head alone on the second), two
  * micro-batches, dropout on (the classifier's too); every stage's state;
- * then the logits a forward gives for every sequence. */
-static void be_check_classify(const kn_be *be, const be_tol *tol)
+ * then the logits a forward gives for every sequence. both: flags of both
+ * sides (DEV_STAGE_BF16_COMPUTE). */
+static void be_check_classify(const kn_be *be, const be_tol *tol, unsigned both)
 {
     dev_config cc = be_cfg;
     cc.task = DEV_TASK_CLASSIFY;
@@ -349,9 +350,12 @@ static void be_check_classify(const kn_be *be, const be_tol *tol)
     o.lr = 1e-3f;
     sl_err err = {0};
     for (int k = 0; k < 2; k++) {
-        const char *what = k ? "classify, 2 stages" : "classify, 1 stage";
-        dev_train *c = dev_train_create_on(&cc, k ? two : one, k + 1, BE_B, BE_T, 2, 7, NULL, 0, &err);
-        dev_train *g = dev_train_create_on(&cc, k ? two : one, k + 1, BE_B, BE_T, 2, 7, be, 0, &err);
+        const char *what = both ? (k ? "bf16, classify, 2 stages" : "bf16, classify, 1 stage")
+                                : (k ? "classify, 2 stages" : "classify, 1 stage");
+        dev_train *c = dev_train_create_on(&cc, k ? two : one, k + 1, BE_B, BE_T, 2, 7, NULL, both,
+                                           &err);
+        dev_train *g = dev_train_create_on(&cc, k ? two : one, k + 1, BE_B, BE_T, 2, 7, be, both,
+                                           &err);
         CHECKF(c && g, "%s: %s", what, err.msg);
         for (int s = 0; c && g && s < BE_STEPS; s++) {
             dt_batch b;
@@ -384,7 +388,8 @@ static void be_check_classify(const kn_be *be, const be_tol *tol)
                                                 &mg, &sg, &err) == 0,
                    "%s", err.msg);
             CHECK(mc == BE_B / 2 && mg == BE_B / 2);
-            be_same("classify: logits", lg, lc, BE_B / 2 * 5, tol->params);
+            /* a forward's output, as the loss */
+            be_same("classify: logits", lg, lc, BE_B / 2 * 5, tol->loss);
             be_same_scalar("classify: loss of the logits", sg, sc, tol->loss);
             dt_free_batch(&b);
         }

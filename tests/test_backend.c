@@ -52,7 +52,10 @@ static void test_training(void)
 
 static void test_classify(void)
 {
-    be_check_classify(&kn_shadow_be, &exact);
+    be_check_classify(&kn_shadow_be, &exact, 0);
+    sl_err err = {0};
+    if (kn_be_cpu()->bf16_check(&err) == 0)
+        be_check_classify(&kn_shadow_be, &exact, DEV_STAGE_BF16_COMPUTE);
     CHECKF(!kn_shadow_violation(), "%s", kn_shadow_violation());
 }
 

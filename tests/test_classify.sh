@@ -9,7 +9,8 @@
 #    the majority class on held-out fortunes by a margin a broken head could
 #    not reach;
 #  - --stages gives bit for bit the one-stage run, and a checkpoint resumes
-#    under another cut exactly;
+#    under another cut exactly; in bf16 compute too, its losses, held-out
+#    metrics and predictions close to fp32's;
 #  - --init from an MLM checkpoint names the head it initialises, from a
 #    classification checkpoint none;
 #  - data prepare --labels refuses bad input naming the file and line, and
@@ -143,6 +144,35 @@ cp -r "$d/s3/step-3" "$d/r/"
 "$sk" -q train "${common[@]}" --save "$d/r" --resume "$d/r/step-3" --stages 0-2,3-3 >/dev/null 2>&1; rc=$?
 check "resumed at step 3 under another cut: the one-stage model at step 6" \
     bash -c 'test $0 -eq 0 && cmp -s "$1/s1/step-6/model.safetensors" "$1/r/step-6/model.safetensors"' $rc "$d"
+
+# ---- bf16 compute, where the CPU has it: --stages bit for bit the one-stage
+# bf16 run, its losses close to fp32's; eval and predict in bf16 close to fp32
+out=$("$sk" -q train "${common[@]}" --precision bf16 --save "$d/b1" 2>&1); rc=$?
+if [ $rc -eq 0 ]; then
+    "$sk" -q train "${common[@]}" --precision bf16 --save "$d/b3" --stages 0-0,1-2,3-3 >/dev/null 2>&1
+    check "bf16: --stages 0-0,1-2,3-3, the one-stage bf16 model bytes and losses" same b1 b3
+    check "bf16: each step's loss within 1% of fp32's, not equal to it" \
+        awk -F, 'NR == FNR { if (FNR > 1) l[FNR] = $2; next }
+                 FNR > 1 { d = $2 - l[FNR]; if (d < 0) d = -d; if (d > 0.01 * l[FNR]) bad = 1; if (d > 0) moved = 1 }
+                 END { exit bad || !moved }' "$d/s1/metrics.csv" "$d/b1/metrics.csv"
+    "$sk" -q eval --task classify "${m[@]}" --data "$d/data/test.shard" --precision bf16 --json > "$d/eval16.json"; rc=$?
+    check "eval --task classify --precision bf16: exit 0, loss within 1% of fp32's, accuracy within 0.02" \
+        "$py" -c 'import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+print("     held-out loss fp32 %.5f bf16 %.5f, accuracy %.4f and %.4f" % (a["loss"], b["loss"], a["accuracy"], b["accuracy"]))
+sys.exit(not (b["precision"] == "bf16" and abs(a["loss"] - b["loss"]) < 0.01 * a["loss"] and abs(a["accuracy"] - b["accuracy"]) <= 0.02))' "$d/eval.json" "$d/eval16.json"
+    p32=$("$sk" -q predict "${m[@]}" --vocab "$d/vocab.txt" --text "The kernel panicked while booting Linux." --json)
+    p16=$("$sk" -q predict "${m[@]}" --vocab "$d/vocab.txt" --text "The kernel panicked while booting Linux." --json --precision bf16)
+    check "predict --precision bf16: the same label, its score within 0.01 of fp32's" \
+        "$py" -c 'import json, sys
+a, b = (json.loads(t)[0] for t in sys.argv[1:])
+sys.exit(not (a["label"] == b["label"] and abs(a["score"] - b["score"]) < 0.01))' "$p32" "$p16"
+elif grep -q "AVX512_BF16" <<<"$out"; then
+    echo "skip bf16 compute (this CPU has none): $out"
+else
+    check "train --task classify --precision bf16: exit 0" false
+    echo "     got: $out"
+fi
 
 # ---- --init: from an MLM checkpoint (the head initialised, said), from a classifier
 sed 's/, "num_labels": 4//' "$d/cfg.json" > "$d/mlm.json"

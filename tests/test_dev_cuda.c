@@ -29,9 +29,10 @@ static void test_training_bf16(void)
     }
     be_check_training_bf16(gpu, &gpu_tol16);
     be_check_slots(gpu, &gpu_tol16, DEV_STAGE_BF16_COMPUTE);
+    be_check_classify(gpu, &gpu_tol16, DEV_STAGE_BF16_COMPUTE);
 }
 static void test_ckpt(void) { be_check_ckpt(gpu, &gpu_tol, tmpdir); }
-static void test_classify(void) { be_check_classify(gpu, &gpu_tol); }
+static void test_classify(void) { be_check_classify(gpu, &gpu_tol, 0); }
 
 static void cases(void)
 {

@@ -329,6 +329,83 @@ static void test_bf16_compute(void)
           err.code == SL_ENOTSUP && strstr(err.msg, "plain"));
 }
 
+/* The classification head in bf16 compute: its two products on bf16
+ * operands as the MLM head's are; every split, 4 in flight with
+ * recomputation and the head alone give the one-stage bf16 result bit for
+ * bit, and the first step's loss stays within 1% of fp32's (same weights,
+ * same batch: only the products' rounding differs). */
+static void test_classify_bf16(void)
+{
+    sl_err err = {0};
+    if (kn_be_cpu()->bf16_check(&err)) {
+        printf("    skipped, this CPU has no bf16: %s\n", err.msg);
+        return;
+    }
+    dev_optim o;
+    dev_optim_default(&o);
+    o.lr = 1e-3f;
+    o.clip = 0.5f;
+    train_cfg = &ccfg;
+    train_flags = DEV_STAGE_BF16_COMPUTE;
+    micro_tol = 4e-3; /* as test_bf16_compute's, for the same reason */
+    splits(&o);
+    micro_tol = 1e-6;
+    static const int one[] = {0, 5}, three[] = {0, 2, 4, 5}, head[] = {0, 4, 5};
+    run ref = {0}, r = {0}, rh = {0}, r32 = {0};
+    train(&ref, one, 1, 4, &o, STEPS);
+    train_flags = DEV_STAGE_BF16_COMPUTE | DEV_STAGE_RECOMPUTE;
+    train(&r, three, 3, 4, &o, STEPS);
+    train_flags = DEV_STAGE_BF16_COMPUTE;
+    train(&rh, head, 2, 4, &o, STEPS);
+    train_flags = 0;
+    train(&r32, one, 1, 4, &o, STEPS);
+    if (ref.tr && r.tr)
+        compare(&ref, &r, 1, "bf16 classify, 3 stages, 4 in flight");
+    if (ref.tr && rh.tr)
+        compare(&ref, &rh, 1, "bf16 classify, the head alone");
+    if (ref.tr && r32.tr) {
+        double rel = fabs(ref.loss[0] - r32.loss[0]) / r32.loss[0];
+        printf("    bf16 classify, first loss %.6f, fp32 %.6f (rel %.2g)\n", ref.loss[0],
+               r32.loss[0], rel);
+        CHECKF(rel < 0.01 && ref.loss[0] != r32.loss[0], "bf16 loss %.9g vs fp32 %.9g",
+               ref.loss[0], r32.loss[0]);
+    }
+    dev_train_free(ref.tr);
+    dev_train_free(r.tr);
+    dev_train_free(rh.tr);
+    dev_train_free(r32.tr);
+    train_cfg = &cfg;
+    /* the head alone, from the same input and weights: its own products
+     * are bf16 (the logits differ from fp32's, within bf16's rounding) */
+    int K = ccfg.num_labels, hu = dev_unit_head(&ccfg);
+    dev_stage *h16 = dev_stage_create(&ccfg, hu, hu, B, T, 1, 7, NULL, DEV_STAGE_BF16_COMPUTE, &err);
+    dev_stage *h32 = dev_stage_create(&ccfg, hu, hu, B, T, 1, 7, NULL, 0, &err);
+    CHECKF(h16 && h32, "%s", err.msg);
+    dt_batch b;
+    dt_make_batch(&b, B, T, ccfg.vocab, 900);
+    dt_classify(&b, K, 901);
+    float *in = malloc((size_t)B * T * ccfg.hidden * sizeof *in);
+    for (size_t i = 0; i < (size_t)B * T * ccfg.hidden; i++)
+        in[i] = (float)sl_rng_u32(3, 4, i) / 4294967296.0f - 0.5f;
+    dev_micro mb = {.B = B, .T = T, .tokens = b.tok, .segments = b.seg, .valid = b.valid,
+                    .labels = b.lab, .seed = 7, .loss_scale = 1};
+    float l16[B * 7], l32[B * 7];
+    double s16 = 0, s32 = 0;
+    int m16 = 0, m32 = 0;
+    if (h16 && h32) {
+        CHECKF(dev_stage_forward_logits(h16, 0, &mb, in, l16, B * 7, &m16, &s16, &err) == 0 &&
+                   dev_stage_forward_logits(h32, 0, &mb, in, l32, B * 7, &m32, &s32, &err) == 0,
+               "%s", err.msg);
+        double e = kt_rel(l16, l32, (size_t)B * K);
+        printf("    bf16 classify, the head's logits against fp32: rel %.3g\n", e);
+        CHECKF(m16 == B && m32 == B && e > 0 && e < 2e-2, "logits rel %.3g", e);
+    }
+    free(in);
+    dt_free_batch(&b);
+    dev_stage_free(h16);
+    dev_stage_free(h32);
+}
+
 /* The balancer's units (bal_bert_units, the one cost description) for c
  * at micro-batch bm x T. */
 static bal_unit *units_of(const dev_config *c, int bm, int *n)
@@ -477,5 +554,6 @@ int main(void)
     RUN(test_lamb);
     RUN(test_classify);
     RUN(test_bf16_compute);
+    RUN(test_classify_bf16);
     return sl_test_done();
 }

@@ -48,6 +48,7 @@ typedef struct cls_a {
     int32_t *didx, *dtgt; /* the backend's copies (the host arrays when !res) */
     float *hloss;         /* host copy of losses (losses itself when !res) */
     float *xc, *pool, *drop, *probs, *losses; /* (B,C) x3, (B,K), (B) */
+    uint16_t *xc16, *drop16; /* bf16 compute: these replace xc and drop (NULL) */
 } cls_a;
 
 typedef struct slot {
@@ -1204,8 +1205,9 @@ static void cls_free(const dev_stage *s, cls_a *k)
         bfree(s, k->dtgt);
         sl_aligned_free(k->hloss);
     }
-    float *b[5] = {k->xc, k->pool, k->drop, k->probs, k->losses};
-    for (int i = 0; i < 5; i++)
+    float *b[7] = {k->xc, k->pool, k->drop, k->probs, k->losses, (float *)k->xc16,
+                   (float *)k->drop16};
+    for (int i = 0; i < 7; i++)
         bfree(s, b[i]);
     memset(k, 0, sizeof *k);
 }
@@ -1228,14 +1230,20 @@ static int cls_alloc(dev_stage *s)
             k->didx = k->idx;
             k->dtgt = k->tgt;
         }
-        k->xc = falloc(s, B * C);
+        if (s->bf16c) {
+            k->xc16 = (uint16_t *)falloc(s, (B * C + 1) / 2);
+            k->drop16 = (uint16_t *)falloc(s, (B * C + 1) / 2);
+        } else {
+            k->xc = falloc(s, B * C);
+            k->drop = falloc(s, B * C);
+        }
         k->pool = falloc(s, B * C);
-        k->drop = falloc(s, B * C);
         k->probs = falloc(s, B * K);
         k->losses = falloc(s, B);
         if (!s->res)
             k->hloss = k->losses;
-        s->bytes += B * (3 * C + K + 1) * sizeof(float) + 2 * B * sizeof(int32_t);
+        s->bytes += B * ((s->bf16c ? C : 3 * C) + K + 1) * sizeof(float) +
+                    (s->bf16c ? 2 * B * C * sizeof(uint16_t) : 0) + 2 * B * sizeof(int32_t);
     }
     return s->oom ? -1 : 0;
 }
@@ -1268,13 +1276,23 @@ static int cls_forward(dev_stage *s, slot *sl, const float *x, const dev_micro *
     size_t bi = (size_t)B * sizeof(int32_t);
     if (s->res && (s->be->upload(k->didx, k->idx, bi, err) || s->be->upload(k->dtgt, k->tgt, bi, err)))
         return -1;
-    s->be->gather_rows(k->xc, x, k->didx, B, C);
-    mm_fwd(s, k->pool, k->xc, p[0], p[1], B, C, C);
-    s->be->tanh_forward(k->pool, k->pool, (size_t)B * C);
-    s->be->dropout_forward(k->drop, k->pool, B, (size_t)C,
-                           drop_of(mb, s->c.cls_dropout, SITE_CLASSIFIER, head));
-    /* the logits become the probabilities in place */
-    mm_fwd(s, k->probs, k->drop, p[2], p[3], B, C, K);
+    kn_dropout drop = drop_of(mb, s->c.cls_dropout, SITE_CLASSIFIER, head);
+    if (s->bf16c) { /* xc and drop rounded for their products (T1: scratch) */
+        s->be->gather_rows(s->T1, x, k->didx, B, C);
+        s->be->to_bf16(k->xc16, s->T1, (size_t)B * C);
+        mm_fwd16(s, k->pool, NULL, k->xc16, w16_of(s, p[0]), p[1], B, C, C);
+        s->be->tanh_forward(k->pool, k->pool, (size_t)B * C);
+        s->be->dropout_forward(s->T1, k->pool, B, (size_t)C, drop);
+        s->be->to_bf16(k->drop16, s->T1, (size_t)B * C);
+        mm_fwd16(s, k->probs, NULL, k->drop16, w16_of(s, p[2]), p[3], B, C, K);
+    } else {
+        s->be->gather_rows(k->xc, x, k->didx, B, C);
+        mm_fwd(s, k->pool, k->xc, p[0], p[1], B, C, C);
+        s->be->tanh_forward(k->pool, k->pool, (size_t)B * C);
+        s->be->dropout_forward(k->drop, k->pool, B, (size_t)C, drop);
+        /* the logits become the probabilities in place */
+        mm_fwd(s, k->probs, k->drop, p[2], p[3], B, C, K);
+    }
     if (s->logits_out &&
         s->be->download(s->logits_out, k->probs, (size_t)B * K * sizeof(float), err))
         return -1;
@@ -1302,14 +1320,20 @@ static void cls_backward(dev_stage *s, slot *sl, const dev_micro *mb, float *dx)
     /* the probabilities become their gradient (consumes the slot's stash) */
     s->be->crossentropy_backward(k->probs, k->probs, k->dtgt, B, K, mb->loss_scale);
     zero(s, s->T1, BC);
-    mm_bwd(s, s->T1, g[2], g[3], k->probs, k->drop, p[2], B, C, K);
+    if (s->bf16c)
+        mm_bwd16(s, s->T1, g[2], g[3], k->probs, k->drop16, w16_of(s, p[2]), B, C, K);
+    else
+        mm_bwd(s, s->T1, g[2], g[3], k->probs, k->drop, p[2], B, C, K);
     zero(s, s->T2, BC);
     s->be->dropout_backward(s->T2, s->T1, B, (size_t)C,
                             drop_of(mb, s->c.cls_dropout, SITE_CLASSIFIER, head));
     zero(s, s->T1, BC);
     s->be->tanh_backward(s->T1, k->pool, s->T2, BC);
     zero(s, s->T2, BC);
-    mm_bwd(s, s->T2, g[0], g[1], s->T1, k->xc, p[0], B, C, C);
+    if (s->bf16c)
+        mm_bwd16(s, s->T2, g[0], g[1], s->T1, k->xc16, w16_of(s, p[0]), B, C, C);
+    else
+        mm_bwd(s, s->T2, g[0], g[1], s->T1, k->xc, p[0], B, C, C);
     s->be->scatter_rows(dx, s->T2, k->didx, B, C);
 }
 
