@@ -456,6 +456,16 @@ void coord_job_check_done(coord_job *jb, const char *device, int ok, const char 
         start_profiling(&e);
 }
 
+void coord_job_check_unfit(coord_job *jb, const char *device, const char *why, int64_t now_ms,
+                           coord_fx_list *fx)
+{
+    ev e = ev_of(jb, now_ms, fx, NULL);
+    int o = coord_job_owner_index(jb, device);
+    if (jb->state != COORD_JOB_CHECKING || o < 0 || jb->owner[o].data_info)
+        return;
+    set_state(&e, COORD_JOB_FAILED, why);
+}
+
 void coord_job_profile_in(coord_job *jb, const char *device, int round, const char *result,
                           const char *links, int failed, coord_fx_list *fx)
 {

@@ -294,6 +294,12 @@ void coord_job_check_done(coord_job *jb, const char *device, int ok, const char 
                           const char *info, int seq, int settled, const coord_devs *devs,
                           int64_t now_ms, coord_fx_list *fx);
 
+/* A data owner's check described a shard the job cannot use (the driver
+ * compares the description with the job: its task, its labels; why names
+ * the owners): the job fails with why. */
+void coord_job_check_unfit(coord_job *jb, const char *device, const char *why, int64_t now_ms,
+                           coord_fx_list *fx);
+
 /* A device's profile: `round` COORD_PROFILE_LINKS (links: its links) or the
  * units (result: the whole profile, round one's links merged in by the
  * caller from coord_job_cand_links), failed when it could not profile. */

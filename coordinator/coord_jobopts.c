@@ -20,14 +20,14 @@ static json_t *defaults(void)
 {
     return json_pack(
         "{s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, s:I, "
-        "s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f}",
+        "s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s}",
         "batch", 8, "micro_batches", 1, "codec_act", "none", "codec_grad", "none", "sealed", 1,
         "algo", "optimal", "schedule", "1f1b", "checkpoint_every", 50, "lr", -1.0, "warmup", -1,
         "seed", (json_int_t)1, "optimizer", "adamw", "optim_state", "fp32", "weight_decay", 0.01,
         "clip", 1.0, "mask_prob", 0.15, "first", (json_int_t)0, "sequences", (json_int_t)0,
         "shuffle", 1, "recompute", 0, "recompute_attention", 0, "u_shape", 1, "replan_margin", 0.10,
         "precision", "fp32", "owner_batch", "sync", "step", "codec_sync", "none", "outer_lr", 0.7,
-        "outer_momentum", 0.9);
+        "outer_momentum", 0.9, "task", "mlm");
 }
 
 static int codec_ok(const char *s, int grad)
@@ -166,6 +166,8 @@ static int check(const json_t *o, char *why, size_t cap)
         return fail(why, cap, "options: outer_lr must be in (0, 10], outer_momentum in [0, 1)");
     if (strcmp(sget(o, "precision"), "fp32") && strcmp(sget(o, "precision"), "bf16"))
         return fail(why, cap, "options: precision must be fp32 or bf16");
+    if (strcmp(sget(o, "task"), "mlm") && strcmp(sget(o, "task"), "classify"))
+        return fail(why, cap, "options: task '%.40s' is not mlm or classify", sget(o, "task"));
     if (iget(o, "warmup") < -1 || iget(o, "warmup") > INT_MAX || iget(o, "checkpoint_every") > INT_MAX)
         return fail(why, cap, "options: warmup must be -1 (10%% of the steps) or more, and warmup "
                     "and checkpoint_every at most %d", INT_MAX);
@@ -226,6 +228,7 @@ int coord_jobopts_parse(const char *text, coord_jobopts *o, char *why, size_t ca
     o->u_shape = bget(j, "u_shape");
     o->replan_margin = rget(j, "replan_margin");
     snprintf(o->precision, sizeof o->precision, "%s", sget(j, "precision"));
+    snprintf(o->task, sizeof o->task, "%s", sget(j, "task"));
     json_array_foreach(ob, k, x) o->owner_batch[o->n_owner_batch++] = (int)json_integer_value(x);
     snprintf(o->sync, sizeof o->sync, "%s", sget(j, "sync"));
     o->sync_every = sync_every(o->sync);
@@ -261,7 +264,7 @@ json_t *coord_jobopts_json(const coord_jobopts *o)
 {
     json_t *j = json_pack(
         "{s:i, s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, "
-        "s:I, s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f}",
+        "s:I, s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s}",
         "steps", o->steps, "batch", o->batch, "micro_batches", o->micro_batches, "codec_act",
         o->codec_act, "codec_grad", o->codec_grad, "sealed", o->sealed, "algo", o->algo,
         "schedule", o->schedule, "checkpoint_every", o->checkpoint_every, "lr", o->lr, "warmup",
@@ -271,7 +274,7 @@ json_t *coord_jobopts_json(const coord_jobopts *o)
         "shuffle", o->shuffle, "recompute", o->recompute, "recompute_attention",
         o->recompute_attention, "u_shape", o->u_shape, "replan_margin", o->replan_margin,
         "precision", o->precision, "owner_batch", "sync", o->sync, "codec_sync", o->codec_sync,
-        "outer_lr", o->outer_lr, "outer_momentum", o->outer_momentum);
+        "outer_lr", o->outer_lr, "outer_momentum", o->outer_momentum, "task", o->task);
     json_t *ob = json_object_get(j, "owner_batch");
     for (int i = 0; i < o->n_owner_batch; i++)
         json_array_append_new(ob, json_integer(o->owner_batch[i]));
@@ -290,6 +293,11 @@ char *coord_jobopts_text(const coord_jobopts *o, int indent)
     char *t = json_dumps(j, (indent ? JSON_INDENT(indent) : JSON_COMPACT) | JSON_SORT_KEYS);
     json_decref(j);
     return t ? t : sl_xstrdup("{}");
+}
+
+int coord_jobopts_task(const coord_jobopts *o)
+{
+    return strcmp(o->task, "classify") ? BAL_TASK_MLM : BAL_TASK_CLASSIFY;
 }
 
 int coord_jobopts_allows(const coord_jobopts *o, const char *owner, const char *id)

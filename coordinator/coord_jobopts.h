@@ -30,6 +30,7 @@ typedef struct coord_jobopts {
     int shuffle, recompute, recompute_attention, u_shape;
     double replan_margin; /* a joiner's plan is taken when faster by this share */
     char precision[8];    /* fp32, bf16: the products' (skyloom train --precision) */
+    char task[12];        /* mlm, classify: the model's head (skyloom train --task) */
     /* a federation (several data owners): each owner's sequences per step
      * (n_owner_batch of them, in the owners' order; 0: one owner, `batch`),
      * and how the replicas meet: sync "step" or "outer:H" (sync_every H), the
@@ -74,6 +75,9 @@ int coord_policy_check(const coord_policy *pol, const coord_jobopts *o, char *wh
  * entry per owner, each a multiple of micro_batches; sync's H at most the
  * steps; sync options need several owners. 0 or -1 with why. */
 int coord_jobopts_check_owners(const coord_jobopts *o, int nowner, char *why, size_t cap);
+
+/* The options' task as enum bal_task. */
+int coord_jobopts_task(const coord_jobopts *o);
 
 /* Whether the options let the job use device `id` (the owner always). */
 int coord_jobopts_allows(const coord_jobopts *o, const char *owner, const char *id);

@@ -228,10 +228,11 @@ static json_t *check_spec(const coord_job *jb, int o)
 {
     json_error_t je;
     json_t *cfg = json_loads(jb->config, 0, &je);
-    json_t *s = json_pack("{s:s, s:O, s:i, s:I, s:I, s:b, s:b}", "dataset", jb->owner[o].dataset,
-                          "config", cfg, "batch", jb->owner[o].batch, "first", (json_int_t)jb->opts.first,
-                          "sequences", (json_int_t)jb->opts.sequences, "sealed", jb->opts.sealed,
-                          "u_shape", jb->opts.u_shape);
+    json_t *s = json_pack("{s:s, s:O, s:i, s:I, s:I, s:b, s:b, s:s}", "dataset",
+                          jb->owner[o].dataset, "config", cfg, "batch", jb->owner[o].batch, "first",
+                          (json_int_t)jb->opts.first, "sequences", (json_int_t)jb->opts.sequences,
+                          "sealed", jb->opts.sealed, "u_shape", jb->opts.u_shape, "task",
+                          jb->opts.task);
     json_decref(cfg);
     return s;
 }
@@ -252,10 +253,11 @@ static json_t *profile_spec(const coord_devs *devs, const coord_job *jb, int k, 
         if (d)
             json_array_append_new(peers, json_pack("{s:s, s:s}", "id", d->id, "address", d->address));
     }
-    json_t *s = json_pack("{s:o, s:i, s:i, s:o, s:i, s:s, s:s, s:s}", "config", cfg, "micro_batch",
-                          jb->batch / jb->opts.micro_batches, "seq", jb->seq, "peers", peers,
-                          "ping_bytes", 1 << 20, "optimizer", jb->opts.optimizer, "optim_state",
-                          jb->opts.optim_state, "precision", jb->opts.precision);
+    json_t *s = json_pack("{s:o, s:i, s:i, s:o, s:i, s:s, s:s, s:s, s:s}", "config", cfg,
+                          "micro_batch", jb->batch / jb->opts.micro_batches, "seq", jb->seq, "peers",
+                          peers, "ping_bytes", 1 << 20, "optimizer", jb->opts.optimizer,
+                          "optim_state", jb->opts.optim_state, "precision", jb->opts.precision,
+                          "task", jb->opts.task);
     if (round != COORD_PROFILE_BOTH)
         json_object_set_new(s, "round", json_string(profile_round_name[round]));
     return s;

@@ -200,6 +200,13 @@ static int submit(call *k)
         coord_jobopts_free(&opts);
         return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "%s", why);
     }
+    b.task = coord_jobopts_task(&opts); /* the config must suit the task's head */
+    if (bal_bert_check(&b, &err)) {
+        int code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "options: task %s: %s", opts.task,
+                                  err.msg);
+        coord_jobopts_free(&opts);
+        return code;
+    }
     /* DEVICE_ID:NAME, or several joined by commas (a federation) */
     coord_owner owners[COORD_MAX_OWNERS];
     int nowner = 0, code = RPC_OK;
@@ -719,6 +726,63 @@ static char *check_info(const char *result, int *seq)
     return text;
 }
 
+/* Whether owner `device`'s check description fits job jb: its task (absent:
+ * mlm, as devices without the classification head describe a shard) is the
+ * job's; to classify, it counts the config's num_labels, and its labels
+ * (labels_hash: the names in order) are those of every owner that checked
+ * before it, one classifier needing one label vocabulary. 0, or -1 with
+ * why. Reads the other owners' descriptions: under j->mu. */
+static int check_fits(const coord_job *jb, const char *device, const char *info, char *why,
+                      size_t cap)
+{
+    int o = coord_job_owner_index(jb, device);
+    if (o < 0)
+        return 0; /* not an owner: the state machine ignores it */
+    const coord_owner *ow = &jb->owner[o];
+    json_error_t je;
+    json_t *in = json_loads(info, 0, &je);
+    const char *task = json_string_value(json_object_get(in, "task"));
+    const char *hash = json_string_value(json_object_get(in, "labels_hash"));
+    json_t *nl = json_object_get(in, "num_labels");
+    int rc = 0;
+    bal_bert b;
+    sl_err err = {0};
+    if (strcmp(task ? task : "mlm", jb->opts.task)) {
+        snprintf(why, cap, "the data owner %s checked %s for task %.20s, not the job's task %s "
+                 "(a device without the classification head?)", ow->id, ow->dataset,
+                 task ? task : "mlm", jb->opts.task);
+        rc = -1;
+    } else if (strcmp(jb->opts.task, "classify")) {
+        rc = 0;
+    } else if (bal_bert_parse(&b, jb->config, "config.json", &err)) {
+        snprintf(why, cap, "the job's config: %.300s", err.msg);
+        rc = -1;
+    } else if (!json_is_integer(nl) || !hash || strlen(hash) != 64) {
+        snprintf(why, cap, "the data owner %s described %s without its labels (num_labels, "
+                 "labels_hash)", ow->id, ow->dataset);
+        rc = -1;
+    } else if (json_integer_value(nl) != b.num_labels) {
+        snprintf(why, cap, "the data owner %s's %s has %lld labels, the job's config num_labels "
+                 "%d", ow->id, ow->dataset, (long long)json_integer_value(nl), b.num_labels);
+        rc = -1;
+    }
+    for (int i = 0; rc == 0 && hash && i < jb->nowner; i++) {
+        json_t *other = i != o && jb->owner[i].data_info ? json_loads(jb->owner[i].data_info, 0, &je)
+                                                         : NULL;
+        const char *h = json_string_value(json_object_get(other, "labels_hash"));
+        if (other && (!h || strcmp(h, hash))) {
+            snprintf(why, cap, "the data owners' labels differ: %s's %s (labels hash %.12s) and "
+                     "%s's %s (%.12s); one classifier needs the same labels in the same order "
+                     "(one labels.txt)", jb->owner[i].id, jb->owner[i].dataset, h ? h : "none",
+                     ow->id, ow->dataset, hash);
+            rc = -1;
+        }
+        json_decref(other);
+    }
+    json_decref(in);
+    return rc;
+}
+
 static void report_profile(call *k)
 {
     const Skyloom__V1__ReportTaskRequest *r = k->req;
@@ -733,6 +797,20 @@ static void report_profile(call *k)
     }
     const char *rd = json_string_value(json_object_get(res, "round"));
     int round = !rd ? COORD_PROFILE_BOTH : !strcmp(rd, "links") ? COORD_PROFILE_LINKS : COORD_PROFILE_UNITS;
+    /* unit times are the head's the device timed: the job's task's (absent:
+     * mlm, as devices without the classification head report), or useless
+     * to its plan (the options never change after submit) */
+    const char *task = json_string_value(json_object_get(res, "task"));
+    if (round != COORD_PROFILE_LINKS && !json_object_get(res, "failed") &&
+        strcmp(task ? task : "mlm", k->jb->sm.opts.task)) {
+        char why[160];
+        snprintf(why, sizeof why, "units profiled for task %.20s, the job's task is %s",
+                 task ? task : "mlm", k->jb->sm.opts.task);
+        sl_log_warn("coordinator: profile refused", "job=%s device=%s reason=\"%s\"", k->job_id,
+                    r->device_id, why);
+        json_decref(res);
+        res = json_pack("{s:b, s:s}", "failed", 1, "reason", why);
+    }
     json_t *links = json_object_get(res, "links");
     char *links_text = round == COORD_PROFILE_LINKS && json_is_array(links)
                            ? json_dumps(links, JSON_COMPACT) : NULL;
@@ -765,11 +843,14 @@ static int report_task(call *k)
     coord_fx_list fx = {0};
     if (!strcmp(r->kind, "check")) {
         int seq = 0;
-        char *info = r->ok ? check_info(r->result, &seq) : NULL;
+        char *info = r->ok ? check_info(r->result, &seq) : NULL, why[800];
         pthread_mutex_lock(&j->mu);
         coord_devs devs = coord_jobs_devs(j);
-        coord_job_check_done(&k->jb->sm, r->device_id, r->ok, r->reason, info, seq,
-                             coord_jobs_settled(j), &devs, sl_unix_ms(), &fx);
+        if (info && check_fits(&k->jb->sm, r->device_id, info, why, sizeof why))
+            coord_job_check_unfit(&k->jb->sm, r->device_id, why, sl_unix_ms(), &fx);
+        else
+            coord_job_check_done(&k->jb->sm, r->device_id, r->ok, r->reason, info, seq,
+                                 coord_jobs_settled(j), &devs, sl_unix_ms(), &fx);
         pthread_cond_broadcast(&j->cv); /* the engine starts profiling once settled */
         settle(j, k->jb, &fx);
         free(info);

@@ -263,8 +263,9 @@ static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
     char *dt = json_dumps(dj, JSON_COMPACT), *nt = json_dumps(net, JSON_COMPACT);
     json_decref(dj);
     json_decref(net);
-    bal_problem *pb = bal_problem_parse(in->config, "config.json", bm, in->seq, dt,
-                                        "the profiled devices", nt, "the measured links", err);
+    bal_problem *pb = bal_problem_parse_task(coord_jobopts_task(&in->opts), in->config,
+                                             "config.json", bm, in->seq, dt, "the profiled devices",
+                                             nt, "the measured links", err);
     free(dt);
     free(nt);
     /* the embeddings' output is the (bm x seq) x hidden fp32 activation */

@@ -59,6 +59,12 @@ static inline int call(handler_fn fn, const char *who, const void *msg, const vo
     return code;
 }
 
+/* The jobs' config.json: 2 layers, units 0..3; cf_config another */
+#define CF_CONFIG                                                                                  \
+    "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"                \
+    " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}"
+static const char *cf_config;
+
 /* ---- the devices ------------------------------------------------------------ */
 
 typedef struct fdev {
@@ -67,13 +73,15 @@ typedef struct fdev {
     double speed;  /* its units take this many times the base figures */
     int alive;     /* heartbeats and answers tasks */
     const Skyloom__V1__OwnerPolicy *policy; /* stated in its heartbeats; NULL: none */
+    const char *check; /* its check's answer; NULL: an MLM shard's (below) */
+    const char *task;  /* the task its profiles say they timed; NULL: the spec's */
 } fdev;
 
 static fdev D[4] = {
-    {"A", "lab-a", "books", "", 1.0, 1, NULL},
-    {"B", "lab-a", NULL, "", 1.0, 1, NULL},
-    {"C", "lab-b", NULL, "", 1.5, 1, NULL},
-    {"E", "lab-b", NULL, "", 1.0, 1, NULL},
+    {"A", "lab-a", "books", "", 1.0, 1, NULL, NULL, NULL},
+    {"B", "lab-a", NULL, "", 1.0, 1, NULL, NULL, NULL},
+    {"C", "lab-b", NULL, "", 1.5, 1, NULL, NULL, NULL},
+    {"E", "lab-b", NULL, "", 1.0, 1, NULL, NULL, NULL},
 };
 
 static inline const char *token_secret(const char *site, char *out)
@@ -175,6 +183,9 @@ static inline char *profile_result(const fdev *d, json_t *spec)
         json_object_set_new(res, "memory_bytes", json_integer(4000000000LL));
         json_object_set_new(res, "threads", json_integer(2));
         json_object_set_new(res, "backend", json_string("cpu"));
+        const char *task = d->task ? d->task : json_string_value(json_object_get(spec, "task"));
+        if (task) /* as a device echoes the head it timed */
+            json_object_set_new(res, "task", json_string(task));
     }
     if (round)
         json_object_set_new(res, "round", json_string(round));
@@ -211,7 +222,9 @@ static inline void heartbeat(fdev *d)
         json_t *spec = json_loads(t->spec, 0, &je);
         if (!strcmp(t->kind, "check")) {
             report_task(d, t->job_id, "check", t->epoch, 1, NULL,
-                        "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100}");
+                        d->check ? d->check
+                                 : "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, "
+                                   "\"vocab_size\": 100}");
         } else if (!strcmp(t->kind, "profile")) {
             char *res = profile_result(d, spec);
             report_task(d, t->job_id, "profile", t->epoch, 1, NULL, res);
@@ -496,8 +509,7 @@ static inline int train(const char *job, int to, int every)
 static inline int submit_data_code(const char *data, const char *opts, char **id, rpc_status *st)
 {
     Skyloom__V1__SubmitJobRequest q = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
-    q.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
-               " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
+    q.config = (char *)(cf_config ? cf_config : CF_CONFIG);
     q.data = (char *)data;
     q.options = (char *)opts;
     Skyloom__V1__SubmitJobResponse *r = NULL;

@@ -4,7 +4,9 @@
  * owner, each starting (and, U-shaped, ending) at its owner, no device in
  * two; a step commits when every replica's parts are in; the manifest
  * names each file's replica and a device fetches only its replica's files
- * (and the data record of its own data). */
+ * (and the data record of its own data). A classification job: its
+ * config, the owners' checks (task, label count, the same labels) and the
+ * profiles' task. */
 #define NDEV 4
 #include "coord_fake.h"
 
@@ -167,12 +169,130 @@ static void test_two_owners(void)
     heartbeat_all();
 }
 
+/* The job's state and reason after heartbeats until it is `want`. */
+static int ended_as(const char *job, const char *want, char *reason, size_t cap)
+{
+    int ok = pump_until(job, want, 0);
+    coord_snapshot s;
+    reason[0] = 0;
+    if (coord_jobs_snapshot(C->jobs, job, &s) == 0) {
+        snprintf(reason, cap, "%s", s.job[0].reason);
+        coord_snapshot_free(&s);
+    }
+    return ok;
+}
+
+static void stop(const char *job)
+{
+    Skyloom__V1__StopJobRequest q = SKYLOOM__V1__STOP_JOB_REQUEST__INIT;
+    q.job_id = (char *)job;
+    rpc_status st;
+    CHECKF(call(coord_handle_stop_job, CERT_ADMIN_CN, &q, NULL, NULL, &st) == RPC_OK, "%s",
+           st.details);
+}
+
+#define CHECK_MLM "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100"
+#define CHECK_CLS(n, h)                                                                            \
+    CHECK_MLM ", \"task\": \"classify\", \"num_labels\": " #n ", \"labels_hash\": \"" h            \
+              "\", \"labels\": [\"a\", \"b\"]}"
+#define HASH_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define HASH_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
+/* A classification job (option task classify): a config that cannot be one
+ * is refused at submit naming the option; the owner's check must describe
+ * its shard for the job's task with the config's label count (the job
+ * fails, saying what and whose, otherwise), several owners the same labels
+ * (both named); a profile timed for another head is refused; the plan's
+ * options carry the task. */
+static void test_classify(void)
+{
+    char *id, why[512], data[128];
+    rpc_status st;
+    CHECKF(submit_code("{\"steps\": 4, \"task\": \"regress\"}", &id, &st) == RPC_INVALID_ARGUMENT &&
+           strstr(st.details, "options: task 'regress' is not mlm or classify"), "%s", st.details);
+    free(id);
+    cf_config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
+                " \"intermediate_size\": 32, \"vocab_size\": 100, \"num_labels\": 1}";
+    CHECKF(submit_code("{\"steps\": 4, \"task\": \"classify\"}", &id, &st) == RPC_INVALID_ARGUMENT &&
+           strstr(st.details, "options: task classify: ") && strstr(st.details, "num_labels"),
+           "%s", st.details);
+    free(id);
+    cf_config = NULL;
+    static const struct {
+        const char *task, *check, *why;
+    } bad[] = {
+        {"classify", CHECK_MLM "}", "checked books for task mlm, not the job's task classify"},
+        {"mlm", CHECK_CLS(2, HASH_A), "checked books for task classify, not the job's task mlm"},
+        {"classify", CHECK_MLM ", \"task\": \"classify\"}", "described books without its labels"},
+        {"classify", CHECK_CLS(3, HASH_A), "books has 3 labels, the job's config num_labels 2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char opts[96];
+        snprintf(opts, sizeof opts, "{\"steps\": 4, \"task\": \"%s\"}", bad[i].task);
+        D[0].check = bad[i].check;
+        id = submit(opts);
+        CHECKF(ended_as(id, "failed", why, sizeof why) && strstr(why, D[0].id) &&
+               strstr(why, bad[i].why), "%s: %s", bad[i].check, why);
+        free(id);
+    }
+    /* two owners whose labels differ */
+    D[1].dataset = "news";
+    D[0].check = CHECK_CLS(2, HASH_A);
+    D[1].check = CHECK_CLS(2, HASH_B);
+    heartbeat_all();
+    snprintf(data, sizeof data, "%s:books,%s:news", D[0].id, D[1].id);
+    static const char *fed = "{\"steps\": 4, \"owner_batch\": [2, 2], \"task\": \"classify\", "
+                             "\"algo\": \"even\"}";
+    CHECKF(submit_data_code(data, fed, &id, &st) == RPC_OK, "%s", st.details);
+    CHECKF(ended_as(id, "failed", why, sizeof why) && strstr(why, "the data owners' labels differ") &&
+           strstr(why, D[0].id) && strstr(why, D[1].id) && strstr(why, "books") &&
+           strstr(why, "news"), "%s", why);
+    free(id);
+    /* the same labels: planned for the classification head; a device whose
+     * profile timed the MLM head is refused */
+    D[1].check = CHECK_CLS(2, HASH_A);
+    D[2].task = "mlm";
+    CHECKF(submit_data_code(data, fed, &id, &st) == RPC_OK, "%s", st.details);
+    CHECK(pump_until(id, "running", 1));
+    jview v;
+    CHECK(view(id, &v) == 0 && v.plan);
+    json_error_t je;
+    json_t *pj = v.plan ? json_loads(v.plan, 0, &je) : NULL;
+    CHECKF(!strcmp(json_string_value(json_object_get(json_object_get(pj, "options"), "task")) ?: "",
+                   "classify"), "%s", v.plan ? v.plan : "no plan");
+    for (int i = 0; i < v.p; i++)
+        CHECKF(strcmp(v.stage_dev[i], D[2].id), "stage %d on %s, whose profile was refused", i,
+               D[2].name);
+    json_decref(pj);
+    free(v.plan);
+    Skyloom__V1__GetJobRequest q = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    q.job_id = id;
+    Skyloom__V1__JobInfo *ji = NULL;
+    CHECKF(call(coord_handle_get_job, CERT_ADMIN_CN, &q, &skyloom__v1__job_info__descriptor,
+                (void **)&ji, &st) == RPC_OK && ji, "%s", st.details);
+    json_t *pr = ji ? json_loads(ji->profiles, 0, &je) : NULL, *pc = json_object_get(pr, D[2].id);
+    CHECKF(json_is_true(json_object_get(pc, "failed")) &&
+           strstr(json_string_value(json_object_get(pc, "reason")) ?: "",
+                  "units profiled for task mlm, the job's task is classify"),
+           "%s", ji ? ji->profiles : "");
+    CHECK(json_is_string(json_object_get(json_object_get(pr, D[3].id), "task")));
+    json_decref(pr);
+    rpc_unpacked_free(ji);
+    stop(id);
+    free(id);
+    D[0].check = D[1].check = NULL;
+    D[2].task = NULL;
+    D[1].dataset = NULL;
+    heartbeat_all();
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_OFF);
     cf_open("cfed", 1000);
     RUN(test_refusals);
     RUN(test_two_owners);
+    RUN(test_classify);
     cf_close();
     tu_rmtree(root);
     return sl_test_done();

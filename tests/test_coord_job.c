@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bal.h"
 #include "coord_job.h"
 #include "coord_jobopts.h"
 #include "sl_mem.h"
@@ -263,6 +264,31 @@ static void test_check_timeout(void)
     /* an answer after the end changes nothing */
     check(&jb);
     CHECK(jb.state == COORD_JOB_FAILED && jb.ncand == 0);
+    coord_job_free(&jb);
+}
+
+/* A check the driver found unfit for the job fails it with the driver's
+ * reason; from a device that is not the owner, or once the owner's check is
+ * in, it changes nothing. */
+static void test_check_unfit(void)
+{
+    setup();
+    coord_job jb;
+    make_job(&jb, OPTS);
+    int n0 = fx.n;
+    coord_job_check_unfit(&jb, DEV_B, "not the owner", now_ms, &fx);
+    CHECK(jb.state == COORD_JOB_CHECKING && fx.n == n0);
+    coord_job_check_unfit(&jb, OWNER, "the labels differ", now_ms, &fx);
+    CHECKF(jb.state == COORD_JOB_FAILED && !strcmp(jb.reason, "the labels differ"), "%s: %s",
+           coord_job_state_name(jb.state), jb.reason);
+    const coord_fx *st = find(COORD_FX_STATE, NULL);
+    CHECK(st && st->state == COORD_JOB_FAILED);
+    coord_job_free(&jb);
+    setup();
+    make_job(&jb, OPTS);
+    check(&jb);
+    coord_job_check_unfit(&jb, OWNER, "too late", now_ms, &fx);
+    CHECK(jb.state == COORD_JOB_PROFILING);
     coord_job_free(&jb);
 }
 
@@ -843,6 +869,8 @@ static void test_options(void)
         {"{\"steps\": 5, \"checkpoint_every\": 2.5}", "options: 'checkpoint_every' must be a whole number"},
         {"{\"steps\": 5, \"devices\": [\"x\"]}", "options: devices must be a list of device ids"},
         {"{\"steps\": 5, \"precision\": \"fp16\"}", "options: precision must be fp32 or bf16"},
+        {"{\"steps\": 5, \"task\": \"ner\"}", "options: task 'ner' is not mlm or classify"},
+        {"{\"steps\": 5, \"task\": 1}", "options: 'task' is of the wrong type"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = coord_jobopts_parse(bad[i].text, &o, why, sizeof why);
@@ -865,6 +893,14 @@ static void test_options(void)
     CHECK(coord_jobopts_parse("{\"steps\": 1, \"precision\": \"bf16\"}", &o3, why, sizeof why) == 0 &&
           !strcmp(o3.precision, "bf16"));
     coord_jobopts_free(&o3);
+    CHECK(!strcmp(o.task, "mlm") && strstr(t, "\"task\":\"mlm\"") &&
+          coord_jobopts_task(&o) == BAL_TASK_MLM);
+    CHECK(coord_jobopts_parse("{\"steps\": 1, \"task\": \"classify\"}", &o3, why, sizeof why) == 0 &&
+          !strcmp(o3.task, "classify") && coord_jobopts_task(&o3) == BAL_TASK_CLASSIFY);
+    char *t3 = coord_jobopts_text(&o3, 0);
+    CHECKF(strstr(t3, "\"task\":\"classify\""), "%s", t3);
+    free(t3);
+    coord_jobopts_free(&o3);
     /* the data owner's policy against the options */
     coord_policy pol = {.known = 1, .home_layers = 1};
     CHECK(coord_policy_check(&pol, &o, why, sizeof why) == 0);
@@ -886,6 +922,7 @@ int main(void)
     RUN(test_transitions);
     RUN(test_options);
     RUN(test_check_timeout);
+    RUN(test_check_unfit);
     RUN(test_profiling_rounds);
     RUN(test_first_plan_fails);
     RUN(test_reports_out_of_order);
