@@ -4,7 +4,9 @@
 # model.safetensors bytes and losses as `skyloom train` with the same config,
 # data, seed, batch and micro-batches; the device holding neither the data
 # nor unit 0 or the head never receives labels; a job on a dataset the owner
-# refuses fails at submit with the owner's reason; the plan is signed.
+# refuses fails at submit with the owner's reason; the plan is signed. A
+# classification job (--task classify) on a labelled shard equals `skyloom
+# train --task classify` the same way.
 set -u
 SK="$1"; src="$2"
 CL=$(mktemp -d /tmp/skyloom-job-XXXXXX)
@@ -18,10 +20,16 @@ cl_shard "$src" || exit 1
 V=$CL_VOCAB
 cl_config "$d/cfg.json" 32 3 48
 sed "s/\"vocab_size\": $V/\"vocab_size\": 50/" "$d/cfg.json" > "$d/small.json"
+# a labelled shard of the same text: each line's class its line number mod 3
+sed 's/}$/, "num_labels": 3}/' "$d/cfg.json" > "$d/cls.json"
+awk 'NF >= 3 { gsub(/\t/, " "); print substr("xyz", NR % 3 + 1, 1) "\t" $0 }' "$d/corpus.txt" > "$d/topics.tsv"
+"$SK" -q data prepare --labels --vocab "$d/vocab.txt" --in "$d/topics.tsv" --out "$d/topics.shard" --seq 24 >/dev/null ||
+    { echo "FAIL the labelled shard"; exit 1; }
 
 cl_start || exit 1
 # the owner's policy lets the plain chain below send its labels out
-cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" --allow-labels-out || exit 1; OWNER=$CL_ID
+cl_device dev1 lab-a --threads 1 --data "wiki=$d/text.shard" --data "topics=$d/topics.shard" \
+    --allow-labels-out || exit 1; OWNER=$CL_ID
 cl_device dev2 lab-b --threads 1 || exit 1; MID=$CL_ID
 cl_device dev3 lab-b --threads 1 || exit 1; LAST=$CL_ID
 cl_wait_online 3 || exit 1
@@ -31,11 +39,12 @@ check "a device started without OMP_WAIT_POLICY runs with it passive" \
 "$SK" -q train --config "$d/cfg.json" --data "$d/text.shard" --steps 20 --batch 8 --micro-batches 4 \
     --lr 2e-3 --save "$d/ref" >/dev/null 2>&1
 
-# job NAME DEVICES [submit args]: a 20-step job like the reference run;
-# its id in JOB, its submit output in $d/NAME.submit
+# job NAME DEVICES [submit args]: a 20-step job like the reference run
+# (REF; CFG its config, DATA its dataset); its id in JOB, its submit output
+# in $d/NAME.submit
 job() {
   local name=$1 devs=$2; shift 2
-  out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 20 --batch 8 \
+  out=$(cl_job submit --config "${CFG:-$d/cfg.json}" --data "$OWNER:${DATA:-wiki}" --steps 20 --batch 8 \
         --micro-batches 4 --algo even --checkpoint-every 10 --devices "$devs" --lr 2e-3 --json "$@" 2>&1)
   local rc=$?
   echo "$out" > "$d/$name.submit"
@@ -47,7 +56,7 @@ job() {
   check "$name: the exported model.safetensors equals skyloom train's, byte for byte" \
       bash -c 'test $0 -eq 0 && cmp -s "$1/model.safetensors" "$2/step-20/model.safetensors"' "$rc" "$d/$name.export" "$REF"
   check "$name: the per-step losses equal skyloom train's" \
-      bash -c '[ "$(tail -n +2 "$0" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | cut -d, -f1,2)" ]' \
+      bash -c '[ -s "$0" ] && [ "$(tail -n +2 "$0" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | cut -d, -f1,2)" ]' \
       "$d/coord/jobs/$JOB/metrics.csv" "$REF/metrics.csv"
 }
 REF=$d/ref # the skyloom train run a job is compared with
@@ -154,6 +163,23 @@ if grep -q "precision bf16 available" <<<"$bf16"; then
 else
   echo "skip bf16 job: this CPU has no bf16 products ($bf16)"
 fi
+
+# a classification job: the pooler and classifier on the data owner with
+# the classes (the first and last stage), the same bytes and losses as
+# skyloom train --task classify; the devices between receive no labels
+"$SK" -q train --task classify --config "$d/cls.json" --data "$d/topics.shard" --steps 20 --batch 8 \
+    --micro-batches 4 --lr 2e-3 --save "$d/refcls" >/dev/null 2>&1
+REF=$d/refcls CFG=$d/cls.json DATA=topics job classify "$OWNER,$MID,$LAST" --task classify
+check "classify: the plan's options say so, the data owner first and last" \
+    bash -c 'python3 -c "import json,sys; sys.exit(json.load(open(sys.argv[1]))[\"plan\"][\"options\"][\"task\"] != \"classify\")" "$0" && stage_on "$0" 0 "$1" && stage_on "$0" 3 "$1"' \
+    "$d/classify.submit" "$OWNER"
+for dev in dev2 dev3; do
+  check "classify: $dev received no labels" \
+      bash -c 'grep "job done here job=$1" "$0" | grep -q "labels:0,"' "$d/$dev.log" "$JOB"
+done
+check "classify: the export's config.json is a BertForSequenceClassification of 3 labels" \
+    python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(c["architectures"] != ["BertForSequenceClassification"] or c["num_labels"] != 3)' \
+    "$d/classify.export/config.json"
 
 # a plain chain: the labels and the tied gradient cross to the last device
 job chain "$OWNER,$MID,$LAST" --no-u-shape
