@@ -209,9 +209,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 1:
             coord_job_tick(jb, &w.view, b & 0x80 ? 0 : 1, w.now_ms, &fx);
             break;
-        case 2:
-            coord_job_check_done(jb, dev, a & 1, "refused", a & 2 ? "{\"seq_len\": 8}" : NULL,
-                                 a & 2 ? (b & 2 ? 16 : 8) : 0, b & 1, &w.view, w.now_ms, &fx);
+        case 2: /* an owner's check, or one the driver found unfit */
+            if (b & 4)
+                coord_job_check_unfit(jb, dev, "unfit", w.now_ms, &fx);
+            else
+                coord_job_check_done(jb, dev, a & 1, "refused", a & 2 ? "{\"seq_len\": 8}" : NULL,
+                                     a & 2 ? (b & 2 ? 16 : 8) : 0, b & 1, &w.view, w.now_ms, &fx);
             break;
         case 3:
             coord_job_profile_in(jb, dev, b % 3, b & 8 ? "{\"units\": 1}" : "{}", "[]", b & 4, &fx);
