@@ -1,8 +1,8 @@
 /* dev_job.c - a device's part in federated jobs (dev_job.h). */
 #include "dev_job.h"
 
-#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <omp.h>
 #include <pthread.h>
@@ -28,6 +28,7 @@
 #include "sl_file.h"
 #include "sl_log.h"
 #include "sl_mem.h"
+#include "sl_path.h"
 #include "sl_time.h"
 
 #define CHUNK (512u << 10) /* pieces under the coordinator's default 1 MiB message limit */
@@ -63,7 +64,8 @@ int dev_dataset_parse(const char *arg, dev_dataset *d, sl_err *err)
 typedef struct upload_item {
     struct upload_item *next;
     int step;
-    char dir[4200];
+    char sub[32];     /* part-STEP, in the job's directory */
+    char dir[4200];   /* its path */
     char (*name)[96]; /* a model and an optimizer file per unit, the data record */
     int n;
 } upload_item;
@@ -442,6 +444,7 @@ typedef struct run_ctx {
     dev_optim opt;
     int kind;
     char dir[4096];        /* state/jobs/JOB */
+    int dirfd;             /* that directory (sl_dir_open); -1 before it is made */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_mutex_t compute; /* the local stages compute one at a time */
@@ -603,11 +606,18 @@ static int open_stages(run_ctx *r, sl_err *err)
 
 /* ---- run: files to and from the coordinator -------------------------------- */
 
-static int fetch_file(run_ctx *r, const char *name, int step, const char *to, sl_err *err)
+/* Fetches a committed file into dirfd/name (a name sl_path_name_check
+ * accepted). */
+static int fetch_file(run_ctx *r, const char *name, int step, int dirfd, sl_err *err)
 {
-    FILE *f = fopen(to, "wb");
-    if (!f)
-        return sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+    const char *to = name;
+    int fd = sl_file_create_at(dirfd, name, err);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return fd >= 0 ? sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno)) : -1;
+    }
     uint64_t off = 0, size = 1;
     int rc = 0;
     while (!rc && off < size) {
@@ -673,21 +683,6 @@ static void names_free(char **v, int n)
     free(v);
 }
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
 /* Weights to start from: the committed checkpoint (any cut loads from any
  * cut), or the job's initial model, or the seed's initialisation. */
 static int restore(run_ctx *r, sl_err *err)
@@ -701,16 +696,19 @@ static int restore(run_ctx *r, sl_err *err)
     if (n == 0 && want > 0)
         rc = sl_err_set(err, SL_ESTATE, "the plan starts at step %d but step %d is not committed",
                         r->start, want);
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/restore-%d", r->dir, want);
-    rm_tree(dir);
-    if (!rc && n > 0)
-        rc = sl_mkdir(dir, 0700, err);
-    for (int i = 0; !rc && i < n; i++) {
-        char to[4400];
-        snprintf(to, sizeof to, "%s/%s", dir, names[i]);
-        rc = fetch_file(r, names[i], want, to, err);
-    }
+    /* the coordinator's names become paths here: each must be a plain name */
+    for (int i = 0; !rc && i < n; i++)
+        if (sl_path_name_check(names[i], strlen(names[i]), err))
+            rc = sl_err_wrap(err, "the checkpoint of step %d lists a file", want);
+    char sub[32], dir[4200];
+    snprintf(sub, sizeof sub, "restore-%d", want);
+    snprintf(dir, sizeof dir, "%s/%s", r->dir, sub);
+    sl_dir_remove_at(r->dirfd, sub);
+    int dfd = -1;
+    if (!rc && n > 0 && (dfd = sl_dir_open(r->dirfd, sub, 0700, SL_DIR_CREATE, err)) < 0)
+        rc = -1;
+    for (int i = 0; !rc && i < n; i++)
+        rc = fetch_file(r, names[i], want, dfd, err);
     for (int k = 0; !rc && n > 0 && k < r->nlocal; k++) {
         if (want == 0) {
             char m[4400];
@@ -725,16 +723,16 @@ static int restore(run_ctx *r, sl_err *err)
     if (!rc && n > 0) {
         uint64_t bytes = 0;
         for (int i = 0; i < n; i++) {
-            char p[4400];
             struct stat sb;
-            snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-            if (stat(p, &sb) == 0)
+            if (fstatat(dfd, names[i], &sb, AT_SYMLINK_NOFOLLOW) == 0)
                 bytes += (uint64_t)sb.st_size;
         }
         sl_log_info("device: restored", "job=%s step=%d files=%d bytes=%llu seconds=%.3f", r->rt->job,
                     want, n, (unsigned long long)bytes, sl_now_s() - t0);
     }
-    rm_tree(dir);
+    if (dfd >= 0)
+        close(dfd);
+    sl_dir_remove_at(r->dirfd, sub);
     names_free(names, n);
     return rc;
 }
@@ -822,7 +820,7 @@ static void *uploader_main(void *arg)
         else
             sl_log_info("device: checkpoint part uploaded", "job=%s step=%d seconds=%.3f",
                         r->rt->job, u->step, sl_now_s() - t0);
-        rm_tree(u->dir);
+        sl_dir_remove_at(r->dirfd, u->sub);
         free(u->name);
         free(u);
         pthread_mutex_lock(&r->mu);
@@ -838,12 +836,16 @@ static int write_part(run_ctx *r, int step, sl_err *err)
 {
     upload_item *u = sl_xcalloc(1, sizeof *u);
     u->step = step;
-    snprintf(u->dir, sizeof u->dir, "%s/part-%d", r->dir, step);
-    rm_tree(u->dir);
+    snprintf(u->sub, sizeof u->sub, "part-%d", step);
+    snprintf(u->dir, sizeof u->dir, "%s/%s", r->dir, u->sub);
+    sl_dir_remove_at(r->dirfd, u->sub);
     dev_ckpt_file *files = NULL;
     int nfiles = 0;
     double t0 = sl_now_s();
-    int rc = sl_mkdir(u->dir, 0700, err) ||
+    int pfd = sl_dir_open(r->dirfd, u->sub, 0700, SL_DIR_CREATE, err);
+    if (pfd >= 0)
+        close(pfd);
+    int rc = pfd < 0 ||
              dev_ckpt_write_unit_parts(r->st, r->nlocal, r->kind, u->dir, self(r->js), &files,
                                        &nfiles, err);
     if (!rc) {
@@ -1144,6 +1146,8 @@ static void run_free(run_ctx *r)
     free(r->stages);
     if (r->ch)
         rpc_channel_destroy(r->ch);
+    if (r->dirfd >= 0)
+        close(r->dirfd);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->compute);
@@ -1168,13 +1172,32 @@ static void release_net(run_ctx *r)
     dev_net_free(n);
 }
 
+/* state/jobs/JOB, made once the signed plan named the job (fetch_plan):
+ * the job id is a name from the network, and neither directory may be a
+ * symbolic link or another user's. */
+static int job_dir(run_ctx *r, const char *job, sl_err *err)
+{
+    if (sl_path_name_check(job, strlen(job), err))
+        return sl_err_wrap(err, "job id");
+    /* the state directory is the operator's (dev_agent_open checked it) */
+    int sfd = open(state_dir(r->js), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (sfd < 0)
+        return sl_err_set(err, SL_EIO, "%s: %s", state_dir(r->js), strerror(errno));
+    int jfd = sl_dir_open(sfd, "jobs", 0700, SL_DIR_CREATE, err);
+    close(sfd);
+    if (jfd < 0)
+        return sl_err_wrap(err, "the device's jobs directory");
+    r->dirfd = sl_dir_open(jfd, job, 0700, SL_DIR_CREATE, err);
+    close(jfd);
+    if (r->dirfd < 0)
+        return sl_err_wrap(err, "the directory of job %s", job);
+    snprintf(r->dir, sizeof r->dir, "%s/jobs/%s", state_dir(r->js), job);
+    return 0;
+}
+
 static int run_job(run_ctx *r, const dev_task *t, sl_err *err)
 {
-    snprintf(r->dir, sizeof r->dir, "%s/jobs", state_dir(r->js));
-    if (sl_mkdir(r->dir, 0700, err))
-        return -1;
-    snprintf(r->dir, sizeof r->dir, "%s/jobs/%s", state_dir(r->js), t->job);
-    if (sl_mkdir(r->dir, 0700, err) || !(r->ch = channel(r->js, err)) || fetch_plan(r, t, err))
+    if (!(r->ch = channel(r->js, err)) || fetch_plan(r, t, err) || job_dir(r, t->job, err))
         return -1;
     read_plan(r);
     if (open_net(r, err) || open_stages(r, err))
@@ -1235,7 +1258,7 @@ static void *run_main(void *arg)
     snprintf(t.job, sizeof t.job, "%s", rt->job);
     snprintf(t.kind, sizeof t.kind, "run");
     t.epoch = rt->epoch;
-    run_ctx r = {.js = js, .rt = rt};
+    run_ctx r = {.js = js, .rt = rt, .dirfd = -1};
     pthread_mutex_init(&r.mu, NULL);
     pthread_mutex_init(&r.compute, NULL);
     pthread_cond_init(&r.cv, NULL);
@@ -1408,6 +1431,12 @@ static void stop_run(dev_jobs *js, const dev_task *t)
 
 void dev_jobs_task(dev_jobs *js, const dev_task *t)
 {
+    sl_err err = {0};
+    /* a job id becomes a directory name: one that cannot is refused here */
+    if (sl_path_name_check(t->job, strlen(t->job), &err)) {
+        sl_log_warn("device: task refused", "kind=%s reason=\"job id: %s\"", t->kind, err.msg);
+        return;
+    }
     pthread_mutex_lock(&js->mu);
     reap(js);
     if (!js->closing) {
