@@ -926,14 +926,14 @@ static dev_frame_hdr hdr(int dir, int codec, int dtype, uint64_t step, int mb, u
 }
 
 static int np_send_act(dev_port *p, int mb, const float *x, size_t nx, const int32_t *valid,
-                       size_t nvalid, uint64_t seq0, sl_err *err)
+                       size_t nvalid, sl_err *err)
 {
     dev_net *n = net_of(p);
     link *l = link_of(n, p->index, p->index + 1);
     if (!l || nvalid == 0 || nx % nvalid)
         return sl_err_set(err, SL_EINVAL, "stage %d sends no activation", p->index);
     uint64_t s = step_of(p);
-    dev_frame_hdr hm = hdr(DEV_DIR_MASK, DEV_CODEC_NONE, DEV_DTYPE_I32, s, mb, seq0, 1,
+    dev_frame_hdr hm = hdr(DEV_DIR_MASK, DEV_CODEC_NONE, DEV_DTYPE_I32, s, mb, 0, 1,
                            (uint32_t)nvalid, 0, 0);
     dev_frame_hdr ha = hdr(DEV_DIR_ACTIVATION, n->c.codec_act, DEV_DTYPE_F32, s, mb, 0, 2,
                            (uint32_t)nvalid, (uint32_t)(nx / nvalid), 0);
@@ -942,7 +942,7 @@ static int np_send_act(dev_port *p, int mb, const float *x, size_t nx, const int
 }
 
 static int np_recv_act(dev_port *p, int mb, float *x, size_t nx, int32_t *valid, size_t nvalid,
-                       uint64_t *seq0, sl_err *err)
+                       sl_err *err)
 {
     dev_net *n = net_of(p);
     link *l = link_of(n, p->index - 1, p->index);
@@ -950,7 +950,7 @@ static int np_recv_act(dev_port *p, int mb, float *x, size_t nx, int32_t *valid,
         return sl_err_set(err, SL_EINVAL, "stage %d receives no activation", p->index);
     uint64_t s = step_of(p);
     uint32_t dm[1] = {(uint32_t)nvalid}, da[2] = {(uint32_t)nvalid, (uint32_t)(nx / nvalid)};
-    return take(n, l, &l->down, DEV_DIR_MASK, s, mb, DEV_DTYPE_I32, dm, 1, valid, seq0, p->index,
+    return take(n, l, &l->down, DEV_DIR_MASK, s, mb, DEV_DTYPE_I32, dm, 1, valid, NULL, p->index,
                 err) ||
            take(n, l, &l->down, DEV_DIR_ACTIVATION, s, mb, DEV_DTYPE_F32, da, 2, x, NULL,
                 p->index, err);

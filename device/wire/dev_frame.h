@@ -70,7 +70,7 @@
 #include "sl_err.h"
 
 #define DEV_FRAME_MAGIC 0x52464C53u /* "SLFR" read as a little-endian u32 */
-#define DEV_FRAME_VERSION 2
+#define DEV_FRAME_VERSION 3
 #define DEV_FRAME_FIELDS_LEN 80     /* the part covered by the tags */
 #define DEV_FRAME_HDR_LEN 96        /* fields + header tag */
 #define DEV_FRAME_TAG_LEN 16        /* AEAD tag at the end of a sealed payload */
