@@ -70,6 +70,8 @@ typedef struct upload_item {
     int n;
 } upload_item;
 
+struct run_ctx;
+
 typedef struct job_rt {
     struct dev_jobs *js;
     char job[24];
@@ -79,6 +81,7 @@ typedef struct job_rt {
     int joined;
     int refs;              /* Exchange handlers inside the net */
     dev_net *net;
+    struct run_ctx *ctx;   /* the run thread's, while it runs: a stop fails it */
     int stop;
     struct job_rt *prev;   /* the run of an older epoch this one waits out */
     struct job_rt *next;
@@ -105,6 +108,9 @@ struct dev_jobs {
     job_rt *runs;
     side_job *side;
     int closing;
+    /* Exchange streams that got in but sent no hello in time, or a
+     * malformed one (those refused at the door: dev_stagesvc_counts) */
+    uint64_t no_hello, bad_hello;
 };
 
 static rpc_channel *channel(dev_jobs *js, sl_err *err) { return dev_agent_channel_new(js->o.agent, err); }
@@ -427,6 +433,8 @@ static void *side_main(void *arg)
 
 typedef struct run_ctx {
     dev_jobs *js;
+    char revoked[32];      /* a neighbour the plan names that the coordinator revoked */
+    int cancel;            /* the device or the coordinator stopped the run (rt_stop) */
     job_rt *rt;
     rpc_channel *ch;
     dev_plan pl;           /* the plan as dev_plan checked it: all a run reads of it */
@@ -480,6 +488,29 @@ static void run_fail(run_ctx *r, int code, const char *why)
     if (r->net)
         dev_net_abort(r->net, why);
     pthread_mutex_unlock(&r->mu);
+}
+
+static int run_failed(run_ctx *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int f = r->failed;
+    pthread_mutex_unlock(&r->mu);
+    return f;
+}
+
+/* Stops a run (under js->mu): its net and, while it runs, the run itself, so
+ * that no wait of its threads (a restore, an upload) outlasts one call. */
+static void rt_stop(job_rt *rt, const char *why)
+{
+    rt->stop = 1;
+    if (rt->net)
+        dev_net_abort(rt->net, why);
+    if (rt->ctx) {
+        pthread_mutex_lock(&rt->ctx->mu);
+        rt->ctx->cancel = 1;
+        pthread_mutex_unlock(&rt->ctx->mu);
+        run_fail(rt->ctx, SL_ECANCELED, why);
+    }
 }
 
 static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
@@ -572,6 +603,14 @@ static int open_net(run_ctx *r, sl_err *err)
     };
     if (!(r->net = dev_net_open(&nc, err)))
         return -1;
+    /* a plan with a neighbour the coordinator revoked is not run */
+    char peer[32];
+    for (int k = 0; dev_net_neighbour(r->net, k, peer, sizeof peer); k++)
+        if (dev_agent_is_revoked(r->js->o.agent, peer)) {
+            snprintf(r->revoked, sizeof r->revoked, "%s", peer);
+            return sl_err_set(err, SL_EAUTH, "the plan's device %s, a neighbour of this device, is "
+                              "revoked", peer);
+        }
     pthread_mutex_lock(&r->js->mu);
     r->rt->net = r->net;
     if (r->rt->stop)
@@ -621,6 +660,10 @@ static int fetch_file(run_ctx *r, const char *name, int step, int dirfd, sl_err 
     uint64_t off = 0, size = 1;
     int rc = 0;
     while (!rc && off < size) {
+        if (run_failed(r)) {
+            rc = sl_err_set(err, SL_ECANCELED, "fetching %s: the run stopped", name);
+            break;
+        }
         Skyloom__V1__FetchFileRequest q = SKYLOOM__V1__FETCH_FILE_REQUEST__INIT;
         q.device_id = (char *)self(r->js);
         q.job_id = r->rt->job;
@@ -752,6 +795,14 @@ static int upload_file(run_ctx *r, const upload_item *u, const char *name, sl_er
     crypto_generichash_init(&hs, NULL, 0, 32);
     int rc = 0;
     do {
+        pthread_mutex_lock(&r->mu);
+        int stop = r->cancel;
+        pthread_mutex_unlock(&r->mu);
+        if (stop) {
+            rc = sl_err_set(err, SL_ECANCELED, "uploading %s of step %d: the run stopped", name,
+                            u->step);
+            break;
+        }
         size_t k = fread(buf, 1, CHUNK, f);
         crypto_generichash_update(&hs, buf, k);
         uint8_t sum[32];
@@ -798,9 +849,9 @@ static void *uploader_main(void *arg)
     run_ctx *r = arg;
     for (;;) {
         pthread_mutex_lock(&r->mu);
-        while (!r->uh && !r->upload_stop)
+        while (!r->uh && !r->upload_stop && !r->cancel)
             pthread_cond_wait(&r->cv, &r->mu);
-        upload_item *u = r->uh;
+        upload_item *u = r->cancel ? NULL : r->uh;
         if (u) {
             r->uh = u->next;
             if (!r->uh)
@@ -1134,6 +1185,7 @@ static void run_free(run_ctx *r)
     while (r->uh) {
         upload_item *u = r->uh;
         r->uh = u->next;
+        sl_dir_remove_at(r->dirfd, u->sub);
         free(u->name);
         free(u);
     }
@@ -1265,9 +1317,10 @@ static void *run_main(void *arg)
     sl_err err = {0};
     /* the old epoch's stages leave first: one run of a job at a time */
     pthread_mutex_lock(&js->mu);
-    while (rt->prev && !rt->prev->finished)
+    while (rt->prev && !rt->prev->finished && !rt->stop && !js->closing)
         pthread_cond_wait(&js->cv, &js->mu);
     int stopped = rt->stop || js->closing;
+    rt->ctx = stopped ? NULL : &r;
     pthread_mutex_unlock(&js->mu);
     int rc = stopped ? sl_err_set(&err, SL_ECANCELED, "stopped before it started") : run_job(&r, &t, &err);
     pthread_mutex_lock(&js->mu);
@@ -1275,7 +1328,9 @@ static void *run_main(void *arg)
     pthread_mutex_unlock(&js->mu);
     if (rc && !stopped && err.code != SL_ESTOPPED) {
         char lost[64] = "", result[128] = "";
-        if (r.net && dev_net_lost_peer(r.net, lost, sizeof lost))
+        if (r.revoked[0])
+            snprintf(lost, sizeof lost, "%s", r.revoked);
+        if (lost[0] || (r.net && dev_net_lost_peer(r.net, lost, sizeof lost)))
             snprintf(result, sizeof result, "{\"lost\": \"%s\"}", lost);
         sl_log_error("device: job failed", "job=%s epoch=%u suspect=%s reason=\"%s\"", rt->job,
                      rt->epoch, lost[0] ? lost : "-", err.msg);
@@ -1300,6 +1355,9 @@ static void *run_main(void *arg)
         }
         sl_log_info("device: job done here", "job=%s epoch=%u received=%s", rt->job, rt->epoch, got);
     }
+    pthread_mutex_lock(&js->mu);
+    rt->ctx = NULL;
+    pthread_mutex_unlock(&js->mu);
     release_net(&r);
     run_free(&r);
     pthread_mutex_lock(&js->mu);
@@ -1394,9 +1452,7 @@ static job_rt *leave_older(dev_jobs *js, const char *job, uint32_t epoch, const 
         if (strcmp(rt->job, job) || rt->epoch >= epoch || rt->finished)
             continue;
         if (!rt->stop) {
-            rt->stop = 1;
-            if (rt->net)
-                dev_net_abort(rt->net, why);
+            rt_stop(rt, why);
             sl_log_info("device: leaving job", "job=%s epoch=%u reason=\"%s\"", rt->job, rt->epoch, why);
         }
         if (!newest || rt->epoch > newest->epoch)
@@ -1450,18 +1506,40 @@ void dev_jobs_task(dev_jobs *js, const dev_task *t)
     pthread_mutex_unlock(&js->mu);
 }
 
+int dev_jobs_admit(void *ud, const char *peer_id, rpc_status *st)
+{
+    dev_jobs *js = ud;
+    pthread_mutex_lock(&js->mu);
+    int ok = 0, closing = js->closing;
+    for (job_rt *rt = closing ? NULL : js->runs; rt && !ok; rt = rt->next)
+        ok = rt->net && !rt->finished && !rt->stop && dev_net_serves_peer(rt->net, peer_id);
+    pthread_mutex_unlock(&js->mu);
+    if (ok)
+        return RPC_OK;
+    if (closing)
+        return rpc_status_set(st, RPC_UNAVAILABLE, "this device is stopping");
+    /* the caller may be a neighbour whose plan this device has not started
+     * yet: it asks again */
+    return rpc_status_set(st, RPC_FAILED_PRECONDITION, "device %s is not the neighbour of this "
+                          "device in a plan it runs (yet)", peer_id);
+}
+
 int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *st)
 {
     dev_jobs *js = ud;
-    rpc_buf b;
     sl_err err = {0};
-    if (rpc_stream_recv(s, &b, &err) != 1)
-        return rpc_status_set(st, RPC_CANCELLED, "the stream ended before its hello");
     dev_exch_hello h;
-    int bad = dev_exch_hello_parse(b.data, b.len, &h, &err);
-    rpc_buf_free(&b);
-    if (bad)
+    int bad = dev_exch_read_hello(s, DEV_EXCH_HELLO_MS, &h, &err);
+    if (bad) {
+        pthread_mutex_lock(&js->mu);
+        uint64_t *c = bad == DEV_EXCH_NO_HELLO ? &js->no_hello : &js->bad_hello;
+        uint64_t nth = ++*c;
+        pthread_mutex_unlock(&js->mu);
+        if ((nth & (nth - 1)) == 0) /* the 1st, 2nd, 4th, 8th, ... of each kind */
+            sl_log_warn("device: Exchange stream closed", "peer=%s reason=\"%s\" count=%llu",
+                        peer_id, err.msg, (unsigned long long)nth);
         return rpc_status_set(st, dev_exch_refusal_code(bad), "%s", err.msg);
+    }
     char job[24];
     snprintf(job, sizeof job, "j%016llx", (unsigned long long)h.job);
     uint32_t epoch = h.epoch;
@@ -1484,17 +1562,49 @@ int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *
     return code;
 }
 
+void dev_jobs_revocations(dev_jobs *js)
+{
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt; rt = rt->next) {
+        if (!rt->net || rt->finished || rt->stop)
+            continue;
+        char peer[32];
+        for (int k = 0; dev_net_neighbour(rt->net, k, peer, sizeof peer); k++) {
+            if (!dev_agent_is_revoked(js->o.agent, peer))
+                continue;
+            char why[160];
+            snprintf(why, sizeof why, "the coordinator revoked device %s, a neighbour of this "
+                     "device in the plan", peer);
+            sl_log_warn("device: leaving job", "job=%s epoch=%u reason=\"%s\"", rt->job,
+                        rt->epoch, why);
+            /* the peer is named first, then the run fails: its report says
+             * which neighbour, and every stream of the net is closed */
+            dev_net_abort_peer(rt->net, peer, why);
+            if (rt->ctx)
+                run_fail(rt->ctx, SL_EAUTH, why);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&js->mu);
+}
+
+void dev_jobs_counts(dev_jobs *js, uint64_t *no_hello, uint64_t *bad_hello)
+{
+    pthread_mutex_lock(&js->mu);
+    *no_hello = js->no_hello;
+    *bad_hello = js->bad_hello;
+    pthread_mutex_unlock(&js->mu);
+}
+
 void dev_jobs_stop(dev_jobs *js)
 {
     if (!js)
         return;
     pthread_mutex_lock(&js->mu);
     js->closing = 1;
-    for (job_rt *rt = js->runs; rt; rt = rt->next) {
-        rt->stop = 1;
-        if (rt->net)
-            dev_net_abort(rt->net, "the device is stopping");
-    }
+    pthread_cond_broadcast(&js->cv);
+    for (job_rt *rt = js->runs; rt; rt = rt->next)
+        rt_stop(rt, "the device is stopping");
     while (js->runs || js->side) {
         job_rt *rt = js->runs;
         side_job *s = js->side;

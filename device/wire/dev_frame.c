@@ -13,7 +13,7 @@
 static const char *const reason_names[DEV_FR_NREASONS] = {
     "ok", "truncated", "bad magic", "bad version", "bad header", "bad shape", "oversized",
     "length mismatch", "seal mismatch", "misrouted", "tampered header", "tampered payload",
-    "replay", "too old", "bad payload", "capacity", "other epoch",
+    "replay", "too old", "bad payload", "capacity", "other epoch", "queue full",
 };
 
 const char *dev_frame_reason_name(int reason)

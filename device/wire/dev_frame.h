@@ -135,6 +135,8 @@ enum dev_frame_reason {
     DEV_FR_BAD_PAYLOAD,     /* invalid codec data (bad scale, index), abort text not UTF-8 */
     DEV_FR_CAPACITY,        /* caller's buffer smaller than the tensor */
     DEV_FR_EPOCH,           /* the frame's plan epoch is not the link's */
+    DEV_FR_QUEUE_FULL,      /* the receiver's queue for the link holds its most bytes already
+                             * (dev_net; never from the decoders) */
     DEV_FR_NREASONS
 };
 const char *dev_frame_reason_name(int reason);
