@@ -532,6 +532,11 @@ static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
              cert_verify_signed(ca, ca_len, (const char *)sp->coordinator_cert.data,
                                 sp->coordinator_cert.len, sp->plan.data, sp->plan.len,
                                 sp->signature.data, sp->signature.len, err);
+    /* a signer older than the newest coordinator certificate this device
+     * has seen holds a rotated-out key */
+    if (!rc && dev_agent_plan_signer(r->js->o.agent, (const char *)sp->coordinator_cert.data,
+                                     sp->coordinator_cert.len, err))
+        rc = -1;
     if (rc)
         sl_err_wrap(err, "the plan of job %s is refused", t->job);
     if (!rc && dev_plan_parse((const char *)sp->plan.data, sp->plan.len, self(r->js), &r->pl, err))
