@@ -166,7 +166,7 @@ int cmd_device(int argc, char **argv)
     }
     if (a && stage_listen) {
         dev_stagesvc_opts so = {.listen = stage_listen, .state = o.state,
-                                .exchange = dev_jobs_exchange, .ud = jobs,
+                                .exchange = dev_jobs_exchange, .admit = dev_jobs_admit, .ud = jobs,
                                 .revoked = dev_agent_is_revoked, .revoked_ud = a};
         int port = 0;
         if (!(stage = dev_stagesvc_start(&so, &port, &err))) {
@@ -211,6 +211,8 @@ int cmd_device(int argc, char **argv)
                     break;
                 }
             }
+            if (code == RPC_OK && stage)
+                dev_jobs_revocations(jobs); /* the reply's revoked list is the latest */
             dev_task *tasks;
             int nt;
             dev_agent_take_tasks(a, &tasks, &nt);
@@ -238,6 +240,15 @@ int cmd_device(int argc, char **argv)
         }
     }
     dev_jobs_stop(jobs); /* the jobs' streams end, so the Stage service can stop */
+    if (stage) {
+        rpc_stream_counts sc;
+        uint64_t no_hello, bad_hello;
+        dev_stagesvc_counts(stage, &sc);
+        dev_jobs_counts(jobs, &no_hello, &bad_hello);
+        sl_log_info("device: Exchange streams refused", "not_admitted=%ld over_peer_cap=%ld "
+                    "server_full=%ld no_hello=%llu bad_hello=%llu", sc.admit, sc.per_peer, sc.full,
+                    (unsigned long long)no_hello, (unsigned long long)bad_hello);
+    }
     if (dev_stagesvc_stop(stage) != 0) {
         sl_log_error("device: exiting with a Stage call still running", "%s", "");
         fflush(NULL);

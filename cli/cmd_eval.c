@@ -132,7 +132,7 @@ int cmd_eval(int argc, char **argv)
             sl_cli_fail("eval", 1, "%s", err.msg);
             goto out;
         }
-        dev_batch b = dev_batch_of(&mb, seq0);
+        dev_batch b = dev_batch_of(&mb);
         if (dev_train_eval(tr, &b, &s, &m, &err)) {
             sl_cli_fail("eval", 1, "%s", err.msg);
             goto out;

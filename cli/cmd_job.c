@@ -23,6 +23,7 @@
 #include "skyloom.pb-c.h"
 #include "sl_file.h"
 #include "sl_mem.h"
+#include "sl_path.h"
 #include "sl_time.h"
 
 /* One usage text per job command: `skyloom job CMD --help` prints CMD's,
@@ -762,11 +763,18 @@ static int trace(client *c, const char *id, const char *svg, int json)
 
 /* ---- export ------------------------------------------------------------------ */
 
-static int fetch(client *c, const char *id, int step, const char *name, const char *to, sl_err *err)
+/* Fetches a committed file into dirfd/name (a name sl_path_name_check
+ * accepted, in a directory sl_dir_open checked). */
+static int fetch(client *c, const char *id, int step, const char *name, int dirfd, sl_err *err)
 {
-    FILE *f = fopen(to, "wb");
-    if (!f)
-        return sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+    const char *to = name;
+    int fd = sl_file_create_at(dirfd, name, err);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return fd >= 0 ? sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno)) : -1;
+    }
     uint64_t off = 0, size = 1;
     int rc = 0;
     while (!rc && off < size) {
@@ -825,6 +833,8 @@ static int no_commit(client *c, const char *id)
 static int export_job(client *c, const char *id, const char *out)
 {
     sl_err err = {0};
+    if (sl_path_name_check(id, strlen(id), &err))
+        return sl_cli_fail("job", 2, "export: job id: %s", err.msg);
     Skyloom__V1__FetchFileRequest q = SKYLOOM__V1__FETCH_FILE_REQUEST__INIT;
     q.device_id = "";
     q.job_id = (char *)id;
@@ -846,18 +856,28 @@ static int export_job(client *c, const char *id, const char *out)
         rpc_unpacked_free(r);
         return no_commit(c, id);
     }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s/.export-%s", out, id);
+    /* the coordinator's file names become paths: every one must be a plain
+     * name before anything is written */
+    for (size_t i = 0; i < r->n_names; i++)
+        if (sl_path_name_check(r->names[i], strlen(r->names[i]), &err)) {
+            sl_err_wrap(&err, "the coordinator lists a file of job %s", id);
+            rpc_unpacked_free(r);
+            return sl_cli_fail("job", 1, "export: %s", err.msg);
+        }
+    char tmp[4200], sub[300];
+    snprintf(sub, sizeof sub, ".export-%s", id);
+    snprintf(tmp, sizeof tmp, "%s/%s", out, sub);
     dev_stage *s = NULL;
     dev_config cfg;
-    if (sl_mkdir(out, 0755, &err) || sl_mkdir(tmp, 0700, &err))
+    /* the files wait in OUT/.export-JOB: not a link, not another user's (OUT
+     * may be a shared directory such as /tmp) */
+    int ofd = -1, tfd = -1;
+    if ((ofd = sl_dir_open(AT_FDCWD, out, 0755, SL_DIR_CREATE, &err)) < 0 ||
+        (tfd = sl_dir_open(ofd, sub, 0700, SL_DIR_CREATE, &err)) < 0)
         goto fail;
-    for (size_t i = 0; i < r->n_names; i++) {
-        char to[4400];
-        snprintf(to, sizeof to, "%s/%s", tmp, r->names[i]);
-        if (fetch(c, id, step, r->names[i], to, &err))
+    for (size_t i = 0; i < r->n_names; i++)
+        if (fetch(c, id, step, r->names[i], tfd, &err))
             goto fail;
-    }
     char p[4400], m[4400];
     snprintf(p, sizeof p, "%s/config.json", tmp);
     if (dev_config_load(&cfg, p, &err))
@@ -886,12 +906,14 @@ fail:
     if (status)
         sl_cli_fail("job", 1, "export: %s", err.msg);
     dev_stage_free(s);
-    for (size_t i = 0; i < r->n_names; i++) {
-        char f[4400];
-        snprintf(f, sizeof f, "%s/%s", tmp, r->names[i]);
-        unlink(f);
+    if (tfd >= 0) {
+        for (size_t i = 0; i < r->n_names; i++)
+            unlinkat(tfd, r->names[i], 0);
+        close(tfd);
+        unlinkat(ofd, sub, AT_REMOVEDIR);
     }
-    rmdir(tmp);
+    if (ofd >= 0)
+        close(ofd);
     rpc_unpacked_free(r);
     return status;
 }

@@ -793,36 +793,58 @@ static int report_task(call *k)
 HANDLER(coord_handle_report_task, "ReportTaskRequest", skyloom__v1__report_task_request__descriptor,
         COORD_ALLOW_DEVICE, 1, COORD_MEMBER_OWNER | COORD_MEMBER_CAND | COORD_MEMBER_STAGE, report_task)
 
+/* The plan signed by the coordinator's key of now, with its certificate of
+ * now: a key that a rotation replaced signs nothing a device is handed from
+ * then on (devices refuse a signer older than the newest coordinator
+ * certificate their heartbeats brought). The key and the certificate are
+ * read one after the other; a rotation between the two reads is caught by
+ * checking the signature against that certificate, and both are read
+ * again. */
+static int sign_current(coord *c, const char *plan, char **crt, size_t *crt_len, uint8_t **sig,
+                        size_t *sig_len, sl_err *err)
+{
+    char *crt_path = path_of(c->pki, "coordinator.crt"), *key_path = path_of(c->pki, "coordinator.key");
+    const char *ca = cert_ca_pem(c->ca);
+    int rc = -1;
+    for (int attempt = 0; attempt < 3 && rc; attempt++) {
+        free(*crt);
+        free(*sig);
+        *crt = NULL;
+        *sig = NULL;
+        if (sl_read_file(crt_path, 1 << 20, crt, crt_len, err) ||
+            cert_sign_data(key_path, plan, strlen(plan), sig, sig_len, err))
+            break;
+        rc = cert_verify_signed(ca, strlen(ca), *crt, *crt_len, plan, strlen(plan), *sig, *sig_len,
+                                err);
+    }
+    free(crt_path);
+    free(key_path);
+    return rc;
+}
+
 static int get_plan(call *k)
 {
     const Skyloom__V1__GetPlanRequest *r = k->req;
     coord_jobs *j = k->j;
-    char *crt = NULL, *crt_path = path_of(k->c->pki, "coordinator.crt");
+    char *crt = NULL;
     size_t crt_len = 0;
     sl_err err = {0};
     int code = RPC_OK;
-    if (sl_read_file(crt_path, 1 << 20, &crt, &crt_len, &err))
-        code = rpc_status_set(k->st, RPC_INTERNAL, "%s", err.msg);
-    free(crt_path);
     char *plan = NULL;
     uint8_t *sig = NULL;
     size_t sig_len = 0;
-    if (code == RPC_OK) {
-        pthread_mutex_lock(&j->mu);
-        const coord_job *sm = k->jb ? &k->jb->sm : NULL;
-        if (!sm || !sm->plan.text) {
-            code = rpc_status_set(k->st, RPC_NOT_FOUND, "job '%.40s' has no plan", r->job_id);
-        } else if (coord_job_stage_of(sm, r->device_id) < 0) {
-            code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage in job %s",
-                                  r->device_id, sm->id);
-        } else {
-            plan = sl_xstrdup(sm->plan.text);
-            sig = sl_xmalloc(sm->plan.sig_len + 1);
-            memcpy(sig, sm->plan.sig, sm->plan.sig_len);
-            sig_len = sm->plan.sig_len;
-        }
-        pthread_mutex_unlock(&j->mu);
-    }
+    pthread_mutex_lock(&j->mu);
+    const coord_job *sm = k->jb ? &k->jb->sm : NULL;
+    if (!sm || !sm->plan.text)
+        code = rpc_status_set(k->st, RPC_NOT_FOUND, "job '%.40s' has no plan", r->job_id);
+    else if (coord_job_stage_of(sm, r->device_id) < 0)
+        code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage in job %s",
+                              r->device_id, sm->id);
+    else
+        plan = sl_xstrdup(sm->plan.text);
+    pthread_mutex_unlock(&j->mu);
+    if (code == RPC_OK && sign_current(k->c, plan, &crt, &crt_len, &sig, &sig_len, &err))
+        code = rpc_status_set(k->st, RPC_INTERNAL, "signing the plan: %s", err.msg);
     if (code == RPC_OK) {
         Skyloom__V1__SignedPlan out = SKYLOOM__V1__SIGNED_PLAN__INIT;
         out.plan.data = (uint8_t *)plan;

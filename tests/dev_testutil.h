@@ -42,10 +42,10 @@ static inline void dt_make_batch(dt_batch *b, int B, int T, int V, uint64_t stre
     }
 }
 
-static inline dev_batch dt_view(const dt_batch *b, uint64_t seq0)
+static inline dev_batch dt_view(const dt_batch *b)
 {
     dev_batch d = {.B = b->B, .T = b->T, .tokens = b->tok, .segments = b->seg,
-                   .valid = b->valid, .labels = b->lab, .seq0 = seq0};
+                   .valid = b->valid, .labels = b->lab};
     return d;
 }
 

@@ -196,24 +196,24 @@ static int check_batch(const dev_pipe *pp, const dev_batch *b, sl_err *err)
 }
 
 /* What the stage's forward and backward of micro-batch j see. On stage 0 it
- * comes from the batch, elsewhere from the received mask and seq0 and (on
- * the last stage) the labels received at the start of the step. */
-static dev_micro micro_of(const dev_pipe *pp, const dev_batch *b, int j, int slot, uint64_t seq0,
-                          uint64_t step, float scale, int train)
+ * comes from the batch, elsewhere from the received mask and (on the last
+ * stage) the labels received at the start of the step. Dropout is keyed by
+ * what every stage knows without being told: the step, and the place of the
+ * micro-batch's first sequence in it (j * Bm). */
+static dev_micro micro_of(const dev_pipe *pp, const dev_batch *b, int j, int slot, uint64_t step,
+                          float scale, int train)
 {
     size_t off = (size_t)j * pp->nmask;
-    dev_micro mb = {.B = pp->Bm, .T = pp->c.T, .step = step, .seed = pp->c.seed,
-                    .loss_scale = scale, .train = train};
+    dev_micro mb = {.B = pp->Bm, .T = pp->c.T, .seq0 = (uint64_t)j * pp->Bm, .step = step,
+                    .seed = pp->c.seed, .loss_scale = scale, .train = train};
     if (pp->first) {
         mb.tokens = b->tokens + off;
         mb.segments = b->segments ? b->segments + off : NULL;
         mb.valid = b->valid + off;
         mb.labels = b->labels + off;
-        mb.seq0 = b->seq0 + (uint64_t)j * pp->Bm;
     } else {
         mb.valid = pp->valid + (size_t)slot * pp->nmask;
         mb.labels = pp->labels ? pp->labels + off : NULL;
-        mb.seq0 = seq0;
     }
     return mb;
 }
@@ -269,7 +269,6 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
                    double *loss, int *masked, sl_err *err)
 {
     dev_port *port = pp->port;
-    uint64_t seq0 = 0;
     for (int k = 0; k < pp->nops; k++) {
         const bal_op *op = &pp->ops[k];
         int j = op->mb, slot = j % pp->slots;
@@ -282,10 +281,10 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
         switch (op->kind) {
         case BAL_OP_RECV_ACT:
             rc = port->ops->recv_act(port, j, pp->in, pp->nact, pp->valid + (size_t)slot * pp->nmask,
-                                     pp->nmask, &seq0, err);
+                                     pp->nmask, err);
             break;
         case BAL_OP_FWD: {
-            pp->mb[slot] = micro_of(pp, b, j, slot, seq0, step, scale, train);
+            pp->mb[slot] = micro_of(pp, b, j, slot, step, scale, train);
             double l = 0;
             int n = 0;
             compute_begin(pp, &t0);
@@ -296,8 +295,7 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
             break;
         }
         case BAL_OP_SEND_ACT:
-            rc = port->ops->send_act(port, j, pp->out, pp->nact, pp->mb[slot].valid, pp->nmask,
-                                     pp->mb[slot].seq0, err);
+            rc = port->ops->send_act(port, j, pp->out, pp->nact, pp->mb[slot].valid, pp->nmask, err);
             break;
         case BAL_OP_RECV_GRAD:
             rc = port->ops->recv_grad(port, j, pp->gin, pp->nact, err);

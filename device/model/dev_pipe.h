@@ -28,7 +28,6 @@
 typedef struct dev_batch {
     int B, T;
     const int32_t *tokens, *segments, *valid, *labels; /* (B,T) */
-    uint64_t seq0; /* global index of the batch's first sequence (dropout keys) */
 } dev_batch;
 
 typedef struct dev_step_info {

@@ -75,7 +75,7 @@ int dev_feed_batch(dev_feed *f, int step, dev_batch *b, sl_err *err)
     if (dev_mlm_make_rows(f->shard, &f->sp, f->vocab, f->o.mask_prob, f->o.seed, f->rows,
                           f->epochs, &f->mb, err))
         return -1;
-    *b = dev_batch_of(&f->mb, seq0);
+    *b = dev_batch_of(&f->mb);
     return 0;
 }
 

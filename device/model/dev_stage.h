@@ -37,7 +37,7 @@
 typedef struct dev_micro {
     int B, T;
     const int32_t *tokens, *segments, *valid, *labels; /* (B,T); segments may be NULL */
-    uint64_t seq0;    /* global index of the micro-batch's first sequence (dropout keys) */
+    uint64_t seq0;    /* the place in its step of the micro-batch's first sequence (dropout keys) */
     uint64_t step;    /* optimizer step (dropout keys) */
     uint64_t seed;    /* run seed (dropout keys) */
     float loss_scale; /* 1 / masked tokens in the WHOLE batch */

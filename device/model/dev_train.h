@@ -52,10 +52,10 @@ int dev_train_step(dev_train *tr, const dev_batch *b, const dev_optim *o, dev_st
 int dev_train_eval(dev_train *tr, const dev_batch *b, double *loss_sum, int *masked, sl_err *err);
 
 /* A batch from the data part (dev_mlm.h) seen as a dev_batch. */
-static inline dev_batch dev_batch_of(const dev_mlm_batch *m, uint64_t seq0)
+static inline dev_batch dev_batch_of(const dev_mlm_batch *m)
 {
     dev_batch b = {.B = m->B, .T = m->T, .tokens = m->tokens, .segments = m->segments,
-                   .valid = m->valid, .labels = m->labels, .seq0 = seq0};
+                   .valid = m->valid, .labels = m->labels};
     return b;
 }
 /* Refuses a shard the model cannot read: ids beyond vocab_size, sequences
