@@ -71,5 +71,17 @@ int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const cha
  * same step. */
 int dev_run_resume(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *dir,
                    int new_schedule, sl_err *err);
+/* The same for a federation, replica r reading f[r] (nf = its replicas):
+ * besides replica 0's model, optimizer state and data.json, each other
+ * owner's data.replica-R.json, fed.json (the federation's options, checked
+ * on resume like the others) and fed.safetensors (under outer:H each other
+ * replica's parameters and moments, theta_outer and its momentum; with a
+ * lossy codec every replica's error-feedback residuals), in the layout of
+ * docs/federation.md. A resumed federation continues bit for bit, under any
+ * cuts. */
+int dev_run_save_feeds(dev_train *tr, const dev_optim *o, const dev_feed *const *f, int nf,
+                       const char *root, int step, char *out, size_t outn, sl_err *err);
+int dev_run_resume_feeds(dev_train *tr, const dev_optim *o, const dev_feed *const *f, int nf,
+                         const char *dir, int new_schedule, sl_err *err);
 
 #endif
