@@ -16,6 +16,7 @@
  *   SGD(nesterov=True) (tests/ref/diloco_ref.py).
  * - Checkpoints: a run saved at any step (mid-interval too) and resumed
  *   under other cuts equals the uninterrupted run. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@
 #include "dev_sync.h"
 #include "dev_testutil.h"
 #include "kn_testutil.h"
+#include "sl_config.h"
 #include "sl_rng.h"
 
 static const dev_config cfg = {.hidden = 32, .layers = 3, .heads = 2, .intermediate = 48,
@@ -274,10 +276,336 @@ static void test_one(void)
     }
 }
 
+/* A normal-ish number from the counter RNG. */
+static float rnd(uint64_t stream, uint64_t i)
+{
+    float u = sl_rng_uniform(99, stream, 2 * i), v = sl_rng_uniform(99, stream, 2 * i + 1);
+    return (u + v - 1.0f) * 1.7f;
+}
+
+/* The weighted average: dev_sync_combine against a long-double sum of the
+ * decoded payloads, for three replicas of unequal weights. */
+static void test_combine(void)
+{
+    enum { N = 4096, COLS = 64, R = 3 };
+    static const int batch[R] = {5, 3, 3};
+    static const char *codecs[] = {"none", "fp16", "int8", "topk:0.1"};
+    for (size_t ci = 0; ci < sizeof codecs / sizeof codecs[0]; ci++) {
+        dev_fed_cfg f;
+        fed_of(&f, DEV_SYNC_STEP, 1, codecs[ci]);
+        dev_sync_weights(&f.sync, batch, R);
+        size_t len = dev_sync_payload_len(&f.sync, N, COLS), k = dev_sync_k(&f.sync, N);
+        float *x = malloc(N * sizeof *x), *dec = malloc((size_t)R * N * sizeof *dec);
+        float *out = malloc(N * sizeof *out), *scratch = malloc((size_t)R * N * sizeof *scratch);
+        uint8_t *pay[R];
+        sl_err err = {0};
+        for (int r = 0; r < R; r++) {
+            for (size_t i = 0; i < N; i++) /* magnitudes over six decades */
+                x[i] = rnd((uint64_t)r, i) * powf(10.0f, (float)(i % 7) - 4.0f);
+            pay[r] = malloc(len);
+            CHECKF(dev_codec_encode(f.sync.codec, x, N, COLS, k, NULL, pay[r], &err) == 0 &&
+                   dev_codec_decode(f.sync.codec, pay[r], N, COLS, k, dec + (size_t)r * N, &err) == 0,
+                   "%s", err.msg);
+        }
+        CHECKF(dev_sync_combine(&f.sync, (const uint8_t *const *)pay, N, COLS, out, scratch, &err) == 0,
+               "%s", err.msg);
+        double worst = 0;
+        int exact = 1;
+        for (size_t i = 0; i < N; i++) {
+            long double ref = 0;
+            double same = 0;
+            for (int r = 0; r < R; r++) {
+                ref += (long double)batch[r] / 11.0L * dec[(size_t)r * N + i];
+                same += f.sync.weight[r] * (double)dec[(size_t)r * N + i];
+            }
+            exact &= out[i] == (float)same;
+            float fr = (float)ref;
+            double ulp = nextafterf(fabsf(fr), INFINITY) - fabsf(fr);
+            double e = ref == 0 ? fabs(out[i]) : fabsl((long double)out[i] - ref) / ulp;
+            worst = e > worst ? e : worst;
+        }
+        CHECKF(exact, "%s: not the double sum rounded once", codecs[ci]);
+        CHECKF(worst <= 0.5001, "%s: %.4f ulp from the long-double weighted sum", codecs[ci], worst);
+        printf("    %-9s within %.3f ulp of the long-double weighted sum (%zu payload bytes of %d floats)\n",
+               codecs[ci], worst, len, N);
+        /* a payload that does not decode is refused, naming its replica */
+        if (f.sync.codec == DEV_CODEC_INT8) {
+            pay[1][4 * (N / COLS) + 5] = 0x80;
+            CHECK(dev_sync_combine(&f.sync, (const uint8_t *const *)pay, N, COLS, out, scratch, &err) == -1 &&
+                  strstr(err.msg, "replica 1"));
+        }
+        for (int r = 0; r < R; r++)
+            free(pay[r]);
+        free(x);
+        free(dec);
+        free(out);
+        free(scratch);
+    }
+}
+
+/* Error feedback, one replica (whose result is its own decoded payload):
+ * each step's residual against (x + e) - decoded in float64, and over the
+ * steps nothing lost: sum of what was sent + the last residual = sum of the
+ * inputs. */
+static void test_feedback(void)
+{
+    static const char *codecs[] = {"fp16", "bf16", "int8", "topk:0.1", "topk:0.01"};
+    enum { STEPS = 6 };
+    int head = dev_unit_head(&cfg);
+    for (size_t ci = 0; ci < sizeof codecs / sizeof codecs[0]; ci++) {
+        sl_err err = {0};
+        dev_fed_cfg f;
+        fed_of(&f, DEV_SYNC_STEP, 1, codecs[ci]);
+        int one = 1;
+        dev_sync_hub *hub = dev_sync_hub_create(&f.sync, &one, &err);
+        dev_stage *st = dev_stage_create(&cfg, 0, head, 2, T, 1, 7, NULL, 0, &err);
+        dev_fed *fd = st && hub ? dev_fed_create(st, &f, dev_sync_hub_member(hub, 0, 0), &err) : NULL;
+        CHECKF(fd != NULL, "%s", err.msg);
+        if (!fd)
+            continue;
+        CHECK(dev_fed_begin(fd, &err) == 0);
+        size_t np;
+        float *g = dev_stage_grads(st, &np), *e = dev_fed_residual(fd);
+        CHECK(e != NULL);
+        double *in = calloc(np, sizeof *in), *sent = calloc(np, sizeof *sent), scale = 0;
+        float *eprev = malloc(np * sizeof *eprev), *x = malloc(np * sizeof *x);
+        double worst_step = 0;
+        int nt;
+        const dev_tensor *t = dev_stage_tensors(st, &nt);
+        for (int s = 1; s <= STEPS; s++) {
+            memcpy(eprev, e, np * sizeof *e);
+            for (int k = 0; k < nt; k++)
+                for (size_t i = t[k].offset; i < t[k].offset + t[k].numel; i++) {
+                    x[i] = g[i] = rnd(1000 + (uint64_t)s, i) * 1e-3f;
+                    scale = fabs(x[i]) > scale ? fabs(x[i]) : scale;
+                }
+            CHECKF(dev_fed_grads(fd, (uint64_t)s, &err) == 0, "%s: %s", codecs[ci], err.msg);
+            for (int k = 0; k < nt; k++) {
+                size_t sent_k = 0;
+                for (size_t i = t[k].offset; i < t[k].offset + t[k].numel; i++) {
+                    double y = (double)x[i] + (double)eprev[i], want = y - (double)g[i];
+                    double tol = 2 * FLT_EPSILON * (fabs(y) + fabs((double)g[i])) + 1e-30;
+                    double d = fabs((double)e[i] - want) / tol;
+                    worst_step = d > worst_step ? d : worst_step;
+                    in[i] += x[i];
+                    sent[i] += g[i];
+                    sent_k += g[i] != 0.0f;
+                }
+                if (f.sync.codec == DEV_CODEC_TOPK)
+                    CHECKF(sent_k <= dev_sync_k(&f.sync, t[k].numel), "%s: %s sent %zu of %zu",
+                           codecs[ci], t[k].name, sent_k, t[k].numel);
+            }
+        }
+        double lost = 0;
+        for (int k = 0; k < nt; k++)
+            for (size_t i = t[k].offset; i < t[k].offset + t[k].numel; i++) {
+                double l = fabs(sent[i] + e[i] - in[i]);
+                lost = l > lost ? l : lost;
+            }
+        CHECKF(worst_step <= 1.0, "%s: a residual %.3g of its rounding bound from float64", codecs[ci],
+               worst_step);
+        CHECKF(lost <= 1e-5 * scale * STEPS, "%s: %.3g lost over %d steps", codecs[ci], lost, STEPS);
+        printf("    %-9s residual within %.2f of its rounding bound; over %d steps sent + residual - "
+               "inputs = %.2g (inputs up to %.2g)\n", codecs[ci], worst_step, STEPS, lost, scale);
+        free(in);
+        free(sent);
+        free(eprev);
+        free(x);
+        dev_fed_free(fd);
+        dev_stage_free(st);
+        dev_sync_hub_free(hub);
+    }
+}
+
+typedef struct outer_job {
+    dev_fed *f;
+    uint64_t step;
+    int rc;
+    sl_err err;
+} outer_job;
+
+static void *outer_thread(void *arg)
+{
+    outer_job *j = arg;
+    j->rc = dev_fed_outer(j->f, j->step, &j->err);
+    return NULL;
+}
+
+/* Two outer steps of two replicas (weights 2/3 and 1/3), each moved
+ * apart before them, against float64 and against PyTorch's
+ * SGD(nesterov=True) on the pseudo-gradient (tests/ref/diloco_ref.py). */
+static void test_outer_step(void)
+{
+    enum { R = 2, ROUNDS = 2 };
+    static const int batch[R] = {4, 2};
+    int head = dev_unit_head(&cfg);
+    sl_err err = {0};
+    dev_fed_cfg f;
+    fed_of(&f, DEV_SYNC_OUTER, 3, "none");
+    f.outer_lr = 0.7f;
+    f.outer_momentum = 0.9f;
+    dev_sync_weights(&f.sync, batch, R);
+    int ones[R] = {1, 1};
+    dev_sync_hub *hub = dev_sync_hub_create(&f.sync, ones, &err);
+    dev_stage *st[R];
+    dev_fed *fd[R];
+    for (int r = 0; r < R; r++) {
+        st[r] = dev_stage_create(&cfg, 0, head, 2, T, 1, 7, NULL, 0, &err);
+        fd[r] = dev_fed_create(st[r], &f, dev_sync_hub_member(hub, r, 0), &err);
+        CHECKF(fd[r] && dev_fed_begin(fd[r], &err) == 0, "%s", err.msg);
+        if (!fd[r])
+            return;
+    }
+    size_t np;
+    dev_stage_params(st[0], &np);
+    int nt;
+    const dev_tensor *t = dev_stage_tensors(st[0], &nt);
+    char dir[] = "/tmp/skyloom-diloco-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/outer.in", dir);
+    FILE *in = fopen(path, "wb");
+    int32_t hdr[3] = {(int32_t)np, R, ROUNDS};
+    double lrmu[2] = {f.outer_lr, f.outer_momentum};
+    fwrite(hdr, sizeof hdr, 1, in);
+    fwrite(f.sync.weight, sizeof(double), R, in);
+    fwrite(lrmu, sizeof lrmu, 1, in);
+    fwrite(dev_fed_outer_params(fd[0]), sizeof(float), np, in);
+    /* float64 reference of the outer parameters and momentum */
+    double *th = malloc(np * sizeof *th), *v = calloc(np, sizeof *v);
+    for (size_t i = 0; i < np; i++)
+        th[i] = dev_fed_outer_params(fd[0])[i];
+    float *ours = malloc((size_t)ROUNDS * np * sizeof *ours);
+    double worst = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        double *D = calloc(np, sizeof *D);
+        for (int r = 0; r < R; r++) {
+            float *p = dev_stage_params(st[r], NULL);
+            for (int k = 0; k < nt; k++) /* what H inner steps might have done */
+                for (size_t i = t[k].offset; i < t[k].offset + t[k].numel; i++) {
+                    p[i] += rnd(500 + 10 * (uint64_t)round + (uint64_t)r, i) * 1e-3f;
+                    D[i] += f.sync.weight[r] * (th[i] - (double)p[i]);
+                }
+            fwrite(p, sizeof(float), np, in);
+        }
+        outer_job job[R];
+        pthread_t tid[R];
+        for (int r = 0; r < R; r++) {
+            job[r] = (outer_job){.f = fd[r], .step = 3 * ((uint64_t)round + 1)};
+            pthread_create(&tid[r], NULL, outer_thread, &job[r]);
+        }
+        for (int r = 0; r < R; r++) {
+            pthread_join(tid[r], NULL);
+            CHECKF(job[r].rc == 0, "%s", job[r].err.msg);
+        }
+        const float *p0 = dev_stage_params(st[0], NULL);
+        CHECK(kt_bitwise_equal(p0, dev_stage_params(st[1], NULL), np));
+        CHECK(kt_bitwise_equal(p0, dev_fed_outer_params(fd[1]), np));
+        memcpy(ours + (size_t)round * np, p0, np * sizeof(float));
+        for (int k = 0; k < nt; k++)
+            for (size_t i = t[k].offset; i < t[k].offset + t[k].numel; i++) {
+                v[i] = f.outer_momentum * v[i] + D[i];
+                double step = f.outer_lr * (D[i] + f.outer_momentum * v[i]);
+                th[i] -= step;
+                /* a few roundings a round, carried over from the last */
+                double e = fabs((double)p0[i] - th[i]) / (16 * FLT_EPSILON * (fabs(th[i]) + fabs(step)) + 1e-30);
+                worst = e > worst ? e : worst;
+            }
+        free(D);
+    }
+    fclose(in);
+    CHECKF(worst <= 1.0, "outer step %.3g of 16 ulp from float64", worst);
+    printf("    two outer steps within %.2f of 16 ulp of float64; replicas bitwise equal\n",
+           worst);
+    const char *py = getenv("SKYLOOM_PYTHON");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s/tests/ref/diloco_ref.py %s", py ? py : "/usr/bin/python3",
+             SKYLOOM_SOURCE_ROOT, dir);
+    int rc = system(cmd);
+    CHECKF(rc == 0, "reference script failed (%d): is python3-torch installed? (make deps)", rc);
+    snprintf(path, sizeof path, "%s/outer.out", dir);
+    FILE *out = rc == 0 ? fopen(path, "rb") : NULL;
+    float *want = malloc((size_t)ROUNDS * np * sizeof *want);
+    if (out && fread(want, sizeof(float), (size_t)ROUNDS * np, out) == (size_t)ROUNDS * np) {
+        for (int round = 0; round < ROUNDS; round++) {
+            double e = 0, big = 0;
+            for (int k = 0; k < nt; k++)
+                for (size_t i = t[k].offset; i < t[k].offset + t[k].numel; i++) {
+                    size_t at = (size_t)round * np + i;
+                    e = fmax(e, fabs((double)ours[at] - want[at]));
+                    big = fmax(big, fabs((double)want[at]));
+                }
+            CHECKF(e <= 1e-6 * big, "outer step %d: %.3g from torch (largest %.3g)", round + 1, e, big);
+            printf("    outer step %d: max |ours - torch SGD(nesterov)| = %.3g (largest value %.3g)\n",
+                   round + 1, e, big);
+        }
+    } else
+        CHECKF(0, "no %s", path);
+    if (out)
+        fclose(out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    free(want);
+    free(ours);
+    free(th);
+    free(v);
+    for (int r = 0; r < R; r++) {
+        dev_fed_free(fd[r]);
+        dev_stage_free(st[r]);
+    }
+    dev_sync_hub_free(hub);
+}
+
+static void *grads_thread(void *arg)
+{
+    outer_job *j = arg;
+    j->rc = dev_fed_grads(j->f, j->step, &j->err);
+    return NULL;
+}
+
+/* Replicas whose tensors disagree (another hidden size) fail the round,
+ * both of them, naming the tensor, instead of waiting or mixing them. */
+static void test_mismatch(void)
+{
+    sl_err err = {0};
+    dev_fed_cfg f;
+    fed_of(&f, DEV_SYNC_STEP, 1, "none");
+    int b[2] = {2, 2}, ones[2] = {1, 1};
+    dev_sync_weights(&f.sync, b, 2);
+    dev_config wide = cfg;
+    wide.hidden = 48;
+    wide.heads = 3;
+    dev_sync_hub *hub = dev_sync_hub_create(&f.sync, ones, &err);
+    dev_stage *s0 = dev_stage_create(&cfg, 0, dev_unit_head(&cfg), 2, T, 1, 7, NULL, 0, &err);
+    dev_stage *s1 = dev_stage_create(&wide, 0, dev_unit_head(&wide), 2, T, 1, 7, NULL, 0, &err);
+    dev_fed *f0 = dev_fed_create(s0, &f, dev_sync_hub_member(hub, 0, 0), &err);
+    dev_fed *f1 = dev_fed_create(s1, &f, dev_sync_hub_member(hub, 1, 0), &err);
+    CHECKF(f0 && f1, "%s", err.msg);
+    outer_job j[2] = {{.f = f0, .step = 1}, {.f = f1, .step = 1}};
+    pthread_t tid[2];
+    for (int r = 0; r < 2; r++)
+        pthread_create(&tid[r], NULL, grads_thread, &j[r]);
+    for (int r = 0; r < 2; r++) {
+        pthread_join(tid[r], NULL);
+        CHECKF(j[r].rc == -1, "replica %d's round passed", r);
+        printf("    replica %d: %s\n", r, j[r].err.msg);
+    }
+    CHECK(strstr(j[0].err.msg, "word_embeddings") || strstr(j[1].err.msg, "word_embeddings"));
+    dev_fed_free(f0);
+    dev_fed_free(f1);
+    dev_stage_free(s0);
+    dev_stage_free(s1);
+    dev_sync_hub_free(hub);
+}
+
 int main(void)
 {
     RUN(test_one);
     RUN(test_cuts);
     RUN(test_lossy);
+    RUN(test_combine);
+    RUN(test_feedback);
+    RUN(test_outer_step);
+    RUN(test_mismatch);
     return sl_test_done();
 }
