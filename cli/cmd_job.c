@@ -66,6 +66,14 @@ static const char submit_text[] =
     "  --weight-decay X --clip X --mask-prob P --first N --sequences K\n"
     "  --no-shuffle --recompute --recompute-attention\n"
     "                     as for skyloom train: the job's result is the same\n"
+    "federation (several data owners, a replica around each):\n"
+    "  --data ID:NAME --data ID:NAME ...   one per owner; --owner-batch B1,B2,...\n"
+    "                     each owner's sequences per step (instead of --batch)\n"
+    "  --sync step|outer:H   average the gradients every step (default), or\n"
+    "                     DiLoCo: H steps alone, then an outer step\n"
+    "  --codec-sync C     what the replicas exchange: none (default), fp16, bf16,\n"
+    "                     int8, topk:F, with error feedback\n"
+    "  --outer-lr X --outer-momentum X   outer SGD with Nesterov momentum (0.7, 0.9)\n"
     "  --no-wait          return once submitted (default: wait until it runs or\n"
     "                     fails, and print the plan)\n"
     "  --json             print the job's summary and plan as JSON\n";
@@ -327,14 +335,17 @@ static const sopt submit_opts[] = {
     {"--sequences", "sequences", 0},   {"--no-shuffle", "shuffle", 4},
     {"--recompute", "recompute", 3},   {"--recompute-attention", "recompute_attention", 3},
     {"--no-u-shape", "u_shape", 4},    {"--replan-margin", "replan_margin", 1},
-    {"--precision", "precision", 2},
+    {"--precision", "precision", 2},   {"--sync", "sync", 2},
+    {"--codec-sync", "codec_sync", 2}, {"--outer-lr", "outer_lr", 1},
+    {"--outer-momentum", "outer_momentum", 1},
     {NULL, NULL, 0},
 };
 
 static int submit(client *c, int argc, char **argv)
 {
-    const char *config = NULL, *data = NULL, *init = NULL, *devices = NULL;
-    int json = 0, wait = 1;
+    const char *config = NULL, *init = NULL, *devices = NULL, *owner_batch = NULL;
+    char data[1200] = "";
+    int json = 0, wait = 1, ndata = 0;
     json_t *o = json_object();
     sl_err err = {0};
     for (int i = 0; i < argc; i++) {
@@ -360,8 +371,13 @@ static int submit(client *c, int argc, char **argv)
         const char *v = argv[++i];
         if (!strcmp(a, "--config"))
             config = v;
-        else if (!strcmp(a, "--data"))
-            data = v;
+        else if (!strcmp(a, "--data")) {
+            /* several: a federation, one replica per owner */
+            if (strchr(v, ',') || strlen(data) + strlen(v) + 2 > sizeof data)
+                return sl_cli_fail("job", 2, "--data %.80s: one DEVICE_ID:NAME per --data", v);
+            snprintf(data + strlen(data), sizeof data - strlen(data), "%s%s", ndata++ ? "," : "", v);
+        } else if (!strcmp(a, "--owner-batch"))
+            owner_batch = v;
         else if (!strcmp(a, "--init"))
             init = v;
         else if (!strcmp(a, "--devices"))
@@ -387,7 +403,38 @@ static int submit(client *c, int argc, char **argv)
         json_decref(o);
         return sl_cli_fail("job", 2, "--precision must be fp32 or bf16, got '%s'", prec);
     }
-    if (!config || !data || !json_object_get(o, "steps")) {
+    if (owner_batch) {
+        if (json_object_get(o, "batch")) {
+            json_decref(o);
+            return sl_cli_fail("job", 2, "--batch and --owner-batch: give one (--owner-batch is "
+                               "each owner's sequences per step)");
+        }
+        json_t *ob = json_array();
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", owner_batch);
+        for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+            int64_t x;
+            if (sl_parse_i64("--owner-batch", t, 1, 65536, &x, &err)) {
+                json_decref(ob);
+                json_decref(o);
+                return sl_cli_fail("job", 2, "%s", err.msg);
+            }
+            json_array_append_new(ob, json_integer(x));
+        }
+        if ((int)json_array_size(ob) != ndata) {
+            int rc = sl_cli_fail("job", 2, "--owner-batch has %zu entries for %d --data", json_array_size(ob),
+                                 ndata);
+            json_decref(ob);
+            json_decref(o);
+            return rc;
+        }
+        json_object_set_new(o, "owner_batch", ob);
+    } else if (ndata > 1) {
+        json_decref(o);
+        return sl_cli_fail("job", 2, "several --data need --owner-batch B1,B2,... (each owner's "
+                           "sequences per step)");
+    }
+    if (!config || !*data || !json_object_get(o, "steps")) {
         json_decref(o);
         return sl_cli_fail("job", 2, "submit needs --config, --data and --steps (see --help)");
     }

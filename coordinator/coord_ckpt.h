@@ -57,7 +57,8 @@ enum {
 typedef struct coord_piece {
     const char *device;      /* the uploader */
     int step;
-    const char *name;        /* model.TAG.safetensors, optim.TAG.safetensors or data.json */
+    const char *name;        /* model.TAG.safetensors, optim.TAG.safetensors, data.json or
+                              * data.DEVICE.json */
     uint64_t offset;
     const uint8_t *data;
     size_t len;
@@ -67,11 +68,17 @@ typedef struct coord_piece {
     size_t sum_len;
     const uint8_t *units;    /* [nunits]: the units the device runs */
     int nunits;
+    int replica;             /* the replica the device serves (0 without replicas) */
 } coord_piece;
 
 /* The model's units (for which units a part's tensors are of), and the bytes
  * of parts a device and the whole job may have under way at once. */
 void coord_ckpt_set_model(coord_ckpt *k, int nunits, uint64_t quota_device, uint64_t quota_job);
+
+/* A step is complete when the parts of each of nrep replicas are
+ * (coord_job's owners; 1 unless set). The manifest then names each file's
+ * replica. */
+void coord_ckpt_set_replicas(coord_ckpt *k, int nrep);
 
 /* Writes a piece; why gets the reason of a refusal. *complete: the step's
  * parts now cover every unit (model and optimizer) and the data record. A

@@ -170,12 +170,15 @@ static int make_job(coord_jobs *j, const coord_job *sm, const char *init_upload,
         free(m);
     }
     coord_jobrow row = {.id = (char *)sm->id, .num = sm->num, .state = "checking", .reason = "",
-                        .config = sm->config, .owner = (char *)sm->owner,
-                        .dataset = (char *)sm->dataset, .created = sm->created};
+                        .config = sm->config, .created = sm->created};
     row.options = coord_jobopts_text(&sm->opts, 0);
+    coord_owners_row(sm, &row.owner, &row.dataset, &row.data_info);
     if (code == RPC_OK && coord_jobstore_save(j->store, &row, sl_unix_time(), &err))
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     free(row.options);
+    free(row.owner);
+    free(row.dataset);
+    free(row.data_info);
     if (code != RPC_OK)
         unmake_job_dir(dir);
     free(cfg);
@@ -197,33 +200,67 @@ static int submit(call *k)
         coord_jobopts_free(&opts);
         return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "%s", why);
     }
-    const char *colon = strchr(r->data, ':');
-    char owner[CERT_ID_LEN + 8] = "";
-    if (colon)
-        snprintf(owner, sizeof owner, "%.*s", (int)(colon - r->data), r->data);
-    int code = RPC_OK;
-    if (!colon || !cert_valid_device_id(owner) || !valid_name(colon + 1, 64)) {
-        code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "data '%.80s' is not DEVICE_ID:NAME", r->data);
-        goto out;
+    /* DEVICE_ID:NAME, or several joined by commas (a federation) */
+    coord_owner owners[COORD_MAX_OWNERS];
+    int nowner = 0, code = RPC_OK;
+    for (const char *d = r->data; code == RPC_OK && *d;) {
+        size_t len = strcspn(d, ",");
+        char one[160];
+        snprintf(one, sizeof one, "%.*s", (int)(len < 150 ? len : 150), d);
+        const char *colon = strchr(one, ':');
+        char id[CERT_ID_LEN + 8] = "";
+        if (colon)
+            snprintf(id, sizeof id, "%.*s", (int)(colon - one), one);
+        if (!colon || len >= 150 || !cert_valid_device_id(id) || !valid_name(colon + 1, 64))
+            code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "data '%.80s' is not DEVICE_ID:NAME",
+                                  one);
+        else if (nowner == COORD_MAX_OWNERS)
+            code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "more than %d data owners",
+                                  COORD_MAX_OWNERS);
+        for (int o = 0; code == RPC_OK && o < nowner; o++)
+            if (!strcmp(owners[o].id, id))
+                code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "device %s is named by two data "
+                                      "owners (%s and %s): a device serves one replica", id,
+                                      owners[o].dataset, colon + 1);
+        if (code == RPC_OK) {
+            coord_owner *w = &owners[nowner++];
+            memset(w, 0, sizeof *w);
+            snprintf(w->id, sizeof w->id, "%s", id);
+            snprintf(w->dataset, sizeof w->dataset, "%s", colon + 1);
+        }
+        d += len + (d[len] == ',');
     }
+    if (code == RPC_OK && nowner == 0)
+        code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "data '' is not DEVICE_ID:NAME");
+    if (code == RPC_OK && coord_jobopts_check_owners(&opts, nowner, why, sizeof why))
+        code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "%s", why);
+    if (code != RPC_OK)
+        goto out;
+    for (int o = 0; o < nowner; o++)
+        owners[o].batch = nowner == 1 ? opts.batch : opts.owner_batch[o];
     coord_state *db = coord_db_get(k->c, &err);
-    int known = db ? coord_state_device_known(db, owner, &err) : -1;
-    int rev = db ? coord_state_is_revoked(db, owner, &err) : -1;
-    coord_db_put(k->c, db);
-    if (known <= 0 || rev) {
-        code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "data owner %s is %s", owner,
-                              known < 0 || rev < 0 ? "unknown (database error)"
-                              : rev              ? "revoked"
-                                                 : "not enrolled here");
-        goto out;
+    for (int o = 0; code == RPC_OK && o < nowner; o++) {
+        const char *owner = owners[o].id;
+        int known = db ? coord_state_device_known(db, owner, &err) : -1;
+        int rev = db ? coord_state_is_revoked(db, owner, &err) : -1;
+        if (known <= 0 || rev)
+            code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "data owner %s is %s", owner,
+                                  known < 0 || rev < 0 ? "unknown (database error)"
+                                  : rev              ? "revoked"
+                                                     : "not enrolled here");
     }
+    coord_db_put(k->c, db);
+    if (code != RPC_OK)
+        goto out;
     pthread_mutex_lock(&j->mu);
     coord_devs devs = coord_jobs_devs(j);
-    const coord_dev *od = coord_devs_find(&devs, owner);
-    if (od && coord_policy_check(&od->policy, &opts, why, sizeof why)) {
-        pthread_mutex_unlock(&j->mu);
-        code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s (owner %s)", why, owner);
-        goto out;
+    for (int o = 0; o < nowner; o++) {
+        const coord_dev *od = coord_devs_find(&devs, owners[o].id);
+        if (od && coord_policy_check(&od->policy, &opts, why, sizeof why)) {
+            pthread_mutex_unlock(&j->mu);
+            code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s (owner %s)", why, owners[o].id);
+            goto out;
+        }
     }
     if (j->njob + j->reserved >= COORD_MAX_JOBS) {
         pthread_mutex_unlock(&j->mu);
@@ -241,7 +278,7 @@ static int submit(call *k)
     char id[COORD_JOB_ID_LEN];
     snprintf(id, sizeof id, "j%016llx", (unsigned long long)num);
     coord_job sm;
-    coord_job_init(&sm, id, num, sl_xstrdup(r->config), &opts, owner, colon + 1, sl_unix_ms());
+    coord_job_init(&sm, id, num, sl_xstrdup(r->config), &opts, owners, nowner, sl_unix_ms());
     code = make_job(j, &sm, r->init_upload, k->st);
     cjob *jb = code == RPC_OK ? coord_jobs_wrap(j, &sm) : NULL;
     coord_job_free(&sm);
@@ -402,17 +439,57 @@ HANDLER(coord_handle_stop_job, "StopJobRequest", skyloom__v1__stop_job_request__
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
-/* Whether a device whose units are units[nunits] may have checkpoint file
- * `name` of dir: the config and manifest, the start model, data.json the
- * owner only, and a part only when every tensor in it is of one of its
- * units (so that the data owner's layers and embeddings stay the owner's). */
-static int fetchable(const char *dir, const char *name, const uint8_t *units, int nunits, int owner)
+/* Who asks FetchFile: a device's units, its data record's name (its
+ * owner's, "" for others) and, with replicas, the files of its replica
+ * (from the committed manifest; NULL: every file). */
+typedef struct fetcher {
+    uint8_t units[BAL_MAX_LAYERS + 2];
+    int nunits;
+    char data[96];
+    json_t *replica_files; /* names (object keys) */
+} fetcher;
+
+/* The names of the manifest's files of replica r (an object, keys the
+ * names; empty without a readable manifest). */
+static json_t *replica_files(const char *dir, int r)
+{
+    char *mp = path_of(dir, "manifest.json"), *text = NULL;
+    size_t len = 0;
+    sl_err err = {0};
+    json_t *names = json_object();
+    if (!sl_read_file(mp, 16u << 20, &text, &len, &err)) {
+        json_error_t je;
+        json_t *m = json_loadb(text, len, 0, &je), *f;
+        size_t i;
+        json_array_foreach(json_object_get(m, "files"), i, f) {
+            json_t *rv = json_object_get(f, "replica");
+            const char *n = json_string_value(json_object_get(f, "name"));
+            if (n && json_is_integer(rv) && json_integer_value(rv) == r)
+                json_object_set_new(names, n, json_true());
+        }
+        json_decref(m);
+    }
+    free(text);
+    free(mp);
+    return names;
+}
+
+/* Whether the device `w` describes may have checkpoint file `name` of dir:
+ * the config and manifest, the start model, its owner's data record only
+ * its owner, and a part only when it is of its replica and every tensor in
+ * it is of one of its units (so that the data owner's layers and
+ * embeddings stay the owner's). */
+static int fetchable(const char *dir, const char *name, const fetcher *w)
 {
     if (!strcmp(name, "config.json") || !strcmp(name, "manifest.json") ||
         !strcmp(name, "model.safetensors"))
         return 1;
-    if (!strcmp(name, "data.json"))
-        return owner;
+    if (!strncmp(name, "data.", 5))
+        return w->data[0] && !strcmp(name, w->data);
+    if (w->replica_files && !json_object_get(w->replica_files, name))
+        return 0;
+    const uint8_t *units = w->units;
+    int nunits = w->nunits;
     uint8_t in[BAL_MAX_LAYERS + 2];
     char why[300], *p = path_of(dir, name);
     if (access(p, F_OK) != 0) { /* not there: the read says so */
@@ -432,14 +509,19 @@ static int fetch_file(call *k)
     coord_jobs *j = k->j;
     int code = RPC_OK, step = -1;
     char *dir = NULL;
-    uint8_t units[BAL_MAX_LAYERS + 2];
-    int nunits = 0, owner = 0, device = *r->device_id != 0;
+    fetcher w = {0};
+    int device = *r->device_id != 0, rep = -1;
     pthread_mutex_lock(&j->mu);
     const coord_job *sm = &k->jb->sm;
     if (device) {
-        nunits = coord_job_nunits(sm);
-        coord_job_fetch_units(sm, r->device_id, units, nunits);
-        owner = !strcmp(sm->owner, r->device_id);
+        w.nunits = coord_job_nunits(sm);
+        coord_job_fetch_units(sm, r->device_id, w.units, w.nunits);
+        int o = coord_job_owner_index(sm, r->device_id);
+        if (o >= 0)
+            snprintf(w.data, sizeof w.data, sm->nowner == 1 ? "data.json" : "data.%s.json",
+                     r->device_id);
+        if (sm->nowner > 1)
+            rep = coord_job_stage_replica(sm, coord_job_stage_of(sm, r->device_id));
     }
     if (device && coord_job_stage_of(sm, r->device_id) < 0) {
         code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage of job %s",
@@ -456,6 +538,8 @@ static int fetch_file(call *k)
     Skyloom__V1__FetchFileResponse out = SKYLOOM__V1__FETCH_FILE_RESPONSE__INIT;
     out.step = (uint32_t)(step < 0 ? 0 : step);
     uint8_t *data = NULL;
+    if (code == RPC_OK && rep >= 0)
+        w.replica_files = replica_files(dir, rep);
     if (code == RPC_OK && !*r->name) { /* the list */
         DIR *d = opendir(dir);
         if (!d)
@@ -463,7 +547,7 @@ static int fetch_file(call *k)
                                   r->job_id, step);
         for (struct dirent *e; d && (e = readdir(d));) {
             if (e->d_name[0] == '.' || !coord_ckpt_servable(e->d_name) ||
-                (device && !fetchable(dir, e->d_name, units, nunits, owner)))
+                (device && !fetchable(dir, e->d_name, &w)))
                 continue;
             out.names = sl_xrealloc(out.names, (out.n_names + 1) * sizeof *out.names);
             out.names[out.n_names++] = sl_xstrdup(e->d_name);
@@ -472,7 +556,7 @@ static int fetch_file(call *k)
             closedir(d);
     } else if (code == RPC_OK && !coord_ckpt_servable(r->name)) {
         code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "'%.80s' is not a checkpoint file", r->name);
-    } else if (code == RPC_OK && device && !fetchable(dir, r->name, units, nunits, owner)) {
+    } else if (code == RPC_OK && device && !fetchable(dir, r->name, &w)) {
         coord_jobs_denied(j, COORD_DENY_FETCH);
         code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s may not fetch %.80s of job %s: "
                               "it holds what the device does not run", r->device_id, r->name,
@@ -508,6 +592,7 @@ static int fetch_file(call *k)
     free(out.names);
     free(data);
     free(dir);
+    json_decref(w.replica_files);
     return code;
 }
 HANDLER(coord_handle_fetch_file, "FetchFileRequest", skyloom__v1__fetch_file_request__descriptor,
@@ -546,7 +631,7 @@ static int upload_chunk(call *k)
     cjob *jb = k->jb;
     int v = jb ? upload_allowed(j, jb, r) : COORD_UPLOAD_NOT_RUNNING;
     uint8_t units[BAL_MAX_LAYERS + 2];
-    int nunits = 0;
+    int nunits = 0, replica = 0, nrep = 1;
     if (v == COORD_UPLOAD_OK) {
         /* the check again under the job's I/O lock: no epoch's reset can
          * run while the piece is written */
@@ -555,6 +640,8 @@ static int upload_chunk(call *k)
         v = coord_job_upload_check(&jb->sm, r->device_id, (int)r->epoch, (int)r->step, r->name);
         nunits = coord_job_nunits(&jb->sm);
         coord_job_units_of(&jb->sm, r->device_id, units, nunits);
+        replica = coord_job_stage_replica(&jb->sm, coord_job_stage_of(&jb->sm, r->device_id));
+        nrep = jb->sm.nowner;
         pthread_mutex_unlock(&j->mu);
         if (v != COORD_UPLOAD_OK)
             pthread_mutex_unlock(&jb->io_mu);
@@ -566,7 +653,8 @@ static int upload_chunk(call *k)
         coord_jobs_denied(j, COORD_DENY_NOT_OWN_PART);
         return rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s may not upload '%.80s' for "
                               "step %u (its parts are model.%s-uUNIT.safetensors and "
-                              "optim.%s-uUNIT.safetensors; data.json is the data owner's)",
+                              "optim.%s-uUNIT.safetensors; data.json or data.OWNER.json is the "
+                              "data owner's)",
                               r->device_id, r->name, r->step, r->device_id, r->device_id);
     }
     Skyloom__V1__UploadChunkResponse o = SKYLOOM__V1__UPLOAD_CHUNK_RESPONSE__INIT;
@@ -579,9 +667,10 @@ static int upload_chunk(call *k)
     /* at most 4 checkpoint steps' parts of the whole model (weights and two
      * moments, and slack for headers) per device and per job */
     uint64_t quota = 4 * (3 * jb->model_bytes + (4u << 20));
-    coord_ckpt_set_model(jb->ck, nunits, quota, quota);
+    coord_ckpt_set_model(jb->ck, nunits, quota, quota * (uint64_t)nrep);
+    coord_ckpt_set_replicas(jb->ck, nrep);
     coord_piece q = {r->device_id, (int)r->step, r->name, r->offset, r->data.data, r->data.len,
-                     r->last, r->size, r->blake2b.data, r->blake2b.len, units, nunits};
+                     r->last, r->size, r->blake2b.data, r->blake2b.len, units, nunits, replica};
     int rc = coord_ckpt_piece(jb->ck, &q, &complete, why, sizeof why);
     pthread_mutex_unlock(&jb->io_mu);
     coord_fx_list fx = {0};
@@ -674,13 +763,13 @@ static int report_task(call *k)
     if (strlen(r->result) > (1u << 20) || strlen(r->reason) > 4096)
         return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "report too large");
     coord_fx_list fx = {0};
-    if (!strcmp(r->kind, "check") && !strcmp(r->device_id, k->jb->sm.owner)) {
+    if (!strcmp(r->kind, "check")) {
         int seq = 0;
         char *info = r->ok ? check_info(r->result, &seq) : NULL;
         pthread_mutex_lock(&j->mu);
         coord_devs devs = coord_jobs_devs(j);
-        coord_job_check_done(&k->jb->sm, r->ok, r->reason, info, seq, coord_jobs_settled(j), &devs,
-                             sl_unix_ms(), &fx);
+        coord_job_check_done(&k->jb->sm, r->device_id, r->ok, r->reason, info, seq,
+                             coord_jobs_settled(j), &devs, sl_unix_ms(), &fx);
         pthread_cond_broadcast(&j->cv); /* the engine starts profiling once settled */
         settle(j, k->jb, &fx);
         free(info);
