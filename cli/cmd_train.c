@@ -469,7 +469,7 @@ int cmd_train(int argc, char **argv)
     if (dev_config_load(&cfg, o.config, &err))
         return sl_cli_fail("train", 1, "%s", err.msg);
     int R = o.ndata;
-    static int bounds[MAX_OWNERS][513];
+    int bounds[MAX_OWNERS][513];
     int nst[MAX_OWNERS];
     if (replica_cuts(&o, dev_unit_count(&cfg), bounds, nst, &err))
         return sl_cli_fail("train", 2, "%s", err.msg);
@@ -478,7 +478,7 @@ int cmd_train(int argc, char **argv)
     dev_train *tr = NULL;
     FILE *csv = NULL;
     dev_feed *feeds[MAX_OWNERS] = {0};
-    static const kn_be *be[MAX_OWNERS][512];
+    const kn_be *be[MAX_OWNERS][512];
     int T = 0, tokens = 0;
     for (int r = 0; r < R; r++) {
         dev_feed_opts fo = {.batch = o.owner_b[r], .first = (uint64_t)o.first,

@@ -29,6 +29,7 @@
 #include "dev_fed.h"
 #include "dev_sync.h"
 #include "dev_testutil.h"
+#include "kn_shadow.h"
 #include "kn_testutil.h"
 #include "sl_config.h"
 #include "sl_rng.h"
@@ -80,7 +81,10 @@ static uint64_t rep_hash(dev_train *tr, int r)
     if (dev_model_layout(&cfg, 0, dev_unit_count(&cfg) - 1, &all, &n, &total, &err))
         return 0;
     uint64_t h = 1469598103934665603ull;
-    for (int k = 0; k < n; k++) {
+    for (int i = 0; i < dev_train_replica_nstages(tr, r); i++) /* a resident backend's host view */
+        if (dev_stage_pull_params(dev_train_replica_stage(tr, r, i), &err))
+            h = 0;
+    for (int k = 0; k < n && h; k++) {
         size_t numel = 0;
         float *x = rep_find(tr, r, all[k].name, &numel);
         if (!x || numel != all[k].numel) {
@@ -96,13 +100,14 @@ static uint64_t rep_hash(dev_train *tr, int r)
 }
 
 static const int BATCH[MAXR] = {4, 2, 2};
+static const kn_be *g_be; /* the stages' backend (NULL: the CPU) */
 
 static void open_run(fedrun *fr, const cut *cuts, int R, const dev_fed_cfg *fed)
 {
     dev_replica_cfg rep[MAXR];
     for (int r = 0; r < R; r++)
         rep[r] = (dev_replica_cfg){.bounds = cuts[r].b, .nstages = cuts[r].n, .B = BATCH[r]};
-    dev_train_opts to = {.schedule = BAL_1F1B, .stage_threads = 1};
+    dev_train_opts to = {.schedule = BAL_1F1B, .stage_threads = 1, .be = g_be};
     sl_err err = {0};
     fr->R = R;
     fr->tr = dev_train_open_fed(&cfg, rep, R, T, MICRO, 7, &to, fed, &err);
@@ -598,6 +603,74 @@ static void test_mismatch(void)
     dev_sync_hub_free(hub);
 }
 
+/* On a resident backend (the shadow backend: host code touching a backend
+ * buffer faults), the replica sync moves gradients and parameters through
+ * pull and push: the CPU's bits, with lossy codecs too. */
+static void test_resident(void)
+{
+    static const char *codecs[] = {"none", "int8"};
+    const cut cuts[2] = {TWO, THREE};
+    dev_optim o;
+    const int steps = 4;
+    optim_of(&o, steps);
+    for (int mode = DEV_SYNC_STEP; mode <= DEV_SYNC_OUTER; mode++)
+        for (int c = 0; c < 2; c++) {
+            dev_fed_cfg f;
+            fed_of(&f, mode, 2, codecs[c]);
+            fedrun cpu = {0}, sh = {0};
+            g_be = NULL;
+            train(&cpu, cuts, 2, &f, steps, &o);
+            kn_shadow_reset();
+            g_be = &kn_shadow_be;
+            train(&sh, cuts, 2, &f, steps, &o);
+            g_be = NULL;
+            CHECKF(same_runs(&cpu, &sh), "%s %s: the shadow backend differs from the CPU",
+                   mode == DEV_SYNC_STEP ? "step" : "outer:2", codecs[c]);
+            CHECKF(!kn_shadow_violation(), "%s", kn_shadow_violation());
+            close_run(&cpu);
+            close_run(&sh);
+        }
+}
+
+/* A replica whose step fails (here: a batch of the wrong size) stops the
+ * others instead of leaving them waiting in the sync, the error named is
+ * its own, and the next step runs. */
+static void test_failure(void)
+{
+    const cut cuts[2] = {TWO, ONE};
+    dev_optim o;
+    optim_of(&o, 4);
+    for (int mode = DEV_SYNC_STEP; mode <= DEV_SYNC_OUTER; mode++) {
+        dev_fed_cfg f;
+        fed_of(&f, mode, 1, "none");
+        fedrun fr = {0};
+        open_run(&fr, cuts, 2, &f);
+        if (!fr.tr)
+            continue;
+        dt_batch b0, b1;
+        dt_make_batch(&b0, BATCH[0], T, cfg.vocab, 1);
+        dt_make_batch(&b1, BATCH[1] + 2, T, cfg.vocab, 2);
+        dev_batch db[2] = {dt_view(&b0, 0), dt_view(&b1, 0)};
+        dev_step_info info;
+        sl_err err = {0};
+        CHECK(dev_train_step(fr.tr, db, &o, &info, &err) == -1);
+        printf("    %s: %s\n", mode == DEV_SYNC_STEP ? "step" : "outer:1", err.msg);
+        CHECK(strstr(err.msg, "replica 1") && strstr(err.msg, "batch 4x16"));
+        /* under step no replica updated (they all wait for the reduce first),
+         * so the run goes on; under outer:1 replica 0 did: as after any
+         * failure, such a run stops or loads a checkpoint */
+        if (mode == DEV_SYNC_STEP) {
+            for (int i = 0; i < 2; i++)
+                CHECK(dev_stage_get_step(dev_train_replica_stage(fr.tr, 0, i)) == 0);
+            run_steps(&fr, 1, 2, &o);
+            CHECK(fr.hash[1][0] == fr.hash[1][1]);
+        }
+        dt_free_batch(&b0);
+        dt_free_batch(&b1);
+        close_run(&fr);
+    }
+}
+
 int main(void)
 {
     RUN(test_one);
@@ -607,5 +680,7 @@ int main(void)
     RUN(test_feedback);
     RUN(test_outer_step);
     RUN(test_mismatch);
+    RUN(test_resident);
+    RUN(test_failure);
     return sl_test_done();
 }

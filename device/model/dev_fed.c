@@ -155,6 +155,13 @@ dev_fed *dev_fed_create(dev_stage *st, const dev_fed_cfg *c, dev_sync *sync, sl_
         dev_fed_free(f);
         return NULL;
     }
+    /* zero until dev_fed_begin, so that no call reads uninitialised state */
+    if (f->resid)
+        memset(f->resid, 0, bytes);
+    if (outer) {
+        memset(f->theta, 0, bytes);
+        memset(f->mom, 0, bytes);
+    }
     for (int k = 0; k < f->nt; k++) {
         const dev_tensor *t = &f->t[k];
         f->give[k] = (dev_sync_tensor){

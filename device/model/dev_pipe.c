@@ -375,6 +375,9 @@ int dev_pipe_grads(dev_pipe *pp, const dev_batch *b, uint64_t step, dev_step_inf
     reset_times(pp);
     if (check_batch(pp, b, err))
         return fail(pp, err);
+    /* a run's first step, after --init and unless a checkpoint restored it */
+    if (pp->fed && !dev_fed_ready(pp->fed) && dev_fed_begin(pp->fed, err))
+        return fail(pp, err);
     if (pp->port && pp->port->ops->begin(pp->port, step, err))
         return fail(pp, err);
     if (dev_stage_zero_grad(pp->st, err))
@@ -447,8 +450,6 @@ int dev_pipe_step(dev_pipe *pp, const dev_batch *b, const dev_optim *o, dev_step
 {
     uint64_t step = (uint64_t)dev_stage_get_step(pp->st) + 1;
     double t_step = sl_now_s();
-    if (pp->fed && !dev_fed_ready(pp->fed) && dev_fed_begin(pp->fed, err))
-        return fail(pp, err);
     if (dev_pipe_grads(pp, b, step, info, err))
         return -1;
     double t0 = sl_now_s();

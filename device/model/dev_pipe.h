@@ -10,7 +10,9 @@
  * The single-device trainer is this runner with one stage and no port;
  * `skyloom train --stages` runs one per thread over the in-process port; a
  * device in a job runs one per stage it holds over the network port. One
- * loop, three transports.
+ * loop, three transports. A federation's replicas meet through a second
+ * interface, the replica sync (dev_sync.h, dev_pipe_set_fed), with the same
+ * three transports.
  *
  * A step: the batch (B sequences) is split into M micro-batches of B/M; each
  * goes forward through the stages and back; gradients accumulate with the
