@@ -717,11 +717,12 @@ void coord_job_fetch_units(const coord_job *jb, const char *device, uint8_t *uni
 int coord_job_upload_check(const coord_job *jb, const char *device, int epoch, int step,
                            const char *name)
 {
-    if (jb->state != COORD_JOB_RUNNING || epoch != jb->epoch)
-        return COORD_UPLOAD_NOT_RUNNING;
+    /* a name that is not the device's own is refused whatever the job's state */
     if (coord_job_stage_of(jb, device) < 0 || !coord_part_name_ok(name) || step < 1 ||
         step > jb->steps || !coord_part_is_of(jb, name, device))
         return COORD_UPLOAD_REFUSED;
+    if (jb->state != COORD_JOB_RUNNING || epoch != jb->epoch)
+        return COORD_UPLOAD_NOT_RUNNING;
     if (step <= jb->committed)
         return COORD_UPLOAD_COMMITTED;
     if (jb->epoch_pending)
@@ -1222,12 +1223,12 @@ void coord_job_tick(coord_job *jb, const coord_devs *devs, int settled, int64_t 
         if (coord_job_checked(jb) && settled) {
             start_profiling(&e);
         } else if (!coord_job_checked(jb) && e.now - jb->check_since > jb->policy.check_wait_s) {
-            const coord_owner *ow = jb->owner;
-            while (ow->data_info)
-                ow++;
+            int o = 0;
+            while (o < jb->nowner - 1 && jb->owner[o].data_info)
+                o++;
             char why[200];
-            snprintf(why, sizeof why, "the data owner %s did not check %s within %d s (offline?)",
-                     ow->id, ow->dataset, jb->policy.check_wait_s);
+            snprintf(why, sizeof why, "the data owner %.20s did not check %.64s within %d s (offline?)",
+                     jb->owner[o].id, jb->owner[o].dataset, jb->policy.check_wait_s);
             set_state(&e, COORD_JOB_FAILED, why);
         }
         break;
