@@ -345,19 +345,12 @@ static json_t *fed_json(const dev_fed_cfg *c, const dev_feed *const *f, int nf)
                      "outer_momentum", short_real(c->outer_momentum));
 }
 
-/* What stage i of replica r keeps besides its parameters and moments
- * (x[0..return)), and the prefix its parameters and moments are saved under
- * (NULL: model.safetensors and optim.safetensors, replica 0's; under --sync
- * step every replica's are the same). save: with the replica's parameters
- * and moments (which the caller pulled). */
-static int fed_extras(dev_train *tr, int r, int i, int save, char *prefix, size_t pn,
-                      dev_ckpt_extra x[6], const char **pprefix)
+int dev_run_fed_extras(dev_stage *st, dev_fed *f, int r, int save, char prefix[32],
+                       dev_ckpt_extra x[DEV_RUN_FED_EXTRAS], const char **pprefix)
 {
-    const dev_fed_cfg *c = dev_train_fed(tr);
-    dev_stage *st = dev_train_replica_stage(tr, r, i);
-    dev_fed *f = dev_pipe_fed(dev_train_replica_pipe(tr, r, i));
+    const dev_fed_cfg *c = dev_fed_config(f);
     int n = 0, outer = c->mode == DEV_SYNC_OUTER;
-    snprintf(prefix, pn, "replica.%d.", r);
+    snprintf(prefix, 32, "replica.%d.", r);
     *pprefix = outer && r > 0 ? prefix : NULL;
     if (save && outer && r > 0) {
         size_t np;
@@ -382,14 +375,16 @@ static int fed_save(dev_train *tr, const char *dir, int step, sl_err *err)
     int R = dev_train_replicas(tr), total = 0;
     for (int r = 0; r < R; r++)
         total += dev_train_replica_nstages(tr, r);
-    dev_ckpt_extra *x = sl_xcalloc((size_t)total * 6 + 1, sizeof *x);
+    dev_ckpt_extra *x = sl_xcalloc((size_t)total * DEV_RUN_FED_EXTRAS + 1, sizeof *x);
     char (*prefix)[32] = sl_xcalloc((size_t)total + 1, sizeof *prefix);
     int n = 0, k = 0, rc = 0;
     for (int r = 0; r < R && !rc; r++)
         for (int i = 0; i < dev_train_replica_nstages(tr, r) && !rc; i++, k++) {
             const char *pp;
-            rc = dev_stage_pull(dev_train_replica_stage(tr, r, i), err);
-            n += fed_extras(tr, r, i, 1, prefix[k], sizeof prefix[k], x + n, &pp);
+            dev_stage *st = dev_train_replica_stage(tr, r, i);
+            rc = dev_stage_pull(st, err);
+            n += dev_run_fed_extras(st, dev_pipe_fed(dev_train_replica_pipe(tr, r, i)), r, 1,
+                                    prefix[k], x + n, &pp);
         }
     dev_ckpt_file file;
     if (!rc)
@@ -482,9 +477,10 @@ int dev_run_resume_feeds(dev_train *tr, const dev_optim *o, const dev_feed *cons
         for (int i = 0; i < dev_train_replica_nstages(tr, r); i++) {
             dev_stage *st = dev_train_replica_stage(tr, r, i);
             char prefix[32];
-            dev_ckpt_extra x[6];
+            dev_ckpt_extra x[DEV_RUN_FED_EXTRAS];
             const char *pp = NULL;
-            int nx = fc ? fed_extras(tr, r, i, 0, prefix, sizeof prefix, x, &pp) : 0;
+            dev_fed *fd = fc ? dev_pipe_fed(dev_train_replica_pipe(tr, r, i)) : NULL;
+            int nx = fd ? dev_run_fed_extras(st, fd, r, 0, prefix, x, &pp) : 0;
             if (dev_ckpt_load_replica(st, o->kind, dir, pp, x, nx, 0, err))
                 return nf > 1 ? sl_err_wrap(err, "replica %d stage %d", r, i)
                               : sl_err_wrap(err, "stage %d", i);
