@@ -117,8 +117,9 @@ dev_fed *dev_fed_create(dev_stage *st, const dev_fed_cfg *c, dev_sync *sync, sl_
         sl_err_set(err, SL_EINVAL, "a federation needs --sync step or outer:H");
         return NULL;
     }
-    if (!sync || sync->c.replicas != c->sync.replicas) {
-        sl_err_set(err, SL_EINVAL, "a federation of %d replicas needs their sync",
+    if (!sync || sync->c.replicas != c->sync.replicas || sync->c.codec != c->sync.codec ||
+        sync->c.topk != c->sync.topk) {
+        sl_err_set(err, SL_EINVAL, "a federation of %d replicas needs their sync, of its codec",
                    c->sync.replicas);
         return NULL;
     }
