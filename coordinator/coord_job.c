@@ -564,6 +564,11 @@ static void step_complete(ev *e, int step, const coord_step_rep *rep)
     memcpy(f->reps, rep, (size_t)p * sizeof *f->reps);
     f->tokens_s = jb->tokens_s;
     f->step_s = step_s;
+    f->loss = jb->loss;
+    f->nrep = jb->plan.nrep;
+    memcpy(f->rep_first, jb->plan.rep_first, sizeof f->rep_first);
+    for (int r = 0; r < (jb->plan.nrep ? jb->plan.nrep : 1); r++)
+        f->masked += rep[(jb->plan.nrep ? jb->plan.rep_first[r + 1] : p) - 1].masked;
     if (!jb->last)
         jb->last = sl_xmalloc((size_t)p * sizeof *jb->last);
     memcpy(jb->last, rep, (size_t)p * sizeof *jb->last);

@@ -246,6 +246,10 @@ typedef struct coord_fx {
     coord_step_rep *reps;           /* METRICS: [p] */
     int p;
     double tokens_s, step_s;        /* METRICS */
+    double loss;                    /* METRICS: the step's (coord_job_step_loss) */
+    uint32_t masked;                /* METRICS: the masked tokens of every replica */
+    int nrep;                       /* METRICS: replicas (0: none), their first stages */
+    int rep_first[COORD_MAX_OWNERS + 1];
 } coord_fx;
 
 typedef struct coord_fx_list {

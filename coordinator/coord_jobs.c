@@ -488,8 +488,7 @@ static void run_effect(coord_jobs *j, cjob *jb, const coord_fx *f)
         /* a step's row lost would leave a committed step without it: the
          * store failed, and the steps after the committed one run again */
         pthread_mutex_lock(&jb->io_mu);
-        int rc = coord_ckpt_metrics_append(jb->ck, f->step, f->epoch, f->reps, f->p, f->step_s,
-                                           f->tokens_s, &err);
+        int rc = coord_ckpt_metrics_append(jb->ck, f, &err);
         pthread_mutex_unlock(&jb->io_mu);
         if (rc) {
             coord_fx_list fx = {0};
