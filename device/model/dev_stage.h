@@ -42,6 +42,7 @@ typedef struct dev_micro {
     uint64_t seed;    /* run seed (dropout keys) */
     float loss_scale; /* 1 / masked tokens in the WHOLE batch */
     int train;        /* 0: dropout off (evaluation) */
+    int replica;      /* a federation's replica (dropout keys; 0 keeps one owner's keys) */
 } dev_micro;
 
 enum dev_optim_kind { DEV_OPT_ADAMW = 0, DEV_OPT_LAMB = 1 };
@@ -116,6 +117,12 @@ float *dev_stage_grads(dev_stage *s, size_t *n);
 float *dev_stage_optim_state(dev_stage *s, size_t *n);
 int dev_stage_pull(dev_stage *s, sl_err *err);
 int dev_stage_push(dev_stage *s, sl_err *err);
+/* The same for the gradients alone and the parameters alone (a replica
+ * sync changes one of them every step, and should not move the moments). */
+int dev_stage_pull_grads(dev_stage *s, sl_err *err);
+int dev_stage_push_grads(dev_stage *s, sl_err *err);
+int dev_stage_pull_params(dev_stage *s, sl_err *err);
+int dev_stage_push_params(dev_stage *s, sl_err *err);
 /* Frees host copies that only pull/push need (the moments' view of a bf16 or
  * resident stage: 8 bytes per parameter); the next pull makes them again.
  * dev_stage_optim_state is NULL until then. */
