@@ -30,6 +30,7 @@ typedef struct coord_jobopts {
     int shuffle, recompute, recompute_attention, u_shape;
     double replan_margin; /* a joiner's plan is taken when faster by this share */
     char precision[8];    /* fp32, bf16: the products' (skyloom train --precision) */
+    char vocab_hash[65];  /* the vocabulary its data must have (hex BLAKE2b-256); "" any */
     int has_devices;      /* the submit named the devices the job may use */
     int n_devices;
     char (*devices)[COORD_DEV_ID_LEN];

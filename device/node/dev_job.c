@@ -21,6 +21,7 @@
 #include "dev_net.h"
 #include "dev_plan.h"
 #include "dev_profile.h"
+#include "dev_shard.h"
 #include "dev_run.h"
 #include "dev_stagesvc.h"
 #include "dev_unitprof.h"
@@ -163,6 +164,40 @@ static int config_of(json_t *cfg, dev_config *c, sl_err *err)
     return rc;
 }
 
+/* What a check says of the shard besides the job's range: its size, its
+ * vocabulary's hash and (up to CHECK_VOCAB_MAX bytes, for the exported
+ * model's vocab.txt) the vocabulary itself, the file's checksum. A job
+ * that names a vocabulary hash gets a shard of that vocabulary or a
+ * refusal. */
+#define CHECK_VOCAB_MAX (768u << 10)
+
+static int describe_shard(const dev_shard *s, const char *name, const char *want, json_t *r,
+                          sl_err *err)
+{
+    uint8_t h[32];
+    char vh[65], sh[65];
+    dev_shard_vocab_hash(s, h);
+    dev_hash_hex(h, vh);
+    dev_shard_checksum(s, h);
+    dev_hash_hex(h, sh);
+    if (want && strcmp(want, vh))
+        return sl_err_set(err, SL_EINVAL, "the shard of '%.64s' was built with the vocabulary %s, "
+                          "not the job's %.64s (--vocab-hash, --vocab or --init): the same size, "
+                          "another vocab.txt", name, vh, want);
+    json_object_set_new(r, "shard_sequences", json_integer((json_int_t)dev_shard_count(s)));
+    json_object_set_new(r, "vocab_hash", json_string(vh));
+    json_object_set_new(r, "shard_hash", json_string(sh));
+    dev_vocab *v = dev_shard_vocab(s, err);
+    if (!v)
+        return -1;
+    size_t n = 0;
+    const char *text = dev_vocab_text(v, &n);
+    if (n <= CHECK_VOCAB_MAX)
+        json_object_set_new(r, "vocab", json_stringn(text, n));
+    dev_vocab_free(v);
+    return 0;
+}
+
 static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
 {
     json_error_t je;
@@ -189,9 +224,11 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
             json_t *r = json_pack("{s:I, s:i, s:I, s:I}", "sequences", (json_int_t)o->count,
                                   "seq_len", dev_feed_seq_len(f), "first", (json_int_t)o->first,
                                   "vocab_size", (json_int_t)c.vocab);
-            *result = json_dumps(r, JSON_COMPACT);
+            rc = describe_shard(dev_feed_shard(f), name,
+                                json_string_value(json_object_get(spec, "vocab_hash")), r, err);
+            if (!rc)
+                *result = json_dumps(r, JSON_COMPACT);
             json_decref(r);
-            rc = 0;
         }
     }
     dev_feed_close(f);
