@@ -23,6 +23,7 @@
 #include "dev_vocab.h"
 #include "rpc.h"
 #include "skyloom.pb-c.h"
+#include "sl_config.h"
 #include "sl_file.h"
 #include "sl_mem.h"
 #include "sl_time.h"
@@ -106,8 +107,8 @@ static const job_cmd job_cmds[] = {
     {"stop", "skyloom job stop JOB --coordinator HOST:PORT --pki DIR [--at-checkpoint]",
      "Stops the job: its devices leave it at their next heartbeat or step report;\n"
      "what was committed stays exportable. --at-checkpoint lets it train on to its\n"
-     "next commit and stop there, so that no trained step is lost (a job not\n"
-     "planned yet stops at once).\n"},
+     "next commit and stop there, so that no trained step is lost (a job that has\n"
+     "not started training stops at its first commit).\n"},
     {"resume", "skyloom job resume JOB --coordinator HOST:PORT --pki DIR",
      "Trains a stopped or failed job on from its last committed step: the same job\n"
      "id, a new epoch, planned again over the devices online, the model, optimizer\n"
@@ -1018,6 +1019,77 @@ static int no_commit(client *c, const char *id)
     return rc;
 }
 
+static int write_json(const char *dir, const char *name, json_t *o, sl_err *err)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    char *t = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(o);
+    if (!t)
+        return sl_err_set(err, SL_ENOMEM, "%s: cannot encode JSON", name);
+    size_t n = strlen(t);
+    char *b = sl_xmalloc(n + 2);
+    memcpy(b, t, n);
+    b[n] = '\n';
+    free(t);
+    int rc = sl_write_file_atomic(p, b, n + 1, err);
+    free(b);
+    return rc;
+}
+
+/* Beside the model: the vocabulary its data was built with (vocab.txt)
+ * and a tokenizer config for it, so that BertTokenizer and fill-mask load
+ * the folder as it is, and training.json: how it was trained (the
+ * options, the data and vocabulary hashes, the step, Skyloom's version).
+ * `files` gets the names written, for the message. */
+static int export_extras(client *c, const char *id, int step, const dev_config *cfg, const char *out,
+                         char *files, size_t cap, sl_err *err)
+{
+    files[0] = 0;
+    Skyloom__V1__GetJobRequest q = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    q.job_id = (char *)id;
+    q.vocab = 1;
+    Skyloom__V1__JobInfo *j = NULL;
+    if (call(c, RPC_M_GET_JOB, &q, &skyloom__v1__job_info__descriptor, (void **)&j, err))
+        return -1;
+    json_t *data = loads_or_null(j->data);
+    int cased = json_is_true(json_object_get(json_array_get(data, 0), "cased"));
+    int rc = 0;
+    if (*j->vocab) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s/vocab.txt", out);
+        rc = sl_write_file_atomic(p, j->vocab, strlen(j->vocab), err);
+        json_t *tc = json_pack("{s:s, s:b, s:i, s:s, s:s, s:s, s:s, s:s, s:b, s:n}", "tokenizer_class",
+                               "BertTokenizer", "do_lower_case", !cased, "model_max_length",
+                               cfg->max_pos, "unk_token", "[UNK]", "sep_token", "[SEP]", "pad_token",
+                               "[PAD]", "cls_token", "[CLS]", "mask_token", "[MASK]",
+                               "tokenize_chinese_chars", 1, "strip_accents");
+        json_t *sm = json_pack("{s:s, s:s, s:s, s:s, s:s}", "unk_token", "[UNK]", "sep_token", "[SEP]",
+                               "pad_token", "[PAD]", "cls_token", "[CLS]", "mask_token", "[MASK]");
+        rc = rc || write_json(out, "tokenizer_config.json", tc, err) ||
+             write_json(out, "special_tokens_map.json", sm, err);
+        snprintf(files, cap, ", vocab.txt, tokenizer_config.json, special_tokens_map.json");
+    } else {
+        fprintf(stderr, "skyloom job: job %s: the data owner sent no vocabulary (it sends one up to "
+                "768 KiB): no vocab.txt written\n", id);
+    }
+    const Skyloom__V1__JobSummary *s = j->summary;
+    json_t *tags = json_array();
+    for (size_t k = 0; k < s->n_tags; k++)
+        json_array_append_new(tags, json_string(s->tags[k]));
+    json_t *tr = json_pack("{s:s, s:s, s:s, s:o, s:i, s:i, s:o, s:o, s:s, s:I, s:s}", "skyloom_version",
+                           SKYLOOM_VERSION, "job_id", s->job_id, "name", s->name, "tags", tags,
+                           "step", step, "steps", (int)s->steps, "options", loads_or_null(j->options),
+                           "data", data, "vocab_hash", j->vocab_hash, "created_at",
+                           (json_int_t)s->created_at, "format",
+                           "model.safetensors holds every tensor by its Hugging Face BERT name");
+    rc = rc || write_json(out, "training.json", tr, err);
+    if (!rc)
+        snprintf(files + strlen(files), cap - strlen(files), ", training.json");
+    rpc_unpacked_free(j);
+    return rc;
+}
+
 /* The committed step's parts, assembled into one model.safetensors (a stage
  * of the whole model loads every part; any cut loads from any cut). */
 static int export_job(client *c, const char *id, const char *out)
@@ -1076,9 +1148,11 @@ static int export_job(client *c, const char *id, const char *out)
         goto fail;
     snprintf(m, sizeof m, "%s/model.safetensors", out);
     snprintf(p, sizeof p, "%s/config.json", out);
-    if (dev_ckpt_save_model(s, m, &err) || dev_config_save(&cfg, p, &err))
+    char files[200];
+    if (dev_ckpt_save_model(s, m, &err) || dev_config_save(&cfg, p, &err) ||
+        export_extras(c, id, step, &cfg, out, files, sizeof files, &err))
         goto fail;
-    printf("job %s: step %d exported to %s (model.safetensors, config.json)\n", id, step, out);
+    printf("job %s: step %d exported to %s (model.safetensors, config.json%s)\n", id, step, out, files);
     status = 0;
 fail:
     if (status)

@@ -381,11 +381,6 @@ int coord_job_stop_at_commit(coord_job *jb, int64_t now_ms, coord_fx_list *fx)
     if (coord_job_state_final(jb->state))
         return -1;
     ev e = ev_of(jb, now_ms, fx, NULL);
-    if (!jb->plan.text) {
-        set_state(&e, COORD_JOB_STOPPED, "stopped by the operator (before it trained: nothing to "
-                  "commit)");
-        return 0;
-    }
     if (!jb->stop_at_commit)
         event(&e, "stop_requested", "", "stops at its next commit (step %d is committed)",
               jb->committed);

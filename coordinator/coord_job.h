@@ -352,10 +352,10 @@ int coord_job_member(const coord_job *jb, const char *device);
 
 /* The operator's stop: -1 when the job had ended. */
 int coord_job_stop(coord_job *jb, int64_t now_ms, coord_fx_list *fx);
-/* The operator's stop at the next commit (job stop --at-checkpoint): a job
- * that has trained, or trains again after a recovery, stops once its next
- * step is committed (one at its last step is done instead); one not
- * planned yet has nothing to drain and stops at once. -1 when it had ended. */
+/* The operator's stop at the next commit (job stop --at-checkpoint): the
+ * job trains on (one not running yet first gets there) and stops once its
+ * next step is committed; a commit of its last step makes it done instead.
+ * -1 when it had ended. */
 int coord_job_stop_at_commit(coord_job *jb, int64_t now_ms, coord_fx_list *fx);
 /* The operator's resume of a stopped or failed job that had a plan: it is
  * planned again over the devices online and trains on from its committed

@@ -455,7 +455,7 @@ static char *data_json(const coord_job *sm)
     json_t *info = sm->data_info ? json_loads(sm->data_info, 0, &je) : NULL;
     json_t *o = json_pack("{s:s, s:s}", "owner", sm->owner, "dataset", sm->dataset);
     static const char *const keys[] = {"sequences", "shard_sequences", "seq_len", "first",
-                                       "vocab_size", "vocab_hash", "shard_hash", NULL};
+                                       "vocab_size", "vocab_hash", "shard_hash", "cased", NULL};
     for (int i = 0; keys[i] && info; i++) {
         json_t *v = json_object_get(info, keys[i]);
         if (v)

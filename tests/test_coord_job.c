@@ -869,9 +869,17 @@ static void test_stop_at_commit_and_resume(void)
     CHECK(jb.state == COORD_JOB_DONE && jb.committed == 40);
     CHECK(coord_job_resume(&jb, now_ms, why, sizeof why, &fx) == -1 && strstr(why, "done"));
     coord_job_free(&jb);
-    /* a job not planned yet has nothing to drain: it stops at once */
+    /* a job asked before it runs stops at its first commit */
     make_job(&jb, OPTS);
-    CHECK(coord_job_stop_at_commit(&jb, now_ms, &fx) == 0 && jb.state == COORD_JOB_STOPPED);
+    CHECK(coord_job_stop_at_commit(&jb, now_ms, &fx) == 0 && jb.state == COORD_JOB_CHECKING);
+    to_running(&jb, OWNER "," DEV_B);
+    report_steps(&jb, 1, 10);
+    commit(&jb, 10);
+    CHECK(jb.state == COORD_JOB_STOPPED && jb.committed == 10);
+    coord_job_free(&jb);
+    /* one stopped before it was planned has nothing to resume */
+    make_job(&jb, OPTS);
+    coord_job_stop(&jb, now_ms, &fx);
     CHECK(coord_job_resume(&jb, now_ms, why, sizeof why, &fx) == -1 && strstr(why, "submit it again"));
     coord_job_free(&jb);
     /* a stop asked for at the last step's commit: the job is done */

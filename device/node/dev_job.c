@@ -187,6 +187,7 @@ static int describe_shard(const dev_shard *s, const char *name, const char *want
     json_object_set_new(r, "shard_sequences", json_integer((json_int_t)dev_shard_count(s)));
     json_object_set_new(r, "vocab_hash", json_string(vh));
     json_object_set_new(r, "shard_hash", json_string(sh));
+    json_object_set_new(r, "cased", json_boolean(dev_shard_cased(s)));
     dev_vocab *v = dev_shard_vocab(s, err);
     if (!v)
         return -1;
