@@ -26,6 +26,8 @@ int cmd_job_compare(rpc_channel *ch, const char *target, const char *pki, const 
  * flag (the signal number, 0 before any) is what cli_stop_signal returns. */
 void cli_catch_stop_signals(void);
 int cli_stop_signal(void);
+/* How many of them arrived. */
+int cli_stop_signals(void);
 /* Raises the soft descriptor limit to the hard one (servers: every
  * connection is a descriptor). */
 void cli_raise_fd_limit(void);

@@ -36,8 +36,15 @@ int cli_opt_take(const char *cmd, int argc, char **argv, int *i, const cli_opt *
     return 0;
 }
 
-static volatile sig_atomic_t stop_flag;
-static void on_signal(int sig) { stop_flag = sig; }
+static volatile sig_atomic_t stop_flag, stop_count;
+static void on_signal(int sig)
+{
+    stop_flag = sig;
+    if (stop_count < 1000)
+        stop_count++;
+}
+
+int cli_stop_signals(void) { return stop_count; }
 
 void cli_catch_stop_signals(void)
 {

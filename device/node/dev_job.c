@@ -81,6 +81,8 @@ typedef struct job_rt {
     int stop;
     struct job_rt *prev;   /* the run of an older epoch this one waits out */
     struct job_rt *next;
+    int queued, uploaded;  /* the last step whose part was queued, and uploaded or given up */
+    int mark;              /* dev_jobs_mark_uploads: wait for parts up to this step */
 } job_rt;
 
 typedef struct side_job {  /* a check or profile in progress or done */
@@ -873,6 +875,10 @@ static void *uploader_main(void *arg)
             sl_log_info("device: checkpoint part uploaded", "job=%s step=%d seconds=%.3f",
                         r->rt->job, u->step, sl_now_s() - t0);
         rm_tree(u->dir);
+        pthread_mutex_lock(&r->js->mu);
+        r->rt->uploaded = u->step;
+        pthread_cond_broadcast(&r->js->cv);
+        pthread_mutex_unlock(&r->js->mu);
         free(u->name);
         free(u);
         pthread_mutex_lock(&r->mu);
@@ -913,6 +919,9 @@ static int write_part(run_ctx *r, int step, sl_err *err)
     }
     sl_log_debug("device: checkpoint part written", "job=%s step=%d seconds=%.3f", r->rt->job,
                  step, sl_now_s() - t0);
+    pthread_mutex_lock(&r->js->mu);
+    r->rt->queued = step;
+    pthread_mutex_unlock(&r->js->mu);
     pthread_mutex_lock(&r->mu);
     if (r->ut)
         r->ut->next = u;
@@ -1536,6 +1545,36 @@ void dev_jobs_stop(dev_jobs *js)
         }
     }
     pthread_mutex_unlock(&js->mu);
+}
+
+int dev_jobs_mark_uploads(dev_jobs *js, char *what, size_t cap)
+{
+    int n = 0;
+    what[0] = 0;
+    if (!js)
+        return 0;
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt; rt = rt->next) {
+        rt->mark = !rt->finished && rt->queued > rt->uploaded ? rt->queued : 0;
+        if (!rt->mark)
+            continue;
+        size_t o = strlen(what);
+        snprintf(what + o, cap - o, "%sjob %s step %d", n++ ? ", " : "", rt->job, rt->mark);
+    }
+    pthread_mutex_unlock(&js->mu);
+    return n;
+}
+
+int dev_jobs_marked_uploaded(dev_jobs *js)
+{
+    int done = 1;
+    if (!js)
+        return 1;
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt && done; rt = rt->next)
+        done = !rt->mark || rt->finished || rt->uploaded >= rt->mark;
+    pthread_mutex_unlock(&js->mu);
+    return done;
 }
 
 void dev_jobs_close(dev_jobs *js)
