@@ -101,9 +101,12 @@ static const job_cmd job_cmds[] = {
      "stage busy share, seconds and bytes to the next stage; the recovery events.\n"
      "--json adds the options, the whole plan, the profiles and metrics.csv.\n"},
     {"watch", "skyloom job watch JOB --coordinator HOST:PORT --pki DIR",
-     "Follows the job until it ends: a line per step (on a terminal one line\n"
-     "rewritten in place) and the recovery events; exits 0 when it is done, 1 when\n"
-     "it failed or was stopped.\n"},
+     "Follows the job until it ends: while it is checked, profiled and planned its\n"
+     "phase; then a line per step (on a terminal one line rewritten in place): the\n"
+     "loss and its exponential moving average (factor 0.1), tokens/s and the ETA\n"
+     "over the last 20 steps, the committed step, the job's wall time since its\n"
+     "submit (the coordinator's clock) and each stage's busy share; and the recovery\n"
+     "events. Exits 0 when it is done, 1 when it failed or was stopped.\n"},
     {"stop", "skyloom job stop JOB --coordinator HOST:PORT --pki DIR [--at-checkpoint]",
      "Stops the job: its devices leave it at their next heartbeat or step report;\n"
      "what was committed stays exportable. --at-checkpoint lets it train on to its\n"
@@ -819,13 +822,67 @@ static int ended(const char *state)
     return !strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "stopped");
 }
 
+/* What job watch shows of the training: the loss smoothed by an EMA of
+ * factor WATCH_EMA (the raw loss of one batch jumps), tokens/s and the ETA
+ * over the last WATCH_WINDOW steps (one step's time swings). */
+#define WATCH_EMA 0.1
+#define WATCH_WINDOW 20
+
+typedef struct watch_state {
+    double ema, win_s[WATCH_WINDOW], win_tok[WATCH_WINDOW];
+    int nwin, n;
+} watch_state;
+
+/* "s0 11% s1 46% ..." from a metrics row's "0.11;0.46;..." */
+static void busy_labels(const char *busy, int tty, char *out, size_t cap)
+{
+    out[0] = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", busy);
+    int i = 0;
+    for (char *sv = NULL, *t = strtok_r(buf, ";", &sv); t; t = strtok_r(NULL, ";", &sv), i++) {
+        size_t o = strlen(out);
+        if (tty)
+            snprintf(out + o, cap - o, "%ss%d %.0f%%", i ? " " : "", i, 100 * atof(t));
+        else
+            snprintf(out + o, cap - o, "%ss%d:%.2f", i ? "," : "", i, atof(t));
+    }
+}
+
+/* The phase a job is in before (and between) its epochs, in words. */
+static void phase_text(const Skyloom__V1__JobInfo *j, char *out, size_t cap)
+{
+    const Skyloom__V1__JobSummary *s = j->summary;
+    json_t *data = loads_or_null(j->data), *prof = loads_or_null(j->profiles);
+    json_t *o = json_array_get(data, 0);
+    const char *owner = json_string_value(json_object_get(o, "owner")),
+               *ds = json_string_value(json_object_get(o, "dataset"));
+    if (!strcmp(s->state, "checking"))
+        snprintf(out, cap, "checking: the data owner %s checks its dataset %s", owner ? owner : "?",
+                 ds ? ds : "?");
+    else if (!strcmp(s->state, "profiling"))
+        snprintf(out, cap, "profiling: the candidate devices measure their links and units (%zu "
+                 "measured)", json_object_size(prof));
+    else if (!strcmp(s->state, "planning"))
+        snprintf(out, cap, "planning: the balancer places the layers on %zu measured devices",
+                 json_object_size(prof));
+    else
+        snprintf(out, cap, "%s%s%s", s->state, *s->reason ? ": " : "", s->reason);
+    json_decref(data);
+    json_decref(prof);
+}
+
 static int watch(client *c, const char *id)
 {
     int tty = sl_cli_stdout_is_tty();
     uint32_t next = 1;
     size_t nev = (size_t)-1; /* events already shown (-1: none looked at yet) */
-    double t0 = sl_now_s();
+    watch_state w = {0};
+    char last_phase[700] = "";
     sl_err err = {0};
+    if (!tty)
+        printf("# loss_ema: exponential moving average of the loss, factor %.2f; tokens_per_s and "
+               "eta_s over the last %d steps; wall_s since the submit\n", WATCH_EMA, WATCH_WINDOW);
     for (;;) {
         Skyloom__V1__JobInfo *j = get_job(c, id, next, &err);
         if (!j)
@@ -838,13 +895,23 @@ static int watch(client *c, const char *id)
         for (size_t i = nev == (size_t)-1 ? json_array_size(ev) : nev; i < json_array_size(ev); i++) {
             const json_t *e = json_array_get(ev, i);
             if (tty)
-                printf("\n");
+                printf("\r\033[K");
             print_event(e);
             if (!strcmp(json_string_value(json_object_get(e, "kind")) ?: "", "planned"))
                 next = (uint32_t)json_integer_value(json_object_get(e, "committed_step")) + 1;
         }
         nev = json_array_size(ev);
         json_decref(ev);
+        /* before (and between) epochs: the phase, rewritten in place on a terminal */
+        if (strcmp(s->state, "running") && !ended(s->state)) {
+            char ph[600];
+            phase_text(j, ph, sizeof ph);
+            if (tty)
+                printf("\r\033[Kjob %s  %s  (%.0f s since submit)", id, ph, s->wall_s);
+            else if (strcmp(ph, last_phase))
+                printf("phase=%s wall_s=%.0f\n", ph, s->wall_s);
+            snprintf(last_phase, sizeof last_phase, "%s", ph);
+        }
         /* rows: step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,... */
         for (char *line = j->metrics, *nl; line && *line; line = nl ? nl + 1 : NULL) {
             nl = strchr(line, '\n');
@@ -853,25 +920,39 @@ static int watch(client *c, const char *id)
             int step, epoch;
             double loss, gn, lr, step_s, tok;
             unsigned masked;
-            char busy[256] = "";
+            char busy[256] = "", lb[512];
             if (sscanf(line, "%d,%d,%lf,%u,%lf,%lf,%lf,%lf,%255[^,]", &step, &epoch, &loss, &masked,
-                       &gn, &lr, &step_s, &tok, busy) >= 8) {
-                double eta = tok > 0 ? step_s * (s->steps - (uint32_t)step) : 0;
-                if (tty)
-                    printf("\rstep %d/%u  loss %.4f  %.0f tok/s  ETA %.0f s  busy %s   ", step,
-                           s->steps, loss, tok, eta, busy);
-                else
-                    printf("step=%d loss=%.4f tokens_per_s=%.0f eta_s=%.0f busy=%s\n", step, loss, tok,
-                           eta, busy);
-                next = (uint32_t)step + 1;
+                       &gn, &lr, &step_s, &tok, busy) < 8)
+                continue;
+            w.ema = w.n++ ? (1 - WATCH_EMA) * w.ema + WATCH_EMA * loss : loss;
+            w.win_s[w.nwin % WATCH_WINDOW] = step_s;
+            w.win_tok[w.nwin % WATCH_WINDOW] = step_s * tok; /* tokens of the step */
+            w.nwin++;
+            double sum_s = 0, sum_tok = 0;
+            int k = w.nwin < WATCH_WINDOW ? w.nwin : WATCH_WINDOW;
+            for (int i = 0; i < k; i++) {
+                sum_s += w.win_s[i];
+                sum_tok += w.win_tok[i];
             }
+            double mean_s = sum_s / k, tps = sum_s > 0 ? sum_tok / sum_s : 0;
+            double eta = mean_s * (double)(s->steps > (uint32_t)step ? s->steps - (uint32_t)step : 0);
+            busy_labels(busy, tty, lb, sizeof lb);
+            if (tty)
+                printf("\r\033[Kstep %d/%u  committed %u  loss %.4f (ema %.4f)  %.0f tok/s  ETA %.0f s"
+                       "  wall %.0f s  busy %s", step, s->steps, s->committed_step, loss, w.ema, tps,
+                       eta, s->wall_s, lb);
+            else
+                printf("step=%d loss=%.4f loss_ema=%.4f tokens_per_s=%.0f eta_s=%.0f committed=%u "
+                       "wall_s=%.0f busy=%s\n", step, loss, w.ema, tps, eta, s->committed_step,
+                       s->wall_s, lb);
+            next = (uint32_t)step + 1;
         }
         fflush(stdout);
         if (ended(s->state)) {
             if (tty)
                 printf("\n");
-            printf("job %s %s after %.0f s%s%s\n", id, s->state, sl_now_s() - t0,
-                   *s->reason ? ": " : "", s->reason);
+            printf("job %s %s after %.0f s (from its submit), committed step %u%s%s\n", id, s->state,
+                   s->wall_s, s->committed_step, *s->reason ? ": " : "", s->reason);
             int rc = !strcmp(s->state, "done") ? 0 : 1;
             rpc_unpacked_free(j);
             return rc;

@@ -21,7 +21,7 @@ CL=$(mktemp -d /tmp/skyloom-flow-XXXXXX)
 . "$src/scripts/cluster.sh"
 fail=0
 check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
-trap 'cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
+trap 'tmux -L skyloom-flow-$$ kill-server 2>/dev/null; cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
 d=$CL
 # one_line TEXT: TEXT is a single line (no gRPC log line beside the error)
 one_line() { [ "$(printf '%s\n' "$1" | wc -l)" -eq 1 ]; }
@@ -375,6 +375,48 @@ out=$("$SK" job compare "$A" 2>&1); rc=$?
 check "job compare of one job: exit 2" bash -c 'test $0 -eq 2 && grep -q "two JOB ids or more" <<<"$1"' "$rc" "$out"
 out=$("$SK" job compare "$A" jffffffffffffffff 2>&1); rc=$?
 check "job compare of an unknown job: exit 1 naming it" bash -c 'test $0 -eq 1 && grep -q "no job .jffffffffffffffff." <<<"$1"' "$rc" "$out"
+
+# ---- on a terminal (tmux): Ctrl-C of job submit, job watch from the first phase on -------
+# The data owner is paused (SIGSTOP) right before the submit: the job stays in
+# checking until it is let go, so each screen below is there for certain.
+if command -v tmux >/dev/null; then
+  TM="tmux -L skyloom-flow-$$ -f /dev/null"
+  pane() { $TM capture-pane -p -S -50 -t "$1" 2>/dev/null; } # with what scrolled off
+  shows() { pane "$1" | grep -q "$2"; }
+  run_in() { # run_in WINDOW CMD: CMD in a pane of 200 x 12 that stays after it exits
+    $TM new-session -d -s "$1" -x 200 -y 12 && $TM set-option -t "$1" remain-on-exit on >/dev/null &&
+      $TM respawn-pane -k -t "$1" "$2"
+  }
+  P1=${CL_PID_OF[dev1]}
+  kill -STOP "$P1"
+  run_in sub "'$SK' job submit --coordinator '$CL_ADDR' --pki '$d/pki' --config '$d/cfg.json' --data owner-a:wiki --steps 12 --batch 4 --checkpoint-every 4 --name tty; echo exit=\$?"
+  cl_poll 20 shows sub "job j[0-9a-f]*: checking"
+  T=$(pane sub | grep -o "job j[0-9a-f]*: checking" | head -1 | cut -d" " -f2 | tr -d :)
+  $TM send-keys -t sub C-c
+  cl_poll 20 shows sub "exit="
+  check "Ctrl-C of job submit: the job goes on, and the line says how to follow and stop it" \
+      bash -c 'grep -q "job $1 goes on without this command: follow it with .skyloom job watch $1., stop it with .skyloom job stop $1." <<<"$0" && grep -q "exit=130" <<<"$0"' \
+      "$(pane sub)" "$T"
+  run_in watch "'$SK' job watch '$T' --coordinator '$CL_ADDR' --pki '$d/pki'; echo exit=\$?"
+  cl_poll 20 shows watch "job $T  checking: the data owner $OWNER checks its dataset wiki  ([0-9]* s since submit)"
+  check "job watch on a terminal: the phase while the data owner checks (no blank screen)" \
+      shows watch "checking: the data owner $OWNER checks its dataset wiki"
+  kill -CONT "$P1"
+  cl_poll 60 shows watch "exit="
+  pane watch > "$d/watch.screen"
+  check "job watch on a terminal: the step line rewritten in place (the last step, its committed step, the loss and its EMA, tokens/s, ETA, the job's wall time, labelled busy shares)" \
+      bash -c 'grep -q "^step 12/12  committed [0-9]*  loss [0-9.]* (ema [0-9.]*)  [0-9]* tok/s  ETA 0 s  wall [0-9]* s  busy s0 [0-9]*%" "$0" && [ "$(grep -c "^step " "$0")" = 1 ]' \
+      "$d/watch.screen"
+  check "job watch on a terminal: done after the job's own wall time, the committed step, exit 0" \
+      bash -c 'grep -q "^job $1 done after [0-9]* s (from its submit), committed step 12$" "$0" && grep -q "^exit=0" "$0"' \
+      "$d/watch.screen" "$T"
+  "$SK" job watch "$T" > "$d/t.watch"
+  check "job watch without a terminal: a line per step with loss_ema, committed, wall_s and labelled busy" \
+      bash -c 'grep -q "^# loss_ema: exponential moving average of the loss, factor 0.10" "$0" && [ "$(grep -c "^step=" "$0")" = 12 ] && grep -q "^step=12 loss=[0-9.]* loss_ema=[0-9.]* tokens_per_s=[0-9]* eta_s=0 committed=12 wall_s=[0-9]* busy=s0:[0-9.]*$" "$0" && grep -q "^job $1 done after" "$0"' "$d/t.watch" "$T"
+  $TM kill-server 2>/dev/null
+else
+  echo "skip the terminal checks: tmux missing"
+fi
 
 # ---- export before the first commit -------------------------------------------------
 L=$("$SK" job submit --config "$d/cfg.json" --data "$OWNER:wiki" --steps 100000 --batch 4 \
