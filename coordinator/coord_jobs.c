@@ -37,6 +37,8 @@ static char *path_of(const char *a, const char *b)
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
+static void meta_clear(cjob *jb);
+
 cjob *coord_jobs_wrap(coord_jobs *j, coord_job *sm)
 {
     cjob *jb = sl_xcalloc(1, sizeof *jb);
@@ -73,12 +75,11 @@ void coord_jobs_job_free(cjob *jb)
     coord_ckpt_free(jb->ck);
     coord_fx_list_free(&jb->fxq);
     pthread_mutex_destroy(&jb->io_mu);
-    coord_jobs_set_meta(jb, NULL);
-    free(jb->name);
+    meta_clear(jb);
     free(jb);
 }
 
-void coord_jobs_set_meta(cjob *jb, const char *meta)
+static void meta_clear(cjob *jb)
 {
     for (int i = 0; i < jb->ntags; i++)
         free(jb->tags[i]);
@@ -87,6 +88,11 @@ void coord_jobs_set_meta(cjob *jb, const char *meta)
     jb->ntags = 0;
     free(jb->name);
     jb->name = NULL;
+}
+
+void coord_jobs_set_meta(cjob *jb, const char *meta)
+{
+    meta_clear(jb);
     json_error_t je;
     json_t *m = meta && *meta ? json_loads(meta, 0, &je) : NULL;
     const char *name = json_string_value(json_object_get(m, "name"));
@@ -288,6 +294,8 @@ void coord_jobs_datasets(coord_jobs *j, const char *device, Skyloom__V1__Dataset
 {
     *out = NULL;
     *n = 0;
+    if (!j)
+        return;
     pthread_mutex_lock(&j->mu);
     const coord_dev *d = find_dev(j, device);
     int nd = d ? d->n_datasets : 0;

@@ -435,15 +435,13 @@ static char *check_info(const char *result, const char *want_hash, int *seq, cha
 }
 
 /* The job's vocabulary hash: its owner's shard's once checked, else the
- * one its submit expects ("" neither). */
-static const char *job_vocab_hash(const coord_job *sm)
+ * one its submit expects ("" neither); malloc'd. */
+static char *job_vocab_hash(const coord_job *sm)
 {
-    static _Thread_local char h[65];
-    h[0] = 0;
     json_error_t je;
     json_t *info = sm->data_info ? json_loads(sm->data_info, 0, &je) : NULL;
     const char *vh = json_string_value(json_object_get(info, "vocab_hash"));
-    snprintf(h, sizeof h, "%s", vh ? vh : sm->opts.vocab_hash);
+    char *h = sl_xstrdup(vh ? vh : sm->opts.vocab_hash);
     json_decref(info);
     return h;
 }
@@ -607,7 +605,7 @@ static int get_job(call *k)
     const coord_job *sm = &jb->sm;
     out.summary = summary_of(jb, sl_unix_time());
     out.data = data_json(sm);
-    out.vocab_hash = sl_xstrdup(job_vocab_hash(sm));
+    out.vocab_hash = job_vocab_hash(sm);
     out.options = coord_jobopts_text(&sm->opts, 0);
     out.plan = sl_xstrdup(sm->plan.text ? sm->plan.text : "");
     out.epoch = (uint32_t)sm->epoch;
