@@ -249,6 +249,12 @@ bal_plan *bal_plan_make(const bal_problem *pb, int algo, const bal_opts *opts, s
  * the merged unit starts at 0, every other range moves by k; per-unit
  * times are pb's on the device running each unit. */
 int bal_plan_expand_prefix(bal_plan *pl, const bal_problem *pb, int k, sl_err *err);
+/* bal_plan_make with units 0..home (the embeddings and `home` encoder
+ * layers, as many as the model has) kept on one stage: the data owner's
+ * (opts->data_owner or first_device) when it holds unit 0. home <= 0:
+ * bal_plan_make itself. */
+bal_plan *bal_plan_make_home(const bal_problem *pb, int algo, const bal_opts *opts, int home,
+                             sl_err *err);
 /* The `even` split (the Sky Computing paper's baseline): n_units over p
  * stages (p capped at n_units), floor(n/p) units each and the first n mod p
  * one more, as cut points cuts[0] = 0 < ... < cuts[p] = n_units; returns p. */
@@ -273,6 +279,47 @@ typedef struct bal_chain {
  * validates the chain and memory. Used by tests, benchmarks and replanning. */
 bal_plan *bal_plan_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err);
 void bal_plan_free(bal_plan *pl);
+
+/* ---- federation: one replica per data owner ----
+ *
+ *   bal_fed_in in = {R, pb, owner, home, opts, ushaped, algo};
+ *   bal_fed *f = bal_fed_place(&in, &err);
+ *   ... f->plan[r] (its stages' devices index the whole problem),
+ *       f->replica_of[d], f->slowest_s ...
+ *
+ * Each replica trains on its owner's data around its owner, and a device
+ * serves at most one replica. Synchronised replicas go at the pace of the
+ * slowest, so bal_fed_place minimises the largest simulated iteration
+ * (greedily: the slowest replica takes the free device, or another
+ * replica's, that shortens it most while the other stays faster; devices
+ * that help no replica stay free). bal_fed_even is the baseline: the
+ * devices that own no data dealt in turn, an equal share per replica, each
+ * replica then planned as bal_fed_place would. */
+#define BAL_FED_MAX_REPLICAS 16
+typedef struct bal_fed_in {
+    int R;
+    const bal_problem *const *pb; /* [R]: the same devices in the same order, each replica's
+                                   * model at its own micro-batch */
+    const int *owner;             /* [R] distinct device indices */
+    const int *home;              /* [R] home layers per owner (NULL: none) */
+    bal_opts opts;                /* micro_batches, schedule, ...; data_owner and first_device
+                                   * are set per replica */
+    int ushaped;                  /* each replica U-shaped around its owner, else a chain
+                                   * starting there */
+    int algo;
+} bal_fed_in;
+
+typedef struct bal_fed {
+    int R, n_dev;
+    bal_plan **plan;  /* [R] */
+    double *iter_s;   /* [R] each replica's simulated iteration */
+    double slowest_s; /* the largest of them */
+    int *replica_of;  /* [n_dev]: the replica a device serves in its plan, -1: none */
+} bal_fed;
+
+bal_fed *bal_fed_place(const bal_fed_in *in, sl_err *err);
+bal_fed *bal_fed_even(const bal_fed_in *in, sl_err *err);
+void bal_fed_free(bal_fed *f);
 
 /* ---- re-planning after devices were lost or joined ----
  *

@@ -80,6 +80,14 @@ static const char submit_text[] =
     "  --weight-decay X --clip X --mask-prob P --first N --sequences K\n"
     "  --no-shuffle --recompute --recompute-attention\n"
     "                     as for skyloom train: the job's result is the same\n"
+    "federation (several data owners, a replica around each):\n"
+    "  --data ID:NAME --data ID:NAME ...   one per owner; --owner-batch B1,B2,...\n"
+    "                     each owner's sequences per step (instead of --batch)\n"
+    "  --sync step|outer:H   average the gradients every step (default), or\n"
+    "                     DiLoCo: H steps alone, then an outer step\n"
+    "  --codec-sync C     what the replicas exchange: none (default), fp16, bf16,\n"
+    "                     int8, topk:F, with error feedback\n"
+    "  --outer-lr X --outer-momentum X   outer SGD with Nesterov momentum (0.7, 0.9)\n"
     "  --no-wait          return once submitted (default: wait until it runs or\n"
     "                     fails, and print the plan; an interrupt leaves the job\n"
     "                     running and says how to follow or stop it)\n"
@@ -383,14 +391,16 @@ static const sopt submit_opts[] = {
     {"--sequences", "sequences", 0},   {"--no-shuffle", "shuffle", 4},
     {"--recompute", "recompute", 3},   {"--recompute-attention", "recompute_attention", 3},
     {"--no-u-shape", "u_shape", 4},    {"--replan-margin", "replan_margin", 1},
-    {"--precision", "precision", 2},
+    {"--precision", "precision", 2},   {"--sync", "sync", 2},
+    {"--codec-sync", "codec_sync", 2}, {"--outer-lr", "outer_lr", 1},
+    {"--outer-momentum", "outer_momentum", 1},
     {NULL, NULL, 0},
 };
 
 /* --data NAME_OR_ID:DATASET: a device id as it is, a name resolved among
  * the enrolled devices (ListDevices), refused when no device or several
  * have it. out gets ID:DATASET. */
-static int resolve_data(client *c, const char *data, char *out, size_t cap, sl_err *err)
+static int resolve_one(client *c, const char *data, char *out, size_t cap, sl_err *err)
 {
     const char *colon = strchr(data, ':');
     char who[256];
@@ -422,6 +432,22 @@ static int resolve_data(client *c, const char *data, char *out, size_t cap, sl_e
                           "not a device id (skyloom status lists the names and ids)", data, who);
     return sl_err_set(err, SL_EINVAL, "--data %s: %d devices are named '%s' (%s): give the device "
                       "id instead of the name", data, n, who, ids);
+}
+
+/* Every owner of "A,B,..." (the --data options joined) resolved. */
+static int resolve_data(client *c, const char *data, char *out, size_t cap, sl_err *err)
+{
+    out[0] = 0;
+    char buf[1200];
+    snprintf(buf, sizeof buf, "%s", data);
+    for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+        char one[400];
+        if (resolve_one(c, t, one, sizeof one, err))
+            return -1;
+        size_t o = strlen(out);
+        snprintf(out + o, cap - o, "%s%s", o ? "," : "", one);
+    }
+    return 0;
 }
 
 /* The hash of the vocabulary in vocab.txt `path` (hex). */
@@ -466,11 +492,12 @@ static void on_submit_signal(int sig)
 
 static int submit(client *c, int argc, char **argv)
 {
-    const char *config = NULL, *data = NULL, *init = NULL, *devices = NULL, *name = "",
+    const char *config = NULL, *init = NULL, *devices = NULL, *owner_batch = NULL, *name = "",
                *vocab = NULL, *vocab_hash = NULL;
     const char *tags[32];
     size_t ntags = 0;
-    int json = 0, wait = 1;
+    char data[1200] = "";
+    int json = 0, wait = 1, ndata = 0;
     json_t *o = json_object();
     sl_err err = {0};
     for (int i = 0; i < argc; i++) {
@@ -506,8 +533,13 @@ static int submit(client *c, int argc, char **argv)
             vocab = v;
         else if (!strcmp(a, "--vocab-hash"))
             vocab_hash = v;
-        else if (!strcmp(a, "--data"))
-            data = v;
+        else if (!strcmp(a, "--data")) {
+            /* several: a federation, one replica per owner */
+            if (strchr(v, ',') || strlen(data) + strlen(v) + 2 > sizeof data)
+                return sl_cli_fail("job", 2, "--data %.80s: one DEVICE_ID:NAME per --data", v);
+            snprintf(data + strlen(data), sizeof data - strlen(data), "%s%s", ndata++ ? "," : "", v);
+        } else if (!strcmp(a, "--owner-batch"))
+            owner_batch = v;
         else if (!strcmp(a, "--init"))
             init = v;
         else if (!strcmp(a, "--devices"))
@@ -533,7 +565,38 @@ static int submit(client *c, int argc, char **argv)
         json_decref(o);
         return sl_cli_fail("job", 2, "--precision must be fp32 or bf16, got '%s'", prec);
     }
-    if (!config || !data || !json_object_get(o, "steps")) {
+    if (owner_batch) {
+        if (json_object_get(o, "batch")) {
+            json_decref(o);
+            return sl_cli_fail("job", 2, "--batch and --owner-batch: give one (--owner-batch is "
+                               "each owner's sequences per step)");
+        }
+        json_t *ob = json_array();
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", owner_batch);
+        for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+            int64_t x;
+            if (sl_parse_i64("--owner-batch", t, 1, 65536, &x, &err)) {
+                json_decref(ob);
+                json_decref(o);
+                return sl_cli_fail("job", 2, "%s", err.msg);
+            }
+            json_array_append_new(ob, json_integer(x));
+        }
+        if ((int)json_array_size(ob) != ndata) {
+            int rc = sl_cli_fail("job", 2, "--owner-batch has %zu entries for %d --data", json_array_size(ob),
+                                 ndata);
+            json_decref(ob);
+            json_decref(o);
+            return rc;
+        }
+        json_object_set_new(o, "owner_batch", ob);
+    } else if (ndata > 1) {
+        json_decref(o);
+        return sl_cli_fail("job", 2, "several --data need --owner-batch B1,B2,... (each owner's "
+                           "sequences per step)");
+    }
+    if (!config || !*data || !json_object_get(o, "steps")) {
         json_decref(o);
         return sl_cli_fail("job", 2, "submit needs --config, --data and --steps (see --help)");
     }
@@ -559,7 +622,7 @@ static int submit(client *c, int argc, char **argv)
     }
     /* the vocabulary the data must have: --vocab-hash, --vocab's, the one
      * beside --init; two of them that differ are refused */
-    char vh[3][65] = {"", "", ""}, init_file[4300] = "", data_id[400];
+    char vh[3][65] = {"", "", ""}, init_file[4300] = "", data_id[1200];
     const char *vwhat[3] = {"--vocab-hash", "--vocab", "--init"};
     struct stat sb;
     if (init && !stat(init, &sb) && S_ISDIR(sb.st_mode)) /* an exported folder */

@@ -25,6 +25,7 @@ typedef struct part {
     uint8_t sum[32];               /* checked when the last piece arrived */
     int done;
     int kind;                      /* PART_* */
+    int replica;                   /* its uploader's replica */
     uint8_t *units;                /* [nunits]: the units its tensors are of (done) */
 } part;
 
@@ -45,6 +46,7 @@ struct coord_ckpt {
     slot *slots; /* in the order their first piece came */
     int nslots;
     int nunits;  /* the model's units (0 until set) */
+    int nrep;    /* replicas whose parts make a step (1 unless set) */
     uint64_t quota_device, quota_job;
 };
 
@@ -189,6 +191,8 @@ void coord_ckpt_free(coord_ckpt *k)
     free(k);
 }
 
+void coord_ckpt_set_replicas(coord_ckpt *k, int nrep) { k->nrep = nrep; }
+
 void coord_ckpt_set_model(coord_ckpt *k, int nunits, uint64_t quota_device, uint64_t quota_job)
 {
     k->nunits = nunits;
@@ -315,28 +319,34 @@ uint64_t coord_ckpt_part_size(const coord_ckpt *k, const char *device, int step,
 }
 
 /* Whether step's parts, of every device, cover every unit in a model and an
- * optimizer file, and hold the data record. */
+ * optimizer file, and hold the data record: for every replica. */
 static int step_complete(const coord_ckpt *k, int step)
 {
     if (!k->nunits)
         return 0;
-    uint8_t *cov = sl_xcalloc(2 * (size_t)k->nunits, 1);
-    int data = 0, all = 1;
+    int nrep = k->nrep > 0 ? k->nrep : 1;
+    size_t per = 2 * (size_t)k->nunits;
+    uint8_t *cov = sl_xcalloc(per * (size_t)nrep, 1), *data = sl_xcalloc((size_t)nrep, 1);
+    int all = 1;
     for (int i = 0; i < k->nslots; i++) {
         const slot *u = &k->slots[i];
         for (int q = 0; u->step == step && q < u->n; q++) {
             const part *pt = &u->parts[q];
-            if (!pt->done)
+            if (!pt->done || pt->replica < 0 || pt->replica >= nrep)
                 continue;
-            data |= pt->kind == PART_DATA;
+            data[pt->replica] |= pt->kind == PART_DATA;
             for (int x = 0; pt->units && x < k->nunits; x++)
-                cov[(pt->kind == PART_OPTIM) * k->nunits + x] |= pt->units[x];
+                cov[per * (size_t)pt->replica + (pt->kind == PART_OPTIM) * (size_t)k->nunits + (size_t)x] |=
+                    pt->units[x];
         }
     }
-    for (int x = 0; x < 2 * k->nunits; x++)
+    for (size_t x = 0; x < per * (size_t)nrep; x++)
         all &= cov[x];
+    for (int r = 0; r < nrep; r++)
+        all &= data[r];
     free(cov);
-    return all && data;
+    free(data);
+    return all;
 }
 
 #define SLOTS_PER_DEVICE 4 /* a device's checkpoint steps under way at once */
@@ -366,8 +376,9 @@ int coord_ckpt_piece(coord_ckpt *k, const coord_piece *q, int *complete, char *w
         pt = &u->parts[u->n++];
         memset(pt, 0, sizeof *pt);
         memcpy(pt->name, q->name, strnlen(q->name, sizeof pt->name - 1));
-        pt->kind = !strcmp(q->name, "data.json") ? PART_DATA : !strncmp(q->name, "optim.", 6)
+        pt->kind = !strncmp(q->name, "data.", 5) ? PART_DATA : !strncmp(q->name, "optim.", 6)
                                                                   ? PART_OPTIM : PART_MODEL;
+        pt->replica = q->replica;
     }
     if (!pt || pt->done || q->offset != pt->size || q->offset + q->len > COORD_MAX_FILE) {
         snprintf(why, cap, "%s: chunk at %llu, expected %llu", q->name, (unsigned long long)q->offset,
@@ -503,8 +514,11 @@ int coord_ckpt_commit(coord_ckpt *k, int step, const char *config, const char *o
             if (!pt->done)
                 continue;
             hex32(pt->sum, hex);
-            json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", pt->name, "bytes",
-                                                   (json_int_t)pt->size, "blake2b", hex));
+            json_t *f = json_pack("{s:s, s:I, s:s}", "name", pt->name, "bytes",
+                                  (json_int_t)pt->size, "blake2b", hex);
+            if (k->nrep > 1)
+                json_object_set_new(f, "replica", json_integer(pt->replica));
+            json_array_append_new(files, f);
         }
     uint8_t cs[32];
     crypto_generichash(cs, sizeof cs, (const uint8_t *)config, strlen(config), NULL, 0);
@@ -549,22 +563,29 @@ void coord_ckpt_prune(coord_ckpt *k, int step)
 
 static const char *const metrics_header = COORD_METRICS_HEADER "\n";
 
-int coord_ckpt_metrics_append(coord_ckpt *k, int step, int epoch, const coord_step_rep *rep, int p,
-                              double step_s, double tokens_s, sl_err *err)
+int coord_ckpt_metrics_append(coord_ckpt *k, const coord_fx *f, sl_err *err)
 {
-    const coord_step_rep *last = &rep[p - 1];
+    const coord_step_rep *rep = f->reps, *last = &rep[f->p - 1];
+    int p = f->p;
     sl_buf b = {0};
-    sl_buf_printf(&b, "%d,%d,%.6f,%u,%.6f,%.6g,%.4f,%.1f,", step, epoch, last->loss, last->masked,
-                  last->grad_norm, last->lr, step_s, tokens_s);
+    sl_buf_printf(&b, "%d,%d,%.6f,%u,%.6f,%.6g,%.4f,%.1f,", f->step, f->epoch, f->loss, f->masked,
+                  last->grad_norm, last->lr, f->step_s, f->tokens_s);
     for (int i = 0; i < p; i++)
         sl_buf_printf(&b, "%s%.3f", i ? ";" : "",
                       rep[i].step_s > 0 ? (rep[i].fwd + rep[i].bwd) / rep[i].step_s : 0);
+    /* the links between the stages of each replica's chain */
     for (int w = 0; w < 4; w++) {
         sl_buf_printf(&b, ",");
+        int n = 0;
         for (int i = 0; i + 1 < p; i++) {
+            int end = 0;
+            for (int r = 1; r < f->nrep; r++)
+                end |= i + 1 == f->rep_first[r];
+            if (end)
+                continue;
             uint64_t v = w == 0 ? rep[i].raw : w == 1 ? rep[i].wire : w == 2 ? rep[i + 1].raw_up
                                                                              : rep[i + 1].wire_up;
-            sl_buf_printf(&b, "%s%llu", i ? ";" : "", (unsigned long long)v);
+            sl_buf_printf(&b, "%s%llu", n++ ? ";" : "", (unsigned long long)v);
         }
     }
     uint64_t side_raw = 0, side_wire = 0;

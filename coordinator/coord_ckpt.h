@@ -57,7 +57,8 @@ enum {
 typedef struct coord_piece {
     const char *device;      /* the uploader */
     int step;
-    const char *name;        /* model.TAG.safetensors, optim.TAG.safetensors or data.json */
+    const char *name;        /* model.TAG.safetensors, optim.TAG.safetensors, data.json or
+                              * data.DEVICE.json */
     uint64_t offset;
     const uint8_t *data;
     size_t len;
@@ -67,11 +68,17 @@ typedef struct coord_piece {
     size_t sum_len;
     const uint8_t *units;    /* [nunits]: the units the device runs */
     int nunits;
+    int replica;             /* the replica the device serves (0 without replicas) */
 } coord_piece;
 
 /* The model's units (for which units a part's tensors are of), and the bytes
  * of parts a device and the whole job may have under way at once. */
 void coord_ckpt_set_model(coord_ckpt *k, int nunits, uint64_t quota_device, uint64_t quota_job);
+
+/* A step is complete when the parts of each of nrep replicas are
+ * (coord_job's owners; 1 unless set). The manifest then names each file's
+ * replica. */
+void coord_ckpt_set_replicas(coord_ckpt *k, int nrep);
 
 /* Writes a piece; why gets the reason of a refusal. *complete: the step's
  * parts now cover every unit (model and optimizer) and the data record. A
@@ -99,11 +106,11 @@ void coord_ckpt_prune(coord_ckpt *k, int step);
  * on disk. */
 void coord_ckpt_drop_partials(coord_ckpt *k);
 
-/* metrics.csv: a step's row; the rows after `committed` dropped (*loss: the
+/* metrics.csv: a step's row (a METRICS effect: its loss, masked tokens, the
+ * stages' reports, the links between the stages of each replica); the rows after `committed` dropped (*loss: the
  * last row kept's, 0 without one); the rows from step `from` on (without
  * the header; "" when from <= 0). */
-int coord_ckpt_metrics_append(coord_ckpt *k, int step, int epoch, const coord_step_rep *rep, int p,
-                              double step_s, double tokens_s, sl_err *err);
+int coord_ckpt_metrics_append(coord_ckpt *k, const coord_fx *f, sl_err *err);
 int coord_ckpt_metrics_truncate(coord_ckpt *k, int committed, double *loss, sl_err *err);
 char *coord_ckpt_metrics_from(const coord_ckpt *k, int from);
 

@@ -287,7 +287,7 @@ static void acc_clear(coord_job *jb)
 }
 
 void coord_job_init(coord_job *jb, const char *id, uint64_t num, char *config,
-                    const coord_jobopts *opts, const char *owner, const char *dataset,
+                    const coord_jobopts *opts, const coord_owner *owners, int nowner,
                     int64_t now_ms)
 {
     memset(jb, 0, sizeof *jb);
@@ -296,8 +296,11 @@ void coord_job_init(coord_job *jb, const char *id, uint64_t num, char *config,
     jb->state = COORD_JOB_CHECKING;
     jb->config = config;
     coord_jobopts_copy(&jb->opts, opts);
-    snprintf(jb->owner, sizeof jb->owner, "%s", owner);
-    snprintf(jb->dataset, sizeof jb->dataset, "%s", dataset);
+    jb->nowner = nowner < 1 ? 1 : nowner > COORD_MAX_OWNERS ? COORD_MAX_OWNERS : nowner;
+    for (int i = 0; i < jb->nowner && i < nowner; i++) {
+        jb->owner[i] = owners[i];
+        jb->owner[i].data_info = NULL;
+    }
     jb->steps = opts->steps;
     jb->batch = opts->batch;
     jb->created = jb->check_since = now_ms / 1000;
@@ -321,7 +324,8 @@ void coord_job_free(coord_job *jb)
         return;
     free(jb->config);
     coord_jobopts_free(&jb->opts);
-    free(jb->data_info);
+    for (int i = 0; i < jb->nowner; i++)
+        free(jb->owner[i].data_info);
     plan_free(&jb->plan);
     cands_free(jb);
     free(jb->acc);
@@ -426,15 +430,19 @@ static void start_profiling(ev *e)
 {
     coord_job *jb = e->jb;
     cands_free(jb);
-    /* the data owner first: the balancer's chains start with their first device */
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; e->devs && i < e->devs->n; i++) {
-            const coord_dev *d = &e->devs->v[i];
-            int owner = !strcmp(d->id, jb->owner);
-            if (owner == !pass && coord_jobopts_allows(&jb->opts, jb->owner, d->id) &&
-                coord_dev_online(e->devs, d, e->now) && d->address[0] && d->has_key)
-                cand_add(jb, d->id, d->site);
-        }
+    /* the data owners first, in order: the balancer's chains start with
+     * their first device */
+    for (int o = 0; o < jb->nowner; o++) {
+        const coord_dev *d = coord_devs_find(e->devs, jb->owner[o].id);
+        if (d && coord_dev_online(e->devs, d, e->now) && d->address[0] && d->has_key)
+            cand_add(jb, d->id, d->site);
+    }
+    for (int i = 0; e->devs && i < e->devs->n; i++) {
+        const coord_dev *d = &e->devs->v[i];
+        if (coord_job_owner_index(jb, d->id) < 0 && coord_jobopts_allows(&jb->opts, "", d->id) &&
+            coord_dev_online(e->devs, d, e->now) && d->address[0] && d->has_key)
+            cand_add(jb, d->id, d->site);
+    }
     assign_links(e);
     jb->started = e->now;
     jb->profile_round = COORD_PROFILE_LINKS;
@@ -442,28 +450,55 @@ static void start_profiling(ev *e)
     set_state(e, COORD_JOB_PROFILING, NULL);
 }
 
-void coord_job_check_done(coord_job *jb, int ok, const char *reason, const char *info, int seq,
-                          int settled, const coord_devs *devs, int64_t now_ms, coord_fx_list *fx)
+int coord_job_owner_index(const coord_job *jb, const char *device)
+{
+    for (int i = 0; i < jb->nowner; i++)
+        if (!strcmp(jb->owner[i].id, device))
+            return i;
+    return -1;
+}
+
+int coord_job_checked(const coord_job *jb)
+{
+    int all = jb->nowner > 0;
+    for (int i = 0; i < jb->nowner; i++)
+        all &= jb->owner[i].data_info != NULL;
+    return all;
+}
+
+void coord_job_check_done(coord_job *jb, const char *device, int ok, const char *reason,
+                          const char *info, int seq, int settled, const coord_devs *devs,
+                          int64_t now_ms, coord_fx_list *fx)
 {
     ev e = ev_of(jb, now_ms, fx, devs);
-    if (jb->state != COORD_JOB_CHECKING)
+    int o = coord_job_owner_index(jb, device);
+    if (jb->state != COORD_JOB_CHECKING || o < 0 || jb->owner[o].data_info)
         return;
-    char why[600];
+    coord_owner *ow = &jb->owner[o];
+    char why[700];
     if (!ok) {
-        snprintf(why, sizeof why, "the data owner %s refused %s: %.400s", jb->owner, jb->dataset,
+        snprintf(why, sizeof why, "the data owner %s refused %s: %.400s", ow->id, ow->dataset,
                  reason ? reason : "");
         set_state(&e, COORD_JOB_FAILED, why);
         return;
     }
     if (!info || seq < 1 || seq > 65536) {
-        snprintf(why, sizeof why, "the data owner %s sent no usable shard description", jb->owner);
+        snprintf(why, sizeof why, "the data owner %s sent no usable shard description", ow->id);
         set_state(&e, COORD_JOB_FAILED, why);
         return;
     }
-    free(jb->data_info);
-    jb->data_info = sl_xstrdup(info);
+    /* one model over every owner's data: one sequence length */
+    for (int i = 0; i < jb->nowner; i++)
+        if (i != o && jb->owner[i].data_info && seq != jb->seq) {
+            snprintf(why, sizeof why, "the data owners' shards differ: %s's %s has sequences of %d "
+                     "tokens, %s's %s of %d", jb->owner[i].id, jb->owner[i].dataset, jb->seq,
+                     ow->id, ow->dataset, seq);
+            set_state(&e, COORD_JOB_FAILED, why);
+            return;
+        }
+    ow->data_info = sl_xstrdup(info);
     jb->seq = seq;
-    if (settled)
+    if (settled && coord_job_checked(jb))
         start_profiling(&e);
 }
 
@@ -544,17 +579,28 @@ static void issue_commits(ev *e)
     f->epoch = jb->epoch;
 }
 
+double coord_job_step_loss(const coord_job *jb, const coord_step_rep *rep)
+{
+    const coord_job_plan *pl = &jb->plan;
+    if (pl->nrep <= 1)
+        return rep[pl->p - 1].loss;
+    /* each replica's last stage holds its loss; weighed by its sequences */
+    double loss = 0;
+    for (int r = 0; r < pl->nrep; r++)
+        loss += (double)jb->owner[r].batch / jb->batch * rep[pl->rep_first[r + 1] - 1].loss;
+    return loss;
+}
+
 /* A step all stages reported: its metrics row and the status figures. */
 static void step_complete(ev *e, int step, const coord_step_rep *rep)
 {
     coord_job *jb = e->jb;
     int p = jb->plan.p;
-    const coord_step_rep *last = &rep[p - 1];
     double step_s = 0;
     for (int i = 0; i < p; i++)
         step_s = rep[i].step_s > step_s ? rep[i].step_s : step_s;
     jb->step = step;
-    jb->loss = last->loss;
+    jb->loss = coord_job_step_loss(jb, rep);
     jb->tokens_s = step_s > 0 ? (double)jb->batch * jb->seq / step_s : 0;
     coord_fx *f = fx_push(e, COORD_FX_METRICS);
     f->step = step;
@@ -564,6 +610,11 @@ static void step_complete(ev *e, int step, const coord_step_rep *rep)
     memcpy(f->reps, rep, (size_t)p * sizeof *f->reps);
     f->tokens_s = jb->tokens_s;
     f->step_s = step_s;
+    f->loss = jb->loss;
+    f->nrep = jb->plan.nrep;
+    memcpy(f->rep_first, jb->plan.rep_first, sizeof f->rep_first);
+    for (int r = 0; r < (jb->plan.nrep ? jb->plan.nrep : 1); r++)
+        f->masked += rep[(jb->plan.nrep ? jb->plan.rep_first[r + 1] : p) - 1].masked;
     if (!jb->last)
         jb->last = sl_xmalloc((size_t)p * sizeof *jb->last);
     memcpy(jb->last, rep, (size_t)p * sizeof *jb->last);
@@ -644,9 +695,20 @@ static int valid_name(const char *s, size_t max)
     return 1;
 }
 
+/* data.DEVICE.json: DEVICE's name, else NULL. */
+static int data_part_of(const char *s, char *dev, size_t cap)
+{
+    size_t n = strlen(s);
+    if (n < 11 || n > 80 || strncmp(s, "data.", 5) || strcmp(s + n - 5, ".json"))
+        return 0;
+    snprintf(dev, cap, "%.*s", (int)(n - 10), s + 5);
+    return valid_name(dev, 60) && !strchr(dev, '.');
+}
+
 int coord_part_name_ok(const char *s)
 {
-    if (!strcmp(s, "data.json"))
+    char dev[80];
+    if (!strcmp(s, "data.json") || data_part_of(s, dev, sizeof dev))
         return 1;
     size_t n = strlen(s);
     if (n < 20 || n > 80 || strcmp(s + n - 12, ".safetensors") ||
@@ -659,8 +721,11 @@ int coord_part_name_ok(const char *s)
 
 int coord_part_is_of(const coord_job *jb, const char *name, const char *device)
 {
+    char dev[80];
     if (!strcmp(name, "data.json"))
-        return !strcmp(device, jb->owner);
+        return jb->nowner == 1 && !strcmp(device, jb->owner[0].id);
+    if (data_part_of(name, dev, sizeof dev))
+        return jb->nowner > 1 && !strcmp(dev, device) && coord_job_owner_index(jb, device) >= 0;
     size_t n = strlen(device);
     const char *tag = name + 6; /* model. or optim. */
     if (strncmp(tag, device, n))
@@ -703,11 +768,12 @@ void coord_job_fetch_units(const coord_job *jb, const char *device, uint8_t *uni
 int coord_job_upload_check(const coord_job *jb, const char *device, int epoch, int step,
                            const char *name)
 {
-    if (jb->state != COORD_JOB_RUNNING || epoch != jb->epoch)
-        return COORD_UPLOAD_NOT_RUNNING;
+    /* a name that is not the device's own is refused whatever the job's state */
     if (coord_job_stage_of(jb, device) < 0 || !coord_part_name_ok(name) || step < 1 ||
         step > jb->steps || !coord_part_is_of(jb, name, device))
         return COORD_UPLOAD_REFUSED;
+    if (jb->state != COORD_JOB_RUNNING || epoch != jb->epoch)
+        return COORD_UPLOAD_NOT_RUNNING;
     if (step <= jb->committed)
         return COORD_UPLOAD_COMMITTED;
     if (jb->epoch_pending)
@@ -808,16 +874,27 @@ void coord_job_epoch_ready(coord_job *jb, int epoch, double loss, const char *fa
 
 /* ---- failures --------------------------------------------------------------------------- */
 
+int coord_job_stage_replica(const coord_job *jb, int s)
+{
+    for (int r = 0; r < jb->plan.nrep; r++)
+        if (s >= jb->plan.rep_first[r] && s < jb->plan.rep_first[r + 1])
+            return r;
+    return 0;
+}
+
 int coord_job_neighbours(const coord_job *jb, const char *a, const char *b)
 {
-    int p = jb->plan.p;
-    for (int i = 0; i < p; i++) {
+    for (int i = 0; i < jb->plan.p; i++) {
         if (strcmp(jb->plan.stage_dev[i], a))
             continue;
-        /* the stages next to it, and the chain's other end (labels, the tied gradient) */
-        int nb[3] = {i - 1, i + 1, i == 0 ? p - 1 : i == p - 1 ? 0 : -1};
+        /* within its replica's chain: the stages next to it, and the
+         * chain's other end (labels, the tied gradient) */
+        int r = coord_job_stage_replica(jb, i);
+        int lo = jb->plan.nrep ? jb->plan.rep_first[r] : 0;
+        int hi = jb->plan.nrep ? jb->plan.rep_first[r + 1] - 1 : jb->plan.p - 1;
+        int nb[3] = {i - 1, i + 1, i == lo ? hi : i == hi ? lo : -1};
         for (int k = 0; k < 3; k++)
-            if (nb[k] >= 0 && nb[k] < p && nb[k] != i && !strcmp(jb->plan.stage_dev[nb[k]], b))
+            if (nb[k] >= lo && nb[k] <= hi && nb[k] != i && !strcmp(jb->plan.stage_dev[nb[k]], b))
                 return 1;
     }
     return 0;
@@ -825,7 +902,7 @@ int coord_job_neighbours(const coord_job *jb, const char *a, const char *b)
 
 int coord_job_member(const coord_job *jb, const char *device)
 {
-    return (!strcmp(jb->owner, device) ? COORD_MEMBER_OWNER : 0) |
+    return (coord_job_owner_index(jb, device) >= 0 ? COORD_MEMBER_OWNER : 0) |
            (coord_job_cand_index(jb, device) >= 0 ? COORD_MEMBER_CAND : 0) |
            (coord_job_stage_of(jb, device) >= 0 ? COORD_MEMBER_STAGE : 0);
 }
@@ -942,7 +1019,7 @@ static void find_joiners(ev *e)
     for (int i = 0; e->devs && i < e->devs->n; i++) {
         const coord_dev *d = &e->devs->v[i];
         if (!coord_dev_online(e->devs, d, e->now) || !d->address[0] || !d->has_key ||
-            !strcmp(d->id, jb->owner) || !coord_jobopts_allows(&jb->opts, jb->owner, d->id))
+            coord_job_owner_index(jb, d->id) >= 0 || !coord_jobopts_allows(&jb->opts, "", d->id))
             continue;
         int k = coord_job_cand_index(jb, d->id);
         if (k >= 0 && !(jb->cand[k].lost_ms && d->seen_ms > jb->cand[k].lost_ms))
@@ -958,13 +1035,18 @@ static void find_joiners(ev *e)
     }
 }
 
-static int owner_available(ev *e)
+/* The first owner that is not back, or -1 when all are. */
+static int owner_missing(ev *e)
 {
     coord_job *jb = e->jb;
-    int k = coord_job_cand_index(jb, jb->owner);
-    const coord_dev *d = coord_devs_find(e->devs, jb->owner);
-    return k >= 0 && d && coord_dev_online(e->devs, d, e->now) &&
-           (!jb->cand[k].lost_ms || d->seen_ms > jb->cand[k].lost_ms);
+    for (int o = 0; o < jb->nowner; o++) {
+        int k = coord_job_cand_index(jb, jb->owner[o].id);
+        const coord_dev *d = coord_devs_find(e->devs, jb->owner[o].id);
+        if (!(k >= 0 && d && coord_dev_online(e->devs, d, e->now) &&
+              (!jb->cand[k].lost_ms || d->seen_ms > jb->cand[k].lost_ms)))
+            return o;
+    }
+    return -1;
 }
 
 /* ---- planning ---------------------------------------------------------------------------- */
@@ -1151,11 +1233,12 @@ static void tick_recovering(ev *e, int64_t heartbeat_ms)
     }
     if (jb->committing)
         return; /* a commit under way decides the step to start from */
-    if (!owner_available(e)) {
+    int missing = owner_missing(e);
+    if (missing >= 0) {
         char why[300];
         snprintf(why, sizeof why, "the data owner %s is offline; the job goes on from step %d "
-                 "when it is back", jb->owner, jb->committed + 1);
-        event(e, "waiting", jb->owner, "%s", why);
+                 "when it is back", jb->owner[missing].id, jb->committed + 1);
+        event(e, "waiting", jb->owner[missing].id, "%s", why);
         jb->rec.wait_kind = COORD_WAIT_OWNER;
         jb->rec.wait_ms = e->now_ms;
         set_state(e, COORD_JOB_WAITING, why);
@@ -1169,10 +1252,13 @@ static void tick_waiting(ev *e)
     coord_job *jb = e->jb;
     int go = 0;
     if (jb->rec.wait_kind == COORD_WAIT_OWNER) {
-        go = owner_available(e);
-        if (go) {
-            jb->cand[coord_job_cand_index(jb, jb->owner)].lost_ms = 0;
-            event(e, "returned", jb->owner, "the data owner is back");
+        go = owner_missing(e) < 0;
+        for (int o = 0; go && o < jb->nowner; o++) {
+            coord_cand *c = &jb->cand[coord_job_cand_index(jb, jb->owner[o].id)];
+            if (c->lost_ms) {
+                c->lost_ms = 0;
+                event(e, "returned", c->id, "the data owner is back");
+            }
         }
     } else if (jb->rec.wait_kind == COORD_WAIT_STORE) {
         go = e->now_ms - jb->rec.wait_ms >= jb->policy.store_retry_ms;
@@ -1194,12 +1280,15 @@ void coord_job_tick(coord_job *jb, const coord_devs *devs, int settled, int64_t 
         return;
     switch (jb->state) {
     case COORD_JOB_CHECKING:
-        if (jb->data_info && settled) {
+        if (coord_job_checked(jb) && settled) {
             start_profiling(&e);
-        } else if (!jb->data_info && e.now - jb->check_since > jb->policy.check_wait_s) {
+        } else if (!coord_job_checked(jb) && e.now - jb->check_since > jb->policy.check_wait_s) {
+            int o = 0;
+            while (o < jb->nowner - 1 && jb->owner[o].data_info)
+                o++;
             char why[200];
-            snprintf(why, sizeof why, "the data owner %s did not check %s within %d s (offline?)",
-                     jb->owner, jb->dataset, jb->policy.check_wait_s);
+            snprintf(why, sizeof why, "the data owner %.20s did not check %.64s within %d s (offline?)",
+                     jb->owner[o].id, jb->owner[o].dataset, jb->policy.check_wait_s);
             set_state(&e, COORD_JOB_FAILED, why);
         }
         break;
@@ -1236,7 +1325,8 @@ int coord_job_tasks(const coord_job *jb, const char *device, int64_t now_ms,
     int round = profiling ? jb->profile_round : COORD_PROFILE_BOTH;
     if (profile && round == COORD_PROFILE_LINKS && jb->cand[k].links)
         profile = 0;
-    if (jb->state == COORD_JOB_CHECKING && !jb->data_info && !strcmp(jb->owner, device)) {
+    int o = coord_job_owner_index(jb, device);
+    if (jb->state == COORD_JOB_CHECKING && o >= 0 && !jb->owner[o].data_info) {
         out[n++] = (coord_task_want){COORD_TASK_CHECK, jb->epoch, -1, 0};
     } else if (running && coord_job_stage_of(jb, device) >= 0) {
         out[n++] = (coord_task_want){COORD_TASK_RUN, jb->epoch, -1, 0};

@@ -110,6 +110,16 @@ int coord_dev_online(const coord_devs *d, const coord_dev *x, int64_t now_s);
 
 /* ---- a job ---------------------------------------------------------------------- */
 
+/* A data owner of the job: its device, the dataset it serves and the
+ * sequences per step its replica trains on. A job has one owner, or
+ * several (a federation: a replica per owner, coord_jobopts' sync). */
+#define COORD_MAX_OWNERS 8
+typedef struct coord_owner {
+    char id[COORD_DEV_ID_LEN], dataset[65];
+    int batch;
+    char *data_info; /* its check's description of its shard (JSON text); NULL before */
+} coord_owner;
+
 /* A device the job may run on: its profile, and what recovery knows of it. */
 typedef struct coord_cand {
     char id[COORD_DEV_ID_LEN];
@@ -141,6 +151,10 @@ typedef struct coord_job_plan {
     int p, ndev, seq;                    /* stages, distinct devices, sequence length */
     char (*stage_dev)[COORD_DEV_ID_LEN]; /* [p] */
     int *first_unit, *last_unit;         /* [p]: the units each stage runs (inclusive) */
+    /* replicas (one per owner): stages rep_first[r] .. rep_first[r + 1] - 1
+     * are replica r's chain, in the owners' order */
+    int nrep;
+    int rep_first[COORD_MAX_OWNERS + 1];
     double predicted;                    /* the predicted iteration time */
 } coord_job_plan;
 
@@ -173,8 +187,8 @@ typedef struct coord_job {
     char reason[COORD_REASON_LEN];
     char *config;           /* config.json text */
     coord_jobopts opts;
-    char owner[COORD_DEV_ID_LEN], dataset[65];
-    char *data_info;        /* the owner's description of its shard (JSON text); NULL before */
+    int nowner;
+    coord_owner owner[COORD_MAX_OWNERS];
     int epoch, step, committed;
     double loss;
     int64_t created, ended; /* seconds */
@@ -235,6 +249,10 @@ typedef struct coord_fx {
     coord_step_rep *reps;           /* METRICS: [p] */
     int p;
     double tokens_s, step_s;        /* METRICS */
+    double loss;                    /* METRICS: the step's (coord_job_step_loss) */
+    uint32_t masked;                /* METRICS: the masked tokens of every replica */
+    int nrep;                       /* METRICS: replicas (0: none), their first stages */
+    int rep_first[COORD_MAX_OWNERS + 1];
 } coord_fx;
 
 typedef struct coord_fx_list {
@@ -250,10 +268,16 @@ void coord_fx_free(coord_fx *f);
 /* ---- making and ending a job -------------------------------------------------- */
 
 /* A new job (checking) under the default policy. Takes config; copies
- * opts. */
+ * opts and the owners (1..COORD_MAX_OWNERS, data_info NULL). */
 void coord_job_init(coord_job *jb, const char *id, uint64_t num, char *config,
-                    const coord_jobopts *opts, const char *owner, const char *dataset,
+                    const coord_jobopts *opts, const coord_owner *owners, int nowner,
                     int64_t now_ms);
+/* The owner of device id (its index), or -1. */
+int coord_job_owner_index(const coord_job *jb, const char *device);
+/* Every owner's check is in. */
+int coord_job_checked(const coord_job *jb);
+/* The replica of the plan's stage s (0 without replicas). */
+int coord_job_stage_replica(const coord_job *jb, int s);
 void coord_job_free(coord_job *jb);
 
 /* Takes a plan (its text and signature: jb owns them from here) for the
@@ -268,11 +292,14 @@ void coord_job_restarted(coord_job *jb, double loss, int64_t now_ms, coord_fx_li
 
 /* ---- events ---------------------------------------------------------------------- */
 
-/* The data owner answered the check: its shard's description (JSON text,
- * seq its sequence length) or its refusal. Profiling starts at once when
- * `settled` (devices had time to come back after a restart). */
-void coord_job_check_done(coord_job *jb, int ok, const char *reason, const char *info, int seq,
-                          int settled, const coord_devs *devs, int64_t now_ms, coord_fx_list *fx);
+/* A data owner answered the check: its shard's description (JSON text,
+ * seq its sequence length, vocab its vocabulary size) or its refusal.
+ * Profiling starts once every owner's is in, at once when `settled`
+ * (devices had time to come back after a restart). The owners' shards
+ * must agree on the sequence length and the vocabulary. */
+void coord_job_check_done(coord_job *jb, const char *device, int ok, const char *reason,
+                          const char *info, int seq, int settled, const coord_devs *devs,
+                          int64_t now_ms, coord_fx_list *fx);
 
 /* A device's profile: `round` COORD_PROFILE_LINKS (links: its links) or the
  * units (result: the whole profile, round one's links merged in by the
@@ -288,6 +315,9 @@ enum {
     COORD_REPORT_STOP,    /* not the running epoch: the device should stop */
     COORD_REPORT_REFUSED, /* not this device's stage, or the step is out of range */
 };
+/* A step's loss from its stages' reports (a federation's: each replica's,
+ * weighed by its owner's sequences per step). */
+double coord_job_step_loss(const coord_job *jb, const coord_step_rep *rep);
 /* A stage's report of a step. */
 int coord_job_step_report(coord_job *jb, const char *device, int epoch, int stage, int step,
                           const coord_step_rep *rep, int64_t now_ms, coord_fx_list *fx);
@@ -302,11 +332,12 @@ enum {
 /* Whether `device` may upload file `name` of `step` for `epoch`. */
 int coord_job_upload_check(const coord_job *jb, const char *device, int epoch, int step,
                            const char *name);
-/* A file name a part may have: model.TAG.safetensors, optim.TAG.safetensors
- * or data.json. */
+/* A file name a part may have: model.TAG.safetensors, optim.TAG.safetensors,
+ * data.json or data.DEVICE.json. */
 int coord_part_name_ok(const char *name);
-/* Whether part `name` may be device's: data.json the owner's, the others
- * tagged with its id (TAG is DEVICE or DEVICE-uUNIT). */
+/* Whether part `name` may be device's: data.json the owner's (of a job of
+ * several owners, data.OWNER.json each owner's), the others tagged with
+ * its id (TAG is DEVICE or DEVICE-uUNIT). */
 int coord_part_is_of(const coord_job *jb, const char *name, const char *device);
 
 /* The model's units (its plan's last unit + 1; 0 before a plan). */

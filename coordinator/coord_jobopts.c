@@ -20,13 +20,14 @@ static json_t *defaults(void)
 {
     return json_pack(
         "{s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, s:I, "
-        "s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:s}",
+        "s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s}",
         "batch", 8, "micro_batches", 1, "codec_act", "none", "codec_grad", "none", "sealed", 1,
         "algo", "optimal", "schedule", "1f1b", "checkpoint_every", 50, "lr", -1.0, "warmup", -1,
         "seed", (json_int_t)1, "optimizer", "adamw", "optim_state", "fp32", "weight_decay", 0.01,
         "clip", 1.0, "mask_prob", 0.15, "first", (json_int_t)0, "sequences", (json_int_t)0,
         "shuffle", 1, "recompute", 0, "recompute_attention", 0, "u_shape", 1, "replan_margin", 0.10,
-        "precision", "fp32", "vocab_hash", "");
+        "precision", "fp32", "owner_batch", "sync", "step", "codec_sync", "none", "outer_lr", 0.7,
+        "outer_momentum", 0.9, "vocab_hash", "");
 }
 
 static int codec_ok(const char *s, int grad)
@@ -104,6 +105,18 @@ static double rget(const json_t *o, const char *k) { return json_number_value(js
 static const char *sget(const json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
 static int bget(const json_t *o, const char *k) { return json_is_true(json_object_get(o, k)); }
 
+/* "step": 0; "outer:H": H; anything else -1. */
+static int sync_every(const char *s)
+{
+    if (!strcmp(s, "step"))
+        return 0;
+    if (strncmp(s, "outer:", 6) || !(s[6] >= '1' && s[6] <= '9'))
+        return -1;
+    char *end;
+    long h = strtol(s + 6, &end, 10);
+    return *end || h < 1 || h > 1000000000 ? -1 : (int)h;
+}
+
 static int check(const json_t *o, char *why, size_t cap)
 {
     json_int_t steps = iget(o, "steps"), batch = iget(o, "batch"), micro = iget(o, "micro_batches");
@@ -111,6 +124,12 @@ static int check(const json_t *o, char *why, size_t cap)
     const char *opt = sget(o, "optimizer"), *os = sget(o, "optim_state");
     if (!json_is_integer(json_object_get(o, "steps")) || steps < 1 || steps > 1000000000)
         return fail(why, cap, "options: steps must be 1..1e9");
+    json_t *obs = json_object_get(o, "owner_batch"), *ox;
+    size_t ok_;
+    json_array_foreach(obs, ok_, ox) if (json_is_integer(ox) && micro >= 1 &&
+                                         json_integer_value(ox) % micro)
+        return fail(why, cap, "options: owner_batch %lld is not a multiple of micro_batches %lld",
+                    (long long)json_integer_value(ox), (long long)micro);
     if (batch < 1 || batch > 65536 || micro < 1 || micro > batch || batch % micro)
         return fail(why, cap, "options: batch %lld is not a multiple of micro_batches %lld",
                     (long long)batch, (long long)micro);
@@ -128,6 +147,23 @@ static int check(const json_t *o, char *why, size_t cap)
         (!strcmp(os, "bf16") && strcmp(opt, "adamw")))
         return fail(why, cap, "options: optimizer adamw|lamb, optim_state fp32|bf16 (bf16 with "
                     "adamw only)");
+    json_t *ob = json_object_get(o, "owner_batch"), *x;
+    size_t k;
+    int ob_ok = json_array_size(ob) <= 8;
+    json_array_foreach(ob, k, x) ob_ok &= json_is_integer(x) && json_integer_value(x) >= 1 &&
+                                          json_integer_value(x) <= 65536;
+    if (!ob_ok)
+        return fail(why, cap, "options: owner_batch must be a list of at most 8 whole numbers, "
+                    "each 1..65536");
+    if (sync_every(sget(o, "sync")) < 0)
+        return fail(why, cap, "options: sync '%.40s' is not step or outer:H (H a whole number >= 1)",
+                    sget(o, "sync"));
+    if (!codec_ok(sget(o, "codec_sync"), 1))
+        return fail(why, cap, "options: codec_sync '%.40s' is not none, fp16, bf16, int8 or topk:F "
+                    "with 0 < F <= 1", sget(o, "codec_sync"));
+    if (!(rget(o, "outer_lr") > 0 && rget(o, "outer_lr") <= 10) ||
+        !(rget(o, "outer_momentum") >= 0 && rget(o, "outer_momentum") < 1))
+        return fail(why, cap, "options: outer_lr must be in (0, 10], outer_momentum in [0, 1)");
     if (strcmp(sget(o, "precision"), "fp32") && strcmp(sget(o, "precision"), "bf16"))
         return fail(why, cap, "options: precision must be fp32 or bf16");
     if (iget(o, "warmup") < -1 || iget(o, "warmup") > INT_MAX || iget(o, "checkpoint_every") > INT_MAX)
@@ -160,6 +196,14 @@ int coord_jobopts_parse(const char *text, coord_jobopts *o, char *why, size_t ca
     json_t *j = merged(text, why, cap);
     if (!j)
         return -1;
+    /* a federation's step is its owners' sequences together */
+    json_t *ob = json_object_get(j, "owner_batch"), *x;
+    size_t k;
+    json_int_t sum = 0;
+    json_array_foreach(ob, k, x) sum += json_is_integer(x) && json_integer_value(x) > 0 &&
+                                        json_integer_value(x) <= 65536 ? json_integer_value(x) : 0;
+    if (sum)
+        json_object_set_new(j, "batch", json_integer(sum));
     if (check(j, why, cap)) {
         json_decref(j);
         return -1;
@@ -189,6 +233,12 @@ int coord_jobopts_parse(const char *text, coord_jobopts *o, char *why, size_t ca
     o->u_shape = bget(j, "u_shape");
     o->replan_margin = rget(j, "replan_margin");
     snprintf(o->precision, sizeof o->precision, "%s", sget(j, "precision"));
+    json_array_foreach(ob, k, x) o->owner_batch[o->n_owner_batch++] = (int)json_integer_value(x);
+    snprintf(o->sync, sizeof o->sync, "%s", sget(j, "sync"));
+    o->sync_every = sync_every(o->sync);
+    snprintf(o->codec_sync, sizeof o->codec_sync, "%s", sget(j, "codec_sync"));
+    o->outer_lr = rget(j, "outer_lr");
+    o->outer_momentum = rget(j, "outer_momentum");
     snprintf(o->vocab_hash, sizeof o->vocab_hash, "%s", sget(j, "vocab_hash"));
     json_t *devs = json_object_get(j, "devices"), *d;
     size_t i;
@@ -219,7 +269,7 @@ json_t *coord_jobopts_json(const coord_jobopts *o)
 {
     json_t *j = json_pack(
         "{s:i, s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, "
-        "s:I, s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:s}",
+        "s:I, s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s}",
         "steps", o->steps, "batch", o->batch, "micro_batches", o->micro_batches, "codec_act",
         o->codec_act, "codec_grad", o->codec_grad, "sealed", o->sealed, "algo", o->algo,
         "schedule", o->schedule, "checkpoint_every", o->checkpoint_every, "lr", o->lr, "warmup",
@@ -228,7 +278,11 @@ json_t *coord_jobopts_json(const coord_jobopts *o)
         o->mask_prob, "first", (json_int_t)o->first, "sequences", (json_int_t)o->sequences,
         "shuffle", o->shuffle, "recompute", o->recompute, "recompute_attention",
         o->recompute_attention, "u_shape", o->u_shape, "replan_margin", o->replan_margin,
-        "precision", o->precision, "vocab_hash", o->vocab_hash);
+        "precision", o->precision, "owner_batch", "sync", o->sync, "codec_sync", o->codec_sync,
+        "outer_lr", o->outer_lr, "outer_momentum", o->outer_momentum, "vocab_hash", o->vocab_hash);
+    json_t *ob = json_object_get(j, "owner_batch");
+    for (int i = 0; i < o->n_owner_batch; i++)
+        json_array_append_new(ob, json_integer(o->owner_batch[i]));
     if (o->has_devices) {
         json_t *a = json_array();
         for (int i = 0; i < o->n_devices; i++)
@@ -270,5 +324,26 @@ int coord_policy_check(const coord_policy *pol, const coord_jobopts *o, char *wh
                  "--no-u-shape (or its device runs with --allow-labels-out)");
         return -1;
     }
+    return 0;
+}
+
+int coord_jobopts_check_owners(const coord_jobopts *o, int nowner, char *why, size_t cap)
+{
+    if (nowner > 1 && o->n_owner_batch != nowner)
+        return fail(why, cap, "options: owner_batch has %d entr%s for %d data owners (one each, "
+                    "in the order of --data)", o->n_owner_batch, o->n_owner_batch == 1 ? "y" : "ies",
+                    nowner);
+    if (nowner == 1 && o->n_owner_batch > 1)
+        return fail(why, cap, "options: owner_batch has %d entries for one data owner",
+                    o->n_owner_batch);
+    for (int i = 0; i < o->n_owner_batch; i++)
+        if (o->owner_batch[i] % o->micro_batches)
+            return fail(why, cap, "options: owner_batch %d is not a multiple of micro_batches %d",
+                        o->owner_batch[i], o->micro_batches);
+    if (nowner == 1 && (strcmp(o->sync, "step") || strcmp(o->codec_sync, "none")))
+        return fail(why, cap, "options: sync and codec_sync are for several data owners");
+    if (o->sync_every > o->steps)
+        return fail(why, cap, "options: sync outer:%d syncs less often than the job's %d steps",
+                    o->sync_every, o->steps);
     return 0;
 }

@@ -30,6 +30,16 @@ typedef struct coord_jobopts {
     int shuffle, recompute, recompute_attention, u_shape;
     double replan_margin; /* a joiner's plan is taken when faster by this share */
     char precision[8];    /* fp32, bf16: the products' (skyloom train --precision) */
+    /* a federation (several data owners): each owner's sequences per step
+     * (n_owner_batch of them, in the owners' order; 0: one owner, `batch`),
+     * and how the replicas meet: sync "step" or "outer:H" (sync_every H), the
+     * codec of what they exchange, DiLoCo's outer SGD */
+    int n_owner_batch;
+    int owner_batch[8];
+    char sync[24];
+    int sync_every;       /* outer:H's H; 0 for step */
+    char codec_sync[32];  /* none, fp16, bf16, int8, topk:F */
+    double outer_lr, outer_momentum;
     char vocab_hash[65];  /* the vocabulary its data must have (hex BLAKE2b-256); "" any */
     int has_devices;      /* the submit named the devices the job may use */
     int n_devices;
@@ -60,6 +70,11 @@ typedef struct coord_policy {
 /* 0 if options o keep pol (or pol is unknown), else -1 with why, naming
  * the option at fault and the device option that would lift the rule. */
 int coord_policy_check(const coord_policy *pol, const coord_jobopts *o, char *why, size_t cap);
+
+/* The federation's options against its owners' count: owner_batch has one
+ * entry per owner, each a multiple of micro_batches; sync's H at most the
+ * steps; sync options need several owners. 0 or -1 with why. */
+int coord_jobopts_check_owners(const coord_jobopts *o, int nowner, char *why, size_t cap);
 
 /* Whether the options let the job use device `id` (the owner always). */
 int coord_jobopts_allows(const coord_jobopts *o, const char *owner, const char *id);

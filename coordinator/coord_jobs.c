@@ -19,6 +19,7 @@
 #include "coord_jobs_int.h"
 #include "coord_plan.h"
 #include "skyloom.pb-c.h"
+#include "sl_buf.h"
 #include "sl_file.h"
 #include "sl_log.h"
 #include "sl_mem.h"
@@ -122,7 +123,10 @@ static char *meta_text(const cjob *jb)
 
 int coord_jobs_refused(const coord_job *sm)
 {
-    return sm->state == COORD_JOB_FAILED && !sm->data_info && !sm->plan.text;
+    int checked = 0;
+    for (int o = 0; o < sm->nowner; o++)
+        checked |= sm->owner[o].data_info != NULL;
+    return sm->state == COORD_JOB_FAILED && !checked && !sm->plan.text;
 }
 
 cjob *coord_jobs_find(coord_jobs *j, const char *id)
@@ -357,12 +361,13 @@ static void add_task(task_list *l, const coord_job *jb, const char *kind, int ep
     l->v[l->n++] = t;
 }
 
-static json_t *check_spec(const coord_job *jb)
+/* The check of owner o: its dataset read as its replica will read it. */
+static json_t *check_spec(const coord_job *jb, int o)
 {
     json_error_t je;
     json_t *cfg = json_loads(jb->config, 0, &je);
-    json_t *s = json_pack("{s:s, s:O, s:i, s:I, s:I, s:b, s:b}", "dataset", jb->dataset, "config",
-                          cfg, "batch", jb->opts.batch, "first", (json_int_t)jb->opts.first,
+    json_t *s = json_pack("{s:s, s:O, s:i, s:I, s:I, s:b, s:b}", "dataset", jb->owner[o].dataset,
+                          "config", cfg, "batch", jb->owner[o].batch, "first", (json_int_t)jb->opts.first,
                           "sequences", (json_int_t)jb->opts.sequences, "sealed", jb->opts.sealed,
                           "u_shape", jb->opts.u_shape);
     if (jb->opts.vocab_hash[0]) /* the owner refuses a shard of another vocabulary */
@@ -408,7 +413,8 @@ void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_
         coord_task_want want[2];
         int nw = coord_job_tasks(jb, device_id, now_ms, want);
         for (int w = 0; w < nw; w++) {
-            json_t *spec = want[w].kind == COORD_TASK_CHECK     ? check_spec(jb)
+            json_t *spec = want[w].kind == COORD_TASK_CHECK
+                               ? check_spec(jb, coord_job_owner_index(jb, device_id))
                            : want[w].kind == COORD_TASK_PROFILE ? profile_spec(&devs, jb, want[w].cand,
                                                                                want[w].round)
                                                                 : NULL;
@@ -451,6 +457,67 @@ void coord_jobs_queue(coord_jobs *j, cjob *jb, coord_fx_list *fx)
     coord_fx_list_move(&jb->fxq, fx);
 }
 
+/* The owners as the jobs row keeps them: ids and datasets joined by
+ * commas, data_info the one owner's description or (several owners) a JSON
+ * array of them, null for one not in; all malloc'd. */
+void coord_owners_row(const coord_job *jb, char **ids, char **datasets, char **data_info)
+{
+    sl_buf a = {0}, b = {0};
+    for (int i = 0; i < jb->nowner; i++) {
+        sl_buf_printf(&a, "%s%s", i ? "," : "", jb->owner[i].id);
+        sl_buf_printf(&b, "%s%s", i ? "," : "", jb->owner[i].dataset);
+    }
+    *ids = a.s ? a.s : sl_xstrdup("");
+    *datasets = b.s ? b.s : sl_xstrdup("");
+    if (jb->nowner == 1) {
+        *data_info = sl_xstrdup(jb->owner[0].data_info ? jb->owner[0].data_info : "");
+        return;
+    }
+    int any = 0;
+    json_t *arr = json_array();
+    for (int i = 0; i < jb->nowner; i++) {
+        json_error_t je;
+        json_t *v = jb->owner[i].data_info ? json_loads(jb->owner[i].data_info, 0, &je) : NULL;
+        any |= v != NULL;
+        json_array_append_new(arr, v ? v : json_null());
+    }
+    *data_info = any ? json_dumps(arr, JSON_COMPACT) : sl_xstrdup("");
+    json_decref(arr);
+}
+
+/* The owners from a jobs row (ids and datasets joined by commas) and the
+ * options' owner_batch; 0, or -1 with why. */
+int coord_owners_parse(const char *ids, const char *datasets, const coord_jobopts *o,
+                       coord_owner *out, int *n, char *why, size_t cap)
+{
+    *n = 0;
+    const char *a = ids, *b = datasets;
+    while (*a) {
+        size_t la = strcspn(a, ","), lb = strcspn(b, ",");
+        if (*n == COORD_MAX_OWNERS || la == 0 || la >= COORD_DEV_ID_LEN || lb == 0 || lb > 64) {
+            snprintf(why, cap, "owners '%.80s' or datasets '%.80s' unreadable", ids, datasets);
+            return -1;
+        }
+        coord_owner *w = &out[(*n)++];
+        memset(w, 0, sizeof *w);
+        snprintf(w->id, sizeof w->id, "%.*s", (int)la, a);
+        snprintf(w->dataset, sizeof w->dataset, "%.*s", (int)lb, b);
+        a += la + (a[la] == ',');
+        b += lb + (b[lb] == ',');
+    }
+    if (*n == 0 || *b) {
+        snprintf(why, cap, "owners '%.80s' and datasets '%.80s' do not pair up", ids, datasets);
+        return -1;
+    }
+    for (int i = 0; i < *n; i++)
+        out[i].batch = *n == 1 ? o->batch : i < o->n_owner_batch ? o->owner_batch[i] : 0;
+    if (*n > 1 && o->n_owner_batch != *n) {
+        snprintf(why, cap, "%d owners, %d owner_batch entries", *n, o->n_owner_batch);
+        return -1;
+    }
+    return 0;
+}
+
 /* The jobs row as the job is now (j->mu held); strings malloc'd. */
 static void row_of(const coord_job *jb, coord_jobrow *r)
 {
@@ -461,9 +528,7 @@ static void row_of(const coord_job *jb, coord_jobrow *r)
     r->reason = sl_xstrdup(jb->reason);
     r->config = sl_xstrdup(jb->config);
     r->options = coord_jobopts_text(&jb->opts, 0);
-    r->owner = sl_xstrdup(jb->owner);
-    r->dataset = sl_xstrdup(jb->dataset);
-    r->data_info = sl_xstrdup(jb->data_info ? jb->data_info : "");
+    coord_owners_row(jb, &r->owner, &r->dataset, &r->data_info);
     r->plan = sl_xstrdup(jb->plan.text ? jb->plan.text : "");
     if (jb->plan.sig) {
         r->sig = sl_xmalloc(jb->plan.sig_len + 1);
@@ -564,8 +629,7 @@ static void run_effect(coord_jobs *j, cjob *jb, const coord_fx *f)
         /* a step's row lost would leave a committed step without it: the
          * store failed, and the steps after the committed one run again */
         pthread_mutex_lock(&jb->io_mu);
-        int rc = coord_ckpt_metrics_append(jb->ck, f->step, f->epoch, f->reps, f->p, f->step_s,
-                                           f->tokens_s, &err);
+        int rc = coord_ckpt_metrics_append(jb->ck, f, &err);
         pthread_mutex_unlock(&jb->io_mu);
         if (rc) {
             coord_fx_list fx = {0};
@@ -715,7 +779,7 @@ static int load_profile(void *ud, const char *device, const char *result)
  * (the job not yet shared with other threads, or a copy of it). */
 static int load_profiles(coord_jobs *j, coord_job *jb, sl_err *err)
 {
-    if (coord_jobstore_load_profiles(j->store, jb->id, jb->owner, load_profile, jb, err))
+    if (coord_jobstore_load_profiles(j->store, jb->id, jb->owner[0].id, load_profile, jb, err))
         return -1;
     char (*ids)[CERT_ID_LEN] = sl_xcalloc((size_t)jb->ncand + 1, sizeof *ids);
     char (*sites)[CERT_SITE_MAX + 1] = sl_xcalloc((size_t)jb->ncand + 1, sizeof *sites);
@@ -736,7 +800,8 @@ int coord_jobs_load_profiles(coord_jobs *j, cjob *c, sl_err *err)
     memset(&tmp, 0, sizeof tmp);
     pthread_mutex_lock(&j->mu);
     snprintf(tmp.id, sizeof tmp.id, "%s", c->sm.id);
-    snprintf(tmp.owner, sizeof tmp.owner, "%s", c->sm.owner);
+    tmp.nowner = 1;
+    snprintf(tmp.owner[0].id, sizeof tmp.owner[0].id, "%s", c->sm.owner[0].id);
     pthread_mutex_unlock(&j->mu);
     if (load_profiles(j, &tmp, err)) {
         coord_job_free(&tmp);
@@ -769,8 +834,16 @@ static int load_one(void *ud, coord_jobrow *r)
         coord_jobopts_free(&opts);
         return 0;
     }
+    coord_owner owners[COORD_MAX_OWNERS];
+    int nowner;
+    if (coord_owners_parse(r->owner, r->dataset, &opts, owners, &nowner, why, sizeof why)) {
+        sl_log_error("coordinator: job with unreadable owners left out", "job=%s reason=\"%s\"",
+                     r->id, why);
+        coord_jobopts_free(&opts);
+        return 0;
+    }
     coord_job sm;
-    coord_job_init(&sm, r->id, r->num, r->config, &opts, r->owner, r->dataset, sl_unix_ms());
+    coord_job_init(&sm, r->id, r->num, r->config, &opts, owners, nowner, sl_unix_ms());
     r->config = NULL;
     coord_jobopts_free(&opts);
     sm.state = (coord_job_state)state;
@@ -785,10 +858,15 @@ static int load_one(void *ud, coord_jobrow *r)
     if (*r->data_info) {
         json_error_t je;
         json_t *info = json_loads(r->data_info, 0, &je);
-        if (info) {
-            sm.data_info = sl_xstrdup(r->data_info);
-            sm.seq = (int)json_integer_value(json_object_get(info, "seq_len"));
-            coord_jobs_ds_record(j, r->owner, r->dataset, r->data_info, r->id, r->created);
+        for (int i = 0; i < sm.nowner; i++) {
+            json_t *one = sm.nowner == 1 ? info : json_array_get(info, (size_t)i);
+            if (json_is_object(one)) {
+                sm.owner[i].data_info = sm.nowner == 1 ? sl_xstrdup(r->data_info)
+                                                       : json_dumps(one, JSON_COMPACT);
+                sm.seq = (int)json_integer_value(json_object_get(one, "seq_len"));
+                coord_jobs_ds_record(j, sm.owner[i].id, sm.owner[i].dataset, sm.owner[i].data_info,
+                                     r->id, r->created);
+            }
         }
         json_decref(info);
     }
@@ -914,8 +992,8 @@ static void obs_job_fill(const cjob *c, int detail, coord_obs_job *x)
     snprintf(x->id, sizeof x->id, "%s", jb->id);
     snprintf(x->state, sizeof x->state, "%s", coord_job_state_name(jb->state));
     snprintf(x->reason, sizeof x->reason, "%s", jb->reason);
-    snprintf(x->owner, sizeof x->owner, "%s", jb->owner);
-    snprintf(x->dataset, sizeof x->dataset, "%s", jb->dataset);
+    snprintf(x->owner, sizeof x->owner, "%s", jb->owner[0].id);
+    snprintf(x->dataset, sizeof x->dataset, "%s", jb->owner[0].dataset);
     x->steps = jb->steps;
     x->step = jb->step;
     x->committed = jb->committed;

@@ -74,6 +74,10 @@ struct coord_jobs {
 
 /* The device view the state machine reads (call with j->mu held). */
 coord_devs coord_jobs_devs(const coord_jobs *j);
+/* The owners as the jobs row keeps them, and back (coord_jobs.c). */
+void coord_owners_row(const coord_job *jb, char **ids, char **datasets, char **data_info);
+int coord_owners_parse(const char *ids, const char *datasets, const coord_jobopts *o,
+                       coord_owner *out, int *n, char *why, size_t cap);
 /* Job `id`, or NULL (takes j->mu). */
 cjob *coord_jobs_find(coord_jobs *j, const char *id);
 /* Queues a job's effects (j->mu held); PLAN goes to the engine. */

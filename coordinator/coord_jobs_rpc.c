@@ -171,13 +171,15 @@ static int make_job(coord_jobs *j, const coord_job *sm, const char *init_upload,
         free(m);
     }
     coord_jobrow row = {.id = (char *)sm->id, .num = sm->num, .state = "checking", .reason = "",
-                        .config = sm->config, .owner = (char *)sm->owner,
-                        .dataset = (char *)sm->dataset, .created = sm->created,
-                        .meta = (char *)meta};
+                        .config = sm->config, .created = sm->created, .meta = (char *)meta};
     row.options = coord_jobopts_text(&sm->opts, 0);
+    coord_owners_row(sm, &row.owner, &row.dataset, &row.data_info);
     if (code == RPC_OK && coord_jobstore_save(j->store, &row, sl_unix_time(), &err))
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     free(row.options);
+    free(row.owner);
+    free(row.dataset);
+    free(row.data_info);
     if (code != RPC_OK)
         unmake_job_dir(dir);
     free(cfg);
@@ -252,17 +254,17 @@ static int owner_unfit(const coord_jobs *j, const coord_devs *devs, const coord_
     if (!od) {
         if (!coord_jobs_settled(j))
             return 0;
-        snprintf(why, cap, "the data owner %s is offline: it has sent no heartbeat since the "
+        snprintf(why, cap, "the data owner %.40s is offline: it has sent no heartbeat since the "
                  "coordinator started (is its skyloom device running?)", owner);
         return -1;
     }
     if (!coord_dev_online(devs, od, now)) {
-        snprintf(why, cap, "the data owner %s is offline: its last heartbeat was %lld s ago", owner,
+        snprintf(why, cap, "the data owner %.40s is offline: its last heartbeat was %lld s ago", owner,
                  (long long)(now - od->seen));
         return -1;
     }
     if (!od->address[0] || !od->has_key) {
-        snprintf(why, cap, "the data owner %s serves no Stage (its skyloom device runs without "
+        snprintf(why, cap, "the data owner %.40s serves no Stage (its skyloom device runs without "
                  "--stage-listen), so it cannot take part in a job", owner);
         return -1;
     }
@@ -274,7 +276,7 @@ static int owner_unfit(const coord_jobs *j, const coord_devs *devs, const coord_
         size_t o = strlen(list);
         snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", od->datasets[i]);
     }
-    snprintf(why, cap, "the data owner %s serves no dataset '%s' (%s%s)", owner, dataset,
+    snprintf(why, cap, "the data owner %.40s serves no dataset '%.64s' (%s%s)", owner, dataset,
              od->n_datasets ? "it serves " : "it serves none: its skyloom device has no --data",
              list);
     return -1;
@@ -296,38 +298,72 @@ static int submit(call *k)
         coord_jobopts_free(&opts);
         return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "%s", why);
     }
-    const char *colon = strchr(r->data, ':');
-    char owner[CERT_ID_LEN + 8] = "";
-    if (colon)
-        snprintf(owner, sizeof owner, "%.*s", (int)(colon - r->data), r->data);
-    int code = RPC_OK;
-    if (!colon || !cert_valid_device_id(owner) || !valid_name(colon + 1, 64)) {
-        code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "data '%.80s' is not DEVICE_ID:NAME", r->data);
-        goto out;
+    /* DEVICE_ID:NAME, or several joined by commas (a federation) */
+    coord_owner owners[COORD_MAX_OWNERS];
+    int nowner = 0, code = RPC_OK;
+    for (const char *d = r->data; code == RPC_OK && *d;) {
+        size_t len = strcspn(d, ",");
+        char one[160];
+        snprintf(one, sizeof one, "%.*s", (int)(len < 150 ? len : 150), d);
+        const char *colon = strchr(one, ':');
+        char id[CERT_ID_LEN + 8] = "";
+        if (colon)
+            snprintf(id, sizeof id, "%.*s", (int)(colon - one), one);
+        if (!colon || len >= 150 || !cert_valid_device_id(id) || !valid_name(colon + 1, 64))
+            code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "data '%.80s' is not DEVICE_ID:NAME",
+                                  one);
+        else if (nowner == COORD_MAX_OWNERS)
+            code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "more than %d data owners",
+                                  COORD_MAX_OWNERS);
+        for (int o = 0; code == RPC_OK && o < nowner; o++)
+            if (!strcmp(owners[o].id, id))
+                code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "device %s is named by two data "
+                                      "owners (%s and %s): a device serves one replica", id,
+                                      owners[o].dataset, colon + 1);
+        if (code == RPC_OK) {
+            coord_owner *w = &owners[nowner++];
+            memset(w, 0, sizeof *w);
+            snprintf(w->id, sizeof w->id, "%s", id);
+            snprintf(w->dataset, sizeof w->dataset, "%s", colon + 1);
+        }
+        d += len + (d[len] == ',');
     }
+    if (code == RPC_OK && nowner == 0)
+        code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "data '' is not DEVICE_ID:NAME");
+    if (code == RPC_OK && coord_jobopts_check_owners(&opts, nowner, why, sizeof why))
+        code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "%s", why);
+    if (code != RPC_OK)
+        goto out;
+    for (int o = 0; o < nowner; o++)
+        owners[o].batch = nowner == 1 ? opts.batch : opts.owner_batch[o];
     coord_state *db = coord_db_get(k->c, &err);
-    int known = db ? coord_state_device_known(db, owner, &err) : -1;
-    int rev = db ? coord_state_is_revoked(db, owner, &err) : -1;
-    coord_db_put(k->c, db);
-    if (known <= 0 || rev) {
-        code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "data owner %s is %s", owner,
-                              known < 0 || rev < 0 ? "unknown (database error)"
-                              : rev              ? "revoked"
-                                                 : "not enrolled here");
-        goto out;
+    for (int o = 0; code == RPC_OK && o < nowner; o++) {
+        const char *owner = owners[o].id;
+        int known = db ? coord_state_device_known(db, owner, &err) : -1;
+        int rev = db ? coord_state_is_revoked(db, owner, &err) : -1;
+        if (known <= 0 || rev)
+            code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "data owner %s is %s", owner,
+                                  known < 0 || rev < 0 ? "unknown (database error)"
+                                  : rev              ? "revoked"
+                                                     : "not enrolled here");
     }
+    coord_db_put(k->c, db);
+    if (code != RPC_OK)
+        goto out;
     pthread_mutex_lock(&j->mu);
     coord_devs devs = coord_jobs_devs(j);
-    const coord_dev *od = coord_devs_find(&devs, owner);
-    if (owner_unfit(j, &devs, od, owner, colon + 1, why, sizeof why)) {
-        pthread_mutex_unlock(&j->mu);
-        code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s", why);
-        goto out;
-    }
-    if (od && coord_policy_check(&od->policy, &opts, why, sizeof why)) {
-        pthread_mutex_unlock(&j->mu);
-        code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s (owner %s)", why, owner);
-        goto out;
+    for (int o = 0; o < nowner; o++) {
+        const coord_dev *od = coord_devs_find(&devs, owners[o].id);
+        if (owner_unfit(j, &devs, od, owners[o].id, owners[o].dataset, why, sizeof why)) {
+            pthread_mutex_unlock(&j->mu);
+            code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s", why);
+            goto out;
+        }
+        if (od && coord_policy_check(&od->policy, &opts, why, sizeof why)) {
+            pthread_mutex_unlock(&j->mu);
+            code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s (owner %s)", why, owners[o].id);
+            goto out;
+        }
     }
     if (j->njob + j->reserved >= COORD_MAX_JOBS) {
         pthread_mutex_unlock(&j->mu);
@@ -345,7 +381,7 @@ static int submit(call *k)
     char id[COORD_JOB_ID_LEN];
     snprintf(id, sizeof id, "j%016llx", (unsigned long long)num);
     coord_job sm;
-    coord_job_init(&sm, id, num, sl_xstrdup(r->config), &opts, owner, colon + 1, sl_unix_ms());
+    coord_job_init(&sm, id, num, sl_xstrdup(r->config), &opts, owners, nowner, sl_unix_ms());
     char *meta = meta_of(r);
     code = make_job(j, &sm, r->init_upload, meta, k->st);
     cjob *jb = code == RPC_OK ? coord_jobs_wrap(j, &sm) : NULL;
@@ -434,34 +470,57 @@ static char *check_info(const char *result, const char *want_hash, int *seq, cha
     return text;
 }
 
-/* The job's vocabulary hash: its owner's shard's once checked, else the
+/* An owner's checked vocabulary hash into h ("" before its check). */
+static void owner_vocab_hash(const coord_owner *w, char h[65])
+{
+    json_error_t je;
+    json_t *info = w->data_info ? json_loads(w->data_info, 0, &je) : NULL;
+    const char *vh = json_string_value(json_object_get(info, "vocab_hash"));
+    snprintf(h, 65, "%s", vh ? vh : "");
+    json_decref(info);
+}
+
+/* The vocabulary device's shard must have (j->mu held): the one the submit
+ * names, else one another owner of the job checked already (the owners of a
+ * job train one model: one vocabulary); "" any. */
+static void job_vocab_want(const coord_job *sm, const char *device, char want[65])
+{
+    snprintf(want, 65, "%s", sm->opts.vocab_hash);
+    for (int o = 0; !want[0] && o < sm->nowner; o++)
+        if (strcmp(sm->owner[o].id, device))
+            owner_vocab_hash(&sm->owner[o], want);
+}
+
+/* The job's vocabulary hash: its owners' shards' once checked, else the
  * one its submit expects ("" neither); malloc'd. */
 static char *job_vocab_hash(const coord_job *sm)
 {
-    json_error_t je;
-    json_t *info = sm->data_info ? json_loads(sm->data_info, 0, &je) : NULL;
-    const char *vh = json_string_value(json_object_get(info, "vocab_hash"));
-    char *h = sl_xstrdup(vh ? vh : sm->opts.vocab_hash);
-    json_decref(info);
-    return h;
+    char h[65] = "";
+    for (int o = 0; !h[0] && o < sm->nowner; o++)
+        owner_vocab_hash(&sm->owner[o], h);
+    return sl_xstrdup(h[0] ? h : sm->opts.vocab_hash);
 }
 
 /* Per data owner, what its check said of its shard (JSON text). */
 static char *data_json(const coord_job *sm)
 {
-    json_error_t je;
-    json_t *info = sm->data_info ? json_loads(sm->data_info, 0, &je) : NULL;
-    json_t *o = json_pack("{s:s, s:s}", "owner", sm->owner, "dataset", sm->dataset);
     static const char *const keys[] = {"sequences", "shard_sequences", "seq_len", "first",
                                        "vocab_size", "vocab_hash", "shard_hash", "cased", NULL};
-    for (int i = 0; keys[i] && info; i++) {
-        json_t *v = json_object_get(info, keys[i]);
-        if (v)
-            json_object_set(o, keys[i], v);
-    }
-    json_decref(info);
     json_t *a = json_array();
-    json_array_append_new(a, o);
+    for (int w = 0; w < sm->nowner; w++) {
+        json_error_t je;
+        const coord_owner *ow = &sm->owner[w];
+        json_t *info = ow->data_info ? json_loads(ow->data_info, 0, &je) : NULL;
+        json_t *o = json_pack("{s:s, s:s, s:i}", "owner", ow->id, "dataset", ow->dataset, "batch",
+                              ow->batch);
+        for (int i = 0; keys[i] && info; i++) {
+            json_t *v = json_object_get(info, keys[i]);
+            if (v)
+                json_object_set(o, keys[i], v);
+        }
+        json_decref(info);
+        json_array_append_new(a, o);
+    }
     char *t = json_dumps(a, JSON_COMPACT);
     json_decref(a);
     return t;
@@ -502,11 +561,13 @@ static Skyloom__V1__JobSummary *summary_of(const cjob *c, int64_t now)
     s->tags = sl_xcalloc(s->n_tags + 1, sizeof *s->tags);
     for (int i = 0; i < c->ntags; i++)
         s->tags[i] = sl_xstrdup(c->tags[i]);
-    s->n_data = 1;
-    s->data = sl_xcalloc(2, sizeof *s->data);
-    size_t dn = strlen(jb->owner) + strlen(jb->dataset) + 2;
-    s->data[0] = sl_xmalloc(dn);
-    snprintf(s->data[0], dn, "%s:%s", jb->owner, jb->dataset);
+    s->n_data = (size_t)jb->nowner;
+    s->data = sl_xcalloc(s->n_data + 1, sizeof *s->data);
+    for (int o = 0; o < jb->nowner; o++) {
+        size_t dn = strlen(jb->owner[o].id) + strlen(jb->owner[o].dataset) + 2;
+        s->data[o] = sl_xmalloc(dn);
+        snprintf(s->data[o], dn, "%s:%s", jb->owner[o].id, jb->owner[o].dataset);
+    }
     s->layers = (uint32_t)c->layers;
     s->hidden = (uint32_t)c->hidden;
     s->stop_at_checkpoint = jb->stop_at_commit;
@@ -696,17 +757,57 @@ HANDLER(coord_handle_resume_job, "ResumeJobRequest", skyloom__v1__resume_job_req
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
-/* Whether a device whose units are units[nunits] may have checkpoint file
- * `name` of dir: the config and manifest, the start model, data.json the
- * owner only, and a part only when every tensor in it is of one of its
- * units (so that the data owner's layers and embeddings stay the owner's). */
-static int fetchable(const char *dir, const char *name, const uint8_t *units, int nunits, int owner)
+/* Who asks FetchFile: a device's units, its data record's name (its
+ * owner's, "" for others) and, with replicas, the files of its replica
+ * (from the committed manifest; NULL: every file). */
+typedef struct fetcher {
+    uint8_t units[BAL_MAX_LAYERS + 2];
+    int nunits;
+    char data[96];
+    json_t *replica_files; /* names (object keys) */
+} fetcher;
+
+/* The names of the manifest's files of replica r (an object, keys the
+ * names; empty without a readable manifest). */
+static json_t *replica_files(const char *dir, int r)
+{
+    char *mp = path_of(dir, "manifest.json"), *text = NULL;
+    size_t len = 0;
+    sl_err err = {0};
+    json_t *names = json_object();
+    if (!sl_read_file(mp, 16u << 20, &text, &len, &err)) {
+        json_error_t je;
+        json_t *m = json_loadb(text, len, 0, &je), *f;
+        size_t i;
+        json_array_foreach(json_object_get(m, "files"), i, f) {
+            json_t *rv = json_object_get(f, "replica");
+            const char *n = json_string_value(json_object_get(f, "name"));
+            if (n && json_is_integer(rv) && json_integer_value(rv) == r)
+                json_object_set_new(names, n, json_true());
+        }
+        json_decref(m);
+    }
+    free(text);
+    free(mp);
+    return names;
+}
+
+/* Whether the device `w` describes may have checkpoint file `name` of dir:
+ * the config and manifest, the start model, its owner's data record only
+ * its owner, and a part only when it is of its replica and every tensor in
+ * it is of one of its units (so that the data owner's layers and
+ * embeddings stay the owner's). */
+static int fetchable(const char *dir, const char *name, const fetcher *w)
 {
     if (!strcmp(name, "config.json") || !strcmp(name, "manifest.json") ||
         !strcmp(name, "model.safetensors"))
         return 1;
-    if (!strcmp(name, "data.json"))
-        return owner;
+    if (!strncmp(name, "data.", 5))
+        return w->data[0] && !strcmp(name, w->data);
+    if (w->replica_files && !json_object_get(w->replica_files, name))
+        return 0;
+    const uint8_t *units = w->units;
+    int nunits = w->nunits;
     uint8_t in[BAL_MAX_LAYERS + 2];
     char why[300], *p = path_of(dir, name);
     if (access(p, F_OK) != 0) { /* not there: the read says so */
@@ -726,14 +827,19 @@ static int fetch_file(call *k)
     coord_jobs *j = k->j;
     int code = RPC_OK, step = -1;
     char *dir = NULL;
-    uint8_t units[BAL_MAX_LAYERS + 2];
-    int nunits = 0, owner = 0, device = *r->device_id != 0;
+    fetcher w = {0};
+    int device = *r->device_id != 0, rep = -1;
     pthread_mutex_lock(&j->mu);
     const coord_job *sm = &k->jb->sm;
     if (device) {
-        nunits = coord_job_nunits(sm);
-        coord_job_fetch_units(sm, r->device_id, units, nunits);
-        owner = !strcmp(sm->owner, r->device_id);
+        w.nunits = coord_job_nunits(sm);
+        coord_job_fetch_units(sm, r->device_id, w.units, w.nunits);
+        int o = coord_job_owner_index(sm, r->device_id);
+        if (o >= 0)
+            snprintf(w.data, sizeof w.data, sm->nowner == 1 ? "data.json" : "data.%s.json",
+                     r->device_id);
+        if (sm->nowner > 1)
+            rep = coord_job_stage_replica(sm, coord_job_stage_of(sm, r->device_id));
     }
     if (device && coord_job_stage_of(sm, r->device_id) < 0) {
         code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage of job %s",
@@ -750,6 +856,8 @@ static int fetch_file(call *k)
     Skyloom__V1__FetchFileResponse out = SKYLOOM__V1__FETCH_FILE_RESPONSE__INIT;
     out.step = (uint32_t)(step < 0 ? 0 : step);
     uint8_t *data = NULL;
+    if (code == RPC_OK && rep >= 0)
+        w.replica_files = replica_files(dir, rep);
     if (code == RPC_OK && !*r->name) { /* the list */
         DIR *d = opendir(dir);
         if (!d)
@@ -757,7 +865,7 @@ static int fetch_file(call *k)
                                   r->job_id, step);
         for (struct dirent *e; d && (e = readdir(d));) {
             if (e->d_name[0] == '.' || !coord_ckpt_servable(e->d_name) ||
-                (device && !fetchable(dir, e->d_name, units, nunits, owner)))
+                (device && !fetchable(dir, e->d_name, &w)))
                 continue;
             out.names = sl_xrealloc(out.names, (out.n_names + 1) * sizeof *out.names);
             out.names[out.n_names++] = sl_xstrdup(e->d_name);
@@ -766,7 +874,7 @@ static int fetch_file(call *k)
             closedir(d);
     } else if (code == RPC_OK && !coord_ckpt_servable(r->name)) {
         code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "'%.80s' is not a checkpoint file", r->name);
-    } else if (code == RPC_OK && device && !fetchable(dir, r->name, units, nunits, owner)) {
+    } else if (code == RPC_OK && device && !fetchable(dir, r->name, &w)) {
         coord_jobs_denied(j, COORD_DENY_FETCH);
         code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s may not fetch %.80s of job %s: "
                               "it holds what the device does not run", r->device_id, r->name,
@@ -802,6 +910,7 @@ static int fetch_file(call *k)
     free(out.names);
     free(data);
     free(dir);
+    json_decref(w.replica_files);
     return code;
 }
 HANDLER(coord_handle_fetch_file, "FetchFileRequest", skyloom__v1__fetch_file_request__descriptor,
@@ -840,7 +949,7 @@ static int upload_chunk(call *k)
     cjob *jb = k->jb;
     int v = jb ? upload_allowed(j, jb, r) : COORD_UPLOAD_NOT_RUNNING;
     uint8_t units[BAL_MAX_LAYERS + 2];
-    int nunits = 0;
+    int nunits = 0, replica = 0, nrep = 1;
     if (v == COORD_UPLOAD_OK) {
         /* the check again under the job's I/O lock: no epoch's reset can
          * run while the piece is written */
@@ -849,6 +958,8 @@ static int upload_chunk(call *k)
         v = coord_job_upload_check(&jb->sm, r->device_id, (int)r->epoch, (int)r->step, r->name);
         nunits = coord_job_nunits(&jb->sm);
         coord_job_units_of(&jb->sm, r->device_id, units, nunits);
+        replica = coord_job_stage_replica(&jb->sm, coord_job_stage_of(&jb->sm, r->device_id));
+        nrep = jb->sm.nowner;
         pthread_mutex_unlock(&j->mu);
         if (v != COORD_UPLOAD_OK)
             pthread_mutex_unlock(&jb->io_mu);
@@ -860,7 +971,8 @@ static int upload_chunk(call *k)
         coord_jobs_denied(j, COORD_DENY_NOT_OWN_PART);
         return rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s may not upload '%.80s' for "
                               "step %u (its parts are model.%s-uUNIT.safetensors and "
-                              "optim.%s-uUNIT.safetensors; data.json is the data owner's)",
+                              "optim.%s-uUNIT.safetensors; data.json or data.OWNER.json is the "
+                              "data owner's)",
                               r->device_id, r->name, r->step, r->device_id, r->device_id);
     }
     Skyloom__V1__UploadChunkResponse o = SKYLOOM__V1__UPLOAD_CHUNK_RESPONSE__INIT;
@@ -873,9 +985,10 @@ static int upload_chunk(call *k)
     /* at most 4 checkpoint steps' parts of the whole model (weights and two
      * moments, and slack for headers) per device and per job */
     uint64_t quota = 4 * (3 * jb->model_bytes + (4u << 20));
-    coord_ckpt_set_model(jb->ck, nunits, quota, quota);
+    coord_ckpt_set_model(jb->ck, nunits, quota, quota * (uint64_t)nrep);
+    coord_ckpt_set_replicas(jb->ck, nrep);
     coord_piece q = {r->device_id, (int)r->step, r->name, r->offset, r->data.data, r->data.len,
-                     r->last, r->size, r->blake2b.data, r->blake2b.len, units, nunits};
+                     r->last, r->size, r->blake2b.data, r->blake2b.len, units, nunits, replica};
     int rc = coord_ckpt_piece(jb->ck, &q, &complete, why, sizeof why);
     pthread_mutex_unlock(&jb->io_mu);
     coord_fx_list fx = {0};
@@ -955,16 +1068,16 @@ static int report_task(call *k)
     if (strlen(r->result) > (1u << 20) || strlen(r->reason) > 4096)
         return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "report too large");
     coord_fx_list fx = {0};
-    if (!strcmp(r->kind, "check") && !strcmp(r->device_id, k->jb->sm.owner)) {
+    if (!strcmp(r->kind, "check")) {
         int seq = 0, ok = r->ok;
         char why[600] = "", want[65], *vocab = NULL;
         pthread_mutex_lock(&j->mu);
-        snprintf(want, sizeof want, "%s", k->jb->sm.opts.vocab_hash);
+        job_vocab_want(&k->jb->sm, r->device_id, want);
         pthread_mutex_unlock(&j->mu);
         char *info = ok ? check_info(r->result, want, &seq, &vocab, why, sizeof why) : NULL;
         if (why[0])
             ok = 0;
-        if (vocab) { /* kept for the export beside the model */
+        if (vocab) { /* kept for the export beside the model (the owners' is one vocabulary) */
             char *p = vocab_path(j, k->job_id);
             sl_err err = {0};
             if (sl_write_file_atomic(p, vocab, strlen(vocab), &err))
@@ -975,9 +1088,11 @@ static int report_task(call *k)
         }
         pthread_mutex_lock(&j->mu);
         coord_devs devs = coord_jobs_devs(j);
-        if (ok && info && k->jb->sm.state == COORD_JOB_CHECKING)
-            coord_jobs_ds_record(j, r->device_id, k->jb->sm.dataset, info, k->job_id, sl_unix_time());
-        coord_job_check_done(&k->jb->sm, ok, why[0] ? why : r->reason, info, seq,
+        int o = coord_job_owner_index(&k->jb->sm, r->device_id);
+        if (ok && info && o >= 0 && k->jb->sm.state == COORD_JOB_CHECKING)
+            coord_jobs_ds_record(j, r->device_id, k->jb->sm.owner[o].dataset, info, k->job_id,
+                                 sl_unix_time());
+        coord_job_check_done(&k->jb->sm, r->device_id, ok, why[0] ? why : r->reason, info, seq,
                              coord_jobs_settled(j), &devs, sl_unix_ms(), &fx);
         pthread_cond_broadcast(&j->cv); /* the engine starts profiling once settled */
         settle(j, k->jb, &fx);

@@ -81,7 +81,9 @@ struct coord_plan_in {
     int epoch, start_step;
     char *config;
     coord_jobopts opts;
-    char owner[CERT_ID_LEN], dataset[65];
+    int nowner;
+    char owner[COORD_MAX_OWNERS][CERT_ID_LEN], dataset[COORD_MAX_OWNERS][65];
+    int obatch[COORD_MAX_OWNERS];
     int seq, n;
     char (*ids)[CERT_ID_LEN];
     char (*sites)[CERT_SITE_MAX + 1];
@@ -275,68 +277,80 @@ static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
     return pb;
 }
 
-static int owner_index(const plan_in *in)
+/* The planned devices' index of owner o, or -1. */
+static int owner_index(const plan_in *in, int o)
 {
     for (int i = 0; i < in->n; i++)
-        if (!strcmp(in->ids[i], in->owner))
+        if (!strcmp(in->ids[i], in->owner[o]))
             return i;
     return -1;
 }
 
 /* The plan devices get: who runs which units, where to reach them, with
  * which keys, codecs and options; the balancer's plan and prediction too. */
-static char *plan_text(const plan_in *in, const bal_plan *pl, const bal_timeline *tl)
+static char *plan_text(const plan_in *in, bal_plan *const *pls, bal_timeline *const *tls, int nrep)
 {
     json_error_t je;
-    json_t *cfg = json_loads(in->config, 0, &je), *bj = bal_plan_json(pl, tl);
-    json_t *stages = json_array(), *bst = json_object_get(bj, "stages");
-    for (int i = 0; i < pl->n_stages; i++) {
-        const coord_dev *d = &in->dev[pl->stage[i].device];
-        char hex[65];
-        for (int k = 0; k < 32; k++)
-            snprintf(hex + 2 * k, 3, "%02x", d->key[k]);
-        json_t *b = json_array_get(bst, (size_t)i);
-        json_array_append_new(stages, json_pack("{s:i, s:s, s:s, s:O, s:O, s:i, s:s, s:i}", "index",
-                                                i, "device", d->id, "address", d->address,
-                                                "first_unit", json_object_get(b, "first_unit"),
-                                                "last_unit", json_object_get(b, "last_unit"),
-                                                "warmup", pl->stage[i].warmup, "link_key", hex,
-                                                "threads", d->threads ? (int)d->threads : 1));
+    json_t *cfg = json_loads(in->config, 0, &je), *stages = json_array(), *reps = json_array();
+    json_t *bj = NULL;
+    double slowest = 0;
+    for (int r = 0; r < nrep; r++) {
+        const bal_plan *pl = pls[r];
+        json_t *bjr = bal_plan_json(pl, tls[r]), *bst = json_object_get(bjr, "stages");
+        int first = (int)json_array_size(stages);
+        for (int i = 0; i < pl->n_stages; i++) {
+            const coord_dev *d = &in->dev[pl->stage[i].device];
+            char hex[65];
+            for (int k = 0; k < 32; k++)
+                snprintf(hex + 2 * k, 3, "%02x", d->key[k]);
+            json_t *b = json_array_get(bst, (size_t)i);
+            json_t *st = json_pack("{s:i, s:s, s:s, s:O, s:O, s:i, s:s, s:i}", "index", first + i,
+                                   "device", d->id, "address", d->address, "first_unit",
+                                   json_object_get(b, "first_unit"), "last_unit",
+                                   json_object_get(b, "last_unit"), "warmup", pl->stage[i].warmup,
+                                   "link_key", hex, "threads", d->threads ? (int)d->threads : 1);
+            if (nrep > 1)
+                json_object_set_new(st, "replica", json_integer(r));
+            json_array_append_new(stages, st);
+        }
+        double it = tls[r] ? tls[r]->iteration_s : pl->est_iter_s;
+        slowest = it > slowest ? it : slowest;
+        if (nrep > 1)
+            json_array_append_new(reps, json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:O}", "owner",
+                                                  in->owner[r], "dataset", in->dataset[r], "batch",
+                                                  in->obatch[r], "first_stage", first, "stages",
+                                                  pl->n_stages, "predicted_iteration_s", it,
+                                                  "balancer", bjr));
+        if (r == 0)
+            bj = bjr;
+        else
+            json_decref(bjr);
     }
+    const bal_plan *pl = pls[0];
     const coord_jobopts *o = &in->opts;
     json_t *plan = json_pack(
         "{s:s, s:I, s:i, s:o, s:{s:s, s:s}, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:s, s:s, s:b, "
         "s:o, s:f, s:o}",
         "job", in->id, "job_num", (json_int_t)in->num, "epoch", in->epoch, "config", cfg, "data",
-        "owner", in->owner, "dataset", in->dataset, "batch", o->batch, "seq", in->seq,
+        "owner", in->owner[0], "dataset", in->dataset[0], "batch", o->batch, "seq", in->seq,
         "micro_batches", pl->micro_batches, "schedule", bal_schedule_name(pl->schedule), "steps",
         o->steps, "start_step", in->start_step, "checkpoint_every", o->checkpoint_every,
         "codec_act", o->codec_act, "codec_grad", o->codec_grad, "sealed", o->sealed, "stages",
-        stages, "predicted_iteration_s", tl ? tl->iteration_s : pl->est_iter_s, "balancer", bj);
+        stages, "predicted_iteration_s", slowest, "balancer", bj);
     json_object_set_new(plan, "options", coord_jobopts_json(o));
+    if (nrep > 1) {
+        json_object_set_new(plan, "replicas", reps);
+        json_object_set_new(plan, "sync", json_pack("{s:s, s:i, s:s, s:f, s:f}", "mode",
+                                                    o->sync_every ? "outer" : "step", "every",
+                                                    o->sync_every ? o->sync_every : 1, "codec",
+                                                    o->codec_sync, "outer_lr", o->outer_lr,
+                                                    "outer_momentum", o->outer_momentum));
+    } else {
+        json_decref(reps);
+    }
     char *text = json_dumps(plan, JSON_INDENT(1) | JSON_SORT_KEYS);
     json_decref(plan);
     return text;
-}
-
-/* A plan that runs units 0..home (the embeddings and home encoder layers,
- * as many as the model has) on the data owner's first stage: the balancer
- * places the others around them as one unit. */
-static bal_plan *plan_home(const bal_problem *pb, int algo, const bal_opts *bo, int home, sl_err *err)
-{
-    int layers = bal_problem_n_units(pb) - 2;
-    if (home > layers)
-        home = layers;
-    if (home <= 0)
-        return bal_plan_make(pb, algo, bo, err);
-    bal_problem *merged = bal_problem_merge_prefix(pb, home, err);
-    bal_plan *pl = merged ? bal_plan_make(merged, algo, bo, err) : NULL;
-    if (pl && bal_plan_expand_prefix(pl, pb, home, err)) {
-        bal_plan_free(pl);
-        pl = NULL;
-    }
-    bal_problem_free(merged);
-    return pl;
 }
 
 /* Plans a job (no lock held): the balancer on the measured devices and
@@ -344,33 +358,58 @@ static bal_plan *plan_home(const bal_problem *pb, int algo, const bal_opts *bo, 
  * the reason. */
 static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_len, sl_err *err)
 {
-    int m = in->opts.micro_batches, B = in->opts.batch;
-    bal_problem *pb = problem_of(in, B / m, err);
-    if (!pb)
-        return NULL;
+    int m = in->opts.micro_batches, R = in->nowner;
     bal_opts bo = bal_opts_default();
     bo.micro_batches = m;
     bo.schedule = bal_schedule_parse(in->opts.schedule);
     int algo = bal_algo_parse(in->opts.algo);
-    int owner = owner_index(in);
-    if (in->opts.u_shape)
-        bo.data_owner = owner;
-    else
-        bo.first_device = owner; /* its tokens stay home: it holds unit 0 */
+    bal_problem *pb[COORD_MAX_OWNERS] = {0};
+    bal_plan *pl[COORD_MAX_OWNERS] = {0};
+    bal_timeline *tl[COORD_MAX_OWNERS] = {0};
+    int owner[COORD_MAX_OWNERS], home[COORD_MAX_OWNERS], rc = 0;
     char *text = NULL, why[300];
-    bal_timeline *tl = NULL;
-    bal_plan *pl = NULL;
-    const coord_policy *pol = owner < 0 ? NULL : &in->dev[owner].policy;
-    if (owner < 0)
-        sl_err_set(err, SL_ESTATE, "the data owner %s did not report a profile", in->owner);
-    else if (coord_policy_check(pol, &in->opts, why, sizeof why))
-        sl_err_set(err, SL_EAUTH, "%s", why);
-    else
-        pl = plan_home(pb, algo, &bo, pol->known ? pol->home_layers : 0, err);
-    if (pl && pl->stage[0].device != owner)
-        sl_err_set(err, SL_ESTATE, "the plan does not start at the data owner %s", in->owner);
-    else if (pl && (tl = bal_simulate(pl, pl->schedule, 0, err)))
-        text = plan_text(in, pl, tl);
+    /* every owner profiled, its policy kept; its replica's model at its own
+     * micro-batch */
+    for (int r = 0; !rc && r < R; r++) {
+        owner[r] = owner_index(in, r);
+        const coord_policy *pol = owner[r] < 0 ? NULL : &in->dev[owner[r]].policy;
+        if (owner[r] < 0)
+            rc = sl_err_set(err, SL_ESTATE, "the data owner %s did not report a profile",
+                            in->owner[r]);
+        else if (coord_policy_check(pol, &in->opts, why, sizeof why))
+            rc = sl_err_set(err, SL_EAUTH, "%s (owner %s)", why, in->owner[r]);
+        else if (!(pb[r] = problem_of(in, in->obatch[r] / m, err)))
+            rc = -1;
+        else
+            home[r] = pol->known ? pol->home_layers : 0;
+    }
+    if (!rc && R == 1) {
+        if (in->opts.u_shape)
+            bo.data_owner = owner[0];
+        else
+            bo.first_device = owner[0]; /* its tokens stay home: it holds unit 0 */
+        pl[0] = bal_plan_make_home(pb[0], algo, &bo, home[0], err);
+        rc = pl[0] ? 0 : -1;
+    } else if (!rc) {
+        bal_fed_in fi = {.R = R, .pb = (const bal_problem *const *)pb, .owner = owner, .home = home,
+                         .opts = bo, .ushaped = in->opts.u_shape, .algo = algo};
+        bal_fed *f = bal_fed_place(&fi, err);
+        rc = f ? 0 : -1;
+        for (int r = 0; f && r < R; r++) {
+            pl[r] = f->plan[r];
+            f->plan[r] = NULL;
+        }
+        bal_fed_free(f);
+    }
+    for (int r = 0; !rc && r < R; r++) {
+        if (pl[r]->stage[0].device != owner[r])
+            rc = sl_err_set(err, SL_ESTATE, "the plan does not start at the data owner %s",
+                            in->owner[r]);
+        else if (!(tl[r] = bal_simulate(pl[r], pl[r]->schedule, 0, err)))
+            rc = -1;
+    }
+    if (!rc)
+        text = plan_text(in, pl, tl, R);
     if (text) {
         char *key = path_of(pki, "coordinator.key");
         if (cert_sign_data(key, text, strlen(text), sig, sig_len, err)) {
@@ -379,9 +418,11 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
         }
         free(key);
     }
-    bal_timeline_free(tl);
-    bal_plan_free(pl);
-    bal_problem_free(pb);
+    for (int r = 0; r < R; r++) {
+        bal_timeline_free(tl[r]);
+        bal_plan_free(pl[r]);
+        bal_problem_free(pb[r]);
+    }
     return text;
 }
 
@@ -395,8 +436,12 @@ plan_in *coord_plan_in_of(const coord_job *jb, const coord_devs *devs, int repla
     in->start_step = jb->committed + 1;
     in->config = sl_xstrdup(jb->config);
     coord_jobopts_copy(&in->opts, &jb->opts);
-    snprintf(in->owner, sizeof in->owner, "%s", jb->owner);
-    snprintf(in->dataset, sizeof in->dataset, "%s", jb->dataset);
+    in->nowner = jb->nowner;
+    for (int o = 0; o < jb->nowner; o++) {
+        snprintf(in->owner[o], sizeof in->owner[o], "%s", jb->owner[o].id);
+        snprintf(in->dataset[o], sizeof in->dataset[o], "%s", jb->owner[o].dataset);
+        in->obatch[o] = jb->owner[o].batch;
+    }
     in->seq = jb->seq;
     size_t n = (size_t)jb->ncand + 1;
     in->ids = sl_xcalloc(n, sizeof *in->ids);
@@ -470,11 +515,21 @@ int coord_plan_read(char *text, uint8_t *sig, size_t sig_len, coord_job_plan *pl
         snprintf(pl->stage_dev[i], CERT_ID_LEN, "%s", d ? d : "");
         pl->first_unit[i] = (int)json_integer_value(json_object_get(si, "first_unit"));
         pl->last_unit[i] = (int)json_integer_value(json_object_get(si, "last_unit"));
+        /* replicas: their stages follow each other, replica by replica */
+        json_t *rj = json_object_get(si, "replica");
+        int r = json_is_integer(rj) ? (int)json_integer_value(rj) : 0;
+        if (r == pl->nrep && r < COORD_MAX_OWNERS) {
+            pl->rep_first[r] = i;
+            pl->nrep = r + 1;
+        }
         int seen = 0;
         for (int k = 0; k < i; k++)
             seen |= !strcmp(pl->stage_dev[k], pl->stage_dev[i]);
         pl->ndev += !seen;
     }
+    pl->rep_first[pl->nrep] = p;
+    if (pl->nrep == 1)
+        pl->nrep = 0; /* one owner: no replicas */
     pl->seq = (int)json_integer_value(json_object_get(pj, "seq"));
     pl->predicted = json_number_value(json_object_get(pj, "predicted_iteration_s"));
     json_decref(pj);

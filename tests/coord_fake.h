@@ -236,6 +236,9 @@ typedef struct jview {
     int epoch, step, committed, p;
     char stage_dev[8][CERT_ID_LEN];
     int first_unit[8], last_unit[8];
+    int nrep;                     /* replicas (0: the plan has none, one owner) */
+    char owner[4][CERT_ID_LEN];   /* the plan's data owners */
+    int nowner;
     char *plan;
 } jview;
 
@@ -261,6 +264,13 @@ static inline int view(const char *job, jview *v)
             v->last_unit[k] = (int)json_integer_value(json_object_get(st, "last_unit"));
             v->p = (int)k + 1;
         }
+        json_t *reps = json_object_get(pj, "replicas"), *r;
+        v->nrep = (int)json_array_size(reps);
+        json_array_foreach(reps, k, r) if (k < 4) snprintf(v->owner[v->nowner++], CERT_ID_LEN, "%s",
+                                                         json_string_value(json_object_get(r, "owner")) ?: "");
+        if (!v->nrep)
+            snprintf(v->owner[v->nowner++], CERT_ID_LEN, "%s",
+                     json_string_value(json_object_get(json_object_get(pj, "data"), "owner")) ?: "");
         json_decref(pj);
     }
     coord_snapshot_free(&s);
@@ -354,7 +364,7 @@ static inline void report_step(const char *dev, const char *job, int epoch, int 
 static inline size_t part_bytes(const fdev *d, const jview *v, int step, const char *name,
                                 uint8_t *out, size_t cap)
 {
-    if (!strcmp(name, "data.json"))
+    if (!strncmp(name, "data.", 5))
         return (size_t)snprintf((char *)out, cap, "{\"device\": \"%s\", \"step\": %d}", d->name, step);
     sl_buf h = {0};
     int n = 0, layers = 2, optim = !strncmp(name, "optim.", 6);
@@ -450,8 +460,13 @@ static inline int train(const char *job, int to, int every)
                     code = upload(&D[i], &v, job, v.epoch, s, model);
                 if (code == RPC_OK)
                     code = upload(&D[i], &v, job, v.epoch, s, optim);
-                if (code == RPC_OK && D[i].dataset)
-                    code = upload(&D[i], &v, job, v.epoch, s, "data.json");
+                int owns = 0;
+                for (int o = 0; o < v.nowner; o++)
+                    owns |= !strcmp(v.owner[o], D[i].id);
+                char data[64];
+                snprintf(data, sizeof data, v.nrep > 1 ? "data.%s.json" : "data.json", D[i].id);
+                if (code == RPC_OK && owns)
+                    code = upload(&D[i], &v, job, v.epoch, s, data);
             }
             if (code != RPC_OK)
                 break;
@@ -475,16 +490,15 @@ static inline int train(const char *job, int to, int every)
     return code;
 }
 
-/* Submits a job on D[0]'s "books" with options opts: the code, the job id
- * in *id (malloc'd, "" when refused), the refusal in st. */
-static inline int submit_code(const char *opts, char **id, rpc_status *st)
+/* Submits a job on data ("ID:NAME[,ID:NAME...]") with options opts: the
+ * code, the job id in *id (malloc'd, "" when refused), the refusal in st.
+ * submit_code: on D[0]'s "books". */
+static inline int submit_data_code(const char *data, const char *opts, char **id, rpc_status *st)
 {
     Skyloom__V1__SubmitJobRequest q = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
-    char data[96];
-    snprintf(data, sizeof data, "%s:books", D[0].id);
     q.config = "{\"hidden_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
                " \"intermediate_size\": 32, \"vocab_size\": 100, \"max_position_embeddings\": 16}";
-    q.data = data;
+    q.data = (char *)data;
     q.options = (char *)opts;
     Skyloom__V1__SubmitJobResponse *r = NULL;
     int code = call(coord_handle_submit_job, CERT_ADMIN_CN, &q,
@@ -492,6 +506,13 @@ static inline int submit_code(const char *opts, char **id, rpc_status *st)
     *id = sl_xstrdup(r ? r->job_id : "");
     rpc_unpacked_free(r);
     return code;
+}
+
+static inline int submit_code(const char *opts, char **id, rpc_status *st)
+{
+    char data[96];
+    snprintf(data, sizeof data, "%s:books", D[0].id);
+    return submit_data_code(data, opts, id, st);
 }
 
 static inline char *submit(const char *opts)

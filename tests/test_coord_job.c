@@ -106,13 +106,16 @@ static void make_job(coord_job *jb, const char *opts_text)
         fprintf(stderr, "options: %s\n", why);
         exit(1);
     }
-    coord_job_init(jb, "j00000000000000aa", 170, sl_xstrdup("{}"), &o, OWNER, "wiki", now_ms);
+    coord_owner ow = {.batch = o.batch};
+    snprintf(ow.id, sizeof ow.id, "%s", OWNER);
+    snprintf(ow.dataset, sizeof ow.dataset, "wiki");
+    coord_job_init(jb, "j00000000000000aa", 170, sl_xstrdup("{}"), &o, &ow, 1, now_ms);
     coord_jobopts_free(&o);
 }
 
 static void check(coord_job *jb)
 {
-    coord_job_check_done(jb, 1, "", "{\"seq_len\": 8}", 8, 1, &view, now_ms, &fx);
+    coord_job_check_done(jb, OWNER, 1, "", "{\"seq_len\": 8}", 8, 1, &view, now_ms, &fx);
 }
 
 static char *units(double s)
@@ -766,7 +769,7 @@ static void test_restart_grace(void)
     check(&jb);
     CHECK(jb.state == COORD_JOB_PROFILING);
     coord_job_restarted(&jb, 0, now_ms, &fx);
-    CHECK(jb.state == COORD_JOB_CHECKING && jb.data_info);
+    CHECK(jb.state == COORD_JOB_CHECKING && jb.owner[0].data_info);
     coord_job_tick(&jb, &view, 0, now_ms, &fx); /* not settled: devices may be coming back */
     CHECK(jb.state == COORD_JOB_CHECKING);
     tick(&jb);

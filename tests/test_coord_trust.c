@@ -181,7 +181,7 @@ static void test_store_shares(void)
     uint8_t all[4] = {1, 1, 1, 1}, buf[900] = {0};
     char why[600];
     int complete;
-    coord_piece a = {"d000000000000000a", 10, "data.json", 0, buf, 100, 0, 0, NULL, 0, all, 4};
+    coord_piece a = {"d000000000000000a", 10, "data.json", 0, buf, 100, 0, 0, NULL, 0, all, 4, 0};
     CHECK(coord_ckpt_piece(k, &a, &complete, why, sizeof why) == COORD_PIECE_OK);
     coord_piece b = a;
     b.device = "d000000000000000b";

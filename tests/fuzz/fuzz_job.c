@@ -81,6 +81,31 @@ static coord_plan_result some_plan(world *w, const uint8_t b)
         snprintf(r.why, sizeof r.why, "no plan");
         return r;
     }
+    if (w->jb.nowner == 2) { /* two replicas, each its owner and, maybe, one more device */
+        int half = 1 + (b >> 2) % 2, p = 2 * half;
+        r.ok = 1;
+        r.plan.p = p;
+        r.plan.nrep = 2;
+        r.plan.rep_first[1] = half;
+        r.plan.rep_first[2] = p;
+        r.plan.stage_dev = sl_xcalloc((size_t)p, sizeof *r.plan.stage_dev);
+        r.plan.first_unit = sl_xcalloc((size_t)p, sizeof *r.plan.first_unit);
+        r.plan.last_unit = sl_xcalloc((size_t)p, sizeof *r.plan.last_unit);
+        for (int rep = 0; rep < 2; rep++)
+            for (int i = 0; i < half; i++) {
+                int s = rep * half + i;
+                snprintf(r.plan.stage_dev[s], COORD_DEV_ID_LEN, "%s", ids[i == 0 ? rep : 2 + rep]);
+                r.plan.first_unit[s] = i == 0 ? 0 : 3;
+                r.plan.last_unit[s] = half == 1 ? 4 : i == 0 ? 2 : 4;
+            }
+        r.plan.ndev = p;
+        r.plan.text = sl_xstrdup("{}");
+        r.plan.sig = sl_xmalloc(1);
+        r.plan.sig_len = 1;
+        r.plan.seq = 8;
+        r.plan.predicted = 0.1 + (b >> 4) * 0.05;
+        return r;
+    }
     int p = 1 + b % 3;
     r.ok = 1;
     r.plan.p = p;
@@ -131,19 +156,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     w.view = (coord_devs){w.dev, NDEV, 1000};
     coord_jobopts o;
     char why[200], opts[160];
+    /* the first byte's top bit: a federation of two owners */
+    int nowner = data[0] & 0x80 ? 2 : 1;
     snprintf(opts, sizeof opts, "{\"steps\": %d, \"batch\": 4, \"micro_batches\": 2, "
-             "\"checkpoint_every\": %d}", 1 + data[0] % 40, data[1] % 8);
+             "\"checkpoint_every\": %d%s}", 1 + data[0] % 40, data[1] % 8,
+             nowner == 2 ? ", \"owner_batch\": [2, 4]" : "");
     if (coord_jobopts_parse(opts, &o, why, sizeof why))
         abort();
     coord_job *jb = &w.jb;
-    coord_job_init(jb, "j00000000000000ff", 255, sl_xstrdup("{}"), &o, ids[0], "wiki", w.now_ms);
+    coord_owner owners[2] = {{.batch = nowner == 2 ? 2 : 4}, {.batch = 4}};
+    snprintf(owners[0].id, sizeof owners[0].id, "%s", ids[0]);
+    snprintf(owners[0].dataset, sizeof owners[0].dataset, "wiki");
+    snprintf(owners[1].id, sizeof owners[1].id, "%s", ids[1]);
+    snprintf(owners[1].dataset, sizeof owners[1].dataset, "news");
+    coord_job_init(jb, "j00000000000000ff", 255, sl_xstrdup("{}"), &o, owners, nowner, w.now_ms);
     coord_jobopts_free(&o);
     w.last_state = jb->state;
     coord_fx_list fx = {0};
     /* second byte's top bit: start from a job running its first plan, so
      * that the events from there on are reached from random inputs too */
     if (data[1] & 0x80) {
-        coord_job_check_done(jb, 1, "", "{\"seq_len\": 8}", 8, 1, &w.view, w.now_ms, &fx);
+        for (int k = 0; k < nowner; k++)
+            coord_job_check_done(jb, ids[k], 1, "", "{\"seq_len\": 8}", 8, 1, &w.view, w.now_ms,
+                                 &fx);
         take(&w, &fx);
         for (int k = 0; k < jb->ncand; k++) {
             coord_job_profile_in(jb, jb->cand[k].id, COORD_PROFILE_LINKS, NULL, "[]", 0, &fx);
@@ -175,8 +210,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             coord_job_tick(jb, &w.view, b & 0x80 ? 0 : 1, w.now_ms, &fx);
             break;
         case 2:
-            coord_job_check_done(jb, a & 1, "refused", a & 2 ? "{\"seq_len\": 8}" : NULL,
-                                 a & 2 ? 8 : 0, b & 1, &w.view, w.now_ms, &fx);
+            coord_job_check_done(jb, dev, a & 1, "refused", a & 2 ? "{\"seq_len\": 8}" : NULL,
+                                 a & 2 ? (b & 2 ? 16 : 8) : 0, b & 1, &w.view, w.now_ms, &fx);
             break;
         case 3:
             coord_job_profile_in(jb, dev, b % 3, b & 8 ? "{\"units\": 1}" : "{}", "[]", b & 4, &fx);

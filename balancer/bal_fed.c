@@ -1,0 +1,250 @@
+/* bal_fed.c - one replica per data owner: which devices serve which owner,
+ * and each replica's plan (bal.h, "federation").
+ *
+ * The replicas of a synchronised job go at the pace of the slowest one, so
+ * the placement minimises the largest simulated iteration. A replica's plan
+ * over a set of devices is bal_plan_make_home's on that subset (which may
+ * itself leave a device out); the placement decides the sets: greedily, the
+ * slowest replica takes the free device that shortens it most, or one from
+ * another replica when that lowers the larger of the two; it stops when no
+ * such move shortens the slowest. Devices that would not help stay free. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bal.h"
+#include "bal_int.h"
+#include "sl_mem.h"
+
+bal_plan *bal_plan_make_home(const bal_problem *pb, int algo, const bal_opts *opts, int home,
+                             sl_err *err)
+{
+    int layers = pb->n_units - 2;
+    if (home > layers)
+        home = layers;
+    if (home <= 0)
+        return bal_plan_make(pb, algo, opts, err);
+    bal_problem *merged = bal_problem_merge_prefix(pb, home, err);
+    bal_plan *pl = merged ? bal_plan_make(merged, algo, opts, err) : NULL;
+    if (pl && bal_plan_expand_prefix(pl, pb, home, err)) {
+        bal_plan_free(pl);
+        pl = NULL;
+    }
+    bal_problem_free(merged);
+    return pl;
+}
+
+/* Replica r's plan over the devices in `set` (flags over all devices), its
+ * stages' device indices those of the whole problem; *iter_s its simulated
+ * iteration (INFINITY and NULL when nothing fits). */
+static bal_plan *replica_plan(const bal_fed_in *in, int r, const unsigned char *set, double *iter_s,
+                              sl_err *err)
+{
+    const bal_problem *pb = in->pb[r];
+    int D = pb->n_dev, *index = sl_xmalloc((size_t)D * sizeof *index), k = 0, owner = -1;
+    for (int d = 0; d < D; d++)
+        if (set[d]) {
+            if (d == in->owner[r])
+                owner = k;
+            index[k++] = d;
+        }
+    *iter_s = INFINITY;
+    bal_problem *sub = bal_problem_subset(pb, set, err);
+    bal_opts o = in->opts;
+    o.data_owner = in->ushaped ? owner : -1;
+    o.first_device = in->ushaped ? -1 : owner;
+    bal_plan *pl = sub ? bal_plan_make_home(sub, in->algo, &o, in->home ? in->home[r] : 0, err) : NULL;
+    bal_timeline *tl = pl ? bal_simulate(pl, pl->schedule, 0, err) : NULL;
+    if (tl) {
+        *iter_s = tl->iteration_s;
+        for (int i = 0; i < pl->n_stages; i++)
+            pl->stage[i].device = index[pl->stage[i].device];
+        for (int i = 0; i < pl->n_dropped; i++)
+            pl->dropped[i].device = index[pl->dropped[i].device];
+        if (pl->data_owner >= 0)
+            pl->data_owner = index[pl->data_owner];
+    } else {
+        bal_plan_free(pl);
+        pl = NULL;
+    }
+    bal_timeline_free(tl);
+    bal_problem_free(sub);
+    free(index);
+    return pl;
+}
+
+static int check_in(const bal_fed_in *in, sl_err *err)
+{
+    if (in->R < 1 || in->R > BAL_FED_MAX_REPLICAS)
+        return sl_err_set(err, SL_EINVAL, "%d replicas: 1..%d", in->R, BAL_FED_MAX_REPLICAS);
+    int D = in->pb[0]->n_dev;
+    for (int r = 0; r < in->R; r++) {
+        const bal_problem *pb = in->pb[r];
+        if (pb->n_dev != D || pb->n_units != in->pb[0]->n_units)
+            return sl_err_set(err, SL_EINVAL, "replica %d: another set of devices or units", r);
+        for (int d = 0; d < D; d++)
+            if (strcmp(pb->dev[d].id, in->pb[0]->dev[d].id))
+                return sl_err_set(err, SL_EINVAL, "replica %d: devices in another order", r);
+        if (in->owner[r] < 0 || in->owner[r] >= D)
+            return sl_err_set(err, SL_EINVAL, "replica %d: owner %d is not a device", r, in->owner[r]);
+        for (int q = 0; q < r; q++)
+            if (in->owner[q] == in->owner[r])
+                return sl_err_set(err, SL_EINVAL, "device %s owns replicas %d and %d: a device "
+                                  "serves one replica", pb->dev[in->owner[r]].id, q, r);
+    }
+    return 0;
+}
+
+static bal_fed *fed_new(const bal_fed_in *in)
+{
+    bal_fed *f = sl_xcalloc(1, sizeof *f);
+    f->R = in->R;
+    f->n_dev = in->pb[0]->n_dev;
+    f->plan = sl_xcalloc((size_t)in->R, sizeof *f->plan);
+    f->iter_s = sl_xcalloc((size_t)in->R, sizeof *f->iter_s);
+    f->replica_of = sl_xmalloc((size_t)f->n_dev * sizeof *f->replica_of);
+    for (int d = 0; d < f->n_dev; d++)
+        f->replica_of[d] = -1;
+    for (int r = 0; r < in->R; r++)
+        f->replica_of[in->owner[r]] = r;
+    return f;
+}
+
+/* Plans every replica over the devices replica_of gives it; fails when one
+ * does not fit, naming it. */
+static int plan_all(const bal_fed_in *in, bal_fed *f, sl_err *err)
+{
+    unsigned char *set = sl_xmalloc((size_t)f->n_dev);
+    f->slowest_s = 0;
+    for (int r = 0; r < f->R; r++) {
+        for (int d = 0; d < f->n_dev; d++)
+            set[d] = f->replica_of[d] == r;
+        bal_plan_free(f->plan[r]);
+        f->plan[r] = replica_plan(in, r, set, &f->iter_s[r], err);
+        if (!f->plan[r]) {
+            free(set);
+            return sl_err_wrap(err, "the replica of %s", in->pb[r]->dev[in->owner[r]].id);
+        }
+        if (f->iter_s[r] > f->slowest_s)
+            f->slowest_s = f->iter_s[r];
+    }
+    /* a device a replica's plan left out is free */
+    for (int d = 0; d < f->n_dev; d++) {
+        int r = f->replica_of[d], used = 0;
+        for (int i = 0; r >= 0 && i < f->plan[r]->n_stages; i++)
+            used |= f->plan[r]->stage[i].device == d;
+        if (r >= 0 && !used)
+            f->replica_of[d] = -1;
+    }
+    free(set);
+    return 0;
+}
+
+static double time_with(const bal_fed_in *in, const int *of, int r, int add, int remove)
+{
+    int D = in->pb[0]->n_dev;
+    unsigned char *set = sl_xmalloc((size_t)D);
+    for (int d = 0; d < D; d++)
+        set[d] = (of[d] == r || d == add) && d != remove;
+    double t;
+    bal_plan_free(replica_plan(in, r, set, &t, NULL));
+    free(set);
+    return t;
+}
+
+/* Moves devices into the slowest replica while that lowers the largest
+ * time; of[] is changed in place. Returns the largest time reached. */
+static double improve(const bal_fed_in *in, int *of)
+{
+    int D = in->pb[0]->n_dev, R = in->R;
+    double *t = sl_xmalloc((size_t)R * sizeof *t);
+    for (int r = 0; r < R; r++)
+        t[r] = time_with(in, of, r, -1, -1);
+    for (int round = 0; round < D * R + D; round++) {
+        int slow = 0;
+        for (int r = 1; r < R; r++)
+            if (t[r] > t[slow])
+                slow = r;
+        double best = t[slow];
+        int best_d = -1;
+        /* a free device, or one another replica can spare */
+        for (int d = 0; d < D; d++) {
+            int from = of[d];
+            if (from == slow || (from >= 0 && in->owner[from] == d))
+                continue;
+            double ts = time_with(in, of, slow, d, -1);
+            double tf = from >= 0 && ts < best ? time_with(in, of, from, -1, d) : 0;
+            double worst = ts > tf ? ts : tf;
+            if (worst < best * (1 - 1e-9)) {
+                best = worst;
+                best_d = d;
+            }
+        }
+        if (best_d < 0)
+            break;
+        int from = of[best_d];
+        of[best_d] = slow;
+        t[slow] = time_with(in, of, slow, -1, -1);
+        if (from >= 0)
+            t[from] = time_with(in, of, from, -1, -1);
+    }
+    double worst = 0;
+    for (int r = 0; r < R; r++)
+        worst = t[r] > worst ? t[r] : worst;
+    free(t);
+    return worst;
+}
+
+/* The equal share: devices that own no data dealt to the replicas in turn. */
+static void deal(const bal_fed_in *in, int *of)
+{
+    int next = 0;
+    for (int d = 0; d < in->pb[0]->n_dev; d++)
+        if (of[d] < 0)
+            of[d] = next++ % in->R;
+}
+
+bal_fed *bal_fed_place(const bal_fed_in *in, sl_err *err)
+{
+    if (check_in(in, err))
+        return NULL;
+    bal_fed *f = fed_new(in);
+    /* from the owners alone and from the equal share: never worse than it */
+    int D = f->n_dev, *dealt = sl_xmalloc((size_t)D * sizeof *dealt);
+    memcpy(dealt, f->replica_of, (size_t)D * sizeof *dealt);
+    deal(in, dealt);
+    double alone = improve(in, f->replica_of), shared = improve(in, dealt);
+    if (shared < alone)
+        memcpy(f->replica_of, dealt, (size_t)D * sizeof *dealt);
+    free(dealt);
+    if (plan_all(in, f, err)) {
+        bal_fed_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+bal_fed *bal_fed_even(const bal_fed_in *in, sl_err *err)
+{
+    if (check_in(in, err))
+        return NULL;
+    bal_fed *f = fed_new(in);
+    deal(in, f->replica_of);
+    if (plan_all(in, f, err)) {
+        bal_fed_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+void bal_fed_free(bal_fed *f)
+{
+    if (!f)
+        return;
+    for (int r = 0; r < f->R; r++)
+        bal_plan_free(f->plan[r]);
+    free(f->plan);
+    free(f->iter_s);
+    free(f->replica_of);
+    free(f);
+}
