@@ -424,8 +424,8 @@ static int hex64(const char *s)
  * vocabulary, which goes to *vocab), and its sequence length (0 when
  * unusable). What the coordinator itself refuses goes to why (the job
  * expects another vocabulary, the vocabulary does not hash to its hash). */
-static char *check_info(const char *result, const char *want_hash, int *seq, char **vocab,
-                        char *why, size_t cap)
+static char *check_info(const char *result, const char *want_hash, const char *want_from, int *seq,
+                        char **vocab, char *why, size_t cap)
 {
     json_error_t je;
     json_t *info = json_loads(result, 0, &je);
@@ -446,9 +446,9 @@ static char *check_info(const char *result, const char *want_hash, int *seq, cha
         snprintf(why, cap, "the data owner's check result is malformed (vocab_hash, shard_hash, "
                  "shard_sequences or vocab)");
     } else if (want_hash[0] && (!vh || strcmp(vh, want_hash))) {
-        snprintf(why, cap, "its shard's vocabulary (hash %.64s) is not the job's (%s, from "
-                 "--vocab-hash, --vocab or --init): the shard was built with another vocabulary",
-                 vh ? vh : "not reported", want_hash);
+        snprintf(why, cap, "its shard's vocabulary (hash %.64s) is not the job's (%s, from %s): "
+                 "the shard was built with another vocabulary", vh ? vh : "not reported",
+                 want_hash, want_from);
     } else if (vt) {
         uint8_t h[32];
         char hex[65];
@@ -483,12 +483,17 @@ static void owner_vocab_hash(const coord_owner *w, char h[65])
 /* The vocabulary device's shard must have (j->mu held): the one the submit
  * names, else one another owner of the job checked already (the owners of a
  * job train one model: one vocabulary); "" any. */
-static void job_vocab_want(const coord_job *sm, const char *device, char want[65])
+static void job_vocab_want(const coord_job *sm, const char *device, char want[65], char *from,
+                           size_t cap)
 {
     snprintf(want, 65, "%s", sm->opts.vocab_hash);
+    snprintf(from, cap, "--vocab-hash, --vocab or --init");
     for (int o = 0; !want[0] && o < sm->nowner; o++)
-        if (strcmp(sm->owner[o].id, device))
+        if (strcmp(sm->owner[o].id, device)) {
             owner_vocab_hash(&sm->owner[o], want);
+            snprintf(from, cap, "the vocabulary of the data owner %s's %s: the owners of a job "
+                     "share one", sm->owner[o].id, sm->owner[o].dataset);
+        }
 }
 
 /* The job's vocabulary hash: its owners' shards' once checked, else the
@@ -1070,11 +1075,11 @@ static int report_task(call *k)
     coord_fx_list fx = {0};
     if (!strcmp(r->kind, "check")) {
         int seq = 0, ok = r->ok;
-        char why[600] = "", want[65], *vocab = NULL;
+        char why[600] = "", want[65], from[200], *vocab = NULL;
         pthread_mutex_lock(&j->mu);
-        job_vocab_want(&k->jb->sm, r->device_id, want);
+        job_vocab_want(&k->jb->sm, r->device_id, want, from, sizeof from);
         pthread_mutex_unlock(&j->mu);
-        char *info = ok ? check_info(r->result, want, &seq, &vocab, why, sizeof why) : NULL;
+        char *info = ok ? check_info(r->result, want, from, &seq, &vocab, why, sizeof why) : NULL;
         if (why[0])
             ok = 0;
         if (vocab) { /* kept for the export beside the model (the owners' is one vocabulary) */

@@ -431,5 +431,13 @@ check "export of a job stopped before its first commit: says it stopped first" \
     bash -c 'test $0 -eq 1 && grep -q "^skyloom job: job $2 has no committed step: it stopped before its first commit (it commits every 50000 steps)$" <<<"$1"' \
     "$rc" "$out" "$L"
 
+# ---- a federation: its data owners' shards must share one vocabulary -------------------
+cl_device dev2 lab-b --threads 1 --name owner-b --data "other=$d/other.shard" || exit 1
+cl_wait_online 2
+out=$("$SK" job submit --config "$d/cfg.json" --data owner-a:wiki --data owner-b:other --owner-batch 2,2 \
+      --steps 3 2>&1); rc=$?
+check "two data owners whose shards have vocabularies of one size but two hashes: refused, naming the other owner's" \
+    bash -c 'test $0 -eq 1 && grep -q "its shard.s vocabulary (hash [0-9a-f]*) is not the job.s ([0-9a-f]*, from the vocabulary of the data owner d[0-9a-f]*.s [a-z]*: the owners of a job share one)" <<<"$1"' "$rc" "$out"
+
 cl_stop
 exit $fail
