@@ -96,7 +96,7 @@ static const char submit_text[] =
 static const job_cmd job_cmds[] = {
     {"submit",
      "skyloom job submit --coordinator HOST:PORT --pki DIR --config C\n"
-     "                          --data DEVICE_ID:NAME --steps N [options]",
+     "                          --data DEVICE:NAME --steps N [options]",
      submit_text},
     {"list", "skyloom job list --coordinator HOST:PORT --pki DIR [--json]",
      "Every job of the coordinator: name, state, step of steps, committed step, the\n"
@@ -126,8 +126,11 @@ static const job_cmd job_cmds[] = {
      "state, learning-rate schedule and data position of that step (the result is\n"
      "the one an uninterrupted job reaches).\n"},
     {"export", "skyloom job export JOB --coordinator HOST:PORT --pki DIR --out DIR",
-     "Writes the committed step as DIR/model.safetensors (every tensor, Hugging Face\n"
-     "BERT names) and DIR/config.json, for skyloom eval, fill-mask and PyTorch.\n"},
+     "Writes the committed step as a folder that skyloom eval --model DIR, fill-mask\n"
+     "--model DIR and PyTorch load as it is: model.safetensors (every tensor, Hugging\n"
+     "Face BERT names), config.json, vocab.txt (the data owner's vocabulary),\n"
+     "tokenizer_config.json and special_tokens_map.json (BertTokenizer), and\n"
+     "training.json (the options, the data and vocabulary hashes, Skyloom's version).\n"},
     {"trace", "skyloom job trace JOB --coordinator HOST:PORT --pki DIR --svg F [--json]",
      "The measured timeline of a recent step (every stage's forward, backward,\n"
      "send, receive and sync, idle between), as the devices reported it, to an SVG\n"
@@ -536,7 +539,7 @@ static int submit(client *c, int argc, char **argv)
         else if (!strcmp(a, "--data")) {
             /* several: a federation, one replica per owner */
             if (strchr(v, ',') || strlen(data) + strlen(v) + 2 > sizeof data)
-                return sl_cli_fail("job", 2, "--data %.80s: one DEVICE_ID:NAME per --data", v);
+                return sl_cli_fail("job", 2, "--data %.80s: one DEVICE:NAME per --data", v);
             snprintf(data + strlen(data), sizeof data - strlen(data), "%s%s", ndata++ ? "," : "", v);
         } else if (!strcmp(a, "--owner-batch"))
             owner_batch = v;
