@@ -156,6 +156,7 @@ int coord_start(coord *c, sl_err *err)
         {RPC_M_LIST_JOBS, coord_handle_list_jobs, 1},
         {RPC_M_GET_JOB, coord_handle_get_job, 2},
         {RPC_M_STOP_JOB, coord_handle_stop_job, 1},
+        {RPC_M_RESUME_JOB, coord_handle_resume_job, 1},
         {RPC_M_FETCH_FILE, coord_handle_fetch_file, 2},
         {RPC_M_REPORT_TASK, coord_handle_report_task, 2},
         {RPC_M_GET_PLAN, coord_handle_get_plan, 2},
@@ -642,6 +643,7 @@ static int list_one(void *ud, const coord_device *d)
     i->last_heartbeat = d->last_heartbeat;
     if (d->profile_len)
         i->profile = rpc_unpack(&skyloom__v1__device_profile__descriptor, d->profile, d->profile_len);
+    coord_jobs_datasets(l->c->jobs, d->id, &i->datasets, &i->n_datasets);
     sl_err err = {0};
     if (coord_jobs_latest_profile(l->db, d->id, &i->job_profile, &err))
         sl_log_warn("coordinator: job profile not read", "device=%s reason=\"%s\"", d->id, err.msg);
@@ -681,6 +683,7 @@ int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req
         free(i->state);
         rpc_unpacked_free(i->profile);
         coord_jobs_profile_free(i->job_profile);
+        coord_jobs_datasets_free(i->datasets, i->n_datasets);
         free(i);
     }
     free(l.out.devices);

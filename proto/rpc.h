@@ -61,6 +61,7 @@ long rpc_connections_dropped(void);
 #define RPC_M_LIST_JOBS "/skyloom.v1.Coordinator/ListJobs"
 #define RPC_M_GET_JOB "/skyloom.v1.Coordinator/GetJob"
 #define RPC_M_STOP_JOB "/skyloom.v1.Coordinator/StopJob"
+#define RPC_M_RESUME_JOB "/skyloom.v1.Coordinator/ResumeJob"
 #define RPC_M_FETCH_FILE "/skyloom.v1.Coordinator/FetchFile"
 #define RPC_M_REPORT_TASK "/skyloom.v1.Coordinator/ReportTask"
 #define RPC_M_GET_PLAN "/skyloom.v1.Coordinator/GetPlan"

@@ -64,27 +64,41 @@ int dev_config_load(dev_config *c, const char *path, sl_err *err)
     return dev_config_validate(c, err);
 }
 
+/* The shortest decimal that reads back as the same float: 1e-12, not the
+ * 9.99999996e-13 that printing the float's double with 9 digits gives, and
+ * always with a '.' or an exponent so that a JSON reader sees a real. */
+static void float_text(float f, char *out, size_t cap)
+{
+    for (int p = 1; p <= 9; p++) {
+        snprintf(out, cap, "%.*g", p, (double)f);
+        if (strtof(out, NULL) == f)
+            break;
+    }
+    if (!strpbrk(out, ".eEn")) /* n: nan, inf have no JSON form anyway */
+        snprintf(out + strlen(out), cap - strlen(out), ".0");
+}
+
 int dev_config_save(const dev_config *c, const char *path, sl_err *err)
 {
-    json_t *o = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:f, s:f, s:f}",
-                          "architectures", "BertForMaskedLM", "model_type", "bert",
-                          "hidden_size", c->hidden, "num_hidden_layers", c->layers,
-                          "num_attention_heads", c->heads, "intermediate_size", c->intermediate,
-                          "vocab_size", c->vocab, "max_position_embeddings", c->max_pos,
-                          "type_vocab_size", c->type_vocab, "layer_norm_eps", (double)c->ln_eps,
-                          "hidden_act", c->gelu == KN_GELU_TANH ? "gelu_new" : "gelu",
-                          "hidden_dropout_prob", (double)c->hidden_dropout,
-                          "attention_probs_dropout_prob", (double)c->attn_dropout,
-                          "initializer_range", (double)c->init_range);
-    char *s = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
-    json_decref(o);
-    if (!s)
+    char eps[32], hd[32], ad[32], ir[32];
+    float_text(c->ln_eps, eps, sizeof eps);
+    float_text(c->hidden_dropout, hd, sizeof hd);
+    float_text(c->attn_dropout, ad, sizeof ad);
+    float_text(c->init_range, ir, sizeof ir);
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf,
+                     "{\n  \"architectures\": [\"BertForMaskedLM\"],\n  \"model_type\": \"bert\",\n"
+                     "  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+                     "  \"num_attention_heads\": %d,\n  \"intermediate_size\": %d,\n"
+                     "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n"
+                     "  \"type_vocab_size\": %d,\n  \"layer_norm_eps\": %s,\n"
+                     "  \"hidden_act\": \"%s\",\n  \"hidden_dropout_prob\": %s,\n"
+                     "  \"attention_probs_dropout_prob\": %s,\n  \"initializer_range\": %s\n}\n",
+                     c->hidden, c->layers, c->heads, c->intermediate, c->vocab, c->max_pos,
+                     c->type_vocab, eps, c->gelu == KN_GELU_TANH ? "gelu_new" : "gelu", hd, ad, ir);
+    if (n < 0 || (size_t)n >= sizeof buf)
         return sl_err_set(err, SL_ENOMEM, "config: cannot encode JSON");
-    size_t n = strlen(s);
-    s[n] = '\n'; /* json_dumps allocates n+1; replace the NUL, write n+1 bytes */
-    int rc = sl_write_file_atomic(path, s, n + 1, err);
-    free(s);
-    return rc;
+    return sl_write_file_atomic(path, buf, (size_t)n, err);
 }
 
 size_t dev_config_param_count(const dev_config *c)

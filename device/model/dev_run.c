@@ -24,6 +24,8 @@ struct dev_feed {
     uint64_t *rows, *epochs; /* a step's shard sequences and their epochs */
 };
 
+const dev_shard *dev_feed_shard(const dev_feed *f) { return f->shard; }
+
 void dev_feed_close(dev_feed *f)
 {
     if (!f)

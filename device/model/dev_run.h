@@ -12,6 +12,7 @@
 
 #include "dev_ckpt.h"
 #include "dev_order.h"
+#include "dev_shard.h"
 #include "dev_train.h"
 
 /* ---- data: what step s reads ---- */
@@ -32,6 +33,8 @@ dev_feed *dev_feed_open(const char *shard_path, const dev_config *c, const dev_f
                         sl_err *err);
 void dev_feed_close(dev_feed *f);
 int dev_feed_seq_len(const dev_feed *f);
+/* The shard it reads (its header: vocabulary hash, checksum, counts). */
+const dev_shard *dev_feed_shard(const dev_feed *f);
 const dev_order *dev_feed_order(const dev_feed *f);
 /* The masked batch of 1-based step `step`; valid until the next call. */
 int dev_feed_batch(dev_feed *f, int step, dev_batch *b, sl_err *err);

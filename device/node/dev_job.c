@@ -21,6 +21,7 @@
 #include "dev_net.h"
 #include "dev_plan.h"
 #include "dev_profile.h"
+#include "dev_shard.h"
 #include "dev_run.h"
 #include "dev_stagesvc.h"
 #include "dev_unitprof.h"
@@ -85,6 +86,8 @@ typedef struct job_rt {
     int stop;
     struct job_rt *prev;   /* the run of an older epoch this one waits out */
     struct job_rt *next;
+    int queued, uploaded;  /* the last step whose part was queued, and uploaded or given up */
+    int mark;              /* dev_jobs_mark_uploads: wait for parts up to this step */
 } job_rt;
 
 typedef struct side_job {  /* a check or profile in progress or done */
@@ -171,6 +174,41 @@ static int config_of(json_t *cfg, dev_config *c, sl_err *err)
     return rc;
 }
 
+/* What a check says of the shard besides the job's range: its size, its
+ * vocabulary's hash and (up to CHECK_VOCAB_MAX bytes, for the exported
+ * model's vocab.txt) the vocabulary itself, the file's checksum. A job
+ * that names a vocabulary hash gets a shard of that vocabulary or a
+ * refusal. */
+#define CHECK_VOCAB_MAX (768u << 10)
+
+static int describe_shard(const dev_shard *s, const char *name, const char *want, json_t *r,
+                          sl_err *err)
+{
+    uint8_t h[32];
+    char vh[65], sh[65];
+    dev_shard_vocab_hash(s, h);
+    dev_hash_hex(h, vh);
+    dev_shard_checksum(s, h);
+    dev_hash_hex(h, sh);
+    if (want && strcmp(want, vh))
+        return sl_err_set(err, SL_EINVAL, "the shard of '%.64s' was built with the vocabulary %s, "
+                          "not the job's %.64s (--vocab-hash, --vocab or --init): the same size, "
+                          "another vocab.txt", name, vh, want);
+    json_object_set_new(r, "shard_sequences", json_integer((json_int_t)dev_shard_count(s)));
+    json_object_set_new(r, "vocab_hash", json_string(vh));
+    json_object_set_new(r, "shard_hash", json_string(sh));
+    json_object_set_new(r, "cased", json_boolean(dev_shard_cased(s)));
+    dev_vocab *v = dev_shard_vocab(s, err);
+    if (!v)
+        return -1;
+    size_t n = 0;
+    const char *text = dev_vocab_text(v, &n);
+    if (n <= CHECK_VOCAB_MAX)
+        json_object_set_new(r, "vocab", json_stringn(text, n));
+    dev_vocab_free(v);
+    return 0;
+}
+
 static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
 {
     json_error_t je;
@@ -197,9 +235,11 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
             json_t *r = json_pack("{s:I, s:i, s:I, s:I}", "sequences", (json_int_t)o->count,
                                   "seq_len", dev_feed_seq_len(f), "first", (json_int_t)o->first,
                                   "vocab_size", (json_int_t)c.vocab);
-            *result = json_dumps(r, JSON_COMPACT);
+            rc = describe_shard(dev_feed_shard(f), name,
+                                json_string_value(json_object_get(spec, "vocab_hash")), r, err);
+            if (!rc)
+                *result = json_dumps(r, JSON_COMPACT);
             json_decref(r);
-            rc = 0;
         }
     }
     dev_feed_close(f);
@@ -889,6 +929,10 @@ static void *uploader_main(void *arg)
             sl_log_info("device: checkpoint part uploaded", "job=%s step=%d seconds=%.3f",
                         r->rt->job, u->step, sl_now_s() - t0);
         sl_dir_remove_at(r->dirfd, u->sub);
+        pthread_mutex_lock(&r->js->mu);
+        r->rt->uploaded = u->step;
+        pthread_cond_broadcast(&r->js->cv);
+        pthread_mutex_unlock(&r->js->mu);
         free(u->name);
         free(u);
         pthread_mutex_lock(&r->mu);
@@ -933,6 +977,9 @@ static int write_part(run_ctx *r, int step, sl_err *err)
     }
     sl_log_debug("device: checkpoint part written", "job=%s step=%d seconds=%.3f", r->rt->job,
                  step, sl_now_s() - t0);
+    pthread_mutex_lock(&r->js->mu);
+    r->rt->queued = step;
+    pthread_mutex_unlock(&r->js->mu);
     pthread_mutex_lock(&r->mu);
     if (r->ut)
         r->ut->next = u;
@@ -1642,6 +1689,36 @@ void dev_jobs_stop(dev_jobs *js)
         }
     }
     pthread_mutex_unlock(&js->mu);
+}
+
+int dev_jobs_mark_uploads(dev_jobs *js, char *what, size_t cap)
+{
+    int n = 0;
+    what[0] = 0;
+    if (!js)
+        return 0;
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt; rt = rt->next) {
+        rt->mark = !rt->finished && rt->queued > rt->uploaded ? rt->queued : 0;
+        if (!rt->mark)
+            continue;
+        size_t o = strlen(what);
+        snprintf(what + o, cap - o, "%sjob %s step %d", n++ ? ", " : "", rt->job, rt->mark);
+    }
+    pthread_mutex_unlock(&js->mu);
+    return n;
+}
+
+int dev_jobs_marked_uploaded(dev_jobs *js)
+{
+    int done = 1;
+    if (!js)
+        return 1;
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt && done; rt = rt->next)
+        done = !rt->mark || rt->finished || rt->uploaded >= rt->mark;
+    pthread_mutex_unlock(&js->mu);
+    return done;
 }
 
 void dev_jobs_close(dev_jobs *js)

@@ -67,6 +67,14 @@ void dev_jobs_counts(dev_jobs *j, uint64_t *no_hello, uint64_t *bad_hello);
 /* Stops every job this device runs and waits for its threads; from then on
  * tasks are ignored and Exchange streams refused. */
 void dev_jobs_stop(dev_jobs *j);
+/* Marks the checkpoint parts written and not uploaded yet (a device that
+ * is asked to stop finishes uploading them first, so that the job can
+ * commit their step): how many runs have one, and in what (at most cap
+ * bytes: "job J step S", ...). */
+int dev_jobs_mark_uploads(dev_jobs *j, char *what, size_t cap);
+/* Whether every part marked is uploaded (or its upload failed, or its run
+ * ended). */
+int dev_jobs_marked_uploaded(dev_jobs *j);
 /* dev_jobs_stop, then frees j (after the Stage service that calls
  * dev_jobs_exchange has stopped). */
 void dev_jobs_close(dev_jobs *j);
