@@ -10,8 +10,9 @@
  *      without a data owner (U-shaped chains).
  *   3. 12 devices: the exact subset search's time, and optimal's.
  *   4. planning time at 1,024 devices x 1,000 layers.
+ *   5. federation: replicas placed against an equal share of the devices.
  * Usage: bench_balancer [first seed, default 11001] [--seeds N, default 20] [--quick]
- *        [--paper: the paper-setting tables only] */
+ *        [--paper: the paper-setting tables only] [--fed: the federation table only] */
 #include <math.h>
 #include <stdio.h>
 #include <time.h>
@@ -388,14 +389,62 @@ static void large(int reps)
     bal_problem_free(pb);
 }
 
+/* Federation: R data owners, a replica around each, over 12 devices in 3
+ * sites; the placement (bal_fed_place) against an equal share of the other
+ * devices per owner (bal_fed_even), both planned per replica with
+ * `optimal`, U-shaped. The slowest replica sets a synchronised job's pace. */
+static void federation(int count)
+{
+    printf("\n## federation: replicas placed against an equal share (24-layer BERT-large, 12 devices "
+           "over 3 sites, speeds 1-6x, 64 micro-batches)\n");
+    printf("| owners | seeds | slowest replica, equal share / placed: median | worst | best | "
+           "placement CPU s (median) |\n|---|---|---|---|---|---|\n");
+    for (int R = 2; R <= 3; R++) {
+        double *ratio = sl_xcalloc((size_t)count, sizeof *ratio), *cpu = sl_xcalloc((size_t)count, sizeof *cpu);
+        int n = 0;
+        for (int i = 0; i < count; i++) {
+            setting s = {24, 1024, 16, 4096, 30522, 128, 8, 12, 3, 6.0, 10.0, 1.0, 20, 80, 10.0,
+                         (uint64_t)(500 + 10 * i)};
+            double F;
+            bal_problem *pb = build(&s, &F);
+            const bal_problem *pbs[3] = {pb, pb, pb};
+            int owner[3] = {0, 4, 8}; /* one per site (devices are listed site by site) */
+            bal_fed_in fi = {.R = R, .pb = pbs, .owner = owner, .opts = bal_opts_default(),
+                             .ushaped = 1, .algo = BAL_OPTIMAL};
+            fi.opts.micro_batches = 64;
+            sl_err err = {0};
+            double t0 = cpu_s();
+            bal_fed *f = bal_fed_place(&fi, &err);
+            double t1 = cpu_s();
+            bal_fed *e = bal_fed_even(&fi, &err);
+            if (f && e) {
+                ratio[n] = e->slowest_s / f->slowest_s;
+                cpu[n++] = t1 - t0;
+            }
+            bal_fed_free(f);
+            bal_fed_free(e);
+            bal_problem_free(pb);
+        }
+        qsort(ratio, (size_t)n, sizeof *ratio, cmp_double);
+        qsort(cpu, (size_t)n, sizeof *cpu, cmp_double);
+        if (n)
+            printf("| %d | %d | %.2fx | %.2fx | %.2fx | %.2f |\n", R, n, ratio[n / 2], ratio[0],
+                   ratio[n - 1], cpu[n / 2]);
+        free(ratio);
+        free(cpu);
+    }
+}
+
 int main(int argc, char **argv)
 {
-    int quick = 0, paper_only = 0, seeds = 20;
+    int quick = 0, paper_only = 0, fed_only = 0, seeds = 20;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--paper"))
             paper_only = 1;
+        else if (!strcmp(argv[i], "--fed"))
+            fed_only = 1;
         else if (!strcmp(argv[i], "--seeds") && i + 1 < argc)
             seeds = atoi(argv[++i]);
         else
@@ -405,6 +454,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_balancer: --seeds takes 1 to 64\n");
         return 2;
     }
+    if (fed_only) {
+        federation(quick ? 2 : seeds);
+        return 0;
+    }
     paper_setting(128, quick ? 2 : seeds);
     paper_setting(256, quick ? 2 : seeds);
     if (paper_only)
@@ -412,5 +465,6 @@ int main(int argc, char **argv)
     small_exhaustive(quick ? 2 : 12, 8);
     exact12();
     large(quick ? 1 : 3);
+    federation(quick ? 2 : seeds);
     return 0;
 }

@@ -198,5 +198,11 @@ int cert_sign_data(const char *key_path, const void *data, size_t len, uint8_t *
 int cert_verify_signed(const char *ca_pem, size_t ca_len, const char *signer_pem,
                        size_t signer_len, const void *data, size_t len, const uint8_t *sig,
                        size_t sig_len, sl_err *err);
+/* SL_EAUTH unless pem (its first certificate) is one cert_verify_signed
+ * would take as a signer (chains to the CA in ca_pem, may authenticate a
+ * server, is not a device's or the admin's); then its notBefore (UNIX
+ * seconds) and SHA-256 fingerprint (hex). */
+int cert_coordinator_check(const char *ca_pem, size_t ca_len, const char *pem, size_t len,
+                           int64_t *not_before, char fp[CERT_HEX_LEN], sl_err *err);
 
 #endif

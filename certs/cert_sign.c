@@ -8,6 +8,7 @@
 #include <openssl/x509v3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cert.h"
 #include "cert_internal.h"
@@ -84,25 +85,61 @@ out:
     return rc;
 }
 
+/* The signer's certificate: a coordinator's (not a device's, not the
+ * admin's), chaining to the CA. */
+static X509 *signer_cert(const char *ca_pem, size_t ca_len, const char *pem, size_t len, char *cn,
+                         size_t cap, sl_err *err)
+{
+    X509 *x = len <= (1u << 20) ? pem_cert(pem, len) : NULL;
+    if (!x) {
+        sl_err_set(err, SL_EAUTH, "the signer's certificate does not parse");
+        return NULL;
+    }
+    cn[0] = 0;
+    X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, (int)cap);
+    if (cert_valid_device_id(cn) || !strcmp(cn, CERT_ADMIN_CN)) {
+        sl_err_set(err, SL_EAUTH, "signed by '%s', which is not the coordinator", cn);
+        X509_free(x);
+        return NULL;
+    }
+    if (verify_chain(x, ca_pem, ca_len, err)) {
+        X509_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+int cert_coordinator_check(const char *ca_pem, size_t ca_len, const char *pem, size_t len,
+                           int64_t *not_before, char fp[CERT_HEX_LEN], sl_err *err)
+{
+    ERR_clear_error();
+    char cn[256];
+    X509 *x = signer_cert(ca_pem, ca_len, pem, len, cn, sizeof cn, err);
+    if (!x)
+        return -1;
+    struct tm tm;
+    int rc = 0;
+    if (ASN1_TIME_to_tm(X509_get0_notBefore(x), &tm) != 1 || cert_x509_fingerprint(x, fp)) {
+        ERR_clear_error();
+        rc = sl_err_set(err, SL_EAUTH, "the coordinator certificate's validity or fingerprint "
+                        "cannot be read");
+    } else {
+        *not_before = (int64_t)timegm(&tm);
+    }
+    X509_free(x);
+    return rc;
+}
+
 int cert_verify_signed(const char *ca_pem, size_t ca_len, const char *signer_pem,
                        size_t signer_len, const void *data, size_t len, const uint8_t *sig,
                        size_t sig_len, sl_err *err)
 {
     ERR_clear_error();
-    X509 *x = pem_cert(signer_pem, signer_len);
+    char cn[256];
+    X509 *x = signer_cert(ca_pem, ca_len, signer_pem, signer_len, cn, sizeof cn, err);
     EVP_MD_CTX *md = NULL;
     int rc = -1;
-    if (!x) {
-        sl_err_set(err, SL_EAUTH, "the signer's certificate does not parse");
-        goto out;
-    }
-    char cn[256] = "";
-    X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof cn);
-    if (cert_valid_device_id(cn) || !strcmp(cn, CERT_ADMIN_CN)) {
-        sl_err_set(err, SL_EAUTH, "signed by '%s', which is not the coordinator", cn);
-        goto out;
-    }
-    if (verify_chain(x, ca_pem, ca_len, err))
+    if (!x)
         goto out;
     EVP_PKEY *pub = X509_get0_pubkey(x);
     md = EVP_MD_CTX_new();

@@ -28,6 +28,8 @@ int cmd_job_compare(rpc_channel *ch, const char *target, const char *pki, const 
  * flag (the signal number, 0 before any) is what cli_stop_signal returns. */
 void cli_catch_stop_signals(void);
 int cli_stop_signal(void);
+/* How many of them arrived. */
+int cli_stop_signals(void);
 /* Raises the soft descriptor limit to the hard one (servers: every
  * connection is a descriptor). */
 void cli_raise_fd_limit(void);
@@ -68,6 +70,17 @@ int cli_call_error(sl_err *err, const char *target, const char *pki, int code, c
  * handshake refused, a certificate from another CA, a host name that does
  * not resolve); 1 otherwise (nothing listening yet, a restart, a timeout). */
 int cli_call_may_pass(int code, const char *details);
+/* --model as a folder (job export's, or Hugging Face's layout): when
+ * *model is a directory, it becomes DIR/model.safetensors, and *config
+ * (when not given) DIR/config.json, *vocab (when vocab is not NULL and not
+ * given) DIR/vocab.txt where there is one, and *cased (when not NULL and
+ * not set) 1 where DIR/tokenizer_config.json says do_lower_case false. The
+ * paths live in f. */
+typedef struct cli_model_dir {
+    char model[4200], config[4200], vocab[4200];
+} cli_model_dir;
+void cli_model_folder(cli_model_dir *f, const char **model, const char **config, const char **vocab,
+                      int *cased);
 int cmd_plan(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <jansson.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -33,8 +36,15 @@ int cli_opt_take(const char *cmd, int argc, char **argv, int *i, const cli_opt *
     return 0;
 }
 
-static volatile sig_atomic_t stop_flag;
-static void on_signal(int sig) { stop_flag = sig; }
+static volatile sig_atomic_t stop_flag, stop_count;
+static void on_signal(int sig)
+{
+    stop_flag = sig;
+    if (stop_count < 1000)
+        stop_count++;
+}
+
+int cli_stop_signals(void) { return stop_count; }
 
 void cli_catch_stop_signals(void)
 {
@@ -226,4 +236,28 @@ int cli_encode_text(const dev_vocab *v, int cased, const char *text, dev_ids *ou
         dev_ids_push(out, id);
         p = best + blen;
     }
+}
+
+void cli_model_folder(cli_model_dir *f, const char **model, const char **config, const char **vocab,
+                      int *cased)
+{
+    struct stat sb;
+    if (!*model || stat(*model, &sb) || !S_ISDIR(sb.st_mode))
+        return;
+    const char *dir = *model;
+    snprintf(f->config, sizeof f->config, "%s/config.json", dir);
+    snprintf(f->vocab, sizeof f->vocab, "%s/vocab.txt", dir);
+    char tc[4300];
+    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
+    if (!*config)
+        *config = f->config;
+    if (vocab && !*vocab && access(f->vocab, F_OK) == 0)
+        *vocab = f->vocab;
+    json_error_t je;
+    json_t *t = cased && !*cased ? json_load_file(tc, 0, &je) : NULL;
+    if (t && json_is_false(json_object_get(t, "do_lower_case")))
+        *cased = 1;
+    json_decref(t);
+    snprintf(f->model, sizeof f->model, "%s/model.safetensors", dir);
+    *model = f->model;
 }

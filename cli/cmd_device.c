@@ -16,6 +16,9 @@
 #include "sl_log.h"
 #include "sl_time.h"
 
+/* How long a device asked to stop waits for its checkpoint parts to upload. */
+#define DRAIN_MAX_S 120
+
 static void usage(void)
 {
     printf("usage: skyloom device --coordinator HOST:PORT --state DIR --site S\n"
@@ -166,7 +169,7 @@ int cmd_device(int argc, char **argv)
     }
     if (a && stage_listen) {
         dev_stagesvc_opts so = {.listen = stage_listen, .state = o.state,
-                                .exchange = dev_jobs_exchange, .ud = jobs,
+                                .exchange = dev_jobs_exchange, .admit = dev_jobs_admit, .ud = jobs,
                                 .revoked = dev_agent_is_revoked, .revoked_ud = a};
         int port = 0;
         if (!(stage = dev_stagesvc_start(&so, &port, &err))) {
@@ -191,9 +194,28 @@ int cmd_device(int argc, char **argv)
         cli_catch_stop_signals();
         printf("device %s\n", dev_agent_id(a));
         fflush(stdout);
-        int failures = 0;
-        double fast_until = 0;
-        while (!cli_stop_signal()) {
+        int failures = 0, draining = 0;
+        double fast_until = 0, drain_until = 0;
+        for (;;) {
+            /* a stop with checkpoint parts still to upload: the device
+             * trains and heartbeats on until they are up, so that the job
+             * can commit their step (a second signal stops at once) */
+            if (cli_stop_signal() && !draining) {
+                char what[512];
+                if (cli_stop_signals() > 1 || !dev_jobs_mark_uploads(jobs, what, sizeof what))
+                    break;
+                sl_log_info("device: stopping once its checkpoint parts are uploaded",
+                            "parts=\"%s\" at_most_s=%d hint=\"a second SIGINT or SIGTERM stops at once\"",
+                            what, DRAIN_MAX_S);
+                draining = 1;
+                drain_until = sl_now_s() + DRAIN_MAX_S;
+            }
+            if (draining && (cli_stop_signals() > 1 || dev_jobs_marked_uploaded(jobs) ||
+                             sl_now_s() > drain_until)) {
+                sl_log_info("device: stopping", "parts_uploaded=%s",
+                            dev_jobs_marked_uploaded(jobs) ? "yes" : "no");
+                break;
+            }
             rpc_status st;
             int code = dev_agent_heartbeat(a, &st);
             failures = code == RPC_OK ? 0 : failures + 1;
@@ -211,11 +233,14 @@ int cmd_device(int argc, char **argv)
                     break;
                 }
             }
+            if (code == RPC_OK && stage)
+                dev_jobs_revocations(jobs); /* the reply's revoked list is the latest */
             dev_task *tasks;
             int nt;
             dev_agent_take_tasks(a, &tasks, &nt);
             for (int k = 0; k < nt && stage; k++)
-                dev_jobs_task(jobs, &tasks[k]);
+                if (!draining || !strcmp(tasks[k].kind, "stop")) /* stopping: no new work */
+                    dev_jobs_task(jobs, &tasks[k]);
             dev_tasks_free(tasks, nt);
             if (once)
                 break;
@@ -228,7 +253,10 @@ int cmd_device(int argc, char **argv)
              * so that the re-planned epoch starts without waiting an interval */
             if (sl_now_s() < fast_until && wait_ms > 500)
                 wait_ms = 500;
-            for (unsigned t = 0; t < wait_ms && !cli_stop_signal(); t += 50) {
+            for (unsigned t = 0; t < wait_ms; t += 50) {
+                if (draining ? cli_stop_signals() > 1 || dev_jobs_marked_uploaded(jobs)
+                             : cli_stop_signal() != 0)
+                    break;
                 if (dev_agent_take_poke(a)) {
                     fast_until = sl_now_s() + 10;
                     break;
@@ -238,6 +266,15 @@ int cmd_device(int argc, char **argv)
         }
     }
     dev_jobs_stop(jobs); /* the jobs' streams end, so the Stage service can stop */
+    if (stage) {
+        rpc_stream_counts sc;
+        uint64_t no_hello, bad_hello;
+        dev_stagesvc_counts(stage, &sc);
+        dev_jobs_counts(jobs, &no_hello, &bad_hello);
+        sl_log_info("device: Exchange streams refused", "not_admitted=%ld over_peer_cap=%ld "
+                    "server_full=%ld no_hello=%llu bad_hello=%llu", sc.admit, sc.per_peer, sc.full,
+                    (unsigned long long)no_hello, (unsigned long long)bad_hello);
+    }
     if (dev_stagesvc_stop(stage) != 0) {
         sl_log_error("device: exiting with a Stage call still running", "%s", "");
         fflush(NULL);

@@ -15,13 +15,15 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: skyloom eval --config config.json --model model.safetensors --data SHARD\n"
+    fprintf(f, "usage: skyloom eval [--config config.json] --model model.safetensors|DIR --data SHARD\n"
                "                    [--task mlm|classify] [--batches K] [--batch B] [--first N]\n"
                "                    [--mask-prob P] [--seed S] [--device auto|cpu|cuda]\n"
                "                    [--precision fp32|bf16] [--logits FILE] [--json]\n\n"
                "Prints the mean masked-LM loss (and perplexity) of the model over K batches of\n"
                "B sequences starting at sequence N of the shard (defaults: K 10, B 8, N 0),\n"
                "masked as training masks them (15%%, seed S, default 1), dropout off.\n"
+               "--model DIR takes a folder as skyloom job export writes it (or Hugging Face\n"
+               "lays one out): DIR/model.safetensors, and DIR/config.json unless --config.\n"
                "--precision bf16 computes the matrix products in bf16 (as skyloom train\n"
                "--precision bf16 does), everything else in fp32.\n\n"
                "With --task classify the model is a sequence classifier (the config's\n"
@@ -85,8 +87,11 @@ int cmd_eval(int argc, char **argv)
         if (rc)
             return sl_cli_fail("eval", 2, "%s", err.msg);
     }
+    cli_model_dir folder;
+    cli_model_folder(&folder, &model, &config, NULL, NULL);
     if (!config || !model || !data)
-        return sl_cli_fail("eval", 2, "--config, --model and --data are required (see --help)");
+        return sl_cli_fail("eval", 2, "--model and --data are required, and --config unless "
+                           "--model is a folder (see --help)");
     if (!kn_be_name_ok(device))
         return sl_cli_fail("eval", 2, "--device must be auto, cpu or cuda, got '%s'", device);
     int pflags = dev_precision_flags(precision);
@@ -158,7 +163,7 @@ int cmd_eval(int argc, char **argv)
             sl_cli_fail("eval", 1, "%s", err.msg);
             goto out;
         }
-        dev_batch b = dev_batch_of(&mb, seq0);
+        dev_batch b = dev_batch_of(&mb);
         if (dev_train_eval(tr, &b, &s, &m, &err)) {
             sl_cli_fail("eval", 1, "%s", err.msg);
             goto out;

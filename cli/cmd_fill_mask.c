@@ -19,8 +19,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: skyloom fill-mask --config config.json --model model.safetensors\n"
-            "                         --vocab vocab.txt --text TEXT [--top-k 5] [--cased]\n"
+            "usage: skyloom fill-mask [--config config.json] --model model.safetensors|DIR\n"
+            "                         [--vocab vocab.txt] --text TEXT [--top-k 5] [--cased]\n"
             "                         [--json] [--logits FILE] [--device auto|cpu|cuda]\n"
             "                         [--precision fp32|bf16]\n\n"
             "Prints the top-k tokens and their probabilities at each [MASK] of TEXT, as\n"
@@ -32,7 +32,10 @@ static void usage(FILE *f)
             "mask, a list of such lists for several. --logits writes the (masks, vocab)\n"
             "logits as little-endian float32, row by row in text order.\n"
             "Text is lower-cased and accent-stripped unless --cased. --precision bf16\n"
-            "computes the matrix products in bf16 (as skyloom train --precision bf16).\n");
+            "computes the matrix products in bf16 (as skyloom train --precision bf16).\n"
+            "--model DIR takes a folder as skyloom job export writes it: model.safetensors,\n"
+            "config.json and vocab.txt from it unless --config or --vocab are given, and\n"
+            "its tokenizer_config.json's do_lower_case false as --cased.\n");
 }
 
 /* Hugging Face's clean_up_tokenization, applied to a decoded sequence. */
@@ -123,8 +126,11 @@ int cmd_fill_mask(int argc, char **argv)
         if (r == 0)
             return sl_cli_fail("fill-mask", 2, "unknown option '%s'", a);
     }
+    cli_model_dir folder;
+    cli_model_folder(&folder, &model, &config, &vpath, &cased);
     if (!config || !model || !vpath || !text)
-        return sl_cli_fail("fill-mask", 2, "--config, --model, --vocab and --text are required");
+        return sl_cli_fail("fill-mask", 2, "--model, --text, and --config and --vocab unless "
+                           "--model is a folder that has them, are required");
     if (topk_s && sl_parse_int("--top-k", topk_s, 1, 1 << 30, &topk, &err))
         return sl_cli_fail("fill-mask", 2, "%s", err.msg);
     if (!kn_be_name_ok(device))

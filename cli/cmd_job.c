@@ -1,6 +1,7 @@
 /* skyloom job: submit, list, status, watch, stop, export and trace federated jobs
  * on a coordinator, with the admin certificate of the PKI. */
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
@@ -19,10 +20,13 @@
 #include "dev_ckpt.h"
 #include "dev_config.h"
 #include "dev_plan.h"
+#include "dev_vocab.h"
 #include "rpc.h"
 #include "skyloom.pb-c.h"
+#include "sl_config.h"
 #include "sl_file.h"
 #include "sl_mem.h"
+#include "sl_path.h"
 #include "sl_time.h"
 
 /* One usage text per job command: `skyloom job CMD --help` prints CMD's,
@@ -46,6 +50,10 @@ static const char submit_text[] =
     "over sealed, compressed links, uploading checkpoints every K steps. The\n"
     "config is read here first (the reader skyloom train uses): a bad field or an\n"
     "unknown key is refused naming the file and the key.\n\n"
+    "--data DEVICE:NAME names the data owner by its device id or by its name\n"
+    "(skyloom device --name; it must be unique among the enrolled devices) and the\n"
+    "dataset it serves. An owner that is offline, serves no Stage or does not\n"
+    "serve NAME is refused at once.\n\n"
     "submit options:\n"
     "  --batch B, --micro-batches M   sequences per step and their split (8, 1)\n"
     "  --codec-act C      none (default), fp16, bf16, int8\n"
@@ -55,7 +63,14 @@ static const char submit_text[] =
     "  --schedule S       1f1b (default) or gpipe\n"
     "  --checkpoint-every K   commit a checkpoint every K steps (default 50) and at\n"
     "                     the end\n"
-    "  --init FILE        start from this model (safetensors, HF names)\n"
+    "  --init FILE|DIR    start from this model (safetensors, HF names; DIR: an\n"
+    "                     exported folder); a vocab.txt beside it is the vocabulary\n"
+    "                     the data must have\n"
+    "  --vocab FILE       the vocab.txt the model is for: a shard built with another\n"
+    "                     vocabulary (even of the same size) is refused\n"
+    "  --vocab-hash HEX   the same by its hash (skyloom data vocab prints it)\n"
+    "  --name N, --tag T  a name and labels (repeatable) for job list, compare and\n"
+    "                     the dashboard\n"
     "  --task T           mlm (default) or classify: fine-tune a sequence classifier\n"
     "                     (the config's num_labels; a labelled dataset; --init an\n"
     "                     MLM model starts the classification head afresh). Needs a\n"
@@ -79,32 +94,48 @@ static const char submit_text[] =
     "                     int8, topk:F, with error feedback\n"
     "  --outer-lr X --outer-momentum X   outer SGD with Nesterov momentum (0.7, 0.9)\n"
     "  --no-wait          return once submitted (default: wait until it runs or\n"
-    "                     fails, and print the plan)\n"
+    "                     fails, and print the plan; an interrupt leaves the job\n"
+    "                     running and says how to follow or stop it)\n"
     "  --json             print the job's summary and plan as JSON\n";
 
 static const job_cmd job_cmds[] = {
     {"submit",
      "skyloom job submit --coordinator HOST:PORT --pki DIR --config C\n"
-     "                          --data DEVICE_ID:NAME --steps N [options]",
+     "                          --data DEVICE:NAME --steps N [options]",
      submit_text},
     {"list", "skyloom job list --coordinator HOST:PORT --pki DIR [--json]",
-     "Every job of the coordinator: state, step of steps, committed step, loss, and the\n"
-     "reason of a failure.\n"},
+     "Every job of the coordinator: name, state, step of steps, committed step, the\n"
+     "last loss, the config (layers x hidden), the data, its start (UTC) and its wall\n"
+     "time, and the reason of a failure (--json adds the tags). A submit its data\n"
+     "owner refused is not listed.\n"},
     {"status", "skyloom job status JOB --coordinator HOST:PORT --pki DIR [--json]",
      "One job: state, step, committed step, loss; the plan (stages, units, devices,\n"
      "sites, addresses, the predicted step); the last step's time and tokens/s, per\n"
      "stage busy share, seconds and bytes to the next stage; the recovery events.\n"
      "--json adds the options, the whole plan, the profiles and metrics.csv.\n"},
     {"watch", "skyloom job watch JOB --coordinator HOST:PORT --pki DIR",
-     "Follows the job until it ends: a line per step (on a terminal one line\n"
-     "rewritten in place) and the recovery events; exits 0 when it is done, 1 when\n"
-     "it failed or was stopped.\n"},
-    {"stop", "skyloom job stop JOB --coordinator HOST:PORT --pki DIR",
+     "Follows the job until it ends: while it is checked, profiled and planned its\n"
+     "phase; then a line per step (on a terminal one line rewritten in place): the\n"
+     "loss and its exponential moving average (factor 0.1), tokens/s and the ETA\n"
+     "over the last 20 steps, the committed step, the job's wall time since its\n"
+     "submit (the coordinator's clock) and each stage's busy share; and the recovery\n"
+     "events. Exits 0 when it is done, 1 when it failed or was stopped.\n"},
+    {"stop", "skyloom job stop JOB --coordinator HOST:PORT --pki DIR [--at-checkpoint]",
      "Stops the job: its devices leave it at their next heartbeat or step report;\n"
-     "what was committed stays exportable.\n"},
+     "what was committed stays exportable. --at-checkpoint lets it train on to its\n"
+     "next commit and stop there, so that no trained step is lost (a job that has\n"
+     "not started training stops at its first commit).\n"},
+    {"resume", "skyloom job resume JOB --coordinator HOST:PORT --pki DIR",
+     "Trains a stopped or failed job on from its last committed step: the same job\n"
+     "id, a new epoch, planned again over the devices online, the model, optimizer\n"
+     "state, learning-rate schedule and data position of that step (the result is\n"
+     "the one an uninterrupted job reaches).\n"},
     {"export", "skyloom job export JOB --coordinator HOST:PORT --pki DIR --out DIR",
-     "Writes the committed step as DIR/model.safetensors (every tensor, Hugging Face\n"
-     "BERT names) and DIR/config.json, for skyloom eval, fill-mask and PyTorch.\n"},
+     "Writes the committed step as a folder that skyloom eval --model DIR, fill-mask\n"
+     "--model DIR and PyTorch load as it is: model.safetensors (every tensor, Hugging\n"
+     "Face BERT names), config.json, vocab.txt (the data owner's vocabulary),\n"
+     "tokenizer_config.json and special_tokens_map.json (BertTokenizer), and\n"
+     "training.json (the options, the data and vocabulary hashes, Skyloom's version).\n"},
     {"trace", "skyloom job trace JOB --coordinator HOST:PORT --pki DIR --svg F [--json]",
      "The measured timeline of a recent step (every stage's forward, backward,\n"
      "send, receive and sync, idle between), as the devices reported it, to an SVG\n"
@@ -275,12 +306,41 @@ static Skyloom__V1__JobInfo *get_job(client *c, const char *id, uint32_t metrics
     return j;
 }
 
+static json_t *strings_json(char **v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_string(v[i]));
+    return a;
+}
+
 static json_t *summary_json(const Skyloom__V1__JobSummary *s)
 {
-    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:I, s:s}", "job_id", s->job_id, "state",
-                     s->state, "step", (int)s->step, "steps", (int)s->steps, "committed_step",
-                     (int)s->committed_step, "loss", s->loss, "created_at",
-                     (json_int_t)s->created_at, "reason", s->reason);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:I, s:s}", "job_id", s->job_id, "state",
+                          s->state, "step", (int)s->step, "steps", (int)s->steps, "committed_step",
+                          (int)s->committed_step, "loss", s->loss, "created_at",
+                          (json_int_t)s->created_at, "reason", s->reason);
+    json_object_set_new(o, "name", json_string(s->name));
+    json_object_set_new(o, "tags", strings_json(s->tags, s->n_tags));
+    json_object_set_new(o, "data", strings_json(s->data, s->n_data));
+    json_object_set_new(o, "layers", json_integer(s->layers));
+    json_object_set_new(o, "hidden", json_integer(s->hidden));
+    json_object_set_new(o, "ended_at", s->ended_at ? json_integer((json_int_t)s->ended_at) : json_null());
+    json_object_set_new(o, "wall_s", json_real(s->wall_s));
+    json_object_set_new(o, "stop_at_checkpoint", json_boolean(s->stop_at_checkpoint));
+    return o;
+}
+
+/* A duration as 45s, 12m05s, 3h02m. */
+static void fmt_duration(char *out, size_t cap, double s)
+{
+    long t = (long)(s + 0.5);
+    if (t < 60)
+        snprintf(out, cap, "%lds", t);
+    else if (t < 3600)
+        snprintf(out, cap, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(out, cap, "%ldh%02ldm", t / 3600, t % 3600 / 60);
 }
 
 static json_t *loads_or_null(const char *s)
@@ -345,9 +405,105 @@ static const sopt submit_opts[] = {
     {NULL, NULL, 0},
 };
 
+/* --data NAME_OR_ID:DATASET: a device id as it is, a name resolved among
+ * the enrolled devices (ListDevices), refused when no device or several
+ * have it. out gets ID:DATASET. */
+static int resolve_one(client *c, const char *data, char *out, size_t cap, sl_err *err)
+{
+    const char *colon = strchr(data, ':');
+    char who[256];
+    snprintf(who, sizeof who, "%.*s", colon ? (int)(colon - data) : 0, data);
+    if (!colon || !who[0] || cert_valid_device_id(who)) {
+        snprintf(out, cap, "%s", data); /* the coordinator checks the form */
+        return 0;
+    }
+    Skyloom__V1__ListDevicesRequest q = SKYLOOM__V1__LIST_DEVICES_REQUEST__INIT;
+    Skyloom__V1__ListDevicesResponse *r = NULL;
+    if (call(c, RPC_M_LIST_DEVICES, &q, &skyloom__v1__list_devices_response__descriptor, (void **)&r, err))
+        return -1;
+    char ids[600] = "";
+    int n = 0;
+    for (size_t i = 0; i < r->n_devices; i++) {
+        const Skyloom__V1__DeviceInfo *d = r->devices[i];
+        if (strcmp(d->name, who) || !strcmp(d->state, "revoked"))
+            continue;
+        if (!n++)
+            snprintf(out, cap, "%s%s", d->device_id, colon);
+        size_t o = strlen(ids);
+        snprintf(ids + o, sizeof ids - o, "%s%s", o ? ", " : "", d->device_id);
+    }
+    rpc_unpacked_free(r);
+    if (n == 1)
+        return 0;
+    if (n == 0)
+        return sl_err_set(err, SL_EINVAL, "--data %s: no enrolled device is named '%s' and it is "
+                          "not a device id (skyloom status lists the names and ids)", data, who);
+    return sl_err_set(err, SL_EINVAL, "--data %s: %d devices are named '%s' (%s): give the device "
+                      "id instead of the name", data, n, who, ids);
+}
+
+/* Every owner of "A,B,..." (the --data options joined) resolved. */
+static int resolve_data(client *c, const char *data, char *out, size_t cap, sl_err *err)
+{
+    out[0] = 0;
+    char buf[1200];
+    snprintf(buf, sizeof buf, "%s", data);
+    for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+        char one[400];
+        if (resolve_one(c, t, one, sizeof one, err))
+            return -1;
+        size_t o = strlen(out);
+        snprintf(out + o, cap - o, "%s%s", o ? "," : "", one);
+    }
+    return 0;
+}
+
+/* The hash of the vocabulary in vocab.txt `path` (hex). */
+static int vocab_file_hash(const char *path, char hex[65], sl_err *err)
+{
+    dev_vocab *v = dev_vocab_load(path, err);
+    if (!v)
+        return -1;
+    uint8_t h[32];
+    dev_vocab_hash(v, h);
+    dev_hash_hex(h, hex);
+    dev_vocab_free(v);
+    return 0;
+}
+
+/* An --init model's vocabulary, where one is known: the vocab.txt beside
+ * the file (an export's folder, a Hugging Face model's). The safetensors
+ * file itself records none. *hex is "" when there is none. */
+static int init_vocab_hash(const char *init, char hex[65], sl_err *err)
+{
+    hex[0] = 0;
+    char dir[4200], p[4300];
+    snprintf(dir, sizeof dir, "%s", init);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    snprintf(p, sizeof p, "%s/vocab.txt", dir);
+    if (access(p, F_OK) != 0)
+        return 0;
+    return vocab_file_hash(p, hex, err) ? sl_err_wrap(err, "--init %s: the vocab.txt beside it", init)
+                                        : 0;
+}
+
+static volatile sig_atomic_t submit_interrupted;
+static void on_submit_signal(int sig)
+{
+    (void)sig;
+    submit_interrupted = 1;
+}
+
 static int submit(client *c, int argc, char **argv)
 {
-    const char *config = NULL, *init = NULL, *devices = NULL, *owner_batch = NULL;
+    const char *config = NULL, *init = NULL, *devices = NULL, *owner_batch = NULL, *name = "",
+               *vocab = NULL, *vocab_hash = NULL;
+    const char *tags[32];
+    size_t ntags = 0;
     char data[1200] = "";
     int json = 0, wait = 1, ndata = 0;
     json_t *o = json_object();
@@ -375,10 +531,20 @@ static int submit(client *c, int argc, char **argv)
         const char *v = argv[++i];
         if (!strcmp(a, "--config"))
             config = v;
+        else if (!strcmp(a, "--name"))
+            name = v;
+        else if (!strcmp(a, "--tag") && ntags == sizeof tags / sizeof tags[0])
+            return sl_cli_fail("job", 2, "--tag: at most 16 tags");
+        else if (!strcmp(a, "--tag"))
+            tags[ntags++] = v;
+        else if (!strcmp(a, "--vocab"))
+            vocab = v;
+        else if (!strcmp(a, "--vocab-hash"))
+            vocab_hash = v;
         else if (!strcmp(a, "--data")) {
             /* several: a federation, one replica per owner */
             if (strchr(v, ',') || strlen(data) + strlen(v) + 2 > sizeof data)
-                return sl_cli_fail("job", 2, "--data %.80s: one DEVICE_ID:NAME per --data", v);
+                return sl_cli_fail("job", 2, "--data %.80s: one DEVICE:NAME per --data", v);
             snprintf(data + strlen(data), sizeof data - strlen(data), "%s%s", ndata++ ? "," : "", v);
         } else if (!strcmp(a, "--owner-batch"))
             owner_batch = v;
@@ -462,6 +628,37 @@ static int submit(client *c, int argc, char **argv)
             json_array_append_new(d, json_string(t));
         json_object_set_new(o, "devices", d);
     }
+    /* the vocabulary the data must have: --vocab-hash, --vocab's, the one
+     * beside --init; two of them that differ are refused */
+    char vh[3][65] = {"", "", ""}, init_file[4300] = "", data_id[1200];
+    const char *vwhat[3] = {"--vocab-hash", "--vocab", "--init"};
+    struct stat sb;
+    if (init && !stat(init, &sb) && S_ISDIR(sb.st_mode)) /* an exported folder */
+        snprintf(init_file, sizeof init_file, "%s/model.safetensors", init);
+    else if (init)
+        snprintf(init_file, sizeof init_file, "%s", init);
+    if (vocab_hash)
+        snprintf(vh[0], sizeof vh[0], "%s", vocab_hash);
+    if ((vocab && vocab_file_hash(vocab, vh[1], &err)) || (init && init_vocab_hash(init_file, vh[2], &err)) ||
+        resolve_data(c, data, data_id, sizeof data_id, &err)) {
+        json_decref(o);
+        return sl_cli_fail("job", vocab && !vh[1][0] ? 2 : 1, "%s", err.msg);
+    }
+    const char *want = "";
+    for (int k = 0; k < 3; k++) {
+        if (!vh[k][0])
+            continue;
+        for (int m = 0; m < k; m++)
+            if (vh[m][0] && strcmp(vh[m], vh[k])) {
+                json_decref(o);
+                return sl_cli_fail("job", 2, "%s and %s name two vocabularies (%.16s... and "
+                                   "%.16s...)", vwhat[m], vwhat[k], vh[m], vh[k]);
+            }
+        want = vh[k];
+    }
+    if (*want)
+        json_object_set_new(o, "vocab_hash", json_string(want));
+    init = init ? init_file : NULL;
     char *ctext = NULL, upload[UPLOAD_ID_LEN + 1] = "";
     size_t clen = 0;
     dev_config cfg;
@@ -492,9 +689,12 @@ static int submit(client *c, int argc, char **argv)
     json_decref(o);
     Skyloom__V1__SubmitJobRequest q = SKYLOOM__V1__SUBMIT_JOB_REQUEST__INIT;
     q.config = ctext;
-    q.data = (char *)data;
+    q.data = data_id;
     q.options = otext;
     q.init_upload = upload;
+    q.name = (char *)name;
+    q.tags = (char **)tags;
+    q.n_tags = ntags;
     Skyloom__V1__SubmitJobResponse *r = NULL;
     int rc = call(c, RPC_M_SUBMIT_JOB, &q, &skyloom__v1__submit_job_response__descriptor, (void **)&r, &err);
     free(ctext);
@@ -508,10 +708,25 @@ static int submit(client *c, int argc, char **argv)
         printf("%s\n", id);
         return 0;
     }
-    /* until it runs (or fails): the owner's check, profiles, the plan */
+    /* until it runs (or fails): the owner's check, profiles, the plan. An
+     * interrupt leaves the job as it is: the coordinator runs it. */
     const char *shown = "";
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_submit_signal;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
     for (;;) {
-        Skyloom__V1__JobInfo *j = get_job(c, id, 0, &err);
+        Skyloom__V1__JobInfo *j = submit_interrupted ? NULL : get_job(c, id, 0, &err);
+        if (submit_interrupted) {
+            rpc_unpacked_free(j);
+            sigaction(SIGINT, &old_int, NULL);
+            sigaction(SIGTERM, &old_term, NULL);
+            fprintf(stderr, "\njob %s goes on without this command: follow it with `skyloom job "
+                    "watch %s`, stop it with `skyloom job stop %s`\n", id, id, id);
+            printf("%s\n", id);
+            return 130;
+        }
         if (!j)
             return sl_cli_fail("job", 1, "%s", err.msg);
         const char *state = j->summary->state;
@@ -560,13 +775,25 @@ static int list(client *c, int json)
         free(s);
         json_decref(a);
     } else {
-        printf("%-18s %-10s %12s %10s %8s  %s\n", "JOB", "STATE", "STEP", "COMMITTED", "LOSS", "REASON");
+        printf("%-18s %-16s %-10s %12s %9s %8s %-9s %-24s %-16s %8s  %s\n", "JOB", "NAME",
+               "STATE", "STEP", "COMMITTED", "LOSS", "CONFIG", "DATA", "STARTED", "WALL", "REASON");
         for (size_t i = 0; i < r->n_jobs; i++) {
             const Skyloom__V1__JobSummary *s = r->jobs[i];
-            char step[32];
+            char step[32], cfg[32], when[32] = "-", wall[32], data[200] = "";
             snprintf(step, sizeof step, "%u/%u", s->step, s->steps);
-            printf("%-18s %-10s %12s %10u %8.4f  %s\n", s->job_id, s->state, step, s->committed_step,
-                   s->loss, s->reason);
+            snprintf(cfg, sizeof cfg, "L%u H%u", s->layers, s->hidden);
+            time_t t = (time_t)s->created_at;
+            struct tm tm;
+            if (gmtime_r(&t, &tm))
+                strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+            fmt_duration(wall, sizeof wall, s->wall_s);
+            for (size_t k = 0; k < s->n_data; k++) {
+                size_t o = strlen(data);
+                snprintf(data + o, sizeof data - o, "%s%s", k ? "," : "", s->data[k]);
+            }
+            printf("%-18s %-16s %-10s %12s %9u %8.4f %-9s %-24s %-16s %8s  %s\n", s->job_id,
+                   s->name[0] ? s->name : "-", s->state, step, s->committed_step, s->loss, cfg, data,
+                   when, wall, s->reason);
         }
     }
     rpc_unpacked_free(r);
@@ -604,6 +831,8 @@ static int status(client *c, const char *id, int json)
         json_object_set_new(out, "profiles", loads_or_null(j->profiles));
         json_object_set_new(out, "metrics_csv", json_string(j->metrics));
         json_object_set_new(out, "events", loads_or_null(j->events));
+        json_object_set_new(out, "data_owners", loads_or_null(j->data));
+        json_object_set_new(out, "vocab_hash", json_string(j->vocab_hash));
         char *s = json_dumps(out, JSON_INDENT(2));
         printf("%s\n", s);
         free(s);
@@ -612,6 +841,27 @@ static int status(client *c, const char *id, int json)
         const Skyloom__V1__JobSummary *s = j->summary;
         printf("job %s: %s, step %u of %u, committed %u, loss %.4f%s%s\n", s->job_id, s->state,
                s->step, s->steps, s->committed_step, s->loss, *s->reason ? ", " : "", s->reason);
+        if (*s->name || s->n_tags) {
+            printf("name %s", *s->name ? s->name : "-");
+            for (size_t k = 0; k < s->n_tags; k++)
+                printf("%s%s", k ? ", " : "  tags ", s->tags[k]);
+            printf("\n");
+        }
+        json_t *dj = loads_or_null(j->data), *x;
+        size_t k;
+        json_array_foreach(dj, k, x) {
+            printf("data %s:%s", json_string_value(json_object_get(x, "owner")),
+                   json_string_value(json_object_get(x, "dataset")));
+            if (json_object_get(x, "vocab_hash"))
+                printf("  %lld of %lld sequences, %lld tokens each, vocabulary %lld (hash %s)",
+                       (long long)json_integer_value(json_object_get(x, "sequences")),
+                       (long long)json_integer_value(json_object_get(x, "shard_sequences")),
+                       (long long)json_integer_value(json_object_get(x, "seq_len")),
+                       (long long)json_integer_value(json_object_get(x, "vocab_size")),
+                       json_string_value(json_object_get(x, "vocab_hash")));
+            printf("\n");
+        }
+        json_decref(dj);
         if (*j->plan)
             print_plan(j->plan);
         json_error_t je;
@@ -656,13 +906,67 @@ static int ended(const char *state)
     return !strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "stopped");
 }
 
+/* What job watch shows of the training: the loss smoothed by an EMA of
+ * factor WATCH_EMA (the raw loss of one batch jumps), tokens/s and the ETA
+ * over the last WATCH_WINDOW steps (one step's time swings). */
+#define WATCH_EMA 0.1
+#define WATCH_WINDOW 20
+
+typedef struct watch_state {
+    double ema, win_s[WATCH_WINDOW], win_tok[WATCH_WINDOW];
+    int nwin, n;
+} watch_state;
+
+/* "s0 11% s1 46% ..." from a metrics row's "0.11;0.46;..." */
+static void busy_labels(const char *busy, int tty, char *out, size_t cap)
+{
+    out[0] = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", busy);
+    int i = 0;
+    for (char *sv = NULL, *t = strtok_r(buf, ";", &sv); t; t = strtok_r(NULL, ";", &sv), i++) {
+        size_t o = strlen(out);
+        if (tty)
+            snprintf(out + o, cap - o, "%ss%d %.0f%%", i ? " " : "", i, 100 * atof(t));
+        else
+            snprintf(out + o, cap - o, "%ss%d:%.2f", i ? "," : "", i, atof(t));
+    }
+}
+
+/* The phase a job is in before (and between) its epochs, in words. */
+static void phase_text(const Skyloom__V1__JobInfo *j, char *out, size_t cap)
+{
+    const Skyloom__V1__JobSummary *s = j->summary;
+    json_t *data = loads_or_null(j->data), *prof = loads_or_null(j->profiles);
+    json_t *o = json_array_get(data, 0);
+    const char *owner = json_string_value(json_object_get(o, "owner")),
+               *ds = json_string_value(json_object_get(o, "dataset"));
+    if (!strcmp(s->state, "checking"))
+        snprintf(out, cap, "checking: the data owner %s checks its dataset %s", owner ? owner : "?",
+                 ds ? ds : "?");
+    else if (!strcmp(s->state, "profiling"))
+        snprintf(out, cap, "profiling: the candidate devices measure their links and units (%zu "
+                 "measured)", json_object_size(prof));
+    else if (!strcmp(s->state, "planning"))
+        snprintf(out, cap, "planning: the balancer places the layers on %zu measured devices",
+                 json_object_size(prof));
+    else
+        snprintf(out, cap, "%s%s%s", s->state, *s->reason ? ": " : "", s->reason);
+    json_decref(data);
+    json_decref(prof);
+}
+
 static int watch(client *c, const char *id)
 {
     int tty = sl_cli_stdout_is_tty();
     uint32_t next = 1;
     size_t nev = (size_t)-1; /* events already shown (-1: none looked at yet) */
-    double t0 = sl_now_s();
+    watch_state w = {0};
+    char last_phase[700] = "";
     sl_err err = {0};
+    if (!tty)
+        printf("# loss_ema: exponential moving average of the loss, factor %.2f; tokens_per_s and "
+               "eta_s over the last %d steps; wall_s since the submit\n", WATCH_EMA, WATCH_WINDOW);
     for (;;) {
         Skyloom__V1__JobInfo *j = get_job(c, id, next, &err);
         if (!j)
@@ -675,13 +979,23 @@ static int watch(client *c, const char *id)
         for (size_t i = nev == (size_t)-1 ? json_array_size(ev) : nev; i < json_array_size(ev); i++) {
             const json_t *e = json_array_get(ev, i);
             if (tty)
-                printf("\n");
+                printf("\r\033[K");
             print_event(e);
             if (!strcmp(json_string_value(json_object_get(e, "kind")) ?: "", "planned"))
                 next = (uint32_t)json_integer_value(json_object_get(e, "committed_step")) + 1;
         }
         nev = json_array_size(ev);
         json_decref(ev);
+        /* before (and between) epochs: the phase, rewritten in place on a terminal */
+        if (strcmp(s->state, "running") && !ended(s->state)) {
+            char ph[600];
+            phase_text(j, ph, sizeof ph);
+            if (tty)
+                printf("\r\033[Kjob %s  %s  (%.0f s since submit)", id, ph, s->wall_s);
+            else if (strcmp(ph, last_phase))
+                printf("phase=%s wall_s=%.0f\n", ph, s->wall_s);
+            snprintf(last_phase, sizeof last_phase, "%s", ph);
+        }
         /* rows: step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,... */
         for (char *line = j->metrics, *nl; line && *line; line = nl ? nl + 1 : NULL) {
             nl = strchr(line, '\n');
@@ -690,25 +1004,39 @@ static int watch(client *c, const char *id)
             int step, epoch;
             double loss, gn, lr, step_s, tok;
             unsigned masked;
-            char busy[256] = "";
+            char busy[256] = "", lb[512];
             if (sscanf(line, "%d,%d,%lf,%u,%lf,%lf,%lf,%lf,%255[^,]", &step, &epoch, &loss, &masked,
-                       &gn, &lr, &step_s, &tok, busy) >= 8) {
-                double eta = tok > 0 ? step_s * (s->steps - (uint32_t)step) : 0;
-                if (tty)
-                    printf("\rstep %d/%u  loss %.4f  %.0f tok/s  ETA %.0f s  busy %s   ", step,
-                           s->steps, loss, tok, eta, busy);
-                else
-                    printf("step=%d loss=%.4f tokens_per_s=%.0f eta_s=%.0f busy=%s\n", step, loss, tok,
-                           eta, busy);
-                next = (uint32_t)step + 1;
+                       &gn, &lr, &step_s, &tok, busy) < 8)
+                continue;
+            w.ema = w.n++ ? (1 - WATCH_EMA) * w.ema + WATCH_EMA * loss : loss;
+            w.win_s[w.nwin % WATCH_WINDOW] = step_s;
+            w.win_tok[w.nwin % WATCH_WINDOW] = step_s * tok; /* tokens of the step */
+            w.nwin++;
+            double sum_s = 0, sum_tok = 0;
+            int k = w.nwin < WATCH_WINDOW ? w.nwin : WATCH_WINDOW;
+            for (int i = 0; i < k; i++) {
+                sum_s += w.win_s[i];
+                sum_tok += w.win_tok[i];
             }
+            double mean_s = sum_s / k, tps = sum_s > 0 ? sum_tok / sum_s : 0;
+            double eta = mean_s * (double)(s->steps > (uint32_t)step ? s->steps - (uint32_t)step : 0);
+            busy_labels(busy, tty, lb, sizeof lb);
+            if (tty)
+                printf("\r\033[Kstep %d/%u  committed %u  loss %.4f (ema %.4f)  %.0f tok/s  ETA %.0f s"
+                       "  wall %.0f s  busy %s", step, s->steps, s->committed_step, loss, w.ema, tps,
+                       eta, s->wall_s, lb);
+            else
+                printf("step=%d loss=%.4f loss_ema=%.4f tokens_per_s=%.0f eta_s=%.0f committed=%u "
+                       "wall_s=%.0f busy=%s\n", step, loss, w.ema, tps, eta, s->committed_step,
+                       s->wall_s, lb);
+            next = (uint32_t)step + 1;
         }
         fflush(stdout);
         if (ended(s->state)) {
             if (tty)
                 printf("\n");
-            printf("job %s %s after %.0f s%s%s\n", id, s->state, sl_now_s() - t0,
-                   *s->reason ? ": " : "", s->reason);
+            printf("job %s %s after %.0f s (from its submit), committed step %u%s%s\n", id, s->state,
+                   s->wall_s, s->committed_step, *s->reason ? ": " : "", s->reason);
             int rc = !strcmp(s->state, "done") ? 0 : 1;
             rpc_unpacked_free(j);
             return rc;
@@ -718,16 +1046,35 @@ static int watch(client *c, const char *id)
     }
 }
 
-static int stop(client *c, const char *id)
+static int stop(client *c, const char *id, int at_checkpoint)
 {
     Skyloom__V1__StopJobRequest q = SKYLOOM__V1__STOP_JOB_REQUEST__INIT;
     q.job_id = (char *)id;
+    q.at_checkpoint = at_checkpoint;
     Skyloom__V1__StopJobResponse *r = NULL;
     sl_err err = {0};
     if (call(c, RPC_M_STOP_JOB, &q, &skyloom__v1__stop_job_response__descriptor, (void **)&r, &err))
         return sl_cli_fail("job", 1, "%s", err.msg);
+    if (at_checkpoint && strcmp(r->state, "stopped"))
+        printf("job %s stops at its next commit (it is %s; `skyloom job watch %s` follows it)\n", id,
+               r->state, id);
+    else
+        printf("job %s stopped\n", id);
     rpc_unpacked_free(r);
-    printf("job %s stopped\n", id);
+    return 0;
+}
+
+static int resume(client *c, const char *id)
+{
+    Skyloom__V1__ResumeJobRequest q = SKYLOOM__V1__RESUME_JOB_REQUEST__INIT;
+    q.job_id = (char *)id;
+    Skyloom__V1__ResumeJobResponse *r = NULL;
+    sl_err err = {0};
+    if (call(c, RPC_M_RESUME_JOB, &q, &skyloom__v1__resume_job_response__descriptor, (void **)&r, &err))
+        return sl_cli_fail("job", 1, "%s", err.msg);
+    printf("job %s resumes from step %u (committed), as epoch %u\n", id, r->from_step + 1,
+           r->epoch + 1);
+    rpc_unpacked_free(r);
     return 0;
 }
 
@@ -779,11 +1126,18 @@ static int trace(client *c, const char *id, const char *svg, int json)
 
 /* ---- export ------------------------------------------------------------------ */
 
-static int fetch(client *c, const char *id, int step, const char *name, const char *to, sl_err *err)
+/* Fetches a committed file into dirfd/name (a name sl_path_name_check
+ * accepted, in a directory sl_dir_open checked). */
+static int fetch(client *c, const char *id, int step, const char *name, int dirfd, sl_err *err)
 {
-    FILE *f = fopen(to, "wb");
-    if (!f)
-        return sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+    const char *to = name;
+    int fd = sl_file_create_at(dirfd, name, err);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return fd >= 0 ? sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno)) : -1;
+    }
     uint64_t off = 0, size = 1;
     int rc = 0;
     while (!rc && off < size) {
@@ -837,11 +1191,84 @@ static int no_commit(client *c, const char *id)
     return rc;
 }
 
+static int write_json(const char *dir, const char *name, json_t *o, sl_err *err)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    char *t = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(o);
+    if (!t)
+        return sl_err_set(err, SL_ENOMEM, "%s: cannot encode JSON", name);
+    size_t n = strlen(t);
+    char *b = sl_xmalloc(n + 2);
+    memcpy(b, t, n);
+    b[n] = '\n';
+    free(t);
+    int rc = sl_write_file_atomic(p, b, n + 1, err);
+    free(b);
+    return rc;
+}
+
+/* Beside the model: the vocabulary its data was built with (vocab.txt)
+ * and a tokenizer config for it, so that BertTokenizer and fill-mask load
+ * the folder as it is, and training.json: how it was trained (the
+ * options, the data and vocabulary hashes, the step, Skyloom's version).
+ * `files` gets the names written, for the message. */
+static int export_extras(client *c, const char *id, int step, const dev_config *cfg, const char *out,
+                         char *files, size_t cap, sl_err *err)
+{
+    files[0] = 0;
+    Skyloom__V1__GetJobRequest q = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    q.job_id = (char *)id;
+    q.vocab = 1;
+    Skyloom__V1__JobInfo *j = NULL;
+    if (call(c, RPC_M_GET_JOB, &q, &skyloom__v1__job_info__descriptor, (void **)&j, err))
+        return -1;
+    json_t *data = loads_or_null(j->data);
+    int cased = json_is_true(json_object_get(json_array_get(data, 0), "cased"));
+    int rc = 0;
+    if (*j->vocab) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s/vocab.txt", out);
+        rc = sl_write_file_atomic(p, j->vocab, strlen(j->vocab), err);
+        json_t *tc = json_pack("{s:s, s:b, s:i, s:s, s:s, s:s, s:s, s:s, s:b, s:n}", "tokenizer_class",
+                               "BertTokenizer", "do_lower_case", !cased, "model_max_length",
+                               cfg->max_pos, "unk_token", "[UNK]", "sep_token", "[SEP]", "pad_token",
+                               "[PAD]", "cls_token", "[CLS]", "mask_token", "[MASK]",
+                               "tokenize_chinese_chars", 1, "strip_accents");
+        json_t *sm = json_pack("{s:s, s:s, s:s, s:s, s:s}", "unk_token", "[UNK]", "sep_token", "[SEP]",
+                               "pad_token", "[PAD]", "cls_token", "[CLS]", "mask_token", "[MASK]");
+        rc = rc || write_json(out, "tokenizer_config.json", tc, err) ||
+             write_json(out, "special_tokens_map.json", sm, err);
+        snprintf(files, cap, ", vocab.txt, tokenizer_config.json, special_tokens_map.json");
+    } else {
+        fprintf(stderr, "skyloom job: job %s: the data owner sent no vocabulary (it sends one up to "
+                "768 KiB): no vocab.txt written\n", id);
+    }
+    const Skyloom__V1__JobSummary *s = j->summary;
+    json_t *tags = json_array();
+    for (size_t k = 0; k < s->n_tags; k++)
+        json_array_append_new(tags, json_string(s->tags[k]));
+    json_t *tr = json_pack("{s:s, s:s, s:s, s:o, s:i, s:i, s:o, s:o, s:s, s:I, s:s}", "skyloom_version",
+                           SKYLOOM_VERSION, "job_id", s->job_id, "name", s->name, "tags", tags,
+                           "step", step, "steps", (int)s->steps, "options", loads_or_null(j->options),
+                           "data", data, "vocab_hash", j->vocab_hash, "created_at",
+                           (json_int_t)s->created_at, "format",
+                           "model.safetensors holds every tensor by its Hugging Face BERT name");
+    rc = rc || write_json(out, "training.json", tr, err);
+    if (!rc)
+        snprintf(files + strlen(files), cap - strlen(files), ", training.json");
+    rpc_unpacked_free(j);
+    return rc;
+}
+
 /* The committed step's parts, assembled into one model.safetensors (a stage
  * of the whole model loads every part; any cut loads from any cut). */
 static int export_job(client *c, const char *id, const char *out)
 {
     sl_err err = {0};
+    if (sl_path_name_check(id, strlen(id), &err))
+        return sl_cli_fail("job", 2, "export: job id: %s", err.msg);
     Skyloom__V1__FetchFileRequest q = SKYLOOM__V1__FETCH_FILE_REQUEST__INIT;
     q.device_id = "";
     q.job_id = (char *)id;
@@ -863,20 +1290,30 @@ static int export_job(client *c, const char *id, const char *out)
         rpc_unpacked_free(r);
         return no_commit(c, id);
     }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s/.export-%s", out, id);
+    /* the coordinator's file names become paths: every one must be a plain
+     * name before anything is written */
+    for (size_t i = 0; i < r->n_names; i++)
+        if (sl_path_name_check(r->names[i], strlen(r->names[i]), &err)) {
+            sl_err_wrap(&err, "the coordinator lists a file of job %s", id);
+            rpc_unpacked_free(r);
+            return sl_cli_fail("job", 1, "export: %s", err.msg);
+        }
+    char tmp[4200], sub[300];
+    snprintf(sub, sizeof sub, ".export-%s", id);
+    snprintf(tmp, sizeof tmp, "%s/%s", out, sub);
     dev_stage *s = NULL;
     dev_config cfg;
     char **names = NULL;
     int nnames = 0;
-    if (sl_mkdir(out, 0755, &err) || sl_mkdir(tmp, 0700, &err))
+    /* the files wait in OUT/.export-JOB: not a link, not another user's (OUT
+     * may be a shared directory such as /tmp) */
+    int ofd = -1, tfd = -1;
+    if ((ofd = sl_dir_open(AT_FDCWD, out, 0755, SL_DIR_CREATE, &err)) < 0 ||
+        (tfd = sl_dir_open(ofd, sub, 0700, SL_DIR_CREATE, &err)) < 0)
         goto fail;
-    for (size_t i = 0; i < r->n_names; i++) {
-        char to[4400];
-        snprintf(to, sizeof to, "%s/%s", tmp, r->names[i]);
-        if (fetch(c, id, step, r->names[i], to, &err))
+    for (size_t i = 0; i < r->n_names; i++)
+        if (fetch(c, id, step, r->names[i], tfd, &err))
             goto fail;
-    }
     char p[4400], m[4400];
     snprintf(p, sizeof p, "%s/config.json", tmp);
     int task = dev_ckpt_task(tmp, &err);
@@ -904,21 +1341,25 @@ static int export_job(client *c, const char *id, const char *out)
         goto fail;
     snprintf(m, sizeof m, "%s/model.safetensors", out);
     snprintf(p, sizeof p, "%s/config.json", out);
-    if (dev_ckpt_save_model(s, m, &err) || dev_config_save(&cfg, p, &err))
+    char files[200];
+    if (dev_ckpt_save_model(s, m, &err) || dev_config_save(&cfg, p, &err) ||
+        export_extras(c, id, step, &cfg, out, files, sizeof files, &err))
         goto fail;
-    printf("job %s: step %d exported to %s (model.safetensors, config.json)\n", id, step, out);
+    printf("job %s: step %d exported to %s (model.safetensors, config.json%s)\n", id, step, out, files);
     status = 0;
 fail:
     if (status)
         sl_cli_fail("job", 1, "export: %s", err.msg);
     dev_stage_free(s);
     dev_config_free_names(names, nnames);
-    for (size_t i = 0; i < r->n_names; i++) {
-        char f[4400];
-        snprintf(f, sizeof f, "%s/%s", tmp, r->names[i]);
-        unlink(f);
+    if (tfd >= 0) {
+        for (size_t i = 0; i < r->n_names; i++)
+            unlinkat(tfd, r->names[i], 0);
+        close(tfd);
+        unlinkat(ofd, sub, AT_REMOVEDIR);
     }
-    rmdir(tmp);
+    if (ofd >= 0)
+        close(ofd);
     rpc_unpacked_free(r);
     return status;
 }
@@ -933,7 +1374,7 @@ int cmd_job(int argc, char **argv)
     const job_cmd *jc = job_cmd_find(sub);
     if (!jc)
         return sl_cli_fail("job", 2, "unknown job command '%s' (submit, list, status, watch, stop, "
-                           "export, trace, metrics, compare)", sub);
+                           "resume, export, trace, metrics, compare)", sub);
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage_of(jc);
@@ -943,7 +1384,7 @@ int cmd_job(int argc, char **argv)
     int takes_id = strcmp(sub, "list") && !is_submit && !is_compare;
     int takes_svg = !strcmp(sub, "trace") || is_compare;
     const char *target = NULL, *pki = NULL, *out = NULL, *svg = NULL;
-    int json = 0;
+    int json = 0, at_checkpoint = 0;
     /* the connection options, --out and --svg anywhere; submit's own go to
      * submit; the other commands take job ids, before or after options */
     char **rest = sl_xcalloc((size_t)argc, sizeof *rest), **pos = sl_xcalloc((size_t)argc, sizeof *pos);
@@ -961,6 +1402,8 @@ int cmd_job(int argc, char **argv)
         } else if (!strcmp(a, "--json")) {
             json = 1;
             rest[nrest++] = argv[i];
+        } else if (!strcmp(a, "--at-checkpoint") && !strcmp(sub, "stop")) {
+            at_checkpoint = 1;
         } else if (is_submit) {
             rest[nrest++] = argv[i];
         } else if (a[0] == '-' && a[1]) {
@@ -1004,7 +1447,9 @@ int cmd_job(int argc, char **argv)
         else if (!strcmp(sub, "watch"))
             rc = watch(&c, id);
         else if (!strcmp(sub, "stop"))
-            rc = stop(&c, id);
+            rc = stop(&c, id, at_checkpoint);
+        else if (!strcmp(sub, "resume"))
+            rc = resume(&c, id);
         else if (!strcmp(sub, "trace"))
             rc = trace(&c, id, svg, json);
         else if (!strcmp(sub, "metrics"))

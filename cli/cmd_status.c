@@ -51,6 +51,27 @@ static json_t *job_profile_json(const Skyloom__V1__JobProfile *p)
     return o;
 }
 
+/* The datasets a device serves, with what its last check for a job said. */
+static json_t *datasets_json(const Skyloom__V1__DeviceInfo *d)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < d->n_datasets; i++) {
+        const Skyloom__V1__DatasetInfo *x = d->datasets[i];
+        json_t *o = json_pack("{s:s}", "name", x->name);
+        if (x->checked_at) {
+            json_object_set_new(o, "sequences", json_integer((json_int_t)x->sequences));
+            json_object_set_new(o, "seq_len", json_integer(x->seq_len));
+            json_object_set_new(o, "vocab_size", json_integer(x->vocab_size));
+            json_object_set_new(o, "vocab_hash", json_string(x->vocab_hash));
+            json_object_set_new(o, "shard_hash", json_string(x->shard_hash));
+            json_object_set_new(o, "checked_at", json_integer((json_int_t)x->checked_at));
+            json_object_set_new(o, "job_id", json_string(x->job_id));
+        }
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
 /* Milliseconds per unit: the embeddings | the encoder layers | the head. */
 static void print_units(const char *what, const double *v, size_t n)
 {
@@ -94,8 +115,10 @@ int cmd_status(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: skyloom status --coordinator HOST:PORT --pki DIR [--json]\n\n"
-                   "Lists the devices a coordinator has enrolled: site, state (online,\n"
-                   "offline, revoked), last heartbeat and a profile summary, and what each\n"
+                   "Lists the devices a coordinator has enrolled: name, site, state (online,\n"
+                   "offline, revoked), last heartbeat, Stage address, the datasets it serves\n"
+                   "(--data; with sequences and vocabulary hash once it checked one for a job)\n"
+                   "and a profile summary, and what each\n"
                    "device measured when it last profiled for a job: seconds per unit\n"
                    "(embeddings | encoder layers | head) forward, backward and optimizer step\n"
                    "for that job's micro-batch, its threads and memory, and the round trip and bandwidth of\n"
@@ -151,13 +174,13 @@ int cmd_status(int argc, char **argv)
         for (size_t i = 0; i < r->n_devices; i++) {
             Skyloom__V1__DeviceInfo *d = r->devices[i];
             json_array_append_new(
-                arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o}", "device_id",
+                arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:o}", "device_id",
                                d->device_id, "site", d->site, "name", d->name, "state", d->state,
                                "stage_address", d->stage_address,
                                "enrolled_at", (json_int_t)d->enrolled_at, "last_heartbeat",
                                (json_int_t)d->last_heartbeat, "profile",
                                profile_json(d->profile), "job_profile",
-                               job_profile_json(d->job_profile)));
+                               job_profile_json(d->job_profile), "datasets", datasets_json(d)));
         }
         json_t *o = json_pack("{s:s, s:o}", "coordinator", target, "devices", arr);
         char *s = json_dumps(o, JSON_INDENT(2));
@@ -165,8 +188,8 @@ int cmd_status(int argc, char **argv)
         free(s);
         json_decref(o);
     } else if (r) {
-        printf("%-18s %-12s %-8s %-20s %-21s %s\n", "DEVICE", "SITE", "STATE", "LAST HEARTBEAT",
-               "STAGE", "PROFILE");
+        printf("%-18s %-16s %-12s %-8s %-20s %-21s %-16s %s\n", "DEVICE", "NAME", "SITE", "STATE",
+               "LAST HEARTBEAT", "STAGE", "DATASETS", "PROFILE");
         for (size_t i = 0; i < r->n_devices; i++) {
             Skyloom__V1__DeviceInfo *d = r->devices[i];
             char when[32] = "never";
@@ -181,11 +204,32 @@ int cmd_status(int argc, char **argv)
                 snprintf(prof, sizeof prof, "%u cores, %.1f GiB, %s", d->profile->cores,
                          (double)d->profile->memory_bytes / (1u << 30),
                          d->profile->cuda ? d->profile->gpu_name : "no GPU");
-            printf("%-18s %-12s %-8s %-20s %-21s %s\n", d->device_id, d->site, d->state, when,
-                   d->stage_address[0] ? d->stage_address : "-", prof);
+            char ds[200] = "";
+            for (size_t k = 0; k < d->n_datasets; k++) {
+                size_t o = strlen(ds);
+                snprintf(ds + o, sizeof ds - o, "%s%s", k ? "," : "", d->datasets[k]->name);
+            }
+            printf("%-18s %-16s %-12s %-8s %-20s %-21s %-16s %s\n", d->device_id,
+                   d->name[0] ? d->name : "-", d->site, d->state, when,
+                   d->stage_address[0] ? d->stage_address : "-", ds[0] ? ds : "-", prof);
         }
         if (r->n_devices == 0)
             printf("(no devices enrolled)\n");
+        int dh = 0;
+        for (size_t i = 0; i < r->n_devices; i++)
+            for (size_t k = 0; k < r->devices[i]->n_datasets; k++) {
+                const Skyloom__V1__DatasetInfo *x = r->devices[i]->datasets[k];
+                if (!dh++)
+                    printf("\ndatasets (as each device last checked them for a job):\n");
+                if (!x->checked_at) {
+                    printf("  %s:%s  not checked for a job yet\n", r->devices[i]->device_id, x->name);
+                    continue;
+                }
+                printf("  %s:%s  %llu sequences of %u tokens, vocabulary %u (hash %.16s...), "
+                       "checked for job %s\n", r->devices[i]->device_id, x->name,
+                       (unsigned long long)x->sequences, x->seq_len, x->vocab_size, x->vocab_hash,
+                       x->job_id);
+            }
         int header = 0;
         for (size_t i = 0; i < r->n_devices; i++) {
             if (!r->devices[i]->job_profile)

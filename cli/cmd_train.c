@@ -1,7 +1,8 @@
 /* skyloom train: BERT training on this machine (MLM, or sequence
- * classification with --task classify), as one stage or a pipeline of
- * stages on threads (the single-device reference every distributed run must
- * match). */
+ * classification with --task classify): the whole model as one stage (the
+ * single-device reference every distributed run must match), as a pipeline
+ * of stages on threads, or as a federation of replicas, one per --data
+ * (docs/federation.md). */
 #include <errno.h>
 #include <jansson.h>
 #include <omp.h>
@@ -37,7 +38,11 @@ static void usage(FILE *f)
             "                     [--optim-state fp32|bf16] [--precision fp32|bf16]\n"
             "                     [--first N] [--sequences K] [--no-shuffle] [--log-every N]\n"
             "                     [--stages SPEC] [--schedule 1f1b|gpipe] [--stage-threads N]\n"
-            "                     [--stage-device D,...] [--json]\n\n"
+            "                     [--stage-device D,...] [--json]\n"
+            "       skyloom train ... --data A.shard --data B.shard [--data C.shard ...]\n"
+            "                     --owner-batch 16,16[,16...] [--sync step|outer:H]\n"
+            "                     [--codec-sync none|fp16|bf16|int8|topk:F] [--outer-lr X]\n"
+            "                     [--outer-momentum X] [--replica-stages SPEC;SPEC...]\n\n"
             "Trains a BERT (masked language model) on a token shard (skyloom data prepare).\n"
             "Each step reads B sequences, masks them (15%%), splits them into M micro-batches\n"
             "and accumulates their gradients: the step is the same for any M.\n"
@@ -112,11 +117,41 @@ static void usage(FILE *f)
             "                      among the stages)\n"
             "  --stage-device D    cpu or cuda (cuda:0) per stage, comma-separated, or one\n"
             "                      for all (default: --device)\n"
-            "  --json              print a JSON summary at the end\n");
+            "  --json              print a JSON summary at the end\n\n"
+            "A federation (several --data): each data owner's shard trains its own replica\n"
+            "of the model, keyed as that owner's one-owner run would be; replicas meet\n"
+            "only through synchronisation (docs/federation.md).\n"
+            "  --data SHARD        once per owner, in replica order (at most 16)\n"
+            "  --owner-batch LIST  each owner's sequences per step, in --data order, each a\n"
+            "                      multiple of --micro-batches (instead of --batch); the\n"
+            "                      replicas are weighted by it\n"
+            "  --sync S            step (default): every step's gradients averaged over the\n"
+            "                      replicas before clipping and the optimizer; outer:H\n"
+            "                      (DiLoCo): H steps apart, then the replicas' pseudo-\n"
+            "                      gradients averaged and one outer Nesterov step, after\n"
+            "                      which every replica holds the same parameters. With one\n"
+            "                      --data: a federation of one\n"
+            "  --codec-sync C      what replicas exchange: none (default), fp16, bf16, int8\n"
+            "                      (per row) or topk:F (the fraction F of each tensor), with\n"
+            "                      error feedback on the sender\n"
+            "  --outer-lr X        outer step's learning rate (default 0.7)\n"
+            "  --outer-momentum X  outer step's Nesterov momentum (default 0.9)\n"
+            "  --replica-stages S  each replica's --stages SPEC, ';'-separated in --data\n"
+            "                      order (replicas may be cut differently); --stages gives\n"
+            "                      every replica the same cuts\n");
 }
+
+enum { MAX_OWNERS = DEV_SYNC_MAX_REPLICAS };
 
 typedef struct opts {
     const char *config, *data, *init, *resume, *save, *metrics, *device, *optim_state, *precision;
+    const char *datas[MAX_OWNERS];
+    int ndata, batch_given;
+    const char *owner_batch, *sync, *codec_sync, *replica_stages;
+    double outer_lr, outer_momentum;
+    int owner_b[MAX_OWNERS];
+    int fed; /* a federation: several --data, or --sync */
+    dev_fed_cfg fc;
     const char *stages, *schedule, *stage_device, *task;
     int stage_threads;
     int steps, batch, micro, save_every, threads, json, warmup, recompute, recompute_attn;
@@ -128,6 +163,68 @@ typedef struct opts {
     int64_t seed;
     int kind;
 } opts;
+
+/* The federation's options, once the others are read: a federation is
+ * several --data, or one with --sync. 0, or the message printed. */
+static int parse_fed(opts *o)
+{
+    sl_err err = {0};
+    dev_fed_default(&o->fc);
+    o->fed = o->ndata > 1 || o->sync;
+    if (!o->fed) {
+        const char *only = o->codec_sync ? "--codec-sync" : o->outer_lr > 0 ? "--outer-lr"
+                           : o->outer_momentum >= 0 ? "--outer-momentum"
+                           : o->replica_stages ? "--replica-stages" : NULL;
+        if (only)
+            return sl_cli_fail("train", 2, "%s applies to a federation (several --data, or --sync)",
+                               only);
+    }
+    if (o->owner_batch && o->batch_given)
+        return sl_cli_fail("train", 2, "--batch and --owner-batch exclude each other (--owner-batch "
+                           "gives each owner's batch)");
+    if (o->ndata > 1 && !o->owner_batch)
+        return sl_cli_fail("train", 2, "%d --data need --owner-batch B1,B2,... (each owner's "
+                           "sequences per step, in --data order)", o->ndata);
+    if (o->owner_batch) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", o->owner_batch);
+        int k = 0;
+        for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+            if (k == MAX_OWNERS)
+                return sl_cli_fail("train", 2, "--owner-batch %s: more than %d batches",
+                                   o->owner_batch, MAX_OWNERS);
+            if (sl_parse_int("--owner-batch", t, 1, 1 << 16, &o->owner_b[k], &err))
+                return sl_cli_fail("train", 2, "%s", err.msg);
+            if (o->owner_b[k] % o->micro)
+                return sl_cli_fail("train", 2, "--owner-batch %s: owner %d's batch %d is not a "
+                                   "multiple of --micro-batches (%d)", o->owner_batch, k + 1,
+                                   o->owner_b[k], o->micro);
+            k++;
+        }
+        if (k != o->ndata)
+            return sl_cli_fail("train", 2, "--owner-batch %s lists %d batch%s for %d --data",
+                               o->owner_batch, k, k == 1 ? "" : "es", o->ndata);
+        o->batch = o->owner_b[0];
+    } else
+        o->owner_b[0] = o->batch;
+    if (o->sync && dev_fed_parse_sync(o->sync, &o->fc, &err))
+        return sl_cli_fail("train", 2, "%s", err.msg);
+    if (o->codec_sync && dev_fed_parse_codec(o->codec_sync, &o->fc, &err))
+        return sl_cli_fail("train", 2, "%s", err.msg);
+    if (o->fc.mode == DEV_SYNC_OUTER && o->fc.every > o->steps)
+        return sl_cli_fail("train", 2, "--sync %s: H is more than --steps %d (no outer step would "
+                           "run)", o->sync, o->steps);
+    if (o->fc.mode != DEV_SYNC_OUTER && (o->outer_lr > 0 || o->outer_momentum >= 0))
+        return sl_cli_fail("train", 2, "%s applies to --sync outer:H",
+                           o->outer_lr > 0 ? "--outer-lr" : "--outer-momentum");
+    if (o->outer_lr > 0)
+        o->fc.outer_lr = (float)o->outer_lr;
+    if (o->outer_momentum >= 0)
+        o->fc.outer_momentum = (float)o->outer_momentum;
+    if (o->replica_stages && strcmp(o->stages, "1"))
+        return sl_cli_fail("train", 2, "--stages and --replica-stages exclude each other");
+    return 0;
+}
 
 static int parse(opts *o, int argc, char **argv, int *help)
 {
@@ -147,6 +244,7 @@ static int parse(opts *o, int argc, char **argv, int *help)
     o->stages = "1";
     o->schedule = "1f1b";
     o->task = "mlm";
+    o->outer_momentum = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -174,8 +272,23 @@ static int parse(opts *o, int argc, char **argv, int *help)
         int rc = 0;
         if (!strcmp(a, "--config"))
             o->config = v;
-        else if (!strcmp(a, "--data"))
-            o->data = v;
+        else if (!strcmp(a, "--data")) {
+            if (o->ndata == MAX_OWNERS)
+                return sl_cli_fail("train", 2, "--data: at most %d owners", MAX_OWNERS);
+            o->datas[o->ndata++] = v;
+            o->data = o->datas[0];
+        } else if (!strcmp(a, "--owner-batch"))
+            o->owner_batch = v;
+        else if (!strcmp(a, "--sync"))
+            o->sync = v;
+        else if (!strcmp(a, "--codec-sync"))
+            o->codec_sync = v;
+        else if (!strcmp(a, "--replica-stages"))
+            o->replica_stages = v;
+        else if (!strcmp(a, "--outer-lr"))
+            rc = sl_parse_double(a, v, 1e-9, 10, &o->outer_lr, &err);
+        else if (!strcmp(a, "--outer-momentum"))
+            rc = sl_parse_double(a, v, 0, 0.999999, &o->outer_momentum, &err);
         else if (!strcmp(a, "--init"))
             o->init = v;
         else if (!strcmp(a, "--resume"))
@@ -202,8 +315,10 @@ static int parse(opts *o, int argc, char **argv, int *help)
             rc = sl_parse_int(a, v, 1, 1024, &o->stage_threads, &err);
         else if (!strcmp(a, "--steps"))
             rc = sl_parse_int(a, v, 1, 1 << 30, &o->steps, &err);
-        else if (!strcmp(a, "--batch"))
+        else if (!strcmp(a, "--batch")) {
             rc = sl_parse_int(a, v, 1, 1 << 16, &o->batch, &err);
+            o->batch_given = 1;
+        }
         else if (!strcmp(a, "--micro-batches"))
             rc = sl_parse_int(a, v, 1, 1 << 16, &o->micro, &err);
         else if (!strcmp(a, "--save-every"))
@@ -249,6 +364,8 @@ static int parse(opts *o, int argc, char **argv, int *help)
     if (o->batch % o->micro)
         return sl_cli_fail("train", 2, "--batch (%d) must be a multiple of --micro-batches (%d)",
                            o->batch, o->micro);
+    if (parse_fed(o))
+        return 2;
     if (o->stop_at > o->steps)
         return sl_cli_fail("train", 2, "--stop-at %d is after --steps %d", o->stop_at, o->steps);
     if (o->init && o->resume)
@@ -324,6 +441,31 @@ static int stage_backends(const char *list, const char *fallback, int n, int bf1
     return 0;
 }
 
+/* Each replica's cut: --replica-stages "SPEC;SPEC;...", or --stages for all. */
+static int replica_cuts(const opts *o, int units, int bounds[][513], int *n, sl_err *err)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", o->replica_stages ? o->replica_stages : "");
+    char *save = NULL, *spec = o->replica_stages ? strtok_r(buf, ";", &save) : NULL;
+    for (int r = 0; r < o->ndata; r++) {
+        const char *sp = o->replica_stages ? spec : o->stages;
+        if (!sp)
+            return sl_err_set(err, SL_EINVAL, "--replica-stages %s lists %d cut%s for %d --data",
+                              o->replica_stages, r, r == 1 ? "" : "s", o->ndata);
+        if (dev_stages_parse(sp, units, bounds[r], 512, &n[r], err))
+            return o->replica_stages ? sl_err_wrap(err, "--replica-stages: owner %d", r + 1) : -1;
+        if (n[r] > o->micro)
+            return sl_err_set(err, SL_EINVAL, "--stages %s: %d stages need at least %d "
+                              "micro-batches (--micro-batches %d): a stage would have nothing "
+                              "to do", sp, n[r], n[r], o->micro);
+        spec = o->replica_stages ? strtok_r(NULL, ";", &save) : NULL;
+    }
+    if (spec)
+        return sl_err_set(err, SL_EINVAL, "--replica-stages %s lists more cuts than the %d --data",
+                          o->replica_stages, o->ndata);
+    return 0;
+}
+
 int cmd_train(int argc, char **argv)
 {
     opts o;
@@ -348,75 +490,116 @@ int cmd_train(int argc, char **argv)
     if (dev_config_validate(&cfg, &err) ||
         (cfg.task == DEV_TASK_CLASSIFY && dev_config_load_names(o.config, &names, &nnames, &err)))
         return sl_cli_fail("train", 1, "%s: %s", o.config, err.msg);
-    int bounds[513], nstages;
-    if (dev_stages_parse(o.stages, dev_unit_count(&cfg), bounds, 512, &nstages, &err)) {
+    int R = o.ndata;
+    int bounds[MAX_OWNERS][513];
+    int nst[MAX_OWNERS];
+    if (replica_cuts(&o, dev_unit_count(&cfg), bounds, nst, &err)) {
         dev_config_free_names(names, nnames);
         return sl_cli_fail("train", 2, "%s", err.msg);
     }
-    if (nstages > o.micro) {
-        dev_config_free_names(names, nnames);
-        return sl_cli_fail("train", 2, "--stages %s: %d stages need at least %d micro-batches "
-                           "(--micro-batches %d): a stage would have nothing to do", o.stages,
-                           nstages, nstages, o.micro);
-    }
-    dev_feed_opts fo = {.batch = o.batch, .first = (uint64_t)o.first,
-                        .sequences = (uint64_t)o.sequences, .shuffle = !o.no_shuffle,
-                        .seed = (uint64_t)o.seed, .mask_prob = (float)o.mask_prob};
-    dev_feed *feed = dev_feed_open(o.data, &cfg, &fo, &err);
+    int nstages = nst[0];
     int status = 1;
     dev_train *tr = NULL;
     FILE *csv = NULL;
     json_t *fresh_all = json_array();
-    const kn_be *be[512];
-    if (!feed) {
-        sl_cli_fail("train", 1, "%s", err.msg);
-        goto out;
+    dev_feed *feeds[MAX_OWNERS] = {0};
+    const kn_be *be[MAX_OWNERS][512];
+    int T = 0, tokens = 0;
+    for (int r = 0; r < R; r++) {
+        dev_feed_opts fo = {.batch = o.owner_b[r], .first = (uint64_t)o.first,
+                            .sequences = (uint64_t)o.sequences, .shuffle = !o.no_shuffle,
+                            .seed = (uint64_t)o.seed, .mask_prob = (float)o.mask_prob};
+        if (!(feeds[r] = dev_feed_open(o.datas[r], &cfg, &fo, &err))) {
+            sl_cli_fail("train", 1, "%s", err.msg);
+            goto out;
+        }
+        if (r > 0 && dev_feed_seq_len(feeds[r]) != T) {
+            sl_cli_fail("train", 1, "--data %s has sequences of %d tokens, %s of %d: every owner's "
+                        "shard needs the same length", o.datas[r], dev_feed_seq_len(feeds[r]),
+                        o.datas[0], T);
+            goto out;
+        }
+        T = dev_feed_seq_len(feeds[r]);
+        tokens += o.owner_b[r] * T;
     }
+    dev_feed *feed = feeds[0];
     /* to classify, the shard's labels name the classes (the checkpoints'
-     * id2label); a config that names them must name them alike */
+     * id2label); a config that names them must name them alike, and every
+     * owner's shard must have the same labels in the same order */
     if (cfg.task == DEV_TASK_CLASSIFY) {
         if (dev_config_check_names(names, nnames, dev_feed_labels(feed), o.config, &err)) {
             sl_cli_fail("train", 1, "%s", err.msg);
             goto out;
         }
+        uint8_t h0[32], h[32];
+        dev_labels_hash(dev_feed_labels(feed), h0);
+        for (int r = 1; r < R; r++) {
+            dev_labels_hash(dev_feed_labels(feeds[r]), h);
+            if (memcmp(h, h0, sizeof h)) {
+                sl_cli_fail("train", 1, "--data %s has other labels than %s (another labels.txt, "
+                            "or the same names in another order): the owners of a federation "
+                            "train one classifier", o.datas[r], o.datas[0]);
+                goto out;
+            }
+        }
         cfg.label_names = dev_labels_names(dev_feed_labels(feed));
     }
     unsigned pflags = (unsigned)dev_precision_flags(o.precision);
-    if (stage_backends(o.stage_device, o.device, nstages, pflags != 0, be, &err)) {
-        sl_cli_fail("train", 1, "%s", err.msg);
-        goto out;
+    /* one backend list serves every replica unless stages are given one each */
+    int per_replica = o.stage_device && strchr(o.stage_device, ',') && R > 1;
+    int maxn = 0;
+    for (int r = 0; r < R; r++)
+        maxn = nst[r] > maxn ? nst[r] : maxn;
+    for (int r = 0; r < R; r++) {
+        if (r == 0 || per_replica) {
+            if (stage_backends(o.stage_device, o.device, per_replica ? nst[r] : maxn, pflags != 0,
+                               be[r], &err)) {
+                if (per_replica)
+                    sl_err_wrap(&err, "owner %d", r + 1);
+                sl_cli_fail("train", 1, "%s", err.msg);
+                goto out;
+            }
+        } else
+            memcpy(be[r], be[0], sizeof be[0]);
     }
-    int T = dev_feed_seq_len(feed);
     dev_train_opts to = {
         .schedule = bal_schedule_parse(o.schedule),
         .stage_threads = o.stage_threads,
-        .stage_be = be,
         .flags = (o.recompute ? DEV_STAGE_RECOMPUTE : 0) |
                  (o.recompute_attn ? DEV_STAGE_RECOMPUTE_ATTN : 0) |
                  (!strcmp(o.optim_state, "bf16") ? DEV_STAGE_BF16_STATE : 0) | pflags,
     };
-    tr = dev_train_open(&cfg, bounds, nstages, o.batch, T, o.micro, (uint64_t)o.seed, &to, &err);
+    dev_replica_cfg rep[MAX_OWNERS];
+    for (int r = 0; r < R; r++)
+        rep[r] = (dev_replica_cfg){.bounds = bounds[r], .nstages = nst[r], .B = o.owner_b[r],
+                                   .stage_be = be[r]};
+    tr = dev_train_open_fed(&cfg, rep, R, T, o.micro, (uint64_t)o.seed, &to, o.fed ? &o.fc : NULL,
+                            &err);
     if (!tr) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
     }
-    for (int i = 0; o.init && i < nstages; i++) {
-        char fresh[1024];
-        if (dev_ckpt_init_model(dev_train_stage(tr, i), o.init, fresh, sizeof fresh, &err)) {
-            sl_cli_fail("train", 1, "%s", err.msg);
-            goto out;
+    for (int r = 0; o.init && r < R; r++)
+        for (int i = 0; i < nst[r]; i++) {
+            char fresh[1024];
+            if (dev_ckpt_init_model(dev_train_replica_stage(tr, r, i), o.init, fresh, sizeof fresh,
+                                    &err)) {
+                sl_cli_fail("train", 1, "%s", err.msg);
+                goto out;
+            }
+            if (fresh[0] && r == 0) { /* every replica starts its head alike */
+                sl_log_info("train: --init lacks the classification head; initialised",
+                            "tensors=\"%s\" init=\"normal(0, %g), biases 0\" file=%s", fresh,
+                            (double)cfg.init_range, o.init);
+                for (char *sv = NULL, *tk = strtok_r(fresh, ", ", &sv); tk;
+                     tk = strtok_r(NULL, ", ", &sv))
+                    json_array_append_new(fresh_all, json_string(tk));
+            }
         }
-        if (fresh[0]) {
-            sl_log_info("train: --init lacks the classification head; initialised",
-                        "tensors=\"%s\" init=\"normal(0, %g), biases 0\" file=%s", fresh,
-                        (double)cfg.init_range, o.init);
-            for (char *sv = NULL, *t = strtok_r(fresh, ", ", &sv); t; t = strtok_r(NULL, ", ", &sv))
-                json_array_append_new(fresh_all, json_string(t));
-        }
-    }
     dev_optim opt;
     dev_optim_for_run(&opt, o.kind, o.lr, o.wd, o.clip, o.steps, o.warmup);
-    if (o.resume && dev_run_resume(tr, &opt, feed, o.resume, o.new_schedule, &err)) {
+    if (o.resume && dev_run_resume_feeds(tr, &opt, (const dev_feed *const *)feeds, R, o.resume,
+                                         o.new_schedule, &err)) {
         sl_cli_fail("train", 1, "%s", err.msg);
         goto out;
     }
@@ -439,14 +622,19 @@ int cmd_train(int argc, char **argv)
         goto out;
     }
     fseek(csv, 0, SEEK_END);
-    if (ftell(csv) == 0) /* a new file (a resumed run appends to its old one) */
-        fprintf(csv, "step,loss,masked,grad_norm,lr,seconds,tokens_per_s\n");
+    if (ftell(csv) == 0) { /* a new file (a resumed run appends to its old one) */
+        fprintf(csv, "step,loss,masked,grad_norm,lr,seconds,tokens_per_s");
+        for (int r = 0; o.fed && r < R; r++)
+            fprintf(csv, ",loss_%d", r);
+        fprintf(csv, o.fed ? ",sync_bytes\n" : "\n");
+    }
     int log_every = o.log_every ? o.log_every : (o.steps + 99) / 100;
     int tty = sl_cli_stdout_is_tty();
     const dev_order *ord = dev_feed_order(feed);
     size_t stage_bytes = 0;
-    for (int i = 0; i < nstages; i++)
-        stage_bytes += dev_stage_bytes(dev_train_stage(tr, i));
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < nst[r]; i++)
+            stage_bytes += dev_stage_bytes(dev_train_replica_stage(tr, r, i));
     sl_log_info("train", "task=%s params=%zu units=%d stages=%d schedule=%s batch=%d micro=%d "
                 "seq=%d steps=%d optimizer=%s optim_state=%s precision=%s recompute=%s "
                 "sequences=%llu..%llu order=%s stage_mb=%.1f", o.task,
@@ -456,27 +644,48 @@ int cmd_train(int argc, char **argv)
                 o.recompute ? "layer" : o.recompute_attn ? "attention" : "no",
                 (unsigned long long)ord->first, (unsigned long long)(ord->first + ord->count - 1),
                 ord->shuffle ? "shuffled" : "shard", stage_bytes / 1048576.0);
+    char sync_name[32] = "", codec_name[32] = "";
+    if (o.fed) {
+        dev_fed_sync_name(&o.fc, sync_name, sizeof sync_name);
+        dev_fed_codec_name(&o.fc, codec_name, sizeof codec_name);
+        sl_log_info("train: a federation", "replicas=%d owner_batch=%s sync=%s codec_sync=%s "
+                    "outer_lr=%g outer_momentum=%g", R, o.owner_batch ? o.owner_batch : "-",
+                    sync_name, codec_name, (double)o.fc.outer_lr, (double)o.fc.outer_momentum);
+    }
     double t_start = sl_now_s(), first_loss = -1, last_loss = 0, tok_s = 0;
     int last_step = first - 1;
+    uint64_t sync_before = dev_train_sync_bytes(tr);
     for (int step = first; step <= o.steps; step++) {
         double t0 = sl_now_s();
-        dev_batch b;
+        dev_batch b[MAX_OWNERS];
         dev_step_info info;
-        if (dev_feed_batch(feed, step, &b, &err)) {
-            sl_cli_fail("train", 1, "%s", err.msg);
-            goto out;
-        }
-        if (dev_train_step(tr, &b, &opt, &info, &err)) {
+        for (int r = 0; r < R; r++)
+            if (dev_feed_batch(feeds[r], step, &b[r], &err)) {
+                sl_cli_fail("train", 1, "%s", err.msg);
+                goto out;
+            }
+        if (dev_train_step(tr, b, &opt, &info, &err)) {
             sl_cli_fail("train", 1, "step %d: %s", step, err.msg);
             goto out;
         }
         double dt = sl_now_s() - t0;
-        tok_s = (double)o.batch * T / dt;
+        tok_s = (double)tokens / dt;
         if (first_loss < 0)
             first_loss = info.loss;
         last_loss = info.loss;
-        fprintf(csv, "%d,%.6f,%d,%.6f,%.6g,%.4f,%.1f\n", step, info.loss, info.masked,
+        fprintf(csv, "%d,%.6f,%d,%.6f,%.6g,%.4f,%.1f", step, info.loss, info.masked,
                 info.grad_norm, (double)info.lr, dt, tok_s);
+        if (o.fed) {
+            for (int r = 0; r < R; r++) {
+                dev_step_info ri;
+                dev_train_replica_info(tr, r, &ri);
+                fprintf(csv, ",%.6f", ri.loss);
+            }
+            uint64_t now = dev_train_sync_bytes(tr);
+            fprintf(csv, ",%llu", (unsigned long long)(now - sync_before));
+            sync_before = now;
+        }
+        fprintf(csv, "\n");
         double elapsed = sl_now_s() - t_start;
         char eta[32];
         fmt_eta(eta, sizeof eta, elapsed / (step - first + 1) * (o.steps - step));
@@ -498,7 +707,8 @@ int cmd_train(int argc, char **argv)
             printf("\n");
         if (o.save && ((o.save_every && step % o.save_every == 0) || step == o.steps || stop)) {
             fflush(csv);
-            if (dev_run_save(tr, &opt, feed, o.save, step, path, sizeof path, &err)) {
+            if (dev_run_save_feeds(tr, &opt, (const dev_feed *const *)feeds, R, o.save, step, path,
+                                   sizeof path, &err)) {
                 sl_cli_fail("train", 1, "saving: %s", err.msg);
                 goto out;
             }
@@ -516,13 +726,26 @@ int cmd_train(int argc, char **argv)
         json_t *j = json_pack("{s:i, s:f, s:f, s:f, s:f, s:s?, s:s, s:s, s:s, s:i}", "steps", last_step,
                               "first_loss", first_loss, "last_loss", last_loss, "seconds", total,
                               "tokens_per_s",
-                              total > 0 ? (double)(last_step - first + 1) * o.batch * T / total : 0.0,
+                              total > 0 ? (double)(last_step - first + 1) * tokens / total : 0.0,
                               "checkpoint", o.save ? path : NULL, "device",
                               dev_stage_backend(st0), "optim_state", o.optim_state, "precision",
                               o.precision, "stages", nstages);
         json_object_set_new(j, "task", json_string(o.task));
         if (o.init)
             json_object_set_new(j, "initialised", json_incref(fresh_all));
+        if (o.fed) {
+            json_t *losses = json_array();
+            for (int r = 0; r < R; r++) {
+                dev_step_info ri;
+                dev_train_replica_info(tr, r, &ri);
+                json_array_append_new(losses, json_real(ri.loss));
+            }
+            json_object_set_new(j, "replicas", json_integer(R));
+            json_object_set_new(j, "sync", json_string(sync_name));
+            json_object_set_new(j, "codec_sync", json_string(codec_name));
+            json_object_set_new(j, "replica_last_loss", losses);
+            json_object_set_new(j, "sync_bytes", json_integer((json_int_t)dev_train_sync_bytes(tr)));
+        }
         char *js = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
         printf("%s\n", js);
         free(js);
@@ -533,7 +756,8 @@ out:
     if (csv)
         fclose(csv);
     dev_train_free(tr);
-    dev_feed_close(feed);
+    for (int r = 0; r < R; r++)
+        dev_feed_close(feeds[r]);
     dev_config_free_names(names, nnames);
     json_decref(fresh_all);
     return status;

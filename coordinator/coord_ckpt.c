@@ -563,22 +563,29 @@ void coord_ckpt_prune(coord_ckpt *k, int step)
 
 static const char *const metrics_header = COORD_METRICS_HEADER "\n";
 
-int coord_ckpt_metrics_append(coord_ckpt *k, int step, int epoch, const coord_step_rep *rep, int p,
-                              double step_s, double tokens_s, sl_err *err)
+int coord_ckpt_metrics_append(coord_ckpt *k, const coord_fx *f, sl_err *err)
 {
-    const coord_step_rep *last = &rep[p - 1];
+    const coord_step_rep *rep = f->reps, *last = &rep[f->p - 1];
+    int p = f->p;
     sl_buf b = {0};
-    sl_buf_printf(&b, "%d,%d,%.6f,%u,%.6f,%.6g,%.4f,%.1f,", step, epoch, last->loss, last->masked,
-                  last->grad_norm, last->lr, step_s, tokens_s);
+    sl_buf_printf(&b, "%d,%d,%.6f,%u,%.6f,%.6g,%.4f,%.1f,", f->step, f->epoch, f->loss, f->masked,
+                  last->grad_norm, last->lr, f->step_s, f->tokens_s);
     for (int i = 0; i < p; i++)
         sl_buf_printf(&b, "%s%.3f", i ? ";" : "",
                       rep[i].step_s > 0 ? (rep[i].fwd + rep[i].bwd) / rep[i].step_s : 0);
+    /* the links between the stages of each replica's chain */
     for (int w = 0; w < 4; w++) {
         sl_buf_printf(&b, ",");
+        int n = 0;
         for (int i = 0; i + 1 < p; i++) {
+            int end = 0;
+            for (int r = 1; r < f->nrep; r++)
+                end |= i + 1 == f->rep_first[r];
+            if (end)
+                continue;
             uint64_t v = w == 0 ? rep[i].raw : w == 1 ? rep[i].wire : w == 2 ? rep[i + 1].raw_up
                                                                              : rep[i + 1].wire_up;
-            sl_buf_printf(&b, "%s%llu", i ? ";" : "", (unsigned long long)v);
+            sl_buf_printf(&b, "%s%llu", n++ ? ";" : "", (unsigned long long)v);
         }
     }
     uint64_t side_raw = 0, side_wire = 0;

@@ -106,11 +106,11 @@ void coord_ckpt_prune(coord_ckpt *k, int step);
  * on disk. */
 void coord_ckpt_drop_partials(coord_ckpt *k);
 
-/* metrics.csv: a step's row; the rows after `committed` dropped (*loss: the
+/* metrics.csv: a step's row (a METRICS effect: its loss, masked tokens, the
+ * stages' reports, the links between the stages of each replica); the rows after `committed` dropped (*loss: the
  * last row kept's, 0 without one); the rows from step `from` on (without
  * the header; "" when from <= 0). */
-int coord_ckpt_metrics_append(coord_ckpt *k, int step, int epoch, const coord_step_rep *rep, int p,
-                              double step_s, double tokens_s, sl_err *err);
+int coord_ckpt_metrics_append(coord_ckpt *k, const coord_fx *f, sl_err *err);
 int coord_ckpt_metrics_truncate(coord_ckpt *k, int committed, double *loss, sl_err *err);
 char *coord_ckpt_metrics_from(const coord_ckpt *k, int from);
 

@@ -78,6 +78,8 @@ int coord_handle_get_job(void *c, const rpc_peer *peer, const uint8_t *req, size
                          rpc_buf *resp, rpc_status *st);
 int coord_handle_stop_job(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
                           rpc_buf *resp, rpc_status *st);
+int coord_handle_resume_job(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
+                            rpc_buf *resp, rpc_status *st);
 int coord_handle_fetch_file(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
                             rpc_buf *resp, rpc_status *st);
 int coord_handle_report_task(void *c, const rpc_peer *peer, const uint8_t *req, size_t len,
@@ -98,5 +100,13 @@ struct Skyloom__V1__JobProfile;
 int coord_jobs_latest_profile(coord_state *db, const char *device,
                               struct Skyloom__V1__JobProfile **out, sl_err *err);
 void coord_jobs_profile_free(struct Skyloom__V1__JobProfile *p);
+
+/* The datasets device serves (its heartbeats' names) and what its checks
+ * for jobs said of them: *out a malloc'd array of malloc'd DatasetInfo;
+ * free with coord_jobs_datasets_free. */
+struct Skyloom__V1__DatasetInfo;
+void coord_jobs_datasets(coord_jobs *j, const char *device, struct Skyloom__V1__DatasetInfo ***out,
+                         size_t *n);
+void coord_jobs_datasets_free(struct Skyloom__V1__DatasetInfo **v, size_t n);
 
 #endif

@@ -5,6 +5,7 @@
 #include "coord_links.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,8 @@ static const char *const state_names[COORD_JOB_NSTATES] = {
 
 #define B(s) (1u << COORD_JOB_##s)
 /* The transitions the rules make: to = allowed[from]. Every state before
- * an end may be stopped; running again from running is a joiner's plan. */
+ * an end may be stopped; running again from running is a joiner's plan;
+ * only the operator's resume leaves an end. */
 static const unsigned allowed[COORD_JOB_NSTATES] = {
     [COORD_JOB_CHECKING] = B(PROFILING) | B(FAILED) | B(STOPPED),
     [COORD_JOB_PROFILING] = B(PLANNING) | B(STOPPED),
@@ -30,8 +32,8 @@ static const unsigned allowed[COORD_JOB_NSTATES] = {
     [COORD_JOB_RECOVERING] = B(PLANNING) | B(WAITING) | B(STOPPED),
     [COORD_JOB_WAITING] = B(RECOVERING) | B(STOPPED),
     [COORD_JOB_DONE] = 0,
-    [COORD_JOB_FAILED] = 0,
-    [COORD_JOB_STOPPED] = 0,
+    [COORD_JOB_FAILED] = B(RECOVERING), /* resumed */
+    [COORD_JOB_STOPPED] = B(RECOVERING),
 };
 #undef B
 
@@ -378,6 +380,50 @@ int coord_job_stop(coord_job *jb, int64_t now_ms, coord_fx_list *fx)
     return 0;
 }
 
+int coord_job_stop_at_commit(coord_job *jb, int64_t now_ms, coord_fx_list *fx)
+{
+    if (coord_job_state_final(jb->state))
+        return -1;
+    ev e = ev_of(jb, now_ms, fx, NULL);
+    if (!jb->stop_at_commit)
+        event(&e, "stop_requested", "", "stops at its next commit (step %d is committed)",
+              jb->committed);
+    jb->stop_at_commit = 1;
+    save(&e);
+    return 0;
+}
+
+static void fail_reset(coord_job *jb);
+
+int coord_job_resume(coord_job *jb, int64_t now_ms, char *why, size_t cap, coord_fx_list *fx)
+{
+    if (jb->state != COORD_JOB_STOPPED && jb->state != COORD_JOB_FAILED) {
+        snprintf(why, cap, "job %s is %s: only a stopped or failed job resumes", jb->id,
+                 coord_job_state_name(jb->state));
+        return -1;
+    }
+    if (!jb->plan.text) {
+        snprintf(why, cap, "job %s %s before it was planned: there is nothing to resume "
+                 "(submit it again)", jb->id, coord_job_state_name(jb->state));
+        return -1;
+    }
+    ev e = ev_of(jb, now_ms, fx, NULL);
+    for (int i = 0; i < jb->ncand; i++) {
+        jb->cand[i].lost_ms = 0;
+        jb->cand[i].joining = 0;
+    }
+    fail_reset(jb);
+    jb->stop_at_commit = 0;
+    jb->ended = 0;
+    jb->step = jb->committed;
+    memset(&jb->rec, 0, offsetof(coord_job_recovery, n_lost));
+    jb->rec.detect_ms = jb->rec.wait_ms = now_ms;
+    event(&e, "resume", "", "resumed by the operator (it was %s); going on from step %d",
+          coord_job_state_name(jb->state), jb->committed + 1);
+    set_state(&e, COORD_JOB_RECOVERING, "resumed by the operator; re-planning");
+    return 0;
+}
+
 /* ---- checking and profiling ------------------------------------------------------------- */
 
 static void start_profiling(ev *e)
@@ -574,6 +620,11 @@ static void step_complete(ev *e, int step, const coord_step_rep *rep)
     memcpy(f->reps, rep, (size_t)p * sizeof *f->reps);
     f->tokens_s = jb->tokens_s;
     f->step_s = step_s;
+    f->loss = jb->loss;
+    f->nrep = jb->plan.nrep;
+    memcpy(f->rep_first, jb->plan.rep_first, sizeof f->rep_first);
+    for (int r = 0; r < (jb->plan.nrep ? jb->plan.nrep : 1); r++)
+        f->masked += rep[(jb->plan.nrep ? jb->plan.rep_first[r + 1] : p) - 1].masked;
     if (!jb->last)
         jb->last = sl_xmalloc((size_t)p * sizeof *jb->last);
     memcpy(jb->last, rep, (size_t)p * sizeof *jb->last);
@@ -805,6 +856,15 @@ void coord_job_commit_done(coord_job *jb, int step, int result, const char *why,
     jb->rec.weigh_joiners = 1;
     logf_(&e, SL_LOG_INFO, "coordinator: step committed", "job=%s step=%d", jb->id, step);
     save(&e);
+    if (jb->stop_at_commit && jb->state == COORD_JOB_RUNNING) {
+        jb->stop_at_commit = 0;
+        if (step < jb->steps) {
+            char why[200];
+            snprintf(why, sizeof why, "stopped by the operator at its commit of step %d", step);
+            set_state(&e, COORD_JOB_STOPPED, why);
+            return;
+        }
+    }
     issue_commits(&e);
 }
 

@@ -25,9 +25,11 @@
  *       │            │            v  │  v     recovering <──> waiting
  *       └────────────┴──────> failed, stopped (from any state before an end)
  *
+ *   failed, stopped ──> recovering: the operator's resume (a job that had a plan)
+ *
  * Invariants (checked by tests/fuzz/fuzz_job.c): committed <= step <= steps;
- * the epoch never decreases; an ended job never changes state; at most one
- * plan is being made. */
+ * the epoch never decreases; an ended job changes state only by the
+ * operator's resume; at most one plan is being made. */
 #ifndef COORD_JOB_H
 #define COORD_JOB_H
 
@@ -216,6 +218,7 @@ typedef struct coord_job {
     int64_t last_event_ms;  /* events are ordered by time: never earlier than the last */
     coord_job_recovery rec;
     coord_job_policy policy;
+    int stop_at_commit;     /* the operator asked it to stop at its next commit */
 } coord_job;
 
 /* ---- effects ---------------------------------------------------------------------- */
@@ -246,6 +249,10 @@ typedef struct coord_fx {
     coord_step_rep *reps;           /* METRICS: [p] */
     int p;
     double tokens_s, step_s;        /* METRICS */
+    double loss;                    /* METRICS: the step's (coord_job_step_loss) */
+    uint32_t masked;                /* METRICS: the masked tokens of every replica */
+    int nrep;                       /* METRICS: replicas (0: none), their first stages */
+    int rep_first[COORD_MAX_OWNERS + 1];
 } coord_fx;
 
 typedef struct coord_fx_list {
@@ -382,6 +389,16 @@ int coord_job_member(const coord_job *jb, const char *device);
 
 /* The operator's stop: -1 when the job had ended. */
 int coord_job_stop(coord_job *jb, int64_t now_ms, coord_fx_list *fx);
+/* The operator's stop at the next commit (job stop --at-checkpoint): the
+ * job trains on (one not running yet first gets there) and stops once its
+ * next step is committed; a commit of its last step makes it done instead.
+ * -1 when it had ended. */
+int coord_job_stop_at_commit(coord_job *jb, int64_t now_ms, coord_fx_list *fx);
+/* The operator's resume of a stopped or failed job that had a plan: it is
+ * planned again over the devices online and trains on from its committed
+ * step in a new epoch, as after a lost device. -1 with why when the job
+ * cannot resume (another state, or never planned). */
+int coord_job_resume(coord_job *jb, int64_t now_ms, char *why, size_t cap, coord_fx_list *fx);
 
 /* What the planning driver made of a PLAN effect. */
 typedef struct coord_plan_result {

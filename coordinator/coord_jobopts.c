@@ -20,14 +20,14 @@ static json_t *defaults(void)
 {
     return json_pack(
         "{s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, s:I, "
-        "s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s}",
+        "s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s, s:s}",
         "batch", 8, "micro_batches", 1, "codec_act", "none", "codec_grad", "none", "sealed", 1,
         "algo", "optimal", "schedule", "1f1b", "checkpoint_every", 50, "lr", -1.0, "warmup", -1,
         "seed", (json_int_t)1, "optimizer", "adamw", "optim_state", "fp32", "weight_decay", 0.01,
         "clip", 1.0, "mask_prob", 0.15, "first", (json_int_t)0, "sequences", (json_int_t)0,
         "shuffle", 1, "recompute", 0, "recompute_attention", 0, "u_shape", 1, "replan_margin", 0.10,
         "precision", "fp32", "owner_batch", "sync", "step", "codec_sync", "none", "outer_lr", 0.7,
-        "outer_momentum", 0.9, "task", "mlm");
+        "outer_momentum", 0.9, "task", "mlm", "vocab_hash", "");
 }
 
 static int codec_ok(const char *s, int grad)
@@ -176,6 +176,13 @@ static int check(const json_t *o, char *why, size_t cap)
         rget(o, "replan_margin") >= 1)
         return fail(why, cap, "options: checkpoint_every, first and sequences must not be negative, "
                     "mask_prob and replan_margin in (0, 1) and [0, 1)");
+    const char *vh = sget(o, "vocab_hash");
+    int hex = strlen(vh) == 64;
+    for (size_t k = 0; hex && k < 64; k++)
+        hex = (vh[k] >= '0' && vh[k] <= '9') || (vh[k] >= 'a' && vh[k] <= 'f');
+    if (*vh && !hex)
+        return fail(why, cap, "options: vocab_hash must be 64 lower-case hex digits (a vocabulary's "
+                    "BLAKE2b-256, as skyloom data vocab prints it)");
     json_t *devs = json_object_get(o, "devices"), *d;
     size_t i;
     int ok = !devs || (json_is_array(devs) && json_array_size(devs) <= COORD_JOBOPTS_MAX_DEVICES);
@@ -235,6 +242,7 @@ int coord_jobopts_parse(const char *text, coord_jobopts *o, char *why, size_t ca
     snprintf(o->codec_sync, sizeof o->codec_sync, "%s", sget(j, "codec_sync"));
     o->outer_lr = rget(j, "outer_lr");
     o->outer_momentum = rget(j, "outer_momentum");
+    snprintf(o->vocab_hash, sizeof o->vocab_hash, "%s", sget(j, "vocab_hash"));
     json_t *devs = json_object_get(j, "devices"), *d;
     size_t i;
     o->has_devices = devs != NULL;
@@ -264,7 +272,7 @@ json_t *coord_jobopts_json(const coord_jobopts *o)
 {
     json_t *j = json_pack(
         "{s:i, s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, "
-        "s:I, s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s}",
+        "s:I, s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s, s:s}",
         "steps", o->steps, "batch", o->batch, "micro_batches", o->micro_batches, "codec_act",
         o->codec_act, "codec_grad", o->codec_grad, "sealed", o->sealed, "algo", o->algo,
         "schedule", o->schedule, "checkpoint_every", o->checkpoint_every, "lr", o->lr, "warmup",
@@ -274,7 +282,8 @@ json_t *coord_jobopts_json(const coord_jobopts *o)
         "shuffle", o->shuffle, "recompute", o->recompute, "recompute_attention",
         o->recompute_attention, "u_shape", o->u_shape, "replan_margin", o->replan_margin,
         "precision", o->precision, "owner_batch", "sync", o->sync, "codec_sync", o->codec_sync,
-        "outer_lr", o->outer_lr, "outer_momentum", o->outer_momentum, "task", o->task);
+        "outer_lr", o->outer_lr, "outer_momentum", o->outer_momentum, "task", o->task,
+        "vocab_hash", o->vocab_hash);
     json_t *ob = json_object_get(j, "owner_batch");
     for (int i = 0; i < o->n_owner_batch; i++)
         json_array_append_new(ob, json_integer(o->owner_batch[i]));

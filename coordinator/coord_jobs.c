@@ -38,6 +38,8 @@ static char *path_of(const char *a, const char *b)
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
+static void meta_clear(cjob *jb);
+
 cjob *coord_jobs_wrap(coord_jobs *j, coord_job *sm)
 {
     cjob *jb = sl_xcalloc(1, sizeof *jb);
@@ -49,10 +51,15 @@ cjob *coord_jobs_wrap(coord_jobs *j, coord_job *sm)
     bal_unit *u = NULL;
     int nu = 0;
     sl_err err = {0};
-    if (!bal_bert_parse(&b, jb->sm.config, "config.json", &err) && !bal_bert_units(&b, 1, 1, &u, &nu, &err))
-        for (int i = 0; i < nu; i++)
-            jb->model_bytes += u[i].param_bytes;
+    if (!bal_bert_parse(&b, jb->sm.config, "config.json", &err)) {
+        jb->layers = b.layers;
+        jb->hidden = b.hidden;
+        if (!bal_bert_units(&b, 1, 1, &u, &nu, &err))
+            for (int i = 0; i < nu; i++)
+                jb->model_bytes += u[i].param_bytes;
+    }
     free(u);
+    jb->name = sl_xstrdup("");
     char *dir = path_of(j->root, jb->sm.id);
     jb->ck = coord_ckpt_new(dir, j->fileops);
     free(dir);
@@ -69,7 +76,57 @@ void coord_jobs_job_free(cjob *jb)
     coord_ckpt_free(jb->ck);
     coord_fx_list_free(&jb->fxq);
     pthread_mutex_destroy(&jb->io_mu);
+    meta_clear(jb);
     free(jb);
+}
+
+static void meta_clear(cjob *jb)
+{
+    for (int i = 0; i < jb->ntags; i++)
+        free(jb->tags[i]);
+    free(jb->tags);
+    jb->tags = NULL;
+    jb->ntags = 0;
+    free(jb->name);
+    jb->name = NULL;
+}
+
+void coord_jobs_set_meta(cjob *jb, const char *meta)
+{
+    meta_clear(jb);
+    json_error_t je;
+    json_t *m = meta && *meta ? json_loads(meta, 0, &je) : NULL;
+    const char *name = json_string_value(json_object_get(m, "name"));
+    jb->name = sl_xstrdup(name ? name : "");
+    json_t *tags = json_object_get(m, "tags"), *t;
+    size_t i;
+    jb->tags = sl_xcalloc(json_array_size(tags) + 1, sizeof *jb->tags);
+    json_array_foreach(tags, i, t) if (json_is_string(t)) jb->tags[jb->ntags++] =
+        sl_xstrdup(json_string_value(t));
+    if (meta) /* read back: the stop the operator asked for survives a restart */
+        jb->sm.stop_at_commit = json_is_true(json_object_get(m, "stop_at_checkpoint"));
+    json_decref(m);
+}
+
+/* The jobs row's meta JSON (j->mu held). */
+static char *meta_text(const cjob *jb)
+{
+    json_t *tags = json_array();
+    for (int i = 0; i < jb->ntags; i++)
+        json_array_append_new(tags, json_string(jb->tags[i]));
+    json_t *m = json_pack("{s:s, s:o, s:b}", "name", jb->name ? jb->name : "", "tags", tags,
+                          "stop_at_checkpoint", jb->sm.stop_at_commit);
+    char *t = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(m);
+    return t ? t : sl_xstrdup("");
+}
+
+int coord_jobs_refused(const coord_job *sm)
+{
+    int checked = 0;
+    for (int o = 0; o < sm->nowner; o++)
+        checked |= sm->owner[o].data_info != NULL;
+    return sm->state == COORD_JOB_FAILED && !checked && !sm->plan.text;
 }
 
 cjob *coord_jobs_find(coord_jobs *j, const char *id)
@@ -200,6 +257,87 @@ void coord_jobs_seen(coord_jobs *j, const coord_seen *s, int64_t now)
     pthread_mutex_unlock(&j->mu);
 }
 
+void coord_jobs_ds_record(coord_jobs *j, const char *device, const char *dataset, const char *info,
+                          const char *job, int64_t at)
+{
+    json_error_t je;
+    json_t *o = info ? json_loads(info, 0, &je) : NULL;
+    if (!o)
+        return;
+    coord_dsdesc *d = NULL;
+    for (int i = 0; i < j->nds && !d; i++)
+        if (!strcmp(j->ds[i].device, device) && !strcmp(j->ds[i].name, dataset))
+            d = &j->ds[i];
+    if (!d) {
+        j->ds = sl_xrealloc(j->ds, (size_t)(j->nds + 1) * sizeof *j->ds);
+        d = &j->ds[j->nds++];
+    } else if (d->at > at) {
+        json_decref(o);
+        return; /* an older job's, read back after a newer one */
+    }
+    memset(d, 0, sizeof *d);
+    snprintf(d->device, sizeof d->device, "%s", device);
+    snprintf(d->name, sizeof d->name, "%s", dataset);
+    snprintf(d->job, sizeof d->job, "%s", job);
+    json_int_t n = json_integer_value(json_object_get(o, "shard_sequences"));
+    d->sequences = (uint64_t)(n > 0 ? n : json_integer_value(json_object_get(o, "sequences")));
+    d->seq_len = (int)json_integer_value(json_object_get(o, "seq_len"));
+    d->vocab_size = (int)json_integer_value(json_object_get(o, "vocab_size"));
+    const char *vh = json_string_value(json_object_get(o, "vocab_hash")),
+               *sh = json_string_value(json_object_get(o, "shard_hash"));
+    snprintf(d->vocab_hash, sizeof d->vocab_hash, "%s", vh ? vh : "");
+    snprintf(d->shard_hash, sizeof d->shard_hash, "%s", sh ? sh : "");
+    d->at = at;
+    json_decref(o);
+}
+
+static char *dup0(const char *s) { return sl_xstrdup(s ? s : ""); }
+
+void coord_jobs_datasets(coord_jobs *j, const char *device, Skyloom__V1__DatasetInfo ***out,
+                         size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!j)
+        return;
+    pthread_mutex_lock(&j->mu);
+    const coord_dev *d = find_dev(j, device);
+    int nd = d ? d->n_datasets : 0;
+    Skyloom__V1__DatasetInfo **v = sl_xcalloc((size_t)nd + 1, sizeof *v);
+    for (int i = 0; i < nd; i++) {
+        Skyloom__V1__DatasetInfo *x = sl_xmalloc(sizeof *x);
+        skyloom__v1__dataset_info__init(x);
+        x->name = dup0(d->datasets[i]);
+        const coord_dsdesc *c = NULL;
+        for (int k = 0; k < j->nds && !c; k++)
+            if (!strcmp(j->ds[k].device, device) && !strcmp(j->ds[k].name, d->datasets[i]))
+                c = &j->ds[k];
+        x->sequences = c ? c->sequences : 0;
+        x->seq_len = c ? (uint32_t)c->seq_len : 0;
+        x->vocab_size = c ? (uint32_t)c->vocab_size : 0;
+        x->vocab_hash = dup0(c ? c->vocab_hash : "");
+        x->shard_hash = dup0(c ? c->shard_hash : "");
+        x->checked_at = c ? c->at : 0;
+        x->job_id = dup0(c ? c->job : "");
+        v[i] = x;
+    }
+    pthread_mutex_unlock(&j->mu);
+    *out = v;
+    *n = (size_t)nd;
+}
+
+void coord_jobs_datasets_free(Skyloom__V1__DatasetInfo **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(v[i]->name);
+        free(v[i]->vocab_hash);
+        free(v[i]->shard_hash);
+        free(v[i]->job_id);
+        free(v[i]);
+    }
+    free(v);
+}
+
 /* ---- tasks ------------------------------------------------------------------------- */
 
 typedef struct task_list {
@@ -233,6 +371,8 @@ static json_t *check_spec(const coord_job *jb, int o)
                           (json_int_t)jb->opts.first, "sequences", (json_int_t)jb->opts.sequences,
                           "sealed", jb->opts.sealed, "u_shape", jb->opts.u_shape, "task",
                           jb->opts.task);
+    if (jb->opts.vocab_hash[0]) /* the owner refuses a shard of another vocabulary */
+        json_object_set_new(s, "vocab_hash", json_string(jb->opts.vocab_hash));
     json_decref(cfg);
     return s;
 }
@@ -409,6 +549,7 @@ static void save_row(coord_jobs *j, cjob *jb)
     coord_jobrow r;
     pthread_mutex_lock(&j->mu);
     row_of(&jb->sm, &r);
+    r.meta = meta_text(jb);
     pthread_mutex_unlock(&j->mu);
     sl_err err = {0};
     if (coord_jobstore_save(j->store, &r, sl_unix_time(), &err))
@@ -490,8 +631,7 @@ static void run_effect(coord_jobs *j, cjob *jb, const coord_fx *f)
         /* a step's row lost would leave a committed step without it: the
          * store failed, and the steps after the committed one run again */
         pthread_mutex_lock(&jb->io_mu);
-        int rc = coord_ckpt_metrics_append(jb->ck, f->step, f->epoch, f->reps, f->p, f->step_s,
-                                           f->tokens_s, &err);
+        int rc = coord_ckpt_metrics_append(jb->ck, f, &err);
         pthread_mutex_unlock(&jb->io_mu);
         if (rc) {
             coord_fx_list fx = {0};
@@ -637,7 +777,8 @@ static int load_profile(void *ud, const char *device, const char *result)
     return 0;
 }
 
-/* The candidates' profiles of a job and their sites, the data owner first. */
+/* The candidates' profiles of a job and their sites, the data owner first
+ * (the job not yet shared with other threads, or a copy of it). */
 static int load_profiles(coord_jobs *j, coord_job *jb, sl_err *err)
 {
     if (coord_jobstore_load_profiles(j->store, jb->id, jb->owner[0].id, load_profile, jb, err))
@@ -652,6 +793,33 @@ static int load_profiles(coord_jobs *j, coord_job *jb, sl_err *err)
             snprintf(jb->cand[i].site, sizeof jb->cand[i].site, "%s", sites[i]);
     free(ids);
     free(sites);
+    return 0;
+}
+
+int coord_jobs_load_profiles(coord_jobs *j, cjob *c, sl_err *err)
+{
+    coord_job tmp;
+    memset(&tmp, 0, sizeof tmp);
+    pthread_mutex_lock(&j->mu);
+    snprintf(tmp.id, sizeof tmp.id, "%s", c->sm.id);
+    tmp.nowner = 1;
+    snprintf(tmp.owner[0].id, sizeof tmp.owner[0].id, "%s", c->sm.owner[0].id);
+    pthread_mutex_unlock(&j->mu);
+    if (load_profiles(j, &tmp, err)) {
+        coord_job_free(&tmp);
+        return -1;
+    }
+    pthread_mutex_lock(&j->mu);
+    if (c->sm.ncand == 0) { /* swap the candidates in: tmp frees the job's empty list */
+        coord_cand *v = c->sm.cand;
+        int n = c->sm.ncand;
+        c->sm.cand = tmp.cand;
+        c->sm.ncand = tmp.ncand;
+        tmp.cand = v;
+        tmp.ncand = n;
+    }
+    pthread_mutex_unlock(&j->mu);
+    coord_job_free(&tmp);
     return 0;
 }
 
@@ -698,6 +866,8 @@ static int load_one(void *ud, coord_jobrow *r)
                 sm.owner[i].data_info = sm.nowner == 1 ? sl_xstrdup(r->data_info)
                                                        : json_dumps(one, JSON_COMPACT);
                 sm.seq = (int)json_integer_value(json_object_get(one, "seq_len"));
+                coord_jobs_ds_record(j, sm.owner[i].id, sm.owner[i].dataset, sm.owner[i].data_info,
+                                     r->id, r->created);
             }
         }
         json_decref(info);
@@ -716,6 +886,7 @@ static int load_one(void *ud, coord_jobrow *r)
         coord_job_set_plan(&sm, &pl);
     }
     cjob *jb = coord_jobs_wrap(j, &sm);
+    coord_jobs_set_meta(jb, r->meta);
     coord_jobs_add(j, jb);
     return 0;
 }
@@ -804,6 +975,7 @@ void coord_jobs_close(coord_jobs *j)
         free(j->dev[i].datasets);
     }
     free(j->dev);
+    free(j->ds);
     coord_jobstore_close(j->store);
     coord_uploads_close(j->uploads);
     free(j->root);
@@ -835,6 +1007,11 @@ static void obs_job_fill(const cjob *c, int detail, coord_obs_job *x)
     x->tokens_s = jb->tokens_s;
     x->step_s = jb->last ? jb->last_step_s : 0;
     x->created = jb->created;
+    x->ended = jb->ended;
+    snprintf(x->name, sizeof x->name, "%s", c->name ? c->name : "");
+    x->layers = c->layers;
+    x->hidden = c->hidden;
+    x->refused = coord_jobs_refused(jb);
     x->devices_lost = jb->rec.n_lost;
     x->recoveries = jb->rec.n_recoveries;
     coord_jobobs_fill(c->obs, detail, x);

@@ -32,7 +32,21 @@ typedef struct cjob {
     int draining;          /* a thread is running them (j->mu) */
     int plan_req;          /* COORD_PLAN_* + 1: a PLAN effect for the engine (j->mu) */
     uint64_t model_bytes;  /* the model's fp32 weights (its config's) */
+    int layers, hidden;    /* its config's, for listings */
+    /* for people, set at submit (j->mu) */
+    char *name;            /* "" none */
+    char **tags;
+    int ntags;
 } cjob;
+
+/* What a data owner's check said of a dataset (the latest for it). */
+typedef struct coord_dsdesc {
+    char device[COORD_DEV_ID_LEN], name[65], job[COORD_JOB_ID_LEN];
+    uint64_t sequences;
+    int seq_len, vocab_size;
+    char vocab_hash[65], shard_hash[65];
+    int64_t at;
+} coord_dsdesc;
 
 struct coord_jobs {
     coord *c;
@@ -53,6 +67,8 @@ struct coord_jobs {
     int nrefused;
     uint64_t denied[COORD_DENY_N];            /* calls refused by reason (j->mu) */
     const coord_fileops *fileops; /* the checkpoint stores' file operations (tests) */
+    coord_dsdesc *ds;             /* the datasets owners checked */
+    int nds;
     coord_job_policy policy;      /* every job's */
 };
 
@@ -76,6 +92,18 @@ int coord_jobs_settled(const coord_jobs *j);
 void coord_jobs_add(coord_jobs *j, cjob *jb);
 /* A job object around sm (taken), its store under root. */
 cjob *coord_jobs_wrap(coord_jobs *j, coord_job *sm);
+/* Records what `device`'s check of `dataset` for `job` said (its data
+ * description, JSON text; j->mu held). */
+void coord_jobs_ds_record(coord_jobs *j, const char *device, const char *dataset, const char *info,
+                          const char *job, int64_t at);
+/* The job's candidates and their profiles read back from the store, when
+ * it has none in memory (an ended job after a restart; takes j->mu). */
+int coord_jobs_load_profiles(coord_jobs *j, cjob *jb, sl_err *err);
+/* The name and tags from the jobs row's meta JSON, or (NULL) none. */
+void coord_jobs_set_meta(cjob *jb, const char *meta);
+/* A job whose data owner refused it (or never answered) before anything
+ * ran: the submit said so, and listings leave it out. */
+int coord_jobs_refused(const coord_job *sm);
 void coord_jobs_job_free(cjob *jb);
 
 /* Tests: the file operations of every job's checkpoint store from here on

@@ -150,7 +150,8 @@ static void unmake_job_dir(const char *dir)
 }
 
 /* The job's directory with config.json and the start model, and its row. */
-static int make_job(coord_jobs *j, const coord_job *sm, const char *init_upload, rpc_status *st)
+static int make_job(coord_jobs *j, const coord_job *sm, const char *init_upload, const char *meta,
+                    rpc_status *st)
 {
     sl_err err = {0};
     char *dir = path_of(j->root, sm->id), *cfg = path_of(dir, "config.json");
@@ -170,7 +171,7 @@ static int make_job(coord_jobs *j, const coord_job *sm, const char *init_upload,
         free(m);
     }
     coord_jobrow row = {.id = (char *)sm->id, .num = sm->num, .state = "checking", .reason = "",
-                        .config = sm->config, .created = sm->created};
+                        .config = sm->config, .created = sm->created, .meta = (char *)meta};
     row.options = coord_jobopts_text(&sm->opts, 0);
     coord_owners_row(sm, &row.owner, &row.dataset, &row.data_info);
     if (code == RPC_OK && coord_jobstore_save(j->store, &row, sl_unix_time(), &err))
@@ -186,6 +187,101 @@ static int make_job(coord_jobs *j, const coord_job *sm, const char *init_upload,
     return code;
 }
 
+/* A job's name and tags: for people, shown in listings and HTML. */
+#define NAME_MAX_BYTES 128
+#define TAGS_MAX 16
+#define TAG_MAX_BYTES 64
+
+static int tag_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > TAG_MAX_BYTES)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || strchr("._-:=+/", s[i])))
+            return 0;
+    return 1;
+}
+
+static int meta_check(const Skyloom__V1__SubmitJobRequest *r, char *why, size_t cap)
+{
+    size_t n = strlen(r->name);
+    int ok = n <= NAME_MAX_BYTES;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (unsigned char)r->name[i] >= 0x20 && r->name[i] != 0x7f;
+    json_t *utf8 = ok && n ? json_string(r->name) : NULL; /* NULL: not UTF-8 */
+    if (n && !utf8)
+        ok = 0;
+    json_decref(utf8);
+    if (!ok) {
+        snprintf(why, cap, "--name: at most %d bytes of UTF-8 text without control characters",
+                 NAME_MAX_BYTES);
+        return -1;
+    }
+    if (r->n_tags > TAGS_MAX) {
+        snprintf(why, cap, "--tag: at most %d tags, got %zu", TAGS_MAX, r->n_tags);
+        return -1;
+    }
+    for (size_t i = 0; i < r->n_tags; i++)
+        if (!tag_ok(r->tags[i])) {
+            snprintf(why, cap, "--tag '%.80s': 1..%d letters, digits or . _ - : = + /", r->tags[i],
+                     TAG_MAX_BYTES);
+            return -1;
+        }
+    return 0;
+}
+
+static char *meta_of(const Skyloom__V1__SubmitJobRequest *r)
+{
+    json_t *tags = json_array();
+    for (size_t i = 0; i < r->n_tags; i++)
+        json_array_append_new(tags, json_string(r->tags[i]));
+    json_t *m = json_pack("{s:s, s:o, s:b}", "name", r->name, "tags", tags, "stop_at_checkpoint", 0);
+    char *t = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(m);
+    return t;
+}
+
+/* Why a data owner cannot check its dataset now, as its heartbeats tell
+ * (j->mu held): offline, no Stage service, or no such dataset. A submit is
+ * refused at once rather than waiting for a check that cannot come. Right
+ * after a restart a device not heard from yet may still be coming back. */
+static int owner_unfit(const coord_jobs *j, const coord_devs *devs, const coord_dev *od,
+                       const char *owner, const char *dataset, char *why, size_t cap)
+{
+    int64_t now = sl_unix_time();
+    if (!od) {
+        if (!coord_jobs_settled(j))
+            return 0;
+        snprintf(why, cap, "the data owner %.40s is offline: it has sent no heartbeat since the "
+                 "coordinator started (is its skyloom device running?)", owner);
+        return -1;
+    }
+    if (!coord_dev_online(devs, od, now)) {
+        snprintf(why, cap, "the data owner %.40s is offline: its last heartbeat was %lld s ago", owner,
+                 (long long)(now - od->seen));
+        return -1;
+    }
+    if (!od->address[0] || !od->has_key) {
+        snprintf(why, cap, "the data owner %.40s serves no Stage (its skyloom device runs without "
+                 "--stage-listen), so it cannot take part in a job", owner);
+        return -1;
+    }
+    for (int i = 0; i < od->n_datasets; i++)
+        if (!strcmp(od->datasets[i], dataset))
+            return 0;
+    char list[300] = "";
+    for (int i = 0; i < od->n_datasets; i++) {
+        size_t o = strlen(list);
+        snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", od->datasets[i]);
+    }
+    snprintf(why, cap, "the data owner %.40s serves no dataset '%.64s' (%s%s)", owner, dataset,
+             od->n_datasets ? "it serves " : "it serves none: its skyloom device has no --data",
+             list);
+    return -1;
+}
+
 static int submit(call *k)
 {
     const Skyloom__V1__SubmitJobRequest *r = k->req;
@@ -196,6 +292,8 @@ static int submit(call *k)
         return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "%s", err.msg);
     coord_jobopts opts;
     char why[400];
+    if (meta_check(r, why, sizeof why))
+        return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "%s", why);
     if (coord_jobopts_parse(r->options, &opts, why, sizeof why)) {
         coord_jobopts_free(&opts);
         return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "%s", why);
@@ -263,6 +361,11 @@ static int submit(call *k)
     coord_devs devs = coord_jobs_devs(j);
     for (int o = 0; o < nowner; o++) {
         const coord_dev *od = coord_devs_find(&devs, owners[o].id);
+        if (owner_unfit(j, &devs, od, owners[o].id, owners[o].dataset, why, sizeof why)) {
+            pthread_mutex_unlock(&j->mu);
+            code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s", why);
+            goto out;
+        }
         if (od && coord_policy_check(&od->policy, &opts, why, sizeof why)) {
             pthread_mutex_unlock(&j->mu);
             code = rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s (owner %s)", why, owners[o].id);
@@ -286,9 +389,13 @@ static int submit(call *k)
     snprintf(id, sizeof id, "j%016llx", (unsigned long long)num);
     coord_job sm;
     coord_job_init(&sm, id, num, sl_xstrdup(r->config), &opts, owners, nowner, sl_unix_ms());
-    code = make_job(j, &sm, r->init_upload, k->st);
+    char *meta = meta_of(r);
+    code = make_job(j, &sm, r->init_upload, meta, k->st);
     cjob *jb = code == RPC_OK ? coord_jobs_wrap(j, &sm) : NULL;
     coord_job_free(&sm);
+    if (jb)
+        coord_jobs_set_meta(jb, meta);
+    free(meta);
     pthread_mutex_lock(&j->mu);
     j->reserved--;
     if (jb)
@@ -307,12 +414,175 @@ out:
 HANDLER(coord_handle_submit_job, "SubmitJobRequest", skyloom__v1__submit_job_request__descriptor,
         COORD_ALLOW_ADMIN, 0, 0, submit)
 
+/* The vocabulary an owner sends with its check: its vocab.txt image. */
+#define VOCAB_MAX_BYTES (768u << 10)
+
+static int hex64(const char *s)
+{
+    if (!s || strlen(s) != 64)
+        return 0;
+    for (int i = 0; i < 64; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* The owner's check: its shard's description as compact JSON (without the
+ * vocabulary, which goes to *vocab), and its sequence length (0 when
+ * unusable). What the coordinator itself refuses goes to why (the job
+ * expects another vocabulary, the vocabulary does not hash to its hash). */
+static char *check_info(const char *result, const char *want_hash, const char *want_from, int *seq,
+                        char **vocab, char *why, size_t cap)
+{
+    json_error_t je;
+    json_t *info = json_loads(result, 0, &je);
+    json_int_t T = json_integer_value(json_object_get(info, "seq_len"));
+    *seq = info && T >= 1 && T <= 65536 ? (int)T : 0;
+    *vocab = NULL;
+    why[0] = 0;
+    const char *vh = json_string_value(json_object_get(info, "vocab_hash"));
+    const char *sh = json_string_value(json_object_get(info, "shard_hash"));
+    const char *vt = json_string_value(json_object_get(info, "vocab"));
+    json_int_t ns = json_integer_value(json_object_get(info, "shard_sequences"));
+    if (!*seq) {
+        json_decref(info);
+        return NULL;
+    }
+    if ((vh && !hex64(vh)) || (sh && !hex64(sh)) || ns < 0 ||
+        (json_object_get(info, "vocab") && (!vt || !vh || strlen(vt) > VOCAB_MAX_BYTES))) {
+        snprintf(why, cap, "the data owner's check result is malformed (vocab_hash, shard_hash, "
+                 "shard_sequences or vocab)");
+    } else if (want_hash[0] && (!vh || strcmp(vh, want_hash))) {
+        snprintf(why, cap, "its shard's vocabulary (hash %.64s) is not the job's (%s, from %s): "
+                 "the shard was built with another vocabulary", vh ? vh : "not reported",
+                 want_hash, want_from);
+    } else if (vt) {
+        uint8_t h[32];
+        char hex[65];
+        crypto_generichash(h, sizeof h, (const unsigned char *)vt, strlen(vt), NULL, 0);
+        sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+        if (strcmp(hex, vh))
+            snprintf(why, cap, "the vocabulary the data owner sent does not hash to its shard's "
+                     "vocabulary hash");
+        else
+            *vocab = sl_xstrdup(vt);
+    }
+    json_object_del(info, "vocab");
+    char *text = why[0] ? NULL : json_dumps(info, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(info);
+    if (why[0]) {
+        free(*vocab);
+        *vocab = NULL;
+    }
+    return text;
+}
+
+/* An owner's checked vocabulary hash into h ("" before its check). */
+static void owner_vocab_hash(const coord_owner *w, char h[65])
+{
+    json_error_t je;
+    json_t *info = w->data_info ? json_loads(w->data_info, 0, &je) : NULL;
+    const char *vh = json_string_value(json_object_get(info, "vocab_hash"));
+    snprintf(h, 65, "%s", vh ? vh : "");
+    json_decref(info);
+}
+
+/* The vocabulary device's shard must have (j->mu held): the one the submit
+ * names, else one another owner of the job checked already (the owners of a
+ * job train one model: one vocabulary); "" any. */
+static void job_vocab_want(const coord_job *sm, const char *device, char want[65], char *from,
+                           size_t cap)
+{
+    snprintf(want, 65, "%s", sm->opts.vocab_hash);
+    snprintf(from, cap, "--vocab-hash, --vocab or --init");
+    for (int o = 0; !want[0] && o < sm->nowner; o++)
+        if (strcmp(sm->owner[o].id, device)) {
+            owner_vocab_hash(&sm->owner[o], want);
+            snprintf(from, cap, "the vocabulary of the data owner %s's %s: the owners of a job "
+                     "share one", sm->owner[o].id, sm->owner[o].dataset);
+        }
+}
+
+/* The job's vocabulary hash: its owners' shards' once checked, else the
+ * one its submit expects ("" neither); malloc'd. */
+static char *job_vocab_hash(const coord_job *sm)
+{
+    char h[65] = "";
+    for (int o = 0; !h[0] && o < sm->nowner; o++)
+        owner_vocab_hash(&sm->owner[o], h);
+    return sl_xstrdup(h[0] ? h : sm->opts.vocab_hash);
+}
+
+/* Per data owner, what its check said of its shard (JSON text). */
+static char *data_json(const coord_job *sm)
+{
+    static const char *const keys[] = {"sequences", "shard_sequences", "seq_len", "first",
+                                       "vocab_size", "vocab_hash", "shard_hash", "cased", NULL};
+    json_t *a = json_array();
+    for (int w = 0; w < sm->nowner; w++) {
+        json_error_t je;
+        const coord_owner *ow = &sm->owner[w];
+        json_t *info = ow->data_info ? json_loads(ow->data_info, 0, &je) : NULL;
+        json_t *o = json_pack("{s:s, s:s, s:i}", "owner", ow->id, "dataset", ow->dataset, "batch",
+                              ow->batch);
+        for (int i = 0; keys[i] && info; i++) {
+            json_t *v = json_object_get(info, keys[i]);
+            if (v)
+                json_object_set(o, keys[i], v);
+        }
+        json_decref(info);
+        json_array_append_new(a, o);
+    }
+    char *t = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    return t;
+}
+
+static char *vocab_path(coord_jobs *j, const char *job)
+{
+    size_t n = strlen(j->root) + strlen(job) + 16;
+    char *p = sl_xmalloc(n);
+    snprintf(p, n, "%s/%s/vocab.txt", j->root, job);
+    return p;
+}
+
+/* The vocab.txt the owner sent with its check ("" when none). */
+static char *job_vocab(coord_jobs *j, cjob *jb)
+{
+    char *p = vocab_path(j, jb->sm.id), *text = NULL;
+    size_t n = 0;
+    sl_err err = {0};
+    if (sl_read_file(p, VOCAB_MAX_BYTES + 1, &text, &n, &err))
+        text = sl_xstrdup("");
+    free(p);
+    return text;
+}
+
 /* ---- reading jobs --------------------------------------------------------------------------- */
 
-static Skyloom__V1__JobSummary *summary_of(const coord_job *jb)
+static Skyloom__V1__JobSummary *summary_of(const cjob *c, int64_t now)
 {
+    const coord_job *jb = &c->sm;
     Skyloom__V1__JobSummary *s = sl_xmalloc(sizeof *s);
     skyloom__v1__job_summary__init(s);
+    s->ended_at = jb->ended;
+    int64_t end = jb->ended ? jb->ended : now;
+    s->wall_s = end > jb->created ? (double)(end - jb->created) : 0;
+    s->name = sl_xstrdup(c->name ? c->name : "");
+    s->n_tags = (size_t)c->ntags;
+    s->tags = sl_xcalloc(s->n_tags + 1, sizeof *s->tags);
+    for (int i = 0; i < c->ntags; i++)
+        s->tags[i] = sl_xstrdup(c->tags[i]);
+    s->n_data = (size_t)jb->nowner;
+    s->data = sl_xcalloc(s->n_data + 1, sizeof *s->data);
+    for (int o = 0; o < jb->nowner; o++) {
+        size_t dn = strlen(jb->owner[o].id) + strlen(jb->owner[o].dataset) + 2;
+        s->data[o] = sl_xmalloc(dn);
+        snprintf(s->data[o], dn, "%s:%s", jb->owner[o].id, jb->owner[o].dataset);
+    }
+    s->layers = (uint32_t)c->layers;
+    s->hidden = (uint32_t)c->hidden;
+    s->stop_at_checkpoint = jb->stop_at_commit;
     s->job_id = sl_xstrdup(jb->id);
     s->state = sl_xstrdup(coord_job_state_name(jb->state));
     s->step = (uint32_t)jb->step;
@@ -331,6 +601,13 @@ static void summary_free(Skyloom__V1__JobSummary *s)
     free(s->job_id);
     free(s->state);
     free(s->reason);
+    free(s->name);
+    for (size_t i = 0; i < s->n_tags; i++)
+        free(s->tags[i]);
+    free(s->tags);
+    for (size_t i = 0; i < s->n_data; i++)
+        free(s->data[i]);
+    free(s->data);
     free(s);
 }
 
@@ -338,11 +615,12 @@ static int list_jobs(call *k)
 {
     coord_jobs *j = k->j;
     Skyloom__V1__ListJobsResponse out = SKYLOOM__V1__LIST_JOBS_RESPONSE__INIT;
+    int64_t now = sl_unix_time();
     pthread_mutex_lock(&j->mu);
-    out.n_jobs = (size_t)j->njob;
-    out.jobs = sl_xcalloc(out.n_jobs + 1, sizeof *out.jobs);
+    out.jobs = sl_xcalloc((size_t)j->njob + 1, sizeof *out.jobs);
     for (int i = 0; i < j->njob; i++)
-        out.jobs[i] = summary_of(&j->job[i]->sm);
+        if (!coord_jobs_refused(&j->job[i]->sm))
+            out.jobs[out.n_jobs++] = summary_of(j->job[i], now);
     pthread_mutex_unlock(&j->mu);
     reply(k, &out);
     for (size_t i = 0; i < out.n_jobs; i++)
@@ -398,7 +676,9 @@ static int get_job(call *k)
     Skyloom__V1__JobInfo out = SKYLOOM__V1__JOB_INFO__INIT;
     pthread_mutex_lock(&j->mu);
     const coord_job *sm = &jb->sm;
-    out.summary = summary_of(sm);
+    out.summary = summary_of(jb, sl_unix_time());
+    out.data = data_json(sm);
+    out.vocab_hash = job_vocab_hash(sm);
     out.options = coord_jobopts_text(&sm->opts, 0);
     out.plan = sl_xstrdup(sm->plan.text ? sm->plan.text : "");
     out.epoch = (uint32_t)sm->epoch;
@@ -413,7 +693,11 @@ static int get_job(call *k)
     out.metrics = coord_ckpt_metrics_from(jb->ck, (int)r->metrics_from);
     pthread_mutex_unlock(&jb->io_mu);
     out.events = coord_jobstore_events(j->store, jb->sm.id);
+    out.vocab = r->vocab ? job_vocab(j, jb) : sl_xstrdup("");
     reply(k, &out);
+    free(out.data);
+    free(out.vocab);
+    free(out.vocab_hash);
     free(out.trace);
     summary_free(out.summary);
     free(out.options);
@@ -429,20 +713,59 @@ HANDLER(coord_handle_get_job, "GetJobRequest", skyloom__v1__get_job_request__des
 
 static int stop_job(call *k)
 {
+    const Skyloom__V1__StopJobRequest *r = k->req;
     coord_jobs *j = k->j;
     coord_fx_list fx = {0};
     pthread_mutex_lock(&j->mu);
-    int rc = coord_job_stop(&k->jb->sm, sl_unix_ms(), &fx);
+    int rc = r->at_checkpoint ? coord_job_stop_at_commit(&k->jb->sm, sl_unix_ms(), &fx)
+                              : coord_job_stop(&k->jb->sm, sl_unix_ms(), &fx);
     char state[16];
     snprintf(state, sizeof state, "%s", coord_job_state_name(k->jb->sm.state));
     settle(j, k->jb, &fx);
     if (rc)
         return rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "job %s has ended (%s)", k->job_id, state);
     Skyloom__V1__StopJobResponse out = SKYLOOM__V1__STOP_JOB_RESPONSE__INIT;
+    out.state = state;
     return reply(k, &out);
 }
 HANDLER(coord_handle_stop_job, "StopJobRequest", skyloom__v1__stop_job_request__descriptor,
         COORD_ALLOW_ADMIN, 1, 0, stop_job)
+
+/* A job that ended with its profiles not read back (a coordinator restart
+ * reads only those of jobs that go on): read them before it resumes, so
+ * that it plans over its measured candidates. */
+static int resume_profiles(coord_jobs *j, cjob *jb, sl_err *err)
+{
+    pthread_mutex_lock(&j->mu);
+    int have = jb->sm.ncand > 0;
+    pthread_mutex_unlock(&j->mu);
+    return have ? 0 : coord_jobs_load_profiles(j, jb, err);
+}
+
+static int resume_job(call *k)
+{
+    coord_jobs *j = k->j;
+    sl_err err = {0};
+    if (resume_profiles(j, k->jb, &err))
+        return rpc_status_set(k->st, RPC_INTERNAL, "%s", err.msg);
+    coord_fx_list fx = {0};
+    char why[400];
+    pthread_mutex_lock(&j->mu);
+    coord_job *sm = &k->jb->sm;
+    int epoch = sm->epoch, from = sm->committed;
+    int rc = coord_job_resume(sm, sl_unix_ms(), why, sizeof why, &fx);
+    pthread_cond_broadcast(&j->cv); /* the engine plans it */
+    settle(j, k->jb, &fx);
+    if (rc)
+        return rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s", why);
+    sl_log_info("coordinator: job resumed", "job=%s from_step=%d", k->job_id, from + 1);
+    Skyloom__V1__ResumeJobResponse out = SKYLOOM__V1__RESUME_JOB_RESPONSE__INIT;
+    out.from_step = (uint32_t)from;
+    out.epoch = (uint32_t)epoch;
+    return reply(k, &out);
+}
+HANDLER(coord_handle_resume_job, "ResumeJobRequest", skyloom__v1__resume_job_request__descriptor,
+        COORD_ALLOW_ADMIN, 1, 0, resume_job)
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
@@ -713,19 +1036,6 @@ HANDLER(coord_handle_upload_chunk, "UploadChunkRequest", skyloom__v1__upload_chu
 
 /* ---- what devices report ------------------------------------------------------------------ */
 
-/* The owner's check: its shard's description as compact JSON, and its
- * sequence length (0 when unusable). */
-static char *check_info(const char *result, int *seq)
-{
-    json_error_t je;
-    json_t *info = json_loads(result, 0, &je);
-    json_int_t T = json_integer_value(json_object_get(info, "seq_len"));
-    *seq = info && T >= 1 && T <= 65536 ? (int)T : 0;
-    char *text = info && *seq ? json_dumps(info, JSON_COMPACT) : NULL;
-    json_decref(info);
-    return text;
-}
-
 /* Whether owner `device`'s check description fits job jb: its task (absent:
  * mlm, as devices without the classification head describe a shard) is the
  * job's; to classify, it counts the config's num_labels, and its labels
@@ -842,15 +1152,35 @@ static int report_task(call *k)
         return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "report too large");
     coord_fx_list fx = {0};
     if (!strcmp(r->kind, "check")) {
-        int seq = 0;
-        char *info = r->ok ? check_info(r->result, &seq) : NULL, why[800];
+        int seq = 0, ok = r->ok;
+        char why[800] = "", want[65], from[200], *vocab = NULL;
+        pthread_mutex_lock(&j->mu);
+        job_vocab_want(&k->jb->sm, r->device_id, want, from, sizeof from);
+        pthread_mutex_unlock(&j->mu);
+        char *info = ok ? check_info(r->result, want, from, &seq, &vocab, why, sizeof why) : NULL;
+        if (why[0])
+            ok = 0;
+        if (vocab) { /* kept for the export beside the model (the owners' is one vocabulary) */
+            char *p = vocab_path(j, k->job_id);
+            sl_err err = {0};
+            if (sl_write_file_atomic(p, vocab, strlen(vocab), &err))
+                sl_log_warn("coordinator: the job's vocabulary not kept", "job=%s reason=\"%s\"",
+                            k->job_id, err.msg);
+            free(p);
+            free(vocab);
+        }
         pthread_mutex_lock(&j->mu);
         coord_devs devs = coord_jobs_devs(j);
-        if (info && check_fits(&k->jb->sm, r->device_id, info, why, sizeof why))
+        int o = coord_job_owner_index(&k->jb->sm, r->device_id);
+        if (ok && info && check_fits(&k->jb->sm, r->device_id, info, why, sizeof why)) {
             coord_job_check_unfit(&k->jb->sm, r->device_id, why, sl_unix_ms(), &fx);
-        else
-            coord_job_check_done(&k->jb->sm, r->device_id, r->ok, r->reason, info, seq,
+        } else {
+            if (ok && info && o >= 0 && k->jb->sm.state == COORD_JOB_CHECKING)
+                coord_jobs_ds_record(j, r->device_id, k->jb->sm.owner[o].dataset, info, k->job_id,
+                                     sl_unix_time());
+            coord_job_check_done(&k->jb->sm, r->device_id, ok, why[0] ? why : r->reason, info, seq,
                                  coord_jobs_settled(j), &devs, sl_unix_ms(), &fx);
+        }
         pthread_cond_broadcast(&j->cv); /* the engine starts profiling once settled */
         settle(j, k->jb, &fx);
         free(info);
@@ -874,36 +1204,58 @@ static int report_task(call *k)
 HANDLER(coord_handle_report_task, "ReportTaskRequest", skyloom__v1__report_task_request__descriptor,
         COORD_ALLOW_DEVICE, 1, COORD_MEMBER_OWNER | COORD_MEMBER_CAND | COORD_MEMBER_STAGE, report_task)
 
+/* The plan signed by the coordinator's key of now, with its certificate of
+ * now: a key that a rotation replaced signs nothing a device is handed from
+ * then on (devices refuse a signer older than the newest coordinator
+ * certificate their heartbeats brought). The key and the certificate are
+ * read one after the other; a rotation between the two reads is caught by
+ * checking the signature against that certificate, and both are read
+ * again. */
+static int sign_current(coord *c, const char *plan, char **crt, size_t *crt_len, uint8_t **sig,
+                        size_t *sig_len, sl_err *err)
+{
+    char *crt_path = path_of(c->pki, "coordinator.crt"), *key_path = path_of(c->pki, "coordinator.key");
+    const char *ca = cert_ca_pem(c->ca);
+    int rc = -1;
+    for (int attempt = 0; attempt < 3 && rc; attempt++) {
+        free(*crt);
+        free(*sig);
+        *crt = NULL;
+        *sig = NULL;
+        if (sl_read_file(crt_path, 1 << 20, crt, crt_len, err) ||
+            cert_sign_data(key_path, plan, strlen(plan), sig, sig_len, err))
+            break;
+        rc = cert_verify_signed(ca, strlen(ca), *crt, *crt_len, plan, strlen(plan), *sig, *sig_len,
+                                err);
+    }
+    free(crt_path);
+    free(key_path);
+    return rc;
+}
+
 static int get_plan(call *k)
 {
     const Skyloom__V1__GetPlanRequest *r = k->req;
     coord_jobs *j = k->j;
-    char *crt = NULL, *crt_path = path_of(k->c->pki, "coordinator.crt");
+    char *crt = NULL;
     size_t crt_len = 0;
     sl_err err = {0};
     int code = RPC_OK;
-    if (sl_read_file(crt_path, 1 << 20, &crt, &crt_len, &err))
-        code = rpc_status_set(k->st, RPC_INTERNAL, "%s", err.msg);
-    free(crt_path);
     char *plan = NULL;
     uint8_t *sig = NULL;
     size_t sig_len = 0;
-    if (code == RPC_OK) {
-        pthread_mutex_lock(&j->mu);
-        const coord_job *sm = k->jb ? &k->jb->sm : NULL;
-        if (!sm || !sm->plan.text) {
-            code = rpc_status_set(k->st, RPC_NOT_FOUND, "job '%.40s' has no plan", r->job_id);
-        } else if (coord_job_stage_of(sm, r->device_id) < 0) {
-            code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage in job %s",
-                                  r->device_id, sm->id);
-        } else {
-            plan = sl_xstrdup(sm->plan.text);
-            sig = sl_xmalloc(sm->plan.sig_len + 1);
-            memcpy(sig, sm->plan.sig, sm->plan.sig_len);
-            sig_len = sm->plan.sig_len;
-        }
-        pthread_mutex_unlock(&j->mu);
-    }
+    pthread_mutex_lock(&j->mu);
+    const coord_job *sm = k->jb ? &k->jb->sm : NULL;
+    if (!sm || !sm->plan.text)
+        code = rpc_status_set(k->st, RPC_NOT_FOUND, "job '%.40s' has no plan", r->job_id);
+    else if (coord_job_stage_of(sm, r->device_id) < 0)
+        code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage in job %s",
+                              r->device_id, sm->id);
+    else
+        plan = sl_xstrdup(sm->plan.text);
+    pthread_mutex_unlock(&j->mu);
+    if (code == RPC_OK && sign_current(k->c, plan, &crt, &crt_len, &sig, &sig_len, &err))
+        code = rpc_status_set(k->st, RPC_INTERNAL, "signing the plan: %s", err.msg);
     if (code == RPC_OK) {
         Skyloom__V1__SignedPlan out = SKYLOOM__V1__SIGNED_PLAN__INIT;
         out.plan.data = (uint8_t *)plan;

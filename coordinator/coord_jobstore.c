@@ -26,7 +26,8 @@ static const char *const schema =
     "  data_info TEXT NOT NULL DEFAULT '', epoch INTEGER NOT NULL DEFAULT 0,"
     "  plan TEXT NOT NULL DEFAULT '', plan_sig BLOB, step INTEGER NOT NULL DEFAULT 0,"
     "  committed_step INTEGER NOT NULL DEFAULT 0, loss REAL NOT NULL DEFAULT 0,"
-    "  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);"
+    "  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
+    "  meta TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS job_profiles(job TEXT NOT NULL, device TEXT NOT NULL,"
     "  result TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(job, device));"
     "CREATE TABLE IF NOT EXISTS job_events(job TEXT NOT NULL, at_ms INTEGER NOT NULL,"
@@ -56,6 +57,18 @@ coord_jobstore *coord_jobstore_open(coord_state *first, sl_err *err)
         coord_jobstore_close(s);
         return NULL;
     }
+    /* a state written before jobs had a meta column (name, tags) */
+    sqlite3_stmt *probe = NULL;
+    int has_meta = sqlite3_prepare_v2(conn(s), "SELECT meta FROM jobs LIMIT 0", -1, &probe, NULL) ==
+                   SQLITE_OK;
+    sqlite3_finalize(probe);
+    if (!has_meta && sqlite3_exec(conn(s), "ALTER TABLE jobs ADD COLUMN meta TEXT NOT NULL DEFAULT ''",
+                                  NULL, NULL, &msg) != SQLITE_OK) {
+        sl_err_set(err, SL_EIO, "sqlite: adding jobs.meta: %s", msg ? msg : "?");
+        sqlite3_free(msg);
+        coord_jobstore_close(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -80,6 +93,7 @@ void coord_jobrow_free(coord_jobrow *r)
     free(r->data_info);
     free(r->plan);
     free(r->sig);
+    free(r->meta);
     memset(r, 0, sizeof *r);
 }
 
@@ -89,8 +103,8 @@ int coord_jobstore_save(coord_jobstore *s, const coord_jobrow *r, int64_t now, s
 {
     static const char *const sql =
         "INSERT OR REPLACE INTO jobs(id, num, state, reason, config, options, owner, dataset,"
-        " data_info, epoch, plan, plan_sig, step, committed_step, loss, created_at, updated_at)"
-        " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+        " data_info, epoch, plan, plan_sig, step, committed_step, loss, created_at, updated_at,"
+        " meta) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
     pthread_mutex_lock(&s->mu);
     sqlite3_stmt *st = NULL;
     int rc = -1;
@@ -118,6 +132,7 @@ int coord_jobstore_save(coord_jobstore *s, const coord_jobrow *r, int64_t now, s
     sqlite3_bind_double(st, 15, r->loss);
     sqlite3_bind_int64(st, 16, r->created);
     sqlite3_bind_int64(st, 17, now);
+    sqlite3_bind_text(st, 18, or_empty(r->meta), -1, SQLITE_STATIC);
     rc = sqlite3_step(st) == SQLITE_DONE ? 0 : failed(s, err);
 out:
     sqlite3_finalize(st);
@@ -232,7 +247,7 @@ int coord_jobstore_load(coord_jobstore *s, int (*fn)(void *ud, coord_jobrow *r),
     int rc = 0;
     if (sqlite3_prepare_v2(conn(s), "SELECT id, num, state, reason, config, options, owner, dataset,"
                            " data_info, epoch, plan, plan_sig, step, committed_step, loss, created_at,"
-                           " updated_at FROM jobs ORDER BY created_at", -1, &st, NULL) != SQLITE_OK) {
+                           " updated_at, meta FROM jobs ORDER BY created_at", -1, &st, NULL) != SQLITE_OK) {
         rc = failed(s, err);
         pthread_mutex_unlock(&s->mu);
         return rc;
@@ -260,6 +275,7 @@ int coord_jobstore_load(coord_jobstore *s, int (*fn)(void *ud, coord_jobrow *r),
         r.loss = sqlite3_column_double(st, 14);
         r.created = sqlite3_column_int64(st, 15);
         r.updated = sqlite3_column_int64(st, 16);
+        r.meta = col(st, 17);
         rc = fn(ud, &r);
         coord_jobrow_free(&r);
     }

@@ -25,6 +25,7 @@ typedef struct coord_jobrow {
     int epoch, step, committed;
     double loss;
     int64_t created, updated;
+    char *meta; /* JSON: what is for people (name, tags) and the operator's pending stop */
 } coord_jobrow;
 void coord_jobrow_free(coord_jobrow *r);
 

@@ -82,6 +82,10 @@ typedef struct coord_obs_job {
     uint64_t devices_lost, recoveries; /* since the coordinator started */
     char *plan;                /* detail: the plan's JSON text, NULL before planning */
     coord_obs_trace *trace;    /* detail: the latest step every stage traced, or NULL */
+    char name[129];            /* for people ("" none) */
+    int layers, hidden;        /* its config's */
+    int64_t ended;             /* 0 while it has not ended */
+    int refused;               /* its data owner refused it at submit: not listed */
 } coord_obs_job;
 
 /* A device as its heartbeats describe it to the job manager. */

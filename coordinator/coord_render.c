@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bal.h"
 #include "coord_internal.h"
@@ -476,21 +477,34 @@ int coord_dash_index(coord *c, coord_state *db, const coord_snapshot *s, sl_buf 
     if (!s->njob) {
         sl_buf_printf(b, "<p>no job yet (<code>skyloom job submit</code>)</p>\n");
     } else {
-        sl_buf_printf(b, "<table id=\"jobs\"><tr><th>job</th><th>state</th><th>progress</th>"
-                         "<th>committed</th><th>loss</th><th>tokens/s</th><th>stages</th>"
-                         "<th>data</th><th>reason</th></tr>\n");
+        sl_buf_printf(b, "<table id=\"jobs\"><tr><th>job</th><th>name</th><th>state</th>"
+                         "<th>progress</th><th>committed</th><th>loss</th><th>tokens/s</th>"
+                         "<th>stages</th><th>config</th><th>data</th><th>started</th>"
+                         "<th>duration</th><th>reason</th></tr>\n");
         for (int i = s->njob - 1; i >= 0; i--) { /* newest first */
             const coord_obs_job *j = &s->job[i];
-            sl_buf_printf(b, "<tr><td><a href=\"/job/%s\"><code>%s</code></a></td><td class=\"%s\">"
+            if (j->refused)
+                continue;
+            char started[32] = "-";
+            time_t t0 = (time_t)j->created;
+            struct tm tm;
+            if (gmtime_r(&t0, &tm))
+                strftime(started, sizeof started, "%Y-%m-%d %H:%M:%S", &tm);
+            int64_t end = j->ended ? j->ended : s->now;
+            sl_buf_printf(b, "<tr><td><a href=\"/job/%s\"><code>%s</code></a></td><td class=\"name\">",
+                          j->id, j->id);
+            sl_buf_xml(b, j->name);
+            sl_buf_printf(b, "</td><td class=\"%s\">"
                              "%s</td><td><progress max=\"%d\" value=\"%d\"></progress> %d/%d</td>"
                              "<td class=\"n\">%d</td><td class=\"n\">%.4f</td><td class=\"n\">%.0f</td>"
-                             "<td class=\"n\">%d</td><td><code>", j->id, j->id, j->state, j->state,
+                             "<td class=\"n\">%d</td><td>L%d H%d</td><td><code>", j->state, j->state,
                              j->steps > 0 ? j->steps : 1, j->step, j->step, j->steps, j->committed,
-                             j->loss, j->tokens_s, j->p);
+                             j->loss, j->tokens_s, j->p, j->layers, j->hidden);
             sl_buf_xml(b, j->owner);
             sl_buf_printf(b, ":");
             sl_buf_xml(b, j->dataset);
-            sl_buf_printf(b, "</code></td><td>");
+            sl_buf_printf(b, "</code></td><td>%s</td><td class=\"n\">%lld s</td><td>", started,
+                          (long long)(end > j->created ? end - j->created : 0));
             sl_buf_xml(b, j->reason);
             sl_buf_printf(b, "</td></tr>\n");
         }

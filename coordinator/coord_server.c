@@ -156,6 +156,7 @@ int coord_start(coord *c, sl_err *err)
         {RPC_M_LIST_JOBS, coord_handle_list_jobs, 1},
         {RPC_M_GET_JOB, coord_handle_get_job, 2},
         {RPC_M_STOP_JOB, coord_handle_stop_job, 1},
+        {RPC_M_RESUME_JOB, coord_handle_resume_job, 1},
         {RPC_M_FETCH_FILE, coord_handle_fetch_file, 2},
         {RPC_M_REPORT_TASK, coord_handle_report_task, 2},
         {RPC_M_GET_PLAN, coord_handle_get_plan, 2},
@@ -445,14 +446,73 @@ static int add_revoked(void *ud, const char *id)
     return 0;
 }
 
-/* The heartbeat's answer: the server time, the interval, the revoked ids and
- * the device's tasks. */
+/* The PKI's current coordinator.crt, read again whenever the file changes
+ * (a rotation renames a new one in place: another inode, another mtime). */
+static struct {
+    pthread_mutex_t mu;
+    char *path;
+    dev_t dev;
+    ino_t ino;
+    struct timespec mtime;
+    off_t size;
+    char *pem;
+    size_t len;
+} crt_cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* A copy of the current certificate into *pem (malloc'd), or NULL when it
+ * cannot be read (logged; the reply goes out without it). */
+static void current_cert(coord *c, char **pem, size_t *len)
+{
+    *pem = NULL;
+    *len = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/coordinator.crt", c->pki);
+    struct stat sb;
+    pthread_mutex_lock(&crt_cache.mu);
+    if (stat(path, &sb) == 0 &&
+        !(crt_cache.pem && crt_cache.path && !strcmp(crt_cache.path, path) &&
+          crt_cache.dev == sb.st_dev && crt_cache.ino == sb.st_ino && crt_cache.size == sb.st_size &&
+          crt_cache.mtime.tv_sec == sb.st_mtim.tv_sec &&
+          crt_cache.mtime.tv_nsec == sb.st_mtim.tv_nsec)) {
+        char *text = NULL;
+        size_t n = 0;
+        sl_err err = {0};
+        if (sl_read_file(path, 1 << 20, &text, &n, &err) == 0) {
+            free(crt_cache.pem);
+            free(crt_cache.path);
+            crt_cache.pem = text;
+            crt_cache.len = n;
+            crt_cache.path = sl_xstrdup(path);
+            crt_cache.dev = sb.st_dev;
+            crt_cache.ino = sb.st_ino;
+            crt_cache.size = sb.st_size;
+            crt_cache.mtime = sb.st_mtim;
+        } else {
+            sl_log_warn("coordinator: cannot read its certificate for heartbeats", "reason=\"%s\"",
+                        err.msg);
+        }
+    }
+    if (crt_cache.pem && crt_cache.path && !strcmp(crt_cache.path, path)) {
+        *pem = sl_xmalloc(crt_cache.len + 1);
+        memcpy(*pem, crt_cache.pem, crt_cache.len);
+        *len = crt_cache.len;
+    }
+    pthread_mutex_unlock(&crt_cache.mu);
+}
+
+/* The heartbeat's answer: the server time, the interval, the revoked ids,
+ * the device's tasks and the coordinator's current certificate. */
 static int heartbeat_reply(coord *c, coord_state *db, const char *id, int64_t now, rpc_buf *resp,
                            rpc_status *st)
 {
     Skyloom__V1__HeartbeatResponse out = SKYLOOM__V1__HEARTBEAT_RESPONSE__INIT;
     out.server_time = now;
     out.heartbeat_ms = c->o.heartbeat_ms;
+    char *crt = NULL;
+    size_t crt_len = 0;
+    current_cert(c, &crt, &crt_len);
+    out.coordinator_cert.data = (uint8_t *)crt;
+    out.coordinator_cert.len = crt_len;
     str_list rev = {0};
     sl_err err = {0};
     int code = RPC_OK;
@@ -472,6 +532,7 @@ static int heartbeat_reply(coord *c, coord_state *db, const char *id, int64_t no
     for (size_t k = 0; k < rev.n; k++)
         free(rev.v[k]);
     free(rev.v);
+    free(crt);
     return code;
 }
 
@@ -582,6 +643,7 @@ static int list_one(void *ud, const coord_device *d)
     i->last_heartbeat = d->last_heartbeat;
     if (d->profile_len)
         i->profile = rpc_unpack(&skyloom__v1__device_profile__descriptor, d->profile, d->profile_len);
+    coord_jobs_datasets(l->c->jobs, d->id, &i->datasets, &i->n_datasets);
     sl_err err = {0};
     if (coord_jobs_latest_profile(l->db, d->id, &i->job_profile, &err))
         sl_log_warn("coordinator: job profile not read", "device=%s reason=\"%s\"", d->id, err.msg);
@@ -621,6 +683,7 @@ int coord_handle_list_devices(void *ud, const rpc_peer *peer, const uint8_t *req
         free(i->state);
         rpc_unpacked_free(i->profile);
         coord_jobs_profile_free(i->job_profile);
+        coord_jobs_datasets_free(i->datasets, i->n_datasets);
         free(i);
     }
     free(l.out.devices);

@@ -173,7 +173,7 @@ SL_HD float kn_dropout_scale(float p)
     return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
 }
 /* The RNG index of element e of sequence s of a micro-batch starting at
- * global sequence seq0 (kn_ops.h): independent of micro-batch splitting. */
+ * sequence seq0 of the batch (kn_ops.h): independent of micro-batch splitting. */
 SL_HD uint64_t kn_dropout_index(uint64_t seq0, uint64_t s, uint64_t per_seq, uint64_t e)
 {
     return (seq0 + s) * per_seq + e;

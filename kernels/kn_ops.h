@@ -27,7 +27,7 @@ typedef struct kn_dropout {
     float p;          /* drop probability; 0 disables (then the op is the identity) */
     uint64_t seed;    /* run seed mixed with the step: sl_rng_stream(seed, step) */
     uint64_t stream;  /* which dropout site: sl_rng_stream(site, layer) */
-    uint64_t seq0;    /* global index of this micro-batch's first sequence */
+    uint64_t seq0;    /* place in the batch of this micro-batch's first sequence */
 } kn_dropout;
 
 enum kn_gelu_kind { KN_GELU_ERF = 0, KN_GELU_TANH = 1 };

@@ -61,6 +61,7 @@ long rpc_connections_dropped(void);
 #define RPC_M_LIST_JOBS "/skyloom.v1.Coordinator/ListJobs"
 #define RPC_M_GET_JOB "/skyloom.v1.Coordinator/GetJob"
 #define RPC_M_STOP_JOB "/skyloom.v1.Coordinator/StopJob"
+#define RPC_M_RESUME_JOB "/skyloom.v1.Coordinator/ResumeJob"
 #define RPC_M_FETCH_FILE "/skyloom.v1.Coordinator/FetchFile"
 #define RPC_M_REPORT_TASK "/skyloom.v1.Coordinator/ReportTask"
 #define RPC_M_GET_PLAN "/skyloom.v1.Coordinator/GetPlan"
@@ -181,6 +182,27 @@ int rpc_server_add_unary_opts(rpc_server *srv, const char *method, const rpc_una
                               rpc_unary_fn fn, void *ud, sl_err *err);
 int rpc_server_add_stream(rpc_server *srv, const char *method, rpc_stream_fn fn, void *ud,
                           sl_err *err);
+/* Who may hold a stream of a method. admit runs on the server's loop thread
+ * when a call arrives, before it counts against max_streams or gets a
+ * thread: RPC_OK lets it in, any other code refuses it at once with
+ * st->details (so callers it refuses never take anyone's place). It must
+ * not block. max_per_peer: streams of this method one identity (the
+ * certificate's common name) may hold at once; more are refused
+ * RESOURCE_EXHAUSTED. */
+typedef struct rpc_stream_opts {
+    int (*admit)(void *admit_ud, const rpc_peer *peer, rpc_status *st);
+    void *admit_ud;
+    int max_per_peer; /* 0: no cap but max_streams */
+} rpc_stream_opts;
+int rpc_server_add_stream_opts(rpc_server *srv, const char *method, const rpc_stream_opts *so,
+                               rpc_stream_fn fn, void *ud, sl_err *err);
+/* Streams refused at the door since the server started, by why. */
+typedef struct rpc_stream_counts {
+    long admit;    /* admit said no */
+    long per_peer; /* the caller held max_per_peer already */
+    long full;     /* max_streams were running */
+} rpc_stream_counts;
+void rpc_server_stream_counts(rpc_server *srv, rpc_stream_counts *c);
 /* Binds, starts serving on a background thread; returns the bound port or -1. */
 int rpc_server_start(rpc_server *srv, sl_err *err);
 /* Stops serving: answers or cancels every call in flight and waits up to
@@ -224,9 +246,24 @@ int rpc_call_pb(rpc_channel *ch, const char *method, const void *req, const void
 
 /* ---- streams (both sides) -------------------------------------------------- */
 
-/* Client: opens a bidirectional stream whose whole life has the deadline. */
+/* Client: opens a bidirectional stream whose whole life has the deadline
+ * (rpc_stream_new, then rpc_stream_start). */
 rpc_stream *rpc_stream_open(rpc_channel *ch, const char *method, int64_t timeout_ms,
                             sl_err *err);
+/* The two halves of rpc_stream_open, for a caller that must be able to
+ * interrupt the opening from another thread (rpc_stream_interrupt): _new
+ * makes the call without waiting for anything; _start waits until the call
+ * is under way (the connection made), bounded by the stream's idle limit
+ * when one is set. A stream whose start failed is freed with
+ * rpc_stream_cancel (or rpc_stream_finish, for its status). */
+rpc_stream *rpc_stream_new(rpc_channel *ch, const char *method, int64_t timeout_ms, sl_err *err);
+int rpc_stream_start(rpc_stream *s, sl_err *err);
+/* Either side: from now on every wait of one stream op (a send, a receive,
+ * the start, the half-close, rpc_stream_finish's wait for the status) that
+ * takes longer than ms cancels the call (DEADLINE_EXCEEDED) and fails;
+ * 0 lifts the limit. Returns the previous limit. A server stream starts with
+ * the server's stream_idle_ms, a client stream with none. */
+int64_t rpc_stream_set_idle(rpc_stream *s, int64_t ms);
 /* Sends one message made of n pieces (copied into one gRPC message); blocks
  * until gRPC has taken it. One sender and one receiver thread may work at
  * the same time. */

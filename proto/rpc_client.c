@@ -132,7 +132,7 @@ static void client_free(rpc_stream *s)
     free(s);
 }
 
-rpc_stream *rpc_stream_open(rpc_channel *c, const char *method, int64_t timeout_ms, sl_err *err)
+rpc_stream *rpc_stream_new(rpc_channel *c, const char *method, int64_t timeout_ms, sl_err *err)
 {
     rpc_stream *s = sl_xcalloc(1, sizeof *s);
     s->client = 1;
@@ -150,17 +150,33 @@ rpc_stream *rpc_stream_open(rpc_channel *c, const char *method, int64_t timeout_
     ops[0].data.recv_status_on_client.status = &s->status;
     ops[0].data.recv_status_on_client.status_details = &s->status_details;
     ops[0].data.recv_status_on_client.error_string = &s->error_string;
-    int status_posted = rpc_batch(s->call, ops, 1, &s->tag_end, err) == 0;
-    memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (!status_posted || rpc_batch(s->call, ops, 1, &s->tag_send, err) != 0 ||
-        !rpc_pluck(s->cq, &s->tag_send)) {
-        if (status_posted) {
-            grpc_call_cancel(s->call, NULL);
-            rpc_pluck(s->cq, &s->tag_end);
-        }
+    if (rpc_batch(s->call, ops, 1, &s->tag_end, err) != 0) {
         sl_err_set(err, SL_EIO, "cannot open stream %s", method);
         client_free(s);
+        return NULL;
+    }
+    s->status_posted = 1;
+    return s;
+}
+
+int rpc_stream_start(rpc_stream *s, sl_err *err)
+{
+    grpc_op ops[1];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (rpc_batch(s->call, ops, 1, &s->tag_send, err) != 0 || !rpc_stream_wait(s, &s->tag_send)) {
+        s->failed = 1;
+        return sl_err_set(err, SL_EIO, "cannot open the stream: the call is over");
+    }
+    return 0;
+}
+
+rpc_stream *rpc_stream_open(rpc_channel *c, const char *method, int64_t timeout_ms, sl_err *err)
+{
+    rpc_stream *s = rpc_stream_new(c, method, timeout_ms, err);
+    if (s && rpc_stream_start(s, err)) {
+        sl_err_set(err, SL_EIO, "cannot open stream %s", method);
+        rpc_stream_cancel(s);
         return NULL;
     }
     return s;
@@ -211,7 +227,7 @@ int rpc_stream_close_send(rpc_stream *s, sl_err *err)
     s->send_closed = 1;
     if (rpc_batch(s->call, &op, 1, &s->tag_send, err) != 0)
         return -1;
-    if (!rpc_pluck(s->cq, &s->tag_send)) {
+    if (!rpc_stream_wait(s, &s->tag_send)) {
         s->failed = 1;
         return sl_err_set(err, SL_EIO, "half-close failed: the call is over");
     }
@@ -288,7 +304,7 @@ int rpc_stream_finish(rpc_stream *s, rpc_status *st)
     rpc_buf b;
     while (!s->failed && rpc_stream_recv(s, &b, NULL) == 1)
         rpc_buf_free(&b);
-    rpc_pluck(s->cq, &s->tag_end);
+    rpc_stream_wait(s, &s->tag_end);
     rpc_status tmp;
     if (!st)
         st = &tmp;
@@ -309,6 +325,7 @@ void rpc_stream_cancel(rpc_stream *s)
     if (!s)
         return;
     grpc_call_cancel(s->call, NULL);
-    rpc_pluck(s->cq, &s->tag_end);
+    if (s->status_posted)
+        rpc_pluck(s->cq, &s->tag_end);
     client_free(s);
 }

@@ -273,16 +273,22 @@ int rpc_pluck(grpc_completion_queue *cq, void *tag)
 
 int rpc_stream_wait(rpc_stream *s, void *tag)
 {
-    if (s->client || s->idle_ms <= 0)
+    int64_t idle = atomic_load(&s->idle_ms);
+    if (idle <= 0)
         return rpc_pluck(s->cq, tag);
-    grpc_event ev = grpc_completion_queue_pluck(s->cq, tag, rpc_deadline_ms(s->idle_ms), NULL);
+    grpc_event ev = grpc_completion_queue_pluck(s->cq, tag, rpc_deadline_ms(idle), NULL);
     if (ev.type == GRPC_OP_COMPLETE)
         return ev.success;
     char why[96];
-    snprintf(why, sizeof why, "no stream message for %lld ms", (long long)s->idle_ms);
+    snprintf(why, sizeof why, "no stream message for %lld ms", (long long)idle);
     grpc_call_cancel_with_status(s->call, GRPC_STATUS_DEADLINE_EXCEEDED, why, NULL);
     rpc_pluck(s->cq, tag);
     return 0;
+}
+
+int64_t rpc_stream_set_idle(rpc_stream *s, int64_t ms)
+{
+    return atomic_exchange(&s->idle_ms, ms > 0 ? ms : 0);
 }
 
 void rpc_cq_destroy_pluck(grpc_completion_queue *cq)

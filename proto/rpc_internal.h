@@ -7,6 +7,7 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "rpc.h"
 
@@ -21,6 +22,7 @@ struct rpc_stream {
     int got_initial_md; /* client: RECV_INITIAL_METADATA done */
     int failed;         /* an op failed: the call is over */
     int send_closed;    /* client: SEND_CLOSE_FROM_CLIENT done */
+    int status_posted;  /* client: RECV_STATUS_ON_CLIENT is outstanding (tag_end) */
     char tag_send, tag_recv, tag_end;
     grpc_metadata_array initial_md;  /* client: received; server: request metadata */
     grpc_metadata_array trailing_md; /* client */
@@ -28,8 +30,9 @@ struct rpc_stream {
     grpc_slice status_details;       /* client */
     const char *error_string;        /* client */
     int cancelled;                   /* server: RECV_CLOSE_ON_SERVER result */
+    _Atomic int64_t idle_ms; /* the longest wait for one op (either side); 0: none */
     /* server side */
-    int64_t idle_ms;    /* the longest wait for one message; 0: none */
+    rpc_peer peer;      /* the caller, read when the call arrived */
     grpc_slice refusal; /* status details of a stream refused at the door */
     gpr_timespec deadline;
     struct rpc_server *srv;
@@ -73,8 +76,9 @@ void rpc_buf_from_bb(grpc_byte_buffer *bb, rpc_buf *b);
 void rpc_peer_from_call(grpc_call *call, rpc_peer *p);
 /* Waits for `tag` on a pluck queue; returns its success flag. */
 int rpc_pluck(grpc_completion_queue *cq, void *tag);
-/* rpc_pluck for a stream op: on the server, a wait longer than the stream's
- * idle limit cancels the call (DEADLINE_EXCEEDED) and fails. */
+/* rpc_pluck for a stream op: a wait longer than the stream's idle limit
+ * (rpc_stream_set_idle; on a server, the server's stream_idle_ms) cancels
+ * the call (DEADLINE_EXCEEDED) and fails. */
 int rpc_stream_wait(rpc_stream *s, void *tag);
 /* Shuts down, drains and destroys a pluck queue. */
 void rpc_cq_destroy_pluck(grpc_completion_queue *cq);

@@ -56,6 +56,7 @@ typedef struct method {
     struct rpc_server *srv;
     int workers, max_queue;
     int64_t timeout_ms;
+    rpc_stream_opts sopts; /* streams: who may hold one */
     pthread_t *threads;
     int n_threads;
     pending *qhead, *qtail; /* under srv->mu */
@@ -90,6 +91,9 @@ struct rpc_server {
     long outstanding; /* tags posted on cq and not yet seen */
     pending *active;
     rpc_stream *streams;
+    rpc_stream_counts refused_counts;
+    int64_t refusal_logged_ms; /* refusals are logged at most once a second */
+    long refusals_unlogged;
 };
 
 /* Servers that rpc_server_destroy had to leave behind stay reachable here. */
@@ -140,7 +144,8 @@ rpc_server *rpc_server_create(const rpc_server_opts *o, sl_err *err)
 }
 
 static int add_method(rpc_server *srv, const char *name, int stream, const rpc_unary_opts *uo,
-                      rpc_unary_fn u, rpc_stream_fn s, void *ud, sl_err *err)
+                      const rpc_stream_opts *so, rpc_unary_fn u, rpc_stream_fn s, void *ud,
+                      sl_err *err)
 {
     if (srv->started || srv->n_methods >= MAX_METHODS)
         return sl_err_set(err, SL_ESTATE, "cannot register %s now", name);
@@ -162,6 +167,8 @@ static int add_method(rpc_server *srv, const char *name, int stream, const rpc_u
     m->workers = uo && uo->workers > 0 ? uo->workers : 1;
     m->timeout_ms = uo && uo->timeout_ms > 0 ? uo->timeout_ms : srv->call_timeout_ms;
     m->max_queue = uo && uo->max_queue > 0 ? uo->max_queue : DEFAULT_MAX_QUEUE;
+    if (so)
+        m->sopts = *so;
     pthread_cond_init(&m->cv, NULL);
     srv->n_methods++;
     return 0;
@@ -169,19 +176,32 @@ static int add_method(rpc_server *srv, const char *name, int stream, const rpc_u
 
 int rpc_server_add_unary(rpc_server *srv, const char *name, rpc_unary_fn fn, void *ud, sl_err *err)
 {
-    return add_method(srv, name, 0, NULL, fn, NULL, ud, err);
+    return add_method(srv, name, 0, NULL, NULL, fn, NULL, ud, err);
 }
 
 int rpc_server_add_unary_opts(rpc_server *srv, const char *name, const rpc_unary_opts *uo,
                               rpc_unary_fn fn, void *ud, sl_err *err)
 {
-    return add_method(srv, name, 0, uo, fn, NULL, ud, err);
+    return add_method(srv, name, 0, uo, NULL, fn, NULL, ud, err);
 }
 
 int rpc_server_add_stream(rpc_server *srv, const char *name, rpc_stream_fn fn, void *ud,
                           sl_err *err)
 {
-    return add_method(srv, name, 1, NULL, NULL, fn, ud, err);
+    return add_method(srv, name, 1, NULL, NULL, NULL, fn, ud, err);
+}
+
+int rpc_server_add_stream_opts(rpc_server *srv, const char *name, const rpc_stream_opts *so,
+                               rpc_stream_fn fn, void *ud, sl_err *err)
+{
+    return add_method(srv, name, 1, NULL, so, NULL, fn, ud, err);
+}
+
+void rpc_server_stream_counts(rpc_server *srv, rpc_stream_counts *c)
+{
+    pthread_mutex_lock(&srv->mu);
+    *c = srv->refused_counts;
+    pthread_mutex_unlock(&srv->mu);
 }
 
 /* ---- accepting ------------------------------------------------------------- */
@@ -493,8 +513,7 @@ static void *stream_main(void *arg)
     rpc_stream *s = arg;
     rpc_server *srv = s->srv;
     method *m = &srv->methods[s->method];
-    rpc_peer peer;
-    rpc_peer_from_call(s->call, &peer);
+    rpc_peer peer = s->peer;
     grpc_op ops[1];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -551,8 +570,23 @@ static void reap_streams(rpc_server *srv, int all)
  * when the status has gone out (reap_refused). */
 static void refuse_stream(rpc_server *srv, rpc_stream *s, int code, const char *why)
 {
-    sl_log_warn("rpc: stream refused", "method=%s code=%s reason=\"%s\"",
-                srv->methods[s->method].name, rpc_code_name(code), why);
+    /* a flood of refused callers must not flood the log: the first refusal
+     * of each second is logged, with how many went unlogged before it */
+    int64_t now = now_ms();
+    pthread_mutex_lock(&srv->mu);
+    int log = now - srv->refusal_logged_ms >= 1000;
+    long unlogged = srv->refusals_unlogged;
+    if (log) {
+        srv->refusal_logged_ms = now;
+        srv->refusals_unlogged = 0;
+    } else {
+        srv->refusals_unlogged++;
+    }
+    pthread_mutex_unlock(&srv->mu);
+    if (log)
+        sl_log_warn("rpc: stream refused", "method=%s peer=%s identity=%s code=%s reason=\"%s\" "
+                    "refused_unlogged=%ld", srv->methods[s->method].name, s->peer.address,
+                    s->peer.identity[0] ? s->peer.identity : "-", rpc_code_name(code), why, unlogged);
     s->refusal = grpc_slice_from_copied_string(why);
     grpc_op ops[3];
     memset(ops, 0, sizeof ops);
@@ -598,13 +632,41 @@ static void accept_stream(rpc_server *srv, stream_req *r, int success)
         return;
     }
     reap_streams(srv, 0);
-    pthread_mutex_lock(&srv->mu);
-    if (srv->stopping || srv->n_streams >= srv->max_streams) {
-        int n = srv->n_streams, stopping = srv->stopping;
+    method *m = &srv->methods[s->method];
+    rpc_peer_from_call(s->call, &s->peer);
+    /* who may hold a stream is decided before it counts against the limits */
+    rpc_status ast = {RPC_OK, ""};
+    int admit = RPC_OK;
+    if (!atomic_load(&srv->shutting_down) && m->sopts.admit &&
+        (admit = m->sopts.admit(m->sopts.admit_ud, &s->peer, &ast)) != RPC_OK) {
+        pthread_mutex_lock(&srv->mu);
+        srv->refused_counts.admit++;
         pthread_mutex_unlock(&srv->mu);
-        char why[96];
-        snprintf(why, sizeof why, stopping ? "the server is shutting down"
-                                           : "too many streams at once (%d)", n);
+        refuse_stream(srv, s, admit, ast.details);
+        return;
+    }
+    pthread_mutex_lock(&srv->mu);
+    int mine = 0;
+    if (m->sopts.max_per_peer > 0)
+        for (rpc_stream *x = srv->streams; x; x = x->next)
+            mine += !x->done && x->method == s->method && !strcmp(x->peer.identity, s->peer.identity);
+    if (srv->stopping || srv->n_streams >= srv->max_streams ||
+        (m->sopts.max_per_peer > 0 && mine >= m->sopts.max_per_peer)) {
+        int n = srv->n_streams, stopping = srv->stopping;
+        int full = !stopping && n >= srv->max_streams;
+        if (full)
+            srv->refused_counts.full++;
+        else if (!stopping)
+            srv->refused_counts.per_peer++;
+        pthread_mutex_unlock(&srv->mu);
+        char why[160];
+        if (stopping)
+            snprintf(why, sizeof why, "the server is shutting down");
+        else if (full)
+            snprintf(why, sizeof why, "too many streams at once (%d)", n);
+        else
+            snprintf(why, sizeof why, "%.40s holds %d streams of this method already (the most "
+                     "one caller may)", s->peer.identity[0] ? s->peer.identity : "this caller", mine);
         refuse_stream(srv, s, stopping ? RPC_UNAVAILABLE : RPC_RESOURCE_EXHAUSTED, why);
         return;
     }

@@ -69,7 +69,7 @@ echo
 echo "== training (skyloom job watch; stopped after $((secs + secs / 2)) s if slower than expected)"
 ( sleep $((secs + secs / 2)); cl_job stop "$JOB" >/dev/null 2>&1 ) &
 stopper=$!
-cl_job watch "$JOB" | awk 'NR == 1 || /done|failed|stopped/ || NR % 50 == 0' || true
+cl_job watch "$JOB" | awk '/^step=1 / || /done|failed|stopped/ || NR % 50 == 0' || true
 kill "$stopper" 2>/dev/null || true
 wait "$stopper" 2>/dev/null || true
 

@@ -80,7 +80,7 @@ static void be_one_step(dev_train *tr, const dev_optim *o, int s, dev_step_info 
     sl_err err = {0};
     dt_batch b;
     dt_make_batch(&b, BE_B, BE_T, be_cfg.vocab, 300 + 10 * (uint64_t)s);
-    dev_batch db = dt_view(&b, (uint64_t)s * BE_B);
+    dev_batch db = dt_view(&b);
     memset(info, 0, sizeof *info);
     CHECKF(dev_train_step(tr, &db, o, info, &err) == 0, "step %d: %s", s, err.msg);
     dt_free_batch(&b);
@@ -120,7 +120,7 @@ static void be_train_pair(const kn_be *be, unsigned flags, const be_tol *tol, co
     be_same_state(what, g, c, tol, 1);
     dt_batch b;
     dt_make_batch(&b, BE_B, BE_T, be_cfg.vocab, 999);
-    dev_batch db = dt_view(&b, 0);
+    dev_batch db = dt_view(&b);
     double lc = 0, lg = 0;
     int mc = 0, mg = 0;
     CHECKF(dev_train_eval(c, &db, &lc, &mc, &err) == 0, "%s", err.msg);
@@ -361,7 +361,7 @@ static void be_check_classify(const kn_be *be, const be_tol *tol, unsigned both)
             dt_batch b;
             dt_make_batch(&b, BE_B, BE_T, cc.vocab, 600 + 10 * (uint64_t)s);
             dt_classify(&b, cc.num_labels, 601 + 10 * (uint64_t)s);
-            dev_batch db = dt_view(&b, (uint64_t)s * BE_B);
+            dev_batch db = dt_view(&b);
             dev_step_info ic = {0}, ig = {0};
             CHECKF(dev_train_step(c, &db, &o, &ic, &err) == 0, "%s: %s", what, err.msg);
             CHECKF(dev_train_step(g, &db, &o, &ig, &err) == 0, "%s: %s", what, err.msg);

@@ -54,10 +54,10 @@ static inline void dt_classify(dt_batch *b, int K, uint64_t stream)
                                      : -100;
 }
 
-static inline dev_batch dt_view(const dt_batch *b, uint64_t seq0)
+static inline dev_batch dt_view(const dt_batch *b)
 {
     dev_batch d = {.B = b->B, .T = b->T, .tokens = b->tok, .segments = b->seg,
-                   .valid = b->valid, .labels = b->lab, .seq0 = seq0};
+                   .valid = b->valid, .labels = b->lab};
     return d;
 }
 

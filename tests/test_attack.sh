@@ -77,9 +77,11 @@ stopped() { cl_job status "$JOB" --json 2>/dev/null | grep -q '"state": "stopped
 check "stopped" cl_poll 60 stopped
 C=$(committed)
 echo "     stopped; committed step $C"
-check "no device of the job was declared lost, no recovery" \
-    bash -c '! "$0" job status "$1" --coordinator "$2" --pki "$3" --json | grep -q "\"kind\": \"lost\"\|\"kind\": \"recovering\""' \
-    "$SK" "$JOB" "$CL_ADDR" "$CL/pki"
+# (a device whose heartbeats a loaded machine delays may be lost and the job
+# recovered, exactly: only a loss on someone's word would be the attack's)
+cl_job status "$JOB" --json > "$d/status.json"
+check "no device of the job was declared lost on a report" \
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); bad=[e for e in j["events"] if e["kind"]=="lost" and not e["detail"].startswith("no heartbeat")]; sys.exit(bool(bad))' "$d/status.json"
 cl_job export "$JOB" --out "$d/export" >/dev/null 2>&1
 check "the reference run reached step $C" cl_poll 600 test -s "$d/ref/step-$C/manifest.json"
 kill $REF 2>/dev/null; wait $REF 2>/dev/null

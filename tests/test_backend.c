@@ -87,7 +87,7 @@ static int scenario(sl_err *err)
     dev_train *u = NULL, *c = NULL;
     dt_batch b;
     dt_make_batch(&b, BE_B, BE_T, be_cfg.vocab, 555);
-    dev_batch db = dt_view(&b, 0);
+    dev_batch db = dt_view(&b);
     dev_step_info info;
     double loss;
     int masked;

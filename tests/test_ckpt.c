@@ -65,7 +65,7 @@ static dev_train *trained(int steps, const dev_optim *o)
     for (int s = 0; s < steps; s++) {
         dt_batch b;
         dt_make_batch(&b, B, T, cfg.vocab, 500 + (uint64_t)s);
-        dev_batch db = dt_view(&b, (uint64_t)s * B);
+        dev_batch db = dt_view(&b);
         dev_step_info info;
         CHECKF(dev_train_step(tr, &db, o, &info, &err) == 0, "%s", err.msg);
         dt_free_batch(&b);
@@ -77,7 +77,7 @@ static double next_loss(dev_train *tr, const dev_optim *o)
 {
     dt_batch b;
     dt_make_batch(&b, B, T, cfg.vocab, 900);
-    dev_batch db = dt_view(&b, 100);
+    dev_batch db = dt_view(&b);
     dev_step_info info = {0};
     sl_err err = {0};
     CHECKF(dev_train_step(tr, &db, o, &info, &err) == 0, "%s", err.msg);
@@ -177,7 +177,7 @@ static void test_round_trip_and_resume(void)
                "%s", err.msg);
     dt_batch bt;
     dt_make_batch(&bt, B, T, cfg.vocab, 1234);
-    dev_batch db = dt_view(&bt, 0);
+    dev_batch db = dt_view(&bt);
     double l1, l2;
     int m1, m2;
     CHECK(dev_train_eval(a, &db, &l1, &m1, &err) == 0);
@@ -448,7 +448,7 @@ static void test_any_cut(void)
     for (int s = 0; s < 2; s++) {
         dt_batch b;
         dt_make_batch(&b, B, T, cfg.vocab, 500 + (uint64_t)s);
-        dev_batch db = dt_view(&b, (uint64_t)s * B);
+        dev_batch db = dt_view(&b);
         dev_step_info info;
         CHECKF(dev_train_step(src, &db, &o, &info, &err) == 0, "%s", err.msg);
         dt_free_batch(&b);
@@ -531,7 +531,7 @@ static void test_unit_parts(void)
     for (int s = 0; s < 2; s++) {
         dt_batch b;
         dt_make_batch(&b, B, T, cfg.vocab, 500 + (uint64_t)s);
-        dev_batch db = dt_view(&b, (uint64_t)s * B);
+        dev_batch db = dt_view(&b);
         dev_step_info info;
         CHECKF(dev_train_step(src, &db, &o, &info, &err) == 0, "%s", err.msg);
         dt_free_batch(&b);
@@ -655,7 +655,7 @@ static void test_classifier(void)
     dt_batch b;
     dt_make_batch(&b, B, T, cfg.vocab, 77);
     dt_classify(&b, 3, 78);
-    dev_batch db = dt_view(&b, 0);
+    dev_batch db = dt_view(&b);
     dev_step_info info;
     CHECKF(dev_train_step(tr, &db, &o, &info, &err) == 0, "%s", err.msg);
     dev_stage *st[2] = {dev_train_stage(tr, 0), dev_train_stage(tr, 1)};

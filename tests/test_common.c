@@ -1,5 +1,7 @@
 /* sl_err, sl_cli parsers, sl_mem size arithmetic, sl_mkdir, private
- * directories, escaping of control bytes. */
+ * directories, escaping of control bytes, names from the network as paths
+ * and directories opened without following links. */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include "sl_err.h"
 #include "sl_file.h"
 #include "sl_mem.h"
+#include "sl_path.h"
 #include "sl_test.h"
 
 static void test_err(void)
@@ -124,6 +127,127 @@ static void test_private(void)
     rmdir(root);
 }
 
+/* The one rule for names from the network: hostile ones refused, the
+ * names the coordinator and devices use accepted. */
+static void test_path_names(void)
+{
+    sl_err err = {0};
+    static const char *const good[] = {"model.d0123456789abcdef.safetensors", "data.json",
+                                       "j0123456789abcdef", "optim.d1.u3.safetensors", "a", "-x_",
+                                       "config.json", "a..b"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        CHECKF(sl_path_name_check(good[i], strlen(good[i]), &err) == 0, "%s: %s", good[i], err.msg);
+    static const char *const bad[] = {"", ".", "..", "../x", "/etc/passwd", "a/b", "a/", "/",
+                                      ".hidden", "..x", "a b", "a\\b", "caf\xc3\xa9", "x\n",
+                                      "x\x1b[31m", "~root", "a:b", "*", "$HOME"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECKF(sl_path_name_check(bad[i], strlen(bad[i]), &err) == -1, "'%s' accepted", bad[i]);
+        CHECK(err.code == SL_EINVAL);
+    }
+    CHECK(sl_path_name_check(NULL, 0, &err) == -1);
+    /* a NUL inside the bytes received: "model" would hide "/../x" */
+    CHECK(sl_path_name_check("model\0/../x", 11, &err) == -1 && strstr(err.msg, "NUL"));
+    CHECK(sl_path_name_check("../x", 4, &err) == -1 && strstr(err.msg, "'/'"));
+    char longname[SL_PATH_NAME_MAX + 2];
+    memset(longname, 'a', sizeof longname);
+    longname[SL_PATH_NAME_MAX] = 0;
+    CHECK(sl_path_name_check(longname, SL_PATH_NAME_MAX, &err) == 0);
+    longname[SL_PATH_NAME_MAX] = 'a';
+    longname[SL_PATH_NAME_MAX + 1] = 0;
+    CHECK(sl_path_name_check(longname, SL_PATH_NAME_MAX + 1, &err) == -1 && strstr(err.msg, "at most"));
+    /* a message never carries the raw bytes */
+    CHECK(sl_path_name_check("\x1b]0;x\x07", 6, &err) == -1 && !strchr(err.msg, 0x1b));
+}
+
+/* Directories: made, opened without following a link, of this user only;
+ * files inside created without following one either. */
+static void test_dir_open(void)
+{
+    char root[] = "/tmp/sl-diropen-XXXXXX", p[128];
+    CHECK(mkdtemp(root) != NULL);
+    sl_err err = {0};
+    int rfd = open(root, O_RDONLY | O_DIRECTORY);
+    CHECK(rfd >= 0);
+    mode_t old = umask(0);
+    /* missing, without and with SL_DIR_CREATE */
+    CHECK(sl_dir_open(rfd, "jobs", 0700, 0, &err) == -1 && strstr(err.msg, "jobs"));
+    int d = sl_dir_open(rfd, "jobs", 0700, SL_DIR_CREATE, &err);
+    struct stat st;
+    CHECK(d >= 0 && fstat(d, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+    /* again: it exists and is ours */
+    int d2 = sl_dir_open(rfd, "jobs", 0700, SL_DIR_CREATE, &err);
+    CHECK(d2 >= 0);
+    if (d2 >= 0)
+        close(d2);
+    /* a mode wider than asked is narrowed */
+    CHECK(mkdirat(rfd, "wide", 0777) == 0);
+    d2 = sl_dir_open(rfd, "wide", 0700, SL_DIR_CREATE, &err);
+    CHECK(d2 >= 0 && fstat(d2, &st) == 0 && (st.st_mode & 0777) == 0700);
+    if (d2 >= 0)
+        close(d2);
+    /* a symbolic link to a directory is refused, not followed */
+    snprintf(p, sizeof p, "%s/elsewhere", root);
+    CHECK(mkdir(p, 0700) == 0);
+    CHECK(symlinkat(p, rfd, "link") == 0);
+    CHECK(sl_dir_open(rfd, "link", 0700, SL_DIR_CREATE, &err) == -1 &&
+          strstr(err.msg, "symbolic link") && err.code == SL_EAUTH);
+    /* a dangling one too: mkdirat does not create its target */
+    snprintf(p, sizeof p, "%s/nowhere", root);
+    CHECK(symlinkat(p, rfd, "dangling") == 0);
+    CHECK(sl_dir_open(rfd, "dangling", 0700, SL_DIR_CREATE, &err) == -1 &&
+          strstr(err.msg, "symbolic link"));
+    CHECK(faccessat(rfd, "nowhere", F_OK, 0) != 0);
+    /* a file by that name */
+    int f = openat(rfd, "file", O_WRONLY | O_CREAT, 0600);
+    CHECK(f >= 0);
+    if (f >= 0)
+        close(f);
+    CHECK(sl_dir_open(rfd, "file", 0700, SL_DIR_CREATE, &err) == -1 &&
+          strstr(err.msg, "not a directory"));
+    /* another user's directory (as root: chown it to nobody) */
+    if (geteuid() == 0) {
+        CHECK(mkdirat(rfd, "theirs", 0700) == 0 && fchownat(rfd, "theirs", 65534, 65534, 0) == 0);
+        CHECK(sl_dir_open(rfd, "theirs", 0700, SL_DIR_CREATE, &err) == -1 &&
+              strstr(err.msg, "belongs to uid 65534") && err.code == SL_EAUTH);
+        unlinkat(rfd, "theirs", AT_REMOVEDIR);
+    } else {
+        printf("  (another user's directory: not root, not checked)\n");
+    }
+    /* files inside: created and truncated; not through a link; names checked */
+    if (d >= 0) {
+        int w = sl_file_create_at(d, "model.safetensors", &err);
+        CHECK(w >= 0 && write(w, "abc", 3) == 3);
+        if (w >= 0)
+            close(w);
+        w = sl_file_create_at(d, "model.safetensors", &err);
+        CHECK(w >= 0 && fstat(w, &st) == 0 && st.st_size == 0 && S_ISREG(st.st_mode));
+        if (w >= 0)
+            close(w);
+        snprintf(p, sizeof p, "%s/file", root);
+        CHECK(symlinkat(p, d, "data.json") == 0);
+        CHECK(sl_file_create_at(d, "data.json", &err) == -1 && strstr(err.msg, "symbolic link"));
+        CHECK(sl_file_create_at(d, "../file", &err) == -1);
+        CHECK(sl_file_create_at(d, "..", &err) == -1);
+        CHECK(fstatat(rfd, "file", &st, 0) == 0 && st.st_size == 0);
+        close(d);
+    }
+    /* removal: files and links inside, not what the links point at */
+    sl_dir_remove_at(rfd, "jobs");
+    CHECK(faccessat(rfd, "jobs", F_OK, AT_SYMLINK_NOFOLLOW) != 0);
+    CHECK(faccessat(rfd, "file", F_OK, 0) == 0);
+    sl_dir_remove_at(rfd, "link"); /* a link is not removed through */
+    CHECK(faccessat(rfd, "elsewhere", F_OK, 0) == 0);
+    sl_dir_remove_at(rfd, "missing");
+    umask(old);
+    unlinkat(rfd, "link", 0);
+    unlinkat(rfd, "dangling", 0);
+    unlinkat(rfd, "file", 0);
+    unlinkat(rfd, "wide", AT_REMOVEDIR);
+    unlinkat(rfd, "elsewhere", AT_REMOVEDIR);
+    close(rfd);
+    CHECK(rmdir(root) == 0);
+}
+
 /* Control bytes from files never reach a terminal through a message. */
 static void test_escape(void)
 {
@@ -152,5 +276,7 @@ int main(void)
     RUN(test_mkdir);
     RUN(test_private);
     RUN(test_escape);
+    RUN(test_path_names);
+    RUN(test_dir_open);
     return sl_test_done();
 }

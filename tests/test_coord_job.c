@@ -235,8 +235,10 @@ static void test_transitions(void)
     for (int s = 0; s < COORD_JOB_NSTATES; s++) {
         CHECK(coord_job_state_parse(coord_job_state_name((coord_job_state)s)) == s);
         int final = coord_job_state_final((coord_job_state)s);
+        /* only the operator's resume leaves an end: a stopped or failed job recovers */
         for (int t = 0; t < COORD_JOB_NSTATES; t++)
-            CHECKF(!final || !coord_job_transition_ok((coord_job_state)s, (coord_job_state)t),
+            CHECKF(!final || coord_job_transition_ok((coord_job_state)s, (coord_job_state)t) ==
+                                 (s != COORD_JOB_DONE && t == COORD_JOB_RECOVERING),
                    "an end state leads to %s", coord_job_state_name((coord_job_state)t));
         CHECK(final || coord_job_transition_ok((coord_job_state)s, COORD_JOB_STOPPED));
     }
@@ -852,6 +854,83 @@ static void test_done(void)
     coord_job_free(&jb);
 }
 
+/* job stop --at-checkpoint: the job trains on to its next commit and stops
+ * there; resume re-plans from that commit in a new epoch. */
+static void test_stop_at_commit_and_resume(void)
+{
+    setup();
+    coord_job jb;
+    make_job(&jb, OPTS);
+    char why[300];
+    CHECK(coord_job_resume(&jb, now_ms, why, sizeof why, &fx) == -1 && strstr(why, "checking"));
+    to_running(&jb, OWNER "," DEV_B);
+    report_steps(&jb, 1, 12);
+    commit(&jb, 10);
+    fx_reset();
+    CHECK(coord_job_stop_at_commit(&jb, now_ms, &fx) == 0 && jb.state == COORD_JOB_RUNNING &&
+          jb.stop_at_commit && find(COORD_FX_EVENT, "stop_requested") && count(COORD_FX_SAVE, NULL));
+    report_steps(&jb, 13, 20);
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_RUNNING); /* draining: step 20 not committed yet */
+    commit(&jb, 20);
+    CHECKF(jb.state == COORD_JOB_STOPPED && jb.committed == 20 && !jb.stop_at_commit &&
+           strstr(jb.reason, "at its commit of step 20"), "%s %s", coord_job_state_name(jb.state),
+           jb.reason);
+    CHECK(coord_job_stop_at_commit(&jb, now_ms, &fx) == -1);
+    report_steps(&jb, 21, 22); /* reports of a stopped job are not taken */
+    CHECK(jb.step == 20);
+    /* resume: a new epoch from the committed step */
+    int epoch = jb.epoch;
+    fx_reset();
+    CHECK(coord_job_resume(&jb, now_ms, why, sizeof why, &fx) == 0 &&
+          jb.state == COORD_JOB_RECOVERING && !jb.ended && find(COORD_FX_EVENT, "resume"));
+    CHECK(coord_job_resume(&jb, now_ms, why, sizeof why, &fx) == -1 && strstr(why, "recovering"));
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_PLANNING && jb.planning == COORD_PLAN_RECOVER + 1);
+    coord_plan_result r = plan_result(OWNER "," DEV_C, 1.0);
+    coord_job_plan_done(&jb, COORD_PLAN_RECOVER, &r, now_ms, &fx);
+    coord_job_epoch_ready(&jb, jb.epoch, 4.0, NULL, now_ms, &fx);
+    CHECK(jb.state == COORD_JOB_RUNNING && jb.epoch == epoch + 1 && jb.step == 20);
+    report_steps(&jb, 21, 40);
+    commit(&jb, 30);
+    commit(&jb, 40);
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_DONE && jb.committed == 40);
+    CHECK(coord_job_resume(&jb, now_ms, why, sizeof why, &fx) == -1 && strstr(why, "done"));
+    coord_job_free(&jb);
+    /* a job asked before it runs stops at its first commit */
+    make_job(&jb, OPTS);
+    CHECK(coord_job_stop_at_commit(&jb, now_ms, &fx) == 0 && jb.state == COORD_JOB_CHECKING);
+    to_running(&jb, OWNER "," DEV_B);
+    report_steps(&jb, 1, 10);
+    commit(&jb, 10);
+    CHECK(jb.state == COORD_JOB_STOPPED && jb.committed == 10);
+    coord_job_free(&jb);
+    /* one stopped before it was planned has nothing to resume */
+    make_job(&jb, OPTS);
+    coord_job_stop(&jb, now_ms, &fx);
+    CHECK(coord_job_resume(&jb, now_ms, why, sizeof why, &fx) == -1 && strstr(why, "submit it again"));
+    coord_job_free(&jb);
+    /* a stop asked for at the last step's commit: the job is done */
+    make_job(&jb, "{\"steps\": 10, \"batch\": 4, \"micro_batches\": 2, \"checkpoint_every\": 0}");
+    to_running(&jb, OWNER "," DEV_B);
+    report_steps(&jb, 1, 10);
+    coord_job_stop_at_commit(&jb, now_ms, &fx);
+    commit(&jb, 10);
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_DONE);
+    coord_job_free(&jb);
+    /* a failed job resumes too, its stalls forgotten */
+    make_job(&jb, OPTS);
+    to_running(&jb, OWNER "," DEV_B);
+    coord_job_stop(&jb, now_ms, &fx);
+    jb.state = COORD_JOB_FAILED; /* as recovery leaves it */
+    jb.rec.stalls = 4;
+    CHECK(coord_job_resume(&jb, now_ms, why, sizeof why, &fx) == 0 && jb.rec.stalls == 0 &&
+          jb.state == COORD_JOB_RECOVERING);
+    coord_job_free(&jb);
+}
+
 static void test_options(void)
 {
     coord_jobopts o;
@@ -937,6 +1016,7 @@ int main(void)
     RUN(test_restart_grace);
     RUN(test_owner_waits);
     RUN(test_done);
+    RUN(test_stop_at_commit_and_resume);
     fx_reset();
     return sl_test_done();
 }

@@ -81,6 +81,7 @@ static int allowed(int dir, int dtype, int codec, uint64_t aux)
     case DEV_DIR_GRADIENT:
         return dtype == DEV_DTYPE_F32 && codec >= DEV_CODEC_NONE && codec <= DEV_CODEC_TOPK && !aux;
     case DEV_DIR_MASK:
+        return dtype == DEV_DTYPE_I32 && codec == DEV_CODEC_NONE && !aux;
     case DEV_DIR_LABELS:
         return dtype == DEV_DTYPE_I32 && codec == DEV_CODEC_NONE;
     case DEV_DIR_GATHER:
@@ -138,7 +139,7 @@ static size_t hand_frame(uint8_t *out, const hand *f, const uint8_t *payload)
 
 static hand hand_of(int dir, int dtype, int codec, uint32_t d0, uint32_t payload_len)
 {
-    hand f = {.version = 2, .direction = (uint8_t)dir, .codec = (uint8_t)codec,
+    hand f = {.version = 3, .direction = (uint8_t)dir, .codec = (uint8_t)codec,
               .dtype = (uint8_t)dtype, .ndim = 1, .microbatch = 4, .job_id = 77, .step = 9,
               .dims = {d0}, .payload_len = payload_len, .epoch = 3};
     return f;
@@ -269,7 +270,7 @@ static void test_round_trip(void)
             CHECK(len == DEV_FRAME_HDR_LEN + plain + (sealed ? DEV_FRAME_TAG_LEN : 0));
             CHECK(len <= dev_frame_max_len(&h));
             CHECK(h.seq == (uint64_t)codec && h.job_id == 77 && h.from_stage == 1 && h.to_stage == 2);
-            CHECK(h.epoch == 3 && h.dtype == DEV_DTYPE_F32 && h.aux == 0 && h.version == 2);
+            CHECK(h.epoch == 3 && h.dtype == DEV_DTYPE_F32 && h.aux == 0 && h.version == 3);
             CHECK(dev_ld32(buf) == DEV_FRAME_MAGIC && buf[0] == 'S' && buf[3] == 'R');
             memset(xout, 0xff, sizeof(xout));
             CHECKF(dev_frame_decode(&rx, buf, len, &g, xout, 96, &err) == 0, "%s", err.msg);
@@ -306,13 +307,13 @@ static void test_layout(void)
     dev_link_rx rx;
     link_up(&tx, &rx, &cfg);
     tx.next_seq = 0x0102030405060708ull;
-    dev_frame_hdr h = {.direction = DEV_DIR_MASK, .codec = DEV_CODEC_NONE, .dtype = DEV_DTYPE_I32,
+    dev_frame_hdr h = {.direction = DEV_DIR_LABELS, .codec = DEV_CODEC_NONE, .dtype = DEV_DTYPE_I32,
                        .step = 0x1112131415161718ull, .microbatch = 0x2122, .ndim = 2,
                        .dims = {3, 5}, .aux = 0xa1a2a3a4a5a6a7a8ull};
     size_t len;
     sl_err err;
     CHECKF(dev_frame_encode_any(&tx, &h, iin, NULL, buf, CAP, &len, &err) == 0, "%s", err.msg);
-    hand f = hand_of(DEV_DIR_MASK, DEV_DTYPE_I32, DEV_CODEC_NONE, 3, 15 * 4);
+    hand f = hand_of(DEV_DIR_LABELS, DEV_DTYPE_I32, DEV_CODEC_NONE, 3, 15 * 4);
     f.ndim = 2, f.dims[1] = 5, f.seq = 0x0102030405060708ull, f.step = 0x1112131415161718ull;
     f.microbatch = 0x2122, f.aux = 0xa1a2a3a4a5a6a7a8ull;
     uint8_t payload[60];
@@ -327,7 +328,7 @@ static void test_layout(void)
     int32_t got[15];
     CHECKF(dev_frame_decode_any(&rx, bad, want, &g, got, sizeof(got), &err) == 0, "%s", err.msg);
     CHECK(dev_frame_hdr_equal(&g, &h) && memcmp(got, iin, sizeof(got)) == 0);
-    CHECK(DEV_FRAME_FIELDS_LEN == 80 && DEV_FRAME_HDR_LEN == 96 && DEV_FRAME_VERSION == 2);
+    CHECK(DEV_FRAME_FIELDS_LEN == 80 && DEV_FRAME_HDR_LEN == 96 && DEV_FRAME_VERSION == 3);
     links_down(&tx, &rx);
 }
 
@@ -388,9 +389,9 @@ static void test_kind_rules(void)
                         CHECK(memcmp(dout, input_of(dtype), n * dev_frame_dtype_size(dtype)) == 0);
                     accepted++;
                 }
-    /* activation, tied: 4 codecs each, gradient 5; mask, labels, gather,
+    /* activation, tied: 4 codecs each, gradient 5; mask: 1; labels, gather,
      * gather result: aux free, so 2 each; abort: 1 */
-    CHECKF(accepted == 13 + 8 + 1 && refused == 10 * 6 * 6 * 2 - accepted, "%d accepted, %d refused",
+    CHECKF(accepted == 13 + 1 + 6 + 1 && refused == 10 * 6 * 6 * 2 - accepted, "%d accepted, %d refused",
            accepted, refused);
     links_down(&tx, &rx);
 }
@@ -409,7 +410,7 @@ static void test_kind_round_trips(void)
         memcpy(&din[0], &nan_bits, 8);
         for (int dir = DEV_DIR_ACTIVATION; dir <= DEV_DIR_ABORT; dir++) {
             int dtype = dtype_of(dir);
-            int has_aux = dir == DEV_DIR_MASK || dir == DEV_DIR_LABELS || dir == DEV_DIR_GATHER ||
+            int has_aux = dir == DEV_DIR_LABELS || dir == DEV_DIR_GATHER ||
                           dir == DEV_DIR_GATHER_RESULT;
             uint64_t aux = has_aux ? 0xfedcba9876543210ull + (uint64_t)dir : 0;
             size_t len = send_any(&tx, dir, 6, 7, aux, buf);
@@ -497,8 +498,9 @@ static void test_aux_and_abort(void)
     sl_err err;
     size_t len;
     /* aux on the directions that have none: refused by both ends */
-    const int no_aux[] = {DEV_DIR_ACTIVATION, DEV_DIR_GRADIENT, DEV_DIR_TIED, DEV_DIR_ABORT};
-    for (int i = 0; i < 4; i++) {
+    const int no_aux[] = {DEV_DIR_ACTIVATION, DEV_DIR_GRADIENT, DEV_DIR_MASK, DEV_DIR_TIED,
+                          DEV_DIR_ABORT};
+    for (int i = 0; i < 5; i++) {
         dev_frame_hdr h = hdr_of(DEV_CODEC_NONE, no_aux[i], 1, 8, 0);
         h.dtype = (uint8_t)dtype_of(no_aux[i]);
         if (no_aux[i] == DEV_DIR_ABORT)
@@ -562,7 +564,7 @@ static void test_aux_and_abort(void)
 
 /* Epochs: a frame of another epoch is refused before its tag is looked at,
  * even under the right key with a valid tag; the epoch field is
- * authenticated; the nonce holds the epoch; version 1 is refused. */
+ * authenticated; the nonce holds the epoch; versions 1 and 2 are refused. */
 static void test_epochs(void)
 {
     sl_err err;
@@ -640,14 +642,20 @@ static void test_epochs(void)
     bad[4] = 1;
     memcpy(bad + 80, buf + DEV_FRAME_HDR_LEN, 16);
     REFUSED(&prx, bad, 96, DEV_FR_BAD_VERSION);
-    bad[4] = 2; /* the same bytes read as version 2 are no frame either */
+    bad[4] = 3; /* the same bytes read as version 3 are no frame either */
     CHECK(dev_frame_decode(&prx, bad, 96, &g, xout, 4096, &err) == -1 && prx.last != DEV_FR_OK);
     buf[4] = 1;
     REFUSED(&prx, buf, len, DEV_FR_BAD_VERSION);
     sl_err e2;
     int reason;
     CHECK(dev_frame_parse_header(buf, len, 0, &g, &reason, &e2) == -1 &&
-          reason == DEV_FR_BAD_VERSION && strstr(e2.msg, "version 1, this build speaks 2"));
+          reason == DEV_FR_BAD_VERSION && strstr(e2.msg, "version 1, this build speaks 3"));
+    /* version 2: the same layout, whose masks carried a sequence index that
+     * version 3 no longer sends: refused by its version too */
+    buf[4] = 2;
+    REFUSED(&prx, buf, len, DEV_FR_BAD_VERSION);
+    CHECK(dev_frame_parse_header(buf, len, 0, &g, &reason, &e2) == -1 &&
+          reason == DEV_FR_BAD_VERSION && strstr(e2.msg, "version 2, this build speaks 3"));
     links_down(&ptx, &prx);
 }
 
@@ -827,7 +835,8 @@ static void test_malformed(void)
         {0, 4, 0x52464c54u, DEV_FR_BAD_MAGIC},
         {4, 1, 0, DEV_FR_BAD_VERSION},
         {4, 1, 1, DEV_FR_BAD_VERSION},
-        {4, 1, 3, DEV_FR_BAD_VERSION},
+        {4, 1, 2, DEV_FR_BAD_VERSION},
+        {4, 1, 4, DEV_FR_BAD_VERSION},
         {4, 1, 255, DEV_FR_BAD_VERSION},
         {5, 1, 0x02, DEV_FR_BAD_HEADER},          /* unknown flag */
         {6, 1, 0, DEV_FR_BAD_HEADER},             /* direction */
@@ -986,7 +995,7 @@ static void test_fault_injection(void)
             uint32_t k = codec == DEV_CODEC_TOPK ? 1 + (r1 >> 16) % (d0 * d1) : 0;
             int dir = (int)(r1 >> 24) % 12; /* 5 in 12 other kinds, the rest f32 gradients */
             size_t len = dir >= DEV_DIR_MASK && dir <= DEV_DIR_ABORT && dir != DEV_DIR_TIED
-                             ? send_any(&tx, dir, d0, d1, dir == DEV_DIR_MASK ? it : 0, buf)
+                             ? send_any(&tx, dir, d0, d1, dir == DEV_DIR_LABELS ? it : 0, buf)
                              : send(&tx, codec, DEV_DIR_GRADIENT, d0, d1, k, buf);
             memcpy(bad, buf, len);
             size_t blen = len;

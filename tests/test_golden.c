@@ -68,17 +68,32 @@ static char *normalize(char *s, const char *job)
     return s;
 }
 
-/* The lines of the log that say job's state, as "state reason". */
+/* The lines of the log that say job's state, as "state reason". The
+ * driver logs a state after the job entered it (its effects run after the
+ * lock is released): the log is read once its last state is the job's. */
 static void trace_states(sl_buf *out, const char *job)
 {
-    fflush(stderr);
-    char *text = NULL;
+    char *text = NULL, want[64], now[96];
     size_t n = 0;
     sl_err err = {0};
-    if (sl_read_file(logpath, 64u << 20, &text, &n, &err))
-        return;
-    char want[64];
     snprintf(want, sizeof want, "coordinator: job job=%s state=", job);
+    jview v;
+    view(job, &v);
+    free(v.plan);
+    snprintf(now, sizeof now, "%s%s", want, v.state);
+    for (double t0 = sl_now_s(); sl_now_s() - t0 < WAIT_S; usleep(10 * 1000)) {
+        fflush(stderr);
+        free(text);
+        text = NULL;
+        if (sl_read_file(logpath, 64u << 20, &text, &n, &err))
+            return;
+        char *last = NULL;
+        for (char *p = strstr(text, want); p; p = strstr(p + 1, want))
+            last = p;
+        if (last && !strncmp(last, now, strlen(now)) &&
+            (last[strlen(now)] == ' ' || last[strlen(now)] == '\n' || !last[strlen(now)]))
+            break;
+    }
     for (char *line = text; line && *line;) {
         char *nl = strchr(line, '\n');
         if (nl)

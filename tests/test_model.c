@@ -198,7 +198,7 @@ static void run_case(const char *label, int gelu, int L, int K)
     if (rc != 0)
         goto out;
 
-    dev_batch db = dt_view(&b, 0);
+    dev_batch db = dt_view(&b);
     dev_step_info info;
     CHECKF(dev_train_grads(tr, &db, 1, &info, &err) == 0, "%s", err.msg);
     double want = read_double("loss.txt");

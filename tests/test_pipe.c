@@ -62,7 +62,7 @@ static void test_order(void)
                 }
                 dt_batch b;
                 dt_make_batch(&b, m, T, cfg.vocab, 40 + (uint64_t)m);
-                dev_batch db = dt_view(&b, 0);
+                dev_batch db = dt_view(&b);
                 dev_optim opt;
                 dev_optim_default(&opt);
                 dev_step_info info;
@@ -102,7 +102,7 @@ static void test_failure_stops_all(void)
     dt_batch b;
     dt_make_batch(&b, 8, T, cfg.vocab, 5);
     b.tok[2 * T + 1] = cfg.vocab + 3; /* sequence 2: micro-batch 1 */
-    dev_batch db = dt_view(&b, 0);
+    dev_batch db = dt_view(&b);
     dev_optim opt;
     dev_optim_default(&opt);
     dev_step_info info;
@@ -133,7 +133,7 @@ static void test_segments(void)
         return;
     dt_batch b;
     dt_make_batch(&b, M, T, cfg.vocab, 9);
-    dev_batch db = dt_view(&b, 0);
+    dev_batch db = dt_view(&b);
     dev_optim opt;
     dev_optim_default(&opt);
     dev_step_info info;

@@ -10,6 +10,10 @@
  * - Deadlines: a handler that does not answer in its method's time gets its
  *   call answered DEADLINE_EXCEEDED.
  * - Streams: at most max_streams at once; an idle stream is cancelled.
+ * - Who may hold a stream: callers an admit function refuses are turned
+ *   away at the door and take no one's place; a cap per caller; a client's
+ *   own idle limit bounds its receive and its finish against a server that
+ *   never answers; an opening stream can be interrupted.
  * - Shutdown with a handler blocked for good (in a child process, since the
  *   server is then left behind): rpc_server_destroy returns within its grace
  *   period instead of waiting. */
@@ -86,8 +90,8 @@ static int gate_inside(void)
     return n;
 }
 
-static int blocked(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, rpc_buf *resp,
-                   rpc_status *st)
+/* Waits at the gate (at most g.limit_s). */
+static void gate_wait(void)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -100,6 +104,12 @@ static int blocked(void *ud, const rpc_peer *peer, const uint8_t *req, size_t le
             break;
     g.inside--;
     pthread_mutex_unlock(&g.mu);
+}
+
+static int blocked(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, rpc_buf *resp,
+                   rpc_status *st)
+{
+    gate_wait();
     return echo(ud, peer, req, len, resp, st);
 }
 
@@ -130,6 +140,27 @@ static int stream_echo(void *ud, const rpc_peer *peer, rpc_stream *s, rpc_status
     }
 }
 
+/* A stream handler that neither reads nor ends until the gate opens. */
+static int stream_hang(void *ud, const rpc_peer *peer, rpc_stream *s, rpc_status *st)
+{
+    (void)ud;
+    (void)peer;
+    (void)s;
+    (void)st;
+    gate_wait();
+    return RPC_OK;
+}
+
+/* Admits every caller but the admin certificate. */
+static int admit_not_admin(void *ud, const rpc_peer *peer, rpc_status *st)
+{
+    (void)ud;
+    if (!strcmp(peer->identity, "skyloom-admin"))
+        return rpc_status_set(st, RPC_PERMISSION_DENIED, "%s may not hold a stream here",
+                              peer->identity);
+    return RPC_OK;
+}
+
 /* ---- clients ------------------------------------------------------------------ */
 
 static rpc_server *start(rpc_server_opts *o, const rpc_unary_opts *slow, int *port)
@@ -146,23 +177,29 @@ static rpc_server *start(rpc_server_opts *o, const rpc_unary_opts *slow, int *po
     CHECK(rpc_server_add_unary(s, "/t.T/Echo", echo, NULL, &err) == 0);
     CHECK(rpc_server_add_unary_opts(s, "/t.T/Slow", slow, blocked, NULL, &err) == 0);
     CHECK(rpc_server_add_stream(s, "/t.T/Stream", stream_echo, NULL, &err) == 0);
+    rpc_stream_opts so = {.admit = admit_not_admin, .max_per_peer = 2};
+    CHECK(rpc_server_add_stream_opts(s, "/t.T/Guarded", &so, stream_echo, NULL, &err) == 0);
+    CHECK(rpc_server_add_stream(s, "/t.T/Hang", stream_hang, NULL, &err) == 0);
     *port = rpc_server_start(s, &err);
     CHECKF(*port > 0, "%s", err.msg);
     return s;
 }
 
-static rpc_channel *dial(int port)
+static rpc_channel *dial_as(int port, const char *who)
 {
-    char target[64];
+    char target[64], crt[64], key[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    snprintf(crt, sizeof crt, "%s.crt", who);
+    snprintf(key, sizeof key, "%s.key", who);
     rpc_channel_opts o = {.target = target,
-                          .tls = {tu_path(pki, "ca.crt"), tu_path(pki, "admin.crt"),
-                                  tu_path(pki, "admin.key")}};
+                          .tls = {tu_path(pki, "ca.crt"), tu_path(pki, crt), tu_path(pki, key)}};
     sl_err err = {0};
     rpc_channel *c = rpc_channel_create(&o, &err);
     CHECKF(c != NULL, "%s", err.msg);
     return c;
 }
+
+static rpc_channel *dial(int port) { return dial_as(port, "admin"); }
 
 static int call(rpc_channel *c, const char *method, int64_t timeout_ms, rpc_status *st)
 {
@@ -436,6 +473,107 @@ static void test_stream_limits(void)
     CHECK(rpc_server_destroy(s) == 0);
 }
 
+/* Callers the admit function refuses never count against max_streams; one
+ * caller holds at most max_per_peer streams of a method. */
+static void test_stream_admission(void)
+{
+    int port;
+    rpc_server_opts o = {.max_streams = 3};
+    rpc_unary_opts slow = {0};
+    rpc_server *s = start(&o, &slow, &port);
+    rpc_channel *admin = dial(port), *coord = dial_as(port, "coordinator");
+    sl_err err = {0};
+    rpc_status fs = {0};
+    /* the refused caller opens more streams than the server has room for */
+    for (int i = 0; i < 10; i++) {
+        rpc_stream *x = rpc_stream_open(admin, "/t.T/Guarded", T_MS, &err);
+        CHECK(x != NULL && rpc_stream_finish(x, &fs) == RPC_PERMISSION_DENIED);
+        CHECKF(strstr(fs.details, "may not hold a stream") != NULL, "%s", fs.details);
+    }
+    /* an admitted caller gets its two; a third is over its cap */
+    rpc_stream *st[2];
+    for (int i = 0; i < 2; i++) {
+        st[i] = rpc_stream_open(coord, "/t.T/Guarded", T_MS, &err);
+        rpc_buf m;
+        CHECK(st[i] && rpc_stream_send(st[i], "x", 1, &err) == 0 &&
+              rpc_stream_recv(st[i], &m, &err) == 1);
+        if (st[i])
+            rpc_buf_free(&m);
+    }
+    rpc_stream *x = rpc_stream_open(coord, "/t.T/Guarded", T_MS, &err);
+    CHECK(x != NULL && rpc_stream_finish(x, &fs) == RPC_RESOURCE_EXHAUSTED);
+    CHECKF(strstr(fs.details, "holds 2 streams") != NULL, "%s", fs.details);
+    /* the cap is per method: another method still has room */
+    x = rpc_stream_open(coord, "/t.T/Stream", T_MS, &err);
+    rpc_buf m;
+    CHECK(x && rpc_stream_send(x, "y", 1, &err) == 0 && rpc_stream_recv(x, &m, &err) == 1);
+    if (x) {
+        rpc_buf_free(&m);
+        CHECK(rpc_stream_finish(x, &fs) == RPC_OK);
+    }
+    rpc_stream_counts n;
+    rpc_server_stream_counts(s, &n);
+    CHECKF(n.admit == 10 && n.per_peer == 1 && n.full == 0, "admit %ld per_peer %ld full %ld",
+           n.admit, n.per_peer, n.full);
+    for (int i = 0; i < 2; i++)
+        CHECK(st[i] && rpc_stream_finish(st[i], &fs) == RPC_OK);
+    rpc_channel_destroy(admin);
+    rpc_channel_destroy(coord);
+    CHECK(rpc_server_destroy(s) == 0);
+}
+
+/* A client's own idle limit: a receive from a server that sends nothing and
+ * a finish against one that never ends the call come back; a stream being
+ * opened can be interrupted from another thread. */
+static void test_client_bounds(void)
+{
+    int port;
+    rpc_server_opts o = {0};
+    rpc_unary_opts slow = {0};
+    rpc_server *s = start(&o, &slow, &port);
+    rpc_channel *c = dial(port);
+    sl_err err = {0};
+    rpc_status fs = {0};
+    g.limit_s = 60;
+    gate_set(0);
+    rpc_stream *x = rpc_stream_open(c, "/t.T/Hang", T_MS, &err);
+    CHECK(x != NULL);
+    if (x) {
+        CHECK(rpc_stream_set_idle(x, 300) == 0);
+        rpc_buf m;
+        CHECK(rpc_stream_recv(x, &m, &err) == -1);
+        CHECK(rpc_stream_finish(x, &fs) == RPC_DEADLINE_EXCEEDED);
+        CHECKF(strstr(fs.details, "no stream message for 300 ms") != NULL, "%s", fs.details);
+    }
+    /* finish alone: the server neither reads the half-close nor ends */
+    x = rpc_stream_open(c, "/t.T/Hang", T_MS, &err);
+    CHECK(x != NULL && rpc_stream_send(x, "z", 1, &err) == 0);
+    if (x) {
+        rpc_stream_set_idle(x, 300);
+        CHECK(rpc_stream_finish(x, &fs) == RPC_DEADLINE_EXCEEDED);
+    }
+    gate_set(1);
+    /* interrupted before it started */
+    x = rpc_stream_new(c, "/t.T/Stream", T_MS, &err);
+    CHECK(x != NULL);
+    if (x) {
+        rpc_stream_interrupt(x);
+        CHECK(rpc_stream_start(x, &err) == -1);
+        rpc_stream_cancel(x);
+    }
+    /* and started normally in two halves */
+    x = rpc_stream_new(c, "/t.T/Stream", T_MS, &err);
+    rpc_buf m;
+    CHECK(x && rpc_stream_start(x, &err) == 0 && rpc_stream_send(x, "w", 1, &err) == 0 &&
+          rpc_stream_recv(x, &m, &err) == 1);
+    if (x) {
+        rpc_buf_free(&m);
+        CHECK(rpc_stream_finish(x, &fs) == RPC_OK);
+    }
+    rpc_channel_destroy(c);
+    CHECK(rpc_server_destroy(s) == 0);
+}
+
 /* ---- shutdown with a handler blocked for good (child process) ---------------------- */
 
 static void stopper(void)
@@ -520,6 +658,8 @@ int main(void)
     RUN(test_methods_do_not_wait_for_each_other);
     RUN(test_deadline);
     RUN(test_stream_limits);
+    RUN(test_stream_admission);
+    RUN(test_client_bounds);
     RUN(test_shutdown_with_blocked_handler);
     rpc_global_shutdown();
     if (flood_child > 0) {

@@ -50,7 +50,7 @@ static void train(run *r, const int *bounds, int n, int micro, const dev_optim *
         dt_make_batch(&b, B, T, cfg.vocab, 100 + 10 * (uint64_t)s);
         if (train_cfg->task == DEV_TASK_CLASSIFY)
             dt_classify(&b, train_cfg->num_labels, 100 + 10 * (uint64_t)s);
-        dev_batch db = dt_view(&b, (uint64_t)s * B);
+        dev_batch db = dt_view(&b);
         dev_step_info info;
         /* the last step leaves its gradients for comparison, before the update */
         int rc = s + 1 < steps ? dev_train_step(r->tr, &db, o, &info, &err)
@@ -258,7 +258,7 @@ static void test_bf16_state(void)
     l.kind = DEV_OPT_LAMB;
     dt_batch b;
     dt_make_batch(&b, B, T, cfg.vocab, 100);
-    dev_batch db = dt_view(&b, 0);
+    dev_batch db = dt_view(&b);
     dev_step_info info;
     sl_err err = {0};
     if (ref.tr)

@@ -57,8 +57,8 @@ static int hf_parts(const dev_tensor *t, hf_part out[3])
 enum { W_PARAMS = 0, W_MOMENTS = 1 };
 
 /* The units of stages st[0..n) as "a..b" ranges joined by commas, merged
- * where they touch: one stage of the whole model and any split of it held
- * together both give "0..L+1". */
+ * where they touch or overlap: one stage of the whole model and any split
+ * of it held together both give "0..L+1", and so do several replicas. */
 static void units_str(dev_stage *const *st, int n, char *out, size_t cap)
 {
     int lo[512], hi[512], k = 0;
@@ -73,8 +73,10 @@ static void units_str(dev_stage *const *st, int n, char *out, size_t cap)
     out[0] = 0;
     for (int i = 0; i < k && o < cap; i++) {
         int a = lo[i], b = hi[i];
-        while (i + 1 < k && lo[i + 1] == b + 1)
-            b = hi[++i];
+        while (i + 1 < k && lo[i + 1] <= b + 1) { /* touching, or overlapping (replicas) */
+            i++;
+            b = hi[i] > b ? hi[i] : b;
+        }
         o += (size_t)snprintf(out + o, cap - o, "%s%d..%d", o ? "," : "", a, b);
     }
 }
@@ -489,6 +491,85 @@ int dev_ckpt_write_unit_parts(dev_stage *const *st, int n, int kind, const char 
     return rc ? -1 : 0;
 }
 
+int dev_ckpt_write_extra(const char *dir, const char *name, const dev_ckpt_extra *x, int n,
+                         int step, dev_ckpt_file *file, sl_err *err)
+{
+    size_t nlen = strlen(name);
+    if (strncmp(name, "fed.", 4) || nlen < 15 || nlen >= sizeof file->name ||
+        strcmp(name + nlen - 12, ".safetensors") || strchr(name, '/'))
+        return sl_err_set(err, SL_EINVAL, "'%s' is not a fed part's name (fed[.TAG].safetensors)",
+                          name);
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        int nt;
+        dev_stage_tensors(x[i].st, &nt);
+        total += 3 * nt;
+    }
+    dev_st_out *out = sl_xcalloc((size_t)total + 1, sizeof *out);
+    int k = 0, rc = 0;
+    dev_stage *st[512] = {0};
+    int nst = 0;
+    /* one state (prefix and suffix) after another, each in the order its
+     * stages come: the file is the same whatever the cuts */
+    int *order = sl_xcalloc((size_t)n + 1, sizeof *order), no = 0;
+    for (int i = 0; i < n; i++) {
+        int lead = 1;
+        for (int j = 0; j < i && lead; j++)
+            lead = strcmp(x[j].prefix, x[i].prefix) || strcmp(x[j].suffix, x[i].suffix);
+        for (int j = i; lead && j < n; j++)
+            if (!strcmp(x[j].prefix, x[i].prefix) && !strcmp(x[j].suffix, x[i].suffix))
+                order[no++] = j;
+    }
+    for (int oi = 0; oi < n && !rc; oi++) {
+        int i = order[oi];
+        /* the head's copy is left out where the same state of unit 0 is written */
+        int has_embed = 0;
+        for (int j = 0; j < n; j++) {
+            int u0, u1;
+            dev_stage_units(x[j].st, &u0, &u1);
+            has_embed |= u0 == 0 && !strcmp(x[j].prefix, x[i].prefix) &&
+                         !strcmp(x[j].suffix, x[i].suffix);
+        }
+        int seen = 0;
+        for (int j = 0; j < nst; j++)
+            seen |= st[j] == x[i].st;
+        if (!seen && nst < 512)
+            st[nst++] = x[i].st;
+        int nt;
+        const dev_tensor *t = dev_stage_tensors(x[i].st, &nt);
+        for (int j = 0; j < nt && !rc; j++) {
+            if ((t[j].flags & DEV_T_TIED) && has_embed)
+                continue;
+            hf_part parts[3];
+            int np = hf_parts(&t[j], parts);
+            for (int q = 0; q < np; q++, k++) {
+                int w = snprintf(out[k].name, sizeof out[k].name, "%s%s%s", x[i].prefix,
+                                 parts[q].name, x[i].suffix);
+                if (w < 0 || (size_t)w >= sizeof out[k].name) {
+                    rc = sl_err_set(err, SL_EINVAL, "name '%s%s%s' too long", x[i].prefix,
+                                    parts[q].name, x[i].suffix);
+                    break;
+                }
+                out[k].ndim = parts[q].ndim;
+                out[k].shape[0] = parts[q].shape[0];
+                out[k].shape[1] = parts[q].shape[1];
+                out[k].data = x[i].data + t[j].offset + parts[q].offset;
+            }
+        }
+    }
+    char steps[24], units[256];
+    snprintf(steps, sizeof steps, "%d", step);
+    units_str(st, nst, units, sizeof units);
+    const char *meta[] = {"skyloom.step", steps, "skyloom.units", units, NULL};
+    char *path = join(dir, name);
+    if (!rc)
+        rc = dev_st_write(path, out, k, meta, err) || dev_ckpt_file_of(dir, name, file, err);
+    free(path);
+    free(out);
+    free(order);
+    return rc ? -1 : 0;
+}
+
 int dev_ckpt_write_manifest(const char *dir, int step, int kind, int bf16, const dev_ckpt_file *f,
                             int n, sl_err *err)
 {
@@ -718,8 +799,8 @@ static int legacy_read(legacy *lg, const char *name, int which, float *dst, size
 typedef struct ck_dir {
     char *dir;
     int step, kind, bf16;
-    dev_st **model, **optim;
-    int nmodel, noptim;
+    dev_st **model, **optim, **fed;
+    int nmodel, noptim, nfed;
     legacy *lg; /* the earlier format's moments */
 } ck_dir;
 
@@ -729,8 +810,11 @@ static void ck_close(ck_dir *d)
         dev_st_close(d->model[i]);
     for (int i = 0; i < d->noptim; i++)
         dev_st_close(d->optim[i]);
+    for (int i = 0; i < d->nfed; i++)
+        dev_st_close(d->fed[i]);
     free(d->model);
     free(d->optim);
+    free(d->fed);
     legacy_close(d->lg);
     free(d->dir);
     memset(d, 0, sizeof *d);
@@ -748,8 +832,9 @@ static int part_step(dev_st *st, const char *path, int want, sl_err *err)
 static int add_part(ck_dir *d, const char *name, int step, const dev_config *c, sl_err *err)
 {
     int is_model = !strncmp(name, "model.", 6), is_optim = !strncmp(name, "optim.", 6);
+    int is_fed = !strncmp(name, "fed.", 4);
     size_t n = strlen(name);
-    if ((!is_model && !is_optim) || n < 12 || strcmp(name + n - 12, ".safetensors"))
+    if ((!is_model && !is_optim && !is_fed) || n < 12 || strcmp(name + n - 12, ".safetensors"))
         return 0; /* config.json, data.json, ... */
     char *path = join(d->dir, name);
     dev_st *st = dev_st_open(path, err);
@@ -774,8 +859,8 @@ static int add_part(ck_dir *d, const char *name, int step, const dev_config *c, 
         dev_st_close(st);
         return -1;
     }
-    dev_st ***list = is_model ? &d->model : &d->optim;
-    int *cnt = is_model ? &d->nmodel : &d->noptim;
+    dev_st ***list = is_model ? &d->model : is_optim ? &d->optim : &d->fed;
+    int *cnt = is_model ? &d->nmodel : is_optim ? &d->noptim : &d->nfed;
     *list = sl_xrealloc(*list, (size_t)(*cnt + 1) * sizeof **list);
     (*list)[(*cnt)++] = st;
     return 0;
@@ -944,12 +1029,12 @@ static const dev_st_tensor *ck_find(dev_st **parts, int n, const char *name, con
     return NULL;
 }
 
-static int read_part(dev_st **parts, int n, const char *dir, const hf_part *hp, int tied,
-                     const char *suffix, float *dst, sl_err *err)
+static int read_part(dev_st **parts, int n, const char *dir, const char *prefix, const hf_part *hp,
+                     int tied, const char *suffix, float *dst, sl_err *err)
 {
-    char name[160], alt[160];
-    snprintf(name, sizeof name, "%s%s", hp->name, suffix);
-    snprintf(alt, sizeof alt, "bert.embeddings.word_embeddings.weight%s", suffix);
+    char name[200], alt[200];
+    snprintf(name, sizeof name, "%s%s%s", prefix, hp->name, suffix);
+    snprintf(alt, sizeof alt, "%sbert.embeddings.word_embeddings.weight%s", prefix, suffix);
     dev_st *st = NULL;
     const dev_st_tensor *f = ck_find(parts, n, name, tied ? alt : NULL, &st);
     if (!f)
@@ -967,8 +1052,11 @@ static int read_part(dev_st **parts, int n, const char *dir, const hf_part *hp, 
     return dev_st_read_f32(st, f, 0, hp->numel, dst, err);
 }
 
-static int load(dev_stage *s, int kind, const char *dir, int present_only, sl_err *err)
+static int load(dev_stage *s, int kind, const char *dir, int present_only, const char *prefix,
+                const dev_ckpt_extra *x, int nx, sl_err *err)
 {
+    if (!prefix)
+        prefix = "";
     const dev_config *c = dev_stage_config(s);
     ck_dir d;
     if (ck_open(&d, dir, c, present_only, err))
@@ -994,21 +1082,37 @@ static int load(dev_stage *s, int kind, const char *dir, int present_only, sl_er
     float *tmv = rc ? NULL : sl_try_aligned_alloc(2 * np * sizeof(float));
     if (!rc && (!tp || !tmv))
         rc = sl_err_set(err, SL_ENOMEM, "cannot allocate %zu floats to load %s", 3 * np, dir);
+    /* the extras into copies too */
+    float **tx = sl_xcalloc((size_t)nx + 1, sizeof *tx);
+    for (int i = 0; i < nx && !rc; i++)
+        if (!(tx[i] = sl_try_aligned_alloc(np * sizeof(float))))
+            rc = sl_err_set(err, SL_ENOMEM, "cannot allocate %zu floats to load %s", np, dir);
+        else
+            memcpy(tx[i], x[i].data, np * sizeof(float));
     if (!rc) { /* (the padding between tensors keeps what it holds) */
         memcpy(tp, p, np * sizeof(float));
         memcpy(tmv, mv, 2 * np * sizeof(float));
     }
+    if (!rc && prefix[0] && d.lg)
+        rc = sl_err_set(err, SL_EINVAL, "%s: a checkpoint of the earlier format holds no "
+                        "replica's state", dir);
+    /* a replica's parameters and moments are in the fed parts under its prefix */
+    dev_st **mparts = prefix[0] ? d.fed : d.model, **oparts = prefix[0] ? d.fed : d.optim;
+    int nm = prefix[0] ? d.nfed : d.nmodel, no = prefix[0] ? d.nfed : d.noptim;
     for (int k = 0; k < nt && !rc; k++) {
         int tied = (t[k].flags & DEV_T_TIED) != 0;
         hf_part parts[3];
         int nparts = hf_parts(&t[k], parts);
         for (int q = 0; q < nparts && !rc; q++) {
             size_t at = t[k].offset + parts[q].offset;
-            rc = read_part(d.model, d.nmodel, dir, &parts[q], tied, "", tp + at, err);
+            rc = read_part(mparts, nm, dir, prefix, &parts[q], tied, "", tp + at, err);
             if (!rc && !d.lg)
-                rc = read_part(d.optim, d.noptim, dir, &parts[q], tied, ".exp_avg", tmv + at, err) ||
-                     read_part(d.optim, d.noptim, dir, &parts[q], tied, ".exp_avg_sq",
+                rc = read_part(oparts, no, dir, prefix, &parts[q], tied, ".exp_avg", tmv + at, err) ||
+                     read_part(oparts, no, dir, prefix, &parts[q], tied, ".exp_avg_sq",
                                tmv + np + at, err);
+            for (int i = 0; i < nx && !rc; i++)
+                rc = read_part(d.fed, d.nfed, dir, x[i].prefix, &parts[q], tied, x[i].suffix,
+                               tx[i] + at, err);
         }
         for (int which = 0; which < 2 && !rc && d.lg; which++) {
             int found;
@@ -1024,10 +1128,15 @@ static int load(dev_stage *s, int kind, const char *dir, int present_only, sl_er
     if (!rc) {
         memcpy(p, tp, np * sizeof(float));
         memcpy(mv, tmv, 2 * np * sizeof(float));
+        for (int i = 0; i < nx; i++)
+            memcpy(x[i].data, tx[i], np * sizeof(float));
         rc = dev_stage_push(s, err);
     }
     if (!rc)
         dev_stage_set_step(s, d.step);
+    for (int i = 0; i < nx; i++)
+        sl_aligned_free(tx[i]);
+    free(tx);
     sl_aligned_free(tp);
     sl_aligned_free(tmv);
     dev_stage_drop_views(s);
@@ -1091,10 +1200,19 @@ int dev_ckpt_task(const char *dir, sl_err *err)
 
 int dev_ckpt_load(dev_stage *s, int kind, const char *dir, sl_err *err)
 {
-    return load(s, kind, dir, 0, err);
+    return load(s, kind, dir, 0, NULL, NULL, 0, err);
 }
 
 int dev_ckpt_load_fetched(dev_stage *s, int kind, const char *dir, sl_err *err)
 {
-    return load(s, kind, dir, 1, err);
+    return load(s, kind, dir, 1, NULL, NULL, 0, err);
+}
+
+int dev_ckpt_load_replica(dev_stage *s, int kind, const char *dir, const char *prefix,
+                          const dev_ckpt_extra *x, int nx, int present_only, sl_err *err)
+{
+    for (int i = 0; i < nx; i++)
+        if (x[i].st != s)
+            return sl_err_set(err, SL_EINVAL, "extra state %d is another stage's", i);
+    return load(s, kind, dir, present_only, prefix, x, nx, err);
 }

@@ -93,6 +93,33 @@ int dev_ckpt_load(dev_stage *s, int optim_kind, const char *dir, sl_err *err);
  * checked, and every tensor the stage needs must be in one. */
 int dev_ckpt_load_fetched(dev_stage *s, int optim_kind, const char *dir, sl_err *err);
 
+/* ---- a federation's state (docs/federation.md) ----
+ * What replicas keep besides one model lives in fed parts,
+ * fed[.TAG].safetensors, listed by the manifest like the others: arrays
+ * laid out as a stage's parameters, each tensor under its Hugging Face name
+ * with a prefix and a suffix naming the state ("replica.1." + name +
+ * ".exp_avg", "outer." + name + ".momentum", ...). */
+typedef struct dev_ckpt_extra {
+    dev_stage *st;
+    const char *prefix, *suffix; /* name = prefix + HF name + suffix */
+    float *data;                 /* laid out as st's parameters (host memory) */
+} dev_ckpt_extra;
+
+/* Writes DIR/name (fed[.TAG].safetensors) holding x[0..n) at `step`;
+ * *file describes it for the manifest. The head's copy of the word
+ * embeddings is left out where the same state (prefix and suffix) of unit
+ * 0 is written. Parameters and moments must have been pulled. */
+int dev_ckpt_write_extra(const char *dir, const char *name, const dev_ckpt_extra *x, int n,
+                         int step, dev_ckpt_file *file, sl_err *err);
+/* dev_ckpt_load (present_only: dev_ckpt_load_fetched) with the parameters
+ * and moments of a replica: prefix NULL or "" reads them from the model and
+ * optim parts, as dev_ckpt_load does; another prefix reads PREFIX + name
+ * (+ ".exp_avg", ".exp_avg_sq") from the fed parts. Then x[0..nx) (of this
+ * stage) from the fed parts. All or nothing: on failure the stage and the
+ * extras are unchanged. */
+int dev_ckpt_load_replica(dev_stage *s, int kind, const char *dir, const char *prefix,
+                          const dev_ckpt_extra *x, int nx, int present_only, sl_err *err);
+
 /* The step a checkpoint directory holds (its manifest's, or the earlier
  * format's model metadata); -1 with err set if it is not a checkpoint. */
 int dev_ckpt_step(const char *dir, sl_err *err);

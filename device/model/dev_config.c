@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sl_buf.h"
 #include "sl_file.h"
 #include "kn_ops.h"
 
@@ -49,30 +50,6 @@ int dev_config_validate(const dev_config *c, sl_err *err)
     return 0;
 }
 
-/* config.json's classification keys, as BertForSequenceClassification's
- * save_pretrained writes them. */
-static int add_classes(const dev_config *c, json_t *o)
-{
-    json_t *ids = json_object(), *names = json_object();
-    int rc = 0;
-    for (int i = 0; i < c->num_labels; i++) {
-        char key[16], dflt[32];
-        snprintf(key, sizeof key, "%d", i);
-        snprintf(dflt, sizeof dflt, "LABEL_%d", i);
-        const char *name = c->label_names ? c->label_names[i] : dflt;
-        rc |= json_object_set_new(ids, key, json_string(name));
-        rc |= json_object_set_new(names, name, json_integer(i));
-    }
-    rc |= json_object_set_new(o, "architectures",
-                              json_pack("[s]", "BertForSequenceClassification"));
-    rc |= json_object_set_new(o, "num_labels", json_integer(c->num_labels));
-    rc |= json_object_set_new(o, "id2label", ids);
-    rc |= json_object_set_new(o, "label2id", names);
-    rc |= json_object_set_new(o, "problem_type", json_string("single_label_classification"));
-    rc |= json_object_set_new(o, "classifier_dropout", json_real((double)c->cls_dropout));
-    return rc ? -1 : 0;
-}
-
 static void from_bert(dev_config *c, const bal_bert *b)
 {
     *c = (dev_config){.hidden = b->hidden, .layers = b->layers, .heads = b->heads,
@@ -106,30 +83,91 @@ int dev_config_load(dev_config *c, const char *path, sl_err *err)
     return dev_config_validate(c, err);
 }
 
+/* The shortest decimal that reads back as the same float: 1e-12, not the
+ * 9.99999996e-13 that printing the float's double with 9 digits gives, and
+ * always with a '.' or an exponent so that a JSON reader sees a real. */
+static void float_text(float f, char *out, size_t cap)
+{
+    for (int p = 1; p <= 9; p++) {
+        snprintf(out, cap, "%.*g", p, (double)f);
+        if (strtof(out, NULL) == f)
+            break;
+    }
+    if (!strpbrk(out, ".eEn")) /* n: nan, inf have no JSON form anyway */
+        snprintf(out + strlen(out), cap - strlen(out), ".0");
+}
+
+/* A JSON string for s into b (jansson's escaping); -1 if it cannot encode. */
+static int json_text(sl_buf *b, const char *s)
+{
+    json_t *j = json_string(s);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    json_decref(j);
+    if (!t)
+        return -1;
+    sl_buf_printf(b, "%s", t);
+    free(t);
+    return 0;
+}
+
+/* config.json's classification keys, as BertForSequenceClassification's
+ * save_pretrained writes them, each line ending ",\n" but the last. */
+static int add_classes(const dev_config *c, sl_buf *b)
+{
+    int rc = 0;
+    sl_buf_printf(b, "  \"num_labels\": %d,\n  \"id2label\": {", c->num_labels);
+    for (int i = 0; i < c->num_labels; i++) {
+        char dflt[32];
+        snprintf(dflt, sizeof dflt, "LABEL_%d", i);
+        sl_buf_printf(b, "%s\n    \"%d\": ", i ? "," : "", i);
+        rc |= json_text(b, c->label_names ? c->label_names[i] : dflt);
+    }
+    sl_buf_printf(b, "\n  },\n  \"label2id\": {");
+    for (int i = 0; i < c->num_labels; i++) {
+        char dflt[32];
+        snprintf(dflt, sizeof dflt, "LABEL_%d", i);
+        sl_buf_printf(b, "%s\n    ", i ? "," : "");
+        rc |= json_text(b, c->label_names ? c->label_names[i] : dflt);
+        sl_buf_printf(b, ": %d", i);
+    }
+    char cd[32];
+    float_text(c->cls_dropout, cd, sizeof cd);
+    sl_buf_printf(b, "\n  },\n  \"problem_type\": \"single_label_classification\",\n"
+                     "  \"classifier_dropout\": %s", cd);
+    return rc;
+}
+
 int dev_config_save(const dev_config *c, const char *path, sl_err *err)
 {
-    json_t *o = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:f, s:f, s:f}",
-                          "architectures", "BertForMaskedLM", "model_type", "bert",
-                          "hidden_size", c->hidden, "num_hidden_layers", c->layers,
-                          "num_attention_heads", c->heads, "intermediate_size", c->intermediate,
-                          "vocab_size", c->vocab, "max_position_embeddings", c->max_pos,
-                          "type_vocab_size", c->type_vocab, "layer_norm_eps", (double)c->ln_eps,
-                          "hidden_act", c->gelu == KN_GELU_TANH ? "gelu_new" : "gelu",
-                          "hidden_dropout_prob", (double)c->hidden_dropout,
-                          "attention_probs_dropout_prob", (double)c->attn_dropout,
-                          "initializer_range", (double)c->init_range);
-    if (o && c->task == DEV_TASK_CLASSIFY && add_classes(c, o)) {
-        json_decref(o);
-        o = NULL;
+    char eps[32], hd[32], ad[32], ir[32];
+    float_text(c->ln_eps, eps, sizeof eps);
+    float_text(c->hidden_dropout, hd, sizeof hd);
+    float_text(c->attn_dropout, ad, sizeof ad);
+    float_text(c->init_range, ir, sizeof ir);
+    int cls = c->task == DEV_TASK_CLASSIFY;
+    sl_buf b = {0};
+    sl_buf_printf(&b,
+                  "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"bert\",\n"
+                  "  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+                  "  \"num_attention_heads\": %d,\n  \"intermediate_size\": %d,\n"
+                  "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n"
+                  "  \"type_vocab_size\": %d,\n  \"layer_norm_eps\": %s,\n"
+                  "  \"hidden_act\": \"%s\",\n  \"hidden_dropout_prob\": %s,\n"
+                  "  \"attention_probs_dropout_prob\": %s,\n  \"initializer_range\": %s",
+                  cls ? "BertForSequenceClassification" : "BertForMaskedLM", c->hidden, c->layers,
+                  c->heads, c->intermediate, c->vocab, c->max_pos, c->type_vocab, eps,
+                  c->gelu == KN_GELU_TANH ? "gelu_new" : "gelu", hd, ad, ir);
+    int rc = 0;
+    if (cls) {
+        sl_buf_printf(&b, ",\n");
+        rc = add_classes(c, &b);
     }
-    char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(o);
-    if (!s)
-        return sl_err_set(err, SL_ENOMEM, "config: cannot encode JSON");
-    size_t n = strlen(s);
-    s[n] = '\n'; /* json_dumps allocates n+1; replace the NUL, write n+1 bytes */
-    int rc = sl_write_file_atomic(path, s, n + 1, err);
-    free(s);
+    sl_buf_printf(&b, "\n}\n");
+    if (rc)
+        sl_err_set(err, SL_EINVAL, "config: a label name cannot be encoded as JSON");
+    else
+        rc = sl_write_file_atomic(path, b.s, b.n, err);
+    free(b.s);
     return rc;
 }
 

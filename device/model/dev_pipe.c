@@ -13,6 +13,8 @@ struct dev_pipe {
     dev_stage *st;
     dev_pipe_cfg c;
     dev_port *port;
+    dev_fed *fed;         /* a federation's state, or NULL */
+    dev_sync *sync;
     int first, last, has_head, role;
     int Bm, slots;
     size_t nact, nmask;   /* one micro-batch's activation (Bm*T*C) and mask (Bm*T) */
@@ -98,7 +100,7 @@ dev_pipe *dev_pipe_create(dev_stage *st, const dev_pipe_cfg *cfg, dev_port *port
     pp->nops = bal_stage_ops(cfg->schedule, cfg->stages, cfg->index, cfg->micro, cfg->warmup,
                              pp->ops);
     pp->mb = sl_xcalloc((size_t)slots, sizeof *pp->mb);
-    pp->seg_cap = pp->nops + 4; /* the ops, labels, sync, optimizer */
+    pp->seg_cap = pp->nops + 5; /* the ops, labels, sync, optimizer, outer step */
     pp->seg = sl_xcalloc((size_t)pp->seg_cap, sizeof *pp->seg);
     if (!pp->first) {
         pp->in = sl_try_aligned_alloc(pp->nact * sizeof(float));
@@ -149,10 +151,27 @@ void dev_pipe_free(dev_pipe *pp)
     sl_aligned_free(pp->theirs);
     free(pp->vals);
     free(pp->all);
+    dev_fed_free(pp->fed);
     free(pp);
 }
 
 dev_stage *dev_pipe_stage(dev_pipe *pp) { return pp->st; }
+
+int dev_pipe_set_fed(dev_pipe *pp, const dev_fed_cfg *c, dev_sync *sync, sl_err *err)
+{
+    if (sync && sync->replica != pp->c.replica)
+        return sl_err_set(err, SL_EINVAL, "stage %d of replica %d given replica %d's sync",
+                          pp->c.index, pp->c.replica, sync->replica);
+    dev_fed *f = dev_fed_create(pp->st, c, sync, err);
+    if (!f)
+        return -1;
+    dev_fed_free(pp->fed);
+    pp->fed = f;
+    pp->sync = sync;
+    return 0;
+}
+
+dev_fed *dev_pipe_fed(dev_pipe *pp) { return pp->fed; }
 
 void dev_pipe_times_get(const dev_pipe *pp, dev_pipe_times *t) { *t = pp->t; }
 
@@ -177,10 +196,15 @@ void dev_pipe_set_trace(dev_pipe *pp, void (*fn)(void *ud, int stage, int kind, 
 /* Stops the other stages too: they would wait for this one forever. */
 static int fail(dev_pipe *pp, sl_err *err)
 {
-    if (pp->port) {
+    if (pp->port || pp->sync) {
         char why[300];
-        snprintf(why, sizeof why, "stage %d failed: %.240s", pp->c.index, err->msg);
+        if (pp->sync)
+            snprintf(why, sizeof why, "replica %d stage %d failed: %.230s", pp->c.replica,
+                     pp->c.index, err->msg);
+        else
+            snprintf(why, sizeof why, "stage %d failed: %.240s", pp->c.index, err->msg);
         dev_port_abort(pp->port, why);
+        dev_sync_abort(pp->sync, why);
     }
     return -1;
 }
@@ -196,24 +220,25 @@ static int check_batch(const dev_pipe *pp, const dev_batch *b, sl_err *err)
 }
 
 /* What the stage's forward and backward of micro-batch j see. On stage 0 it
- * comes from the batch, elsewhere from the received mask and seq0 and (on
- * the last stage) the labels received at the start of the step. */
-static dev_micro micro_of(const dev_pipe *pp, const dev_batch *b, int j, int slot, uint64_t seq0,
-                          uint64_t step, float scale, int train)
+ * comes from the batch, elsewhere from the received mask and (on the last
+ * stage) the labels received at the start of the step. Dropout is keyed by
+ * what every stage knows without being told: the step, and the place of the
+ * micro-batch's first sequence in it (j * Bm). */
+static dev_micro micro_of(const dev_pipe *pp, const dev_batch *b, int j, int slot, uint64_t step,
+                          float scale, int train)
 {
     size_t off = (size_t)j * pp->nmask;
-    dev_micro mb = {.B = pp->Bm, .T = pp->c.T, .step = step, .seed = pp->c.seed,
-                    .loss_scale = scale, .train = train};
+    dev_micro mb = {.B = pp->Bm, .T = pp->c.T, .seq0 = (uint64_t)j * pp->Bm, .step = step,
+                    .seed = pp->c.seed, .loss_scale = scale, .train = train,
+                    .replica = pp->c.replica};
     if (pp->first) {
         mb.tokens = b->tokens + off;
         mb.segments = b->segments ? b->segments + off : NULL;
         mb.valid = b->valid + off;
         mb.labels = b->labels + off;
-        mb.seq0 = b->seq0 + (uint64_t)j * pp->Bm;
     } else {
         mb.valid = pp->valid + (size_t)slot * pp->nmask;
         mb.labels = pp->labels ? pp->labels + off : NULL;
-        mb.seq0 = seq0;
     }
     return mb;
 }
@@ -269,7 +294,6 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
                    double *loss, int *masked, sl_err *err)
 {
     dev_port *port = pp->port;
-    uint64_t seq0 = 0;
     for (int k = 0; k < pp->nops; k++) {
         const bal_op *op = &pp->ops[k];
         int j = op->mb, slot = j % pp->slots;
@@ -282,10 +306,10 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
         switch (op->kind) {
         case BAL_OP_RECV_ACT:
             rc = port->ops->recv_act(port, j, pp->in, pp->nact, pp->valid + (size_t)slot * pp->nmask,
-                                     pp->nmask, &seq0, err);
+                                     pp->nmask, err);
             break;
         case BAL_OP_FWD: {
-            pp->mb[slot] = micro_of(pp, b, j, slot, seq0, step, scale, train);
+            pp->mb[slot] = micro_of(pp, b, j, slot, step, scale, train);
             double l = 0;
             int n = 0;
             compute_begin(pp, &t0);
@@ -296,8 +320,7 @@ static int run_ops(dev_pipe *pp, const dev_batch *b, uint64_t step, float scale,
             break;
         }
         case BAL_OP_SEND_ACT:
-            rc = port->ops->send_act(port, j, pp->out, pp->nact, pp->mb[slot].valid, pp->nmask,
-                                     pp->mb[slot].seq0, err);
+            rc = port->ops->send_act(port, j, pp->out, pp->nact, pp->mb[slot].valid, pp->nmask, err);
             break;
         case BAL_OP_RECV_GRAD:
             rc = port->ops->recv_grad(port, j, pp->gin, pp->nact, err);
@@ -351,6 +374,9 @@ int dev_pipe_grads(dev_pipe *pp, const dev_batch *b, uint64_t step, dev_step_inf
     reset_times(pp);
     if (check_batch(pp, b, err))
         return fail(pp, err);
+    /* a run's first step, after --init and unless a checkpoint restored it */
+    if (pp->fed && !dev_fed_ready(pp->fed) && dev_fed_begin(pp->fed, err))
+        return fail(pp, err);
     if (pp->port && pp->port->ops->begin(pp->port, step, err))
         return fail(pp, err);
     if (dev_stage_zero_grad(pp->st, err))
@@ -373,6 +399,15 @@ int dev_pipe_grads(dev_pipe *pp, const dev_batch *b, uint64_t step, dev_step_inf
             pp->port->ops->tied_exchange(pp->port, mine, pp->theirs, n, err) ||
             dev_stage_tied_add(pp->st, pp->theirs, err)) {
             sl_err_wrap(err, "stage %d: tied embeddings", pp->c.index);
+            return fail(pp, err);
+        }
+    }
+    if (pp->fed && dev_fed_config(pp->fed)->mode == DEV_SYNC_STEP) {
+        double r0 = sl_now_s();
+        int rc = dev_fed_grads(pp->fed, step, err);
+        pp->t.replica_s += sl_now_s() - r0;
+        if (rc) {
+            sl_err_wrap(err, "stage %d: replica sync", pp->c.index);
             return fail(pp, err);
         }
     }
@@ -430,6 +465,21 @@ int dev_pipe_step(dev_pipe *pp, const dev_batch *b, const dev_optim *o, dev_step
     pp->t.finish_s += t1 - t0;
     pp->t.step_s = t1 - t_step;
     seg_add(pp, DEV_SEG_OPTIM, -1, t0, t1);
+    if (pp->fed && dev_fed_outer_due(pp->fed, step)) {
+        /* not under the compute lock: the other stage of this device may
+         * still have to reach the round */
+        t0 = t1;
+        rc = dev_fed_outer(pp->fed, step, err);
+        if (rc) {
+            sl_err_wrap(err, "stage %d: outer step %llu", pp->c.index, (unsigned long long)step);
+            return fail(pp, err);
+        }
+        t1 = sl_now_s();
+        pp->t.replica_s += t1 - t0;
+        pp->t.finish_s += t1 - t0;
+        pp->t.step_s = t1 - t_step;
+        seg_add(pp, DEV_SEG_SYNC, -1, t0, t1);
+    }
     return 0;
 }
 

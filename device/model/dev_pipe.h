@@ -10,7 +10,9 @@
  * The single-device trainer is this runner with one stage and no port;
  * `skyloom train --stages` runs one per thread over the in-process port; a
  * device in a job runs one per stage it holds over the network port. One
- * loop, three transports.
+ * loop, three transports. A federation's replicas meet through a second
+ * interface, the replica sync (dev_sync.h, dev_pipe_set_fed), with the same
+ * three transports.
  *
  * A step: the batch (B sequences) is split into M micro-batches of B/M; each
  * goes forward through the stages and back; gradients accumulate with the
@@ -22,13 +24,14 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "dev_fed.h"
 #include "dev_port.h"
 #include "dev_stage.h"
+#include "dev_sync.h"
 
 typedef struct dev_batch {
     int B, T;
     const int32_t *tokens, *segments, *valid, *labels; /* (B,T) */
-    uint64_t seq0; /* global index of the batch's first sequence (dropout keys) */
 } dev_batch;
 
 typedef struct dev_step_info {
@@ -44,6 +47,7 @@ typedef struct dev_pipe_cfg {
     int warmup;        /* 1F1B: forwards before the first backward; -1: p - index - 1 */
     int B, T, micro;   /* batch, sequence length, micro-batches (B % micro == 0) */
     uint64_t seed;     /* run seed (dropout keys) */
+    int replica;       /* a federation's replica this stage belongs to (dropout keys) */
     /* Stages of one device that share its cores (a data owner's first and
      * last stage) share this lock: one computes at a time, with all the
      * device's threads, as the balancer models them. NULL: none. */
@@ -61,6 +65,7 @@ typedef struct dev_pipe_times {
     double recv_s, send_s; /* in port calls (waiting for a neighbour included) */
     double finish_s;       /* tied exchange, norm, optimizer */
     double wait_s;         /* waiting for the device's compute lock */
+    double replica_s;      /* the replica sync (dev_sync.h), waiting for the others included */
     double step_s;         /* the whole step */
 } dev_pipe_times;
 
@@ -72,6 +77,16 @@ typedef struct dev_pipe dev_pipe;
 dev_pipe *dev_pipe_create(dev_stage *st, const dev_pipe_cfg *cfg, dev_port *port, sl_err *err);
 void dev_pipe_free(dev_pipe *pp);
 dev_stage *dev_pipe_stage(dev_pipe *pp);
+
+/* Makes the stage part of a federation (dev_fed.h): under --sync step its
+ * gradients are reduced across replicas through `sync` after the tied
+ * exchange and before the global norm; under outer:H every H-th step ends
+ * with an outer step. The runner keeps the stage's federation state
+ * (dev_pipe_fed); the sync is not owned, and is aborted with the port when
+ * the stage fails. */
+int dev_pipe_set_fed(dev_pipe *pp, const dev_fed_cfg *c, dev_sync *sync, sl_err *err);
+/* The stage's federation state, NULL outside a federation. */
+dev_fed *dev_pipe_fed(dev_pipe *pp);
 
 /* The gradients of step `step` (1-based), left in the stage; info gets the
  * batch's loss, masked count and global norm. `b` is the batch on stage 0
@@ -97,7 +112,8 @@ enum dev_seg_kind {
     DEV_SEG_SEND_GRAD,
     DEV_SEG_SEND_LABELS, /* the first stage's labels to the last */
     DEV_SEG_RECV_LABELS,
-    DEV_SEG_SYNC,        /* gradient finish, tied-embedding exchange, the norm's gather */
+    DEV_SEG_SYNC,        /* gradient finish, tied-embedding exchange, the replica sync,
+                          * the norm's gather (and an outer step's replica sync) */
     DEV_SEG_OPTIM,       /* clipping and the update */
     DEV_SEG_NKINDS
 };

@@ -36,9 +36,9 @@ typedef struct dev_port_ops {
     /* A new step begins (1-based optimizer step; eval passes 0). */
     int (*begin)(dev_port *p, uint64_t step, sl_err *err);
     int (*send_act)(dev_port *p, int mb, const float *x, size_t n, const int32_t *valid,
-                    size_t nvalid, uint64_t seq0, sl_err *err);
+                    size_t nvalid, sl_err *err);
     int (*recv_act)(dev_port *p, int mb, float *x, size_t n, int32_t *valid, size_t nvalid,
-                    uint64_t *seq0, sl_err *err);
+                    sl_err *err);
     int (*send_grad)(dev_port *p, int mb, const float *g, size_t n, sl_err *err);
     int (*recv_grad)(dev_port *p, int mb, float *g, size_t n, sl_err *err);
     int (*send_labels)(dev_port *p, const int32_t *labels, size_t n, int masked, sl_err *err);

@@ -12,7 +12,6 @@
 
 typedef struct msg {
     int mb;
-    uint64_t seq0;
     size_t n, nvalid;
     float *x;
     int32_t *valid;
@@ -173,7 +172,7 @@ static int aborted(dev_port_hub *h, int index, sl_err *err)
 }
 
 static int put(dev_port_hub *h, queue *q, int index, int mb, const float *x, size_t n,
-               const int32_t *valid, size_t nvalid, uint64_t seq0, sl_err *err)
+               const int32_t *valid, size_t nvalid, sl_err *err)
 {
     if (n > h->c.act_floats || nvalid > h->c.valid_ints)
         return sl_err_set(err, SL_EINVAL,
@@ -187,7 +186,6 @@ static int put(dev_port_hub *h, queue *q, int index, int mb, const float *x, siz
     if (!rc && !(rc = aborted(h, index, err))) {
         msg *m = &q->slot[(q->head + q->count) % q->cap];
         m->mb = mb;
-        m->seq0 = seq0;
         m->n = n;
         m->nvalid = nvalid;
         memcpy(m->x, x, n * sizeof(float));
@@ -201,7 +199,7 @@ static int put(dev_port_hub *h, queue *q, int index, int mb, const float *x, siz
 }
 
 static int take(dev_port_hub *h, queue *q, int index, const char *what, int mb, float *x, size_t n,
-                int32_t *valid, size_t nvalid, uint64_t *seq0, sl_err *err)
+                int32_t *valid, size_t nvalid, sl_err *err)
 {
     pthread_mutex_lock(&h->mu);
     int rc = 0;
@@ -218,8 +216,6 @@ static int take(dev_port_hub *h, queue *q, int index, const char *what, int mb, 
             memcpy(x, m->x, n * sizeof(float));
             if (nvalid)
                 memcpy(valid, m->valid, nvalid * sizeof(int32_t));
-            if (seq0)
-                *seq0 = m->seq0;
             q->head = (q->head + 1) % q->cap;
             q->count--;
             pthread_cond_broadcast(&h->cv);
@@ -249,22 +245,22 @@ static int no_link(const dev_port *p, int next, sl_err *err)
 }
 
 static int lp_send_act(dev_port *p, int mb, const float *x, size_t n, const int32_t *valid,
-                       size_t nvalid, uint64_t seq0, sl_err *err)
+                       size_t nvalid, sl_err *err)
 {
     lport *l = (lport *)p;
     if (no_link(p, 1, err))
         return -1;
-    return put(l->h, &l->h->fwd[p->index], p->index, mb, x, n, valid, nvalid, seq0, err);
+    return put(l->h, &l->h->fwd[p->index], p->index, mb, x, n, valid, nvalid, err);
 }
 
 static int lp_recv_act(dev_port *p, int mb, float *x, size_t n, int32_t *valid, size_t nvalid,
-                       uint64_t *seq0, sl_err *err)
+                       sl_err *err)
 {
     lport *l = (lport *)p;
     if (no_link(p, 0, err))
         return -1;
     return take(l->h, &l->h->fwd[p->index - 1], p->index, "activation", mb, x, n, valid, nvalid,
-                seq0, err);
+                err);
 }
 
 static int lp_send_grad(dev_port *p, int mb, const float *g, size_t n, sl_err *err)
@@ -272,7 +268,7 @@ static int lp_send_grad(dev_port *p, int mb, const float *g, size_t n, sl_err *e
     lport *l = (lport *)p;
     if (no_link(p, 0, err))
         return -1;
-    return put(l->h, &l->h->bwd[p->index - 1], p->index, mb, g, n, NULL, 0, 0, err);
+    return put(l->h, &l->h->bwd[p->index - 1], p->index, mb, g, n, NULL, 0, err);
 }
 
 static int lp_recv_grad(dev_port *p, int mb, float *g, size_t n, sl_err *err)
@@ -280,7 +276,7 @@ static int lp_recv_grad(dev_port *p, int mb, float *g, size_t n, sl_err *err)
     lport *l = (lport *)p;
     if (no_link(p, 1, err))
         return -1;
-    return take(l->h, &l->h->bwd[p->index], p->index, "gradient", mb, g, n, NULL, 0, NULL, err);
+    return take(l->h, &l->h->bwd[p->index], p->index, "gradient", mb, g, n, NULL, 0, err);
 }
 
 static int lp_send_labels(dev_port *p, const int32_t *labels, size_t n, int masked, sl_err *err)

@@ -26,6 +26,8 @@ struct dev_feed {
     uint64_t *rows, *epochs; /* a step's shard sequences and their epochs */
 };
 
+const dev_shard *dev_feed_shard(const dev_feed *f) { return f->shard; }
+
 void dev_feed_close(dev_feed *f)
 {
     if (!f)
@@ -80,7 +82,7 @@ int dev_feed_batch(dev_feed *f, int step, dev_batch *b, sl_err *err)
                     : dev_mlm_make_rows(f->shard, &f->sp, f->vocab, f->o.mask_prob, f->o.seed,
                                         f->rows, f->epochs, &f->mb, err))
         return -1;
-    *b = dev_batch_of(&f->mb, seq0);
+    *b = dev_batch_of(&f->mb);
     return 0;
 }
 
@@ -114,6 +116,23 @@ static const run_record data_record = {
     "data.json", data_keys, data_opts, 6, "read",
     "the data would differ from the original run's; pass the same options",
     "this run reads the data the original would have"};
+/* A federation's owners: owner r's record is data.json (r = 0) or
+ * data.replica-R.json, its batch set by --owner-batch. */
+static const char *const owner_opts[] = {"--data: another shard for this owner", "--first",
+                                         "--sequences", "--no-shuffle", "--seed", "--owner-batch"};
+
+static run_record owner_record(int r, int owners, char *name, size_t n)
+{
+    run_record rec = data_record;
+    if (owners > 1) {
+        rec.opts = owner_opts;
+        if (r > 0) {
+            snprintf(name, n, "data.replica-%d.json", r);
+            rec.name = name;
+        }
+    }
+    return rec;
+}
 
 /* DIR/<r->name> holding j (taken). */
 static int record_write(const run_record *r, json_t *j, const char *dir, sl_err *err)
@@ -307,8 +326,86 @@ static json_t *schedule_json(const dev_optim *o)
                      "clip", short_real(o->clip));
 }
 
-int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *root, int step,
-                 char *out, size_t outn, sl_err *err)
+/* ---- a federation's record and state (docs/federation.md) -------------- */
+
+static const char *const fed_keys[] = {"replicas", "owner_batch", "sync", "codec_sync",
+                                       "outer_lr", "outer_momentum"};
+static const char *const fed_opts[] = {"--data: the number of owners", "--owner-batch", "--sync",
+                                       "--codec-sync", "--outer-lr", "--outer-momentum"};
+static const run_record fed_record = {
+    "fed.json", fed_keys, fed_opts, 6, "had",
+    "the replicas would meet otherwise than in the original run; pass the same options",
+    "this run is the federation the original was"};
+
+#define FED_PART "fed.safetensors"
+
+static json_t *fed_json(const dev_fed_cfg *c, const dev_feed *const *f, int nf)
+{
+    char sync[32], codec[32];
+    dev_fed_sync_name(c, sync, sizeof sync);
+    dev_fed_codec_name(c, codec, sizeof codec);
+    json_t *b = json_array();
+    for (int r = 0; r < nf; r++)
+        json_array_append_new(b, json_integer(f[r]->o.batch));
+    return json_pack("{s:i, s:o, s:s, s:s, s:f, s:f}", "replicas", nf, "owner_batch", b, "sync",
+                     sync, "codec_sync", codec, "outer_lr", short_real(c->outer_lr),
+                     "outer_momentum", short_real(c->outer_momentum));
+}
+
+int dev_run_fed_extras(dev_stage *st, dev_fed *f, int r, int save, char prefix[32],
+                       dev_ckpt_extra x[DEV_RUN_FED_EXTRAS], const char **pprefix)
+{
+    const dev_fed_cfg *c = dev_fed_config(f);
+    int n = 0, outer = c->mode == DEV_SYNC_OUTER;
+    snprintf(prefix, 32, "replica.%d.", r);
+    *pprefix = outer && r > 0 ? prefix : NULL;
+    if (save && outer && r > 0) {
+        size_t np;
+        float *mv = dev_stage_optim_state(st, &np);
+        x[n++] = (dev_ckpt_extra){st, prefix, "", dev_stage_params(st, NULL)};
+        x[n++] = (dev_ckpt_extra){st, prefix, ".exp_avg", mv};
+        x[n++] = (dev_ckpt_extra){st, prefix, ".exp_avg_sq", mv + np};
+    }
+    /* theta_outer and v are the same in every replica: replica 0's are saved */
+    if (outer && (!save || r == 0)) {
+        x[n++] = (dev_ckpt_extra){st, "outer.", "", dev_fed_outer_params(f)};
+        x[n++] = (dev_ckpt_extra){st, "outer.", ".momentum", dev_fed_momentum(f)};
+    }
+    if (dev_fed_residual(f))
+        x[n++] = (dev_ckpt_extra){st, prefix, ".residual", dev_fed_residual(f)};
+    return n;
+}
+
+/* DIR/fed.safetensors: every replica's state but replica 0's model. */
+static int fed_save(dev_train *tr, const char *dir, int step, sl_err *err)
+{
+    int R = dev_train_replicas(tr), total = 0;
+    for (int r = 0; r < R; r++)
+        total += dev_train_replica_nstages(tr, r);
+    dev_ckpt_extra *x = sl_xcalloc((size_t)total * DEV_RUN_FED_EXTRAS + 1, sizeof *x);
+    char (*prefix)[32] = sl_xcalloc((size_t)total + 1, sizeof *prefix);
+    int n = 0, k = 0, rc = 0;
+    for (int r = 0; r < R && !rc; r++)
+        for (int i = 0; i < dev_train_replica_nstages(tr, r) && !rc; i++, k++) {
+            const char *pp;
+            dev_stage *st = dev_train_replica_stage(tr, r, i);
+            rc = dev_stage_pull(st, err);
+            n += dev_run_fed_extras(st, dev_pipe_fed(dev_train_replica_pipe(tr, r, i)), r, 1,
+                                    prefix[k], x + n, &pp);
+        }
+    dev_ckpt_file file;
+    if (!rc)
+        rc = dev_ckpt_write_extra(dir, FED_PART, x, n, step, &file, err);
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < dev_train_replica_nstages(tr, r); i++)
+            dev_stage_drop_views(dev_train_replica_stage(tr, r, i));
+    free(prefix);
+    free(x);
+    return rc;
+}
+
+int dev_run_save_feeds(dev_train *tr, const dev_optim *o, const dev_feed *const *f, int nf,
+                       const char *root, int step, char *out, size_t outn, sl_err *err)
 {
     char sub[64];
     snprintf(sub, sizeof sub, "step-%d", step);
@@ -317,13 +414,33 @@ int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const cha
     dev_stage *st[512];
     if (n > 512)
         return sl_err_set(err, SL_EINVAL, "%d stages: at most 512 save together", n);
+    if (nf != dev_train_replicas(tr))
+        return sl_err_set(err, SL_EINVAL, "%d feeds for %d replicas", nf, dev_train_replicas(tr));
     for (int i = 0; i < n; i++)
         st[i] = dev_train_stage(tr, i);
-    const char *const extra[] = {data_record.name, schedule_record.name};
-    if (sl_mkdir(root, 0755, err) || sl_mkdir(out, 0755, err) ||
-        dev_feed_write_record(f, out, err) ||
-        record_write(&schedule_record, schedule_json(o), out, err) ||
-        dev_ckpt_save(st, n, o->kind, out, extra, 2, err))
+    char names[DEV_SYNC_MAX_REPLICAS][40];
+    const char *extra[DEV_SYNC_MAX_REPLICAS + 4];
+    int nx = 0;
+    if (sl_mkdir(root, 0755, err) || sl_mkdir(out, 0755, err))
+        return -1;
+    for (int r = 0; r < nf; r++) {
+        run_record rec = owner_record(r, nf, names[r], sizeof names[r]);
+        if (record_write(&rec, data_json(f[r]), out, err))
+            return -1;
+        extra[nx++] = rec.name;
+    }
+    extra[nx++] = schedule_record.name;
+    if (record_write(&schedule_record, schedule_json(o), out, err))
+        return -1;
+    const dev_fed_cfg *fc = dev_train_fed(tr);
+    if (fc) {
+        extra[nx++] = fed_record.name;
+        extra[nx++] = FED_PART;
+        if (record_write(&fed_record, fed_json(fc, f, nf), out, err) ||
+            fed_save(tr, out, dev_stage_get_step(st[0]), err))
+            return -1;
+    }
+    if (dev_ckpt_save(st, n, o->kind, out, extra, nx, err))
         return -1;
     char latest[4096];
     snprintf(latest, sizeof latest, "%s/latest", root);
@@ -332,15 +449,56 @@ int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const cha
     return sl_write_file_atomic(latest, sub, len + 1, err);
 }
 
+int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *root, int step,
+                 char *out, size_t outn, sl_err *err)
+{
+    return dev_run_save_feeds(tr, o, &f, 1, root, step, out, outn, err);
+}
+
+int dev_run_resume_feeds(dev_train *tr, const dev_optim *o, const dev_feed *const *f, int nf,
+                         const char *dir, int new_schedule, sl_err *err)
+{
+    if (nf != dev_train_replicas(tr))
+        return sl_err_set(err, SL_EINVAL, "%d feeds for %d replicas", nf, dev_train_replicas(tr));
+    const dev_fed_cfg *fc = dev_train_fed(tr);
+    char path[4096 + 32];
+    snprintf(path, sizeof path, "%s/%s", dir, fed_record.name);
+    int was_fed = access(path, F_OK) == 0;
+    if (was_fed != (fc != NULL))
+        return sl_err_set(err, SL_EINVAL, was_fed
+                          ? "resuming %s: its run was a federation (fed.json); pass its --data, "
+                            "--owner-batch and --sync (or start from its model with --init)"
+                          : "resuming %s: its run was not a federation (no fed.json): start from "
+                            "its model with --init instead", dir);
+    for (int r = 0; r < nf; r++) {
+        char name[40];
+        run_record rec = owner_record(r, nf, name, sizeof name);
+        if (record_check(&rec, data_json(f[r]), dir, err))
+            return -1;
+    }
+    if (!new_schedule && record_check(&schedule_record, schedule_json(o), dir, err))
+        return -1;
+    if (fc && record_check(&fed_record, fed_json(fc, f, nf), dir, err))
+        return -1;
+    for (int r = 0; r < nf; r++)
+        for (int i = 0; i < dev_train_replica_nstages(tr, r); i++) {
+            dev_stage *st = dev_train_replica_stage(tr, r, i);
+            char prefix[32];
+            dev_ckpt_extra x[DEV_RUN_FED_EXTRAS];
+            const char *pp = NULL;
+            dev_fed *fd = fc ? dev_pipe_fed(dev_train_replica_pipe(tr, r, i)) : NULL;
+            int nx = fd ? dev_run_fed_extras(st, fd, r, 0, prefix, x, &pp) : 0;
+            if (dev_ckpt_load_replica(st, o->kind, dir, pp, x, nx, 0, err))
+                return nf > 1 ? sl_err_wrap(err, "replica %d stage %d", r, i)
+                              : sl_err_wrap(err, "stage %d", i);
+            if (fc)
+                dev_fed_set_ready(dev_pipe_fed(dev_train_replica_pipe(tr, r, i)));
+        }
+    return 0;
+}
+
 int dev_run_resume(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *dir,
                    int new_schedule, sl_err *err)
 {
-    if (dev_feed_check_record(f, dir, err))
-        return -1;
-    if (!new_schedule && record_check(&schedule_record, schedule_json(o), dir, err))
-        return -1;
-    for (int i = 0; i < dev_train_nstages(tr); i++)
-        if (dev_ckpt_load(dev_train_stage(tr, i), o->kind, dir, err))
-            return sl_err_wrap(err, "stage %d", i);
-    return 0;
+    return dev_run_resume_feeds(tr, o, &f, 1, dir, new_schedule, err);
 }

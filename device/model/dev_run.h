@@ -10,7 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dev_ckpt.h"
 #include "dev_order.h"
+#include "dev_shard.h"
 #include "dev_train.h"
 
 /* ---- data: what step s reads ---- */
@@ -35,6 +37,8 @@ void dev_feed_close(dev_feed *f);
 int dev_feed_seq_len(const dev_feed *f);
 /* The shard's label vocabulary (owned by the feed), NULL without labels. */
 const dev_labels *dev_feed_labels(const dev_feed *f);
+/* The shard it reads (its header: vocabulary hash, checksum, counts). */
+const dev_shard *dev_feed_shard(const dev_feed *f);
 const dev_order *dev_feed_order(const dev_feed *f);
 /* The masked batch of 1-based step `step`; valid until the next call. */
 int dev_feed_batch(dev_feed *f, int step, dev_batch *b, sl_err *err);
@@ -75,5 +79,29 @@ int dev_run_save(dev_train *tr, const dev_optim *o, const dev_feed *f, const cha
  * same step. */
 int dev_run_resume(dev_train *tr, const dev_optim *o, const dev_feed *f, const char *dir,
                    int new_schedule, sl_err *err);
+/* The same for a federation, replica r reading f[r] (nf = its replicas):
+ * besides replica 0's model, optimizer state and data.json, each other
+ * owner's data.replica-R.json, fed.json (the federation's options, checked
+ * on resume like the others) and fed.safetensors (under outer:H each other
+ * replica's parameters and moments, theta_outer and its momentum; with a
+ * lossy codec every replica's error-feedback residuals), in the layout of
+ * docs/federation.md. A resumed federation continues bit for bit, under any
+ * cuts. */
+/* What stage st of replica r (its federation state f) keeps in a
+ * checkpoint besides its parameters and moments, as x[0..return) for
+ * dev_ckpt_write_extra (save) or dev_ckpt_load_replica (load), and in
+ * *pprefix the prefix its parameters and moments go by: NULL for replica 0
+ * and under --sync step (model.safetensors, optim.safetensors), "replica.R."
+ * for replica R of outer:H. Under outer:H theta_outer and v are written by
+ * replica 0 only (every replica's are the same) and read by every replica.
+ * Saving needs the stage pulled. prefix: storage for the names. What a
+ * device of a networked federation saves and restores of its stages. */
+#define DEV_RUN_FED_EXTRAS 6
+int dev_run_fed_extras(dev_stage *st, dev_fed *f, int r, int save, char prefix[32],
+                       dev_ckpt_extra x[DEV_RUN_FED_EXTRAS], const char **pprefix);
+int dev_run_save_feeds(dev_train *tr, const dev_optim *o, const dev_feed *const *f, int nf,
+                       const char *root, int step, char *out, size_t outn, sl_err *err);
+int dev_run_resume_feeds(dev_train *tr, const dev_optim *o, const dev_feed *const *f, int nf,
+                         const char *dir, int new_schedule, sl_err *err);
 
 #endif

@@ -661,6 +661,35 @@ int dev_stage_push(dev_stage *s, sl_err *err)
     return 0;
 }
 
+int dev_stage_pull_grads(dev_stage *s, sl_err *err)
+{
+    if (s->res && s->be->download(s->hgrads, s->grads, s->np * sizeof(float), err))
+        return sl_err_wrap(err, "copying the gradients to the host");
+    return 0;
+}
+
+int dev_stage_push_grads(dev_stage *s, sl_err *err)
+{
+    if (s->res && s->be->upload(s->grads, s->hgrads, s->np * sizeof(float), err))
+        return sl_err_wrap(err, "copying the gradients to %s", s->be->name);
+    return 0;
+}
+
+int dev_stage_pull_params(dev_stage *s, sl_err *err)
+{
+    if (s->res && s->be->download(s->hparams, s->params, s->np * sizeof(float), err))
+        return sl_err_wrap(err, "copying the parameters to the host");
+    return 0;
+}
+
+int dev_stage_push_params(dev_stage *s, sl_err *err)
+{
+    s->w16_stale = 1;
+    if (s->res && s->be->upload(s->params, s->hparams, s->np * sizeof(float), err))
+        return sl_err_wrap(err, "copying the parameters to %s", s->be->name);
+    return 0;
+}
+
 void dev_stage_drop_views(dev_stage *s)
 {
     if (s->hmv != s->mv) {
@@ -764,6 +793,8 @@ static kn_dropout drop_of(const dev_micro *mb, float p, int site, int unit)
     kn_dropout d;
     d.p = mb->train ? p : 0.0f;
     d.seed = sl_rng_stream(mb->seed, mb->step);
+    if (mb->replica) /* replicas drop differently; replica 0 keeps one owner's keys */
+        d.seed = sl_rng_stream(d.seed ^ 0x5245504C49434173ull, (uint64_t)mb->replica);
     d.stream = sl_rng_stream((uint64_t)site, (uint64_t)unit);
     d.seq0 = mb->seq0;
     return d;

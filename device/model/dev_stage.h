@@ -40,11 +40,12 @@ typedef struct dev_micro {
     int B, T;
     const int32_t *tokens, *segments, *valid, *labels; /* (B,T); segments may be NULL;
                                                         * labels: -100 = none */
-    uint64_t seq0;    /* global index of the micro-batch's first sequence (dropout keys) */
+    uint64_t seq0;    /* the place in its step of the micro-batch's first sequence (dropout keys) */
     uint64_t step;    /* optimizer step (dropout keys) */
     uint64_t seed;    /* run seed (dropout keys) */
     float loss_scale; /* 1 / labels in the WHOLE batch (masked tokens, or classified sequences) */
     int train;        /* 0: dropout off (evaluation) */
+    int replica;      /* a federation's replica (dropout keys; 0 keeps one owner's keys) */
 } dev_micro;
 
 enum dev_optim_kind { DEV_OPT_ADAMW = 0, DEV_OPT_LAMB = 1 };
@@ -119,6 +120,12 @@ float *dev_stage_grads(dev_stage *s, size_t *n);
 float *dev_stage_optim_state(dev_stage *s, size_t *n);
 int dev_stage_pull(dev_stage *s, sl_err *err);
 int dev_stage_push(dev_stage *s, sl_err *err);
+/* The same for the gradients alone and the parameters alone (a replica
+ * sync changes one of them every step, and should not move the moments). */
+int dev_stage_pull_grads(dev_stage *s, sl_err *err);
+int dev_stage_push_grads(dev_stage *s, sl_err *err);
+int dev_stage_pull_params(dev_stage *s, sl_err *err);
+int dev_stage_push_params(dev_stage *s, sl_err *err);
 /* Frees host copies that only pull/push need (the moments' view of a bf16 or
  * resident stage: 8 bytes per parameter); the next pull makes them again.
  * dev_stage_optim_state is NULL until then. */

@@ -16,7 +16,7 @@ enum { CMD_GRADS = 1, CMD_STEP, CMD_EVAL, CMD_QUIT };
 
 typedef struct worker {
     dev_train *tr;
-    int i;
+    int r, i; /* replica, stage */
     pthread_t th;
     int rc;
     sl_err err;
@@ -25,34 +25,47 @@ typedef struct worker {
     int masked;
 } worker;
 
-struct dev_train {
-    dev_config c;
-    int n, B, T, micro, threads;
-    uint64_t seed;
+/* One replica: a chain of stages and their port. */
+typedef struct replica {
+    int n, B;
     dev_stage **st;
     dev_pipe **pipe;
     dev_port_hub *hub;
+} replica;
+
+struct dev_train {
+    dev_config c;
+    int R, T, micro, threads;
+    uint64_t seed;
+    replica *rep;
+    dev_sync_hub *sync;
+    dev_fed_cfg fed;
+    int has_fed;
     worker *w;
+    int nw;
     int started; /* worker threads running */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t gen; /* commands issued */
     int cmd, pending;
-    const dev_batch *b;
+    const dev_batch *b; /* [R] */
     const dev_optim *o;
     uint64_t step;
 };
 
 static void run_cmd(dev_train *tr, worker *w, int cmd)
 {
-    dev_pipe *pp = tr->pipe[w->i];
-    const dev_batch *b = w->i == 0 ? tr->b : NULL;
+    dev_pipe *pp = tr->rep[w->r].pipe[w->i];
     sl_err_clear(&w->err);
+    w->rc = 0;
+    if (cmd == CMD_EVAL && w->r != 0)
+        return;
+    const dev_batch *b = w->i == 0 ? &tr->b[w->r] : NULL;
     if (cmd == CMD_GRADS)
         w->rc = dev_pipe_grads(pp, b, tr->step, &w->info, &w->err);
     else if (cmd == CMD_STEP)
         w->rc = dev_pipe_step(pp, b, tr->o, &w->info, &w->err);
-    else
+    else /* evaluation: replica 0 */
         w->rc = dev_pipe_eval(pp, b, &w->loss_sum, &w->masked, &w->err);
 }
 
@@ -82,12 +95,12 @@ static void *worker_main(void *arg)
  * that stopped the pipeline, not the others' "stopped" that followed it. */
 static int run_all(dev_train *tr, int cmd, sl_err *err)
 {
-    if (tr->n == 1) {
+    if (tr->nw == 1) {
         run_cmd(tr, &tr->w[0], cmd);
     } else {
         pthread_mutex_lock(&tr->mu);
         tr->cmd = cmd;
-        tr->pending = tr->n;
+        tr->pending = tr->nw;
         tr->gen++;
         pthread_cond_broadcast(&tr->cv);
         while (tr->pending > 0)
@@ -95,16 +108,22 @@ static int run_all(dev_train *tr, int cmd, sl_err *err)
         pthread_mutex_unlock(&tr->mu);
     }
     const worker *bad = NULL;
-    for (int i = 0; i < tr->n; i++)
+    for (int i = 0; i < tr->nw; i++)
         if (tr->w[i].rc && (!bad || (bad->err.code == SL_ECANCELED &&
                                      tr->w[i].err.code != SL_ECANCELED)))
             bad = &tr->w[i];
     if (!bad)
         return 0;
-    if (err)
+    if (err) {
         *err = bad->err;
-    if (tr->hub)
-        dev_port_hub_reset(tr->hub);
+        if (tr->R > 1)
+            sl_err_wrap(err, "replica %d", bad->r);
+    }
+    for (int r = 0; r < tr->R; r++)
+        if (tr->rep[r].hub)
+            dev_port_hub_reset(tr->rep[r].hub);
+    if (tr->sync)
+        dev_sync_hub_reset(tr->sync);
     return -1;
 }
 
@@ -144,35 +163,21 @@ static int check_bounds(const dev_config *c, const int *bounds, int n, int B, in
     return 0;
 }
 
-dev_train *dev_train_open(const dev_config *c, const int *bounds, int nstages, int B, int T,
-                          int micro, uint64_t seed, const dev_train_opts *o, sl_err *err)
+/* Replica r's stages, runners and port. */
+static int open_replica(dev_train *tr, int r, const dev_replica_cfg *rc, const dev_train_opts *o,
+                        sl_err *err)
 {
-    dev_train_opts def = {.schedule = BAL_1F1B};
-    if (!o)
-        o = &def;
-    if (check_bounds(c, bounds, nstages, B, micro, err))
-        return NULL;
-    if (o->schedule != BAL_1F1B && o->schedule != BAL_GPIPE) {
-        sl_err_set(err, SL_EINVAL, "unknown schedule %d", o->schedule);
-        return NULL;
-    }
-    dev_train *tr = sl_xcalloc(1, sizeof *tr);
-    tr->c = *c;
-    tr->n = nstages;
-    tr->B = B;
-    tr->T = T;
-    tr->micro = micro;
-    tr->seed = seed;
-    tr->threads = o->stage_threads > 0 ? o->stage_threads : default_threads(nstages);
-    pthread_mutex_init(&tr->mu, NULL);
-    pthread_cond_init(&tr->cv, NULL);
-    tr->st = sl_xcalloc((size_t)nstages, sizeof *tr->st);
-    tr->pipe = sl_xcalloc((size_t)nstages, sizeof *tr->pipe);
-    tr->w = sl_xcalloc((size_t)nstages, sizeof *tr->w);
-    if (nstages > 1) {
+    const dev_config *c = &tr->c;
+    replica *rp = &tr->rep[r];
+    int n = rc->nstages, B = rc->B, micro = tr->micro, T = tr->T;
+    rp->n = n;
+    rp->B = B;
+    rp->st = sl_xcalloc((size_t)n, sizeof *rp->st);
+    rp->pipe = sl_xcalloc((size_t)n, sizeof *rp->pipe);
+    if (n > 1) {
         int nt = 16 * dev_unit_count(c) + 3;
         dev_port_hub_cfg hc = {
-            .stages = nstages,
+            .stages = n,
             .depth = micro,
             .act_floats = (size_t)(B / micro) * T * c->hidden,
             .valid_ints = (size_t)(B / micro) * T,
@@ -181,34 +186,103 @@ dev_train *dev_train_open(const dev_config *c, const int *bounds, int nstages, i
             .tied_floats = c->task == DEV_TASK_CLASSIFY ? 0 : (size_t)c->vocab * c->hidden,
             .gather_max = nt,
         };
-        if (!(tr->hub = dev_port_hub_create(&hc, err)))
-            goto fail;
+        if (!(rp->hub = dev_port_hub_create(&hc, err)))
+            return -1;
     }
-    for (int i = 0; i < nstages; i++) {
-        dev_pipe_cfg pc = {.stages = nstages, .index = i, .schedule = o->schedule, .warmup = -1,
-                           .B = B, .T = T, .micro = micro, .seed = seed};
-        const kn_be *be = o->stage_be && o->stage_be[i] ? o->stage_be[i] : o->be;
-        tr->st[i] = dev_stage_create(c, bounds[i], bounds[i + 1] - 1, B / micro, T,
-                                     dev_pipe_slots(&pc), seed, be, o->flags, err);
-        if (!tr->st[i])
-            goto fail;
-        tr->pipe[i] = dev_pipe_create(tr->st[i], &pc, tr->hub ? dev_port_hub_port(tr->hub, i) : NULL,
+    for (int i = 0; i < n; i++) {
+        dev_pipe_cfg pc = {.stages = n, .index = i, .schedule = o->schedule, .warmup = -1,
+                           .B = B, .T = T, .micro = micro, .seed = tr->seed, .replica = r};
+        const kn_be *const *sbe = rc->stage_be ? rc->stage_be : o->stage_be;
+        const kn_be *be = sbe && sbe[i] ? sbe[i] : o->be;
+        rp->st[i] = dev_stage_create(c, rc->bounds[i], rc->bounds[i + 1] - 1, B / micro, T,
+                                     dev_pipe_slots(&pc), tr->seed, be, o->flags, err);
+        if (!rp->st[i])
+            return -1;
+        rp->pipe[i] = dev_pipe_create(rp->st[i], &pc, rp->hub ? dev_port_hub_port(rp->hub, i) : NULL,
                                       err);
-        if (!tr->pipe[i])
-            goto fail;
-        tr->w[i] = (worker){.tr = tr, .i = i};
+        if (!rp->pipe[i])
+            return -1;
+        if (tr->has_fed &&
+            dev_pipe_set_fed(rp->pipe[i], &tr->fed, dev_sync_hub_member(tr->sync, r, i), err))
+            return -1;
     }
-    for (int i = 0; nstages > 1 && i < nstages; i++) {
-        if (pthread_create(&tr->w[i].th, NULL, worker_main, &tr->w[i])) {
-            sl_err_set(err, SL_ENOMEM, "cannot start the thread of stage %d", i);
+    return 0;
+}
+
+dev_train *dev_train_open_fed(const dev_config *c, const dev_replica_cfg *rep, int R, int T,
+                              int micro, uint64_t seed, const dev_train_opts *o,
+                              const dev_fed_cfg *fed, sl_err *err)
+{
+    dev_train_opts def = {.schedule = BAL_1F1B};
+    if (!o)
+        o = &def;
+    if (R < 1 || R > DEV_SYNC_MAX_REPLICAS || (!fed && R != 1)) {
+        sl_err_set(err, SL_EINVAL, "%d replicas: 1 to %d, several only in a federation", R,
+                   DEV_SYNC_MAX_REPLICAS);
+        return NULL;
+    }
+    for (int r = 0; r < R; r++)
+        if (check_bounds(c, rep[r].bounds, rep[r].nstages, rep[r].B, micro, err)) {
+            if (R > 1)
+                sl_err_wrap(err, "replica %d", r);
+            return NULL;
+        }
+    if (o->schedule != BAL_1F1B && o->schedule != BAL_GPIPE) {
+        sl_err_set(err, SL_EINVAL, "unknown schedule %d", o->schedule);
+        return NULL;
+    }
+    dev_train *tr = sl_xcalloc(1, sizeof *tr);
+    tr->c = *c;
+    tr->R = R;
+    tr->T = T;
+    tr->micro = micro;
+    tr->seed = seed;
+    pthread_mutex_init(&tr->mu, NULL);
+    pthread_cond_init(&tr->cv, NULL);
+    tr->rep = sl_xcalloc((size_t)R, sizeof *tr->rep);
+    int stages[DEV_SYNC_MAX_REPLICAS], batch[DEV_SYNC_MAX_REPLICAS];
+    for (int r = 0; r < R; r++) {
+        stages[r] = rep[r].nstages;
+        batch[r] = rep[r].B;
+        tr->nw += rep[r].nstages;
+    }
+    tr->threads = o->stage_threads > 0 ? o->stage_threads : default_threads(tr->nw);
+    if (fed) {
+        tr->has_fed = 1;
+        tr->fed = *fed;
+        dev_sync_weights(&tr->fed.sync, batch, R);
+        if (!(tr->sync = dev_sync_hub_create(&tr->fed.sync, stages, err)))
+            goto fail;
+    }
+    tr->w = sl_xcalloc((size_t)tr->nw, sizeof *tr->w);
+    for (int r = 0, k = 0; r < R; r++) {
+        if (open_replica(tr, r, &rep[r], o, err)) {
+            if (R > 1)
+                sl_err_wrap(err, "replica %d", r);
             goto fail;
         }
-        tr->started = i + 1;
+        for (int i = 0; i < rep[r].nstages; i++)
+            tr->w[k++] = (worker){.tr = tr, .r = r, .i = i};
+    }
+    for (int k = 0; tr->nw > 1 && k < tr->nw; k++) {
+        if (pthread_create(&tr->w[k].th, NULL, worker_main, &tr->w[k])) {
+            sl_err_set(err, SL_ENOMEM, "cannot start the thread of replica %d stage %d",
+                       tr->w[k].r, tr->w[k].i);
+            goto fail;
+        }
+        tr->started = k + 1;
     }
     return tr;
 fail:
     dev_train_free(tr);
     return NULL;
+}
+
+dev_train *dev_train_open(const dev_config *c, const int *bounds, int nstages, int B, int T,
+                          int micro, uint64_t seed, const dev_train_opts *o, sl_err *err)
+{
+    dev_replica_cfg one = {.bounds = bounds, .nstages = nstages, .B = B};
+    return dev_train_open_fed(c, &one, 1, T, micro, seed, o, NULL, err);
 }
 
 dev_train *dev_train_create(const dev_config *c, const int *bounds, int nstages, int B, int T,
@@ -230,22 +304,69 @@ void dev_train_free(dev_train *tr)
     if (!tr)
         return;
     stop_workers(tr);
-    for (int i = 0; i < tr->n; i++) {
-        dev_pipe_free(tr->pipe[i]);
-        dev_stage_free(tr->st[i]);
+    for (int r = 0; r < tr->R; r++) {
+        replica *rp = &tr->rep[r];
+        for (int i = 0; i < rp->n; i++) {
+            dev_pipe_free(rp->pipe ? rp->pipe[i] : NULL);
+            dev_stage_free(rp->st ? rp->st[i] : NULL);
+        }
+        dev_port_hub_free(rp->hub);
+        free(rp->st);
+        free(rp->pipe);
     }
-    dev_port_hub_free(tr->hub);
-    free(tr->st);
-    free(tr->pipe);
+    dev_sync_hub_free(tr->sync);
+    free(tr->rep);
     free(tr->w);
     pthread_cond_destroy(&tr->cv);
     pthread_mutex_destroy(&tr->mu);
     free(tr);
 }
 
-int dev_train_nstages(const dev_train *tr) { return tr->n; }
-dev_stage *dev_train_stage(dev_train *tr, int i) { return tr->st[i]; }
-dev_pipe *dev_train_pipe(dev_train *tr, int i) { return tr->pipe[i]; }
+int dev_train_nstages(const dev_train *tr) { return tr->rep[0].n; }
+dev_stage *dev_train_stage(dev_train *tr, int i) { return tr->rep[0].st[i]; }
+dev_pipe *dev_train_pipe(dev_train *tr, int i) { return tr->rep[0].pipe[i]; }
+int dev_train_replicas(const dev_train *tr) { return tr->R; }
+int dev_train_replica_nstages(const dev_train *tr, int r) { return tr->rep[r].n; }
+dev_stage *dev_train_replica_stage(dev_train *tr, int r, int i) { return tr->rep[r].st[i]; }
+dev_pipe *dev_train_replica_pipe(dev_train *tr, int r, int i) { return tr->rep[r].pipe[i]; }
+const dev_fed_cfg *dev_train_fed(const dev_train *tr) { return tr->has_fed ? &tr->fed : NULL; }
+
+/* Replica r's runners agree on the step's figures; its last stage's. */
+static const worker *replica_last(const dev_train *tr, int r)
+{
+    int k = 0;
+    for (int q = 0; q <= r; q++)
+        k += tr->rep[q].n;
+    return &tr->w[k - 1];
+}
+
+void dev_train_replica_info(const dev_train *tr, int r, dev_step_info *info)
+{
+    *info = replica_last(tr, r)->info;
+}
+
+uint64_t dev_train_sync_bytes(dev_train *tr)
+{
+    uint64_t total = 0;
+    for (int r = 0; tr->has_fed && r < tr->R; r++)
+        for (int i = 0; i < tr->rep[r].n; i++)
+            total += dev_fed_bytes(dev_pipe_fed(tr->rep[r].pipe[i]));
+    return total;
+}
+
+static void step_info(const dev_train *tr, dev_step_info *info)
+{
+    *info = replica_last(tr, 0)->info;
+    if (tr->R == 1)
+        return;
+    info->loss = 0;
+    info->masked = 0;
+    for (int r = 0; r < tr->R; r++) {
+        const dev_step_info *ri = &replica_last(tr, r)->info;
+        info->loss += tr->fed.sync.weight[r] * ri->loss;
+        info->masked += ri->masked;
+    }
+}
 
 int dev_train_grads(dev_train *tr, const dev_batch *b, uint64_t step, dev_step_info *info,
                     sl_err *err)
@@ -254,7 +375,7 @@ int dev_train_grads(dev_train *tr, const dev_batch *b, uint64_t step, dev_step_i
     tr->step = step;
     if (run_all(tr, CMD_GRADS, err))
         return -1;
-    *info = tr->w[tr->n - 1].info;
+    step_info(tr, info);
     return 0;
 }
 
@@ -265,7 +386,7 @@ int dev_train_step(dev_train *tr, const dev_batch *b, const dev_optim *o, dev_st
     tr->o = o;
     if (run_all(tr, CMD_STEP, err))
         return -1;
-    *info = tr->w[tr->n - 1].info;
+    step_info(tr, info);
     return 0;
 }
 
@@ -274,8 +395,9 @@ int dev_train_eval(dev_train *tr, const dev_batch *b, double *loss_sum, int *mas
     tr->b = b;
     if (run_all(tr, CMD_EVAL, err))
         return -1;
-    *loss_sum = tr->w[tr->n - 1].loss_sum;
-    *masked = tr->w[tr->n - 1].masked;
+    const worker *w = replica_last(tr, 0);
+    *loss_sum = w->loss_sum;
+    *masked = w->masked;
     return 0;
 }
 

@@ -40,11 +40,14 @@ struct dev_agent {
     Skyloom__V1__OwnerPolicy policy;
     dev_task *tasks; /* of the last heartbeat reply */
     int n_tasks;
+    pthread_mutex_t coord_mu; /* guards coord (heartbeats and runs' plans) */
+    dev_coord_seen coord;     /* the newest coordinator certificate seen */
     _Atomic int poked; /* a heartbeat is wanted before the interval is up */
     int lock_fd;       /* DIR/device.lock, held while the agent is open */
 };
 
 #define LOCK_FILE "device.lock"
+#define COORD_CERT_FILE "coordinator.crt"
 
 /* Takes DIR/device.lock (flock, released by dev_agent_close or when the
  * process ends) and writes this process's pid in it: a second agent on the
@@ -138,6 +141,83 @@ static int load_identity(dev_agent *a, sl_err *err)
     memcpy(a->id, cn, CERT_ID_LEN); /* a device id: exactly CERT_ID_LEN with the NUL */
     a->renew_at = a->not_before + (a->not_after - a->not_before) * 2 / 3;
     return 0;
+}
+
+int dev_coord_cert_judge(const char *ca_pem, size_t ca_len, const dev_coord_seen *seen,
+                         const char *pem, size_t len, int from_heartbeat, dev_coord_seen *out,
+                         sl_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int64_t nb = 0;
+    char fp[CERT_HEX_LEN];
+    if (cert_coordinator_check(ca_pem, ca_len, pem, len, &nb, fp, err))
+        return -1;
+    out->have = 1;
+    out->not_before = nb;
+    memcpy(out->fp, fp, sizeof fp);
+    if (!seen->have || nb > seen->not_before)
+        return DEV_COORD_NEWER;
+    if (nb == seen->not_before && !strcmp(fp, seen->fp))
+        return DEV_COORD_SAME;
+    if (nb == seen->not_before && from_heartbeat)
+        return DEV_COORD_NEWER; /* the coordinator's word on which of two of one second */
+    return sl_err_set(err, SL_EAUTH, "coordinator certificate %.16s (valid from %lld) is %s the "
+                      "newest this device has seen, %.16s (valid from %lld): its key was rotated "
+                      "out", fp, (long long)nb, nb < seen->not_before ? "older than" : "not",
+                      seen->fp, (long long)seen->not_before);
+}
+
+/* Judges a coordinator certificate against the newest seen and adopts it
+ * when it is newer (kept in the state directory for the next start).
+ * Returns what dev_coord_cert_judge says. */
+static int coord_learn(dev_agent *a, const char *pem, size_t len, int from_heartbeat, sl_err *err)
+{
+    char *ca = NULL;
+    size_t ca_len = 0;
+    if (sl_read_file(a->f.ca, 1 << 20, &ca, &ca_len, err))
+        return -1;
+    pthread_mutex_lock(&a->coord_mu);
+    dev_coord_seen got;
+    int v = dev_coord_cert_judge(ca, ca_len, &a->coord, pem, len, from_heartbeat, &got, err);
+    if (v == DEV_COORD_NEWER) {
+        char path[4300];
+        sl_err werr = {0};
+        if (cert_path(path, sizeof path, a->o.state, COORD_CERT_FILE, &werr) ||
+            sl_write_file_atomic(path, pem, len, &werr))
+            sl_log_warn("device: cannot keep the coordinator's certificate", "reason=\"%s\"",
+                        werr.msg);
+        if (a->coord.have)
+            sl_log_info("device: the coordinator's certificate changed", "from=%.16s to=%.16s "
+                        "not_before=%lld", a->coord.fp, got.fp, (long long)got.not_before);
+        a->coord = got;
+    }
+    pthread_mutex_unlock(&a->coord_mu);
+    free(ca);
+    return v;
+}
+
+int dev_agent_plan_signer(dev_agent *a, const char *pem, size_t len, sl_err *err)
+{
+    return coord_learn(a, pem, len, 0, err) < 0 ? -1 : 0;
+}
+
+/* The coordinator certificate kept by an earlier run, if any (one that no
+ * longer checks out is ignored, and replaced by the next heartbeat's). */
+static void coord_load(dev_agent *a)
+{
+    char path[4300], *pem = NULL, *ca = NULL;
+    size_t len = 0, ca_len = 0;
+    sl_err err = {0};
+    if (cert_path(path, sizeof path, a->o.state, COORD_CERT_FILE, &err) || !file_exists(path))
+        return;
+    dev_coord_seen none = {0};
+    if (sl_read_file(path, 1 << 20, &pem, &len, &err) ||
+        sl_read_file(a->f.ca, 1 << 20, &ca, &ca_len, &err) ||
+        dev_coord_cert_judge(ca, ca_len, &none, pem, len, 0, &a->coord, &err) < 0)
+        sl_log_warn("device: the coordinator certificate it kept is not used", "file=%s "
+                    "reason=\"%s\"", path, err.msg);
+    free(pem);
+    free(ca);
 }
 
 static int enroll(dev_agent *a, sl_err *err)
@@ -235,6 +315,7 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     dev_agent *a = sl_xcalloc(1, sizeof *a);
     a->o = *o;
     pthread_mutex_init(&a->mu, NULL);
+    pthread_mutex_init(&a->coord_mu, NULL);
     if (!a->o.timeout_ms)
         a->o.timeout_ms = 10000;
     a->heartbeat_ms = 5000;
@@ -243,6 +324,7 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     int r = sl_private_dir(o->state, &old, err);
     if (r < 0) {
         pthread_mutex_destroy(&a->mu);
+        pthread_mutex_destroy(&a->coord_mu);
         free(a);
         return NULL;
     }
@@ -277,6 +359,7 @@ dev_agent *dev_agent_open(const dev_agent_opts *o, sl_err *err)
     }
     if (!(a->ch = connect_as(a, 1, err)))
         goto fail;
+    coord_load(a);
     return a;
 fail:
     dev_agent_close(a);
@@ -289,6 +372,7 @@ void dev_agent_close(dev_agent *a)
         return;
     rpc_channel_destroy(a->ch);
     pthread_mutex_destroy(&a->mu);
+    pthread_mutex_destroy(&a->coord_mu);
     free(a->revoked);
     for (int i = 0; i < a->n_datasets; i++)
         free(a->datasets[i]);
@@ -501,6 +585,11 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
         rpc_unpack(&skyloom__v1__heartbeat_response__descriptor, out.data, out.len);
     if (resp)
         keep_tasks(a, resp->tasks, resp->n_tasks);
+    if (resp && resp->coordinator_cert.len &&
+        coord_learn(a, (const char *)resp->coordinator_cert.data, resp->coordinator_cert.len, 1,
+                    &err) < 0)
+        sl_log_warn("device: the coordinator's certificate in its heartbeat reply is not used",
+                    "reason=\"%s\"", err.msg);
     rpc_unpacked_free(resp);
     rpc_buf_free(&out);
     if (hb)

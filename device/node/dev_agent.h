@@ -21,6 +21,7 @@
 
 #include <stdint.h>
 
+#include "cert.h"
 #include "dev_profile.h"
 #include "rpc.h"
 #include "sl_err.h"
@@ -111,6 +112,29 @@ int dev_enroll_reply_check(const uint8_t *reply, size_t len, const char *want_id
  * not device ids are dropped). */
 int dev_heartbeat_reply_parse(const uint8_t *reply, size_t len, unsigned *heartbeat_ms,
                               char **revoked, sl_err *err);
+
+/* The newest coordinator certificate a device has seen: heartbeat replies
+ * carry the coordinator's current one, and a plan's signer must not be
+ * older (a key a rotation replaced signs no plan the device runs). Kept in
+ * the state directory as coordinator.crt. */
+typedef struct dev_coord_seen {
+    int have;
+    int64_t not_before;    /* UNIX seconds */
+    char fp[CERT_HEX_LEN]; /* SHA-256 of the certificate, hex */
+} dev_coord_seen;
+enum { DEV_COORD_SAME = 0, DEV_COORD_NEWER = 1 };
+/* Judges pem (its first certificate; it must chain to the CA in ca_pem and
+ * be a coordinator's: cert_coordinator_check) against the newest seen:
+ * DEV_COORD_NEWER (take it: *out), DEV_COORD_SAME, or -1 with the reason:
+ * an older notBefore, or (for a plan's signer) another certificate of the
+ * same notBefore. from_heartbeat: a certificate of the same notBefore that
+ * the coordinator sends is taken. */
+int dev_coord_cert_judge(const char *ca_pem, size_t ca_len, const dev_coord_seen *seen,
+                         const char *pem, size_t len, int from_heartbeat, dev_coord_seen *out,
+                         sl_err *err);
+/* A plan's signer certificate, judged against the newest seen (a newer one
+ * becomes the newest): 0, or -1 refused with the reason. Thread-safe. */
+int dev_agent_plan_signer(dev_agent *a, const char *pem, size_t len, sl_err *err);
 
 /* dev_profile -> skyloom.v1.DeviceProfile (pb is a Skyloom__V1__DeviceProfile;
  * its strings point into p). */

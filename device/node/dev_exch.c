@@ -44,6 +44,24 @@ int dev_exch_hello_parse(const uint8_t *msg, size_t len, dev_exch_hello *h, sl_e
     return DEV_EXCH_OK;
 }
 
+int dev_exch_read_hello(rpc_stream *s, int64_t ms, dev_exch_hello *h, sl_err *err)
+{
+    memset(h, 0, sizeof *h);
+    int64_t prev = rpc_stream_set_idle(s, ms);
+    rpc_buf b;
+    sl_err rerr = {0};
+    int r = rpc_stream_recv(s, &b, &rerr);
+    rpc_stream_set_idle(s, prev);
+    if (r != 1) {
+        sl_err_set(err, SL_EIO, "%s", r == 0 ? "the stream ended before its hello"
+                                             : "no hello in time (or the stream failed first)");
+        return DEV_EXCH_NO_HELLO;
+    }
+    int bad = dev_exch_hello_parse(b.data, b.len, h, err);
+    rpc_buf_free(&b);
+    return bad;
+}
+
 int dev_exch_is_link(int stages, int a, int b)
 {
     if (a < 0 || b >= stages || a >= b)
@@ -102,6 +120,7 @@ int dev_exch_refusal_code(int refusal)
     case DEV_EXCH_OTHER_JOB:
     case DEV_EXCH_OTHER_EPOCH:
     case DEV_EXCH_NOT_SERVED: return RPC_FAILED_PRECONDITION;
+    case DEV_EXCH_NO_HELLO: return RPC_DEADLINE_EXCEEDED;
     default: return RPC_INVALID_ARGUMENT;
     }
 }

@@ -37,13 +37,22 @@ enum dev_exch_refusal {
     DEV_EXCH_NOT_LINK,     /* two stages without a link between them */
     DEV_EXCH_NOT_SERVED,   /* a link of the net that this device does not serve */
     DEV_EXCH_WRONG_PEER,   /* the caller is not the device of the link's first stage */
+    DEV_EXCH_NO_HELLO,     /* the stream sent nothing in time, or ended first */
 };
+
+/* How long a caller has to send its hello once its stream is open. */
+#define DEV_EXCH_HELLO_MS 5000
 
 /* The StageFrame holding the hello of link from-to (to out; caller frees). */
 void dev_exch_hello_pack(uint64_t job, uint32_t epoch, uint32_t from, uint32_t to, rpc_buf *out);
 /* Reads a hello: the message must be exactly what dev_exch_hello_pack writes
  * for its fields. DEV_EXCH_OK, or DEV_EXCH_NOT_HELLO with the reason in err. */
 int dev_exch_hello_parse(const uint8_t *msg, size_t len, dev_exch_hello *h, sl_err *err);
+/* Reads a stream's first message as a hello, waiting at most ms for it (the
+ * stream's idle limit is ms meanwhile, then what it was; a stream that
+ * sends nothing in time is cancelled). DEV_EXCH_OK with *h, DEV_EXCH_NO_HELLO
+ * or DEV_EXCH_NOT_HELLO with the reason in err. */
+int dev_exch_read_hello(rpc_stream *s, int64_t ms, dev_exch_hello *h, sl_err *err);
 /* Whether this device (c->self_id) serves the link h names for the caller
  * peer_id: DEV_EXCH_OK with the link's stages in *from and *to, or a
  * refusal with the reason in err. */

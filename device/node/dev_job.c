@@ -1,8 +1,8 @@
 /* dev_job.c - a device's part in federated jobs (dev_job.h). */
 #include "dev_job.h"
 
-#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <omp.h>
 #include <pthread.h>
@@ -21,6 +21,7 @@
 #include "dev_net.h"
 #include "dev_plan.h"
 #include "dev_profile.h"
+#include "dev_shard.h"
 #include "dev_run.h"
 #include "dev_stagesvc.h"
 #include "dev_unitprof.h"
@@ -28,6 +29,7 @@
 #include "sl_file.h"
 #include "sl_log.h"
 #include "sl_mem.h"
+#include "sl_path.h"
 #include "sl_time.h"
 
 #define CHUNK (512u << 10) /* pieces under the coordinator's default 1 MiB message limit */
@@ -63,10 +65,13 @@ int dev_dataset_parse(const char *arg, dev_dataset *d, sl_err *err)
 typedef struct upload_item {
     struct upload_item *next;
     int step;
-    char dir[4200];
+    char sub[32];     /* part-STEP, in the job's directory */
+    char dir[4200];   /* its path */
     char (*name)[96]; /* a model and an optimizer file per unit, the data record */
     int n;
 } upload_item;
+
+struct run_ctx;
 
 typedef struct job_rt {
     struct dev_jobs *js;
@@ -77,9 +82,12 @@ typedef struct job_rt {
     int joined;
     int refs;              /* Exchange handlers inside the net */
     dev_net *net;
+    struct run_ctx *ctx;   /* the run thread's, while it runs: a stop fails it */
     int stop;
     struct job_rt *prev;   /* the run of an older epoch this one waits out */
     struct job_rt *next;
+    int queued, uploaded;  /* the last step whose part was queued, and uploaded or given up */
+    int mark;              /* dev_jobs_mark_uploads: wait for parts up to this step */
 } job_rt;
 
 typedef struct side_job {  /* a check or profile in progress or done */
@@ -103,6 +111,9 @@ struct dev_jobs {
     job_rt *runs;
     side_job *side;
     int closing;
+    /* Exchange streams that got in but sent no hello in time, or a
+     * malformed one (those refused at the door: dev_stagesvc_counts) */
+    uint64_t no_hello, bad_hello;
 };
 
 static rpc_channel *channel(dev_jobs *js, sl_err *err) { return dev_agent_channel_new(js->o.agent, err); }
@@ -170,6 +181,41 @@ static int config_of(json_t *spec, dev_config *c, sl_err *err)
     return dev_config_validate(c, err) ? sl_err_wrap(err, "task %s", dev_task_name(c->task)) : 0;
 }
 
+/* What a check says of the shard besides the job's range: its size, its
+ * vocabulary's hash and (up to CHECK_VOCAB_MAX bytes, for the exported
+ * model's vocab.txt) the vocabulary itself, the file's checksum. A job
+ * that names a vocabulary hash gets a shard of that vocabulary or a
+ * refusal. */
+#define CHECK_VOCAB_MAX (768u << 10)
+
+static int describe_shard(const dev_shard *s, const char *name, const char *want, json_t *r,
+                          sl_err *err)
+{
+    uint8_t h[32];
+    char vh[65], sh[65];
+    dev_shard_vocab_hash(s, h);
+    dev_hash_hex(h, vh);
+    dev_shard_checksum(s, h);
+    dev_hash_hex(h, sh);
+    if (want && strcmp(want, vh))
+        return sl_err_set(err, SL_EINVAL, "the shard of '%.64s' was built with the vocabulary %s, "
+                          "not the job's %.64s (--vocab-hash, --vocab or --init): the same size, "
+                          "another vocab.txt", name, vh, want);
+    json_object_set_new(r, "shard_sequences", json_integer((json_int_t)dev_shard_count(s)));
+    json_object_set_new(r, "vocab_hash", json_string(vh));
+    json_object_set_new(r, "shard_hash", json_string(sh));
+    json_object_set_new(r, "cased", json_boolean(dev_shard_cased(s)));
+    dev_vocab *v = dev_shard_vocab(s, err);
+    if (!v)
+        return -1;
+    size_t n = 0;
+    const char *text = dev_vocab_text(v, &n);
+    if (n <= CHECK_VOCAB_MAX)
+        json_object_set_new(r, "vocab", json_stringn(text, n));
+    dev_vocab_free(v);
+    return 0;
+}
+
 static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
 {
     json_error_t je;
@@ -211,9 +257,11 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
                 json_object_set_new(r, "labels_hash", json_string(hex));
                 json_object_set_new(r, "labels", names);
             }
-            *result = json_dumps(r, JSON_COMPACT);
+            rc = describe_shard(dev_feed_shard(f), name,
+                                json_string_value(json_object_get(spec, "vocab_hash")), r, err);
+            if (!rc)
+                *result = json_dumps(r, JSON_COMPACT);
             json_decref(r);
-            rc = 0;
         }
     }
     dev_feed_close(f);
@@ -459,6 +507,8 @@ static void *side_main(void *arg)
 
 typedef struct run_ctx {
     dev_jobs *js;
+    char revoked[32];      /* a neighbour the plan names that the coordinator revoked */
+    int cancel;            /* the device or the coordinator stopped the run (rt_stop) */
     job_rt *rt;
     rpc_channel *ch;
     dev_plan pl;           /* the plan as dev_plan checked it: all a run reads of it */
@@ -476,6 +526,7 @@ typedef struct run_ctx {
     dev_optim opt;
     int kind;
     char dir[4096];        /* state/jobs/JOB */
+    int dirfd;             /* that directory (sl_dir_open); -1 before it is made */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_mutex_t compute; /* the local stages compute one at a time */
@@ -513,6 +564,29 @@ static void run_fail(run_ctx *r, int code, const char *why)
     pthread_mutex_unlock(&r->mu);
 }
 
+static int run_failed(run_ctx *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int f = r->failed;
+    pthread_mutex_unlock(&r->mu);
+    return f;
+}
+
+/* Stops a run (under js->mu): its net and, while it runs, the run itself, so
+ * that no wait of its threads (a restore, an upload) outlasts one call. */
+static void rt_stop(job_rt *rt, const char *why)
+{
+    rt->stop = 1;
+    if (rt->net)
+        dev_net_abort(rt->net, why);
+    if (rt->ctx) {
+        pthread_mutex_lock(&rt->ctx->mu);
+        rt->ctx->cancel = 1;
+        pthread_mutex_unlock(&rt->ctx->mu);
+        run_fail(rt->ctx, SL_ECANCELED, why);
+    }
+}
+
 static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
 {
     Skyloom__V1__GetPlanRequest q = SKYLOOM__V1__GET_PLAN_REQUEST__INIT;
@@ -532,6 +606,11 @@ static int fetch_plan(run_ctx *r, const dev_task *t, sl_err *err)
              cert_verify_signed(ca, ca_len, (const char *)sp->coordinator_cert.data,
                                 sp->coordinator_cert.len, sp->plan.data, sp->plan.len,
                                 sp->signature.data, sp->signature.len, err);
+    /* a signer older than the newest coordinator certificate this device
+     * has seen holds a rotated-out key */
+    if (!rc && dev_agent_plan_signer(r->js->o.agent, (const char *)sp->coordinator_cert.data,
+                                     sp->coordinator_cert.len, err))
+        rc = -1;
     if (rc)
         sl_err_wrap(err, "the plan of job %s is refused", t->job);
     if (!rc && dev_plan_parse((const char *)sp->plan.data, sp->plan.len, self(r->js), &r->pl, err))
@@ -603,6 +682,14 @@ static int open_net(run_ctx *r, sl_err *err)
     };
     if (!(r->net = dev_net_open(&nc, err)))
         return -1;
+    /* a plan with a neighbour the coordinator revoked is not run */
+    char peer[32];
+    for (int k = 0; dev_net_neighbour(r->net, k, peer, sizeof peer); k++)
+        if (dev_agent_is_revoked(r->js->o.agent, peer)) {
+            snprintf(r->revoked, sizeof r->revoked, "%s", peer);
+            return sl_err_set(err, SL_EAUTH, "the plan's device %s, a neighbour of this device, is "
+                              "revoked", peer);
+        }
     pthread_mutex_lock(&r->js->mu);
     r->rt->net = r->net;
     if (r->rt->stop)
@@ -638,14 +725,25 @@ static int open_stages(run_ctx *r, sl_err *err)
 
 /* ---- run: files to and from the coordinator -------------------------------- */
 
-static int fetch_file(run_ctx *r, const char *name, int step, const char *to, sl_err *err)
+/* Fetches a committed file into dirfd/name (a name sl_path_name_check
+ * accepted). */
+static int fetch_file(run_ctx *r, const char *name, int step, int dirfd, sl_err *err)
 {
-    FILE *f = fopen(to, "wb");
-    if (!f)
-        return sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+    const char *to = name;
+    int fd = sl_file_create_at(dirfd, name, err);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return fd >= 0 ? sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno)) : -1;
+    }
     uint64_t off = 0, size = 1;
     int rc = 0;
     while (!rc && off < size) {
+        if (run_failed(r)) {
+            rc = sl_err_set(err, SL_ECANCELED, "fetching %s: the run stopped", name);
+            break;
+        }
         Skyloom__V1__FetchFileRequest q = SKYLOOM__V1__FETCH_FILE_REQUEST__INIT;
         q.device_id = (char *)self(r->js);
         q.job_id = r->rt->job;
@@ -708,21 +806,6 @@ static void names_free(char **v, int n)
     free(v);
 }
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
 /* Weights to start from: the committed checkpoint (any cut loads from any
  * cut), or the job's initial model, or the seed's initialisation. */
 static int restore(run_ctx *r, sl_err *err)
@@ -736,16 +819,19 @@ static int restore(run_ctx *r, sl_err *err)
     if (n == 0 && want > 0)
         rc = sl_err_set(err, SL_ESTATE, "the plan starts at step %d but step %d is not committed",
                         r->start, want);
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/restore-%d", r->dir, want);
-    rm_tree(dir);
-    if (!rc && n > 0)
-        rc = sl_mkdir(dir, 0700, err);
-    for (int i = 0; !rc && i < n; i++) {
-        char to[4400];
-        snprintf(to, sizeof to, "%s/%s", dir, names[i]);
-        rc = fetch_file(r, names[i], want, to, err);
-    }
+    /* the coordinator's names become paths here: each must be a plain name */
+    for (int i = 0; !rc && i < n; i++)
+        if (sl_path_name_check(names[i], strlen(names[i]), err))
+            rc = sl_err_wrap(err, "the checkpoint of step %d lists a file", want);
+    char sub[32], dir[4200];
+    snprintf(sub, sizeof sub, "restore-%d", want);
+    snprintf(dir, sizeof dir, "%s/%s", r->dir, sub);
+    sl_dir_remove_at(r->dirfd, sub);
+    int dfd = -1;
+    if (!rc && n > 0 && (dfd = sl_dir_open(r->dirfd, sub, 0700, SL_DIR_CREATE, err)) < 0)
+        rc = -1;
+    for (int i = 0; !rc && i < n; i++)
+        rc = fetch_file(r, names[i], want, dfd, err);
     for (int k = 0; !rc && n > 0 && k < r->nlocal; k++) {
         if (want == 0) {
             /* the job's initial model: to classify, an MLM one starts the head afresh */
@@ -764,16 +850,16 @@ static int restore(run_ctx *r, sl_err *err)
     if (!rc && n > 0) {
         uint64_t bytes = 0;
         for (int i = 0; i < n; i++) {
-            char p[4400];
             struct stat sb;
-            snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-            if (stat(p, &sb) == 0)
+            if (fstatat(dfd, names[i], &sb, AT_SYMLINK_NOFOLLOW) == 0)
                 bytes += (uint64_t)sb.st_size;
         }
         sl_log_info("device: restored", "job=%s step=%d files=%d bytes=%llu seconds=%.3f", r->rt->job,
                     want, n, (unsigned long long)bytes, sl_now_s() - t0);
     }
-    rm_tree(dir);
+    if (dfd >= 0)
+        close(dfd);
+    sl_dir_remove_at(r->dirfd, sub);
     names_free(names, n);
     return rc;
 }
@@ -793,6 +879,14 @@ static int upload_file(run_ctx *r, const upload_item *u, const char *name, sl_er
     crypto_generichash_init(&hs, NULL, 0, 32);
     int rc = 0;
     do {
+        pthread_mutex_lock(&r->mu);
+        int stop = r->cancel;
+        pthread_mutex_unlock(&r->mu);
+        if (stop) {
+            rc = sl_err_set(err, SL_ECANCELED, "uploading %s of step %d: the run stopped", name,
+                            u->step);
+            break;
+        }
         size_t k = fread(buf, 1, CHUNK, f);
         crypto_generichash_update(&hs, buf, k);
         uint8_t sum[32];
@@ -839,9 +933,9 @@ static void *uploader_main(void *arg)
     run_ctx *r = arg;
     for (;;) {
         pthread_mutex_lock(&r->mu);
-        while (!r->uh && !r->upload_stop)
+        while (!r->uh && !r->upload_stop && !r->cancel)
             pthread_cond_wait(&r->cv, &r->mu);
-        upload_item *u = r->uh;
+        upload_item *u = r->cancel ? NULL : r->uh;
         if (u) {
             r->uh = u->next;
             if (!r->uh)
@@ -861,7 +955,11 @@ static void *uploader_main(void *arg)
         else
             sl_log_info("device: checkpoint part uploaded", "job=%s step=%d seconds=%.3f",
                         r->rt->job, u->step, sl_now_s() - t0);
-        rm_tree(u->dir);
+        sl_dir_remove_at(r->dirfd, u->sub);
+        pthread_mutex_lock(&r->js->mu);
+        r->rt->uploaded = u->step;
+        pthread_cond_broadcast(&r->js->cv);
+        pthread_mutex_unlock(&r->js->mu);
         free(u->name);
         free(u);
         pthread_mutex_lock(&r->mu);
@@ -877,12 +975,16 @@ static int write_part(run_ctx *r, int step, sl_err *err)
 {
     upload_item *u = sl_xcalloc(1, sizeof *u);
     u->step = step;
-    snprintf(u->dir, sizeof u->dir, "%s/part-%d", r->dir, step);
-    rm_tree(u->dir);
+    snprintf(u->sub, sizeof u->sub, "part-%d", step);
+    snprintf(u->dir, sizeof u->dir, "%s/%s", r->dir, u->sub);
+    sl_dir_remove_at(r->dirfd, u->sub);
     dev_ckpt_file *files = NULL;
     int nfiles = 0;
     double t0 = sl_now_s();
-    int rc = sl_mkdir(u->dir, 0700, err) ||
+    int pfd = sl_dir_open(r->dirfd, u->sub, 0700, SL_DIR_CREATE, err);
+    if (pfd >= 0)
+        close(pfd);
+    int rc = pfd < 0 ||
              dev_ckpt_write_unit_parts(r->st, r->nlocal, r->kind, u->dir, self(r->js), &files,
                                        &nfiles, err);
     if (!rc) {
@@ -902,6 +1004,9 @@ static int write_part(run_ctx *r, int step, sl_err *err)
     }
     sl_log_debug("device: checkpoint part written", "job=%s step=%d seconds=%.3f", r->rt->job,
                  step, sl_now_s() - t0);
+    pthread_mutex_lock(&r->js->mu);
+    r->rt->queued = step;
+    pthread_mutex_unlock(&r->js->mu);
     pthread_mutex_lock(&r->mu);
     if (r->ut)
         r->ut->next = u;
@@ -1171,6 +1276,7 @@ static void run_free(run_ctx *r)
     while (r->uh) {
         upload_item *u = r->uh;
         r->uh = u->next;
+        sl_dir_remove_at(r->dirfd, u->sub);
         free(u->name);
         free(u);
     }
@@ -1183,6 +1289,8 @@ static void run_free(run_ctx *r)
     free(r->stages);
     if (r->ch)
         rpc_channel_destroy(r->ch);
+    if (r->dirfd >= 0)
+        close(r->dirfd);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->compute);
@@ -1207,13 +1315,32 @@ static void release_net(run_ctx *r)
     dev_net_free(n);
 }
 
+/* state/jobs/JOB, made once the signed plan named the job (fetch_plan):
+ * the job id is a name from the network, and neither directory may be a
+ * symbolic link or another user's. */
+static int job_dir(run_ctx *r, const char *job, sl_err *err)
+{
+    if (sl_path_name_check(job, strlen(job), err))
+        return sl_err_wrap(err, "job id");
+    /* the state directory is the operator's (dev_agent_open checked it) */
+    int sfd = open(state_dir(r->js), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (sfd < 0)
+        return sl_err_set(err, SL_EIO, "%s: %s", state_dir(r->js), strerror(errno));
+    int jfd = sl_dir_open(sfd, "jobs", 0700, SL_DIR_CREATE, err);
+    close(sfd);
+    if (jfd < 0)
+        return sl_err_wrap(err, "the device's jobs directory");
+    r->dirfd = sl_dir_open(jfd, job, 0700, SL_DIR_CREATE, err);
+    close(jfd);
+    if (r->dirfd < 0)
+        return sl_err_wrap(err, "the directory of job %s", job);
+    snprintf(r->dir, sizeof r->dir, "%s/jobs/%s", state_dir(r->js), job);
+    return 0;
+}
+
 static int run_job(run_ctx *r, const dev_task *t, sl_err *err)
 {
-    snprintf(r->dir, sizeof r->dir, "%s/jobs", state_dir(r->js));
-    if (sl_mkdir(r->dir, 0700, err))
-        return -1;
-    snprintf(r->dir, sizeof r->dir, "%s/jobs/%s", state_dir(r->js), t->job);
-    if (sl_mkdir(r->dir, 0700, err) || !(r->ch = channel(r->js, err)) || fetch_plan(r, t, err))
+    if (!(r->ch = channel(r->js, err)) || fetch_plan(r, t, err) || job_dir(r, t->job, err))
         return -1;
     read_plan(r);
     if (open_net(r, err) || open_stages(r, err))
@@ -1274,16 +1401,17 @@ static void *run_main(void *arg)
     snprintf(t.job, sizeof t.job, "%s", rt->job);
     snprintf(t.kind, sizeof t.kind, "run");
     t.epoch = rt->epoch;
-    run_ctx r = {.js = js, .rt = rt};
+    run_ctx r = {.js = js, .rt = rt, .dirfd = -1};
     pthread_mutex_init(&r.mu, NULL);
     pthread_mutex_init(&r.compute, NULL);
     pthread_cond_init(&r.cv, NULL);
     sl_err err = {0};
     /* the old epoch's stages leave first: one run of a job at a time */
     pthread_mutex_lock(&js->mu);
-    while (rt->prev && !rt->prev->finished)
+    while (rt->prev && !rt->prev->finished && !rt->stop && !js->closing)
         pthread_cond_wait(&js->cv, &js->mu);
     int stopped = rt->stop || js->closing;
+    rt->ctx = stopped ? NULL : &r;
     pthread_mutex_unlock(&js->mu);
     int rc = stopped ? sl_err_set(&err, SL_ECANCELED, "stopped before it started") : run_job(&r, &t, &err);
     pthread_mutex_lock(&js->mu);
@@ -1291,7 +1419,9 @@ static void *run_main(void *arg)
     pthread_mutex_unlock(&js->mu);
     if (rc && !stopped && err.code != SL_ESTOPPED) {
         char lost[64] = "", result[128] = "";
-        if (r.net && dev_net_lost_peer(r.net, lost, sizeof lost))
+        if (r.revoked[0])
+            snprintf(lost, sizeof lost, "%s", r.revoked);
+        if (lost[0] || (r.net && dev_net_lost_peer(r.net, lost, sizeof lost)))
             snprintf(result, sizeof result, "{\"lost\": \"%s\"}", lost);
         sl_log_error("device: job failed", "job=%s epoch=%u suspect=%s reason=\"%s\"", rt->job,
                      rt->epoch, lost[0] ? lost : "-", err.msg);
@@ -1316,6 +1446,9 @@ static void *run_main(void *arg)
         }
         sl_log_info("device: job done here", "job=%s epoch=%u received=%s", rt->job, rt->epoch, got);
     }
+    pthread_mutex_lock(&js->mu);
+    rt->ctx = NULL;
+    pthread_mutex_unlock(&js->mu);
     release_net(&r);
     run_free(&r);
     pthread_mutex_lock(&js->mu);
@@ -1410,9 +1543,7 @@ static job_rt *leave_older(dev_jobs *js, const char *job, uint32_t epoch, const 
         if (strcmp(rt->job, job) || rt->epoch >= epoch || rt->finished)
             continue;
         if (!rt->stop) {
-            rt->stop = 1;
-            if (rt->net)
-                dev_net_abort(rt->net, why);
+            rt_stop(rt, why);
             sl_log_info("device: leaving job", "job=%s epoch=%u reason=\"%s\"", rt->job, rt->epoch, why);
         }
         if (!newest || rt->epoch > newest->epoch)
@@ -1447,6 +1578,12 @@ static void stop_run(dev_jobs *js, const dev_task *t)
 
 void dev_jobs_task(dev_jobs *js, const dev_task *t)
 {
+    sl_err err = {0};
+    /* a job id becomes a directory name: one that cannot is refused here */
+    if (sl_path_name_check(t->job, strlen(t->job), &err)) {
+        sl_log_warn("device: task refused", "kind=%s reason=\"job id: %s\"", t->kind, err.msg);
+        return;
+    }
     pthread_mutex_lock(&js->mu);
     reap(js);
     if (!js->closing) {
@@ -1460,18 +1597,40 @@ void dev_jobs_task(dev_jobs *js, const dev_task *t)
     pthread_mutex_unlock(&js->mu);
 }
 
+int dev_jobs_admit(void *ud, const char *peer_id, rpc_status *st)
+{
+    dev_jobs *js = ud;
+    pthread_mutex_lock(&js->mu);
+    int ok = 0, closing = js->closing;
+    for (job_rt *rt = closing ? NULL : js->runs; rt && !ok; rt = rt->next)
+        ok = rt->net && !rt->finished && !rt->stop && dev_net_serves_peer(rt->net, peer_id);
+    pthread_mutex_unlock(&js->mu);
+    if (ok)
+        return RPC_OK;
+    if (closing)
+        return rpc_status_set(st, RPC_UNAVAILABLE, "this device is stopping");
+    /* the caller may be a neighbour whose plan this device has not started
+     * yet: it asks again */
+    return rpc_status_set(st, RPC_FAILED_PRECONDITION, "device %s is not the neighbour of this "
+                          "device in a plan it runs (yet)", peer_id);
+}
+
 int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *st)
 {
     dev_jobs *js = ud;
-    rpc_buf b;
     sl_err err = {0};
-    if (rpc_stream_recv(s, &b, &err) != 1)
-        return rpc_status_set(st, RPC_CANCELLED, "the stream ended before its hello");
     dev_exch_hello h;
-    int bad = dev_exch_hello_parse(b.data, b.len, &h, &err);
-    rpc_buf_free(&b);
-    if (bad)
+    int bad = dev_exch_read_hello(s, DEV_EXCH_HELLO_MS, &h, &err);
+    if (bad) {
+        pthread_mutex_lock(&js->mu);
+        uint64_t *c = bad == DEV_EXCH_NO_HELLO ? &js->no_hello : &js->bad_hello;
+        uint64_t nth = ++*c;
+        pthread_mutex_unlock(&js->mu);
+        if ((nth & (nth - 1)) == 0) /* the 1st, 2nd, 4th, 8th, ... of each kind */
+            sl_log_warn("device: Exchange stream closed", "peer=%s reason=\"%s\" count=%llu",
+                        peer_id, err.msg, (unsigned long long)nth);
         return rpc_status_set(st, dev_exch_refusal_code(bad), "%s", err.msg);
+    }
     char job[24];
     snprintf(job, sizeof job, "j%016llx", (unsigned long long)h.job);
     uint32_t epoch = h.epoch;
@@ -1494,17 +1653,49 @@ int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *
     return code;
 }
 
+void dev_jobs_revocations(dev_jobs *js)
+{
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt; rt = rt->next) {
+        if (!rt->net || rt->finished || rt->stop)
+            continue;
+        char peer[32];
+        for (int k = 0; dev_net_neighbour(rt->net, k, peer, sizeof peer); k++) {
+            if (!dev_agent_is_revoked(js->o.agent, peer))
+                continue;
+            char why[160];
+            snprintf(why, sizeof why, "the coordinator revoked device %s, a neighbour of this "
+                     "device in the plan", peer);
+            sl_log_warn("device: leaving job", "job=%s epoch=%u reason=\"%s\"", rt->job,
+                        rt->epoch, why);
+            /* the peer is named first, then the run fails: its report says
+             * which neighbour, and every stream of the net is closed */
+            dev_net_abort_peer(rt->net, peer, why);
+            if (rt->ctx)
+                run_fail(rt->ctx, SL_EAUTH, why);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&js->mu);
+}
+
+void dev_jobs_counts(dev_jobs *js, uint64_t *no_hello, uint64_t *bad_hello)
+{
+    pthread_mutex_lock(&js->mu);
+    *no_hello = js->no_hello;
+    *bad_hello = js->bad_hello;
+    pthread_mutex_unlock(&js->mu);
+}
+
 void dev_jobs_stop(dev_jobs *js)
 {
     if (!js)
         return;
     pthread_mutex_lock(&js->mu);
     js->closing = 1;
-    for (job_rt *rt = js->runs; rt; rt = rt->next) {
-        rt->stop = 1;
-        if (rt->net)
-            dev_net_abort(rt->net, "the device is stopping");
-    }
+    pthread_cond_broadcast(&js->cv);
+    for (job_rt *rt = js->runs; rt; rt = rt->next)
+        rt_stop(rt, "the device is stopping");
     while (js->runs || js->side) {
         job_rt *rt = js->runs;
         side_job *s = js->side;
@@ -1525,6 +1716,36 @@ void dev_jobs_stop(dev_jobs *js)
         }
     }
     pthread_mutex_unlock(&js->mu);
+}
+
+int dev_jobs_mark_uploads(dev_jobs *js, char *what, size_t cap)
+{
+    int n = 0;
+    what[0] = 0;
+    if (!js)
+        return 0;
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt; rt = rt->next) {
+        rt->mark = !rt->finished && rt->queued > rt->uploaded ? rt->queued : 0;
+        if (!rt->mark)
+            continue;
+        size_t o = strlen(what);
+        snprintf(what + o, cap - o, "%sjob %s step %d", n++ ? ", " : "", rt->job, rt->mark);
+    }
+    pthread_mutex_unlock(&js->mu);
+    return n;
+}
+
+int dev_jobs_marked_uploaded(dev_jobs *js)
+{
+    int done = 1;
+    if (!js)
+        return 1;
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt && done; rt = rt->next)
+        done = !rt->mark || rt->finished || rt->uploaded >= rt->mark;
+    pthread_mutex_unlock(&js->mu);
+    return done;
 }
 
 void dev_jobs_close(dev_jobs *js)

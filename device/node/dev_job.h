@@ -52,11 +52,29 @@ typedef struct dev_jobs dev_jobs;
 dev_jobs *dev_jobs_open(const dev_jobs_opts *o, sl_err *err);
 /* Acts on one task; returns at once (work runs on threads). */
 void dev_jobs_task(dev_jobs *j, const dev_task *t);
-/* The Stage Exchange handler (dev_stagesvc_opts.exchange, ud = the jobs). */
+/* The Stage Exchange handler (dev_stagesvc_opts.exchange, ud = the jobs):
+ * the stream's hello must come within DEV_EXCH_HELLO_MS. */
 int dev_jobs_exchange(void *ud, const char *peer_id, rpc_stream *s, rpc_status *st);
+/* Who may open an Exchange stream (dev_stagesvc_opts.admit): a device that
+ * a running plan names at the other end of a link this device serves. */
+int dev_jobs_admit(void *ud, const char *peer_id, rpc_status *st);
+/* After a heartbeat brought the revoked devices: a run with a revoked
+ * neighbour stops (its streams closed), and its failure report names it. */
+void dev_jobs_revocations(dev_jobs *j);
+/* Exchange streams closed for sending no hello in time, and for a malformed
+ * hello, since the start. */
+void dev_jobs_counts(dev_jobs *j, uint64_t *no_hello, uint64_t *bad_hello);
 /* Stops every job this device runs and waits for its threads; from then on
  * tasks are ignored and Exchange streams refused. */
 void dev_jobs_stop(dev_jobs *j);
+/* Marks the checkpoint parts written and not uploaded yet (a device that
+ * is asked to stop finishes uploading them first, so that the job can
+ * commit their step): how many runs have one, and in what (at most cap
+ * bytes: "job J step S", ...). */
+int dev_jobs_mark_uploads(dev_jobs *j, char *what, size_t cap);
+/* Whether every part marked is uploaded (or its upload failed, or its run
+ * ended). */
+int dev_jobs_marked_uploaded(dev_jobs *j);
 /* dev_jobs_stop, then frees j (after the Stage service that calls
  * dev_jobs_exchange has stopped). */
 void dev_jobs_close(dev_jobs *j);

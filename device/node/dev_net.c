@@ -59,6 +59,8 @@ typedef struct flow {
     qmsg *qh[NK], *qt[NK];
     uint64_t got[NK];
     uint64_t raw, wire;    /* sent */
+    size_t queued[NK];     /* received network messages not taken yet, in bytes */
+    size_t max_queued[NK]; /* the most each kind may hold (kind_budget) */
 } flow;
 
 typedef struct omsg {
@@ -76,7 +78,9 @@ typedef struct link {
     flow down, up;         /* a -> b, b -> a */
     rpc_channel *ch;
     rpc_stream *st;
+    rpc_stream *connecting; /* client: a stream being opened (an abort interrupts it) */
     int state;             /* 0 waiting, 1 up, 2 ended */
+    int sender_done, receiver_done; /* client: those threads have ended (or never ran) */
     omsg *oh, *ot;
     pthread_t sender, receiver;
     int has_sender, has_receiver;
@@ -107,6 +111,11 @@ static const dev_port_ops net_ops;
 
 static int local(const dev_net *n, int stage) { return !strcmp(n->stage[stage].device, n->c.self_id); }
 
+static const char *peer_of(const dev_net *n, const link *l)
+{
+    return n->stage[local(n, l->a) ? l->b : l->a].device;
+}
+
 static link *link_of(dev_net *n, int a, int b)
 {
     for (int i = 0; i < n->nlinks; i++)
@@ -129,9 +138,12 @@ static void abort_locked(dev_net *n, const char *why)
             sl_log_warn("device: pipeline stopped", "job=j%016llx epoch=%u reason=\"%s\"",
                         (unsigned long long)n->c.job, n->c.epoch, why);
     }
-    for (int i = 0; i < n->nlinks; i++)
+    for (int i = 0; i < n->nlinks; i++) {
         if (n->links[i].st)
             rpc_stream_interrupt(n->links[i].st);
+        if (n->links[i].connecting)
+            rpc_stream_interrupt(n->links[i].connecting);
+    }
     pthread_cond_broadcast(&n->cv);
 }
 
@@ -151,6 +163,45 @@ int dev_net_lost_peer(dev_net *n, char *peer, size_t cap)
     snprintf(peer, cap, "%s", n->lost);
     pthread_mutex_unlock(&n->mu);
     return have;
+}
+
+void dev_net_abort_peer(dev_net *n, const char *peer, const char *why)
+{
+    pthread_mutex_lock(&n->mu);
+    abort_lost_locked(n, peer, why);
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* The device at the other end of link l. */
+static const char *peer_of(const dev_net *n, const link *l);
+
+int dev_net_serves_peer(dev_net *n, const char *peer)
+{
+    for (int i = 0; i < n->nlinks; i++)
+        if (n->links[i].mode == L_SERVER && !strcmp(n->stage[n->links[i].a].device, peer))
+            return 1;
+    return 0;
+}
+
+int dev_net_neighbour(dev_net *n, int k, char *peer, size_t cap)
+{
+    for (int i = 0, seen = 0; i < n->nlinks; i++) {
+        const link *l = &n->links[i];
+        if (l->mode != L_CLIENT && l->mode != L_SERVER)
+            continue;
+        const char *p = peer_of(n, l);
+        int dup = 0; /* one entry per device */
+        for (int j = 0; j < i && !dup; j++)
+            dup = (n->links[j].mode == L_CLIENT || n->links[j].mode == L_SERVER) &&
+                  !strcmp(peer_of(n, &n->links[j]), p);
+        if (dup)
+            continue;
+        if (seen++ == k) {
+            snprintf(peer, cap, "%s", p);
+            return 1;
+        }
+    }
+    return 0;
 }
 
 void dev_net_abort(dev_net *n, const char *why)
@@ -196,6 +247,45 @@ static void flow_free(flow *f)
     pthread_mutex_destroy(&f->txmu);
 }
 
+/* The bytes of one kind of frame that a flow this device receives may hold
+ * queued: one step's worth (a frame per micro-batch for activations, masks
+ * and gradients, else one), each frame at its largest (codec none or, for
+ * topk gradients, topk of every element; sealed) with the StageFrame prefix; 0 for a kind the flow does not carry. No
+ * neighbour that follows the plan gets further ahead: a step ends with the
+ * gather, which every stage waits for before it sends anything of the next
+ * step. */
+static size_t kind_budget(const dev_net *n, int a, int b, int down, int dir)
+{
+    const dev_net_cfg *c = &n->c;
+    if (!dev_exch_allowed(c->stages, a, b, down, dir))
+        return 0;
+    size_t elems = 0, per_step = 1;
+    uint8_t dtype = DEV_DTYPE_F32;
+    switch (dir) {
+    case DEV_DIR_ACTIVATION:
+    case DEV_DIR_GRADIENT: elems = c->act_floats; per_step = (size_t)c->depth; break;
+    case DEV_DIR_MASK: elems = c->mask_ints; dtype = DEV_DTYPE_I32; per_step = (size_t)c->depth; break;
+    case DEV_DIR_LABELS: elems = c->label_ints; dtype = DEV_DTYPE_I32; break;
+    case DEV_DIR_TIED: elems = c->tied_floats; break;
+    default: elems = c->gather_max; dtype = DEV_DTYPE_F64; break; /* gather, its result */
+    }
+    dev_frame_hdr h;
+    memset(&h, 0, sizeof h);
+    h.direction = (uint8_t)dir;
+    h.codec = DEV_CODEC_NONE;
+    h.dtype = dtype;
+    h.ndim = 1;
+    h.dims[0] = (uint32_t)(elems ? elems : 1);
+    size_t one = dev_frame_max_len(&h);
+    if (dir == DEV_DIR_GRADIENT && c->codec_grad == DEV_CODEC_TOPK) {
+        h.codec = DEV_CODEC_TOPK; /* an index beside each value: larger than none near k = n */
+        h.k = h.dims[0];
+        size_t topk = dev_frame_max_len(&h);
+        one = topk > one ? topk : one;
+    }
+    return per_step * (one + PREFIX);
+}
+
 /* Keys of a flow that crosses the network: this end sends or receives. */
 static int flow_init(dev_net *n, flow *f, int from, int to, int mode, sl_err *err)
 {
@@ -216,6 +306,12 @@ static int flow_init(dev_net *n, flow *f, int from, int to, int mode, sl_err *er
         if (dev_link_rx_init(&f->rx, &lc, n->c.self_kp, n->stage[peer].link_key, err))
             return -1;
         f->rx_ok = 1;
+        int a = from < to ? from : to, b = from < to ? to : from;
+        static const int dirs[NK] = {DEV_DIR_ACTIVATION, DEV_DIR_GRADIENT, DEV_DIR_MASK,
+                                     DEV_DIR_LABELS, DEV_DIR_TIED, DEV_DIR_GATHER,
+                                     DEV_DIR_GATHER_RESULT};
+        for (int k = 0; k < NK; k++)
+            f->max_queued[k] = kind_budget(n, a, b, from < to, dirs[k]);
     }
     return 0;
 }
@@ -250,6 +346,7 @@ dev_net *dev_net_open(const dev_net_cfg *c, sl_err *err)
             int la = local(n, a), lb = local(n, b);
             l->mode = la && lb ? L_LOCAL : la ? L_CLIENT : lb ? L_SERVER : L_OTHER;
             l->state = l->mode == L_LOCAL ? 1 : 0;
+            l->sender_done = l->receiver_done = 1; /* until dev_net_start starts them */
             if (flow_init(n, &l->down, a, b, l->mode, err) ||
                 flow_init(n, &l->up, b, a, l->mode, err)) {
                 dev_net_free(n);
@@ -381,6 +478,7 @@ static int take(dev_net *n, link *l, flow *f, int dir, uint64_t step, int mb, in
             f->qh[k] = q->next;
             if (!f->qh[k])
                 f->qt[k] = NULL;
+            f->queued[k] -= q->buf.len;
         } else if (n->aborted) {
             rc = stopped(n, stage, err);
         } else {
@@ -504,6 +602,21 @@ static void receive_loop(link *l, flow *in)
             rpc_buf_free(&b);
             continue;
         }
+        if (b.len > in->max_queued[k] - in->queued[k]) {
+            /* a neighbour that runs further ahead than the plan lets it:
+             * what does not fit is refused, never queued */
+            refuse_count(n, DEV_FR_QUEUE_FULL);
+            uint64_t nfull = n->refused[DEV_FR_QUEUE_FULL];
+            size_t queued = in->queued[k], cap = in->max_queued[k];
+            pthread_mutex_unlock(&n->mu);
+            if ((nfull & (nfull - 1)) == 0) /* the 1st, 2nd, 4th, 8th, ... */
+                sl_log_warn("device: frame refused", "link=%d-%d kind=%s reason=\"queue full: "
+                            "%zu bytes queued, %zu more do not fit under %zu\" refused=%llu", l->a,
+                            l->b, kind_name[k], queued, b.len, cap, (unsigned long long)nfull);
+            rpc_buf_free(&b);
+            continue;
+        }
+        in->queued[k] += b.len;
         qmsg *q = sl_xcalloc(1, sizeof *q);
         q->buf = b;
         q->frame = fr;
@@ -523,6 +636,10 @@ static void *receiver_main(void *arg)
 {
     link *l = arg;
     receive_loop(l, &l->up);
+    pthread_mutex_lock(&l->n->mu);
+    l->receiver_done = 1;
+    pthread_cond_broadcast(&l->n->cv);
+    pthread_mutex_unlock(&l->n->mu);
     return NULL;
 }
 
@@ -575,7 +692,9 @@ static int hello_matches(const dev_net *n, const link *l, const rpc_buf *b)
 }
 
 /* Client: open the stream and have the hello answered, retrying while the
- * neighbour is not there yet (not started, or not yet serving this job). */
+ * neighbour is not there yet (not started, or not yet serving this job).
+ * The stream being opened is on the link (l->connecting) so that an abort
+ * interrupts it, and each attempt's waits are bounded by the hello's time. */
 static int connect_link(link *l, sl_err *err)
 {
     dev_net *n = l->n;
@@ -586,35 +705,46 @@ static int connect_link(link *l, sl_err *err)
     if (!(l->ch = dev_stagesvc_connect(n->c.state, peer->address, peer->device, MAX_MESSAGE, err)))
         return -1;
     for (;;) {
+        sl_err e = {0};
+        rpc_stream *st = rpc_stream_new(l->ch, RPC_M_STAGE_EXCHANGE, STREAM_LIFE_MS, &e);
         pthread_mutex_lock(&n->mu);
         int stop = n->aborted;
+        if (!stop)
+            l->connecting = st;
         pthread_mutex_unlock(&n->mu);
-        if (stop)
+        if (stop) {
+            rpc_stream_cancel(st);
             return stopped(n, l->a, err);
-        sl_err e = {0};
-        rpc_stream *st = rpc_stream_open(l->ch, RPC_M_STAGE_EXCHANGE, STREAM_LIFE_MS, &e);
+        }
         if (st) {
+            rpc_stream_set_idle(st, DEV_EXCH_HELLO_MS);
             rpc_buf hb = {0}, ack = {0};
             dev_exch_hello_pack(n->c.job, n->c.epoch, (uint32_t)l->a, (uint32_t)l->b, &hb);
-            int r = rpc_stream_send(st, hb.data, hb.len, &e) == 0 ? rpc_stream_recv(st, &ack, &e) : -1;
+            int r = rpc_stream_start(st, &e) == 0 && rpc_stream_send(st, hb.data, hb.len, &e) == 0
+                        ? rpc_stream_recv(st, &ack, &e)
+                        : -1;
             rpc_buf_free(&hb);
-            if (r == 1 && hello_matches(n, l, &ack)) {
-                rpc_buf_free(&ack);
-                pthread_mutex_lock(&n->mu);
+            int ok = r == 1 && hello_matches(n, l, &ack);
+            rpc_buf_free(&ack);
+            pthread_mutex_lock(&n->mu);
+            l->connecting = NULL;
+            if (ok && !n->aborted) {
+                rpc_stream_set_idle(st, 0); /* the link's waits are the pipeline's */
                 l->st = st;
                 l->state = 1;
-                if (n->aborted)
-                    rpc_stream_interrupt(st);
                 pthread_cond_broadcast(&n->cv);
                 pthread_mutex_unlock(&n->mu);
                 return 0;
             }
-            rpc_buf_free(&ack);
+            if (n->aborted)
+                rpc_stream_interrupt(st);
+            pthread_mutex_unlock(&n->mu);
             rpc_status rs = {0};
-            int code = rpc_stream_finish(st, &rs);
+            int code = rpc_stream_finish(st, &rs); /* bounded: the idle limit is still set */
             snprintf(last, sizeof last, "%s: %s", rpc_code_name(code), rs.details);
             if (code != RPC_UNAVAILABLE && code != RPC_FAILED_PRECONDITION &&
-                code != RPC_DEADLINE_EXCEEDED && code != RPC_OK)
+                code != RPC_DEADLINE_EXCEEDED && code != RPC_OK && code != RPC_CANCELLED &&
+                code != RPC_RESOURCE_EXHAUSTED)
                 return sl_err_set(err, SL_EIO, "stage %d to %d (device %s at %s): %s", l->a, l->b,
                                   peer->device, peer->address, last);
         } else {
@@ -624,10 +754,26 @@ static int connect_link(link *l, sl_err *err)
             return sl_err_set(err, SL_EIO, "stage %d could not reach stage %d (device %s at %s) "
                               "within %d s: %s", l->a, l->b, peer->device, peer->address,
                               n->c.connect_timeout_ms / 1000, last);
-        struct timespec ts = {0, (long)backoff_ms * 1000000L};
-        nanosleep(&ts, NULL);
+        /* the backoff waits on the net: an abort ends it */
+        pthread_mutex_lock(&n->mu);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)backoff_ms * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        if (!n->aborted)
+            pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+        pthread_mutex_unlock(&n->mu);
         backoff_ms = backoff_ms < 1000 ? 2 * backoff_ms : 1000;
     }
+}
+
+static void sender_end(link *l)
+{
+    pthread_mutex_lock(&l->n->mu);
+    l->sender_done = 1;
+    pthread_cond_broadcast(&l->n->cv);
+    pthread_mutex_unlock(&l->n->mu);
 }
 
 static void *sender_main(void *arg)
@@ -639,20 +785,26 @@ static void *sender_main(void *arg)
         pthread_mutex_lock(&n->mu);
         abort_lost_locked(n, n->stage[l->b].device, err.msg);
         pthread_mutex_unlock(&n->mu);
+        sender_end(l);
         return NULL;
     }
+    pthread_mutex_lock(&n->mu);
+    l->receiver_done = 0;
     if (pthread_create(&l->receiver, NULL, receiver_main, l) == 0) {
-        pthread_mutex_lock(&n->mu);
         l->has_receiver = 1;
         pthread_mutex_unlock(&n->mu);
     } else {
+        l->receiver_done = 1;
+        pthread_mutex_unlock(&n->mu);
         dev_net_abort(n, "cannot start a receiving thread");
+        sender_end(l);
         return NULL;
     }
     if (send_loop(l) == 0) { /* closing: no more frames from this end */
         sl_err e = {0};
         rpc_stream_close_send(l->st, &e);
     }
+    sender_end(l);
     return NULL;
 }
 
@@ -662,7 +814,13 @@ int dev_net_start(dev_net *n, sl_err *err)
         link *l = &n->links[i];
         if (l->mode != L_CLIENT)
             continue;
+        pthread_mutex_lock(&n->mu);
+        l->sender_done = 0;
+        pthread_mutex_unlock(&n->mu);
         if (pthread_create(&l->sender, NULL, sender_main, l)) {
+            pthread_mutex_lock(&n->mu);
+            l->sender_done = 1;
+            pthread_mutex_unlock(&n->mu);
             dev_net_abort(n, "cannot start a sending thread");
             return sl_err_set(err, SL_ENOMEM, "cannot start a sending thread");
         }
@@ -697,6 +855,7 @@ int dev_net_accept(dev_net *n, const char *peer_id, const dev_exch_hello *h, rpc
         return rpc_status_set(st, RPC_ALREADY_EXISTS, "link %d-%d is already served", from, to);
     }
     l->serving = 1;
+    l->st = s; /* from here an abort interrupts the stream */
     pthread_mutex_unlock(&n->mu);
     rpc_buf ack = {0};
     dev_exch_hello_pack(n->c.job, n->c.epoch, (uint32_t)from, (uint32_t)to, &ack);
@@ -706,11 +865,12 @@ int dev_net_accept(dev_net *n, const char *peer_id, const dev_exch_hello *h, rpc
     if (rc) {
         pthread_mutex_lock(&n->mu);
         l->serving = 0;
+        l->st = NULL;
+        pthread_cond_broadcast(&n->cv);
         pthread_mutex_unlock(&n->mu);
         return rpc_status_set(st, RPC_UNAVAILABLE, "%s", err.msg);
     }
     pthread_mutex_lock(&n->mu);
-    l->st = s;
     l->state = 1;
     if (n->aborted)
         rpc_stream_interrupt(s);
@@ -752,20 +912,30 @@ static rpc_stream *take_client_stream(dev_net *n, link *l, int *aborted)
     return st;
 }
 
+/* Whether every link has ended its part: server links no longer served,
+ * client links' sender and receiver done. Under n->mu. */
+static int links_done_locked(const dev_net *n)
+{
+    for (int i = 0; i < n->nlinks; i++) {
+        const link *l = &n->links[i];
+        if ((l->mode == L_SERVER && l->serving) ||
+            (l->mode == L_CLIENT && (!l->sender_done || !l->receiver_done)))
+            return 0;
+    }
+    return 1;
+}
+
 int dev_net_close(dev_net *n, int timeout_ms, sl_err *err)
 {
+    /* this device sends what is queued and half-closes its streams; the
+     * links end when the other ends close theirs. Past the deadline (a
+     * neighbour that never closes, or never reads) the net is aborted, which
+     * interrupts every stream, so nothing below waits for a peer. */
     pthread_mutex_lock(&n->mu);
     n->closing = 1;
     pthread_cond_broadcast(&n->cv);
-    /* server links end when their client closes: wait for that */
     double deadline = sl_now_s() + timeout_ms / 1000.0;
-    int waiting = 1;
-    while (waiting && !n->aborted) {
-        waiting = 0;
-        for (int i = 0; i < n->nlinks; i++)
-            waiting |= n->links[i].mode == L_SERVER && n->links[i].serving;
-        if (!waiting)
-            break;
+    while (!n->aborted && !links_done_locked(n)) {
         if (sl_now_s() > deadline) {
             abort_locked(n, "the job's links did not close in time");
             break;
@@ -780,8 +950,6 @@ int dev_net_close(dev_net *n, int timeout_ms, sl_err *err)
         pthread_cond_timedwait(&n->cv, &n->mu, &ts);
     }
     pthread_mutex_unlock(&n->mu);
-    /* client links: the sender closes its side once the queue is sent; the
-     * receiver ends when the server finishes the call */
     for (int i = 0; i < n->nlinks; i++) {
         link *l = &n->links[i];
         if (l->has_sender)
@@ -796,6 +964,7 @@ int dev_net_close(dev_net *n, int timeout_ms, sl_err *err)
             rpc_status rs = {0};
             if (aborted)
                 rpc_stream_interrupt(st);
+            rpc_stream_set_idle(st, DEV_EXCH_HELLO_MS);
             rpc_stream_finish(st, &rs);
         }
     }
@@ -926,14 +1095,14 @@ static dev_frame_hdr hdr(int dir, int codec, int dtype, uint64_t step, int mb, u
 }
 
 static int np_send_act(dev_port *p, int mb, const float *x, size_t nx, const int32_t *valid,
-                       size_t nvalid, uint64_t seq0, sl_err *err)
+                       size_t nvalid, sl_err *err)
 {
     dev_net *n = net_of(p);
     link *l = link_of(n, p->index, p->index + 1);
     if (!l || nvalid == 0 || nx % nvalid)
         return sl_err_set(err, SL_EINVAL, "stage %d sends no activation", p->index);
     uint64_t s = step_of(p);
-    dev_frame_hdr hm = hdr(DEV_DIR_MASK, DEV_CODEC_NONE, DEV_DTYPE_I32, s, mb, seq0, 1,
+    dev_frame_hdr hm = hdr(DEV_DIR_MASK, DEV_CODEC_NONE, DEV_DTYPE_I32, s, mb, 0, 1,
                            (uint32_t)nvalid, 0, 0);
     dev_frame_hdr ha = hdr(DEV_DIR_ACTIVATION, n->c.codec_act, DEV_DTYPE_F32, s, mb, 0, 2,
                            (uint32_t)nvalid, (uint32_t)(nx / nvalid), 0);
@@ -942,7 +1111,7 @@ static int np_send_act(dev_port *p, int mb, const float *x, size_t nx, const int
 }
 
 static int np_recv_act(dev_port *p, int mb, float *x, size_t nx, int32_t *valid, size_t nvalid,
-                       uint64_t *seq0, sl_err *err)
+                       sl_err *err)
 {
     dev_net *n = net_of(p);
     link *l = link_of(n, p->index - 1, p->index);
@@ -950,7 +1119,7 @@ static int np_recv_act(dev_port *p, int mb, float *x, size_t nx, int32_t *valid,
         return sl_err_set(err, SL_EINVAL, "stage %d receives no activation", p->index);
     uint64_t s = step_of(p);
     uint32_t dm[1] = {(uint32_t)nvalid}, da[2] = {(uint32_t)nvalid, (uint32_t)(nx / nvalid)};
-    return take(n, l, &l->down, DEV_DIR_MASK, s, mb, DEV_DTYPE_I32, dm, 1, valid, seq0, p->index,
+    return take(n, l, &l->down, DEV_DIR_MASK, s, mb, DEV_DTYPE_I32, dm, 1, valid, NULL, p->index,
                 err) ||
            take(n, l, &l->down, DEV_DIR_ACTIVATION, s, mb, DEV_DTYPE_F32, da, 2, x, NULL,
                 p->index, err);

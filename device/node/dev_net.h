@@ -69,8 +69,18 @@ int dev_net_accept(dev_net *n, const char *peer_id, const struct dev_exch_hello 
                    rpc_status *st);
 /* Every port call fails from now on with `why`; streams are cancelled. */
 void dev_net_abort(dev_net *n, const char *why);
+/* dev_net_abort naming `peer` as the cause (dev_net_lost_peer reports it
+ * when it came first): a neighbour the coordinator revoked. */
+void dev_net_abort_peer(dev_net *n, const char *peer, const char *why);
+/* 1 if `peer` is the device at the other end of a link this device serves
+ * (the only devices whose Exchange streams it takes for this net). */
+int dev_net_serves_peer(dev_net *n, const char *peer);
+/* The k-th (from 0) device this one has a network link with, either way:
+ * 1 and its id in peer, 0 past the last. */
+int dev_net_neighbour(dev_net *n, int k, char *peer, size_t cap);
 /* Ends the links after the last step: sends what is queued, closes this
- * device's streams and waits (up to timeout_ms) for the others' to close. */
+ * device's streams and waits (up to timeout_ms) for the others' to close;
+ * past it the net is aborted, so it never waits on a neighbour for longer. */
 int dev_net_close(dev_net *n, int timeout_ms, sl_err *err);
 void dev_net_free(dev_net *n);
 int dev_net_aborted(dev_net *n, char *why, size_t cap);

@@ -46,6 +46,17 @@ int dev_stagesvc_handle_ping(void *opts, const rpc_peer *peer, const uint8_t *re
     return code;
 }
 
+/* Who may open an Exchange stream, asked before the stream counts: a
+ * device, not revoked, that the jobs admit. */
+static int admit(void *ud, const rpc_peer *peer, rpc_status *st)
+{
+    dev_stagesvc *d = ud;
+    int code = check_peer(&d->o, peer, st);
+    if (code == RPC_OK && d->o.admit)
+        code = d->o.admit(d->o.ud, peer->identity, st);
+    return code;
+}
+
 static int exchange(void *ud, const rpc_peer *peer, rpc_stream *s, rpc_status *st)
 {
     dev_stagesvc *d = ud;
@@ -64,6 +75,7 @@ dev_stagesvc *dev_stagesvc_start(const dev_stagesvc_opts *o, int *port, sl_err *
         return NULL;
     dev_stagesvc *d = sl_xcalloc(1, sizeof *d);
     d->o = *o;
+    rpc_stream_opts xo = {.admit = admit, .admit_ud = d, .max_per_peer = DEV_STAGE_STREAMS_PER_PEER};
     rpc_server_opts so = {.listen = o->listen,
                           .tls = {f.ca, f.crt, f.key},
                           .client_auth = RPC_CLIENT_CERT_REQUIRED,
@@ -71,12 +83,17 @@ dev_stagesvc *dev_stagesvc_start(const dev_stagesvc_opts *o, int *port, sl_err *
                           .reload_tls = 1}; /* a renewed certificate serves new neighbours */
     if (!(d->srv = rpc_server_create(&so, err)) ||
         rpc_server_add_unary(d->srv, RPC_M_STAGE_PING, dev_stagesvc_handle_ping, &d->o, err) ||
-        rpc_server_add_stream(d->srv, RPC_M_STAGE_EXCHANGE, exchange, d, err) ||
+        rpc_server_add_stream_opts(d->srv, RPC_M_STAGE_EXCHANGE, &xo, exchange, d, err) ||
         (*port = rpc_server_start(d->srv, err)) < 0) {
         dev_stagesvc_stop(d);
         return NULL;
     }
     return d;
+}
+
+void dev_stagesvc_counts(dev_stagesvc *d, rpc_stream_counts *c)
+{
+    rpc_server_stream_counts(d->srv, c);
 }
 
 int dev_stagesvc_stop(dev_stagesvc *d)

@@ -13,7 +13,7 @@
 static const char *const reason_names[DEV_FR_NREASONS] = {
     "ok", "truncated", "bad magic", "bad version", "bad header", "bad shape", "oversized",
     "length mismatch", "seal mismatch", "misrouted", "tampered header", "tampered payload",
-    "replay", "too old", "bad payload", "capacity", "other epoch",
+    "replay", "too old", "bad payload", "capacity", "other epoch", "queue full",
 };
 
 const char *dev_frame_reason_name(int reason)
@@ -211,7 +211,7 @@ static const struct dir_rule {
 } dir_rules[DIR_LAST + 1] = {
     [DEV_DIR_ACTIVATION] = {"activation", DEV_DTYPE_F32, CODECS_ALL & ~CODEC_BIT(DEV_CODEC_TOPK), 1},
     [DEV_DIR_GRADIENT] = {"gradient", DEV_DTYPE_F32, CODECS_ALL, 1},
-    [DEV_DIR_MASK] = {"mask", DEV_DTYPE_I32, CODEC_BIT(DEV_CODEC_NONE), 0},
+    [DEV_DIR_MASK] = {"mask", DEV_DTYPE_I32, CODEC_BIT(DEV_CODEC_NONE), 1},
     [DEV_DIR_LABELS] = {"labels", DEV_DTYPE_I32, CODEC_BIT(DEV_CODEC_NONE), 0},
     [DEV_DIR_TIED] = {"tied", DEV_DTYPE_F32, CODECS_ALL & ~CODEC_BIT(DEV_CODEC_TOPK), 1},
     [DEV_DIR_GATHER] = {"gather", DEV_DTYPE_F64, CODEC_BIT(DEV_CODEC_NONE), 0},

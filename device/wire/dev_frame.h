@@ -70,7 +70,7 @@
 #include "sl_err.h"
 
 #define DEV_FRAME_MAGIC 0x52464C53u /* "SLFR" read as a little-endian u32 */
-#define DEV_FRAME_VERSION 2
+#define DEV_FRAME_VERSION 3
 #define DEV_FRAME_FIELDS_LEN 80     /* the part covered by the tags */
 #define DEV_FRAME_HDR_LEN 96        /* fields + header tag */
 #define DEV_FRAME_TAG_LEN 16        /* AEAD tag at the end of a sealed payload */
@@ -135,6 +135,8 @@ enum dev_frame_reason {
     DEV_FR_BAD_PAYLOAD,     /* invalid codec data (bad scale, index), abort text not UTF-8 */
     DEV_FR_CAPACITY,        /* caller's buffer smaller than the tensor */
     DEV_FR_EPOCH,           /* the frame's plan epoch is not the link's */
+    DEV_FR_QUEUE_FULL,      /* the receiver's queue for the link holds its most bytes already
+                             * (dev_net; never from the decoders) */
     DEV_FR_NREASONS
 };
 const char *dev_frame_reason_name(int reason);

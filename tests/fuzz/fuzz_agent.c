@@ -7,16 +7,23 @@
  * the rest written over its certificate (fu_overwrite), so the PEM and
  * X.509 parsers see near-valid input. Properties: an accepted enrollment
  * holds a certificate whose common name is the expected id, an accepted
- * interval is within bounds, and the revoked list holds only device ids. */
+ * interval is within bounds, and the revoked list holds only device ids.
+ *
+ * First byte 0xa0..0xaf: a coordinator certificate, the rest written over
+ * the PKI's real one, judged (dev_coord_cert_judge) as a plan's signer and
+ * as a heartbeat's against none seen and against the real one: a certificate
+ * taken is a coordinator's of this CA, and never one older than the newest
+ * seen. */
 #include "cert.h"
 #include "dev_agent.h"
 #include "fuzz_util.h"
 #include "rpc.h"
 #include "skyloom.pb-c.h"
+#include "sl_file.h"
 
 static char want[CERT_ID_LEN];
-static char *good_pem;
-static size_t good_len;
+static char *good_pem, *coord_pem, *ca_pem;
+static size_t good_len, coord_len, ca_len;
 
 static void setup(void)
 {
@@ -38,6 +45,40 @@ static void setup(void)
     good_len = strlen(good_pem);
     free(csr);
     cert_ca_free(ca);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/coordinator.crt", pki);
+    if (sl_read_file(p, 1 << 20, &coord_pem, &coord_len, &err))
+        fu_die("coordinator.crt", err.msg);
+    snprintf(p, sizeof p, "%s/ca.crt", pki);
+    if (sl_read_file(p, 1 << 20, &ca_pem, &ca_len, &err))
+        fu_die("ca.crt", err.msg);
+}
+
+static void coordinator_cert(const uint8_t *data, size_t size)
+{
+    uint8_t *pem = fu_overwrite((const uint8_t *)coord_pem, coord_len, data, size);
+    dev_coord_seen none = {0}, real, out;
+    REQUIRE(dev_coord_cert_judge(ca_pem, ca_len, &none, coord_pem, coord_len, 0, &real, NULL) ==
+            DEV_COORD_NEWER);
+    for (int hb = 0; hb <= 1; hb++) {
+        int v = dev_coord_cert_judge(ca_pem, ca_len, &none, (const char *)pem, coord_len, hb, &out,
+                                     NULL);
+        REQUIRE(v == -1 || v == DEV_COORD_NEWER);
+        if (v == DEV_COORD_NEWER) {
+            int64_t nb;
+            char fp[CERT_HEX_LEN];
+            REQUIRE(cert_coordinator_check(ca_pem, ca_len, (const char *)pem, coord_len, &nb, fp,
+                                           NULL) == 0);
+            REQUIRE(out.have && nb == out.not_before && !strcmp(fp, out.fp));
+        }
+        v = dev_coord_cert_judge(ca_pem, ca_len, &real, (const char *)pem, coord_len, hb, &out,
+                                 NULL);
+        if (v == DEV_COORD_NEWER)
+            REQUIRE(out.not_before > real.not_before || (hb && out.not_before == real.not_before));
+        if (v == DEV_COORD_SAME)
+            REQUIRE(out.not_before == real.not_before && !strcmp(out.fp, real.fp));
+    }
+    free(pem);
 }
 
 static void heartbeat(const uint8_t *data, size_t size)
@@ -79,6 +120,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     setup();
     if (!size)
         return 0;
+    if ((data[0] & 0xf0) == 0xa0) {
+        coordinator_cert(data + 1, size - 1);
+        return 0;
+    }
     if (data[0] & 1) {
         heartbeat(data + 1, size - 1);
         return 0;

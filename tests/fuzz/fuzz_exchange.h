@@ -107,7 +107,7 @@ static inline size_t fx_frame_msg(int from, int to, int dir, uint8_t *out, size_
         data = f64;
     else if (h.dtype == DEV_DTYPE_U8)
         data = text, h.dims[0] = sizeof text - 1;
-    if (dir == DEV_DIR_MASK || dir == DEV_DIR_LABELS || dir == DEV_DIR_GATHER)
+    if (dir == DEV_DIR_LABELS || dir == DEV_DIR_GATHER)
         h.aux = 1;
     uint8_t tag[11];
     size_t len = 0;

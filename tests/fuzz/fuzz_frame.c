@@ -286,7 +286,7 @@ static void kind_round_trip(const uint8_t *data, size_t size)
     uint64_t aux = 0;
     for (int i = 0; i < 8; i++)
         aux |= (uint64_t)data[3 + i] << (8 * i);
-    if (dir == DEV_DIR_TIED || dir == DEV_DIR_ABORT)
+    if (dir == DEV_DIR_TIED || dir == DEV_DIR_ABORT || dir == DEV_DIR_MASK)
         aux = 0;
     uint32_t mut_pos = rd32(data, size, 11);
     uint8_t mut_xor = data[15];
@@ -406,7 +406,7 @@ static size_t encode_seed(dev_link_tx *t, int dir, int codec)
     dev_frame_hdr h = {.direction = (uint8_t)dir, .codec = (uint8_t)codec,
                        .dtype = (uint8_t)dtype_of(dir), .step = 7, .microbatch = 1, .ndim = 2,
                        .dims = {d0, d1}, .k = codec == DEV_CODEC_TOPK ? 3 : 0};
-    if (dir == DEV_DIR_MASK || dir == DEV_DIR_LABELS || dir == DEV_DIR_GATHER)
+    if (dir == DEV_DIR_LABELS || dir == DEV_DIR_GATHER)
         h.aux = 40 + (uint64_t)dir;
     static int32_t ints[16];
     static double doubles[16];

@@ -2,7 +2,7 @@
  * by any sequence of events, its effects run as the driver runs them (a
  * plan, a commit and an epoch's reset each answered later, when the input
  * says). After every event: committed <= step <= steps, the epoch never
- * decreases, an ended job never changes state again, no second plan while
+ * decreases, an ended job changes state only by the operator's resume, no second plan while
  * one is made, no commit while one runs, and every state change is one the
  * table allows. A broken property aborts. */
 #include <stdio.h>
@@ -261,8 +261,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                   a & 0x40 ? ids[b % NDEV] : "", w.now_ms, &fx);
             break;
         case 10:
-            coord_job_stop(jb, w.now_ms, &fx);
+            if (b & 1)
+                coord_job_stop_at_commit(jb, w.now_ms, &fx);
+            else
+                coord_job_stop(jb, w.now_ms, &fx);
             break;
+        case 14: { /* the operator's resume: the one way out of an end */
+            char why[200];
+            if (coord_job_resume(jb, w.now_ms, why, sizeof why, &fx) == 0) {
+                if (!w.ended)
+                    die("a job that had not ended resumed", jb);
+                w.ended = 0;
+            }
+            break;
+        }
         case 11: /* the plan being made comes back */
             if (w.plan_mode) {
                 int mode = w.plan_mode - 1;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Federation in the trainer (docs/federation.md): what replicas exchange per
+# step and the loss after the same tokens, for --sync step with codec none,
+# int8 and topk:0.01, and outer:50 with int8, on the demo model
+# (configs/bert-tiny.json) and two owners of the fortunes corpus split by
+# subject (humanities / computing and science), 16 sequences of 64 tokens
+# each per step. Every run reads the same tokens; each ends with the
+# held-out loss of its model on each owner's sequences it never trained on.
+#
+# Usage: bench/bench_fed.sh SKYLOOM [STEPS] (default 300; STEPS a multiple
+# of 50). Prints a markdown table.
+set -euo pipefail
+sk=${1:?usage: bench/bench_fed.sh SKYLOOM [STEPS]}
+steps=${2:-300}
+src=$(cd "$(dirname "$0")/.." && pwd)
+d=$(mktemp -d /tmp/skyloom-bench-fed-XXXXXX)
+trap 'rm -rf "$d"' EXIT
+fort=/usr/share/games/fortunes
+mkdir -p "$d/hum" "$d/tech"
+for f in literature wisdom love people politics education humorists art food ethnic men-women; do
+  [ -f "$fort/$f" ] && cp "$fort/$f" "$d/hum/"
+done
+for f in computers science linux debian definitions startrek kids medicine law; do
+  [ -f "$fort/$f" ] && cp "$fort/$f" "$d/tech/"
+done
+"$src/scripts/demo-corpus.sh" "$d/hum.txt" "$d/hum" 2>/dev/null
+"$src/scripts/demo-corpus.sh" "$d/tech.txt" "$d/tech" 2>/dev/null
+cat "$d/hum.txt" "$d/tech.txt" > "$d/all.txt"
+config="$src/configs/bert-tiny.json"
+V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$config")
+"$sk" -q data vocab --corpus "$d/all.txt" --size "$V" --out "$d/vocab.txt" >/dev/null
+for o in hum tech; do
+  "$sk" -q data prepare --vocab "$d/vocab.txt" --in "$d/$o.txt" --out "$d/$o.shard" --seq 64 >/dev/null
+done
+count() { "$sk" data inspect "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["sequences"])'; }
+nh=$(count "$d/hum.shard") nt=$(count "$d/tech.shard")
+# each owner trains on its first 90% and is evaluated on the rest
+kh=$((nh * 9 / 10)) kt=$((nt * 9 / 10))
+echo "owners: humanities $nh sequences (train $kh), computing/science $nt (train $kt); $(nproc) cores"
+common=(--config "$config" --steps "$steps" --owner-batch 16,16 --micro-batches 4 --lr 1e-3
+        --data "$d/hum.shard" --data "$d/tech.shard" --log-every 1000000)
+echo
+echo "| run | sync bytes per step | against step/none | mean train loss, last 20 steps | held-out loss humanities | held-out loss computing | seconds |"
+echo "|---|---|---|---|---|---|---|"
+base=""
+for v in "step|none" "step|int8" "step|topk:0.01" "outer:50|int8" "outer:50|none"; do
+  sync=${v%%|*} codec=${v#*|}
+  name="$(tr ':' '_' <<<"$sync")-$(tr ':' '_' <<<"$codec")"
+  t0=$(date +%s.%N)
+  # --sequences limits every owner's shard alike: the smaller owner's 90%
+  "$sk" -q train "${common[@]}" --sync "$sync" --codec-sync "$codec" \
+      --sequences $((kh < kt ? kh : kt)) --save "$d/$name" >/dev/null
+  t1=$(date +%s.%N)
+  per=$(awk -F, 'NR > 1 { s += $NF; n++ } END { printf "%.0f", s / n }' "$d/$name/metrics.csv")
+  last=$(awk -F, 'NR > 1 { a[NR] = $2 } END { s = 0; for (i = NR - 19; i <= NR; i++) s += a[i]; printf "%.4f", s / 20 }' "$d/$name/metrics.csv")
+  ev() { "$sk" -q eval --config "$config" --model "$d/$name/step-$steps/model.safetensors" \
+             --data "$1" --first "$2" --batches 20 --batch 16 --json |
+         python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])'; }
+  eh=$(ev "$d/hum.shard" "$kh") et=$(ev "$d/tech.shard" "$kt")
+  [ -z "$base" ] && base=$per
+  echo "| $sync / $codec | $per | $(awk -v a="$base" -v b="$per" 'BEGIN { printf "%.1fx less", a / b }') | $last | $eh | $et | $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }') |"
+done
