@@ -201,22 +201,6 @@ static void set_state(ev *e, coord_job_state to, const char *reason)
 
 /* ---- candidates ------------------------------------------------------------------------ */
 
-int coord_job_cand_index(const coord_job *jb, const char *d)
-{
-    for (int i = 0; i < jb->ncand; i++)
-        if (!strcmp(jb->cand[i].id, d))
-            return i;
-    return -1;
-}
-
-int coord_job_stage_of(const coord_job *jb, const char *d)
-{
-    for (int i = 0; i < jb->plan.p; i++)
-        if (!strcmp(jb->plan.stage_dev[i], d))
-            return i;
-    return -1;
-}
-
 static coord_cand *cand_add(coord_job *jb, const char *d, const char *site)
 {
     int k = coord_job_cand_index(jb, d);
@@ -240,20 +224,6 @@ static void cands_free(coord_job *jb)
     free(jb->cand);
     jb->cand = NULL;
     jb->ncand = 0;
-}
-
-const char *coord_job_cand_links(const coord_job *jb, const char *device)
-{
-    int k = coord_job_cand_index(jb, device);
-    return k >= 0 ? jb->cand[k].links : NULL;
-}
-
-int coord_job_cand_usable(const coord_job *jb, int k, const coord_devs *devs, int64_t now_s)
-{
-    const coord_cand *c = &jb->cand[k];
-    const coord_dev *d = coord_devs_find(devs, c->id);
-    return c->result && !c->failed && !c->lost_ms && d && coord_dev_online(devs, d, now_s) &&
-           d->address[0] && d->has_key;
 }
 
 /* ---- which links each candidate measures (coord_links.c) ------------------------------ */
@@ -450,22 +420,6 @@ static void start_profiling(ev *e)
     set_state(e, COORD_JOB_PROFILING, NULL);
 }
 
-int coord_job_owner_index(const coord_job *jb, const char *device)
-{
-    for (int i = 0; i < jb->nowner; i++)
-        if (!strcmp(jb->owner[i].id, device))
-            return i;
-    return -1;
-}
-
-int coord_job_checked(const coord_job *jb)
-{
-    int all = jb->nowner > 0;
-    for (int i = 0; i < jb->nowner; i++)
-        all &= jb->owner[i].data_info != NULL;
-    return all;
-}
-
 void coord_job_check_done(coord_job *jb, const char *device, int ok, const char *reason,
                           const char *info, int seq, int settled, const coord_devs *devs,
                           int64_t now_ms, coord_fx_list *fx)
@@ -589,18 +543,6 @@ static void issue_commits(ev *e)
     f->epoch = jb->epoch;
 }
 
-double coord_job_step_loss(const coord_job *jb, const coord_step_rep *rep)
-{
-    const coord_job_plan *pl = &jb->plan;
-    if (pl->nrep <= 1)
-        return rep[pl->p - 1].loss;
-    /* each replica's last stage holds its loss; weighed by its sequences */
-    double loss = 0;
-    for (int r = 0; r < pl->nrep; r++)
-        loss += (double)jb->owner[r].batch / jb->batch * rep[pl->rep_first[r + 1] - 1].loss;
-    return loss;
-}
-
 /* A step all stages reported: its metrics row and the status figures. */
 static void step_complete(ev *e, int step, const coord_step_rep *rep)
 {
@@ -693,104 +635,6 @@ int coord_job_step_report(coord_job *jb, const char *device, int epoch, int stag
 
 /* ---- checkpoints --------------------------------------------------------------------------- */
 
-static int valid_name(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > max)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
-            return 0;
-    return 1;
-}
-
-/* data.DEVICE.json: DEVICE's name, else NULL. */
-static int data_part_of(const char *s, char *dev, size_t cap)
-{
-    size_t n = strlen(s);
-    if (n < 11 || n > 80 || strncmp(s, "data.", 5) || strcmp(s + n - 5, ".json"))
-        return 0;
-    snprintf(dev, cap, "%.*s", (int)(n - 10), s + 5);
-    return valid_name(dev, 60) && !strchr(dev, '.');
-}
-
-int coord_part_name_ok(const char *s)
-{
-    char dev[80];
-    if (!strcmp(s, "data.json") || data_part_of(s, dev, sizeof dev))
-        return 1;
-    size_t n = strlen(s);
-    if (n < 20 || n > 80 || strcmp(s + n - 12, ".safetensors") ||
-        (strncmp(s, "model.", 6) && strncmp(s, "optim.", 6)))
-        return 0;
-    char tag[80];
-    snprintf(tag, sizeof tag, "%.*s", (int)(n - 18), s + 6);
-    return valid_name(tag, 60) && !strchr(tag, '.');
-}
-
-int coord_part_is_of(const coord_job *jb, const char *name, const char *device)
-{
-    char dev[80];
-    if (!strcmp(name, "data.json"))
-        return jb->nowner == 1 && !strcmp(device, jb->owner[0].id);
-    if (data_part_of(name, dev, sizeof dev))
-        return jb->nowner > 1 && !strcmp(dev, device) && coord_job_owner_index(jb, device) >= 0;
-    size_t n = strlen(device);
-    const char *tag = name + 6; /* model. or optim. */
-    if (strncmp(tag, device, n))
-        return 0;
-    if (!strcmp(tag + n, ".safetensors"))
-        return 1;
-    if (strncmp(tag + n, "-u", 2) || !(tag[n + 2] >= '0' && tag[n + 2] <= '9'))
-        return 0;
-    const char *d = tag + n + 2;
-    while (*d >= '0' && *d <= '9')
-        d++;
-    return !strcmp(d, ".safetensors");
-}
-
-int coord_job_nunits(const coord_job *jb)
-{
-    int n = 0;
-    for (int i = 0; i < jb->plan.p && jb->plan.last_unit; i++)
-        n = jb->plan.last_unit[i] + 1 > n ? jb->plan.last_unit[i] + 1 : n;
-    return n;
-}
-
-void coord_job_units_of(const coord_job *jb, const char *device, uint8_t *units, int nunits)
-{
-    memset(units, 0, (size_t)nunits);
-    for (int i = 0; i < jb->plan.p && jb->plan.first_unit; i++)
-        if (!strcmp(jb->plan.stage_dev[i], device))
-            for (int u = jb->plan.first_unit[i]; u <= jb->plan.last_unit[i] && u < nunits; u++)
-                if (u >= 0)
-                    units[u] = 1;
-}
-
-void coord_job_fetch_units(const coord_job *jb, const char *device, uint8_t *units, int nunits)
-{
-    coord_job_units_of(jb, device, units, nunits);
-    if (nunits > 1 && units[nunits - 1] && !units[0] && !jb->opts.u_shape)
-        units[0] = 1;
-}
-
-int coord_job_upload_check(const coord_job *jb, const char *device, int epoch, int step,
-                           const char *name)
-{
-    /* a name that is not the device's own is refused whatever the job's state */
-    if (coord_job_stage_of(jb, device) < 0 || !coord_part_name_ok(name) || step < 1 ||
-        step > jb->steps || !coord_part_is_of(jb, name, device))
-        return COORD_UPLOAD_REFUSED;
-    if (jb->state != COORD_JOB_RUNNING || epoch != jb->epoch)
-        return COORD_UPLOAD_NOT_RUNNING;
-    if (step <= jb->committed)
-        return COORD_UPLOAD_COMMITTED;
-    if (jb->epoch_pending)
-        return COORD_UPLOAD_LATER;
-    return COORD_UPLOAD_OK;
-}
-
 void coord_job_parts_done(coord_job *jb, int epoch, int step, coord_fx_list *fx)
 {
     ev e = ev_of(jb, 0, fx, NULL);
@@ -828,11 +672,6 @@ void coord_job_store_failed(coord_job *jb, int step, const char *what, int64_t n
 {
     ev e = ev_of(jb, now_ms, fx, NULL);
     store_failed(&e, step, what);
-}
-
-int coord_job_commit_wanted(const coord_job *jb, int epoch, int step)
-{
-    return jb->committing == step && jb->epoch == epoch && jb->state == COORD_JOB_RUNNING;
 }
 
 void coord_job_commit_done(coord_job *jb, int step, int result, const char *why, int64_t now_ms,
@@ -883,39 +722,6 @@ void coord_job_epoch_ready(coord_job *jb, int epoch, double loss, const char *fa
 }
 
 /* ---- failures --------------------------------------------------------------------------- */
-
-int coord_job_stage_replica(const coord_job *jb, int s)
-{
-    for (int r = 0; r < jb->plan.nrep; r++)
-        if (s >= jb->plan.rep_first[r] && s < jb->plan.rep_first[r + 1])
-            return r;
-    return 0;
-}
-
-int coord_job_neighbours(const coord_job *jb, const char *a, const char *b)
-{
-    for (int i = 0; i < jb->plan.p; i++) {
-        if (strcmp(jb->plan.stage_dev[i], a))
-            continue;
-        /* within its replica's chain: the stages next to it, and the
-         * chain's other end (labels, the tied gradient) */
-        int r = coord_job_stage_replica(jb, i);
-        int lo = jb->plan.nrep ? jb->plan.rep_first[r] : 0;
-        int hi = jb->plan.nrep ? jb->plan.rep_first[r + 1] - 1 : jb->plan.p - 1;
-        int nb[3] = {i - 1, i + 1, i == lo ? hi : i == hi ? lo : -1};
-        for (int k = 0; k < 3; k++)
-            if (nb[k] >= lo && nb[k] <= hi && nb[k] != i && !strcmp(jb->plan.stage_dev[nb[k]], b))
-                return 1;
-    }
-    return 0;
-}
-
-int coord_job_member(const coord_job *jb, const char *device)
-{
-    return (coord_job_owner_index(jb, device) >= 0 ? COORD_MEMBER_OWNER : 0) |
-           (coord_job_cand_index(jb, device) >= 0 ? COORD_MEMBER_CAND : 0) |
-           (coord_job_stage_of(jb, device) >= 0 ? COORD_MEMBER_STAGE : 0);
-}
 
 int coord_job_run_failure(coord_job *jb, const char *device, int epoch, const char *reason,
                           const char *lost, int64_t now_ms, coord_fx_list *fx)
@@ -1317,38 +1123,4 @@ void coord_job_tick(coord_job *jb, const coord_devs *devs, int settled, int64_t 
     default:
         break;
     }
-}
-
-/* ---- tasks --------------------------------------------------------------------------------- */
-
-int coord_job_tasks(const coord_job *jb, const char *device, int64_t now_ms,
-                    coord_task_want out[2])
-{
-    int n = 0, k = coord_job_cand_index(jb, device), running = jb->state == COORD_JOB_RUNNING;
-    int64_t now = now_ms / 1000;
-    int profiling = jb->state == COORD_JOB_PROFILING;
-    int profile = k >= 0 && !jb->cand[k].result &&
-                  (profiling || (jb->cand[k].joining && (running || jb->state == COORD_JOB_WAITING)));
-    /* profiling: the candidates measure their links first (assign_links),
-     * and time their units once all have (so that no device computes while
-     * others measure their links to it); a joiner does both at once */
-    int round = profiling ? jb->profile_round : COORD_PROFILE_BOTH;
-    if (profile && round == COORD_PROFILE_LINKS && jb->cand[k].links)
-        profile = 0;
-    int o = coord_job_owner_index(jb, device);
-    if (jb->state == COORD_JOB_CHECKING && o >= 0 && !jb->owner[o].data_info) {
-        out[n++] = (coord_task_want){COORD_TASK_CHECK, jb->epoch, -1, 0};
-    } else if (running && coord_job_stage_of(jb, device) >= 0) {
-        out[n++] = (coord_task_want){COORD_TASK_RUN, jb->epoch, -1, 0};
-    } else if (coord_job_state_final(jb->state)) {
-        if (jb->plan.p && (k >= 0 || coord_job_stage_of(jb, device) >= 0) &&
-            now - jb->ended < jb->policy.ended_task_s)
-            out[n++] = (coord_task_want){COORD_TASK_STOP, jb->epoch + 1, -1, 0};
-    } else if (k >= 0 && jb->epoch > 0) {
-        /* recovering, waiting, re-planning, or not in this epoch's plan */
-        out[n++] = (coord_task_want){COORD_TASK_STOP, running ? jb->epoch : jb->epoch + 1, -1, 0};
-    }
-    if (profile)
-        out[n++] = (coord_task_want){COORD_TASK_PROFILE, jb->epoch, k, round};
-    return n;
 }

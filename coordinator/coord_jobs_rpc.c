@@ -1,12 +1,7 @@
 /* coord_jobs_rpc.c - the job manager's calls (service Coordinator): submit,
- * list, status, stop, the devices' task and step reports, plans, checkpoint
- * uploads and fetches.
- *
- * Every call goes through serve(): it unpacks the request, authorizes the
- * caller for the device the request speaks for, finds the job the request
- * names, and hands the body a `call`; the body changes the job only through
- * its state machine's events, under the manager's lock, and does its I/O
- * outside it. */
+ * list, status, stop, resume, the devices' task and step reports and plans
+ * (the checkpoint files' calls are in coord_jobs_files.c), and the one way
+ * into all of them, coord_call_serve (coord_call.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -20,7 +15,7 @@
 #include <unistd.h>
 
 #include "bal.h"
-#include "coord_jobs_int.h"
+#include "coord_call.h"
 #include "skyloom.pb-c.h"
 #include "sl_file.h"
 #include "sl_log.h"
@@ -28,27 +23,6 @@
 #include "sl_time.h"
 
 /* ---- the one way in ----------------------------------------------------------------- */
-
-typedef struct call {
-    coord *c;
-    coord_jobs *j;
-    const rpc_peer *peer;
-    void *req;
-    const char *device; /* the device the request speaks for ("" the admin) */
-    const char *job_id;
-    cjob *jb;           /* the job it names, when found */
-    rpc_buf *resp;
-    rpc_status *st;
-} call;
-
-typedef struct method {
-    const char *name;
-    const ProtobufCMessageDescriptor *desc;
-    int allow;        /* COORD_ALLOW_* */
-    int need_job;     /* a job_id that is no job: NOT_FOUND before the body runs */
-    int roles;        /* a device caller must be one of these to its job (COORD_MEMBER_*) */
-    int (*body)(call *k);
-} method;
 
 /* A string field of a request by name ("" when the message has none). */
 static const char *str_field(const ProtobufCMessage *m, const char *name)
@@ -60,14 +34,14 @@ static const char *str_field(const ProtobufCMessage *m, const char *name)
     return v ? v : "";
 }
 
-static int reply(call *k, const void *msg)
+int coord_call_reply(call *k, const void *msg)
 {
     rpc_pack(msg, k->resp);
     return RPC_OK;
 }
 
-static int serve(const method *m, void *ud, const rpc_peer *peer, const uint8_t *req, size_t len,
-                 rpc_buf *resp, rpc_status *st)
+int coord_call_serve(const method *m, void *ud, const rpc_peer *peer, const uint8_t *req,
+                     size_t len, rpc_buf *resp, rpc_status *st)
 {
     coord *c = ud;
     ProtobufCMessage *r = rpc_unpack(m->desc, req, len);
@@ -98,16 +72,7 @@ static int serve(const method *m, void *ud, const rpc_peer *peer, const uint8_t 
     return code;
 }
 
-#define HANDLER(fn, type, desc, allow, need_job, roles, body)                                    \
-    int fn(void *ud, const rpc_peer *peer, const uint8_t *req, size_t len, rpc_buf *resp,          \
-           rpc_status *st)                                                                         \
-    {                                                                                              \
-        static const method m = {type, &desc, allow, need_job, roles, body};                       \
-        return serve(&m, ud, peer, req, len, resp, st);                                            \
-    }
-
-/* Applies an event's effects: queued under the lock, run after it. */
-static void settle(coord_jobs *j, cjob *jb, coord_fx_list *fx)
+void coord_call_settle(coord_jobs *j, cjob *jb, coord_fx_list *fx)
 {
     coord_jobs_queue(j, jb, fx);
     pthread_mutex_unlock(&j->mu);
@@ -128,7 +93,7 @@ static int valid_name(const char *s, size_t max)
     return 1;
 }
 
-static char *path_of(const char *a, const char *b)
+char *coord_path_of(const char *a, const char *b)
 {
     size_t n = strlen(a) + strlen(b) + 2;
     char *p = sl_xmalloc(n);
@@ -142,7 +107,7 @@ static void unmake_job_dir(const char *dir)
     static const char *const files[] = {"ckpt/step-0/model.safetensors", "ckpt/step-0", "ckpt",
                                         "config.json", NULL};
     for (int i = 0; files[i]; i++) {
-        char *p = path_of(dir, files[i]);
+        char *p = coord_path_of(dir, files[i]);
         remove(p);
         free(p);
     }
@@ -154,14 +119,14 @@ static int make_job(coord_jobs *j, const coord_job *sm, const char *init_upload,
                     rpc_status *st)
 {
     sl_err err = {0};
-    char *dir = path_of(j->root, sm->id), *cfg = path_of(dir, "config.json");
+    char *dir = coord_path_of(j->root, sm->id), *cfg = coord_path_of(dir, "config.json");
     int code = sl_mkdir(j->root, 0700, &err) || sl_mkdir(dir, 0700, &err) ||
                        sl_write_file_atomic(cfg, sm->config, strlen(sm->config), &err)
                    ? rpc_status_set(st, RPC_INTERNAL, "%s", err.msg)
                    : RPC_OK;
     if (code == RPC_OK && init_upload && *init_upload) {
-        char *ck = path_of(dir, "ckpt"), *s0 = path_of(dir, "ckpt/step-0"),
-             *m = path_of(dir, "ckpt/step-0/model.safetensors");
+        char *ck = coord_path_of(dir, "ckpt"), *s0 = coord_path_of(dir, "ckpt/step-0"),
+             *m = coord_path_of(dir, "ckpt/step-0/model.safetensors");
         if (sl_mkdir(ck, 0700, &err) || sl_mkdir(s0, 0700, &err))
             code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
         else
@@ -405,7 +370,7 @@ static int submit(call *k)
         sl_log_info("coordinator: job submitted", "job=%s data=%s steps=%d", id, r->data, opts.steps);
         Skyloom__V1__SubmitJobResponse out = SKYLOOM__V1__SUBMIT_JOB_RESPONSE__INIT;
         out.job_id = id;
-        reply(k, &out);
+        coord_call_reply(k, &out);
     }
 out:
     coord_jobopts_free(&opts);
@@ -622,7 +587,7 @@ static int list_jobs(call *k)
         if (!coord_jobs_refused(&j->job[i]->sm))
             out.jobs[out.n_jobs++] = summary_of(j->job[i], now);
     pthread_mutex_unlock(&j->mu);
-    reply(k, &out);
+    coord_call_reply(k, &out);
     for (size_t i = 0; i < out.n_jobs; i++)
         summary_free(out.jobs[i]);
     free(out.jobs);
@@ -694,7 +659,7 @@ static int get_job(call *k)
     pthread_mutex_unlock(&jb->io_mu);
     out.events = coord_jobstore_events(j->store, jb->sm.id);
     out.vocab = r->vocab ? job_vocab(j, jb) : sl_xstrdup("");
-    reply(k, &out);
+    coord_call_reply(k, &out);
     free(out.data);
     free(out.vocab);
     free(out.vocab_hash);
@@ -721,12 +686,12 @@ static int stop_job(call *k)
                               : coord_job_stop(&k->jb->sm, sl_unix_ms(), &fx);
     char state[16];
     snprintf(state, sizeof state, "%s", coord_job_state_name(k->jb->sm.state));
-    settle(j, k->jb, &fx);
+    coord_call_settle(j, k->jb, &fx);
     if (rc)
         return rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "job %s has ended (%s)", k->job_id, state);
     Skyloom__V1__StopJobResponse out = SKYLOOM__V1__STOP_JOB_RESPONSE__INIT;
     out.state = state;
-    return reply(k, &out);
+    return coord_call_reply(k, &out);
 }
 HANDLER(coord_handle_stop_job, "StopJobRequest", skyloom__v1__stop_job_request__descriptor,
         COORD_ALLOW_ADMIN, 1, 0, stop_job)
@@ -755,284 +720,17 @@ static int resume_job(call *k)
     int epoch = sm->epoch, from = sm->committed;
     int rc = coord_job_resume(sm, sl_unix_ms(), why, sizeof why, &fx);
     pthread_cond_broadcast(&j->cv); /* the engine plans it */
-    settle(j, k->jb, &fx);
+    coord_call_settle(j, k->jb, &fx);
     if (rc)
         return rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "%s", why);
     sl_log_info("coordinator: job resumed", "job=%s from_step=%d", k->job_id, from + 1);
     Skyloom__V1__ResumeJobResponse out = SKYLOOM__V1__RESUME_JOB_RESPONSE__INIT;
     out.from_step = (uint32_t)from;
     out.epoch = (uint32_t)epoch;
-    return reply(k, &out);
+    return coord_call_reply(k, &out);
 }
 HANDLER(coord_handle_resume_job, "ResumeJobRequest", skyloom__v1__resume_job_request__descriptor,
         COORD_ALLOW_ADMIN, 1, 0, resume_job)
-
-/* ---- checkpoints ------------------------------------------------------------------------------ */
-
-/* Who asks FetchFile: a device's units, its data record's name (its
- * owner's, "" for others) and, with replicas, the files of its replica
- * (from the committed manifest; NULL: every file). */
-typedef struct fetcher {
-    uint8_t units[BAL_MAX_LAYERS + 2];
-    int nunits;
-    char data[96];
-    json_t *replica_files; /* names (object keys) */
-} fetcher;
-
-/* The names of the manifest's files of replica r (an object, keys the
- * names; empty without a readable manifest). */
-static json_t *replica_files(const char *dir, int r)
-{
-    char *mp = path_of(dir, "manifest.json"), *text = NULL;
-    size_t len = 0;
-    sl_err err = {0};
-    json_t *names = json_object();
-    if (!sl_read_file(mp, 16u << 20, &text, &len, &err)) {
-        json_error_t je;
-        json_t *m = json_loadb(text, len, 0, &je), *f;
-        size_t i;
-        json_array_foreach(json_object_get(m, "files"), i, f) {
-            json_t *rv = json_object_get(f, "replica");
-            const char *n = json_string_value(json_object_get(f, "name"));
-            if (n && json_is_integer(rv) && json_integer_value(rv) == r)
-                json_object_set_new(names, n, json_true());
-        }
-        json_decref(m);
-    }
-    free(text);
-    free(mp);
-    return names;
-}
-
-/* Whether the device `w` describes may have checkpoint file `name` of dir:
- * the config and manifest, the start model, its owner's data record only
- * its owner, and a part only when it is of its replica and every tensor in
- * it is of one of its units (so that the data owner's layers and
- * embeddings stay the owner's). */
-static int fetchable(const char *dir, const char *name, const fetcher *w)
-{
-    if (!strcmp(name, "config.json") || !strcmp(name, "manifest.json") ||
-        !strcmp(name, "model.safetensors"))
-        return 1;
-    if (!strncmp(name, "data.", 5))
-        return w->data[0] && !strcmp(name, w->data);
-    if (w->replica_files && !json_object_get(w->replica_files, name))
-        return 0;
-    const uint8_t *units = w->units;
-    int nunits = w->nunits;
-    uint8_t in[BAL_MAX_LAYERS + 2];
-    char why[300], *p = path_of(dir, name);
-    if (access(p, F_OK) != 0) { /* not there: the read says so */
-        free(p);
-        return 1;
-    }
-    int ok = nunits > 0 && !coord_ckpt_file_units(p, nunits, in, why, sizeof why);
-    for (int u = 0; ok && u < nunits; u++)
-        ok = !in[u] || units[u];
-    free(p);
-    return ok;
-}
-
-static int fetch_file(call *k)
-{
-    const Skyloom__V1__FetchFileRequest *r = k->req;
-    coord_jobs *j = k->j;
-    int code = RPC_OK, step = -1;
-    char *dir = NULL;
-    fetcher w = {0};
-    int device = *r->device_id != 0, rep = -1;
-    pthread_mutex_lock(&j->mu);
-    const coord_job *sm = &k->jb->sm;
-    if (device) {
-        w.nunits = coord_job_nunits(sm);
-        coord_job_fetch_units(sm, r->device_id, w.units, w.nunits);
-        int o = coord_job_owner_index(sm, r->device_id);
-        if (o >= 0)
-            snprintf(w.data, sizeof w.data, sm->nowner == 1 ? "data.json" : "data.%s.json",
-                     r->device_id);
-        if (sm->nowner > 1)
-            rep = coord_job_stage_replica(sm, coord_job_stage_of(sm, r->device_id));
-    }
-    if (device && coord_job_stage_of(sm, r->device_id) < 0) {
-        code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage of job %s",
-                              r->device_id, sm->id);
-    } else {
-        step = r->step == UINT32_MAX ? sm->committed : (int)r->step;
-        if (step != 0 && step != sm->committed)
-            code = rpc_status_set(k->st, RPC_NOT_FOUND, "job %s: step %u is not its committed "
-                                  "step (%d)", sm->id, r->step, sm->committed);
-        else
-            dir = coord_ckpt_step_dir(k->jb->ck, step, 0);
-    }
-    pthread_mutex_unlock(&j->mu);
-    Skyloom__V1__FetchFileResponse out = SKYLOOM__V1__FETCH_FILE_RESPONSE__INIT;
-    out.step = (uint32_t)(step < 0 ? 0 : step);
-    uint8_t *data = NULL;
-    if (code == RPC_OK && rep >= 0)
-        w.replica_files = replica_files(dir, rep);
-    if (code == RPC_OK && !*r->name) { /* the list */
-        DIR *d = opendir(dir);
-        if (!d)
-            code = rpc_status_set(k->st, RPC_NOT_FOUND, "job %s has no checkpoint at step %d",
-                                  r->job_id, step);
-        for (struct dirent *e; d && (e = readdir(d));) {
-            if (e->d_name[0] == '.' || !coord_ckpt_servable(e->d_name) ||
-                (device && !fetchable(dir, e->d_name, &w)))
-                continue;
-            out.names = sl_xrealloc(out.names, (out.n_names + 1) * sizeof *out.names);
-            out.names[out.n_names++] = sl_xstrdup(e->d_name);
-        }
-        if (d)
-            closedir(d);
-    } else if (code == RPC_OK && !coord_ckpt_servable(r->name)) {
-        code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "'%.80s' is not a checkpoint file", r->name);
-    } else if (code == RPC_OK && device && !fetchable(dir, r->name, &w)) {
-        coord_jobs_denied(j, COORD_DENY_FETCH);
-        code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s may not fetch %.80s of job %s: "
-                              "it holds what the device does not run", r->device_id, r->name,
-                              r->job_id);
-    } else if (code == RPC_OK) {
-        char *p = path_of(dir, r->name);
-        int fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-        struct stat sb;
-        size_t max = k->c->o.max_message;
-        uint32_t lim = (uint32_t)(max > 8192 ? max - 4096 : 4096);
-        uint32_t want = r->max_bytes && r->max_bytes < lim ? r->max_bytes : lim;
-        if (fd < 0 || fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-            code = rpc_status_set(k->st, RPC_NOT_FOUND, "%s: no such file at step %d", r->name, step);
-        } else {
-            out.size = (uint64_t)sb.st_size;
-            uint64_t left = r->offset < out.size ? out.size - r->offset : 0;
-            size_t n = left < want ? (size_t)left : want;
-            data = sl_xmalloc(n ? n : 1);
-            ssize_t got = n ? pread(fd, data, n, (off_t)r->offset) : 0;
-            if (got != (ssize_t)n)
-                code = rpc_status_set(k->st, RPC_INTERNAL, "%s: read failed", r->name);
-            out.data.data = data;
-            out.data.len = n;
-        }
-        if (fd >= 0)
-            close(fd);
-        free(p);
-    }
-    if (code == RPC_OK)
-        reply(k, &out);
-    for (size_t i = 0; i < out.n_names; i++)
-        free(out.names[i]);
-    free(out.names);
-    free(data);
-    free(dir);
-    json_decref(w.replica_files);
-    return code;
-}
-HANDLER(coord_handle_fetch_file, "FetchFileRequest", skyloom__v1__fetch_file_request__descriptor,
-        COORD_ALLOW_ADMIN | COORD_ALLOW_DEVICE, 1, COORD_MEMBER_STAGE, fetch_file)
-
-static int upload_init(call *k)
-{
-    int code = coord_uploads_piece(k->j->uploads, k->req, k->st);
-    if (code != RPC_OK)
-        return code;
-    Skyloom__V1__UploadInitResponse o = SKYLOOM__V1__UPLOAD_INIT_RESPONSE__INIT;
-    return reply(k, &o);
-}
-HANDLER(coord_handle_upload_init, "UploadInitRequest", skyloom__v1__upload_init_request__descriptor,
-        COORD_ALLOW_ADMIN, 0, 0, upload_init)
-
-/* Whether device may write the piece now: the state machine's answer,
- * after the job's pending effects ran when it asks for them (a new epoch's
- * files being reset). */
-static int upload_allowed(coord_jobs *j, cjob *jb, const Skyloom__V1__UploadChunkRequest *r)
-{
-    for (int tries = 0;; tries++) {
-        pthread_mutex_lock(&j->mu);
-        int v = coord_job_upload_check(&jb->sm, r->device_id, (int)r->epoch, (int)r->step, r->name);
-        pthread_mutex_unlock(&j->mu);
-        if (v != COORD_UPLOAD_LATER || tries == 100)
-            return v == COORD_UPLOAD_LATER ? COORD_UPLOAD_NOT_RUNNING : v;
-        coord_jobs_drain(j, jb);
-    }
-}
-
-static int upload_chunk(call *k)
-{
-    const Skyloom__V1__UploadChunkRequest *r = k->req;
-    coord_jobs *j = k->j;
-    cjob *jb = k->jb;
-    int v = jb ? upload_allowed(j, jb, r) : COORD_UPLOAD_NOT_RUNNING;
-    uint8_t units[BAL_MAX_LAYERS + 2];
-    int nunits = 0, replica = 0, nrep = 1;
-    if (v == COORD_UPLOAD_OK) {
-        /* the check again under the job's I/O lock: no epoch's reset can
-         * run while the piece is written */
-        pthread_mutex_lock(&jb->io_mu);
-        pthread_mutex_lock(&j->mu);
-        v = coord_job_upload_check(&jb->sm, r->device_id, (int)r->epoch, (int)r->step, r->name);
-        nunits = coord_job_nunits(&jb->sm);
-        coord_job_units_of(&jb->sm, r->device_id, units, nunits);
-        replica = coord_job_stage_replica(&jb->sm, coord_job_stage_of(&jb->sm, r->device_id));
-        nrep = jb->sm.nowner;
-        pthread_mutex_unlock(&j->mu);
-        if (v != COORD_UPLOAD_OK)
-            pthread_mutex_unlock(&jb->io_mu);
-    }
-    if (v == COORD_UPLOAD_NOT_RUNNING || v == COORD_UPLOAD_LATER)
-        return rpc_status_set(k->st, RPC_FAILED_PRECONDITION, "job %.40s is not running epoch %u",
-                              r->job_id, r->epoch);
-    if (v == COORD_UPLOAD_REFUSED) {
-        coord_jobs_denied(j, COORD_DENY_NOT_OWN_PART);
-        return rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s may not upload '%.80s' for "
-                              "step %u (its parts are model.%s-uUNIT.safetensors and "
-                              "optim.%s-uUNIT.safetensors; data.json or data.OWNER.json is the "
-                              "data owner's)",
-                              r->device_id, r->name, r->step, r->device_id, r->device_id);
-    }
-    Skyloom__V1__UploadChunkResponse o = SKYLOOM__V1__UPLOAD_CHUNK_RESPONSE__INIT;
-    if (v == COORD_UPLOAD_COMMITTED) { /* a retry of a committed step: nothing to do */
-        o.committed = 1;
-        return reply(k, &o);
-    }
-    char why[4400] = "";
-    int complete = 0;
-    /* at most 4 checkpoint steps' parts of the whole model (weights and two
-     * moments, and slack for headers) per device and per job */
-    uint64_t quota = 4 * (3 * jb->model_bytes + (4u << 20));
-    coord_ckpt_set_model(jb->ck, nunits, quota, quota * (uint64_t)nrep);
-    coord_ckpt_set_replicas(jb->ck, nrep);
-    coord_piece q = {r->device_id, (int)r->step, r->name, r->offset, r->data.data, r->data.len,
-                     r->last, r->size, r->blake2b.data, r->blake2b.len, units, nunits, replica};
-    int rc = coord_ckpt_piece(jb->ck, &q, &complete, why, sizeof why);
-    pthread_mutex_unlock(&jb->io_mu);
-    coord_fx_list fx = {0};
-    int code = RPC_OK;
-    pthread_mutex_lock(&j->mu);
-    coord_job *sm = &jb->sm;
-    if (rc == COORD_PIECE_OK || rc == COORD_PIECE_DAMAGED)
-        coord_jobobs_upload(jb->obs, (int)r->step, r->data.len);
-    if (rc == COORD_PIECE_OK && complete)
-        coord_job_parts_done(sm, (int)r->epoch, (int)r->step, &fx);
-    if (rc == COORD_PIECE_REFUSED || rc == COORD_PIECE_QUOTA) {
-        j->denied[rc == COORD_PIECE_QUOTA ? COORD_DENY_QUOTA : COORD_DENY_NOT_OWN_PART]++;
-        code = rpc_status_set(k->st, rc == COORD_PIECE_QUOTA ? RPC_RESOURCE_EXHAUSTED
-                                                             : RPC_PERMISSION_DENIED, "%s", why);
-    } else if (rc == COORD_PIECE_RANGE)
-        code = rpc_status_set(k->st, RPC_OUT_OF_RANGE, "%s", why);
-    else if (rc == COORD_PIECE_DAMAGED)
-        code = rpc_status_set(k->st, RPC_DATA_LOSS, "%s", why);
-    else if (rc == COORD_PIECE_STORE) {
-        coord_job_store_failed(sm, (int)r->step, why, sl_unix_ms(), &fx);
-        code = rpc_status_set(k->st, RPC_UNAVAILABLE, "%s", sm->state == COORD_JOB_WAITING ? sm->reason : why);
-    }
-    settle(j, jb, &fx);
-    if (code != RPC_OK)
-        return code;
-    pthread_mutex_lock(&j->mu);
-    o.committed = jb->sm.committed >= (int)r->step;
-    pthread_mutex_unlock(&j->mu);
-    return reply(k, &o);
-}
-HANDLER(coord_handle_upload_chunk, "UploadChunkRequest", skyloom__v1__upload_chunk_request__descriptor,
-        COORD_ALLOW_DEVICE, 0, COORD_MEMBER_CAND | COORD_MEMBER_STAGE, upload_chunk)
 
 /* ---- what devices report ------------------------------------------------------------------ */
 
@@ -1138,7 +836,7 @@ static void report_profile(call *k)
     coord_job_profile_in(&k->jb->sm, r->device_id, round, text, links_text,
                          json_object_get(res, "failed") != NULL, &fx);
     pthread_cond_broadcast(&j->cv);
-    settle(j, k->jb, &fx);
+    coord_call_settle(j, k->jb, &fx);
     free(text);
     free(links_text);
     json_decref(res);
@@ -1182,7 +880,7 @@ static int report_task(call *k)
                                  coord_jobs_settled(j), &devs, sl_unix_ms(), &fx);
         }
         pthread_cond_broadcast(&j->cv); /* the engine starts profiling once settled */
-        settle(j, k->jb, &fx);
+        coord_call_settle(j, k->jb, &fx);
         free(info);
     } else if (!strcmp(r->kind, "profile")) {
         report_profile(k);
@@ -1195,11 +893,11 @@ static int report_task(call *k)
                                   lost ? lost : "", sl_unix_ms(), &fx))
             j->denied[COORD_DENY_NOT_NEIGHBOUR]++;
         pthread_cond_broadcast(&j->cv);
-        settle(j, k->jb, &fx);
+        coord_call_settle(j, k->jb, &fx);
         json_decref(res);
     }
     Skyloom__V1__ReportTaskResponse out = SKYLOOM__V1__REPORT_TASK_RESPONSE__INIT;
-    return reply(k, &out);
+    return coord_call_reply(k, &out);
 }
 HANDLER(coord_handle_report_task, "ReportTaskRequest", skyloom__v1__report_task_request__descriptor,
         COORD_ALLOW_DEVICE, 1, COORD_MEMBER_OWNER | COORD_MEMBER_CAND | COORD_MEMBER_STAGE, report_task)
@@ -1214,7 +912,7 @@ HANDLER(coord_handle_report_task, "ReportTaskRequest", skyloom__v1__report_task_
 static int sign_current(coord *c, const char *plan, char **crt, size_t *crt_len, uint8_t **sig,
                         size_t *sig_len, sl_err *err)
 {
-    char *crt_path = path_of(c->pki, "coordinator.crt"), *key_path = path_of(c->pki, "coordinator.key");
+    char *crt_path = coord_path_of(c->pki, "coordinator.crt"), *key_path = coord_path_of(c->pki, "coordinator.key");
     const char *ca = cert_ca_pem(c->ca);
     int rc = -1;
     for (int attempt = 0; attempt < 3 && rc; attempt++) {
@@ -1264,7 +962,7 @@ static int get_plan(call *k)
         out.signature.len = sig_len;
         out.coordinator_cert.data = (uint8_t *)crt;
         out.coordinator_cert.len = crt_len;
-        reply(k, &out);
+        coord_call_reply(k, &out);
     }
     free(plan);
     free(sig);
@@ -1291,13 +989,13 @@ static int report_step(call *k)
         coord_jobobs_report(k->jb->obs, r, sm->plan.p, sm->epoch, sm->id);
     if (v != COORD_REPORT_REFUSED)
         coord_obs_refused_add(j->refused, &j->nrefused, r);
-    settle(j, k->jb, &fx);
+    coord_call_settle(j, k->jb, &fx);
     if (v == COORD_REPORT_REFUSED)
         return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "device %s does not run stage %u, or "
                               "step %u is out of range", r->device_id, r->stage, r->step);
     Skyloom__V1__ReportStepResponse out = SKYLOOM__V1__REPORT_STEP_RESPONSE__INIT;
     out.stop = v == COORD_REPORT_STOP;
-    return reply(k, &out);
+    return coord_call_reply(k, &out);
 }
 HANDLER(coord_handle_report_step, "ReportStepRequest", skyloom__v1__report_step_request__descriptor,
         COORD_ALLOW_DEVICE, 1, COORD_MEMBER_CAND | COORD_MEMBER_STAGE, report_step)
