@@ -9,8 +9,9 @@
 #    the majority class on held-out fortunes by a margin a broken head could
 #    not reach;
 #  - --stages gives bit for bit the one-stage run, and a checkpoint resumes
-#    under another cut exactly; in bf16 compute too, its losses, held-out
-#    metrics and predictions close to fp32's;
+#    under another cut exactly; a federation of owners with one labels.txt
+#    too, and owners of other labels are refused; in bf16 compute too, its
+#    losses, held-out metrics and predictions close to fp32's;
 #  - --init from an MLM checkpoint names the head it initialises, from a
 #    classification checkpoint none;
 #  - data prepare --labels refuses bad input naming the file and line, and
@@ -144,6 +145,32 @@ cp -r "$d/s3/step-3" "$d/r/"
 "$sk" -q train "${common[@]}" --save "$d/r" --resume "$d/r/step-3" --stages 0-2,3-3 >/dev/null 2>&1; rc=$?
 check "resumed at step 3 under another cut: the one-stage model at step 6" \
     bash -c 'test $0 -eq 0 && cmp -s "$1/s1/step-6/model.safetensors" "$1/r/step-6/model.safetensors"' $rc "$d"
+
+# ---- a federation of classifiers (docs/federation.md): two owners' shards of
+# one labels.txt, each mostly other subjects; a federation of one is the
+# plain run, the replicas' cuts change no bit, a run stopped mid-interval
+# resumes under other cuts exactly; owners of other labels are refused
+grep -P '^(food|linux)\t' "$d/train.tsv" > "$d/fa.tsv"
+{ grep -P '^(sports|startrek)\t' "$d/train.tsv"; head -n 20 "$d/fa.tsv"; } > "$d/fb.tsv"
+printf 'food\nlinux\nstartrek\nsports\n' > "$d/swapped.txt"
+mkdir -p "$d/fa" "$d/fb" "$d/fc"
+prep --in "$d/fa.tsv" --out "$d/fa/a.shard" --label-vocab "$d/data/labels.txt" >/dev/null
+prep --in "$d/fb.tsv" --out "$d/fb/b.shard" --label-vocab "$d/data/labels.txt" >/dev/null
+prep --in "$d/fb.tsv" --out "$d/fc/c.shard" --label-vocab "$d/swapped.txt" >/dev/null
+"$sk" -q train "${common[@]}" --save "$d/one-fed" --sync step >/dev/null 2>&1
+check "a federation of one (--sync step) is the plain run: the same model bytes and losses" same s1 one-fed
+fed=(--task classify --config "$d/cfg.json" --data "$d/fa/a.shard" --data "$d/fb/b.shard"
+     --owner-batch 8,4 --micro-batches 4 --lr 1e-3 --steps 6 --sync outer:2)
+"$sk" -q train "${fed[@]}" --save "$d/f1" >/dev/null 2>&1
+"$sk" -q train "${fed[@]}" --save "$d/f2" --replica-stages "0-1,2-3;0-0,1-2,3-3" --stop-at 3 >/dev/null 2>&1
+"$sk" -q train "${fed[@]}" --save "$d/f2" --resume "$d/f2/step-3" --stages 2 >/dev/null 2>&1; rc=$?
+check "federation: other cuts and a resume at step 3 give the model and federation state bytes" \
+    bash -c 'test $0 -eq 0 && cmp -s "$1/f1/step-6/model.safetensors" "$1/f2/step-6/model.safetensors" && cmp -s "$1/f1/step-6/fed.safetensors" "$1/f2/step-6/fed.safetensors" && [ "$(cut -d, -f1-4 "$1/f1/metrics.csv")" = "$(cut -d, -f1-4 "$1/f2/metrics.csv")" ]' $rc "$d"
+check "federation: the checkpoint's config.json names the shards' labels" \
+    "$py" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["id2label"] != {"0": "food", "1": "linux", "2": "sports", "3": "startrek"})' "$d/f1/step-6/config.json"
+err=$("$sk" -q train "${fed[@]}" --data "$d/fc/c.shard" --owner-batch 8,4,4 2>&1); rc=$?
+check "federation: an owner's shard of other labels refused by name, exit 1" \
+    bash -c 'test $0 -eq 1 && grep -qF "$1/fc/c.shard has other labels than $1/fa/a.shard" <<<"$2"' $rc "$d" "$err"
 
 # ---- bf16 compute, where the CPU has it: --stages bit for bit the one-stage
 # bf16 run, its losses close to fp32's; eval and predict in bf16 close to fp32
