@@ -19,8 +19,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: skyloom predict --config config.json --model model.safetensors\n"
-            "                       --vocab vocab.txt --text TEXT [--text TEXT]...\n"
+            "usage: skyloom predict [--config config.json] --model model.safetensors|DIR\n"
+            "                       [--vocab vocab.txt] --text TEXT [--text TEXT]...\n"
             "                       [--top-k K] [--cased] [--json] [--logits FILE]\n"
             "                       [--device auto|cpu|cuda] [--precision fp32|bf16]\n\n"
             "Classifies each TEXT with a sequence classifier (a config with num_labels and\n"
@@ -34,7 +34,10 @@ static void usage(FILE *f)
             "id2label's names (LABEL_0, ... without it). --logits writes the (texts,\n"
             "labels) logits as little-endian float32. Text is lower-cased and\n"
             "accent-stripped unless --cased. --precision bf16 computes the matrix\n"
-            "products in bf16 (as skyloom train --precision bf16).\n");
+            "products in bf16 (as skyloom train --precision bf16).\n"
+            "--model DIR takes a folder as skyloom job export writes it: model.safetensors,\n"
+            "config.json and vocab.txt from it unless --config or --vocab are given, and\n"
+            "its tokenizer_config.json's do_lower_case false as --cased.\n");
 }
 
 typedef struct scored {
@@ -92,9 +95,12 @@ int cmd_predict(int argc, char **argv)
             texts[ntext++] = text;
         }
     }
+    cli_model_dir folder;
+    cli_model_folder(&folder, &model, &config, &vpath, &cased);
     if (!config || !model || !vpath || !ntext) {
         free(texts);
-        return sl_cli_fail("predict", 2, "--config, --model, --vocab and --text are required");
+        return sl_cli_fail("predict", 2, "--model, --text, and --config and --vocab unless "
+                           "--model is a folder that has them, are required");
     }
     if (topk_s && sl_parse_int("--top-k", topk_s, 1, 1 << 30, &topk, &err)) {
         free(texts);
