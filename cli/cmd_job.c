@@ -19,6 +19,7 @@
 #include "coord_obs.h"
 #include "dev_ckpt.h"
 #include "dev_config.h"
+#include "dev_labels.h"
 #include "dev_plan.h"
 #include "dev_vocab.h"
 #include "rpc.h"
@@ -1209,11 +1210,39 @@ static int write_json(const char *dir, const char *name, json_t *o, sl_err *err)
     return rc;
 }
 
-/* Beside the model: the vocabulary its data was built with (vocab.txt)
- * and a tokenizer config for it, so that BertTokenizer and fill-mask load
- * the folder as it is, and training.json: how it was trained (the
- * options, the data and vocabulary hashes, the step, Skyloom's version).
- * `files` gets the names written, for the message. */
+/* config.json of the export: a classifier's classes named by the data
+ * owner's labels where its check gave them (the names skyloom train's
+ * checkpoint gives them), else the config's (LABEL_0, LABEL_1, ... without
+ * id2label). */
+static int export_config(const dev_config *cfg, const json_t *data, const char *out, sl_err *err)
+{
+    dev_config c = *cfg;
+    const json_t *names = json_object_get(json_array_get(data, 0), "labels");
+    int n = (int)json_array_size(names);
+    const char **v = n ? sl_xcalloc((size_t)n, sizeof *v) : NULL;
+    for (int i = 0; i < n; i++)
+        v[i] = json_string_value(json_array_get(names, (size_t)i));
+    dev_labels *l = c.task == DEV_TASK_CLASSIFY && n == c.num_labels
+                        ? dev_labels_from(v, n, 0, "the data owner's labels", err)
+                        : NULL;
+    free(v);
+    if (c.task == DEV_TASK_CLASSIFY && n == c.num_labels && !l)
+        return -1;
+    if (l)
+        c.label_names = dev_labels_names(l);
+    char p[4400];
+    snprintf(p, sizeof p, "%s/config.json", out);
+    int rc = dev_config_save(&c, p, err);
+    dev_labels_free(l);
+    return rc;
+}
+
+/* Beside the model: config.json (export_config), the vocabulary its data
+ * was built with (vocab.txt) and a tokenizer config for it, so that
+ * BertTokenizer and fill-mask load the folder as it is, and training.json:
+ * how it was trained (the options, the data and vocabulary hashes, the
+ * step, Skyloom's version). `files` gets the names written after
+ * config.json, for the message. */
 static int export_extras(client *c, const char *id, int step, const dev_config *cfg, const char *out,
                          char *files, size_t cap, sl_err *err)
 {
@@ -1226,7 +1255,7 @@ static int export_extras(client *c, const char *id, int step, const dev_config *
         return -1;
     json_t *data = loads_or_null(j->data);
     int cased = json_is_true(json_object_get(json_array_get(data, 0), "cased"));
-    int rc = 0;
+    int rc = export_config(cfg, data, out, err);
     if (*j->vocab) {
         char p[4400];
         snprintf(p, sizeof p, "%s/vocab.txt", out);
@@ -1340,9 +1369,8 @@ static int export_job(client *c, const char *id, const char *out)
         dev_ckpt_load(s, kind, tmp, &err))
         goto fail;
     snprintf(m, sizeof m, "%s/model.safetensors", out);
-    snprintf(p, sizeof p, "%s/config.json", out);
     char files[200];
-    if (dev_ckpt_save_model(s, m, &err) || dev_config_save(&cfg, p, &err) ||
+    if (dev_ckpt_save_model(s, m, &err) ||
         export_extras(c, id, step, &cfg, out, files, sizeof files, &err))
         goto fail;
     printf("job %s: step %d exported to %s (model.safetensors, config.json%s)\n", id, step, out, files);

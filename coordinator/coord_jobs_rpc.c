@@ -482,7 +482,8 @@ static char *job_vocab_hash(const coord_job *sm)
 static char *data_json(const coord_job *sm)
 {
     static const char *const keys[] = {"sequences", "shard_sequences", "seq_len", "first",
-                                       "vocab_size", "vocab_hash", "shard_hash", "cased", NULL};
+                                       "vocab_size", "vocab_hash", "shard_hash", "cased",
+                                       "num_labels", "labels_hash", "labels", NULL};
     json_t *a = json_array();
     for (int w = 0; w < sm->nowner; w++) {
         json_error_t je;
@@ -740,6 +741,32 @@ HANDLER(coord_handle_resume_job, "ResumeJobRequest", skyloom__v1__resume_job_req
  * (labels_hash: the names in order) are those of every owner that checked
  * before it, one classifier needing one label vocabulary. 0, or -1 with
  * why. Reads the other owners' descriptions: under j->mu. */
+/* Whether an owner's label names (absent: fine, a check leaves out long
+ * ones) are n names of 1..BAL_MAX_LABEL_BYTES bytes without a newline whose
+ * labels.txt image ("name\n" each) hashes to hash (hex BLAKE2b-256). */
+static int labels_match(const json_t *names, int n, const char *hash)
+{
+    if (!names)
+        return 1;
+    if (!json_is_array(names) || json_array_size(names) != (size_t)n)
+        return 0;
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, 32);
+    for (int i = 0; i < n; i++) {
+        const char *v = json_string_value(json_array_get(names, (size_t)i));
+        size_t len = v ? strlen(v) : 0;
+        if (!len || len > BAL_MAX_LABEL_BYTES || strchr(v, '\n'))
+            return 0;
+        crypto_generichash_update(&st, (const unsigned char *)v, len);
+        crypto_generichash_update(&st, (const unsigned char *)"\n", 1);
+    }
+    uint8_t h[32];
+    char hex[65];
+    crypto_generichash_final(&st, h, sizeof h);
+    sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+    return !strcmp(hex, hash);
+}
+
 static int check_fits(const coord_job *jb, const char *device, const char *info, char *why,
                       size_t cap)
 {
@@ -772,6 +799,10 @@ static int check_fits(const coord_job *jb, const char *device, const char *info,
     } else if (json_integer_value(nl) != b.num_labels) {
         snprintf(why, cap, "the data owner %s's %s has %lld labels, the job's config num_labels "
                  "%d", ow->id, ow->dataset, (long long)json_integer_value(nl), b.num_labels);
+        rc = -1;
+    } else if (!labels_match(json_object_get(in, "labels"), b.num_labels, hash)) {
+        snprintf(why, cap, "the data owner %s described %s with label names that are not its "
+                 "labels_hash's %d names", ow->id, ow->dataset, b.num_labels);
         rc = -1;
     }
     for (int i = 0; rc == 0 && hash && i < jb->nowner; i++) {

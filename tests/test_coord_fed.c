@@ -192,11 +192,14 @@ static void stop(const char *job)
 }
 
 #define CHECK_MLM "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, \"vocab_size\": 100"
-#define CHECK_CLS(n, h)                                                                            \
-    CHECK_MLM ", \"task\": \"classify\", \"num_labels\": " #n ", \"labels_hash\": \"" h            \
-              "\", \"labels\": [\"a\", \"b\"]}"
-#define HASH_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-#define HASH_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define CHECK_CLS_BARE(n, h)                                                                       \
+    CHECK_MLM ", \"task\": \"classify\", \"num_labels\": " #n ", \"labels_hash\": \"" h "\""
+#define CHECK_CLS(n, h, names) CHECK_CLS_BARE(n, h) ", \"labels\": " names "}"
+/* BLAKE2b-256 of the labels.txt images "a\nb\n", "b\na\n" and "a\nb\nc\n" */
+#define HASH_A "e622f861cfb90d7fc2773ebf739fd5331515e652d2d3bad8d5a24ec90bf505fd"
+#define HASH_B "456513920a00ccadfd9a6c53bc7a2df59383ed9142e570f2921a4c1a2b8ae34b"
+#define HASH_C "3b4312af5a1f7e9eb79c27b4503f734d303e6664d2df2796ec034b4c34195dbf"
+#define NAMES_A "[\"a\", \"b\"]"
 
 /* A classification job (option task classify): a config that cannot be one
  * is refused at submit naming the option; the owner's check must describe
@@ -222,9 +225,14 @@ static void test_classify(void)
         const char *task, *check, *why;
     } bad[] = {
         {"classify", CHECK_MLM "}", "checked books for task mlm, not the job's task classify"},
-        {"mlm", CHECK_CLS(2, HASH_A), "checked books for task classify, not the job's task mlm"},
+        {"mlm", CHECK_CLS(2, HASH_A, NAMES_A), "checked books for task classify, not the job's task mlm"},
         {"classify", CHECK_MLM ", \"task\": \"classify\"}", "described books without its labels"},
-        {"classify", CHECK_CLS(3, HASH_A), "books has 3 labels, the job's config num_labels 2"},
+        {"classify", CHECK_CLS(3, HASH_C, "[\"a\", \"b\", \"c\"]"),
+         "books has 3 labels, the job's config num_labels 2"},
+        {"classify", CHECK_CLS(2, HASH_A, "[\"a\", \"c\"]"),
+         "described books with label names that are not its labels_hash's 2 names"},
+        {"classify", CHECK_CLS(2, HASH_A, "[\"a\"]"),
+         "described books with label names that are not its labels_hash's 2 names"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char opts[96];
@@ -237,8 +245,8 @@ static void test_classify(void)
     }
     /* two owners whose labels differ */
     D[1].dataset = "news";
-    D[0].check = CHECK_CLS(2, HASH_A);
-    D[1].check = CHECK_CLS(2, HASH_B);
+    D[0].check = CHECK_CLS(2, HASH_A, NAMES_A);
+    D[1].check = CHECK_CLS(2, HASH_B, "[\"b\", \"a\"]");
     heartbeat_all();
     snprintf(data, sizeof data, "%s:books,%s:news", D[0].id, D[1].id);
     static const char *fed = "{\"steps\": 4, \"owner_batch\": [2, 2], \"task\": \"classify\", "
@@ -248,9 +256,10 @@ static void test_classify(void)
            strstr(why, D[0].id) && strstr(why, D[1].id) && strstr(why, "books") &&
            strstr(why, "news"), "%s", why);
     free(id);
-    /* the same labels: planned for the classification head; a device whose
+    /* the same labels (the second owner's names left out, as a check leaves
+     * out long ones): planned for the classification head; a device whose
      * profile timed the MLM head is refused */
-    D[1].check = CHECK_CLS(2, HASH_A);
+    D[1].check = CHECK_CLS_BARE(2, HASH_A) "}";
     D[2].task = "mlm";
     CHECKF(submit_data_code(data, fed, &id, &st) == RPC_OK, "%s", st.details);
     CHECK(pump_until(id, "running", 1));
@@ -277,6 +286,14 @@ static void test_classify(void)
            "%s", ji ? ji->profiles : "");
     CHECK(json_is_string(json_object_get(json_object_get(pr, D[3].id), "task")));
     json_decref(pr);
+    /* the job's data: each owner's label count and hash, and the names it gave */
+    json_t *dj = ji ? json_loads(ji->data, 0, &je) : NULL;
+    json_t *d0 = json_array_get(dj, 0), *d1 = json_array_get(dj, 1);
+    CHECKF(json_integer_value(json_object_get(d0, "num_labels")) == 2 &&
+           !strcmp(json_string_value(json_object_get(d1, "labels_hash")) ?: "", HASH_A) &&
+           !strcmp(json_string_value(json_array_get(json_object_get(d0, "labels"), 1)) ?: "", "b") &&
+           !json_object_get(d1, "labels"), "%s", ji ? ji->data : "");
+    json_decref(dj);
     rpc_unpacked_free(ji);
     stop(id);
     free(id);

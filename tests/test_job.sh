@@ -6,7 +6,10 @@
 # nor unit 0 or the head never receives labels; a job on a dataset the owner
 # refuses fails at submit with the owner's reason; the plan is signed. A
 # classification job (--task classify) on a labelled shard equals `skyloom
-# train --task classify` the same way.
+# train --task classify` the same way, its export (config.json too) the
+# checkpoint's, and predict loads the export folder; the owner refuses a
+# config whose classes are its labels in another order, and a shard without
+# labels.
 set -u
 SK="$1"; src="$2"
 CL=$(mktemp -d /tmp/skyloom-job-XXXXXX)
@@ -180,6 +183,14 @@ done
 check "classify: the export's config.json is a BertForSequenceClassification of 3 labels" \
     python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(c["architectures"] != ["BertForSequenceClassification"] or c["num_labels"] != 3)' \
     "$d/classify.export/config.json"
+check "classify: ... skyloom train's checkpoint's config.json byte for byte (the owner's labels as id2label)" \
+    cmp -s "$d/classify.export/config.json" "$d/refcls/step-20/config.json"
+text=$(awk 'NF >= 6 { print; exit }' "$d/corpus.txt")
+p_ref=$("$SK" -q predict --config "$d/refcls/step-20/config.json" --model "$d/refcls/step-20/model.safetensors" \
+        --vocab "$d/vocab.txt" --text "$text" --top-k 3 --json 2>&1)
+p_dir=$("$SK" -q predict --model "$d/classify.export" --text "$text" --top-k 3 --json 2>&1)
+check "classify: predict --model on the export folder gives the checkpoint's labels and scores" \
+    bash -c '[ -n "$0" ] && [ "$0" = "$1" ] && grep -q "\"label\": \"[xyz]\"" <<<"$0"' "$p_ref" "$p_dir"
 
 # a plain chain: the labels and the tied gradient cross to the last device
 job chain "$OWNER,$MID,$LAST" --no-u-shape
@@ -285,6 +296,15 @@ out=$(cl_job submit --config "$d/small.json" --data "$OWNER:wiki" --steps 5 2>&1
 echo "     $out" | tail -1
 check "a shard whose vocabulary exceeds the config: submit fails with the owner's reason" \
     bash -c 'test $0 -eq 1 && grep -q "refused wiki: .*vocab_size is 50" <<<"$1"' "$rc" "$out"
+sed 's/, "num_labels": 3}/, "id2label": {"0": "y", "1": "x", "2": "z"}}/' "$d/cls.json" > "$d/mixed.json"
+out=$(cl_job submit --config "$d/mixed.json" --data "$OWNER:topics" --task classify --steps 5 2>&1); rc=$?
+check "a classifier whose id2label orders the shard's labels otherwise: submit fails with the owner's reason" \
+    bash -c 'test $0 -eq 1 && grep -q "refused topics: .*id2label gives class 0 the name .y., the shard.s labels .x.: the classes would be mixed up" <<<"$1"' "$rc" "$out" ||
+    echo "     got: $out"
+out=$(cl_job submit --config "$d/cls.json" --data "$OWNER:wiki" --task classify --steps 5 2>&1); rc=$?
+check "classify on a shard without labels: submit fails with the owner's reason" \
+    bash -c 'test $0 -eq 1 && grep -q "refused wiki: .*the shard has no labels" <<<"$1"' "$rc" "$out" ||
+    echo "     got: $out"
 out=$(cl_job submit --config "$d/cfg.json" --data "$OWNER:secret" --steps 5 2>&1); rc=$?
 check "a dataset the owner does not declare: refused" \
     bash -c 'test $0 -eq 1 && grep -q "serves no dataset .secret." <<<"$1"' "$rc" "$out"

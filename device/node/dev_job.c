@@ -181,12 +181,33 @@ static int config_of(json_t *spec, dev_config *c, sl_err *err)
     return dev_config_validate(c, err) ? sl_err_wrap(err, "task %s", dev_task_name(c->task)) : 0;
 }
 
+/* To classify: the job config's class names (id2label) are the shard's
+ * labels in their order, or Hugging Face's defaults, as skyloom train
+ * requires; else the classes would be mixed up. */
+static int config_names_fit(json_t *spec, const dev_labels *l, sl_err *err)
+{
+    char *text = json_dumps(json_object_get(spec, "config"), JSON_COMPACT);
+    char **names = NULL;
+    int n = 0;
+    int rc = text ? bal_bert_label_names(text, "the job's config", &names, &n, err)
+                  : sl_err_set(err, SL_EINVAL, "no config");
+    free(text);
+    if (!rc)
+        rc = dev_config_check_names(names, n, l, "the job's config", err);
+    dev_config_free_names(names, n);
+    return rc;
+}
+
 /* What a check says of the shard besides the job's range: its size, its
  * vocabulary's hash and (up to CHECK_VOCAB_MAX bytes, for the exported
  * model's vocab.txt) the vocabulary itself, the file's checksum. A job
  * that names a vocabulary hash gets a shard of that vocabulary or a
  * refusal. */
 #define CHECK_VOCAB_MAX (768u << 10)
+/* To classify, a check gives the shard's label count and hash, and its
+ * label names while their labels.txt is at most this size (the check's
+ * result stays under the coordinator's 1 MiB). */
+#define CHECK_LABELS_MAX (64u << 10)
 
 static int describe_shard(const dev_shard *s, const char *name, const char *want, json_t *r,
                           sl_err *err)
@@ -243,22 +264,29 @@ static int do_check(dev_jobs *js, const dev_task *t, char **result, sl_err *err)
                                   "seq_len", dev_feed_seq_len(f), "first", (json_int_t)o->first,
                                   "vocab_size", (json_int_t)c.vocab, "task",
                                   dev_task_name(c.task));
-            const dev_labels *l = dev_feed_labels(f);
-            if (c.task == DEV_TASK_CLASSIFY && l) {
-                /* dev_feed_open refused another count than the config's */
+            /* to classify, dev_feed_open refused a shard without labels or
+             * another count than the config's */
+            const dev_labels *l = c.task == DEV_TASK_CLASSIFY ? dev_feed_labels(f) : NULL;
+            rc = l ? config_names_fit(spec, l, err) : 0;
+            if (!rc && l) {
                 uint8_t h[32];
                 char hex[65];
+                size_t len = 0;
                 dev_labels_hash(l, h);
                 dev_hash_hex(h, hex);
-                json_t *names = json_array();
-                for (int i = 0; i < dev_labels_count(l); i++)
-                    json_array_append_new(names, json_string(dev_labels_name(l, i)));
                 json_object_set_new(r, "num_labels", json_integer(dev_labels_count(l)));
                 json_object_set_new(r, "labels_hash", json_string(hex));
-                json_object_set_new(r, "labels", names);
+                dev_labels_text(l, &len);
+                if (len <= CHECK_LABELS_MAX) { /* the names the exported config.json gives */
+                    json_t *names = json_array();
+                    for (int i = 0; i < dev_labels_count(l); i++)
+                        json_array_append_new(names, json_string(dev_labels_name(l, i)));
+                    json_object_set_new(r, "labels", names);
+                }
             }
-            rc = describe_shard(dev_feed_shard(f), name,
-                                json_string_value(json_object_get(spec, "vocab_hash")), r, err);
+            if (!rc)
+                rc = describe_shard(dev_feed_shard(f), name,
+                                    json_string_value(json_object_get(spec, "vocab_hash")), r, err);
             if (!rc)
                 *result = json_dumps(r, JSON_COMPACT);
             json_decref(r);
