@@ -178,6 +178,9 @@ out=$("$sk" -q train "${common[@]}" --precision bf16 --save "$d/b1" 2>&1); rc=$?
 if [ $rc -eq 0 ]; then
     "$sk" -q train "${common[@]}" --precision bf16 --save "$d/b3" --stages 0-0,1-2,3-3 >/dev/null 2>&1
     check "bf16: --stages 0-0,1-2,3-3, the one-stage bf16 model bytes and losses" same b1 b3
+    "$sk" -q train "${fed[@]}" --precision bf16 --save "$d/fb1" >/dev/null 2>&1
+    "$sk" -q train "${fed[@]}" --precision bf16 --save "$d/fb2" --replica-stages "0-1,2-3;0-0,1-2,3-3" >/dev/null 2>&1
+    check "bf16: a federation of classifiers under other cuts, the same model bytes and losses" same fb1 fb2
     check "bf16: each step's loss within 1% of fp32's, not equal to it" \
         awk -F, 'NR == FNR { if (FNR > 1) l[FNR] = $2; next }
                  FNR > 1 { d = $2 - l[FNR]; if (d < 0) d = -d; if (d > 0.01 * l[FNR]) bad = 1; if (d > 0) moved = 1 }
