@@ -735,12 +735,6 @@ HANDLER(coord_handle_resume_job, "ResumeJobRequest", skyloom__v1__resume_job_req
 
 /* ---- what devices report ------------------------------------------------------------------ */
 
-/* Whether owner `device`'s check description fits job jb: its task (absent:
- * mlm, as devices without the classification head describe a shard) is the
- * job's; to classify, it counts the config's num_labels, and its labels
- * (labels_hash: the names in order) are those of every owner that checked
- * before it, one classifier needing one label vocabulary. 0, or -1 with
- * why. Reads the other owners' descriptions: under j->mu. */
 /* Whether an owner's label names (absent: fine, a check leaves out long
  * ones) are n names of 1..BAL_MAX_LABEL_BYTES bytes without a newline whose
  * labels.txt image ("name\n" each) hashes to hash (hex BLAKE2b-256). */
@@ -767,6 +761,13 @@ static int labels_match(const json_t *names, int n, const char *hash)
     return !strcmp(hex, hash);
 }
 
+/* Whether owner `device`'s check description fits job jb: its task (absent:
+ * mlm, as devices without the classification head describe a shard) is the
+ * job's; to classify, it counts the config's num_labels, its label names
+ * (where given) hash to its labels_hash, and its labels (labels_hash: the
+ * names in order) are those of every owner that checked before it, one
+ * classifier needing one label vocabulary. 0, or -1 with
+ * why. Reads the other owners' descriptions: under j->mu. */
 static int check_fits(const coord_job *jb, const char *device, const char *info, char *why,
                       size_t cap)
 {
