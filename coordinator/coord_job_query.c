@@ -65,7 +65,7 @@ double coord_job_step_loss(const coord_job *jb, const coord_step_rep *rep)
     return loss;
 }
 
-static int valid_name(const char *s, size_t max)
+int coord_name_ok(const char *s, size_t max)
 {
     size_t n = strlen(s);
     if (n == 0 || n > max)
@@ -84,7 +84,7 @@ static int data_part_of(const char *s, char *dev, size_t cap)
     if (n < 11 || n > 80 || strncmp(s, "data.", 5) || strcmp(s + n - 5, ".json"))
         return 0;
     snprintf(dev, cap, "%.*s", (int)(n - 10), s + 5);
-    return valid_name(dev, 60) && !strchr(dev, '.');
+    return coord_name_ok(dev, 60) && !strchr(dev, '.');
 }
 
 int coord_part_name_ok(const char *s)
@@ -98,7 +98,7 @@ int coord_part_name_ok(const char *s)
         return 0;
     char tag[80];
     snprintf(tag, sizeof tag, "%.*s", (int)(n - 18), s + 6);
-    return valid_name(tag, 60) && !strchr(tag, '.');
+    return coord_name_ok(tag, 60) && !strchr(tag, '.');
 }
 
 int coord_part_is_of(const coord_job *jb, const char *name, const char *device)
