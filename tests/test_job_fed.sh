@@ -7,14 +7,17 @@
 # different replicas exchanged sync payloads and no frame was refused.
 # Under --sync outer:H with int8 payloads the model equals the trainer's too
 # (the replicas hold the same bytes after the last outer step, every
-# replica's part committed).
+# replica's part committed). A device lost during a --sync step job: the
+# job re-plans from the committed step and its model and losses still equal
+# the trainer's.
 set -u
 SK="$1"; src="$2"
 CL=$(mktemp -d /tmp/skyloom-jobfed-XXXXXX)
 . "$src/scripts/cluster.sh"
 fail=0
 check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
-trap 'cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
+REF=
+trap '[ -n "$REF" ] && kill $REF 2>/dev/null && wait $REF; cl_stop; [ -n "${KEEP:-}" ] || rm -rf "$CL"' EXIT
 
 d=$CL
 cl_shard "$src" || exit 1
@@ -35,14 +38,14 @@ cl_device dev4 lab-b --threads 1 || exit 1; D=$CL_ID
 cl_wait_online 4 || exit 1
 
 STEPS=12
-common=(--config "$d/cfg.json" --steps $STEPS --owner-batch 4,8 --micro-batches 2 --lr 2e-3)
+common=(--config "$d/cfg.json" --owner-batch 4,8 --micro-batches 2 --lr 2e-3)
 
 # fedjob NAME REF [submit and train args]: the reference run into REF, then
 # the job on the four devices; its id in JOB
 fedjob() {
   local name=$1 ref=$2; shift 2
-  "$SK" -q train "${common[@]}" --data "$d/a.shard" --data "$d/b.shard" "$@" --save "$ref" >/dev/null 2>&1
-  out=$(cl_job submit "${common[@]}" --data "$A:wiki" --data "$B:news" --algo even \
+  "$SK" -q train "${common[@]}" --steps $STEPS --data "$d/a.shard" --data "$d/b.shard" "$@" --save "$ref" >/dev/null 2>&1
+  out=$(cl_job submit "${common[@]}" --steps $STEPS --data "$A:wiki" --data "$B:news" --algo even \
         --checkpoint-every 6 --devices "$A,$B,$C,$D" --json "$@" 2>&1)
   local rc=$?
   echo "$out" > "$d/$name.submit"
@@ -70,21 +73,100 @@ assert not devs[0] & devs[1], devs
 print(" ".join(str(r["stages"]) for r in reps))
 PY
 check "step: two replicas, one per owner, no device in both ($(cat "$d/step.replicas") stages)" test -s "$d/step.replicas"
-for dev in dev1 dev2 dev3 dev4; do
-  recv=$(grep "job done here job=$JOB" "$d/$dev.log" | grep -o 'received=.*')
-  echo "     $dev received: $recv"
+# the logs of the devices the plan placed
+declare -A LOG_OF=([$A]=dev1 [$B]=dev2 [$C]=dev3 [$D]=dev4)
+planned=()
+for id in $(python3 -c 'import json,sys; print(" ".join(sorted({s["device"] for s in json.load(open(sys.argv[1]))["plan"]["stages"]})))' "$d/step.submit"); do
+  planned+=("$d/${LOG_OF[$id]}.log")
 done
-check "step: every device received sync payloads from the other replica" \
-    bash -c 'for f in "$0"/dev1.log "$0"/dev2.log "$0"/dev3.log "$0"/dev4.log; do grep "job done here job=$1" "$f" | grep -q "sync:[1-9]" || exit 1; done' "$d" "$JOB"
+for f in "${planned[@]}"; do
+  echo "     $(basename "$f" .log): $(grep "job done here job=$JOB" "$f" | grep -o 'received=.*')"
+done
+check "step: every device of the plan (${#planned[@]}) received sync payloads from the other replica" \
+    bash -c 'for f in "${@:2}"; do grep "job done here job=$0" "$f" | grep -q "sync:[1-9]" || exit 1; done' "$JOB" "${planned[@]}"
 check "step: the plan seals the links; every device sent sync frames (each larger than its payload)" \
-    bash -c 'python3 -c "import json,sys; sys.exit(json.load(open(sys.argv[1]))[\"plan\"][\"sealed\"] is not True)" "$0/step.submit" &&
-             for f in "$0"/dev1.log "$0"/dev2.log "$0"/dev3.log "$0"/dev4.log; do
-               l=$(grep "job done here job=$1" "$f"); r=$(grep -o "sync_raw=[0-9]*" <<<"$l" | cut -d= -f2); w=$(grep -o "sync_wire=[0-9]*" <<<"$l" | cut -d= -f2)
-               [ "${r:-0}" -gt 0 ] && [ "$w" -gt "$r" ] || exit 1; done' "$d" "$JOB"
+    bash -c 'python3 -c "import json,sys; sys.exit(json.load(open(sys.argv[1]))[\"plan\"][\"sealed\"] is not True)" "$1" &&
+             for f in "${@:2}"; do
+               l=$(grep "job done here job=$0" "$f"); r=$(grep -o "sync_raw=[0-9]*" <<<"$l" | cut -d= -f2); w=$(grep -o "sync_wire=[0-9]*" <<<"$l" | cut -d= -f2)
+               [ "${r:-0}" -gt 0 ] && [ "$w" -gt "$r" ] || exit 1; done' "$JOB" "$d/step.submit" "${planned[@]}"
 
 fedjob outer "$d/ref-outer" --sync outer:3 --codec-sync int8
+# replicas_equal DIR: every parameter in replica 0's model parts has the same
+# bytes in replica 1's, and the two cover the same tensors
+replicas_equal() {
+  python3 - "$1" <<'PY'
+import json, os, struct, sys
+d = sys.argv[1]
+m = json.load(open(os.path.join(d, "manifest.json")))
+rep = [{}, {}]
+for f in m["files"]:
+    if not f["name"].startswith("model."):
+        continue
+    raw = open(os.path.join(d, f["name"]), "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    for k, v in hdr.items():
+        if k != "__metadata__":
+            a, b = v["data_offsets"]
+            rep[f["replica"]][k] = raw[8 + n + a:8 + n + b]
+assert rep[0] and rep[0] == rep[1], sorted(k for k in rep[0] if rep[0].get(k) != rep[1].get(k))[:5]
+PY
+}
+check "outer: at the last (outer) step both replicas' committed parts hold the same parameter bytes" \
+    replicas_equal "$d/coord/jobs/$JOB/ckpt/step-$STEPS"
 
 check "no frame refused, no pipeline stopped" bash -c '! grep -H "frame refused\|pipeline stopped" "$0"/dev*.log' "$d"
+
+# A device lost during a --sync step job. The job is sized so that it cannot
+# end while the test runs: once a step is committed after the recovery it is
+# stopped, and its committed checkpoint is compared with the trainer's at
+# that step (which saves every checkpoint step, in the background meanwhile).
+BIG=100000
+"$SK" -q train "${common[@]}" --steps $BIG --data "$d/a.shard" --data "$d/b.shard" --sync step --warmup 5 \
+    --save-every 5 --save "$d/ref-lost" >/dev/null 2>&1 &
+REF=$!
+out=$(cl_job submit "${common[@]}" --steps $BIG --data "$A:wiki" --data "$B:news" --algo even --warmup 5 \
+      --checkpoint-every 5 --devices "$A,$B,$C,$D" --json --sync step 2>&1)
+JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
+echo "$out" > "$d/lost.submit"
+check "lost: submitted and running" bash -c '[ -n "$0" ] && grep -q "\"state\": \"running\"" "$1"' "$JOB" "$d/lost.submit"
+jq_() { cl_jq "$JOB" "$1"; }
+state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
+# (1) a device of the plan that is no owner's, when the balancer placed one
+MID=$(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["plan"]; o={r["owner"] for r in p["replicas"]}; v=[s["device"] for s in p["stages"] if s["device"] not in o]; print(v[0] if v else "")' "$d/lost.submit")
+check "lost: the job trains in epoch 1" cl_poll 120 cl_progress "$JOB" 1 6
+E=1
+if [ -n "$MID" ]; then
+  echo "     SIGKILL ${LOG_OF[$MID]} ($MID, no owner) at step $(jq_ 'j["step"]')"
+  cl_kill9 "${LOG_OF[$MID]}"
+  check "lost: the job trains again in epoch 2" cl_poll 300 cl_progress "$JOB" 2 2
+  cl_job status "$JOB" --json > "$d/lost2.json"
+  check "lost: epoch 2's plan leaves the lost device out, two replicas still" \
+      python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["plan"]; assert all(s["device"] != sys.argv[2] for s in p["stages"]) and len(p["replicas"]) == 2' "$d/lost2.json" "$MID"
+  E=$(jq_ 'j["epoch"]')
+else
+  echo "     the balancer placed the owners alone: no other device to lose"
+fi
+# (2) the owner of replica 1: its replica pauses, the job waits for it
+echo "     SIGKILL dev2 ($B, the owner of replica 1) at step $(jq_ 'j["step"]')"
+cl_kill9 dev2
+check "lost: without the owner of replica 1 the job waits" cl_poll 120 state_is waiting
+cl_restart dev2
+check "lost: the owner back, the job trains again in epoch $((E + 1))" cl_poll 300 cl_progress "$JOB" $((E + 1))
+committed_after() { [ "$(jq_ 'int(j["epoch"] >= '"$((E + 1))"' and j["committed_step"] >= j["plan"]["start_step"] - 1 + 5)')" = 1 ]; }
+check "lost: a step is committed after the recovery" cl_poll 300 committed_after
+cl_job stop "$JOB" >/dev/null
+check "lost: stopped" cl_poll 60 state_is stopped
+S=$(jq_ 'j["committed_step"]')
+echo "     stopped; committed step $S"
+cl_job export "$JOB" --out "$d/lost.export" >/dev/null; rc=$?
+check "lost: the trainer reached step $S" cl_poll 600 test -s "$d/ref-lost/step-$S/manifest.json"
+kill $REF 2>/dev/null; wait $REF 2>/dev/null; REF=
+check "lost: the model equals skyloom train's at step $S, byte for byte" \
+    bash -c 'test $0 -eq 0 && cmp -s "$1/model.safetensors" "$2/step-$3/model.safetensors"' "$rc" "$d/lost.export" "$d/ref-lost" "$S"
+check "lost: the per-step losses up to step $S equal skyloom train's, one row per step" \
+    bash -c '[ "$(tail -n +2 "$0" | awk -F, -v c="$2" "\$1 <= c" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | awk -F, -v c="$2" "\$1 <= c" | cut -d, -f1,2)" ]' \
+    "$d/coord/jobs/$JOB/metrics.csv" "$d/ref-lost/metrics.csv" "$S"
 
 cl_stop
 if cl_alive; then echo "FAIL every process stopped"; fail=1; else echo "ok   every process stopped"; fi
