@@ -31,8 +31,9 @@ done
 cl_config "$d/cfg.json" 32 3 48
 
 cl_start || exit 1
-cl_device dev1 lab-a --threads 1 --data "wiki=$d/a.shard" || exit 1; A=$CL_ID
-cl_device dev2 lab-b --threads 1 --data "news=$d/b.shard" || exit 1; B=$CL_ID
+# the owners' policy lets the plain chains below send their labels out
+cl_device dev1 lab-a --threads 1 --data "wiki=$d/a.shard" --allow-labels-out || exit 1; A=$CL_ID
+cl_device dev2 lab-b --threads 1 --data "news=$d/b.shard" --allow-labels-out || exit 1; B=$CL_ID
 cl_device dev3 lab-a --threads 1 || exit 1; C=$CL_ID
 cl_device dev4 lab-b --threads 1 || exit 1; D=$CL_ID
 cl_wait_online 4 || exit 1
@@ -41,12 +42,13 @@ STEPS=12
 common=(--config "$d/cfg.json" --owner-batch 4,8 --micro-batches 2 --lr 2e-3)
 
 # fedjob NAME REF [submit and train args]: the reference run into REF, then
-# the job on the four devices; its id in JOB
+# the job on the four devices (SUBMIT_ONLY: arguments of the submit alone);
+# its id in JOB
 fedjob() {
   local name=$1 ref=$2; shift 2
   "$SK" -q train "${common[@]}" --steps $STEPS --data "$d/a.shard" --data "$d/b.shard" "$@" --save "$ref" >/dev/null 2>&1
   out=$(cl_job submit "${common[@]}" --steps $STEPS --data "$A:wiki" --data "$B:news" --algo even \
-        --checkpoint-every 6 --devices "$A,$B,$C,$D" --json "$@" 2>&1)
+        --checkpoint-every 6 --devices "$A,$B,$C,$D" --json ${SUBMIT_ONLY:-} "$@" 2>&1)
   local rc=$?
   echo "$out" > "$d/$name.submit"
   JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
@@ -114,6 +116,14 @@ PY
 }
 check "outer: at the last (outer) step both replicas' committed parts hold the same parameter bytes" \
     replicas_equal "$d/coord/jobs/$JOB/ckpt/step-$STEPS"
+
+# plain chains: a replica whose head is not on its owner's device gives its
+# tied copy the word embeddings' result over its side link
+SUBMIT_ONLY=--no-u-shape fedjob chain "$d/ref-chain" --sync step
+echo "     chain: replicas whose head is on another device than their embeddings: $(python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))["plan"]
+print(sum(p["stages"][r["first_stage"]]["device"] != p["stages"][r["first_stage"] + r["stages"] - 1]["device"] for r in p["replicas"]))' "$d/chain.submit")"
 
 check "no frame refused, no pipeline stopped" bash -c '! grep -H "frame refused\|pipeline stopped" "$0"/dev*.log' "$d"
 

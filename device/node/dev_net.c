@@ -475,6 +475,23 @@ dev_net *dev_net_open(const dev_net_cfg *c, sl_err *err)
                 dev_topk_ef_init(&l->up.ef, c->act_floats, err) == 0)
                 l->up.ef_ok = 1;
         }
+    /* a Stage server takes DEV_STAGE_STREAMS_PER_PEER streams from one
+     * device: half of them for one plan's links, the rest for the previous
+     * epoch's while they close, and retries */
+    for (int i = 0; fed && i < n->nlinks; i++) {
+        const char *peer = peer_of(n, &n->links[i]);
+        int with = 0;
+        for (int k = 0; k < n->nlinks; k++)
+            with += (n->links[k].mode == L_CLIENT || n->links[k].mode == L_SERVER) &&
+                    !strcmp(peer_of(n, &n->links[k]), peer);
+        if (with > DEV_STAGE_STREAMS_PER_PEER / 2) {
+            sl_err_set(err, SL_EINVAL, "the plan has %d links between this device and %s, more "
+                       "than the %d a Stage server takes from one device in a plan", with, peer,
+                       DEV_STAGE_STREAMS_PER_PEER / 2);
+            dev_net_free(n);
+            return NULL;
+        }
+    }
     n->ports = sl_xcalloc((size_t)p, sizeof *n->ports);
     for (int i = 0; i < p; i++) {
         int first = 0, cn = p;
