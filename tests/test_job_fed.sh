@@ -7,8 +7,9 @@
 # different replicas exchanged sync payloads and no frame was refused.
 # Under --sync outer:H with int8 payloads the model equals the trainer's too
 # (the replicas hold the same bytes after the last outer step, every
-# replica's part committed). A device lost during a --sync step job: the
-# job re-plans from the committed step and its model and losses still equal
+# replica's part committed). Devices lost during a --sync step job, and an
+# owner lost during an outer:H job with int8: the job re-plans from the
+# committed step and every replica's parameters and the losses still equal
 # the trainer's.
 set -u
 SK="$1"; src="$2"
@@ -127,56 +128,99 @@ print(sum(p["stages"][r["first_stage"]]["device"] != p["stages"][r["first_stage"
 
 check "no frame refused, no pipeline stopped" bash -c '! grep -H "frame refused\|pipeline stopped" "$0"/dev*.log' "$d"
 
-# A device lost during a --sync step job. The job is sized so that it cannot
-# end while the test runs: once a step is committed after the recovery it is
-# stopped, and its committed checkpoint is compared with the trainer's at
-# that step (which saves every checkpoint step, in the background meanwhile).
+# Devices lost during a job. The job is sized so that it cannot end while
+# the test runs: once a step is committed after the recoveries it is stopped,
+# and its committed checkpoint is compared with the trainer's at that step
+# (which saves every checkpoint step, in the background meanwhile): each
+# replica's parameters (the trainer's replica 0 in model.safetensors, the
+# others in fed.safetensors under outer:H) and the per-step losses.
+# replicas_as_trainer JOBDIR TRAINERDIR
+replicas_as_trainer() {
+  python3 - "$1" "$2" <<'PY'
+import json, os, struct, sys
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    return {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+            for k, v in hdr.items() if k != "__metadata__"}
+job, ref = sys.argv[1:3]
+m = json.load(open(os.path.join(job, "manifest.json")))
+rep = {}
+for f in m["files"]:
+    if f["name"].startswith("model."):
+        rep.setdefault(f["replica"], {}).update(tensors(os.path.join(job, f["name"])))
+model = tensors(os.path.join(ref, "model.safetensors"))
+fed = tensors(os.path.join(ref, "fed.safetensors")) if os.path.exists(os.path.join(ref, "fed.safetensors")) else {}
+assert sorted(rep) == [0, 1], sorted(rep)
+for r, got in rep.items():
+    assert sorted(got) == sorted(model), (r, sorted(set(got) ^ set(model))[:4])
+    for k, v in got.items():
+        want = fed.get("replica.%d.%s" % (r, k), model[k]) if r else model[k]
+        assert v == want, (r, k)
+PY
+}
+
 BIG=100000
-"$SK" -q train "${common[@]}" --steps $BIG --data "$d/a.shard" --data "$d/b.shard" --sync step --warmup 5 \
-    --save-every 5 --save "$d/ref-lost" >/dev/null 2>&1 &
-REF=$!
-out=$(cl_job submit "${common[@]}" --steps $BIG --data "$A:wiki" --data "$B:news" --algo even --warmup 5 \
-      --checkpoint-every 5 --devices "$A,$B,$C,$D" --json --sync step 2>&1)
-JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
-echo "$out" > "$d/lost.submit"
-check "lost: submitted and running" bash -c '[ -n "$0" ] && grep -q "\"state\": \"running\"" "$1"' "$JOB" "$d/lost.submit"
-jq_() { cl_jq "$JOB" "$1"; }
-state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
-# (1) a device of the plan that is no owner's, when the balancer placed one
-MID=$(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["plan"]; o={r["owner"] for r in p["replicas"]}; v=[s["device"] for s in p["stages"] if s["device"] not in o]; print(v[0] if v else "")' "$d/lost.submit")
-check "lost: the job trains in epoch 1" cl_poll 120 cl_progress "$JOB" 1 6
-E=1
-if [ -n "$MID" ]; then
-  echo "     SIGKILL ${LOG_OF[$MID]} ($MID, no owner) at step $(jq_ 'j["step"]')"
-  cl_kill9 "${LOG_OF[$MID]}"
-  check "lost: the job trains again in epoch 2" cl_poll 300 cl_progress "$JOB" 2 2
-  cl_job status "$JOB" --json > "$d/lost2.json"
-  check "lost: epoch 2's plan leaves the lost device out, two replicas still" \
-      python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["plan"]; assert all(s["device"] != sys.argv[2] for s in p["stages"]) and len(p["replicas"]) == 2' "$d/lost2.json" "$MID"
-  E=$(jq_ 'j["epoch"]')
-else
-  echo "     the balancer placed the owners alone: no other device to lose"
-fi
-# (2) the owner of replica 1: its replica pauses, the job waits for it
-echo "     SIGKILL dev2 ($B, the owner of replica 1) at step $(jq_ 'j["step"]')"
-cl_kill9 dev2
-check "lost: without the owner of replica 1 the job waits" cl_poll 120 state_is waiting
-cl_restart dev2
-check "lost: the owner back, the job trains again in epoch $((E + 1))" cl_poll 300 cl_progress "$JOB" $((E + 1))
-committed_after() { [ "$(jq_ 'int(j["epoch"] >= '"$((E + 1))"' and j["committed_step"] >= j["plan"]["start_step"] - 1 + 5)')" = 1 ]; }
-check "lost: a step is committed after the recovery" cl_poll 300 committed_after
-cl_job stop "$JOB" >/dev/null
-check "lost: stopped" cl_poll 60 state_is stopped
-S=$(jq_ 'j["committed_step"]')
-echo "     stopped; committed step $S"
-cl_job export "$JOB" --out "$d/lost.export" >/dev/null; rc=$?
-check "lost: the trainer reached step $S" cl_poll 600 test -s "$d/ref-lost/step-$S/manifest.json"
-kill $REF 2>/dev/null; wait $REF 2>/dev/null; REF=
-check "lost: the model equals skyloom train's at step $S, byte for byte" \
-    bash -c 'test $0 -eq 0 && cmp -s "$1/model.safetensors" "$2/step-$3/model.safetensors"' "$rc" "$d/lost.export" "$d/ref-lost" "$S"
-check "lost: the per-step losses up to step $S equal skyloom train's, one row per step" \
-    bash -c '[ "$(tail -n +2 "$0" | awk -F, -v c="$2" "\$1 <= c" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | awk -F, -v c="$2" "\$1 <= c" | cut -d, -f1,2)" ]' \
-    "$d/coord/jobs/$JOB/metrics.csv" "$d/ref-lost/metrics.csv" "$S"
+# lost_run NAME EVERY KILL_MID [sync args]: a job checkpointed every EVERY
+# steps; KILL_MID 1: first a device of the plan that is no owner's (when the
+# balancer placed one), then the owner of replica 1 (its replica pauses, the
+# job waits for it)
+lost_run() {
+  local name=$1 every=$2 kill_mid=$3; shift 3
+  "$SK" -q train "${common[@]}" --steps $BIG --data "$d/a.shard" --data "$d/b.shard" --warmup 5 \
+      --save-every "$every" --save "$d/ref-$name" "$@" >/dev/null 2>&1 &
+  REF=$!
+  out=$(cl_job submit "${common[@]}" --steps $BIG --data "$A:wiki" --data "$B:news" --algo even \
+        --warmup 5 --checkpoint-every "$every" --devices "$A,$B,$C,$D" --json "$@" 2>&1)
+  JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
+  echo "$out" > "$d/$name.submit"
+  check "$name: submitted and running" bash -c '[ -n "$0" ] && grep -q "\"state\": \"running\"" "$1"' "$JOB" "$d/$name.submit"
+  jq_() { cl_jq "$JOB" "$1"; }
+  state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
+  local MID
+  MID=$(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["plan"]; o={r["owner"] for r in p["replicas"]}; v=[s["device"] for s in p["stages"] if s["device"] not in o]; print(v[0] if v else "")' "$d/$name.submit")
+  check "$name: the job trains in epoch 1" cl_poll 120 cl_progress "$JOB" 1 $((every + 1))
+  E=1
+  if [ "$kill_mid" = 1 ] && [ -n "$MID" ]; then
+    echo "     SIGKILL ${LOG_OF[$MID]} ($MID, no owner) at step $(jq_ 'j["step"]')"
+    cl_kill9 "${LOG_OF[$MID]}"
+    check "$name: the job trains again in epoch 2" cl_poll 300 cl_progress "$JOB" 2 2
+    cl_job status "$JOB" --json > "$d/$name.2.json"
+    check "$name: epoch 2's plan leaves the lost device out, two replicas still" \
+        python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["plan"]; assert all(s["device"] != sys.argv[2] for s in p["stages"]) and len(p["replicas"]) == 2' "$d/$name.2.json" "$MID"
+    E=$(jq_ 'j["epoch"]')
+    cl_restart "${LOG_OF[$MID]}"
+  elif [ "$kill_mid" = 1 ]; then
+    echo "     the balancer placed the owners alone: no other device to lose"
+  fi
+  echo "     SIGKILL dev2 ($B, the owner of replica 1) at step $(jq_ 'j["step"]')"
+  cl_kill9 dev2
+  check "$name: without the owner of replica 1 the job waits" cl_poll 120 state_is waiting
+  cl_restart dev2
+  check "$name: the owner back, the job trains again in epoch $((E + 1))" cl_poll 300 cl_progress "$JOB" $((E + 1))
+  committed_after() { [ "$(jq_ 'int(j["epoch"] >= '"$((E + 1))"' and j["committed_step"] >= j["plan"]["start_step"] - 1 + '"$every"')')" = 1 ]; }
+  check "$name: a step is committed after the recovery" cl_poll 300 committed_after
+  cl_job stop "$JOB" >/dev/null
+  check "$name: stopped" cl_poll 60 state_is stopped
+  S=$(jq_ 'j["committed_step"]')
+  echo "     stopped; committed step $S"
+  check "$name: the trainer reached step $S" cl_poll 600 test -s "$d/ref-$name/step-$S/manifest.json"
+  kill $REF 2>/dev/null; wait $REF 2>/dev/null; REF=
+  check "$name: each replica's parameters at step $S equal skyloom train's, byte for byte" \
+      replicas_as_trainer "$d/coord/jobs/$JOB/ckpt/step-$S" "$d/ref-$name/step-$S"
+  check "$name: the per-step losses up to step $S equal skyloom train's, one row per step" \
+      bash -c '[ "$(tail -n +2 "$0" | awk -F, -v c="$2" "\$1 <= c" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | awk -F, -v c="$2" "\$1 <= c" | cut -d, -f1,2)" ]' \
+      "$d/coord/jobs/$JOB/metrics.csv" "$d/ref-$name/metrics.csv" "$S"
+  cl_wait_online 4
+}
+lost_run lost 5 1 --sync step
+# outer:4 with int8, committed every 6 (steps 6, 18, 30, ... between outer
+# steps): the owner lost, the job resumes from the committed parameters,
+# moments, theta_outer, its momentum and the error-feedback residuals
+lost_run lostouter 6 0 --sync outer:4 --codec-sync int8
+check "lostouter: the devices' parts held the sync state (fed.DEVICE-uUNIT.safetensors)" \
+    bash -c 'ls "$0"/coord/jobs/"$1"/ckpt/step-*/fed.*-u0.safetensors >/dev/null 2>&1' "$d" "$JOB"
 
 cl_stop
 if cl_alive; then echo "FAIL every process stopped"; fail=1; else echo "ok   every process stopped"; fi

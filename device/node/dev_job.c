@@ -816,6 +816,8 @@ static void names_free(char **v, int n)
     free(v);
 }
 
+static int fed_extras(run_ctx *r, int k, char prefix[32], dev_ckpt_extra x[3]);
+
 /* Weights to start from: the committed checkpoint (any cut loads from any
  * cut), or the job's initial model, or the seed's initialisation. */
 static int restore(run_ctx *r, sl_err *err)
@@ -829,14 +831,6 @@ static int restore(run_ctx *r, sl_err *err)
     if (n == 0 && want > 0)
         rc = sl_err_set(err, SL_ESTATE, "the plan starts at step %d but step %d is not committed",
                         r->start, want);
-    /* a device's checkpoint part holds its replica's model and moments, not
-     * the sync's own state (theta_outer, the outer momentum, error-feedback
-     * residuals): a federation that keeps such state does not resume here */
-    if (!rc && want > 0 && r->fed &&
-        (r->fc.mode == DEV_SYNC_OUTER || r->fc.sync.codec != DEV_CODEC_NONE))
-        rc = sl_err_set(err, SL_ESTATE, "resuming a federation from step %d: devices resume only "
-                        "--sync step with --codec-sync none (the checkpoint parts do not hold "
-                        "the outer step's state or error-feedback residuals)", want);
     /* the coordinator's names become paths here: each must be a plain name */
     for (int i = 0; !rc && i < n; i++)
         if (sl_path_name_check(names[i], strlen(names[i]), err))
@@ -855,6 +849,15 @@ static int restore(run_ctx *r, sl_err *err)
             char m[4400];
             snprintf(m, sizeof m, "%s/model.safetensors", dir);
             rc = dev_ckpt_load_model(r->st[k], m, err);
+        } else if (r->fed) {
+            /* its replica's parameters and moments, and the sync's own state
+             * (fed parts) where the federation keeps one */
+            char prefix[32];
+            dev_ckpt_extra x[3];
+            int nx = fed_extras(r, k, prefix, x);
+            rc = dev_ckpt_load_replica(r->st[k], r->kind, dir, NULL, x, nx, 1, err);
+            if (!rc)
+                dev_fed_set_ready(dev_pipe_fed(r->pipe[k]));
         } else {
             rc = dev_ckpt_load_fetched(r->st[k], r->kind, dir, err);
         }
@@ -992,6 +995,52 @@ static void *uploader_main(void *arg)
     }
 }
 
+/* A federation's sync state of local stage k that a checkpoint keeps beside
+ * its parameters and moments, under the trainer's names (docs/federation.md):
+ * outer.NAME and outer.NAME.momentum under outer:H, replica.R.NAME.residual
+ * with a lossy codec; none under step with codec none. prefix: storage. */
+static int fed_extras(run_ctx *r, int k, char prefix[32], dev_ckpt_extra x[3])
+{
+    dev_fed *f = r->fed ? dev_pipe_fed(r->pipe[k]) : NULL;
+    int n = 0;
+    if (!f)
+        return 0;
+    snprintf(prefix, 32, "replica.%d.", r->pl.my_replica);
+    if (dev_fed_outer_params(f)) {
+        x[n++] = (dev_ckpt_extra){r->st[k], "outer.", "", dev_fed_outer_params(f)};
+        x[n++] = (dev_ckpt_extra){r->st[k], "outer.", ".momentum", dev_fed_momentum(f)};
+    }
+    if (dev_fed_residual(f))
+        x[n++] = (dev_ckpt_extra){r->st[k], prefix, ".residual", dev_fed_residual(f)};
+    return n;
+}
+
+/* The fed parts of this device (fed.ID-uU.safetensors, a unit each) in dir,
+ * appended to u's names; 0 files without sync state. */
+static int write_fed_parts(run_ctx *r, upload_item *u, int step, sl_err *err)
+{
+    char prefix[MAX_LOCAL][32];
+    dev_ckpt_extra x[3 * MAX_LOCAL];
+    int nx = 0;
+    for (int k = 0; k < r->nlocal; k++)
+        nx += fed_extras(r, k, prefix[k], x + nx);
+    if (nx == 0)
+        return 0;
+    for (int k = 0; k < r->nlocal; k++) {
+        int u0, u1;
+        dev_stage_units(r->st[k], &u0, &u1);
+        for (int unit = u0; unit <= u1; unit++) {
+            dev_ckpt_file f;
+            char name[96];
+            snprintf(name, sizeof name, "fed.%s-u%d.safetensors", self(r->js), unit);
+            if (dev_ckpt_write_extra_unit(u->dir, name, x, nx, step, unit, &f, err))
+                return -1;
+            snprintf(u->name[u->n++], sizeof u->name[0], "%s", name);
+        }
+    }
+    return 0;
+}
+
 /* This device's part of step `step`: written now (the local stages wait at
  * the barrier), uploaded by the uploader thread. */
 static int write_part(run_ctx *r, int step, sl_err *err)
@@ -1011,7 +1060,12 @@ static int write_part(run_ctx *r, int step, sl_err *err)
              dev_ckpt_write_unit_parts(r->st, r->nlocal, r->kind, u->dir, self(r->js), &files,
                                        &nfiles, err);
     if (!rc) {
-        u->name = sl_xcalloc((size_t)nfiles + 1, sizeof *u->name);
+        /* a federation's sync state first: the step commits once every unit's
+         * model and optimizer files are in, and this device's come after */
+        u->name = sl_xcalloc((size_t)nfiles + 2 + (size_t)dev_unit_count(&r->cfg), sizeof *u->name);
+        rc = write_fed_parts(r, u, step, err);
+    }
+    if (!rc) {
         for (int i = 0; i < nfiles; i++)
             snprintf(u->name[u->n++], sizeof u->name[0], "%s", files[i].name);
         if (r->feed) {
