@@ -199,7 +199,13 @@ lost_run() {
   check "$name: without the owner of replica 1 the job waits" cl_poll 120 state_is waiting
   cl_restart dev2
   check "$name: the owner back, the job trains again in epoch $((E + 1))" cl_poll 300 cl_progress "$JOB" $((E + 1))
-  committed_after() { [ "$(jq_ 'int(j["epoch"] >= '"$((E + 1))"' and j["committed_step"] >= j["plan"]["start_step"] - 1 + '"$every"')')" = 1 ]; }
+  # (a job that ended stops the wait: it will not commit)
+  committed_after() {
+    local v
+    v=$(jq_ '"end" if j["state"] in ("done", "failed", "stopped") else int(j["epoch"] >= '"$((E + 1))"' and j["committed_step"] >= j["plan"]["start_step"] - 1 + '"$every"')')
+    [ "$v" = end ] && { echo "     the job ended: $(jq_ 'j["state"], j["reason"]')"; CL_POLL_STOP=1; }
+    [ "$v" = 1 ]
+  }
   check "$name: a step is committed after the recovery" cl_poll 300 committed_after
   cl_job stop "$JOB" >/dev/null
   check "$name: stopped" cl_poll 60 state_is stopped
