@@ -298,7 +298,7 @@ static int is_word(const char *name) { return !strcmp(name, "bert.embeddings.wor
 static size_t cols_of(const dev_tensor *t) { return t->cols ? (size_t)t->cols : t->numel; }
 
 /* A sync payload's frame (header, payload, tag) as it crosses. */
-static size_t sync_frame_len(const dev_net *n, size_t len)
+static size_t sync_frame_len(size_t len)
 {
     dev_frame_hdr h;
     memset(&h, 0, sizeof h);
@@ -307,7 +307,6 @@ static size_t sync_frame_len(const dev_net *n, size_t len)
     h.dtype = DEV_DTYPE_U8;
     h.ndim = 1;
     h.dims[0] = (uint32_t)len;
-    (void)n;
     return dev_frame_max_len(&h);
 }
 
@@ -324,7 +323,7 @@ static size_t sync_round_bytes(const dev_net *n, int from, int to)
         if (!dev_exch_sync_target(&n->c, to, t->unit, 0) &&
             !(is_word(t->name) && dev_exch_sync_target(&n->c, to, 0, 1)))
             continue;
-        total += sync_frame_len(n, dev_sync_payload_len(&n->c.sync, t->numel, cols_of(t))) + PREFIX;
+        total += sync_frame_len(dev_sync_payload_len(&n->c.sync, t->numel, cols_of(t))) + PREFIX;
     }
     return total;
 }
