@@ -93,11 +93,13 @@ int coord_part_name_ok(const char *s)
     if (!strcmp(s, "data.json") || data_part_of(s, dev, sizeof dev))
         return 1;
     size_t n = strlen(s);
-    if (n < 20 || n > 80 || strcmp(s + n - 12, ".safetensors") ||
-        (strncmp(s, "model.", 6) && strncmp(s, "optim.", 6)))
+    /* model.TAG, optim.TAG and a federation's fed.TAG (its sync state) */
+    size_t pre = !strncmp(s, "fed.", 4) ? 4 : 6;
+    if (n < pre + 14 || n > 80 || strcmp(s + n - 12, ".safetensors") ||
+        (strncmp(s, "model.", 6) && strncmp(s, "optim.", 6) && strncmp(s, "fed.", 4)))
         return 0;
     char tag[80];
-    snprintf(tag, sizeof tag, "%.*s", (int)(n - 18), s + 6);
+    snprintf(tag, sizeof tag, "%.*s", (int)(n - pre - 12), s + pre);
     return coord_name_ok(tag, 60) && !strchr(tag, '.');
 }
 
@@ -109,7 +111,9 @@ int coord_part_is_of(const coord_job *jb, const char *name, const char *device)
     if (data_part_of(name, dev, sizeof dev))
         return jb->nowner > 1 && !strcmp(dev, device) && coord_job_owner_index(jb, device) >= 0;
     size_t n = strlen(device);
-    const char *tag = name + 6; /* model. or optim. */
+    const char *tag = name + (!strncmp(name, "fed.", 4) ? 4 : 6); /* model., optim. or fed. */
+    if (!strncmp(name, "fed.", 4) && jb->nowner < 2)
+        return 0;
     if (strncmp(tag, device, n))
         return 0;
     if (!strcmp(tag + n, ".safetensors"))
