@@ -29,7 +29,7 @@ typedef struct part {
     uint8_t *units;                /* [nunits]: the units its tensors are of (done) */
 } part;
 
-enum { PART_MODEL, PART_OPTIM, PART_DATA };
+enum { PART_MODEL, PART_OPTIM, PART_DATA, PART_FED };
 
 /* One device's parts of one step. */
 typedef struct slot {
@@ -237,6 +237,17 @@ int coord_tensor_unit(const char *name, int layers)
 {
     int l;
     char rest[8];
+    /* a federation's sync state: "outer." or "replica.R." before the name */
+    if (!strncmp(name, "outer.", 6))
+        name += 6;
+    else if (!strncmp(name, "replica.", 8) && name[8] >= '0' && name[8] <= '9') {
+        const char *d = name + 8;
+        while (*d >= '0' && *d <= '9')
+            d++;
+        if (*d != '.' || d - (name + 8) > 2)
+            return -1;
+        name = d + 1;
+    }
     if (!strncmp(name, "bert.embeddings.", 16))
         return 0;
     if (sscanf(name, "bert.encoder.layer.%d.%1s", &l, rest) == 2)
@@ -332,7 +343,9 @@ static int step_complete(const coord_ckpt *k, int step)
         const slot *u = &k->slots[i];
         for (int q = 0; u->step == step && q < u->n; q++) {
             const part *pt = &u->parts[q];
-            if (!pt->done || pt->replica < 0 || pt->replica >= nrep)
+            /* a federation's sync state (fed parts) comes beside the model and
+             * optimizer files of the same units; it covers nothing itself */
+            if (!pt->done || pt->replica < 0 || pt->replica >= nrep || pt->kind == PART_FED)
                 continue;
             data[pt->replica] |= pt->kind == PART_DATA;
             for (int x = 0; pt->units && x < k->nunits; x++)
@@ -376,8 +389,10 @@ int coord_ckpt_piece(coord_ckpt *k, const coord_piece *q, int *complete, char *w
         pt = &u->parts[u->n++];
         memset(pt, 0, sizeof *pt);
         memcpy(pt->name, q->name, strnlen(q->name, sizeof pt->name - 1));
-        pt->kind = !strncmp(q->name, "data.", 5) ? PART_DATA : !strncmp(q->name, "optim.", 6)
-                                                                  ? PART_OPTIM : PART_MODEL;
+        pt->kind = !strncmp(q->name, "data.", 5)    ? PART_DATA
+                   : !strncmp(q->name, "optim.", 6) ? PART_OPTIM
+                   : !strncmp(q->name, "fed.", 4)   ? PART_FED
+                                                    : PART_MODEL;
         pt->replica = q->replica;
     }
     if (!pt || pt->done || q->offset != pt->size || q->offset + q->len > COORD_MAX_FILE) {

@@ -341,6 +341,8 @@ int coord_job_upload_check(const coord_job *jb, const char *device, int epoch, i
 /* A file name a part may have: model.TAG.safetensors, optim.TAG.safetensors,
  * data.json or data.DEVICE.json. */
 int coord_part_name_ok(const char *name);
+/* 1 if s is 1..max bytes of [A-Za-z0-9._-] (a dataset's or a part's name). */
+int coord_name_ok(const char *s, size_t max);
 /* Whether part `name` may be device's: data.json the owner's (of a job of
  * several owners, data.OWNER.json each owner's), the others tagged with
  * its id (TAG is DEVICE or DEVICE-uUNIT). */

@@ -65,7 +65,7 @@ double coord_job_step_loss(const coord_job *jb, const coord_step_rep *rep)
     return loss;
 }
 
-static int valid_name(const char *s, size_t max)
+int coord_name_ok(const char *s, size_t max)
 {
     size_t n = strlen(s);
     if (n == 0 || n > max)
@@ -84,7 +84,7 @@ static int data_part_of(const char *s, char *dev, size_t cap)
     if (n < 11 || n > 80 || strncmp(s, "data.", 5) || strcmp(s + n - 5, ".json"))
         return 0;
     snprintf(dev, cap, "%.*s", (int)(n - 10), s + 5);
-    return valid_name(dev, 60) && !strchr(dev, '.');
+    return coord_name_ok(dev, 60) && !strchr(dev, '.');
 }
 
 int coord_part_name_ok(const char *s)
@@ -93,12 +93,14 @@ int coord_part_name_ok(const char *s)
     if (!strcmp(s, "data.json") || data_part_of(s, dev, sizeof dev))
         return 1;
     size_t n = strlen(s);
-    if (n < 20 || n > 80 || strcmp(s + n - 12, ".safetensors") ||
-        (strncmp(s, "model.", 6) && strncmp(s, "optim.", 6)))
+    /* model.TAG, optim.TAG and a federation's fed.TAG (its sync state) */
+    size_t pre = !strncmp(s, "fed.", 4) ? 4 : 6;
+    if (n < pre + 14 || n > 80 || strcmp(s + n - 12, ".safetensors") ||
+        (strncmp(s, "model.", 6) && strncmp(s, "optim.", 6) && strncmp(s, "fed.", 4)))
         return 0;
     char tag[80];
-    snprintf(tag, sizeof tag, "%.*s", (int)(n - 18), s + 6);
-    return valid_name(tag, 60) && !strchr(tag, '.');
+    snprintf(tag, sizeof tag, "%.*s", (int)(n - pre - 12), s + pre);
+    return coord_name_ok(tag, 60) && !strchr(tag, '.');
 }
 
 int coord_part_is_of(const coord_job *jb, const char *name, const char *device)
@@ -109,7 +111,9 @@ int coord_part_is_of(const coord_job *jb, const char *name, const char *device)
     if (data_part_of(name, dev, sizeof dev))
         return jb->nowner > 1 && !strcmp(dev, device) && coord_job_owner_index(jb, device) >= 0;
     size_t n = strlen(device);
-    const char *tag = name + 6; /* model. or optim. */
+    const char *tag = name + (!strncmp(name, "fed.", 4) ? 4 : 6); /* model., optim. or fed. */
+    if (!strncmp(name, "fed.", 4) && jb->nowner < 2)
+        return 0;
     if (strncmp(tag, device, n))
         return 0;
     if (!strcmp(tag + n, ".safetensors"))

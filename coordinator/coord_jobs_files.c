@@ -248,8 +248,10 @@ static int upload_chunk(call *k)
     char why[4400] = "";
     int complete = 0;
     /* at most 4 checkpoint steps' parts of the whole model (weights and two
-     * moments, and slack for headers) per device and per job */
-    uint64_t quota = 4 * (3 * jb->model_bytes + (4u << 20));
+     * moments, in a federation also its sync state: the outer parameters,
+     * their momentum and the error-feedback residual; and slack for
+     * headers) per device and per job */
+    uint64_t quota = 4 * ((nrep > 1 ? 6 : 3) * jb->model_bytes + (4u << 20));
     coord_ckpt_set_model(jb->ck, nunits, quota, quota * (uint64_t)nrep);
     coord_ckpt_set_replicas(jb->ck, nrep);
     coord_piece q = {r->device_id, (int)r->step, r->name, r->offset, r->data.data, r->data.len,

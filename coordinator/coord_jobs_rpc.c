@@ -81,18 +81,6 @@ void coord_call_settle(coord_jobs *j, cjob *jb, coord_fx_list *fx)
 
 /* ---- submitting --------------------------------------------------------------------------- */
 
-static int valid_name(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > max)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
-            return 0;
-    return 1;
-}
-
 char *coord_path_of(const char *a, const char *b)
 {
     size_t n = strlen(a) + strlen(b) + 2;
@@ -281,7 +269,7 @@ static int submit(call *k)
         char id[CERT_ID_LEN + 8] = "";
         if (colon)
             snprintf(id, sizeof id, "%.*s", (int)(colon - one), one);
-        if (!colon || len >= 150 || !cert_valid_device_id(id) || !valid_name(colon + 1, 64))
+        if (!colon || len >= 150 || !cert_valid_device_id(id) || !coord_name_ok(colon + 1, 64))
             code = rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "data '%.80s' is not DEVICE_ID:NAME",
                                   one);
         else if (nowner == COORD_MAX_OWNERS)

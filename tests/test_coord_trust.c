@@ -222,6 +222,21 @@ static void test_tensor_units(void)
     CHECK(coord_tensor_unit("cls.predictions.decoder.weight", 2) == 3);
     CHECK(coord_tensor_unit("classifier.bias", 2) == 3);
     CHECK(coord_tensor_unit("../../etc/passwd", 2) == -1);
+    /* a federation's sync state: the unit of the name after its prefix */
+    CHECK(coord_tensor_unit("outer.bert.encoder.layer.1.output.dense.weight.momentum", 2) == 2);
+    CHECK(coord_tensor_unit("outer.cls.predictions.decoder.weight", 2) == 3);
+    CHECK(coord_tensor_unit("replica.1.bert.embeddings.word_embeddings.weight.residual", 2) == 0);
+    CHECK(coord_tensor_unit("replica.12.bert.encoder.layer.0.attention.self.query.weight", 2) == 1);
+    CHECK(coord_tensor_unit("replica.123.bert.embeddings.x", 2) == -1);
+    CHECK(coord_tensor_unit("replica.x.bert.embeddings.x", 2) == -1);
+    CHECK(coord_tensor_unit("replica.1bert.embeddings.x", 2) == -1);
+    CHECK(coord_tensor_unit("outer.outer.bert.embeddings.x", 2) == -1);
+    CHECK(coord_tensor_unit("outer.replica.1.bert.embeddings.x", 2) == -1);
+    /* and its part names */
+    CHECK(coord_part_name_ok("fed.d0123456789abcdef-u3.safetensors") &&
+          coord_part_name_ok("model.d0123456789abcdef-u3.safetensors"));
+    CHECK(!coord_part_name_ok("fed..safetensors") && !coord_part_name_ok("fed.a.b.safetensors") &&
+          !coord_part_name_ok("fed/x.safetensors") && !coord_part_name_ok("feds.d01-u3.safetensors"));
 }
 
 /* The data owner's policy, stated in its heartbeats: a job that contradicts

@@ -187,6 +187,92 @@ static void test_frames(void)
     CHECK(dev_exch_frame(FX_STAGES, 0, 1, 1, cut, pre + 20, &fr, &n, &h, &err) == DEV_FR_TRUNCATED);
 }
 
+
+/* A federation's net: chains per replica and sync links.
+ *   stage    0  1  2  3  4  5
+ *   device   A  C  A  B  D  E
+ *   replica  0  0  0  1  2  2
+ *   units   0-1 2-3 4  0-4 0-2 3-4     (3 layers: the head is unit 4)
+ * Replica 0 is U-shaped on A; replica 1 is B alone; replica 2's head is on
+ * E, which holds no embeddings: E receives the word embeddings for its
+ * tied copy, from D of its own replica (over the side link 4-5) and from
+ * the embeddings' stages of the others. */
+static void test_federation(void)
+{
+    static const char *const dev[6] = {FX_A, FX_C, FX_A, FX_B, "d00000000000000d4",
+                                       "d00000000000000e5"};
+    static const int rep[6] = {0, 0, 0, 1, 2, 2}, fu[6] = {0, 2, 4, 0, 0, 3},
+                     lu[6] = {1, 3, 4, 4, 2, 4};
+    dev_net_stage st[6];
+    memset(st, 0, sizeof st);
+    for (int i = 0; i < 6; i++) {
+        snprintf(st[i].device, sizeof st[i].device, "%s", dev[i]);
+        st[i].replica = rep[i];
+        st[i].first_unit = fu[i];
+        st[i].last_unit = lu[i];
+    }
+    dev_net_cfg c = {.job = FX_JOB, .epoch = FX_EPOCH, .stages = 6, .stage = st, .self_id = FX_B,
+                     .replicas = 3};
+    /* the links, written out: each chain (0-1, 1-2, side 0-2; 4-5), then the
+     * sync links between stages of different devices that share a unit, and
+     * the tied copy's (E from the embeddings' stages) */
+    static const int want[][2] = {{0, 1}, {1, 2}, {0, 2}, {4, 5}, {0, 3}, {1, 3}, {2, 3},
+                                  {0, 4}, {1, 4}, {3, 4}, {1, 5}, {2, 5}, {3, 5}, {0, 5}};
+    int nwant = (int)(sizeof want / sizeof want[0]), got = 0;
+    for (int a = 0; a < 6; a++)
+        for (int b = a + 1; b < 6; b++) {
+            int w = 0;
+            for (int k = 0; k < nwant; k++)
+                w |= want[k][0] == a && want[k][1] == b;
+            CHECKF(dev_exch_link(&c, a, b) == w, "link %d-%d: %d", a, b, w);
+            got += dev_exch_link(&c, a, b);
+        }
+    CHECK(got == nwant);
+    /* flows: who gives to whom */
+    CHECK(dev_exch_sync_flow(&c, 0, 3) && dev_exch_sync_flow(&c, 3, 0)); /* units 0-1 */
+    CHECK(dev_exch_sync_flow(&c, 2, 3) && dev_exch_sync_flow(&c, 3, 2)); /* the head */
+    CHECK(!dev_exch_sync_flow(&c, 0, 1) && !dev_exch_sync_flow(&c, 0, 2)); /* one replica, A */
+    CHECK(dev_exch_sync_flow(&c, 4, 5) && !dev_exch_sync_flow(&c, 5, 4)); /* E's tied copy */
+    CHECK(dev_exch_sync_flow(&c, 0, 5) && !dev_exch_sync_flow(&c, 5, 0)); /* E gives no unit 0 */
+    CHECK(dev_exch_sync_flow(&c, 5, 2) && dev_exch_sync_flow(&c, 2, 5)); /* the head */
+    CHECK(dev_exch_sync_flow(&c, 5, 1) && dev_exch_sync_flow(&c, 1, 5)); /* unit 3 */
+    /* A receives the word embeddings on stage 0, not on its head stage 2 */
+    CHECK(dev_exch_sync_target(&c, 0, 0, 1) && !dev_exch_sync_target(&c, 2, 0, 1) &&
+          dev_exch_sync_target(&c, 5, 0, 1) && !dev_exch_sync_target(&c, 5, 0, 0));
+    /* what each flow carries: pipeline kinds within a chain, sync payloads
+     * on sync flows only */
+    CHECK(dev_exch_allowed_in(&c, 0, 1, 1, DEV_DIR_ACTIVATION) &&
+          dev_exch_allowed_in(&c, 0, 2, 1, DEV_DIR_LABELS) &&
+          dev_exch_allowed_in(&c, 4, 5, 1, DEV_DIR_ACTIVATION) &&
+          dev_exch_allowed_in(&c, 4, 5, 1, DEV_DIR_LABELS));
+    CHECK(!dev_exch_allowed_in(&c, 0, 3, 1, DEV_DIR_ACTIVATION) &&
+          !dev_exch_allowed_in(&c, 2, 3, 1, DEV_DIR_LABELS) &&
+          !dev_exch_allowed_in(&c, 3, 4, 0, DEV_DIR_GRADIENT));
+    CHECK(dev_exch_allowed_in(&c, 0, 3, 1, DEV_DIR_SYNC) && dev_exch_allowed_in(&c, 0, 3, 0, DEV_DIR_SYNC) &&
+          dev_exch_allowed_in(&c, 4, 5, 1, DEV_DIR_SYNC) && !dev_exch_allowed_in(&c, 4, 5, 0, DEV_DIR_SYNC) &&
+          !dev_exch_allowed_in(&c, 0, 1, 1, DEV_DIR_SYNC));
+    /* B serves the sync links its lower stages' devices open, to them only */
+    int a, b;
+    sl_err err = {0};
+    dev_exch_hello h = {.job = FX_JOB, .epoch = FX_EPOCH, .from = 0, .to = 3};
+    CHECKF(dev_exch_hello_check(&c, FX_A, &h, &a, &b, &err) == DEV_EXCH_OK && a == 0 && b == 3,
+           "%s", err.msg);
+    CHECK(dev_exch_hello_check(&c, FX_C, &h, &a, &b, &err) == DEV_EXCH_WRONG_PEER);
+    h.from = 1;
+    CHECKF(dev_exch_hello_check(&c, FX_C, &h, &a, &b, &err) == DEV_EXCH_OK, "%s", err.msg);
+    h = (dev_exch_hello){.job = FX_JOB, .epoch = FX_EPOCH, .from = 3, .to = 4};
+    CHECK(dev_exch_hello_check(&c, FX_B, &h, &a, &b, &err) == DEV_EXCH_NOT_SERVED);
+    h = (dev_exch_hello){.job = FX_JOB, .epoch = FX_EPOCH, .from = 1, .to = 2};
+    CHECK(dev_exch_hello_check(&c, FX_C, &h, &a, &b, &err) == DEV_EXCH_NOT_SERVED);
+    /* a sync frame on a chain flow, or an activation on a sync flow: refused */
+    uint8_t msg[512];
+    size_t len = fx_frame_msg(0, 3, DEV_DIR_ACTIVATION, msg, sizeof msg);
+    const uint8_t *fr;
+    size_t n;
+    dev_frame_hdr fh;
+    CHECK(len > 0 && dev_exch_frame_in(&c, 0, 3, 1, msg, len, &fr, &n, &fh, &err) == DEV_FR_BAD_HEADER);
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_OFF);
@@ -196,5 +282,6 @@ int main(void)
     RUN(test_not_hellos);
     RUN(test_links);
     RUN(test_frames);
+    RUN(test_federation);
     return sl_test_done();
 }

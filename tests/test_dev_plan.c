@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "dev_fed.h"
 #include "dev_plan.h"
 #include "fuzz/fuzz_plan.h"
 #include "sl_config.h"
@@ -13,12 +14,12 @@
 #include "sl_mem.h"
 #include "sl_test.h"
 
-/* The base plan with `path` ("a.b.2.c") set to the JSON `value`, or removed
- * (value NULL), as text (caller frees). */
-static char *edited(const char *path, const char *value)
+/* The plan `base` with `path` ("a.b.2.c") set to the JSON `value`, or
+ * removed (value NULL), as text (caller frees). */
+static char *edited_from(const char *base, const char *path, const char *value)
 {
     json_error_t je;
-    json_t *pl = json_loads(fp_base_plan, 0, &je), *at = pl;
+    json_t *pl = json_loads(base, 0, &je), *at = pl;
     json_t *v = value ? json_loads(value, JSON_DECODE_ANY, &je) : NULL;
     if (!pl || (value && !v)) {
         fprintf(stderr, "edited(%s, %s): %s\n", path, value ? value : "-", je.text);
@@ -43,6 +44,11 @@ static char *edited(const char *path, const char *value)
     char *text = json_dumps(pl, JSON_COMPACT);
     json_decref(pl);
     return text;
+}
+
+static char *edited(const char *path, const char *value)
+{
+    return edited_from(fp_base_plan, path, value);
 }
 
 static int parse(const char *text, const char *self, dev_plan *p, sl_err *err)
@@ -403,6 +409,130 @@ static void test_policy(void)
     CHECK(dev_policy_check_options(&pol, 0, 0, &err) == 0);
 }
 
+
+/* A federation of two owners made from the base plan: replica 0 is the
+ * owner's (units 0..2 on it, 3..4 on MID), replica 1 LAST's alone (units
+ * 0..4), batches 4 and 4; --sync outer:5, int8. */
+static char *fed_plan(void)
+{
+    json_error_t je;
+    json_t *pl = json_loads(fp_base_plan, 0, &je), *st = json_object_get(pl, "stages");
+    json_t *s0 = json_deep_copy(json_array_get(st, 0)), *s1 = json_deep_copy(json_array_get(st, 1));
+    json_t *s2 = json_deep_copy(json_array_get(st, 2));
+    json_object_set_new(s0, "last_unit", json_integer(2));
+    json_object_set_new(s0, "replica", json_integer(0));
+    json_object_set_new(s1, "first_unit", json_integer(3));
+    json_object_set_new(s1, "last_unit", json_integer(4));
+    json_object_set_new(s1, "replica", json_integer(0));
+    json_object_set_new(s2, "index", json_integer(2));
+    json_object_set_new(s2, "first_unit", json_integer(0));
+    json_object_set_new(s2, "last_unit", json_integer(4));
+    json_object_set_new(s2, "replica", json_integer(1));
+    json_object_set_new(pl, "stages", json_pack("[o, o, o]", s0, s1, s2));
+    json_object_set_new(pl, "replicas", json_pack(
+        "[{s:s, s:s, s:i, s:i, s:i}, {s:s, s:s, s:i, s:i, s:i}]", "owner", FP_OWNER, "dataset",
+        "wiki", "batch", 4, "first_stage", 0, "stages", 2, "owner", FP_LAST, "dataset", "news",
+        "batch", 4, "first_stage", 2, "stages", 1));
+    json_object_set_new(pl, "sync", json_pack("{s:s, s:i, s:s, s:f, s:f}", "mode", "outer", "every",
+                                              5, "codec", "int8", "outer_lr", 0.7,
+                                              "outer_momentum", 0.9));
+    char *text = json_dumps(pl, JSON_COMPACT);
+    json_decref(pl);
+    return text;
+}
+
+/* A federation's plan: its replicas and sync as dev_plan.h says, each
+ * device in its replica with its owner's dataset; every check refuses its
+ * field. */
+static void test_federation(void)
+{
+    char *base = fed_plan();
+    dev_plan p;
+    sl_err err = {0};
+    static const struct {
+        const char *self, *dataset;
+        int replica, nlocal, local0;
+    } devs[] = {{FP_OWNER, "wiki", 0, 1, 0}, {FP_MID, "wiki", 0, 1, 1}, {FP_LAST, "news", 1, 1, 2}};
+    for (int d = 0; d < 3; d++) {
+        CHECKF(parse(base, devs[d].self, &p, &err) == 0, "%s: %s", devs[d].self, err.msg);
+        const char *broken = fp_plan_broken(&p, devs[d].self);
+        CHECKF(!broken, "%s", broken ? broken : "");
+        CHECK(p.n_replicas == 2 && p.my_replica == devs[d].replica && p.n_local == devs[d].nlocal &&
+              p.local[0] == devs[d].local0 && !strcmp(p.dataset, devs[d].dataset));
+        CHECK(p.replica[0].batch == 4 && p.replica[1].batch == 4 && p.replica[1].first_stage == 2 &&
+              p.replica[1].n_stages == 1 && !strcmp(p.replica[1].owner, FP_LAST));
+        CHECK(p.sync.mode == DEV_SYNC_OUTER && p.sync.every == 5 && p.sync.codec == DEV_CODEC_INT8 &&
+              p.sync.outer_lr == 0.7 && p.sync.outer_momentum == 0.9);
+        CHECK(p.stage[2].replica == 1 && p.stage[2].first_unit == 0 && p.stage[1].replica == 0);
+        dev_plan_free(&p);
+    }
+    /* a step sync with topk */
+    char *t = edited_from(base, "sync", "{\"mode\": \"step\", \"every\": 1, \"codec\": \"topk:0.25\", "
+                          "\"outer_lr\": 0.7, \"outer_momentum\": 0.9}");
+    CHECKF(parse(t, FP_OWNER, &p, &err) == 0 && p.sync.mode == DEV_SYNC_STEP &&
+           p.sync.codec == DEV_CODEC_TOPK && p.sync.topk == 0.25, "%s", err.msg);
+    dev_plan_free(&p);
+    free(t);
+    static const struct {
+        const char *path, *value, *msg;
+    } cases[] = {
+        {"sync", NULL, "plan: replicas without sync"},
+        {"replicas", NULL, "plan: sync without replicas"},
+        {"replicas", "{}", "plan: replicas: not an array"},
+        {"replicas.1", NULL, "plan: replicas: 1, not 2..16"},
+        {"replicas.1", "7", "plan: replicas[1]: not an object"},
+        {"replicas.1.owner", "\"x\"", "plan: replicas[1].owner: 'x' is not a device id"},
+        {"replicas.1.owner", "\"" FP_MID "\"", "plan: stages[2].device: " FP_LAST ", but replica 1's owner is " FP_MID},
+        {"replicas.1.dataset", "\"../b\"", "plan: replicas[1].dataset: '../b' is not a dataset name"},
+        {"replicas.1.batch", "2", "plan: replicas[1].batch: 2 is not in 4..65536"},
+        {"replicas.1.batch", "6", "plan: replicas[1].batch: 6 is not a multiple of micro_batches 4"},
+        {"replicas.1.batch", "8", "plan: replicas: their batches add up to 12, not the batch 8"},
+        {"replicas.1.first_stage", "1", "plan: replicas[1].first_stage: 1 is not in 2..2"},
+        {"replicas.1.stages", "2", "plan: replicas: their stages are 4, the plan has 3"},
+        {"replicas.1.stages", "0", "plan: replicas[1].stages: 0 is not in 1.."},
+        {"stages.2.replica", "0", "plan: stages[2].replica: 0 is not in 1..1"},
+        {"stages.2.replica", NULL, "plan: stages[2].replica: missing"},
+        {"stages.2.first_unit", "1", "plan: stages[2].first_unit: 1, not unit 0 (the embeddings)"},
+        {"stages.1.last_unit", "3", "plan: stages: replica 0 ends at unit 3, not at the head (unit 4)"},
+        {"stages.2.last_unit", "3", "plan: stages: the last stage ends at unit 3, not at the head"},
+        {"stages.1.device", "\"" FP_LAST "\"", "this device (" FP_LAST ") is in replicas 0 and 1: a device serves one replica"},
+        {"sync", "[]", "plan: sync: not an object"},
+        {"sync.mode", "\"diloco\"", "plan: sync.mode: 'diloco' is not step or outer"},
+        {"sync.mode", "\"step\"", "plan: sync.every: 5 is not in 1..1"},
+        {"sync.every", "21", "plan: sync.every: 21 is not in 1..20"},
+        {"sync.every", "0", "plan: sync.every: 0 is not in 1..20"},
+        {"sync.codec", "\"int4\"", "plan: sync.codec: 'int4' is not none"},
+        {"sync.codec", "\"topk:2\"", "plan: sync.codec: 'topk:2' is not none"},
+        {"sync.outer_lr", "0", "plan: sync.outer_lr: 0 is not in (0, 10]"},
+        {"sync.outer_lr", "\"x\"", "plan: sync.outer_lr: not a number"},
+        {"sync.outer_momentum", "1", "plan: sync.outer_momentum: 1 is not in [0, 1)"},
+        {"sync.outer_momentum", NULL, "plan: sync.outer_momentum: missing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *text = edited_from(base, cases[i].path, cases[i].value);
+        const char *self = !strncmp(cases[i].path, "stages.1.device", 15) ? FP_LAST : FP_OWNER;
+        int rc = parse(text, self, &p, &err);
+        CHECKF(rc == -1 && strstr(err.msg, cases[i].msg) && p.stage == NULL && p.n_stages == 0,
+               "%s = %s: rc %d, '%s', expected '%s'", cases[i].path,
+               cases[i].value ? cases[i].value : "(removed)", rc, err.msg, cases[i].msg);
+        const char *broken = fp_refusal_broken(err.msg);
+        CHECKF(!broken, "%s: '%s'", broken ? broken : "", err.msg);
+        free(text);
+    }
+    /* each owner's policy applies to its own replica: LAST holds all of its
+     * replica; the owner of replica 0 keeps only units 0..2 and not the head */
+    dev_policy pol = dev_policy_default();
+    CHECK(parse(base, FP_LAST, &p, &err) == 0 && dev_policy_check_plan(&pol, &p, FP_LAST, &err) == 0);
+    dev_plan_free(&p);
+    CHECK(parse(base, FP_OWNER, &p, &err) == 0 &&
+          dev_policy_check_plan(&pol, &p, FP_OWNER, &err) == -1 &&
+          strstr(err.msg, "--allow-labels-out"));
+    pol.allow_labels_out = 1;
+    CHECKF(dev_policy_check_plan(&pol, &p, FP_OWNER, &err) == 0, "%s", err.msg);
+    dev_plan_free(&p);
+    free(base);
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_OFF);
@@ -413,5 +543,6 @@ int main(void)
     RUN(test_devices);
     RUN(test_real_plans);
     RUN(test_policy);
+    RUN(test_federation);
     return sl_test_done();
 }

@@ -57,6 +57,7 @@ static int dtype_of(int dir)
     case DEV_DIR_GATHER_RESULT:
         return DEV_DTYPE_F64;
     case DEV_DIR_ABORT:
+    case DEV_DIR_SYNC:
         return DEV_DTYPE_U8;
     default:
         return DEV_DTYPE_F32;
@@ -89,6 +90,8 @@ static int allowed(int dir, int dtype, int codec, uint64_t aux)
         return dtype == DEV_DTYPE_F64 && codec == DEV_CODEC_NONE;
     case DEV_DIR_ABORT:
         return dtype == DEV_DTYPE_U8 && codec == DEV_CODEC_NONE && !aux;
+    case DEV_DIR_SYNC:
+        return dtype == DEV_DTYPE_U8 && codec == DEV_CODEC_NONE;
     }
     return 0;
 }
@@ -342,7 +345,7 @@ static void test_kind_rules(void)
     link_up(&tx, &rx, &cfg);
     static uint8_t payload[CAP];
     int accepted = 0, refused = 0;
-    for (int dir = 0; dir <= 9; dir++)
+    for (int dir = 0; dir <= 10; dir++)
         for (int dtype = 0; dtype <= 5; dtype++)
             for (int codec = 0; codec <= DEV_CODEC_COUNT; codec++)
                 for (int a = 0; a < 2; a++) {
@@ -390,8 +393,9 @@ static void test_kind_rules(void)
                     accepted++;
                 }
     /* activation, tied: 4 codecs each, gradient 5; mask: 1; labels, gather,
-     * gather result: aux free, so 2 each; abort: 1 */
-    CHECKF(accepted == 13 + 1 + 6 + 1 && refused == 10 * 6 * 6 * 2 - accepted, "%d accepted, %d refused",
+     * gather result: aux free, so 2 each; abort: 1; sync: aux free, 2 */
+    CHECKF(accepted == 13 + 1 + 6 + 1 + 2 && refused == 11 * 6 * 6 * 2 - accepted,
+           "%d accepted, %d refused",
            accepted, refused);
     links_down(&tx, &rx);
 }
@@ -408,10 +412,10 @@ static void test_kind_round_trips(void)
         link_up(&tx, &rx, &cfg);
         uint64_t nan_bits = 0x7ff8000000000123ull; /* a NaN payload must survive too */
         memcpy(&din[0], &nan_bits, 8);
-        for (int dir = DEV_DIR_ACTIVATION; dir <= DEV_DIR_ABORT; dir++) {
+        for (int dir = DEV_DIR_ACTIVATION; dir <= DEV_DIR_SYNC; dir++) {
             int dtype = dtype_of(dir);
             int has_aux = dir == DEV_DIR_LABELS || dir == DEV_DIR_GATHER ||
-                          dir == DEV_DIR_GATHER_RESULT;
+                          dir == DEV_DIR_GATHER_RESULT || dir == DEV_DIR_SYNC;
             uint64_t aux = has_aux ? 0xfedcba9876543210ull + (uint64_t)dir : 0;
             size_t len = send_any(&tx, dir, 6, 7, aux, buf);
             size_t bytes = 42 * dev_frame_dtype_size(dtype);
@@ -425,7 +429,7 @@ static void test_kind_round_trips(void)
             CHECKF(memcmp(dout, input_of(dtype), bytes) == 0, "dir %d: values differ", dir);
             CHECK(((uint8_t *)dout)[bytes] == 0xee);
         }
-        CHECK(rx.frames == 8 && rx.bytes == tx.bytes);
+        CHECK(rx.frames == 9 && rx.bytes == tx.bytes);
         links_down(&tx, &rx);
     }
 }

@@ -14,7 +14,12 @@
  *  - A stopping B's link (a revocation) closes B's stream.
  *  - A's net freed while it is connecting to a device that never answers the
  *    hello, and closed against one that never ends its stream: neither waits
- *    for the peer (a regression here hangs until the test's timeout). */
+ *    for the peer (a regression here hangs until the test's timeout).
+ *  - A federation of two replicas, B's and A's, each one stage of the whole
+ *    model: their replica sync over the sync link gives both the same
+ *    result, dev_sync_combine's; a replica whose payloads are of another
+ *    length (another codec) fails the round on both sides, naming the
+ *    tensor, and neither waits. */
 #include <poll.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -23,11 +28,13 @@
 #include "cert.h"
 #include "dev_exch.h"
 #include "dev_frame.h"
+#include "dev_model.h"
 #include "dev_net.h"
 #include "dev_stagesvc.h"
 #include "rpc.h"
 #include "sl_file.h"
 #include "sl_log.h"
+#include "sl_mem.h"
 #include "sl_test.h"
 #include "trust_util.h"
 
@@ -533,6 +540,185 @@ static void test_close_and_free_never_wait(void)
     CHECK(rpc_server_destroy(srv) == 0);
 }
 
+/* ---- a federation's replica sync ------------------------------------------- */
+
+static dev_config fcfg;
+
+/* The federation's net of `self` in epoch e: replica 0 is B (stage 0),
+ * replica 1 is A (stage 1), each the whole model; payloads of `codec`. */
+static dev_net *fed_net_of(const dev *self, uint32_t e, int codec)
+{
+    static dev_net_stage st[2];
+    const dev *d[2] = {&B, &A};
+    for (int i = 0; i < 2; i++) {
+        snprintf(st[i].device, sizeof st[i].device, "%.31s", d[i]->id);
+        snprintf(st[i].address, sizeof st[i].address, "%s", d[i]->addr);
+        memcpy(st[i].link_key, d[i]->kp.pk, 32);
+        st[i].replica = i;
+        st[i].first_unit = 0;
+        st[i].last_unit = dev_unit_head(&fcfg);
+    }
+    dev_net_cfg c = {.job = JOB, .epoch = e, .stages = 2, .stage = st, .self_id = self->id,
+                     .self_kp = &self->kp, .state = self->dir, .codec_act = DEV_CODEC_NONE,
+                     .codec_grad = DEV_CODEC_NONE, .sealed = 1, .depth = DEPTH,
+                     .act_floats = BM * T * H, .mask_ints = BM * T, .label_ints = DEPTH * BM * T,
+                     .tied_floats = 100, .gather_max = 16, .connect_timeout_ms = T_MS,
+                     .replicas = 2, .model = &fcfg};
+    int batch[2] = {4, 2};
+    dev_sync_weights(&c.sync, batch, 2);
+    c.sync.codec = codec;
+    sl_err err = {0};
+    dev_net *n = dev_net_open(&c, &err);
+    CHECKF(n != NULL, "%s", err.msg);
+    if (!n)
+        exit(1);
+    return n;
+}
+
+/* One replica's round: its stage's tensors (the tied copy by the word
+ * embeddings' name, receive only), payloads of values keyed by `seed`. */
+typedef struct side {
+    dev_net *n;
+    int stage;
+    dev_sync_cfg c;
+    dev_tensor *t;
+    int nt;
+    dev_sync_tensor *st;
+    uint8_t **pay;
+    float **out;
+    int rc;
+    sl_err err;
+} side;
+
+static void side_make(side *s, dev_net *n, int stage, int codec, float seed)
+{
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    s->stage = stage;
+    int batch[2] = {4, 2};
+    dev_sync_weights(&s->c, batch, 2);
+    s->c.codec = codec;
+    size_t total;
+    sl_err err = {0};
+    CHECKF(dev_model_layout(&fcfg, 0, dev_unit_head(&fcfg), &s->t, &s->nt, &total, &err) == 0,
+           "%s", err.msg);
+    s->st = sl_xcalloc((size_t)s->nt, sizeof *s->st);
+    s->pay = sl_xcalloc((size_t)s->nt, sizeof *s->pay);
+    s->out = sl_xcalloc((size_t)s->nt, sizeof *s->out);
+    for (int k = 0; k < s->nt; k++) {
+        const dev_tensor *t = &s->t[k];
+        size_t n = t->numel, cols = t->cols ? (size_t)t->cols : n;
+        int tied = (t->flags & DEV_T_TIED) != 0;
+        float *x = sl_xcalloc(n, sizeof *x);
+        for (size_t i = 0; i < n; i++)
+            x[i] = seed * (float)((int)((i * 7 + (size_t)k) % 13) - 6) / 8.0f;
+        s->pay[k] = sl_xcalloc(dev_sync_payload_len(&s->c, n, cols) + 1, 1);
+        CHECK(dev_codec_encode(codec, x, n, cols, 0, NULL, s->pay[k], &err) == 0);
+        free(x);
+        s->out[k] = sl_xcalloc(n, sizeof(float));
+        s->st[k] = (dev_sync_tensor){.name = tied ? "bert.embeddings.word_embeddings.weight" : t->name,
+                                     .n = n, .cols = cols, .payload = tied ? NULL : s->pay[k],
+                                     .out = s->out[k]};
+    }
+}
+
+static void side_free(side *s)
+{
+    for (int k = 0; k < s->nt; k++) {
+        free(s->pay[k]);
+        free(s->out[k]);
+    }
+    free(s->pay);
+    free(s->out);
+    free(s->st);
+    free(s->t);
+}
+
+static void *side_reduce(void *arg)
+{
+    side *s = arg;
+    dev_sync *y = dev_net_sync(s->n, s->stage);
+    s->rc = y ? y->ops->reduce(y, 1, s->st, s->nt, &s->err)
+              : sl_err_set(&s->err, SL_EINVAL, "no sync on stage %d", s->stage);
+    return NULL;
+}
+
+/* B's and A's round, each on a thread of its own. */
+static void round_of(side *b, side *a)
+{
+    pthread_t tb, ta;
+    CHECK(pthread_create(&tb, NULL, side_reduce, b) == 0);
+    CHECK(pthread_create(&ta, NULL, side_reduce, a) == 0);
+    pthread_join(tb, NULL);
+    pthread_join(ta, NULL);
+}
+
+static void test_sync(void)
+{
+    sl_err err = {0};
+    CHECKF(dev_config_parse(&fcfg, "{\"hidden_size\": 8, \"num_hidden_layers\": 1, "
+                            "\"num_attention_heads\": 2, \"intermediate_size\": 16, "
+                            "\"vocab_size\": 20, \"max_position_embeddings\": 8}", &err) == 0,
+           "%s", err.msg);
+    /* the same codec on both sides: the same result, dev_sync_combine's */
+    dev_net *an = fed_net_of(&A, 11, DEV_CODEC_NONE), *bn = fed_net_of(&B, 11, DEV_CODEC_NONE);
+    pthread_mutex_lock(&R.mu);
+    R.net = an;
+    pthread_mutex_unlock(&R.mu);
+    CHECKF(dev_net_start(bn, &err) == 0, "%s", err.msg);
+    side sa, sb;
+    side_make(&sb, bn, 0, DEV_CODEC_NONE, 1.0f);
+    side_make(&sa, an, 1, DEV_CODEC_NONE, -0.75f);
+    round_of(&sb, &sa);
+    CHECKF(sb.rc == 0 && sa.rc == 0, "B: %s; A: %s", sb.err.msg, sa.err.msg);
+    int same = 1;
+    float *want = NULL, *scratch = NULL;
+    for (int k = 0; k < sa.nt && sa.rc == 0 && sb.rc == 0; k++) {
+        size_t n = sa.st[k].n;
+        /* the tied copy gets the word embeddings' result */
+        int src = k;
+        if (!sa.st[k].payload) {
+            for (int j = 0; j < sa.nt; j++)
+                if (sa.st[j].payload && !strcmp(sa.st[j].name, sa.st[k].name))
+                    src = j;
+        }
+        const uint8_t *pl[2] = {sb.pay[src], sa.pay[src]};
+        want = sl_xcalloc(n, sizeof *want);
+        scratch = sl_xcalloc(2 * n, sizeof *scratch);
+        CHECK(dev_sync_combine(&sa.c, pl, n, sa.st[k].cols, want, scratch, &err) == 0);
+        int ok = !memcmp(want, sa.out[k], n * sizeof *want) && !memcmp(want, sb.out[k], n * sizeof *want);
+        CHECKF(ok, "tensor %d '%s' (%s): %g %g %g", k, sa.st[k].name, sa.t[k].name, (double)want[0],
+               (double)sa.out[k][0], (double)sb.out[k][0]);
+        same &= ok;
+        free(want);
+        free(scratch);
+    }
+    CHECK(same);
+    side_free(&sa);
+    side_free(&sb);
+    dev_net_free(bn);
+    router_clear();
+    /* B's payloads int8, A's none: each refuses the other's lengths */
+    an = fed_net_of(&A, 12, DEV_CODEC_NONE);
+    bn = fed_net_of(&B, 12, DEV_CODEC_INT8);
+    pthread_mutex_lock(&R.mu);
+    R.net = an;
+    pthread_mutex_unlock(&R.mu);
+    CHECKF(dev_net_start(bn, &err) == 0, "%s", err.msg);
+    side_make(&sb, bn, 0, DEV_CODEC_INT8, 1.0f);
+    side_make(&sa, an, 1, DEV_CODEC_NONE, -0.75f);
+    round_of(&sb, &sa);
+    CHECKF(sa.rc == -1 && strstr(sa.err.msg, "bytes of tensor 'bert.") &&
+           strstr(sa.err.msg, "whose payload is"), "A: %s", sa.err.msg);
+    CHECKF(sb.rc == -1, "B: %s", sb.err.msg);
+    char why[320] = "";
+    CHECK(dev_net_aborted(an, why, sizeof why) && strstr(why, "replica sync of step 1"));
+    side_free(&sa);
+    side_free(&sb);
+    dev_net_free(bn);
+    router_clear();
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_ERROR);
@@ -557,6 +743,7 @@ int main(void)
     RUN(test_queue_bound);
     RUN(test_revoked_link_closed);
     RUN(test_close_and_free_never_wait);
+    RUN(test_sync);
     rpc_stream_counts sc;
     dev_stagesvc_counts(svc, &sc);
     CHECKF(sc.admit >= 101 && sc.per_peer == 1, "admit %ld per_peer %ld", sc.admit, sc.per_peer);

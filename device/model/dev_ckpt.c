@@ -491,8 +491,10 @@ int dev_ckpt_write_unit_parts(dev_stage *const *st, int n, int kind, const char 
     return rc ? -1 : 0;
 }
 
-int dev_ckpt_write_extra(const char *dir, const char *name, const dev_ckpt_extra *x, int n,
-                         int step, dev_ckpt_file *file, sl_err *err)
+/* unit < 0: every tensor of the stages; else unit's alone (the head's copy
+ * of the word embeddings always in the head's) */
+static int write_extra(const char *dir, const char *name, const dev_ckpt_extra *x, int n, int step,
+                       int unit, dev_ckpt_file *file, sl_err *err)
 {
     size_t nlen = strlen(name);
     if (strncmp(name, "fed.", 4) || nlen < 15 || nlen >= sizeof file->name ||
@@ -524,7 +526,7 @@ int dev_ckpt_write_extra(const char *dir, const char *name, const dev_ckpt_extra
         int i = order[oi];
         /* the head's copy is left out where the same state of unit 0 is written */
         int has_embed = 0;
-        for (int j = 0; j < n; j++) {
+        for (int j = 0; j < n && unit < 0; j++) {
             int u0, u1;
             dev_stage_units(x[j].st, &u0, &u1);
             has_embed |= u0 == 0 && !strcmp(x[j].prefix, x[i].prefix) &&
@@ -538,7 +540,7 @@ int dev_ckpt_write_extra(const char *dir, const char *name, const dev_ckpt_extra
         int nt;
         const dev_tensor *t = dev_stage_tensors(x[i].st, &nt);
         for (int j = 0; j < nt && !rc; j++) {
-            if ((t[j].flags & DEV_T_TIED) && has_embed)
+            if (((t[j].flags & DEV_T_TIED) && has_embed) || (unit >= 0 && t[j].unit != unit))
                 continue;
             hf_part parts[3];
             int np = hf_parts(&t[j], parts);
@@ -568,6 +570,20 @@ int dev_ckpt_write_extra(const char *dir, const char *name, const dev_ckpt_extra
     free(out);
     free(order);
     return rc ? -1 : 0;
+}
+
+int dev_ckpt_write_extra(const char *dir, const char *name, const dev_ckpt_extra *x, int n,
+                         int step, dev_ckpt_file *file, sl_err *err)
+{
+    return write_extra(dir, name, x, n, step, -1, file, err);
+}
+
+int dev_ckpt_write_extra_unit(const char *dir, const char *name, const dev_ckpt_extra *x, int n,
+                              int step, int unit, dev_ckpt_file *file, sl_err *err)
+{
+    if (unit < 0)
+        return sl_err_set(err, SL_EINVAL, "unit %d", unit);
+    return write_extra(dir, name, x, n, step, unit, file, err);
 }
 
 int dev_ckpt_write_manifest(const char *dir, int step, int kind, int bf16, const dev_ckpt_file *f,

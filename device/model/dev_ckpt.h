@@ -111,6 +111,11 @@ typedef struct dev_ckpt_extra {
  * 0 is written. Parameters and moments must have been pulled. */
 int dev_ckpt_write_extra(const char *dir, const char *name, const dev_ckpt_extra *x, int n,
                          int step, dev_ckpt_file *file, sl_err *err);
+/* The same with the tensors of one unit only (a device's checkpoint part
+ * per unit, fed.TAG-uU.safetensors), the head's copy of the word embeddings
+ * in the head's. */
+int dev_ckpt_write_extra_unit(const char *dir, const char *name, const dev_ckpt_extra *x, int n,
+                              int step, int unit, dev_ckpt_file *file, sl_err *err);
 /* dev_ckpt_load (present_only: dev_ckpt_load_fetched) with the parameters
  * and moments of a replica: prefix NULL or "" reads them from the model and
  * optim parts, as dev_ckpt_load does; another prefix reads PREFIX + name

@@ -69,6 +69,62 @@ int dev_exch_is_link(int stages, int a, int b)
     return b == a + 1 || (a == 0 && b == stages - 1);
 }
 
+static int fed(const dev_net_cfg *c) { return c->replicas >= 2 && c->stage; }
+
+/* The stages of i's chain: first .. first + *n - 1. */
+static int chain_of(const dev_net_cfg *c, int i, int *n)
+{
+    if (!fed(c)) {
+        *n = c->stages;
+        return 0;
+    }
+    int first = i, last = i;
+    while (first > 0 && c->stage[first - 1].replica == c->stage[i].replica)
+        first--;
+    while (last + 1 < c->stages && c->stage[last + 1].replica == c->stage[i].replica)
+        last++;
+    *n = last - first + 1;
+    return first;
+}
+
+int dev_exch_sync_target(const dev_net_cfg *c, int to, int u, int word)
+{
+    const dev_net_stage *t = &c->stage[to];
+    if (u >= t->first_unit && u <= t->last_unit)
+        return 1;
+    if (!word || t->last_unit != c->stage[c->stages - 1].last_unit)
+        return 0;
+    /* the head's tied copy: unless the embeddings are on its device */
+    for (int i = 0; i < c->stages; i++)
+        if (c->stage[i].first_unit == 0 && !strcmp(c->stage[i].device, t->device))
+            return 0;
+    return 1;
+}
+
+int dev_exch_sync_flow(const dev_net_cfg *c, int from, int to)
+{
+    if (!fed(c) || from < 0 || to < 0 || from >= c->stages || to >= c->stages ||
+        !strcmp(c->stage[from].device, c->stage[to].device))
+        return 0;
+    const dev_net_stage *f = &c->stage[from];
+    for (int u = f->first_unit; u <= f->last_unit; u++)
+        if ((c->stage[to].replica != f->replica && dev_exch_sync_target(c, to, u, 0)) ||
+            (u == 0 && dev_exch_sync_target(c, to, 0, 1) &&
+             !(c->stage[to].first_unit == 0)))
+            return 1;
+    return 0;
+}
+
+int dev_exch_link(const dev_net_cfg *c, int a, int b)
+{
+    if (a < 0 || b >= c->stages || a >= b)
+        return 0;
+    int n, first = chain_of(c, a, &n);
+    if (b < first + n && dev_exch_is_link(n, a - first, b - first))
+        return 1;
+    return dev_exch_sync_flow(c, a, b) || dev_exch_sync_flow(c, b, a);
+}
+
 int dev_exch_hello_check(const dev_net_cfg *c, const char *peer_id, const dev_exch_hello *h,
                          int *from, int *to, sl_err *err)
 {
@@ -88,7 +144,7 @@ int dev_exch_hello_check(const dev_net_cfg *c, const char *peer_id, const dev_ex
         return DEV_EXCH_NO_STAGE;
     }
     int a = (int)h->from, b = (int)h->to;
-    if (!dev_exch_is_link(c->stages, a, b)) {
+    if (!dev_exch_link(c, a, b)) {
         sl_err_set(err, SL_EINVAL, "hello: stages %d and %d have no link in a pipeline of "
                    "%d stages", a, b, c->stages);
         return DEV_EXCH_NOT_LINK;
@@ -125,6 +181,16 @@ int dev_exch_refusal_code(int refusal)
     }
 }
 
+int dev_exch_allowed_in(const dev_net_cfg *c, int a, int b, int down, int dir)
+{
+    if (dir == DEV_DIR_SYNC)
+        return a < b && (down ? dev_exch_sync_flow(c, a, b) : dev_exch_sync_flow(c, b, a));
+    int n, first = chain_of(c, a >= 0 && a < c->stages ? a : 0, &n);
+    if (a < first || b >= first + n)
+        return 0;
+    return dev_exch_allowed(n, a - first, b - first, down, dir);
+}
+
 int dev_exch_allowed(int stages, int a, int b, int down, int dir)
 {
     if (!dev_exch_is_link(stages, a, b))
@@ -145,12 +211,20 @@ int dev_exch_allowed(int stages, int a, int b, int down, int dir)
 static const char *dir_name(int dir)
 {
     static const char *const names[] = {"?", "activation", "gradient", "mask", "labels",
-                                        "tied gradient", "gather", "gather result", "abort"};
-    return dir >= 1 && dir <= DEV_DIR_ABORT ? names[dir] : names[0];
+                                        "tied gradient", "gather", "gather result", "abort",
+                                        "sync"};
+    return dir >= 1 && dir <= DEV_DIR_SYNC ? names[dir] : names[0];
 }
 
 int dev_exch_frame(int stages, int a, int b, int down, const uint8_t *msg, size_t len,
                    const uint8_t **frame, size_t *n, dev_frame_hdr *h, sl_err *err)
+{
+    dev_net_cfg c = {.stages = stages};
+    return dev_exch_frame_in(&c, a, b, down, msg, len, frame, n, h, err);
+}
+
+int dev_exch_frame_in(const dev_net_cfg *c, int a, int b, int down, const uint8_t *msg, size_t len,
+                      const uint8_t **frame, size_t *n, dev_frame_hdr *h, sl_err *err)
 {
     *frame = NULL;
     *n = 0;
@@ -171,7 +245,7 @@ int dev_exch_frame(int stages, int a, int b, int down, const uint8_t *msg, size_
                    x.from_stage, x.to_stage, from, to);
         return DEV_FR_MISROUTED;
     }
-    if (!dev_exch_allowed(stages, a, b, down, x.direction)) {
+    if (!dev_exch_allowed_in(c, a, b, down, x.direction)) {
         sl_err_set(err, SL_EINVAL, "a frame of kind %s (direction %u) %s link %d-%d",
                    dir_name(x.direction), x.direction, down ? "down" : "up", a, b);
         return DEV_FR_BAD_HEADER;

@@ -9,7 +9,13 @@
  *
  * What each flow of a link may carry (down: a to b, up: b to a):
  *   chain link   down: activation, mask, gather     up: gradient, gather result
- *   side link    down: labels, tied gradient        up: tied gradient */
+ *   side link    down: labels, tied gradient        up: tied gradient
+ *
+ * In a federation (dev_net.h) chain and side links are within each
+ * replica's chain (its own stages numbered from its first), and a flow
+ * from stage a to stage b carries sync payloads when dev_exch_sync_flow
+ * says so (a link of its own between stages of different replicas, or the
+ * side link of one replica whose head is not on its embeddings' device). */
 #ifndef DEV_EXCH_H
 #define DEV_EXCH_H
 
@@ -62,11 +68,24 @@ int dev_exch_hello_check(const dev_net_cfg *c, const char *peer_id, const dev_ex
  * on RPC_FAILED_PRECONDITION: the other end may not run the epoch yet). */
 int dev_exch_refusal_code(int refusal);
 
-/* 1 if a net of `stages` stages has the link a-b. */
+/* 1 if a net of `stages` stages (one chain) has the link a-b. */
 int dev_exch_is_link(int stages, int a, int b);
+/* 1 if the net c has the link a-b (a < b): a link of a replica's chain, or
+ * a sync link. */
+int dev_exch_link(const dev_net_cfg *c, int a, int b);
+/* 1 if in the federation c stage `from` gives a tensor that stage `to`
+ * receives for its device: they are on different devices and `to` holds
+ * the tensor's unit (the word embeddings: `to` holds unit 0, or the head
+ * when no stage of its device holds unit 0). */
+int dev_exch_sync_flow(const dev_net_cfg *c, int from, int to);
+/* Whether stage `to` receives, for its device, a tensor of unit u (word:
+ * the word embeddings, which the head's tied copy holds too). */
+int dev_exch_sync_target(const dev_net_cfg *c, int to, int u, int word);
 /* 1 if a frame of direction dir (enum dev_direction) may come over link a-b
  * of a net of `stages` stages, downstream (down) or upstream. */
 int dev_exch_allowed(int stages, int a, int b, int down, int dir);
+/* The same in the net c (a federation's chains and sync links). */
+int dev_exch_allowed_in(const dev_net_cfg *c, int a, int b, int down, int dir);
 /* Checks a message received on link a-b after the hello: a StageFrame with
  * its frame alone, a frame header that parses (dev_frame_parse_header; not
  * authenticated), naming this flow's stages, of a direction the flow may
@@ -74,5 +93,8 @@ int dev_exch_allowed(int stages, int a, int b, int down, int dir);
  * refusal's DEV_FR_* reason with the why in err. */
 int dev_exch_frame(int stages, int a, int b, int down, const uint8_t *msg, size_t len,
                    const uint8_t **frame, size_t *n, dev_frame_hdr *h, sl_err *err);
+/* The same in the net c. */
+int dev_exch_frame_in(const dev_net_cfg *c, int a, int b, int down, const uint8_t *msg, size_t len,
+                      const uint8_t **frame, size_t *n, dev_frame_hdr *h, sl_err *err);
 
 #endif

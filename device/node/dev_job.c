@@ -18,6 +18,7 @@
 #include "cert.h"
 #include "dev_ckpt.h"
 #include "dev_exch.h"
+#include "dev_fed.h"
 #include "dev_net.h"
 #include "dev_plan.h"
 #include "dev_profile.h"
@@ -546,6 +547,9 @@ typedef struct run_ctx {
     double topk;
     uint64_t num;
     int local[MAX_LOCAL], nlocal;
+    int first;             /* the first stage of this device's chain (its replica's) */
+    int fed;               /* a federation: the pipes sync with the other replicas */
+    dev_fed_cfg fc;
     dev_net_stage *stages;
     dev_net *net;
     dev_stage *st[MAX_LOCAL];
@@ -573,6 +577,7 @@ typedef struct run_ctx {
     pthread_t uploader;
     int has_uploader;
     uint64_t refused_sent[DEV_FR_NREASONS]; /* frames refused, as reported so far (reporter) */
+    uint64_t sync_raw, sync_wire; /* a federation's sync payloads sent, and their frames' bytes */
 } run_ctx;
 
 /* Called from the stage threads, the reporter and the uploader. The net is
@@ -664,6 +669,24 @@ static void read_plan(run_ctx *r)
     r->start = pl->start_step;
     r->every = pl->checkpoint_every;
     r->batch = pl->batch;
+    r->fed = pl->n_replicas > 1;
+    if (r->fed) {
+        /* this device's replica: its batch, its chain, and how replicas meet */
+        const dev_plan_replica *rp = &pl->replica[pl->my_replica];
+        r->batch = rp->batch;
+        r->first = rp->first_stage;
+        dev_fed_default(&r->fc);
+        r->fc.mode = pl->sync.mode;
+        r->fc.every = pl->sync.every;
+        r->fc.outer_lr = (float)pl->sync.outer_lr;
+        r->fc.outer_momentum = (float)pl->sync.outer_momentum;
+        int b[DEV_PLAN_MAX_REPLICAS];
+        for (int k = 0; k < pl->n_replicas; k++)
+            b[k] = pl->replica[k].batch;
+        dev_sync_weights(&r->fc.sync, b, pl->n_replicas);
+        r->fc.sync.codec = pl->sync.codec;
+        r->fc.sync.topk = pl->sync.topk;
+    }
     r->T = pl->seq;
     r->micro = pl->micro_batches;
     r->codec_act = pl->codec_act;
@@ -675,6 +698,9 @@ static void read_plan(run_ctx *r)
         snprintf(r->stages[i].device, sizeof r->stages[i].device, "%s", pl->stage[i].device);
         snprintf(r->stages[i].address, sizeof r->stages[i].address, "%s", pl->stage[i].address);
         memcpy(r->stages[i].link_key, pl->stage[i].link_key, sizeof r->stages[i].link_key);
+        r->stages[i].replica = pl->stage[i].replica;
+        r->stages[i].first_unit = pl->stage[i].first_unit;
+        r->stages[i].last_unit = pl->stage[i].last_unit;
     }
     r->nlocal = pl->n_local;
     memcpy(r->local, pl->local, sizeof r->local);
@@ -707,6 +733,9 @@ static int open_net(run_ctx *r, sl_err *err)
         .label_ints = (size_t)r->batch * r->T,
         .tied_floats = (size_t)r->cfg.vocab * r->cfg.hidden,
         .gather_max = 4096,
+        .replicas = r->fed ? r->pl.n_replicas : 0,
+        .model = &r->cfg,
+        .sync = r->fc.sync,
     };
     if (!(r->net = dev_net_open(&nc, err)))
         return -1;
@@ -734,18 +763,22 @@ static int open_stages(run_ctx *r, sl_err *err)
                      (pl->options.bf16_state ? DEV_STAGE_BF16_STATE : 0) |
                      (pl->options.bf16_compute ? DEV_STAGE_BF16_COMPUTE : 0);
     uint64_t seed = pl->options.seed;
+    /* a federation's device runs stages of its replica's chain */
+    int chain = r->fed ? pl->replica[pl->my_replica].n_stages : r->p;
     for (int k = 0; k < r->nlocal; k++) {
         int i = r->local[k];
-        dev_pipe_cfg pc = {.stages = r->p, .index = i, .schedule = pl->schedule,
+        dev_pipe_cfg pc = {.stages = chain, .index = i - r->first, .schedule = pl->schedule,
                            .warmup = pl->stage[i].warmup,
                            .B = r->batch, .T = r->T, .micro = r->micro, .seed = seed,
+                           .replica = r->fed ? pl->my_replica : 0,
                            .compute_lock = r->nlocal > 1 ? &r->compute : NULL};
         int slots = dev_pipe_slots(&pc);
         if (slots < 1)
             return sl_err_set(err, SL_EINVAL, "stage %d: a schedule without slots", i);
         if (!(r->st[k] = dev_stage_create(&r->cfg, pl->stage[i].first_unit, pl->stage[i].last_unit,
                                           r->batch / r->micro, r->T, slots, seed, NULL, flags, err)) ||
-            !(r->pipe[k] = dev_pipe_create(r->st[k], &pc, dev_net_port(r->net, i), err)))
+            !(r->pipe[k] = dev_pipe_create(r->st[k], &pc, dev_net_port(r->net, i), err)) ||
+            (r->fed && dev_pipe_set_fed(r->pipe[k], &r->fc, dev_net_sync(r->net, i), err)))
             return sl_err_wrap(err, "stage %d", i);
     }
     return 0;
@@ -834,6 +867,8 @@ static void names_free(char **v, int n)
     free(v);
 }
 
+static int fed_extras(run_ctx *r, int k, char prefix[32], dev_ckpt_extra x[3]);
+
 /* Weights to start from: the committed checkpoint (any cut loads from any
  * cut), or the job's initial model, or the seed's initialisation. */
 static int restore(run_ctx *r, sl_err *err)
@@ -869,9 +904,27 @@ static int restore(run_ctx *r, sl_err *err)
             if (!rc && fresh[0])
                 sl_log_info("device: the initial model lacks the classification head; initialised",
                             "job=%s tensors=\"%s\"", r->rt->job, fresh);
+        } else if (r->fed) {
+            /* its replica's parameters and moments, and the sync's own state
+             * (fed parts) where the federation keeps one */
+            char prefix[32];
+            dev_ckpt_extra x[3];
+            int nx = fed_extras(r, k, prefix, x);
+            rc = dev_ckpt_load_replica(r->st[k], r->kind, dir, NULL, x, nx, 1, err);
+            if (!rc)
+                dev_fed_set_ready(dev_pipe_fed(r->pipe[k]));
         } else {
             rc = dev_ckpt_load_fetched(r->st[k], r->kind, dir, err);
         }
+    }
+    if (!rc && n > 0 && want > 0 && r->feed && r->fed) {
+        /* a federation's owner checks its own record, data.OWNER.json */
+        char from[4400], to[4400];
+        snprintf(from, sizeof from, "%s/data.%s.json", dir, self(r->js));
+        snprintf(to, sizeof to, "%s/data.json", dir);
+        if (rename(from, to))
+            rc = sl_err_set(err, SL_ESTATE, "the checkpoint of step %d has no data record of "
+                            "this owner (%s): %s", want, from, strerror(errno));
     }
     if (!rc && n > 0 && want > 0 && r->feed)
         rc = dev_feed_check_record(r->feed, dir, err);
@@ -997,6 +1050,52 @@ static void *uploader_main(void *arg)
     }
 }
 
+/* A federation's sync state of local stage k that a checkpoint keeps beside
+ * its parameters and moments, under the trainer's names (docs/federation.md):
+ * outer.NAME and outer.NAME.momentum under outer:H, replica.R.NAME.residual
+ * with a lossy codec; none under step with codec none. prefix: storage. */
+static int fed_extras(run_ctx *r, int k, char prefix[32], dev_ckpt_extra x[3])
+{
+    dev_fed *f = r->fed ? dev_pipe_fed(r->pipe[k]) : NULL;
+    int n = 0;
+    if (!f)
+        return 0;
+    snprintf(prefix, 32, "replica.%d.", r->pl.my_replica);
+    if (dev_fed_outer_params(f)) {
+        x[n++] = (dev_ckpt_extra){r->st[k], "outer.", "", dev_fed_outer_params(f)};
+        x[n++] = (dev_ckpt_extra){r->st[k], "outer.", ".momentum", dev_fed_momentum(f)};
+    }
+    if (dev_fed_residual(f))
+        x[n++] = (dev_ckpt_extra){r->st[k], prefix, ".residual", dev_fed_residual(f)};
+    return n;
+}
+
+/* The fed parts of this device (fed.ID-uU.safetensors, a unit each) in dir,
+ * appended to u's names; 0 files without sync state. */
+static int write_fed_parts(run_ctx *r, upload_item *u, int step, sl_err *err)
+{
+    char prefix[MAX_LOCAL][32];
+    dev_ckpt_extra x[3 * MAX_LOCAL];
+    int nx = 0;
+    for (int k = 0; k < r->nlocal; k++)
+        nx += fed_extras(r, k, prefix[k], x + nx);
+    if (nx == 0)
+        return 0;
+    for (int k = 0; k < r->nlocal; k++) {
+        int u0, u1;
+        dev_stage_units(r->st[k], &u0, &u1);
+        for (int unit = u0; unit <= u1; unit++) {
+            dev_ckpt_file f;
+            char name[96];
+            snprintf(name, sizeof name, "fed.%s-u%d.safetensors", self(r->js), unit);
+            if (dev_ckpt_write_extra_unit(u->dir, name, x, nx, step, unit, &f, err))
+                return -1;
+            snprintf(u->name[u->n++], sizeof u->name[0], "%s", name);
+        }
+    }
+    return 0;
+}
+
 /* This device's part of step `step`: written now (the local stages wait at
  * the barrier), uploaded by the uploader thread. */
 static int write_part(run_ctx *r, int step, sl_err *err)
@@ -1016,12 +1115,26 @@ static int write_part(run_ctx *r, int step, sl_err *err)
              dev_ckpt_write_unit_parts(r->st, r->nlocal, r->kind, u->dir, self(r->js), &files,
                                        &nfiles, err);
     if (!rc) {
-        u->name = sl_xcalloc((size_t)nfiles + 1, sizeof *u->name);
+        /* a federation's sync state first: the step commits once every unit's
+         * model and optimizer files are in, and this device's come after */
+        u->name = sl_xcalloc((size_t)nfiles + 2 + (size_t)dev_unit_count(&r->cfg), sizeof *u->name);
+        rc = write_fed_parts(r, u, step, err);
+    }
+    if (!rc) {
         for (int i = 0; i < nfiles; i++)
             snprintf(u->name[u->n++], sizeof u->name[0], "%s", files[i].name);
         if (r->feed) {
             rc = dev_feed_write_record(r->feed, u->dir, err);
             snprintf(u->name[u->n++], sizeof u->name[0], "data.json");
+            /* a federation's owners: data.OWNER.json, each its own */
+            if (!rc && r->fed) {
+                char from[4400], to[4400];
+                snprintf(u->name[u->n - 1], sizeof u->name[0], "data.%s.json", self(r->js));
+                snprintf(from, sizeof from, "%s/data.json", u->dir);
+                snprintf(to, sizeof to, "%s/%s", u->dir, u->name[u->n - 1]);
+                if (rename(from, to))
+                    rc = sl_err_set(err, SL_EIO, "%s: %s", to, strerror(errno));
+            }
         }
     }
     free(files);
@@ -1082,6 +1195,10 @@ static void report_step(run_ctx *r, int k, int step, const dev_step_info *info)
     dev_pipe_times_get(r->pipe[k], &q->t);
     dev_net_take_bytes(r->net, r->local[k], &q->b);
     dev_net_refused(r->net, q->refused);
+    pthread_mutex_lock(&r->mu);
+    r->sync_raw += q->b.raw_sync;
+    r->sync_wire += q->b.wire_sync;
+    pthread_mutex_unlock(&r->mu);
     q->nseg = nseg;
     if (nseg)
         memcpy(q->seg, seg, (size_t)nseg * sizeof *seg);
@@ -1255,7 +1372,7 @@ static void *stage_main(void *arg)
         if (failed)
             break;
         dev_batch b, *bp = NULL;
-        if (i == 0) {
+        if (i == r->first) {
             if (dev_feed_batch(r->feed, step, &b, &err)) {
                 run_fail(r, err.code ? err.code : SL_EIO, err.msg);
                 break;
@@ -1373,10 +1490,10 @@ static int run_job(run_ctx *r, const dev_task *t, sl_err *err)
     read_plan(r);
     if (open_net(r, err) || open_stages(r, err))
         return -1;
-    if (r->local[0] == 0) { /* the data owner feeds stage 0 */
+    if (r->local[0] == r->first) { /* the data owner feeds its chain's first stage */
         const dev_plan_options *po = &r->pl.options;
         const dev_dataset *d = dataset(r->js, r->pl.dataset);
-        dev_feed_opts fo = {.batch = r->pl.batch, .first = po->first, .sequences = po->sequences,
+        dev_feed_opts fo = {.batch = r->batch, .first = po->first, .sequences = po->sequences,
                             .shuffle = po->shuffle, .seed = po->seed, .mask_prob = (float)po->mask_prob};
         if (!d)
             return sl_err_set(err, SL_EINVAL, "stage 0 is this device's but it serves no dataset "
@@ -1462,17 +1579,23 @@ static void *run_main(void *arg)
         char got[200] = "";
         static const int kinds[] = {DEV_DIR_ACTIVATION, DEV_DIR_MASK, DEV_DIR_GRADIENT,
                                     DEV_DIR_LABELS, DEV_DIR_TIED, DEV_DIR_GATHER,
-                                    DEV_DIR_GATHER_RESULT};
+                                    DEV_DIR_GATHER_RESULT, DEV_DIR_SYNC};
         static const char *const names[] = {"act", "mask", "grad", "labels", "tied", "gather",
-                                            "gather_result"};
-        for (int k = 0; k < 7 && r.net; k++) {
+                                            "gather_result", "sync"};
+        for (int k = 0; k < (r.fed ? 8 : 7) && r.net; k++) {
             uint64_t n = 0;
             for (int i = 0; i < r.nlocal; i++)
                 n += dev_net_received(r.net, r.local[i], kinds[k]);
             size_t o = strlen(got);
             snprintf(got + o, sizeof got - o, "%s%s:%llu", k ? "," : "", names[k], (unsigned long long)n);
         }
-        sl_log_info("device: job done here", "job=%s epoch=%u received=%s", rt->job, rt->epoch, got);
+        if (r.fed)
+            sl_log_info("device: job done here", "job=%s epoch=%u received=%s sync_raw=%llu "
+                        "sync_wire=%llu", rt->job, rt->epoch, got, (unsigned long long)r.sync_raw,
+                        (unsigned long long)r.sync_wire);
+        else
+            sl_log_info("device: job done here", "job=%s epoch=%u received=%s", rt->job, rt->epoch,
+                        got);
     }
     pthread_mutex_lock(&js->mu);
     rt->ctx = NULL;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "dev_exch.h"
+#include "dev_model.h"
 #include "dev_stagesvc.h"
 #include "sl_log.h"
 #include "sl_mem.h"
@@ -17,9 +18,14 @@
 #define PREFIX 11               /* room for StageFrame's tag and length */
 #define STREAM_LIFE_MS (30LL * 24 * 3600 * 1000)
 #define MAX_MESSAGE (300u << 20)
+#define DEV_SYNC_ROUND_MAX 8     /* local stages that meet in a federation's round */
+/* sync rounds a sync flow may hold queued: a sender finishes its round only
+ * once it has every replica's payloads, this device's among them, so it is
+ * at most one round ahead of what this device takes */
+#define SYNC_ROUNDS 2
 
 /* Frame kinds, in the order of enum dev_direction. */
-enum { K_ACT, K_GRAD, K_MASK, K_LABELS, K_TIED, K_GATHER, K_GRES, NK };
+enum { K_ACT, K_GRAD, K_MASK, K_LABELS, K_TIED, K_GATHER, K_GRES, K_SYNC, NK };
 static int kind_of(int dir)
 {
     switch (dir) {
@@ -30,11 +36,12 @@ static int kind_of(int dir)
     case DEV_DIR_TIED: return K_TIED;
     case DEV_DIR_GATHER: return K_GATHER;
     case DEV_DIR_GATHER_RESULT: return K_GRES;
+    case DEV_DIR_SYNC: return K_SYNC;
     default: return -1;
     }
 }
 static const char *const kind_name[NK] = {"activation", "gradient", "mask", "labels",
-                                          "tied gradient", "gather", "gather result"};
+                                          "tied gradient", "gather", "gather result", "sync payload"};
 
 typedef struct qmsg {
     struct qmsg *next;
@@ -91,7 +98,16 @@ typedef struct nport {
     dev_port base;
     dev_net *n;
     uint64_t step;
+    int first;             /* the first stage of its chain (base.index is within it) */
 } nport;
+
+/* A local stage's replica sync (a federation). */
+typedef struct nsync {
+    dev_sync base;
+    dev_net *n;
+    int g;                 /* the stage */
+    int slot;              /* its place among the local stages */
+} nsync;
 
 struct dev_net {
     dev_net_cfg c;
@@ -101,6 +117,17 @@ struct dev_net {
     link *links;
     int nlinks;
     nport *ports;          /* [stages]; only local stages are used */
+    nsync *syncs;          /* [stages] in a federation; only local stages are used */
+    int nlocal;
+    /* a federation's round: the local stages meet here (under mu) */
+    const dev_sync_tensor *rv_t[DEV_SYNC_ROUND_MAX];
+    int rv_g[DEV_SYNC_ROUND_MAX];
+    int rv_n[DEV_SYNC_ROUND_MAX];
+    uint64_t rv_round[DEV_SYNC_ROUND_MAX];
+    int rv_arrived;
+    uint64_t rv_gen;
+    dev_tensor *layout;    /* the whole model's tensors (the sync's names and units) */
+    int nlayout;
     int aborted, closing;
     char why[320];
     char lost[32];         /* the peer whose link broke, when that stopped the net */
@@ -108,6 +135,7 @@ struct dev_net {
 };
 
 static const dev_port_ops net_ops;
+static const dev_sync_ops sync_ops;
 
 static int local(const dev_net *n, int stage) { return !strcmp(n->stage[stage].device, n->c.self_id); }
 
@@ -124,8 +152,16 @@ static link *link_of(dev_net *n, int a, int b)
     return NULL;
 }
 
-/* The link carrying labels and the tied gradient: first to last. */
-static link *side_link(dev_net *n) { return link_of(n, 0, n->c.stages - 1); }
+/* The link of a port's chain carrying labels and the tied gradient: its
+ * first stage to its last. */
+static link *side_link(dev_net *n, const dev_port *p)
+{
+    int first = ((const nport *)p)->first;
+    return link_of(n, first, first + p->stages - 1);
+}
+
+/* A port's stage as the net numbers it. */
+static int gi(const dev_port *p) { return ((const nport *)p)->first + p->index; }
 
 /* ---- abort ---------------------------------------------------------------- */
 
@@ -247,6 +283,51 @@ static void flow_free(flow *f)
     pthread_mutex_destroy(&f->txmu);
 }
 
+/* The unit of a tensor the sync names (the tied copy goes by the word
+ * embeddings' name), its entry in the model's layout; NULL if unknown. */
+static const dev_tensor *sync_tensor(const dev_net *n, const char *name)
+{
+    for (int k = 0; k < n->nlayout; k++)
+        if (!(n->layout[k].flags & DEV_T_TIED) && !strcmp(n->layout[k].name, name))
+            return &n->layout[k];
+    return NULL;
+}
+
+static int is_word(const char *name) { return !strcmp(name, "bert.embeddings.word_embeddings.weight"); }
+
+static size_t cols_of(const dev_tensor *t) { return t->cols ? (size_t)t->cols : t->numel; }
+
+/* A sync payload's frame (header, payload, tag) as it crosses. */
+static size_t sync_frame_len(size_t len)
+{
+    dev_frame_hdr h;
+    memset(&h, 0, sizeof h);
+    h.direction = DEV_DIR_SYNC;
+    h.codec = DEV_CODEC_NONE;
+    h.dtype = DEV_DTYPE_U8;
+    h.ndim = 1;
+    h.dims[0] = (uint32_t)len;
+    return dev_frame_max_len(&h);
+}
+
+/* The bytes of one round's sync frames from stage `from` to stage `to`:
+ * each tensor `from` gives that `to` receives for its device. */
+static size_t sync_round_bytes(const dev_net *n, int from, int to)
+{
+    size_t total = 0;
+    const dev_net_stage *f = &n->stage[from];
+    for (int k = 0; k < n->nlayout; k++) {
+        const dev_tensor *t = &n->layout[k];
+        if ((t->flags & DEV_T_TIED) || t->unit < f->first_unit || t->unit > f->last_unit)
+            continue;
+        if (!dev_exch_sync_target(&n->c, to, t->unit, 0) &&
+            !(is_word(t->name) && dev_exch_sync_target(&n->c, to, 0, 1)))
+            continue;
+        total += sync_frame_len(dev_sync_payload_len(&n->c.sync, t->numel, cols_of(t))) + PREFIX;
+    }
+    return total;
+}
+
 /* The bytes of one kind of frame that a flow this device receives may hold
  * queued: one step's worth (a frame per micro-batch for activations, masks
  * and gradients, else one), each frame at its largest (codec none or, for
@@ -257,8 +338,10 @@ static void flow_free(flow *f)
 static size_t kind_budget(const dev_net *n, int a, int b, int down, int dir)
 {
     const dev_net_cfg *c = &n->c;
-    if (!dev_exch_allowed(c->stages, a, b, down, dir))
+    if (!dev_exch_allowed_in(c, a, b, down, dir))
         return 0;
+    if (dir == DEV_DIR_SYNC)
+        return SYNC_ROUNDS * sync_round_bytes(n, down ? a : b, down ? b : a);
     size_t elems = 0, per_step = 1;
     uint8_t dtype = DEV_DTYPE_F32;
     switch (dir) {
@@ -309,7 +392,7 @@ static int flow_init(dev_net *n, flow *f, int from, int to, int mode, sl_err *er
         int a = from < to ? from : to, b = from < to ? to : from;
         static const int dirs[NK] = {DEV_DIR_ACTIVATION, DEV_DIR_GRADIENT, DEV_DIR_MASK,
                                      DEV_DIR_LABELS, DEV_DIR_TIED, DEV_DIR_GATHER,
-                                     DEV_DIR_GATHER_RESULT};
+                                     DEV_DIR_GATHER_RESULT, DEV_DIR_SYNC};
         for (int k = 0; k < NK; k++)
             f->max_queued[k] = kind_budget(n, a, b, from < to, dirs[k]);
     }
@@ -323,6 +406,12 @@ dev_net *dev_net_open(const dev_net_cfg *c, sl_err *err)
         sl_err_set(err, SL_EINVAL, "a pipeline of %d stages and %d micro-batches", p, c->depth);
         return NULL;
     }
+    int fed = c->replicas >= 2;
+    if (fed && (c->replicas > DEV_SYNC_MAX_REPLICAS || !c->model ||
+                c->sync.replicas != c->replicas)) {
+        sl_err_set(err, SL_EINVAL, "a federation of %d replicas needs its model and sync", c->replicas);
+        return NULL;
+    }
     dev_net *n = sl_xcalloc(1, sizeof *n);
     n->c = *c;
     n->stage = sl_xmalloc((size_t)p * sizeof *n->stage);
@@ -332,12 +421,41 @@ dev_net *dev_net_open(const dev_net_cfg *c, sl_err *err)
         n->c.connect_timeout_ms = 60000;
     pthread_mutex_init(&n->mu, NULL);
     pthread_cond_init(&n->cv, NULL);
-    n->links = sl_xcalloc((size_t)p + 1, sizeof *n->links);
-    /* the pipeline's links as dev_exch_is_link has them: the chain, and the
-     * side link of the tied gradient when first and last are not neighbours */
+    for (int i = 0; i < p; i++)
+        n->nlocal += local(n, i);
+    if (fed) {
+        size_t total;
+        if (n->nlocal > DEV_SYNC_ROUND_MAX) {
+            sl_err_set(err, SL_EINVAL, "%d stages on this device, a federation's device holds at "
+                       "most %d", n->nlocal, DEV_SYNC_ROUND_MAX);
+            dev_net_free(n);
+            return NULL;
+        }
+        if (dev_model_layout(c->model, 0, dev_unit_head(c->model), &n->layout, &n->nlayout,
+                             &total, err)) {
+            dev_net_free(n);
+            return NULL;
+        }
+        for (int i = 0; i < p; i++)
+            if (n->stage[i].first_unit < 0 || n->stage[i].last_unit < n->stage[i].first_unit ||
+                n->stage[i].last_unit > dev_unit_head(c->model)) {
+                sl_err_set(err, SL_EINVAL, "stage %d: units %d..%d of a model of %d", i,
+                           n->stage[i].first_unit, n->stage[i].last_unit,
+                           dev_unit_count(c->model));
+                dev_net_free(n);
+                return NULL;
+            }
+    }
+    /* the links as dev_exch_link has them: each chain, its side link of the
+     * tied gradient when first and last are not neighbours, the sync links */
+    int nl = 0;
+    for (int a = 0; a < p; a++)
+        for (int b = a + 1; b < p; b++)
+            nl += dev_exch_link(&n->c, a, b);
+    n->links = sl_xcalloc((size_t)nl + 1, sizeof *n->links);
     for (int a = 0; a < p; a++)
         for (int b = a + 1; b < p; b++) {
-            if (!dev_exch_is_link(p, a, b))
+            if (!dev_exch_link(&n->c, a, b))
                 continue;
             link *l = &n->links[n->nlinks++];
             l->n = n;
@@ -356,15 +474,56 @@ dev_net *dev_net_open(const dev_net_cfg *c, sl_err *err)
                 dev_topk_ef_init(&l->up.ef, c->act_floats, err) == 0)
                 l->up.ef_ok = 1;
         }
+    /* a Stage server takes DEV_STAGE_STREAMS_PER_PEER streams from one
+     * device: half of them for one plan's links, the rest for the previous
+     * epoch's while they close, and retries */
+    for (int i = 0; fed && i < n->nlinks; i++) {
+        const char *peer = peer_of(n, &n->links[i]);
+        int with = 0;
+        for (int k = 0; k < n->nlinks; k++)
+            with += (n->links[k].mode == L_CLIENT || n->links[k].mode == L_SERVER) &&
+                    !strcmp(peer_of(n, &n->links[k]), peer);
+        if (with > DEV_STAGE_STREAMS_PER_PEER / 2) {
+            sl_err_set(err, SL_EINVAL, "the plan has %d links between this device and %s, more "
+                       "than the %d a Stage server takes from one device in a plan", with, peer,
+                       DEV_STAGE_STREAMS_PER_PEER / 2);
+            dev_net_free(n);
+            return NULL;
+        }
+    }
     n->ports = sl_xcalloc((size_t)p, sizeof *n->ports);
-    for (int i = 0; i < p; i++)
-        n->ports[i] = (nport){.base = {.ops = &net_ops, .stages = p, .index = i}, .n = n};
+    for (int i = 0; i < p; i++) {
+        int first = 0, cn = p;
+        if (fed) {
+            first = i;
+            while (first > 0 && n->stage[first - 1].replica == n->stage[i].replica)
+                first--;
+            for (cn = 1; first + cn < p && n->stage[first + cn].replica == n->stage[i].replica;)
+                cn++;
+        }
+        n->ports[i] = (nport){.base = {.ops = &net_ops, .stages = cn, .index = i - first}, .n = n,
+                              .first = first};
+    }
+    if (fed) {
+        n->syncs = sl_xcalloc((size_t)p, sizeof *n->syncs);
+        for (int i = 0, slot = 0; i < p; i++)
+            if (local(n, i))
+                n->syncs[i] = (nsync){.base = {.ops = &sync_ops, .c = c->sync,
+                                               .replica = n->stage[i].replica,
+                                               .stage = n->ports[i].base.index},
+                                      .n = n, .g = i, .slot = slot++};
+    }
     return n;
 }
 
 dev_port *dev_net_port(dev_net *n, int i)
 {
     return i >= 0 && i < n->c.stages && local(n, i) ? &n->ports[i].base : NULL;
+}
+
+dev_sync *dev_net_sync(dev_net *n, int i)
+{
+    return n->syncs && i >= 0 && i < n->c.stages && local(n, i) ? &n->syncs[i].base : NULL;
 }
 
 /* ---- sending ------------------------------------------------------------------ */
@@ -588,8 +747,8 @@ static void receive_loop(link *l, flow *in)
         size_t fl;
         dev_frame_hdr h;
         sl_err ferr = {0};
-        int why = dev_exch_frame(n->c.stages, l->a, l->b, in == &l->down, b.data, b.len, &fr, &fl,
-                                 &h, &ferr);
+        int why = dev_exch_frame_in(&n->c, l->a, l->b, in == &l->down, b.data, b.len, &fr, &fl,
+                                    &h, &ferr);
         int k = why == DEV_FR_OK ? kind_of(h.direction) : -1;
         pthread_mutex_lock(&n->mu);
         if (k < 0) {
@@ -1002,6 +1161,8 @@ void dev_net_free(dev_net *n)
     }
     free(n->links);
     free(n->ports);
+    free(n->syncs);
+    free(n->layout);
     free(n->stage);
     pthread_cond_destroy(&n->cv);
     pthread_mutex_destroy(&n->mu);
@@ -1020,7 +1181,14 @@ void dev_net_take_bytes(dev_net *n, int i, dev_net_bytes *b)
             if (f->from != i)
                 continue;
             uint64_t wire = l->mode == L_LOCAL ? f->raw : f->wire;
-            if (l->b - l->a > 1) {
+            int cn, first = n->ports[i].first;
+            cn = n->ports[i].base.stages;
+            int chain = l->a >= first && l->b < first + cn &&
+                        dev_exch_is_link(cn, l->a - first, l->b - first);
+            if (!chain) {
+                b->raw_sync += f->raw;
+                b->wire_sync += wire;
+            } else if (l->b - l->a > 1) {
                 b->raw_side += f->raw;
                 b->wire_side += wire;
             } else if (f->to > f->from) {
@@ -1098,31 +1266,31 @@ static int np_send_act(dev_port *p, int mb, const float *x, size_t nx, const int
                        size_t nvalid, sl_err *err)
 {
     dev_net *n = net_of(p);
-    link *l = link_of(n, p->index, p->index + 1);
-    if (!l || nvalid == 0 || nx % nvalid)
-        return sl_err_set(err, SL_EINVAL, "stage %d sends no activation", p->index);
+    link *l = link_of(n, gi(p), gi(p) + 1);
+    if (p->index + 1 >= p->stages || !l || nvalid == 0 || nx % nvalid)
+        return sl_err_set(err, SL_EINVAL, "stage %d sends no activation", gi(p));
     uint64_t s = step_of(p);
     dev_frame_hdr hm = hdr(DEV_DIR_MASK, DEV_CODEC_NONE, DEV_DTYPE_I32, s, mb, 0, 1,
                            (uint32_t)nvalid, 0, 0);
     dev_frame_hdr ha = hdr(DEV_DIR_ACTIVATION, n->c.codec_act, DEV_DTYPE_F32, s, mb, 0, 2,
                            (uint32_t)nvalid, (uint32_t)(nx / nvalid), 0);
-    return put(n, l, &l->down, &hm, valid, p->index, err) ||
-           put(n, l, &l->down, &ha, x, p->index, err);
+    return put(n, l, &l->down, &hm, valid, gi(p), err) ||
+           put(n, l, &l->down, &ha, x, gi(p), err);
 }
 
 static int np_recv_act(dev_port *p, int mb, float *x, size_t nx, int32_t *valid, size_t nvalid,
                        sl_err *err)
 {
     dev_net *n = net_of(p);
-    link *l = link_of(n, p->index - 1, p->index);
+    link *l = p->index > 0 ? link_of(n, gi(p) - 1, gi(p)) : NULL;
     if (!l || nvalid == 0 || nx % nvalid)
-        return sl_err_set(err, SL_EINVAL, "stage %d receives no activation", p->index);
+        return sl_err_set(err, SL_EINVAL, "stage %d receives no activation", gi(p));
     uint64_t s = step_of(p);
     uint32_t dm[1] = {(uint32_t)nvalid}, da[2] = {(uint32_t)nvalid, (uint32_t)(nx / nvalid)};
-    return take(n, l, &l->down, DEV_DIR_MASK, s, mb, DEV_DTYPE_I32, dm, 1, valid, NULL, p->index,
+    return take(n, l, &l->down, DEV_DIR_MASK, s, mb, DEV_DTYPE_I32, dm, 1, valid, NULL, gi(p),
                 err) ||
            take(n, l, &l->down, DEV_DIR_ACTIVATION, s, mb, DEV_DTYPE_F32, da, 2, x, NULL,
-                p->index, err);
+                gi(p), err);
 }
 
 /* Activations and gradients cross as (tokens, hidden): the int8 codec
@@ -1130,9 +1298,9 @@ static int np_recv_act(dev_port *p, int mb, float *x, size_t nx, int32_t *valid,
 static int np_send_grad(dev_port *p, int mb, const float *g, size_t ng, sl_err *err)
 {
     dev_net *n = net_of(p);
-    link *l = link_of(n, p->index - 1, p->index);
+    link *l = p->index > 0 ? link_of(n, gi(p) - 1, gi(p)) : NULL;
     if (!l)
-        return sl_err_set(err, SL_EINVAL, "stage %d sends no gradient", p->index);
+        return sl_err_set(err, SL_EINVAL, "stage %d sends no gradient", gi(p));
     size_t rows = n->c.mask_ints ? n->c.mask_ints : 1;
     if (ng % rows)
         rows = 1;
@@ -1140,48 +1308,48 @@ static int np_send_grad(dev_port *p, int mb, const float *g, size_t ng, sl_err *
                           (uint32_t)rows, (uint32_t)(ng / rows), 0);
     if (n->c.codec_grad == DEV_CODEC_TOPK)
         h.k = (uint32_t)dev_topk_k(ng, n->c.topk);
-    return put(n, l, &l->up, &h, g, p->index, err);
+    return put(n, l, &l->up, &h, g, gi(p), err);
 }
 
 static int np_recv_grad(dev_port *p, int mb, float *g, size_t ng, sl_err *err)
 {
     dev_net *n = net_of(p);
-    link *l = link_of(n, p->index, p->index + 1);
+    link *l = p->index + 1 < p->stages ? link_of(n, gi(p), gi(p) + 1) : NULL;
     if (!l)
-        return sl_err_set(err, SL_EINVAL, "stage %d receives no gradient", p->index);
+        return sl_err_set(err, SL_EINVAL, "stage %d receives no gradient", gi(p));
     size_t rows = n->c.mask_ints ? n->c.mask_ints : 1;
     if (ng % rows)
         rows = 1;
     uint32_t d[2] = {(uint32_t)rows, (uint32_t)(ng / rows)};
     return take(n, l, &l->up, DEV_DIR_GRADIENT, step_of(p), mb, DEV_DTYPE_F32, d, 2, g, NULL,
-                p->index, err);
+                gi(p), err);
 }
 
 static int np_send_labels(dev_port *p, const int32_t *labels, size_t nl, int masked, sl_err *err)
 {
     dev_net *n = net_of(p);
-    link *l = side_link(n);
+    link *l = side_link(n, p);
     if (!l || p->index != 0)
-        return sl_err_set(err, SL_EINVAL, "stage %d sends no labels", p->index);
+        return sl_err_set(err, SL_EINVAL, "stage %d sends no labels", gi(p));
     dev_frame_hdr h = hdr(DEV_DIR_LABELS, DEV_CODEC_NONE, DEV_DTYPE_I32, step_of(p), 0,
                           (uint64_t)masked, 1, (uint32_t)nl, 0, 0);
-    return put(n, l, &l->down, &h, labels, p->index, err);
+    return put(n, l, &l->down, &h, labels, gi(p), err);
 }
 
 static int np_recv_labels(dev_port *p, int32_t *labels, size_t nl, int *masked, sl_err *err)
 {
     dev_net *n = net_of(p);
-    link *l = side_link(n);
+    link *l = side_link(n, p);
     if (!l || p->index != p->stages - 1)
-        return sl_err_set(err, SL_EINVAL, "stage %d receives no labels", p->index);
+        return sl_err_set(err, SL_EINVAL, "stage %d receives no labels", gi(p));
     uint32_t d[1] = {(uint32_t)nl};
     uint64_t aux = 0;
     if (take(n, l, &l->down, DEV_DIR_LABELS, step_of(p), 0, DEV_DTYPE_I32, d, 1, labels, &aux,
-             p->index, err))
+             gi(p), err))
         return -1;
     if (aux > nl)
         return sl_err_set(err, SL_ECORRUPT, "stage %d: %llu masked tokens among %zu labels",
-                          p->index, (unsigned long long)aux, nl);
+                          gi(p), (unsigned long long)aux, nl);
     *masked = (int)aux;
     return 0;
 }
@@ -1189,16 +1357,16 @@ static int np_recv_labels(dev_port *p, int32_t *labels, size_t nl, int *masked, 
 static int np_tied(dev_port *p, const float *mine, float *theirs, size_t nt, sl_err *err)
 {
     dev_net *n = net_of(p);
-    link *l = side_link(n);
+    link *l = side_link(n, p);
     int first = p->index == 0;
     if (!l || (!first && p->index != p->stages - 1))
-        return sl_err_set(err, SL_EINVAL, "stage %d has no tied partner", p->index);
+        return sl_err_set(err, SL_EINVAL, "stage %d has no tied partner", gi(p));
     uint64_t s = step_of(p);
     dev_frame_hdr h = hdr(DEV_DIR_TIED, DEV_CODEC_NONE, DEV_DTYPE_F32, s, 0, 0, 1, (uint32_t)nt, 0, 0);
     uint32_t d[1] = {(uint32_t)nt};
-    return put(n, l, first ? &l->down : &l->up, &h, mine, p->index, err) ||
+    return put(n, l, first ? &l->down : &l->up, &h, mine, gi(p), err) ||
            take(n, l, first ? &l->up : &l->down, DEV_DIR_TIED, s, 0, DEV_DTYPE_F32, d, 1, theirs,
-                NULL, p->index, err);
+                NULL, gi(p), err);
 }
 
 /* Down the chain stage by stage, each adding its values; the last has them
@@ -1207,10 +1375,10 @@ static int np_gather(dev_port *p, const double *mine, int nm, double *all, int c
                      sl_err *err)
 {
     dev_net *n = net_of(p);
-    int i = p->index, last = p->stages - 1;
+    int i = gi(p), first = ((nport *)p)->first, last = first + p->stages - 1;
     uint64_t s = step_of(p);
     int have = 0;
-    if (i > 0) { /* the values so far: their count comes with the frame */
+    if (i > first) { /* the values so far: their count comes with the frame */
         link *l = link_of(n, i - 1, i);
         uint32_t len = peek_len(n, l, &l->down, K_GATHER);
         if (len == 0 || (int)len + nm > cap)
@@ -1243,7 +1411,7 @@ static int np_gather(dev_port *p, const double *mine, int nm, double *all, int c
             return -1;
         have = (int)len;
     }
-    if (i > 0) {
+    if (i > first) {
         link *up = link_of(n, i - 1, i);
         dev_frame_hdr h = hdr(DEV_DIR_GATHER_RESULT, DEV_CODEC_NONE, DEV_DTYPE_F64, s, 0, 0, 1,
                               (uint32_t)have, 0, 0);
@@ -1253,6 +1421,323 @@ static int np_gather(dev_port *p, const double *mine, int nm, double *all, int c
     *n_all = have;
     return 0;
 }
+
+/* ---- the replica sync (a federation) ---------------------------------------------- */
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* Takes the next sync frame of a flow into dst (cap bytes): its tensor key
+ * (aux) and length. A frame that does not authenticate is refused, counted
+ * and the next one awaited (as take does); one of another round, or longer
+ * than any payload due on the flow, fails the round. */
+static int take_sync(dev_net *n, link *l, flow *f, uint64_t round, uint8_t *dst, size_t cap,
+                     uint64_t *key, size_t *len, int stage, sl_err *err)
+{
+    if (l->mode == L_LOCAL)
+        return sl_err_set(err, SL_EINVAL, "stage %d: a sync payload within this device", stage);
+    for (;;) {
+        pthread_mutex_lock(&n->mu);
+        while (!n->aborted && !f->qh[K_SYNC] && l->state != 2)
+            pthread_cond_wait(&n->cv, &n->mu);
+        qmsg *q = f->qh[K_SYNC];
+        int rc = 0;
+        if (q) {
+            f->qh[K_SYNC] = q->next;
+            if (!f->qh[K_SYNC])
+                f->qt[K_SYNC] = NULL;
+            f->queued[K_SYNC] -= q->buf.len;
+        } else if (n->aborted) {
+            rc = stopped(n, stage, err);
+        } else {
+            rc = sl_err_set(err, SL_EIO, "stage %d: the link to stage %d ended before its sync "
+                            "payloads came", stage, f->from);
+            abort_lost_locked(n, n->stage[f->from].device, err->msg);
+        }
+        pthread_mutex_unlock(&n->mu);
+        if (rc)
+            return -1;
+        dev_frame_hdr h;
+        sl_err ferr = {0};
+        int ok = dev_frame_decode_any(&f->rx, q->frame, q->len, &h, dst, cap, &ferr) == 0;
+        int reason = ok ? DEV_FR_OK : f->rx.last;
+        rpc_buf_free(&q->buf);
+        free(q->data);
+        free(q);
+        if (!ok) {
+            pthread_mutex_lock(&n->mu);
+            refuse_count(n, reason);
+            pthread_mutex_unlock(&n->mu);
+            if (reason == DEV_FR_CAPACITY)
+                return sl_err_set(err, SL_ECORRUPT, "stage %d: a sync payload from stage %d longer "
+                                  "than any due (%zu bytes at most): %s", stage, f->from, cap,
+                                  ferr.msg);
+            sl_log_warn("device: frame refused", "stage=%d from=%d kind=sync reason=\"%s\"", stage,
+                        f->from, ferr.msg);
+            continue;
+        }
+        if (h.direction != DEV_DIR_SYNC || h.dtype != DEV_DTYPE_U8 || h.ndim != 1 ||
+            h.step != round) {
+            pthread_mutex_lock(&n->mu);
+            refuse_count(n, DEV_FR_MISROUTED);
+            pthread_mutex_unlock(&n->mu);
+            return sl_err_set(err, SL_ECORRUPT, "stage %d: a sync payload of round %llu from "
+                              "stage %d where round %llu was due", stage,
+                              (unsigned long long)h.step, f->from, (unsigned long long)round);
+        }
+        *key = h.aux;
+        *len = h.dims[0];
+        return 0;
+    }
+}
+
+/* One tensor name this device holds in a round. */
+typedef struct sname {
+    const char *name;
+    uint64_t key;                 /* the frames' aux */
+    const dev_tensor *t;          /* its entry in the model's layout */
+    size_t n, cols, len;          /* elements, row length, payload bytes */
+    const uint8_t *mine;          /* this replica's payload, when a local stage gives it */
+    int giver;                    /* that stage */
+    float *out[DEV_SYNC_ROUND_MAX];
+    int nout;
+    uint8_t *got[DEV_SYNC_MAX_REPLICAS]; /* the other replicas' payloads, received */
+    int from[DEV_SYNC_MAX_REPLICAS];     /* the stage each comes from, -1: not due */
+    int to;                       /* the local stage that receives them */
+} sname;
+
+/* The stage of replica r holding unit u, -1 if none. */
+static int holder(const dev_net *n, int r, int u)
+{
+    for (int i = 0; i < n->c.stages; i++)
+        if (n->stage[i].replica == r && u >= n->stage[i].first_unit && u <= n->stage[i].last_unit)
+            return i;
+    return -1;
+}
+
+static int gather_names(dev_net *n, uint64_t round, sname **out, int *nout, sl_err *err)
+{
+    int cap = 0;
+    for (int k = 0; k < n->nlocal; k++)
+        cap += n->rv_n[k];
+    sname *v = sl_xcalloc((size_t)cap + 1, sizeof *v);
+    int nv = 0;
+    *out = v;
+    for (int k = 0; k < n->nlocal; k++) {
+        if (n->rv_round[k] != round)
+            return sl_err_set(err, SL_EINVAL, "stage %d is at round %llu, stage %d at %llu",
+                              n->rv_g[k], (unsigned long long)n->rv_round[k], n->rv_g[0],
+                              (unsigned long long)round);
+        for (int j = 0; j < n->rv_n[k]; j++) {
+            const dev_sync_tensor *t = &n->rv_t[k][j];
+            sname *e = NULL;
+            for (int x = 0; x < nv && !e; x++)
+                if (!strcmp(v[x].name, t->name))
+                    e = &v[x];
+            if (!e) {
+                const dev_tensor *lt = sync_tensor(n, t->name);
+                if (!lt)
+                    return sl_err_set(err, SL_EINVAL, "tensor '%.80s' is not of the model", t->name);
+                e = &v[nv++];
+                e->name = t->name;
+                e->key = fnv1a(t->name);
+                e->t = lt;
+                e->n = lt->numel;
+                e->cols = cols_of(lt);
+                e->len = dev_sync_payload_len(&n->c.sync, e->n, e->cols);
+                e->giver = -1;
+                for (int x = 0; x + 1 < nv; x++)
+                    if (v[x].key == e->key)
+                        return sl_err_set(err, SL_EINVAL, "tensors '%s' and '%s' hash alike",
+                                          v[x].name, e->name);
+            }
+            if (t->n != e->n || t->cols != e->cols)
+                return sl_err_set(err, SL_EINVAL, "tensor '%s': %zu elements in rows of %zu, the "
+                                  "model's are %zu in rows of %zu", t->name, t->n, t->cols, e->n,
+                                  e->cols);
+            if (t->payload) {
+                if (e->mine)
+                    return sl_err_set(err, SL_EINVAL, "tensor '%s' is given twice", t->name);
+                e->mine = t->payload;
+                e->giver = n->rv_g[k];
+            }
+            e->out[e->nout++] = t->out;
+        }
+    }
+    *nout = nv;
+    return 0;
+}
+
+static int sync_round(dev_net *n, uint64_t round, sl_err *err)
+{
+    int R = n->c.replicas, me = n->stage[n->rv_g[0]].replica, nv = 0, rc = 0;
+    sname *v = NULL;
+    float *scratch = NULL;
+    uint8_t *buf = NULL;
+    size_t maxn = 1, maxlen = 1;
+    if ((rc = gather_names(n, round, &v, &nv, err)))
+        goto out;
+    /* what this device gives: to every stage of another device that
+     * receives the tensor for its device */
+    for (int x = 0; x < nv && !rc; x++) {
+        sname *e = &v[x];
+        int u = e->t->unit, w = is_word(e->name);
+        for (int b = 0; e->mine && b < n->c.stages && !rc; b++) {
+            if (local(n, b) || !(dev_exch_sync_target(&n->c, b, u, 0) ||
+                                 (w && dev_exch_sync_target(&n->c, b, 0, 1))))
+                continue;
+            int a = e->giver;
+            link *l = link_of(n, a < b ? a : b, a < b ? b : a);
+            if (!l) {
+                rc = sl_err_set(err, SL_EINTERNAL, "no sync link between stages %d and %d", a, b);
+                break;
+            }
+            dev_frame_hdr h = hdr(DEV_DIR_SYNC, DEV_CODEC_NONE, DEV_DTYPE_U8, round, 0, e->key, 1,
+                                  (uint32_t)e->len, 0, 0);
+            rc = put(n, l, a < b ? &l->down : &l->up, &h, e->mine, a, err);
+        }
+    }
+    if (rc)
+        goto out;
+    /* what it takes: each other replica's payload of each tensor, from the
+     * stage that gives it there, by the local stage that receives it */
+    for (int x = 0; x < nv; x++) {
+        sname *e = &v[x];
+        int u = e->t->unit, w = is_word(e->name);
+        e->to = -1;
+        for (int b = 0; b < n->c.stages && e->to < 0; b++)
+            if (local(n, b) && (dev_exch_sync_target(&n->c, b, u, 0) ||
+                                (w && dev_exch_sync_target(&n->c, b, 0, 1))))
+                e->to = b;
+        for (int r = 0; r < R; r++) {
+            e->from[r] = -1;
+            if (r == me && e->mine)
+                continue;
+            int a = holder(n, r, u);
+            if (a < 0 || local(n, a) || e->to < 0) {
+                rc = sl_err_set(err, SL_EINVAL, "tensor '%s': replica %d gives it nowhere this "
+                                "device receives it", e->name, r);
+                goto out;
+            }
+            e->from[r] = a;
+        }
+        maxn = e->n > maxn ? e->n : maxn;
+        maxlen = e->len > maxlen ? e->len : maxlen;
+    }
+    for (int x = 0; x < nv && !rc; x++)
+        for (int r = 0; r < R && !rc; r++) {
+            sname *e = &v[x];
+            int a = e->from[r];
+            if (a < 0 || e->got[r])
+                continue;
+            /* the next frame of that flow: any tensor due on it */
+            int b = e->to;
+            link *l = link_of(n, a < b ? a : b, a < b ? b : a);
+            if (!l) {
+                rc = sl_err_set(err, SL_EINTERNAL, "no sync link between stages %d and %d", a, b);
+                break;
+            }
+            if (!buf && !(buf = sl_try_malloc(maxlen))) {
+                rc = sl_err_set(err, SL_ENOMEM, "%zu bytes for a sync payload", maxlen);
+                break;
+            }
+            uint64_t key = 0;
+            size_t len = 0;
+            if ((rc = take_sync(n, l, a < b ? &l->down : &l->up, round, buf, maxlen, &key, &len, b,
+                                err)))
+                break;
+            sname *g = NULL;
+            for (int y = 0; y < nv && !g; y++)
+                if (v[y].key == key && v[y].from[r] == a && v[y].to == b && !v[y].got[r])
+                    g = &v[y];
+            if (!g)
+                rc = sl_err_set(err, SL_ECORRUPT, "stage %d sent a sync payload of no tensor due "
+                                "from it (key %016llx)", a, (unsigned long long)key);
+            else if (len != g->len)
+                rc = sl_err_set(err, SL_ECORRUPT, "stage %d sent %zu bytes of tensor '%s', whose "
+                                "payload is %zu", a, len, g->name, g->len);
+            else {
+                g->got[r] = buf;
+                buf = NULL;
+                x = -1; /* from the start: the tensor first due may still wait */
+                break;
+            }
+        }
+    if (rc)
+        goto out;
+    if (!(scratch = sl_try_aligned_alloc((size_t)R * maxn * sizeof(float)))) {
+        rc = sl_err_set(err, SL_ENOMEM, "cannot allocate %zu floats to combine", (size_t)R * maxn);
+        goto out;
+    }
+    for (int x = 0; x < nv && !rc; x++) {
+        sname *e = &v[x];
+        const uint8_t *pl[DEV_SYNC_MAX_REPLICAS];
+        for (int r = 0; r < R; r++)
+            pl[r] = e->from[r] < 0 ? e->mine : e->got[r];
+        if (dev_sync_combine(&n->c.sync, pl, e->n, e->cols, e->out[0], scratch, err)) {
+            rc = sl_err_wrap(err, "tensor '%s'", e->name);
+            break;
+        }
+        for (int k = 1; k < e->nout; k++)
+            memcpy(e->out[k], e->out[0], e->n * sizeof(float));
+    }
+out:
+    for (int x = 0; x < nv; x++)
+        for (int r = 0; r < R; r++)
+            free(v[x].got[r]);
+    free(v);
+    free(buf);
+    sl_aligned_free(scratch);
+    return rc ? -1 : 0;
+}
+
+static int sync_reduce(dev_sync *s, uint64_t round, const dev_sync_tensor *t, int nt, sl_err *err)
+{
+    nsync *me = (nsync *)s;
+    dev_net *n = me->n;
+    pthread_mutex_lock(&n->mu);
+    if (n->aborted) {
+        int rc = stopped(n, me->g, err);
+        pthread_mutex_unlock(&n->mu);
+        return rc;
+    }
+    n->rv_t[me->slot] = t;
+    n->rv_n[me->slot] = nt;
+    n->rv_round[me->slot] = round;
+    n->rv_g[me->slot] = me->g;
+    if (++n->rv_arrived < n->nlocal) {
+        uint64_t gen = n->rv_gen;
+        while (n->rv_gen == gen && !n->aborted)
+            pthread_cond_wait(&n->cv, &n->mu);
+        int rc = n->aborted ? stopped(n, me->g, err) : 0;
+        pthread_mutex_unlock(&n->mu);
+        return rc;
+    }
+    n->rv_arrived = 0;
+    pthread_mutex_unlock(&n->mu);
+    int rc = sync_round(n, round, err);
+    if (rc) {
+        char why[320];
+        snprintf(why, sizeof why, "replica sync of step %llu: %.280s", (unsigned long long)round,
+                 err->msg);
+        dev_net_abort(n, why);
+    }
+    pthread_mutex_lock(&n->mu);
+    n->rv_gen++;
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+    return rc;
+}
+
+static void sync_abort(dev_sync *s, const char *why) { dev_net_abort(((nsync *)s)->n, why); }
+static void sync_free(dev_sync *s) { (void)s; }
+
+static const dev_sync_ops sync_ops = {sync_reduce, sync_abort, sync_free};
 
 static void np_abort(dev_port *p, const char *why) { dev_net_abort(net_of(p), why); }
 static void np_free(dev_port *p) { (void)p; }

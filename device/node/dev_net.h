@@ -18,15 +18,26 @@
  * written by the link's sender thread; received frames are queued by kind
  * and opened by the stage that takes them. A frame that fails any check is
  * refused, counted and the pipeline stops with the reason (a port call
- * fails; the runner aborts the others) — never a crash. */
+ * fails; the runner aborts the others) — never a crash.
+ *
+ * A federation (replicas >= 2, docs/federation.md) is one chain per
+ * replica, the stages numbered across all of them (replica r's follow
+ * replica r-1's): the links above are within each replica's chain, and the
+ * replica sync (dev_sync.h, dev_net_sync) adds sync links between stages of
+ * different devices where one gives a tensor that the other receives for
+ * its device (dev_exch_sync_flow). They are links like the others: opened
+ * by the device of the lower stage, the same hello, keys and frames;
+ * their frames are sync payloads (DEV_DIR_SYNC). */
 #ifndef DEV_NET_H
 #define DEV_NET_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dev_config.h"
 #include "dev_frame.h"
 #include "dev_port.h"
+#include "dev_sync.h"
 #include "rpc.h"
 #include "sl_err.h"
 
@@ -34,6 +45,8 @@ typedef struct dev_net_stage {
     char device[32];     /* device id */
     char address[256];   /* where it serves Stage */
     uint8_t link_key[32]; /* its X25519 public key */
+    /* a federation's: the stage's replica and units (else unread) */
+    int replica, first_unit, last_unit;
 } dev_net_stage;
 
 typedef struct dev_net_cfg {
@@ -50,13 +63,25 @@ typedef struct dev_net_cfg {
     int depth;           /* the micro-batch count */
     size_t act_floats, mask_ints, label_ints, tied_floats, gather_max;
     int connect_timeout_ms; /* how long to keep trying a neighbour (0: 60 s) */
+    /* a federation: replicas >= 2 (0 or 1: one chain), the model (the sync's
+     * tensors) and the sync's weights and codec */
+    int replicas;
+    const dev_config *model;
+    dev_sync_cfg sync;
 } dev_net_cfg;
 
 typedef struct dev_net dev_net;
 
 dev_net *dev_net_open(const dev_net_cfg *c, sl_err *err);
-/* The port of local stage i (owned by the net). */
+/* The port of local stage i (owned by the net). In a federation its
+ * index and stage count are those within the stage's replica. */
 dev_port *dev_net_port(dev_net *n, int i);
+/* A federation's replica sync of local stage i (owned by the net; NULL
+ * outside a federation). Every local stage of the device calls it in each
+ * round; the last to arrive sends this device's payloads to the devices
+ * that receive them, takes the others' and combines every tensor of the
+ * device (dev_sync_combine), so each payload crosses once per device. */
+dev_sync *dev_net_sync(dev_net *n, int i);
 /* Starts the links this device opens (a thread each: connect with retries,
  * then send). Ports may be used before they are up: calls wait. */
 int dev_net_start(dev_net *n, sl_err *err);
@@ -95,6 +120,7 @@ int dev_net_lost_peer(dev_net *n, char *peer, size_t cap);
  * codec (raw) and as frames. */
 typedef struct dev_net_bytes {
     uint64_t raw_down, wire_down, raw_up, wire_up, raw_side, wire_side;
+    uint64_t raw_sync, wire_sync; /* on sync links to other replicas (a federation) */
 } dev_net_bytes;
 void dev_net_take_bytes(dev_net *n, int i, dev_net_bytes *b);
 /* Frames refused on this device's links, per reason (DEV_FR_*). */

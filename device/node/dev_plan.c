@@ -7,6 +7,7 @@
 
 #include "cert.h"
 #include "dev_codec.h"
+#include "dev_fed.h"
 #include "dev_model.h"
 #include "dev_stage.h"
 #include "sl_mem.h"
@@ -273,7 +274,18 @@ static int apply_task(dev_plan *p, sl_err *err)
     return 0;
 }
 
-/* The data owner's dataset: 1..64 letters, digits, '.', '_' or '-'. */
+/* A dataset's name: 1..64 letters, digits, '.', '_' or '-'. */
+static int dataset_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    int ok = n >= 1 && n <= 64;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+             (name[i] >= '0' && name[i] <= '9') || name[i] == '.' || name[i] == '_' || name[i] == '-';
+    return ok;
+}
+
+/* The data owner's dataset (owner 0's in a federation). */
 static int read_data(const json_t *pl, dev_plan *p, sl_err *err)
 {
     const json_t *d = field(pl, "", "data", err);
@@ -282,19 +294,109 @@ static int read_data(const json_t *pl, dev_plan *p, sl_err *err)
     const char *name = get_str(d, "data.", "dataset", err);
     if (!name)
         return -1;
-    size_t n = strlen(name);
-    int ok = n >= 1 && n < sizeof p->dataset;
-    for (size_t i = 0; ok && i < n; i++)
-        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
-             (name[i] >= '0' && name[i] <= '9') || name[i] == '.' || name[i] == '_' || name[i] == '-';
-    if (!ok)
+    if (!dataset_name_ok(name))
         return sl_err_set(err, SL_ECORRUPT, "plan: data.dataset: '%.70s' is not a dataset name", name);
-    memcpy(p->dataset, name, n + 1);
+    snprintf(p->dataset, sizeof p->dataset, "%s", name);
+    return 0;
+}
+
+/* A federation's replicas and sync (both or neither), before the stages. */
+static int read_replicas(const json_t *pl, dev_plan *p, sl_err *err)
+{
+    const json_t *reps = json_object_get(pl, "replicas"), *sy = json_object_get(pl, "sync");
+    if (!reps && !sy)
+        return 0;
+    if (!reps || !sy)
+        return sl_err_set(err, SL_ECORRUPT, "plan: %s without %s", reps ? "replicas" : "sync",
+                          reps ? "sync" : "replicas");
+    if (!json_is_array(reps))
+        return sl_err_set(err, SL_ECORRUPT, "plan: replicas: not an array");
+    size_t R = json_array_size(reps);
+    if (R < 2 || R > DEV_PLAN_MAX_REPLICAS)
+        return sl_err_set(err, SL_ECORRUPT, "plan: replicas: %zu, not 2..%d", R,
+                          DEV_PLAN_MAX_REPLICAS);
+    p->n_replicas = (int)R;
+    long long total = 0;
+    int first = 0;
+    for (int r = 0; r < p->n_replicas; r++) {
+        const json_t *o = json_array_get(reps, (size_t)r);
+        char at[32];
+        snprintf(at, sizeof at, "replicas[%d].", r);
+        if (!json_is_object(o))
+            return sl_err_set(err, SL_ECORRUPT, "plan: replicas[%d]: not an object", r);
+        dev_plan_replica *rp = &p->replica[r];
+        const char *owner = get_str(o, at, "owner", err);
+        if (!owner)
+            return -1;
+        if (!cert_valid_device_id(owner))
+            return sl_err_set(err, SL_ECORRUPT, "plan: %sowner: '%.40s' is not a device id", at, owner);
+        snprintf(rp->owner, sizeof rp->owner, "%s", owner);
+        const char *ds = get_str(o, at, "dataset", err);
+        if (!ds)
+            return -1;
+        if (!dataset_name_ok(ds))
+            return sl_err_set(err, SL_ECORRUPT, "plan: %sdataset: '%.70s' is not a dataset name",
+                              at, ds);
+        snprintf(rp->dataset, sizeof rp->dataset, "%s", ds);
+        if (get_i(o, at, "batch", p->micro_batches, DEV_PLAN_MAX_BATCH, &rp->batch, err) ||
+            get_i(o, at, "first_stage", first, first, &rp->first_stage, err) ||
+            get_i(o, at, "stages", 1, DEV_PLAN_MAX_STAGES, &rp->n_stages, err))
+            return -1;
+        if (rp->batch % p->micro_batches)
+            return sl_err_set(err, SL_ECORRUPT, "plan: %sbatch: %d is not a multiple of "
+                              "micro_batches %d", at, rp->batch, p->micro_batches);
+        total += rp->batch;
+        first += rp->n_stages;
+    }
+    if (total != p->batch)
+        return sl_err_set(err, SL_ECORRUPT, "plan: replicas: their batches add up to %lld, not "
+                          "the batch %d", total, p->batch);
+    if (!json_is_object(sy))
+        return sl_err_set(err, SL_ECORRUPT, "plan: sync: not an object");
+    dev_plan_sync *s = &p->sync;
+    const char *mode = get_str(sy, "sync.", "mode", err);
+    if (!mode)
+        return -1;
+    if (!strcmp(mode, "step")) {
+        s->mode = DEV_SYNC_STEP;
+        if (get_i(sy, "sync.", "every", 1, 1, &s->every, err))
+            return -1;
+    } else if (!strcmp(mode, "outer")) {
+        s->mode = DEV_SYNC_OUTER;
+        if (get_i(sy, "sync.", "every", 1, p->steps, &s->every, err))
+            return -1;
+    } else {
+        return sl_err_set(err, SL_ECORRUPT, "plan: sync.mode: '%.40s' is not step or outer", mode);
+    }
+    const char *codec = get_str(sy, "sync.", "codec", err);
+    if (!codec)
+        return -1;
+    if ((s->codec = dev_plan_codec(codec, 1, &s->topk)) < 0)
+        return sl_err_set(err, SL_ECORRUPT, "plan: sync.codec: '%.40s' is not none, fp16, bf16, "
+                          "int8 or topk:F (0 < F <= 1)", codec);
+    if (get_num(sy, "sync.", "outer_lr", &s->outer_lr, err) ||
+        get_num(sy, "sync.", "outer_momentum", &s->outer_momentum, err))
+        return -1;
+    if (!(s->outer_lr > 0 && s->outer_lr <= 10))
+        return sl_err_set(err, SL_ECORRUPT, "plan: sync.outer_lr: %g is not in (0, 10]", s->outer_lr);
+    if (!(s->outer_momentum >= 0 && s->outer_momentum < 1))
+        return sl_err_set(err, SL_ECORRUPT, "plan: sync.outer_momentum: %g is not in [0, 1)",
+                          s->outer_momentum);
+    return 0;
+}
+
+/* The replica stage i is in (the plan's replicas cover 0..n_stages-1). */
+static int replica_of(const dev_plan *p, int i)
+{
+    for (int r = 0; r < p->n_replicas; r++)
+        if (i >= p->replica[r].first_stage && i < p->replica[r].first_stage + p->replica[r].n_stages)
+            return r;
     return 0;
 }
 
 static int read_stage(const json_t *s, int i, dev_plan *p, int next_unit, sl_err *err)
 {
+    int lead = i == 0 || (p->n_replicas && p->replica[replica_of(p, i)].first_stage == i);
     char at[32];
     snprintf(at, sizeof at, "stages[%d].", i);
     if (!json_is_object(s))
@@ -324,11 +426,19 @@ static int read_stage(const json_t *s, int i, dev_plan *p, int next_unit, sl_err
     if (get_i(s, at, "first_unit", 0, head, &st->first_unit, err) ||
         get_i(s, at, "last_unit", 0, INT_MAX, &st->last_unit, err))
         return -1;
+    if (p->n_replicas) {
+        int r = replica_of(p, i);
+        if (get_i(s, at, "replica", r, r, &st->replica, err))
+            return -1;
+        if (lead && strcmp(st->device, p->replica[r].owner))
+            return sl_err_set(err, SL_ECORRUPT, "plan: %sdevice: %s, but replica %d's owner is %s",
+                              at, st->device, r, p->replica[r].owner);
+    }
     if (st->first_unit != next_unit)
-        return i == 0 ? sl_err_set(err, SL_ECORRUPT, "plan: %sfirst_unit: %d, not unit 0 (the "
-                                   "embeddings)", at, st->first_unit)
-                      : sl_err_set(err, SL_ECORRUPT, "plan: %sfirst_unit: %d, but stage %d ends at "
-                                   "unit %d", at, st->first_unit, i - 1, next_unit - 1);
+        return lead ? sl_err_set(err, SL_ECORRUPT, "plan: %sfirst_unit: %d, not unit 0 (the "
+                                 "embeddings)", at, st->first_unit)
+                    : sl_err_set(err, SL_ECORRUPT, "plan: %sfirst_unit: %d, but stage %d ends at "
+                                 "unit %d", at, st->first_unit, i - 1, next_unit - 1);
     if (st->last_unit < st->first_unit)
         return sl_err_set(err, SL_ECORRUPT, "plan: %slast_unit: %d is before its first unit %d", at,
                           st->last_unit, st->first_unit);
@@ -349,17 +459,36 @@ static int read_stages(const json_t *pl, const char *self_id, dev_plan *p, sl_er
     if (!json_is_array(st))
         return sl_err_set(err, SL_ECORRUPT, "plan: stages: not an array");
     size_t n = json_array_size(st);
-    int units = dev_unit_count(&p->config);
-    if (n < 1 || n > (size_t)units)
-        return sl_err_set(err, SL_ECORRUPT, "plan: stages: %zu stages for %d units", n, units);
+    int units = dev_unit_count(&p->config), R = p->n_replicas ? p->n_replicas : 1;
+    if (n < 1 || n > (size_t)units * (size_t)R)
+        return sl_err_set(err, SL_ECORRUPT, "plan: stages: %zu stages for %d units%s", n, units,
+                          R > 1 ? " in each replica" : "");
+    if (p->n_replicas) {
+        const dev_plan_replica *last = &p->replica[R - 1];
+        if ((size_t)(last->first_stage + last->n_stages) != n)
+            return sl_err_set(err, SL_ECORRUPT, "plan: replicas: their stages are %d, the plan "
+                              "has %zu", last->first_stage + last->n_stages, n);
+    }
     p->n_stages = (int)n;
     p->stage = sl_xcalloc(n, sizeof *p->stage);
     int next_unit = 0, mine = 0;
     for (int i = 0; i < p->n_stages; i++) {
+        int r = replica_of(p, i);
+        if (p->n_replicas && i == p->replica[r].first_stage) {
+            if (i > 0 && next_unit != units)
+                return sl_err_set(err, SL_ECORRUPT, "plan: stages: replica %d ends at unit %d, not "
+                                  "at the head (unit %d)", r - 1, next_unit - 1, units - 1);
+            next_unit = 0;
+        }
         if (read_stage(json_array_get(st, (size_t)i), i, p, next_unit, err))
             return -1;
         next_unit = p->stage[i].last_unit + 1;
         if (!strcmp(p->stage[i].device, self_id)) {
+            if (mine > 0 && p->stage[i].replica != p->my_replica)
+                return sl_err_set(err, SL_ECORRUPT, "plan: stages[%d]: this device (%.40s) is in "
+                                  "replicas %d and %d: a device serves one replica", i, self_id,
+                                  p->my_replica, p->stage[i].replica);
+            p->my_replica = p->stage[i].replica;
             if (mine < DEV_PLAN_MAX_LOCAL)
                 p->local[mine] = i;
             mine++;
@@ -374,6 +503,8 @@ static int read_stages(const json_t *pl, const char *self_id, dev_plan *p, sl_er
         return sl_err_set(err, SL_ECORRUPT, "plan: stages: %d are this device's, more than %d",
                           mine, DEV_PLAN_MAX_LOCAL);
     p->n_local = mine;
+    if (p->n_replicas)
+        snprintf(p->dataset, sizeof p->dataset, "%s", p->replica[p->my_replica].dataset);
     return 0;
 }
 
@@ -386,7 +517,7 @@ int dev_plan_from_json(const json_t *pl, const char *self_id, dev_plan *p, sl_er
     else
         rc = read_config(pl, &p->config, err) || read_numbers(pl, p, err) ||
                      read_wire(pl, p, err) || read_options(pl, &p->options, err) ||
-                     apply_task(p, err) || read_data(pl, p, err) ||
+                     apply_task(p, err) || read_data(pl, p, err) || read_replicas(pl, p, err) ||
                      read_stages(pl, self_id ? self_id : "", p, err)
                  ? -1
                  : 0;
@@ -434,17 +565,23 @@ int dev_policy_check_options(const dev_policy *pol, int sealed, int u_shape, sl_
 
 int dev_policy_check_plan(const dev_policy *pol, const dev_plan *p, const char *self_id, sl_err *err)
 {
-    if (p->n_stages < 1 || strcmp(p->stage[0].device, self_id))
+    /* the chain whose data this device owns: its replica's, or the plan's */
+    int lo = 0, hi = p->n_stages - 1;
+    if (p->n_replicas) {
+        lo = p->replica[p->my_replica].first_stage;
+        hi = lo + p->replica[p->my_replica].n_stages - 1;
+    }
+    if (p->n_stages < 1 || strcmp(p->stage[lo].device, self_id))
         return 0;
     int others = 0;
-    for (int i = 0; i < p->n_stages; i++)
+    for (int i = lo; i <= hi; i++)
         others |= strcmp(p->stage[i].device, self_id) != 0;
-    const dev_plan_stage *last = &p->stage[p->n_stages - 1];
+    const dev_plan_stage *last = &p->stage[hi];
     if (dev_policy_check_options(pol, p->sealed || !others, !strcmp(last->device, self_id), err))
         return -1;
     /* units 0..home, the embeddings and that many encoder layers, on this device */
     int home = pol->home_layers < p->config.layers ? pol->home_layers : p->config.layers;
-    for (int i = 0; i < p->n_stages && p->stage[i].first_unit <= home; i++)
+    for (int i = lo; i <= hi && p->stage[i].first_unit <= home; i++)
         if (strcmp(p->stage[i].device, self_id))
             return sl_err_set(err, SL_EAUTH, "this data owner's policy: the embeddings and %d "
                               "encoder layer%s stay at home, but the plan runs unit %d on %.40s "

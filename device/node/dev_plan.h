@@ -35,6 +35,20 @@
  *                     head (L+1), so every unit is on exactly one stage
  *
  * and this device (its id) must hold 1..DEV_PLAN_MAX_LOCAL of the stages.
+ *
+ * A federation (several data owners, docs/federation.md) has besides
+ *   replicas          2..DEV_PLAN_MAX_REPLICAS objects: owner (a device id,
+ *                     the device of the replica's first stage), dataset (a
+ *                     dataset name), batch (a multiple of micro_batches; the
+ *                     replicas' batches add up to `batch`), first_stage and
+ *                     stages: replica r's stages follow replica r-1's
+ *   stages[i].replica the replica stage i belongs to; each replica's stages
+ *                     are a chain of their own (from unit 0 to the head)
+ *   sync              mode "step" (every 1) or "outer" (every 1..steps),
+ *                     codec none|fp16|bf16|int8|topk:F, outer_lr in
+ *                     (0, 10], outer_momentum in [0, 1)
+ * and every stage of this device must be of one replica. A plan with only
+ * one of replicas and sync is refused.
  * Other fields (data, the balancer's report) are not read here. A refusal
  * names the field: "plan: stages[2].last_unit: 9 is past the head (unit 5)".
  * Messages never carry raw control bytes (sl_err escapes them). */
@@ -55,6 +69,7 @@ enum {
     DEV_PLAN_MAX_BATCH = 65536,
     DEV_PLAN_MAX_STEPS = 1000000000,
     DEV_PLAN_MAX_THREADS = 65536,
+    DEV_PLAN_MAX_REPLICAS = 16,               /* DEV_SYNC_MAX_REPLICAS */
 };
 
 typedef struct dev_plan_stage {
@@ -64,7 +79,25 @@ typedef struct dev_plan_stage {
     int first_unit, last_unit; /* inclusive */
     int warmup;            /* 1F1B: forwards before the first backward */
     int threads;           /* the compute threads it trains with */
+    int replica;           /* a federation's replica it belongs to; 0 without */
 } dev_plan_stage;
+
+/* A federation's replica: one data owner's pipeline. */
+typedef struct dev_plan_replica {
+    char owner[32];        /* the device id of its first stage */
+    char dataset[65];
+    int batch;             /* its sequences per step */
+    int first_stage, n_stages;
+} dev_plan_replica;
+
+/* How a federation's replicas meet (docs/federation.md). */
+typedef struct dev_plan_sync {
+    int mode;              /* enum dev_sync_mode: DEV_SYNC_STEP or DEV_SYNC_OUTER */
+    int every;             /* outer: H; step: 1 */
+    int codec;             /* enum dev_codec */
+    double topk;           /* codec topk: the fraction kept */
+    double outer_lr, outer_momentum;
+} dev_plan_sync;
 
 typedef struct dev_plan_options {
     int optimizer;         /* enum dev_optim_kind */
@@ -99,6 +132,10 @@ typedef struct dev_plan {
     int n_stages;
     dev_plan_stage *stage; /* [n_stages] */
     int local[DEV_PLAN_MAX_LOCAL], n_local; /* this device's stages, ascending */
+    int n_replicas;        /* 0: one data owner; else a federation of that many */
+    dev_plan_replica replica[DEV_PLAN_MAX_REPLICAS];
+    int my_replica;        /* the replica of this device's stages (0 without) */
+    dev_plan_sync sync;    /* with replicas */
 } dev_plan;
 
 /* Parses plan text (JSON, as the coordinator signed it) for the device

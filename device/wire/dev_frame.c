@@ -197,7 +197,7 @@ static const char *dtype_name(int dtype)
     return dtype > 0 && dtype <= DEV_DTYPE_U8 ? names[dtype] : "?";
 }
 
-#define DIR_LAST DEV_DIR_ABORT
+#define DIR_LAST DEV_DIR_SYNC
 #define CODEC_BIT(c) (1u << (c))
 #define CODECS_ALL ((1u << DEV_CODEC_COUNT) - 1)
 
@@ -217,6 +217,7 @@ static const struct dir_rule {
     [DEV_DIR_GATHER] = {"gather", DEV_DTYPE_F64, CODEC_BIT(DEV_CODEC_NONE), 0},
     [DEV_DIR_GATHER_RESULT] = {"gather result", DEV_DTYPE_F64, CODEC_BIT(DEV_CODEC_NONE), 0},
     [DEV_DIR_ABORT] = {"abort", DEV_DTYPE_U8, CODEC_BIT(DEV_CODEC_NONE), 1},
+    [DEV_DIR_SYNC] = {"sync", DEV_DTYPE_U8, CODEC_BIT(DEV_CODEC_NONE), 0},
 };
 
 /* 1 if p[0..n) is well-formed UTF-8 (RFC 3629: shortest forms, no

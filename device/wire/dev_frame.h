@@ -38,6 +38,8 @@
  *   gather          f64, none   aux: free
  *   gather result   f64, none   aux: free
  *   abort           u8, none, ndim 1, 1..1024 bytes of UTF-8      aux 0
+ *   sync            u8, none, ndim 1: a codec payload (dev_sync.h)
+ *                   aux: FNV-1a 64 of the tensor's name
  *
  * The payload is sealed with XChaCha20-Poly1305 (dev_aead.h; bytes 0..79 as
  * associated data, nonce = seq || epoch). The separate header tag lets a
@@ -96,6 +98,7 @@ enum dev_direction {
     DEV_DIR_GATHER = 6,        /* a few doubles per stage (loss, norm partial sums) */
     DEV_DIR_GATHER_RESULT = 7, /* what the gather adds up to, sent back */
     DEV_DIR_ABORT = 8,         /* a stage stopped: the reason, UTF-8 */
+    DEV_DIR_SYNC = 9,          /* a replica's sync payload of one tensor (dev_sync.h) */
 };
 
 /* Element type of the tensor, the same at both ends. */

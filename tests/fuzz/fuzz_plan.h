@@ -13,6 +13,7 @@
 #include "cert.h"
 #include "dev_codec.h"
 #include "dev_config.h"
+#include "dev_fed.h"
 #include "dev_plan.h"
 #include "dev_stage.h"
 
@@ -103,14 +104,45 @@ static inline const char *fp_plan_broken(const dev_plan *p, const char *self)
         (o->bf16_state && o->optimizer != DEV_OPT_ADAMW) || o->warmup < -1 ||
         (o->bf16_compute != 0 && o->bf16_compute != 1))
         return "options: optimizer, bf16 state with adamw only, warmup >= -1, precision a flag";
-    int units = p->config.layers + 2;
-    if (p->n_stages < 1 || p->n_stages > units || p->n_stages > DEV_PLAN_MAX_STAGES || !p->stage)
-        return "1..units stages";
+    int units = p->config.layers + 2, R = p->n_replicas ? p->n_replicas : 1;
+    if (p->n_replicas == 1 || p->n_replicas > DEV_PLAN_MAX_REPLICAS)
+        return "no replicas, or 2..DEV_PLAN_MAX_REPLICAS";
+    if (p->n_stages < 1 || p->n_stages > units * R || !p->stage)
+        return "1..units stages per replica";
+    int total = 0;
+    for (int r = 0; r < p->n_replicas; r++) {
+        const dev_plan_replica *rp = &p->replica[r];
+        if (rp->first_stage != (r ? p->replica[r - 1].first_stage + p->replica[r - 1].n_stages : 0) ||
+            rp->n_stages < 1 || rp->batch < p->micro_batches || rp->batch % p->micro_batches ||
+            strcmp(rp->owner, p->stage[rp->first_stage].device))
+            return "replicas follow each other, their batches multiples of micro_batches, each "
+                   "starting at its owner";
+        total += rp->batch;
+    }
+    if (p->n_replicas && (total != p->batch ||
+                          p->replica[R - 1].first_stage + p->replica[R - 1].n_stages != p->n_stages))
+        return "the replicas' batches make the batch, their stages the plan's";
+    if (p->n_replicas && ((p->sync.mode != DEV_SYNC_STEP && p->sync.mode != DEV_SYNC_OUTER) || p->sync.every < 1 ||
+                          p->sync.every > p->steps || (p->sync.mode == DEV_SYNC_STEP && p->sync.every != 1) ||
+                          !(p->sync.outer_lr > 0 && p->sync.outer_lr <= 10) ||
+                          !(p->sync.outer_momentum >= 0 && p->sync.outer_momentum < 1)))
+        return "sync: step every 1, outer every 1..steps, outer_lr and momentum in range";
     int next = 0, mine = 0;
     for (int i = 0; i < p->n_stages; i++) {
         const dev_plan_stage *s = &p->stage[i];
+        int r = s->replica;
+        if (p->n_replicas && (r < 0 || r >= R || i < p->replica[r].first_stage ||
+                              i >= p->replica[r].first_stage + p->replica[r].n_stages))
+            return "a stage's replica is the one whose stages hold it";
+        if (p->n_replicas && i == p->replica[r].first_stage) {
+            if (i > 0 && next != units)
+                return "each replica's stages end at the head";
+            next = 0;
+        }
         if (s->first_unit != next || s->last_unit < s->first_unit)
             return "stage ranges follow each other from unit 0";
+        if (!strcmp(s->device, self) && r != p->my_replica)
+            return "this device's stages are all of its replica";
         next = s->last_unit + 1;
         if (!memchr(s->device, 0, sizeof s->device) || !cert_valid_device_id(s->device))
             return "a stage's device is a device id";
