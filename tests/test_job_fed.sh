@@ -10,7 +10,8 @@
 # replica's part committed). Devices lost during a --sync step job, and an
 # owner lost during an outer:H job with int8: the job re-plans from the
 # committed step and every replica's parameters and the losses still equal
-# the trainer's.
+# the trainer's. A federation of classifiers (--task classify, the owners'
+# shards of one labels.txt) equals the trainer's the same way.
 set -u
 SK="$1"; src="$2"
 CL=$(mktemp -d /tmp/skyloom-jobfed-XXXXXX)
@@ -30,25 +31,38 @@ for o in a b; do
   "$SK" -q data prepare --vocab "$d/vocab.txt" --in "$d/$o.txt" --out "$d/$o.shard" --seq 24 >/dev/null || exit 1
 done
 cl_config "$d/cfg.json" 32 3 48
+# the same halves labelled (each line's class its line number mod 3), one labels.txt
+sed 's/}$/, "num_labels": 3}/' "$d/cfg.json" > "$d/cls.json"
+printf 'x\ny\nz\n' > "$d/labels.txt"
+for o in a b; do
+  awk 'NF >= 3 { gsub(/\t/, " "); print substr("xyz", NR % 3 + 1, 1) "\t" $0 }' "$d/$o.txt" > "$d/$o.tsv"
+  "$SK" -q data prepare --labels --vocab "$d/vocab.txt" --label-vocab "$d/labels.txt" --in "$d/$o.tsv" \
+      --out "$d/t$o.shard" --seq 24 >/dev/null || exit 1
+done
 
 cl_start || exit 1
 # the owners' policy lets the plain chains below send their labels out
-cl_device dev1 lab-a --threads 1 --data "wiki=$d/a.shard" --allow-labels-out || exit 1; A=$CL_ID
-cl_device dev2 lab-b --threads 1 --data "news=$d/b.shard" --allow-labels-out || exit 1; B=$CL_ID
+cl_device dev1 lab-a --threads 1 --data "wiki=$d/a.shard" --data "topics=$d/ta.shard" \
+    --allow-labels-out || exit 1; A=$CL_ID
+cl_device dev2 lab-b --threads 1 --data "news=$d/b.shard" --data "topics=$d/tb.shard" \
+    --allow-labels-out || exit 1; B=$CL_ID
 cl_device dev3 lab-a --threads 1 || exit 1; C=$CL_ID
 cl_device dev4 lab-b --threads 1 || exit 1; D=$CL_ID
 cl_wait_online 4 || exit 1
 
 STEPS=12
-common=(--config "$d/cfg.json" --owner-batch 4,8 --micro-batches 2 --lr 2e-3)
+common=(--owner-batch 4,8 --micro-batches 2 --lr 2e-3)
 
 # fedjob NAME REF [submit and train args]: the reference run into REF, then
-# the job on the four devices (SUBMIT_ONLY: arguments of the submit alone);
-# its id in JOB
+# the job on the four devices (SUBMIT_ONLY: arguments of the submit alone;
+# CFG the config, SA and SB the owners' shards, DA and DB their datasets'
+# names); its id in JOB
 fedjob() {
   local name=$1 ref=$2; shift 2
-  "$SK" -q train "${common[@]}" --steps $STEPS --data "$d/a.shard" --data "$d/b.shard" "$@" --save "$ref" >/dev/null 2>&1
-  out=$(cl_job submit "${common[@]}" --steps $STEPS --data "$A:wiki" --data "$B:news" --algo even \
+  "$SK" -q train --config "${CFG:-$d/cfg.json}" "${common[@]}" --steps $STEPS --data "${SA:-$d/a.shard}" \
+      --data "${SB:-$d/b.shard}" "$@" --save "$ref" >/dev/null 2>&1
+  out=$(cl_job submit --config "${CFG:-$d/cfg.json}" "${common[@]}" --steps $STEPS --data "$A:${DA:-wiki}" \
+        --data "$B:${DB:-news}" --algo even \
         --checkpoint-every 6 --devices "$A,$B,$C,$D" --json ${SUBMIT_ONLY:-} "$@" 2>&1)
   local rc=$?
   echo "$out" > "$d/$name.submit"
@@ -126,6 +140,15 @@ import json, sys
 p = json.load(open(sys.argv[1]))["plan"]
 print(sum(p["stages"][r["first_stage"]]["device"] != p["stages"][r["first_stage"] + r["stages"] - 1]["device"] for r in p["replicas"]))' "$d/chain.submit")"
 
+# a federation of classifiers (--task classify): the owners' labelled shards
+# of one labels.txt; the job equals the trainer's federation, and its export
+# names the owners' labels
+CFG=$d/cls.json SA=$d/ta.shard SB=$d/tb.shard DA=topics DB=topics fedjob classify "$d/ref-cls" \
+    --sync step --task classify
+check "classify: the plan's options say classify; the export's config.json is the trainer's checkpoint's" \
+    bash -c 'python3 -c "import json,sys; sys.exit(json.load(open(sys.argv[1]))[\"plan\"][\"options\"][\"task\"] != \"classify\")" "$0" &&
+             cmp -s "$1/config.json" "$2/step-'$STEPS'/config.json"' "$d/classify.submit" "$d/classify.export" "$d/ref-cls"
+
 check "no frame refused, no pipeline stopped" bash -c '! grep -H "frame refused\|pipeline stopped" "$0"/dev*.log' "$d"
 
 # Devices lost during a job. The job is sized so that it cannot end while
@@ -168,10 +191,10 @@ BIG=100000
 # job waits for it)
 lost_run() {
   local name=$1 every=$2 kill_mid=$3; shift 3
-  "$SK" -q train "${common[@]}" --steps $BIG --data "$d/a.shard" --data "$d/b.shard" --warmup 5 \
+  "$SK" -q train --config "$d/cfg.json" "${common[@]}" --steps $BIG --data "$d/a.shard" --data "$d/b.shard" --warmup 5 \
       --save-every "$every" --save "$d/ref-$name" "$@" >/dev/null 2>&1 &
   REF=$!
-  out=$(cl_job submit "${common[@]}" --steps $BIG --data "$A:wiki" --data "$B:news" --algo even \
+  out=$(cl_job submit --config "$d/cfg.json" "${common[@]}" --steps $BIG --data "$A:wiki" --data "$B:news" --algo even \
         --warmup 5 --checkpoint-every "$every" --devices "$A,$B,$C,$D" --json "$@" 2>&1)
   JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
   echo "$out" > "$d/$name.submit"
