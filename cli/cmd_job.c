@@ -364,9 +364,24 @@ static void print_plan(const char *plan_text)
            (long long)json_integer_value(json_object_get(p, "micro_batches")),
            json_number_value(json_object_get(p, "predicted_iteration_s")));
     size_t i;
-    json_t *s;
+    json_t *s, *reps = json_object_get(p, "replicas");
     json_array_foreach(st, i, s) {
         json_t *b = json_array_get(bst, i);
+        /* a federation: each replica's balancer numbers its own stages */
+        json_t *rv = json_object_get(s, "replica");
+        if (json_is_integer(rv)) {
+            json_t *rep = json_array_get(reps, (size_t)json_integer_value(rv));
+            json_int_t first = json_integer_value(json_object_get(rep, "first_stage"));
+            b = json_array_get(json_object_get(json_object_get(rep, "balancer"), "stages"),
+                               (size_t)((json_int_t)i - first));
+            if ((json_int_t)i == first)
+                printf(" replica %lld: owner %s, dataset %s, %lld sequences per step, predicted "
+                       "%.3f s per step\n", (long long)json_integer_value(rv),
+                       json_string_value(json_object_get(rep, "owner")) ?: "?",
+                       json_string_value(json_object_get(rep, "dataset")) ?: "?",
+                       (long long)json_integer_value(json_object_get(rep, "batch")),
+                       json_number_value(json_object_get(rep, "predicted_iteration_s")));
+        }
         printf("  stage %zu  units %lld-%lld  device %s (%s)  %s\n", i,
                (long long)json_integer_value(json_object_get(s, "first_unit")),
                (long long)json_integer_value(json_object_get(s, "last_unit")),

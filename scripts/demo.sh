@@ -1,35 +1,75 @@
 #!/usr/bin/env bash
-# make demo: a federated BERT run on this machine. A CA, a coordinator and
-# four devices at two sites (one with two threads, three with one) on
-# loopback, enrolled by token; the data owner at lab-a serves the fortune
-# corpus (Debian package `fortunes`); the devices profile themselves, the
-# balancer plans the job (the data owner holds the first and last units),
-# and they train about two minutes with int8 activations over sealed links.
-# At the end: the plan, each stage's busy share, measured against predicted
-# step time, bytes on the wire per link against raw fp32, the loss from start
-# to end, and the held-out loss of the exported model. Nothing is downloaded;
-# every process stops at the end (or on Ctrl-C).
-# Usage: scripts/demo.sh [BUILD_DIR]   env: DEMO_SECONDS (120)
+# make demo: a federation of two sites on this machine. A CA, a coordinator
+# and four devices on loopback, enrolled by token. Each site is a data owner
+# with its own part of the fortune corpus (Debian package `fortunes`), split
+# by subject: lab-a holds the humanities files (literature, wisdom, people,
+# politics, ...), lab-b the computing and science ones; each site also has a
+# compute device. The devices profile themselves, the balancer places a
+# replica of the model around each owner, and the replicas train together
+# with --sync step (every step's gradients averaged over the replicas, int8
+# with error feedback, over sealed links; DEMO_SYNC=outer:H instead: each
+# replica H steps alone, then int8 pseudo-gradients and one outer step), int8
+# activations inside each replica. Neither owner's text leaves its site.
+# At the end: the plan, each owner's held-out loss on its own subject and on
+# the other's, for the federated model and for a model trained the same
+# number of steps on that owner's data alone (skyloom train): what the
+# federation buys each owner. Nothing is downloaded; every process stops at
+# the end (or on Ctrl-C).
+# Usage: scripts/demo.sh [BUILD_DIR]
+# env: DEMO_SECONDS (60: the job's training), DEMO_SYNC (step: every step's
+#      gradients averaged, int8 with error feedback; outer:H: DiLoCo)
 set -euo pipefail
+# every process of the demo shares this machine's cores: OpenMP threads that
+# spin while they wait would slow the others down (devices set this themselves)
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 SK="$build/cli/skyloom"
 [ -x "$SK" ] || { echo "demo: $SK not found: run make build first" >&2; exit 1; }
 SK=$(cd "$(dirname "$SK")" && pwd)/$(basename "$SK")
-secs=${DEMO_SECONDS:-120}
+secs=${DEMO_SECONDS:-60}
 dir="$build/demo"
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 config="$root/configs/bert-tiny.json"
 vocab_size=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$config")
-seq=64 batch=16 micro=4
-held=20000 # sequences 0..19999 train (shuffled every epoch); the rest are held out
+seq=64 ob=8 micro=2
+sync=${DEMO_SYNC:-step}
+case $sync in
+  step) H=10 ;;
+  outer:[1-9]*) H=${sync#outer:} ;;
+  *) echo "demo: DEMO_SYNC must be step or outer:H" >&2; exit 2 ;;
+esac
+fort=/usr/share/games/fortunes
+[ -d "$fort" ] || { echo "demo: $fort not found: install the Debian package 'fortunes' (scripts/deps.sh)" >&2; exit 1; }
 
-echo "== corpus, vocabulary and shard"
-[ -s "$dir/corpus.txt" ] || "$root/scripts/demo-corpus.sh" "$dir/corpus.txt"
-[ -s "$dir/vocab.txt" ] || "$SK" -q data vocab --corpus "$dir/corpus.txt" --size "$vocab_size" --out "$dir/vocab.txt"
-[ -s "$dir/demo.shard" ] || "$SK" -q data prepare --vocab "$dir/vocab.txt" --in "$dir/corpus.txt" --out "$dir/demo.shard" --seq "$seq"
-"$SK" data inspect "$dir/demo.shard" | sed -n '1,4p'
+echo "== two sites' corpora (fortunes by subject), one shared vocabulary, a shard per site"
+if [ ! -s "$dir/tech.shard" ]; then
+  rm -rf "$dir/src"
+  mkdir -p "$dir/src/hum" "$dir/src/tech"
+  for f in literature wisdom love people politics education humorists art food ethnic men-women; do
+    [ -f "$fort/$f" ] && cp "$fort/$f" "$dir/src/hum/"
+  done
+  for f in computers science linux debian definitions startrek kids medicine law; do
+    [ -f "$fort/$f" ] && cp "$fort/$f" "$dir/src/tech/"
+  done
+  "$root/scripts/demo-corpus.sh" "$dir/hum.txt" "$dir/src/hum"
+  "$root/scripts/demo-corpus.sh" "$dir/tech.txt" "$dir/src/tech"
+  # the sites agree on one vocabulary (here made from both texts; a real
+  # federation would use a public one): owners of one job must share it
+  cat "$dir/hum.txt" "$dir/tech.txt" > "$dir/all.txt"
+  "$SK" -q data vocab --corpus "$dir/all.txt" --size "$vocab_size" --out "$dir/vocab.txt"
+  for o in hum tech; do
+    "$SK" -q data prepare --vocab "$dir/vocab.txt" --in "$dir/$o.txt" --out "$dir/$o.shard" --seq "$seq"
+  done
+fi
+count() { "$SK" data inspect "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["sequences"])'; }
+nh=$(count "$dir/hum.shard") nt=$(count "$dir/tech.shard")
+# each owner trains on its first 90% and is evaluated on the rest; --sequences
+# limits every owner's shard alike, so the smaller owner's 90%
+kh=$((nh * 9 / 10)) kt=$((nt * 9 / 10))
+ktrain=$((kh < kt ? kh : kt))
+echo "   lab-a (humanities): $nh sequences of $seq tokens; lab-b (computing and science): $nt"
 
 CL="$dir/cluster"
 rm -rf "$CL"
@@ -41,33 +81,38 @@ echo
 echo "== a CA and a coordinator on 127.0.0.1, four devices at two sites, enrolled by token"
 cl_start
 [ -n "$CL_HTTP" ] && echo "   dashboard: http://$CL_HTTP/ (Prometheus metrics: http://$CL_HTTP/metrics)"
-cl_device owner lab-a --threads 1 --data "fortunes=$dir/demo.shard"; OWNER=$CL_ID
-cl_device a2 lab-a --threads 2
-cl_device b1 lab-b --threads 1
+cl_device owner-a lab-a --threads 1 --data "humanities=$dir/hum.shard"; OA=$CL_ID
+cl_device owner-b lab-b --threads 1 --data "computing=$dir/tech.shard"; OB=$CL_ID
+cl_device a2 lab-a --threads 1
 cl_device b2 lab-b --threads 1
 cl_wait_online 4
 "$SK" status --coordinator "$CL_ADDR" --pki "$CL/pki"
 
-# how many steps fit: a few steps of the same model in one process, and the
-# job at about three quarters of that speed (its devices share this machine's
-# cores, and pay for framing, sealing and the links)
-tps=$("$SK" -q train --config "$config" --data "$dir/demo.shard" --steps 6 --batch "$batch" \
-      --micro-batches "$micro" --metrics "$dir/calibrate.csv" --json |
-      sed -n 's/.*"tokens_per_s": *\([0-9.]*\).*/\1/p')
-steps=$(awk -v t="$tps" -v s="$secs" -v n=$((batch * seq)) 'BEGIN { k = int(0.75 * t * s / n); print (k < 20 ? 20 : k) }')
+# how many steps fit: a few steps of the same federation in one process,
+# and the job at about a third of that speed (its four devices share this
+# machine's two cores, and pay for framing, sealing, the links and the sync)
+fed=(--config "$config" --data "$dir/hum.shard" --data "$dir/tech.shard" --owner-batch "$ob,$ob"
+     --micro-batches "$micro" --lr 1e-3 --sequences "$ktrain")
+tps=$("$SK" -q train "${fed[@]}" --steps 6 --sync step --codec-sync int8 --threads 1 \
+      --metrics "$dir/calibrate.csv" --json | sed -n 's/.*"tokens_per_s": *\([0-9.]*\).*/\1/p')
+steps=$(awk -v t="$tps" -v s="$secs" -v n=$((2 * ob * seq)) -v h="$H" \
+        'BEGIN { k = int(0.33 * t * s / n / h) * h; print (k < 3 * h ? 3 * h : k) }')
 
 echo
-echo "== the job: $steps steps of $batch x $seq tokens, $micro micro-batches, int8 activations, sealed"
-echo "   (the data owner checks its shard, every device profiles itself and its links, the balancer plans)"
-cl_job submit --config "$config" --data "$OWNER:fortunes" --steps "$steps" --batch "$batch" \
-    --micro-batches "$micro" --codec-act int8 --lr 1e-3 --sequences "$held" \
-    --checkpoint-every 100 > "$dir/submit.txt"
+if [ "$sync" = step ]; then what="every step's gradients averaged, int8"; else what="outer steps every $H with int8 pseudo-gradients"; fi
+echo "== the job: $steps steps; each owner $ob x $seq tokens per step; $what;"
+echo "   int8 activations; sealed (the owners check their shards, every device profiles itself"
+echo "   and its links, the balancer places a replica around each owner)"
+cl_job submit --config "$config" --data "$OA:humanities" --data "$OB:computing" \
+    --owner-batch "$ob,$ob" --micro-batches "$micro" --sync "$sync" --codec-sync int8 \
+    --codec-act int8 --lr 1e-3 --sequences "$ktrain" --steps "$steps" \
+    --checkpoint-every "$H" --name demo-federation > "$dir/submit.txt"
 cat "$dir/submit.txt"
 JOB=$(head -1 "$dir/submit.txt")
 
 echo
-echo "== training (skyloom job watch; stopped after $((secs + secs / 2)) s if slower than expected)"
-( sleep $((secs + secs / 2)); cl_job stop "$JOB" >/dev/null 2>&1 ) &
+echo "== training (skyloom job watch; stopped after $((secs * 2)) s if slower than expected)"
+( sleep $((secs * 2)); cl_job stop "$JOB" >/dev/null 2>&1 ) &
 stopper=$!
 cl_job watch "$JOB" | awk '/^step=1 / || /done|failed|stopped/ || NR % 50 == 0' || true
 kill "$stopper" 2>/dev/null || true
@@ -76,40 +121,31 @@ wait "$stopper" 2>/dev/null || true
 echo
 echo "== result"
 cl_job status "$JOB"
-m="$CL/coord/jobs/$JOB/metrics.csv"
-cl_job status "$JOB" --json > "$dir/status.json"
-python3 - "$m" "$dir/status.json" <<'PY'
-import csv, json, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-st = json.load(open(sys.argv[2]))
-if not rows:
-    sys.exit("demo: no step finished")
-n = len(rows); k = 10 if n >= 40 else max(1, n // 4)
-loss = [float(r["loss"]) for r in rows]
-steady = rows[min(5, n - 1):]
-meas = statistics.median(float(r["step_s"]) for r in steady)
-pred = (st.get("plan") or {}).get("predicted_iteration_s", 0) or 0
-print(f"loss (mean of {k} steps): start {sum(loss[:k])/k:.3f} -> end {sum(loss[-k:])/k:.3f} after {n} steps")
-print(f"step time: measured {meas:.3f} s (median after warm-up), predicted {pred:.3f} s"
-      + (f" (measured/predicted {meas/pred:.2f})" if pred else ""))
-busy = [list(map(float, r["stage_busy"].split(";"))) for r in steady]
-print("busy share per stage: " + ", ".join(f"stage {i} {100*statistics.median(b[i] for b in busy):.0f}%"
-                                            for i in range(len(busy[0]))))
-raw = [sum(int(x) for x in r["link_raw_bytes"].split(";") if x) for r in steady]
-wire = [sum(int(x) for x in r["link_wire_bytes"].split(";") if x) for r in steady]
-last = steady[-1]
-for i, (r, w) in enumerate(zip(last["link_raw_bytes"].split(";"), last["link_wire_bytes"].split(";"))):
-    if r:
-        print(f"link {i}->{i+1}: {int(w)} B on the wire per step against {int(r)} B raw fp32 ({int(w)/int(r):.2f})")
-PY
+state=$(cl_jq "$JOB" 'j["state"]')
+[ "$state" = done ] || { echo "demo: the job ended $state"; exit 1; }
 rm -rf "$dir/model"
-cl_job export "$JOB" --out "$dir/model"
-printf 'held-out '
-"$SK" -q eval --config "$dir/model/config.json" --model "$dir/model/model.safetensors" \
-    --data "$dir/demo.shard" --first "$held" --batches 20 --batch 16
-echo "model:   $dir/model (model.safetensors with Hugging Face BERT names, config.json)"
-echo "metrics: $m"
-cl_job trace "$JOB" --svg "$dir/timeline.svg" >/dev/null 2>&1 &&
-  echo "timeline: $dir/timeline.svg (a recent step as the devices measured it: skyloom job trace)"
+cl_job export "$JOB" --out "$dir/model" >/dev/null
 cl_stop
+
+echo
+echo "== each owner alone: the same $steps steps of $ob sequences on its own shard (skyloom train)"
+for o in hum tech; do
+  rm -rf "$dir/alone-$o"
+  "$SK" -q train --config "$config" --data "$dir/$o.shard" --batch "$ob" --micro-batches "$micro" \
+      --lr 1e-3 --sequences "$ktrain" --steps "$steps" --threads 1 --save "$dir/alone-$o" >/dev/null
+done
+ev() { # ev MODEL SHARD FIRST: held-out loss
+  "$SK" -q eval --config "$config" --model "$1" --data "$2" --first "$3" --batches 20 --batch 16 --json |
+    python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["loss"])'
+}
+row() { printf '| %-34s | %10s | %10s |\n' "$1" "$(ev "$2" "$dir/hum.shard" "$kh")" "$(ev "$2" "$dir/tech.shard" "$kt")"; }
+echo
+echo "held-out masked-LM loss (lower is better) on each owner's unseen sequences:"
+printf '| %-34s | %10s | %10s |\n' "model" "humanities" "computing"
+echo "|------------------------------------|------------|------------|"
+row "federated (both owners)" "$dir/model/model.safetensors"
+row "lab-a alone (humanities data)" "$dir/alone-hum/step-$steps/model.safetensors"
+row "lab-b alone (computing data)" "$dir/alone-tech/step-$steps/model.safetensors"
+echo "model:   $dir/model (exported: model.safetensors, config.json, vocab.txt, training.json)"
+echo "metrics: $CL/coord/jobs/$JOB/metrics.csv"
 echo "all processes stopped"
