@@ -15,16 +15,7 @@ steps=${2:-300}
 src=$(cd "$(dirname "$0")/.." && pwd)
 d=$(mktemp -d /tmp/skyloom-bench-fed-XXXXXX)
 trap 'rm -rf "$d"' EXIT
-fort=/usr/share/games/fortunes
-mkdir -p "$d/hum" "$d/tech"
-for f in literature wisdom love people politics education humorists art food ethnic men-women; do
-  [ -f "$fort/$f" ] && cp "$fort/$f" "$d/hum/"
-done
-for f in computers science linux debian definitions startrek kids medicine law; do
-  [ -f "$fort/$f" ] && cp "$fort/$f" "$d/tech/"
-done
-"$src/scripts/demo-corpus.sh" "$d/hum.txt" "$d/hum" 2>/dev/null
-"$src/scripts/demo-corpus.sh" "$d/tech.txt" "$d/tech" 2>/dev/null
+"$src/scripts/fed-corpus.sh" "$d" 2>/dev/null
 cat "$d/hum.txt" "$d/tech.txt" > "$d/all.txt"
 config="$src/configs/bert-tiny.json"
 V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$config")

@@ -40,21 +40,10 @@ case $sync in
   outer:[1-9]*) H=${sync#outer:} ;;
   *) echo "demo: DEMO_SYNC must be step or outer:H" >&2; exit 2 ;;
 esac
-fort=/usr/share/games/fortunes
-[ -d "$fort" ] || { echo "demo: $fort not found: install the Debian package 'fortunes' (scripts/deps.sh)" >&2; exit 1; }
 
 echo "== two sites' corpora (fortunes by subject), one shared vocabulary, a shard per site"
 if [ ! -s "$dir/tech.shard" ]; then
-  rm -rf "$dir/src"
-  mkdir -p "$dir/src/hum" "$dir/src/tech"
-  for f in literature wisdom love people politics education humorists art food ethnic men-women; do
-    [ -f "$fort/$f" ] && cp "$fort/$f" "$dir/src/hum/"
-  done
-  for f in computers science linux debian definitions startrek kids medicine law; do
-    [ -f "$fort/$f" ] && cp "$fort/$f" "$dir/src/tech/"
-  done
-  "$root/scripts/demo-corpus.sh" "$dir/hum.txt" "$dir/src/hum"
-  "$root/scripts/demo-corpus.sh" "$dir/tech.txt" "$dir/src/tech"
+  "$root/scripts/fed-corpus.sh" "$dir"
   # the sites agree on one vocabulary (here made from both texts; a real
   # federation would use a public one): owners of one job must share it
   cat "$dir/hum.txt" "$dir/tech.txt" > "$dir/all.txt"

@@ -194,8 +194,11 @@ check "classify: predict --model on the export folder gives the checkpoint's lab
 
 # a plain chain: the labels and the tied gradient cross to the last device
 job chain "$OWNER,$MID,$LAST" --no-u-shape
-check "chain: the device holding the head received the labels and the tied gradient" \
-    bash -c 'grep "job done here job=$1" "$0" | grep -q "labels:[1-9][0-9]*,tied:[1-9]"' "$d/dev3.log" "$JOB"
+# (whichever device the balancer gave the head: its log says what it received)
+head_dev=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["plan"]["stages"][-1]["device"])' "$d/chain.submit" 2>/dev/null)
+case $head_dev in "$MID") head_log=dev2 ;; "$LAST") head_log=dev3 ;; *) head_log=none ;; esac
+check "chain: the head is off the owner ($head_log), and its device received the labels and the tied gradient" \
+    bash -c '[ "$2" != none ] && grep "job done here job=$1" "$0" | grep -q "labels:[1-9][0-9]*,tied:[1-9]"' "$d/$head_log.log" "$JOB" "$head_log"
 # (the lines themselves are printed when there are any: the directory is gone afterwards)
 check "no frame refused, no pipeline stopped" bash -c '! grep -H "frame refused\|pipeline stopped" "$0"/dev*.log' "$d"
 

@@ -945,6 +945,26 @@ static int restore(run_ctx *r, sl_err *err)
     return rc;
 }
 
+/* Waits up to ms for the run to be cancelled or to fail; 1 if it was. */
+static int cancel_wait(run_ctx *r, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&r->mu);
+    while (!r->cancel && !r->failed && pthread_cond_timedwait(&r->cv, &r->mu, &ts) != ETIMEDOUT) {
+    }
+    int c = r->cancel || r->failed;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+/* How long a part waits for the coordinator to make room (a commit of the
+ * steps this device has under way) before its run fails. */
+#define QUOTA_WAIT_S 120.0
+
 static int upload_file(run_ctx *r, const upload_item *u, const char *name, sl_err *err)
 {
     char path[4400];
@@ -955,6 +975,7 @@ static int upload_file(run_ctx *r, const upload_item *u, const char *name, sl_er
     struct stat sb;
     fstat(fileno(f), &sb);
     uint64_t size = (uint64_t)sb.st_size, off = 0;
+    double give_up = sl_now_s() + QUOTA_WAIT_S;
     uint8_t *buf = sl_xmalloc(CHUNK);
     crypto_generichash_state hs;
     crypto_generichash_init(&hs, NULL, 0, 32);
@@ -992,6 +1013,20 @@ static int upload_file(run_ctx *r, const upload_item *u, const char *name, sl_er
         int code = rpc_call_pb(r->ch, RPC_M_UPLOAD_CHUNK, &q,
                                &skyloom__v1__upload_chunk_response__descriptor, (void **)&resp,
                                CALL_MS, &st);
+        if (code == RPC_RESOURCE_EXHAUSTED && off == 0 && sl_now_s() < give_up) {
+            /* the coordinator holds as many of this device's steps as it
+             * takes until one commits (every device uploads in step order,
+             * so a commit comes): the part waits for room, from its start */
+            rpc_unpacked_free(resp);
+            if (cancel_wait(r, 200)) {
+                rc = sl_err_set(err, SL_ECANCELED, "uploading %s of step %d: the run stopped", name,
+                                u->step);
+                break;
+            }
+            rewind(f);
+            crypto_generichash_init(&hs, NULL, 0, 32);
+            continue;
+        }
         if (code != RPC_OK)
             rc = sl_err_set(err, SL_EIO, "uploading %s of step %d: %s: %s", name, u->step,
                             rpc_code_name(code), st.details);
