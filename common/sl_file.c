@@ -5,9 +5,11 @@
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sl_log.h"
 #include "sl_mem.h"
 
 int sl_read_file(const char *path, uint64_t max_bytes, char **buf, size_t *len, sl_err *err)
@@ -189,5 +191,30 @@ int sl_pwrite_all(int fd, const void *p, size_t n, off_t off)
         n -= (size_t)w;
         off += w;
     }
+    return 0;
+}
+
+int sl_lock_file(const char *path, const char *what, const char *who, int *fd_out, sl_err *err)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return sl_err_set(err, SL_EIO, "cannot open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[32] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return sl_err_set(err, SL_ESTATE, "%s is in use by another %s%s%s%s (it holds %s)", what,
+                              who, holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "", path);
+        return sl_err_set(err, SL_EIO, "cannot lock %s: %s", path, strerror(e));
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        sl_log_warn("cannot write the lock file", "path=%s", path);
+    *fd_out = fd;
     return 0;
 }

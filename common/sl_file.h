@@ -53,4 +53,10 @@ int sl_pwrite_all(int fd, const void *p, size_t n, off_t off);
  * 0 when nothing changed, -1 on error (a file by that name, not ours). */
 int sl_private_dir(const char *path, mode_t *old_mode, sl_err *err);
 
+/* Takes the lock file `path` (flock, released when fd is closed or the
+ * process ends) and writes this process's pid in it, so that one process
+ * at a time owns what it guards. A lock another process holds is refused
+ * (SL_ESTATE) as "WHAT is in use by another WHO (pid P) (it holds PATH)". */
+int sl_lock_file(const char *path, const char *what, const char *who, int *fd_out, sl_err *err);
+
 #endif

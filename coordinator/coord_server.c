@@ -9,7 +9,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,37 +24,15 @@
 
 /* ---- exclusive use of the directories ------------------------------------------ */
 
-/* Takes DIR/coordinator.lock (flock, released when the process ends); a
- * second coordinator on the same directory is refused, naming the holder. */
+/* Takes DIR/coordinator.lock; a second coordinator on the same directory is
+ * refused, naming the holder. */
 static int lock_dir(const char *dir, const char *what, int *fd_out, sl_err *err)
 {
-    char p[4200];
+    char p[4200], desc[4300];
     if (cert_path(p, sizeof p, dir, LOCK_FILE, err))
         return -1;
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return sl_err_set(err, SL_EIO, "cannot open %s: %s", p, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        char holder[32] = "";
-        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-        holder[n > 0 ? n : 0] = 0;
-        holder[strcspn(holder, "\n")] = 0;
-        close(fd);
-        if (e == EWOULDBLOCK)
-            return sl_err_set(err, SL_ESTATE,
-                              "the %s directory %s is in use by another coordinator%s%s%s "
-                              "(it holds %s)",
-                              what, dir, holder[0] ? " (pid " : "", holder,
-                              holder[0] ? ")" : "", p);
-        return sl_err_set(err, SL_EIO, "cannot lock %s: %s", p, strerror(e));
-    }
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
-        sl_log_warn("coordinator: cannot write the lock file", "path=%s", p);
-    *fd_out = fd;
-    return 0;
+    snprintf(desc, sizeof desc, "the %s directory %s", what, dir);
+    return sl_lock_file(p, desc, "coordinator", fd_out, err);
 }
 
 static int same_dir(const char *a, const char *b)

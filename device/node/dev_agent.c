@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,38 +48,15 @@ struct dev_agent {
 #define LOCK_FILE "device.lock"
 #define COORD_CERT_FILE "coordinator.crt"
 
-/* Takes DIR/device.lock (flock, released by dev_agent_close or when the
- * process ends) and writes this process's pid in it: a second agent on the
- * same state directory would take over the first one's identity, so it is
- * refused, naming the holder. */
+/* Takes DIR/device.lock: a second agent on the same state directory would
+ * take over the first one's identity, so it is refused, naming the holder. */
 static int lock_state(const char *dir, int *fd_out, sl_err *err)
 {
-    char p[4200];
+    char p[4200], what[4300];
     if (cert_path(p, sizeof p, dir, LOCK_FILE, err))
         return -1;
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return sl_err_set(err, SL_EIO, "cannot open %s: %s", p, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        char holder[32] = "";
-        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-        holder[n > 0 ? n : 0] = 0;
-        holder[strcspn(holder, "\n")] = 0;
-        close(fd);
-        if (e == EWOULDBLOCK)
-            return sl_err_set(err, SL_ESTATE,
-                              "the state directory %s is in use by another device%s%s%s "
-                              "(it holds %s)",
-                              dir, holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "", p);
-        return sl_err_set(err, SL_EIO, "cannot lock %s: %s", p, strerror(e));
-    }
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
-        sl_log_warn("device: cannot write the lock file", "path=%s", p);
-    *fd_out = fd;
-    return 0;
+    snprintf(what, sizeof what, "the state directory %s", dir);
+    return sl_lock_file(p, what, "device", fd_out, err);
 }
 
 void dev_profile_to_pb(const dev_profile *p, void *out)
