@@ -24,6 +24,14 @@ int cmd_job_metrics(rpc_channel *ch, const char *target, const char *pki, const 
 int cmd_job_compare(rpc_channel *ch, const char *target, const char *pki, const char *const *ids,
                     int n, const char *svg, int json);
 /* Helpers for the commands above (cli_util.c). */
+/* A class or token with its probability. */
+typedef struct cli_scored {
+    int id;
+    double p;
+} cli_scored;
+/* out[0..n) = softmax(logits[0..n)) (in double, less the largest logit),
+ * most probable first, ties by id: what Hugging Face's pipelines rank. */
+void cli_softmax_ranked(const float *logits, int n, cli_scored *out);
 /* Makes SIGINT and SIGTERM set a flag instead of killing the process; the
  * flag (the signal number, 0 before any) is what cli_stop_signal returns. */
 void cli_catch_stop_signals(void);

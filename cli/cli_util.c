@@ -3,6 +3,7 @@
  * the environment, and a failed call to the coordinator in words. */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -260,4 +261,24 @@ void cli_model_folder(cli_model_dir *f, const char **model, const char **config,
     json_decref(t);
     snprintf(f->model, sizeof f->model, "%s/model.safetensors", dir);
     *model = f->model;
+}
+
+static int by_score(const void *a, const void *b)
+{
+    const cli_scored *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p > y->p ? -1 : 1;
+    return x->id - y->id;
+}
+
+void cli_softmax_ranked(const float *logits, int n, cli_scored *out)
+{
+    double mx = logits[0], sum = 0;
+    for (int k = 1; k < n; k++)
+        mx = logits[k] > mx ? logits[k] : mx;
+    for (int k = 0; k < n; k++)
+        sum += exp((double)logits[k] - mx);
+    for (int k = 0; k < n; k++)
+        out[k] = (cli_scored){k, exp((double)logits[k] - mx) / sum};
+    qsort(out, (size_t)n, sizeof *out, by_score);
 }

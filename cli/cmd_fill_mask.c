@@ -61,19 +61,6 @@ static void cleanup(char *s)
     }
 }
 
-typedef struct cand {
-    int id;
-    double p;
-} cand;
-
-static int by_score(const void *a, const void *b)
-{
-    const cand *x = a, *y = b;
-    if (x->p != y->p)
-        return x->p > y->p ? -1 : 1;
-    return x->id - y->id;
-}
-
 /* The sequence with position pos set to id, as the pipeline decodes it:
  * special tokens dropped when there is one mask, kept when several. */
 static char *filled(const dev_vocab *v, const int32_t *ids, int n, int pos, int id, int single)
@@ -230,20 +217,13 @@ int cmd_fill_mask(int argc, char **argv)
         sl_cli_fail("fill-mask", 1, "%s", err.msg);
         goto out;
     }
-    cand *c = sl_xmalloc((size_t)V * sizeof *c);
+    cli_scored *c = sl_xmalloc((size_t)V * sizeof *c);
     out = json_array();
     for (int j = 0, pos = 0; j < M; j++, pos++) {
         while (ids.v[pos] != sp.mask)
             pos++;
         const float *r = logits + (size_t)j * V;
-        double mx = r[0], sum = 0;
-        for (int k = 1; k < V; k++)
-            mx = r[k] > mx ? r[k] : mx;
-        for (int k = 0; k < V; k++)
-            sum += exp((double)r[k] - mx);
-        for (int k = 0; k < V; k++)
-            c[k] = (cand){k, exp((double)r[k] - mx) / sum};
-        qsort(c, (size_t)V, sizeof *c, by_score);
+        cli_softmax_ranked(r, V, c);
         json_t *row = json_array();
         if (!json && M > 1)
             printf("%s[MASK] %d of %d (token %d):\n", j ? "\n" : "", j + 1, M, pos);

@@ -40,19 +40,6 @@ static void usage(FILE *f)
             "its tokenizer_config.json's do_lower_case false as --cased.\n");
 }
 
-typedef struct scored {
-    int id;
-    double p;
-} scored;
-
-static int by_score(const void *a, const void *b)
-{
-    const scored *x = a, *y = b;
-    if (x->p != y->p)
-        return x->p > y->p ? -1 : 1;
-    return x->id - y->id;
-}
-
 #define MAX_TEXTS 4096
 
 int cmd_predict(int argc, char **argv)
@@ -132,7 +119,7 @@ int cmd_predict(int argc, char **argv)
     dev_stage *s = NULL;
     int32_t *tok = NULL, *seg = NULL, *valid = NULL, *labels = NULL;
     float *logits = NULL;
-    scored *c = NULL;
+    cli_scored *c = NULL;
     json_t *out = NULL;
     if (dev_config_load(&cfg, config, &err)) {
         sl_cli_fail("predict", 1, "%s", err.msg);
@@ -226,14 +213,7 @@ int cmd_predict(int argc, char **argv)
     out = json_array();
     for (int t = 0; t < ntext; t++) {
         const float *r = logits + (size_t)t * K;
-        double mx = r[0], sum = 0;
-        for (int k = 1; k < K; k++)
-            mx = r[k] > mx ? r[k] : mx;
-        for (int k = 0; k < K; k++)
-            sum += exp((double)r[k] - mx);
-        for (int k = 0; k < K; k++)
-            c[k] = (scored){k, exp((double)r[k] - mx) / sum};
-        qsort(c, (size_t)K, sizeof *c, by_score);
+        cli_softmax_ranked(r, K, c);
         json_t *row = json_array();
         if (!json && ntext > 1)
             printf("%s%s\n", t ? "\n" : "", texts[t]);
