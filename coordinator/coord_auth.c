@@ -52,8 +52,10 @@ static int import_one(void *ud, int kind, const char *key, const char *site, int
                                       : coord_state_add_revocation(x->db, key, t, err);
     if (rc)
         return -1;
-    if (kind == CERT_SPOOL_REVOKE)
+    if (kind == CERT_SPOOL_REVOKE) {
         sl_log_info("coordinator: device revoked", "device=%s", key);
+        coord_jobs_revoked(x->c->jobs, key);
+    }
     else
         sl_log_info("coordinator: enrollment token imported", "site=%s", site);
     return 0;

@@ -65,6 +65,9 @@ typedef struct coord_seen {
     coord_policy policy;
 } coord_seen;
 void coord_jobs_seen(coord_jobs *j, const coord_seen *s, int64_t now);
+/* A device revoked: never online again, so no job plans it and the jobs
+ * that run on it recover without it at once. */
+void coord_jobs_revoked(coord_jobs *j, const char *device_id);
 /* The tasks for a device's heartbeat reply: *tasks is a malloc'd array of
  * malloc'd Skyloom__V1__Task; free with coord_jobs_tasks_free. */
 void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_t *n);

@@ -80,7 +80,7 @@ const coord_dev *coord_devs_find(const coord_devs *d, const char *id)
 
 int coord_dev_online(const coord_devs *d, const coord_dev *x, int64_t now_s)
 {
-    return x && x->seen && now_s - x->seen <= 3 * (int64_t)d->heartbeat_ms / 1000 + 1;
+    return x && !x->revoked && x->seen && now_s - x->seen <= 3 * (int64_t)d->heartbeat_ms / 1000 + 1;
 }
 
 /* ---- effects ---------------------------------------------------------------------------- */
@@ -782,11 +782,15 @@ static void check_running(ev *e)
         if (k < 0 || jb->cand[k].lost_ms || (d && coord_dev_online(e->devs, d, e->now)))
             continue;
         char how[200];
-        snprintf(how, sizeof how, "no heartbeat for %lld s (3 intervals)",
-                 d ? (long long)(e->now - d->seen) : -1LL);
+        if (d && d->revoked)
+            snprintf(how, sizeof how, "revoked");
+        else
+            snprintf(how, sizeof how, "no heartbeat for %lld s (3 intervals)",
+                     d ? (long long)(e->now - d->seen) : -1LL);
         mark_lost(e, k, how);
         size_t o = strlen(lost);
-        snprintf(lost + o, sizeof lost - o, "%s%.40s (no heartbeat)", o ? ", " : "", jb->cand[k].id);
+        snprintf(lost + o, sizeof lost - o, "%s%.40s (%s)", o ? ", " : "", jb->cand[k].id,
+                 d && d->revoked ? "revoked" : "no heartbeat");
     }
     if (jb->rec.fail_ms) {
         int all = 1;

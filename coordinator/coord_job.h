@@ -95,6 +95,7 @@ typedef struct coord_dev {
     char **datasets;
     int n_datasets;
     int64_t seen, seen_ms; /* its last heartbeat (seconds, milliseconds); 0: none */
+    int revoked;           /* revoked since: never online again */
     coord_policy policy;   /* as a data owner, from its last heartbeat */
 } coord_dev;
 
@@ -105,7 +106,7 @@ typedef struct coord_devs {
 } coord_devs;
 
 const coord_dev *coord_devs_find(const coord_devs *d, const char *id);
-/* Heard from within three heartbeat intervals (and a second). */
+/* Not revoked, and heard from within three heartbeat intervals (and a second). */
 int coord_dev_online(const coord_devs *d, const coord_dev *x, int64_t now_s);
 
 /* ---- a job ---------------------------------------------------------------------- */

@@ -257,6 +257,18 @@ void coord_jobs_seen(coord_jobs *j, const coord_seen *s, int64_t now)
     pthread_mutex_unlock(&j->mu);
 }
 
+void coord_jobs_revoked(coord_jobs *j, const char *device_id)
+{
+    if (!j)
+        return;
+    pthread_mutex_lock(&j->mu);
+    for (int i = 0; i < j->ndev; i++)
+        if (!strcmp(j->dev[i].id, device_id))
+            j->dev[i].revoked = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
 void coord_jobs_ds_record(coord_jobs *j, const char *device, const char *dataset, const char *info,
                           const char *job, int64_t at)
 {

@@ -582,6 +582,35 @@ static void test_heartbeat_loss(void)
     coord_job_free(&jb);
 }
 
+/* A device revoked is lost at once, named as revoked (heartbeats still
+ * recent), and no new job takes it as a candidate. */
+static void test_revoked(void)
+{
+    setup();
+    coord_job jb;
+    make_job(&jb, OPTS);
+    to_running(&jb, OWNER "," DEV_B "," DEV_C);
+    fx_reset();
+    pass(100);
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_RUNNING);
+    dev_of(DEV_C)->revoked = 1;
+    pass(100);
+    tick(&jb);
+    const coord_fx *lost = find(COORD_FX_EVENT, "lost");
+    CHECKF(lost && !strcmp(lost->device, DEV_C) && !strcmp(lost->text, "revoked"), "%s",
+           lost ? lost->text : "no lost event");
+    CHECK(jb.state == COORD_JOB_RECOVERING && strstr(jb.reason, DEV_C " (revoked)"));
+    coord_job_free(&jb);
+
+    coord_job next;
+    make_job(&next, OPTS);
+    check(&next);
+    CHECK(next.state == COORD_JOB_PROFILING && next.ncand == 2 &&
+          coord_job_cand_index(&next, DEV_C) < 0);
+    coord_job_free(&next);
+}
+
 static void test_stalls(void)
 {
     setup();
@@ -1009,6 +1038,7 @@ int main(void)
     RUN(test_loss_decision);
     RUN(test_loss_weighed);
     RUN(test_heartbeat_loss);
+    RUN(test_revoked);
     RUN(test_stalls);
     RUN(test_store_backoff);
     RUN(test_joiner_margin);
