@@ -10,7 +10,10 @@
 #     profiles, and the balancer's predicted step;
 #   - skyloom train --stages with that plan's cuts in one process (one thread
 #     per stage, checkpoints every CKPT steps too);
-#   - the same job with --codec-act int8.
+#   - the same job with --codec-act int8;
+#   - with BF16=1 (the default where the CPU has AVX512_BF16 or AMX), the
+#     codec-none job and skyloom train --stages again with --precision bf16
+#     (each planned and cut anew: the devices profile in bf16).
 # The busiest device is the one the simulator gives the most forward and
 # backward seconds (a data owner's two stages add up: they take turns on its
 # thread); skyloom train's is the stage thread with the most CPU.
@@ -21,13 +24,17 @@
 # the last; the CPU seconds per step of all the run's processes and the
 # cores other work took meanwhile (/proc/stat); bytes per step on the wire.
 # Prints a JSON line per round and a markdown table of the medians.
-# usage: bench_job.sh SKYLOOM SOURCE_ROOT   env: ROUNDS (5), STEPS (25), WARMUP (5), CKPT (10)
+# usage: bench_job.sh SKYLOOM SOURCE_ROOT   env: ROUNDS (5), STEPS (25), WARMUP (5), CKPT (10), BF16
 set -u
 SK=$(cd "$(dirname "$1")" && pwd)/$(basename "$1"); src=$2
 rounds=${ROUNDS:-5} steps=${STEPS:-25} warmup=${WARMUP:-5} ckpt=${CKPT:-10}
 # the CPU window runs from step WARMUP to the step before the last: it must hold steps
 [ "$steps" -ge $((warmup + 9)) ] || { echo "bench_job: STEPS ($steps) must be at least WARMUP + 9 ($((warmup + 9)))" >&2; exit 2; }
 B=32 M=8 T=128
+if [ -z "${BF16:-}" ]; then
+  BF16=0; grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo && BF16=1
+  [ "$BF16" = 1 ] || echo "bench_job: no AVX512_BF16 or AMX on this CPU: bf16 runs left out" >&2
+fi
 CL=$(mktemp -d /tmp/skyloom-bench-job-XXXXXX)
 . "$src/scripts/cluster.sh"
 trap 'cl_stop; rm -rf "$CL"' EXIT
@@ -66,11 +73,12 @@ window() {
   snap "$@" > "$CL/$name.snap2"; rows "$m" > "$CL/$name.rows2"
 }
 
-# job NAME CODEC: a job; NAME.status (job status --json), NAME.metrics, the snapshots
+# job NAME CODEC [PRECISION]: a job; NAME.status (job status --json), NAME.metrics, the snapshots
 job() {
-  local name=$1 codec=$2 out id w
+  local name=$1 codec=$2 prec=${3:-fp32} out id w
   out=$(cl_job submit --config "$CL/b.json" --data "$D1:b" --devices "$D1,$D2,$D3" --steps "$steps" \
-        --batch $B --micro-batches $M --codec-act "$codec" --checkpoint-every "$ckpt" 2>"$CL/submit.err") ||
+        --batch $B --micro-batches $M --codec-act "$codec" --checkpoint-every "$ckpt" \
+        --precision "$prec" 2>"$CL/submit.err") ||
     { echo "bench_job: submit failed: $(tail -1 "$CL/submit.err")" >&2; return 1; }
   id=$(head -1 <<<"$out")
   cl_job watch "$id" >/dev/null & w=$!
@@ -84,21 +92,31 @@ job() {
 
 cuts_of() { python3 -c 'import json,sys; print(",".join("%d-%d" % (s["first_unit"], s["last_unit"]) for s in json.load(open(sys.argv[1]))["plan"]["stages"]))' "$1"; }
 
+# train NAME CUTS PRECISION: skyloom train --stages with a job's cuts, as NAME
+train() {
+  local tp
+  OMP_WAIT_POLICY=passive "$SK" -q train --config "$CL/b.json" --data "$CL/b.shard" --steps "$steps" \
+      --batch $B --micro-batches $M --stages "$2" --stage-threads 1 --save "$CL/$1" --precision "$3" \
+      --save-every "$ckpt" --metrics "$CL/$1.metrics" >/dev/null & tp=$!
+  window "$1" "$CL/$1.metrics" "$tp" "train=$tp"
+  wait "$tp" || { echo "bench_job: skyloom train failed" >&2; return 1; }
+  rm -rf "${CL:?}/$1"
+}
+
 for r in $(seq "$rounds"); do
   job "none$r" none || exit 1
-  cuts=$(cuts_of "$CL/none$r.status")
-  OMP_WAIT_POLICY=passive "$SK" -q train --config "$CL/b.json" --data "$CL/b.shard" --steps "$steps" \
-      --batch $B --micro-batches $M --stages "$cuts" --stage-threads 1 --save "$CL/train$r" \
-      --save-every "$ckpt" --metrics "$CL/train$r.metrics" >/dev/null & tp=$!
-  window "train$r" "$CL/train$r.metrics" "$tp" "train=$tp"
-  wait "$tp" || { echo "bench_job: skyloom train failed" >&2; exit 1; }
-  rm -rf "$CL/train$r"
+  train "train$r" "$(cuts_of "$CL/none$r.status")" fp32 || exit 1
   job "int8$r" int8 || exit 1
+  if [ "$BF16" = 1 ]; then
+    job "bf$r" none bf16 || exit 1
+    train "trainbf$r" "$(cuts_of "$CL/bf$r.status")" bf16 || exit 1
+  fi
 done
 
-python3 - "$CL" "$rounds" "$warmup" $((B * T)) "$(nproc)" "$(getconf CLK_TCK)" <<'PY'
+python3 - "$CL" "$rounds" "$warmup" $((B * T)) "$(nproc)" "$(getconf CLK_TCK)" "$BF16" <<'PY'
 import collections, csv, json, statistics as st, sys
 d, rounds, warm, tok, ncpu, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+bf16 = sys.argv[7] == "1"
 med = st.median
 
 def snap(f):
@@ -231,4 +249,36 @@ if t.get("stages"):
         print("| %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |" % (
             x["stage"], x["device"], tot["fwd"], tot["bwd"], tot["recv"], tot["send"], tot["sync"],
             tot["optim"], max(0.0, x["step_s"] - sum(tot.values())), x["step_s"]))
+# bf16 against fp32, side by side in the same rounds
+if bf16:
+    Q = [(job(f"bf{r}"), train(f"trainbf{r}")) for r in range(1, rounds + 1)]
+    for i, (j, t) in enumerate(Q, 1):
+        print(json.dumps({"round": i, "bf16_cuts": j["cuts"], "bf16_train_tps": round(t["tps"]),
+                          "bf16_job_tps": round(j["tps"]), "bf16_predicted_s": round(j["pred"], 3),
+                          "bf16_measured_s": round(j["step"], 3), "load": [j["load"], t["load"]]}))
+    mq = lambda f: med(f(R[i], Q[i]) for i in range(len(R)))
+    perq = lambda f: ", ".join("%.2f" % f(R[i], Q[i]) for i in range(len(R)))
+    print()
+    print("bf16 against fp32 (`--precision bf16` for the job and for skyloom train; the same rounds):")
+    print()
+    print("| | `skyloom train --stages` fp32 | bf16 | job, codec none, fp32 | bf16 |")
+    print("|---|---|---|---|---|")
+    print("| tokens/s | %.0f | %.0f = **%.2f×** fp32 (rounds: %s) | %.0f | %.0f = **%.2f×** fp32 (rounds: %s) |" % (
+        mq(lambda r, q: r[1]["tps"]), mq(lambda r, q: q[1]["tps"]), mq(lambda r, q: q[1]["tps"] / r[1]["tps"]),
+        perq(lambda r, q: q[1]["tps"] / r[1]["tps"]), mq(lambda r, q: r[0]["tps"]), mq(lambda r, q: q[0]["tps"]),
+        mq(lambda r, q: q[0]["tps"] / r[0]["tps"]), perq(lambda r, q: q[0]["tps"] / r[0]["tps"])))
+    print("| job / train | – | – | %.2f× | %.2f× |" % (
+        mq(lambda r, q: r[0]["tps"] / r[1]["tps"]), mq(lambda r, q: q[0]["tps"] / q[1]["tps"])))
+    print("| step: measured / predicted | – | – | %.3f / %.3f s = %.2f× | %.3f / %.3f s = %.2f× (rounds: %s) |" % (
+        mq(lambda r, q: r[0]["step"]), mq(lambda r, q: r[0]["pred"]), mq(lambda r, q: r[0]["step"] / r[0]["pred"]),
+        mq(lambda r, q: q[0]["step"]), mq(lambda r, q: q[0]["pred"]), mq(lambda r, q: q[0]["step"] / q[0]["pred"]),
+        perq(lambda r, q: q[0]["step"] / q[0]["pred"])))
+    print("| busiest device's forward + backward: measured / simulated | – | – | %.3f / %.3f s | %.3f / %.3f s = %.2f× |" % (
+        mq(lambda r, q: r[0]["meas_k"]), mq(lambda r, q: r[0]["sim_k"]), mq(lambda r, q: q[0]["meas_k"]),
+        mq(lambda r, q: q[0]["sim_k"]), mq(lambda r, q: q[0]["meas_k"] / q[0]["sim_k"])))
+    print("| cores: this run's / other work's (load average) | %.2f / %.2f (%.1f) | %.2f / %.2f (%.1f) | %.2f / %.2f (%.1f) | %.2f / %.2f (%.1f) |" % tuple(
+        v for g in ((0, 1), (1, 1), (0, 0), (1, 0)) for v in (
+            mq(lambda r, q: (r, q)[g[0]][g[1]]["cores"]), mq(lambda r, q: (r, q)[g[0]][g[1]]["others"]),
+            mq(lambda r, q: (r, q)[g[0]][g[1]]["load"]))))
+    print("| cuts (last round) | the fp32 job's | the bf16 job's | %s | %s |" % (R[-1][0]["cuts"], Q[-1][0]["cuts"]))
 PY
