@@ -170,7 +170,8 @@ int cmd_device(int argc, char **argv)
     if (a && stage_listen) {
         dev_stagesvc_opts so = {.listen = stage_listen, .state = o.state,
                                 .exchange = dev_jobs_exchange, .admit = dev_jobs_admit, .ud = jobs,
-                                .revoked = dev_agent_is_revoked, .revoked_ud = a};
+                                .revoked = dev_agent_is_revoked, .revoked_ud = a,
+                                .ping = dev_agent_may_ping};
         int port = 0;
         if (!(stage = dev_stagesvc_start(&so, &port, &err))) {
             status = sl_cli_fail("device", 1, "Stage service: %s", err.msg);

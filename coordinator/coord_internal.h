@@ -68,6 +68,9 @@ void coord_jobs_seen(coord_jobs *j, const coord_seen *s, int64_t now);
 /* A device revoked: never online again, so no job plans it and the jobs
  * that run on it recover without it at once. */
 void coord_jobs_revoked(coord_jobs *j, const char *device_id);
+/* The devices measuring their link to device_id now, in any job (its Ping
+ * callers): *ids a malloc'd array of malloc'd ids. */
+void coord_jobs_pingers(coord_jobs *j, const char *device_id, char ***ids, size_t *n);
 /* The tasks for a device's heartbeat reply: *tasks is a malloc'd array of
  * malloc'd Skyloom__V1__Task; free with coord_jobs_tasks_free. */
 void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_t *n);

@@ -437,6 +437,12 @@ enum { COORD_TASK_CHECK, COORD_TASK_RUN, COORD_TASK_STOP, COORD_TASK_PROFILE };
 int coord_job_tasks(const coord_job *jb, const char *device, int64_t now_ms,
                     coord_task_want out[2]);
 
+/* The candidates measuring their link to `device` now (asked for their
+ * links, with `device` among the peers they measure): the devices whose
+ * Ping it answers. Writes up to max candidate indices to out; returns how
+ * many. */
+int coord_job_pingers(const coord_job *jb, const char *device, int64_t now_ms, int *out, int max);
+
 int coord_job_cand_index(const coord_job *jb, const char *device);
 /* The plan's first stage of device d, or -1. */
 int coord_job_stage_of(const coord_job *jb, const char *device);

@@ -236,3 +236,19 @@ int coord_job_tasks(const coord_job *jb, const char *device, int64_t now_ms,
         out[n++] = (coord_task_want){COORD_TASK_PROFILE, jb->epoch, k, round};
     return n;
 }
+
+int coord_job_pingers(const coord_job *jb, const char *device, int64_t now_ms, int *out, int max)
+{
+    int k = coord_job_cand_index(jb, device), n = 0;
+    for (int i = 0; k >= 0 && i < jb->ncand && n < max; i++) {
+        coord_task_want w[2];
+        int nw = coord_job_tasks(jb, jb->cand[i].id, now_ms, w), asked = 0, names = 0;
+        for (int x = 0; x < nw; x++)
+            asked |= w[x].kind == COORD_TASK_PROFILE && w[x].round != COORD_PROFILE_UNITS;
+        for (int x = 0; asked && i != k && x < jb->cand[i].nmeasure; x++)
+            names |= jb->cand[i].measure[x] == k;
+        if (names)
+            out[n++] = i;
+    }
+    return n;
+}

@@ -440,6 +440,34 @@ void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_
     *n = l.n;
 }
 
+void coord_jobs_pingers(coord_jobs *j, const char *device_id, char ***ids, size_t *n)
+{
+    size_t cap = 0;
+    *ids = NULL;
+    *n = 0;
+    int64_t now_ms = sl_unix_ms();
+    pthread_mutex_lock(&j->mu);
+    for (int i = 0; i < j->njob; i++) {
+        const coord_job *jb = &j->job[i]->sm;
+        int who[64];
+        int m = coord_job_pingers(jb, device_id, now_ms, who, 64);
+        for (int x = 0; x < m; x++) {
+            const char *id = jb->cand[who[x]].id;
+            int dup = 0;
+            for (size_t y = 0; y < *n && !dup; y++)
+                dup = !strcmp((*ids)[y], id);
+            if (dup)
+                continue;
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 8;
+                *ids = sl_xrealloc(*ids, cap * sizeof **ids);
+            }
+            (*ids)[(*n)++] = sl_xstrdup(id);
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
 void coord_jobs_tasks_free(void **tasks, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

@@ -478,7 +478,8 @@ static void current_cert(coord *c, char **pem, size_t *len)
 }
 
 /* The heartbeat's answer: the server time, the interval, the revoked ids,
- * the device's tasks and the coordinator's current certificate. */
+ * the device's tasks, the devices it may answer Ping for, and the
+ * coordinator's current certificate. */
 static int heartbeat_reply(coord *c, coord_state *db, const char *id, int64_t now, rpc_buf *resp,
                            rpc_status *st)
 {
@@ -494,11 +495,15 @@ static int heartbeat_reply(coord *c, coord_state *db, const char *id, int64_t no
     sl_err err = {0};
     int code = RPC_OK;
     void **tasks = NULL;
-    size_t ntasks = 0;
+    char **pingers = NULL;
+    size_t ntasks = 0, npingers = 0;
     if (coord_state_list_revoked(db, add_revoked, &rev, &err)) {
         code = rpc_status_set(st, RPC_INTERNAL, "%s", err.msg);
     } else {
         coord_jobs_tasks(c->jobs, id, &tasks, &ntasks);
+        coord_jobs_pingers(c->jobs, id, &pingers, &npingers);
+        out.pingers = pingers;
+        out.n_pingers = npingers;
         out.revoked = rev.v;
         out.n_revoked = rev.n;
         out.tasks = (Skyloom__V1__Task **)tasks;
@@ -506,6 +511,9 @@ static int heartbeat_reply(coord *c, coord_state *db, const char *id, int64_t no
         rpc_pack(&out, resp);
     }
     coord_jobs_tasks_free(tasks, ntasks);
+    for (size_t k = 0; k < npingers; k++)
+        free(pingers[k]);
+    free(pingers);
     for (size_t k = 0; k < rev.n; k++)
         free(rev.v[k]);
     free(rev.v);

@@ -7,6 +7,7 @@
  *   attack STATE COORD fetch JOB NAME                   a checkpoint file ("" lists)
  *   attack STATE COORD plan JOB                         the signed plan
  *   attack STATE COORD step JOB EPOCH STAGE STEP        a step report
+ *   attack STATE ADDR ping PEER                         Ping to PEER's Stage server at ADDR
  *
  * Prints "CODE details" (the rpc code's name) and exits 0 when the call was
  * made, 2 on bad arguments. The device id is the one the state holds
@@ -55,7 +56,8 @@ int main(int argc, char **argv)
     rpc_global_init();
     char *ca = state_path(state, "ca.crt"), *crt = state_path(state, "device.crt"),
          *key = state_path(state, "device.key");
-    rpc_channel_opts co = {.target = coord, .tls = {ca, crt, key}};
+    int ping = !strcmp(action, "ping") && argc == 5;
+    rpc_channel_opts co = {.target = coord, .tls = {ca, crt, key}, .server_name = ping ? job : NULL};
     rpc_channel *ch = rpc_channel_create(&co, &err);
     if (!ch) {
         fprintf(stderr, "attack: %s\n", err.msg);
@@ -130,6 +132,13 @@ int main(int argc, char **argv)
         q.loss = 0.5;
         code = rpc_call_pb(ch, RPC_M_REPORT_STEP, &q, &skyloom__v1__report_step_response__descriptor,
                            &resp, 10000, &st);
+    } else if (ping) {
+        Skyloom__V1__PingRequest q = SKYLOOM__V1__PING_REQUEST__INIT;
+        q.device_id = id;
+        q.payload.data = (uint8_t *)"ping";
+        q.payload.len = 4;
+        code = rpc_call_pb(ch, RPC_M_STAGE_PING, &q, &skyloom__v1__ping_response__descriptor, &resp,
+                           10000, &st);
     } else {
         fprintf(stderr, "attack: unknown action or arguments: %s\n", action);
         rpc_channel_destroy(ch);

@@ -51,6 +51,16 @@ check "an outsider's upload of a part: refused" denied "$out"
 out=$(as_ out fetch ""); check "an outsider listing the checkpoint: refused" denied "$out"
 out=$(as out plan); check "an outsider asking for the plan: refused" denied "$out"
 out=$(as_ out step "$EPOCH" 0 5); check "an outsider's step report: refused" denied "$out"
+# Ping: only from the devices the coordinator names as measuring their link
+# to the device (while a job profiles); nobody measures now
+addr=$("$SK" status --coordinator "$CL_ADDR" --pki "$CL/pki" --json |
+       python3 -c 'import json,sys; print(next(d["stage_address"] for d in json.load(sys.stdin)["devices"] if d["device_id"] == sys.argv[1]))' "$MID")
+out=$("$ATTACK" "$CL/out" "$addr" ping "$MID" 2>&1); echo "     outsider pings $MID: $out"
+check "an outsider's Ping to a device of the job: refused, it measures no link to it" \
+    bash -c 'grep -q "^FAILED_PRECONDITION device $1 is not measuring its link to this device" <<<"$0"' "$out" "$OUT"
+out=$("$ATTACK" "$CL/dev1" "$addr" ping "$MID" 2>&1)
+check "a neighbour's Ping outside profiling: refused too" \
+    bash -c 'grep -q "^FAILED_PRECONDITION" <<<"$0"' "$out"
 # a device of the job posing as another, or reaching past its own units
 out=$(as_ dev3 upload "$EPOCH" 10 "model.$MID.safetensors"); echo "     $LAST uploads $MID's part: $out"
 check "a member uploading a part under another device's tag: refused" denied "$out"

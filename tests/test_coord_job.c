@@ -228,6 +228,38 @@ static void setup(void)
 static const char *const OPTS = "{\"steps\": 40, \"batch\": 4, \"micro_batches\": 2, "
                                 "\"checkpoint_every\": 10}";
 
+/* How many candidates may Ping device (coord_job_pingers). */
+static int pingers_of(const coord_job *jb, const char *device)
+{
+    int who[8];
+    return coord_job_pingers(jb, device, now_ms, who, 8);
+}
+
+/* Every candidate's pingers are the candidates asked for their links (but
+ * `done`) that measure it. */
+static int pingers_match(const coord_job *jb, int done)
+{
+    int ok = 1;
+    for (int k = 0; k < jb->ncand; k++) {
+        int who[8], n = coord_job_pingers(jb, jb->cand[k].id, now_ms, who, 8), want = 0;
+        for (int i = 0; i < jb->ncand; i++) {
+            coord_task_want w[2];
+            int m = 0, nw = coord_job_tasks(jb, jb->cand[i].id, now_ms, w), asked = 0;
+            for (int x = 0; x < nw; x++)
+                asked |= w[x].kind == COORD_TASK_PROFILE && w[x].round != COORD_PROFILE_UNITS;
+            for (int x = 0; asked && i != done && x < jb->cand[i].nmeasure; x++)
+                m |= jb->cand[i].measure[x] == k && i != k;
+            int listed = 0;
+            for (int y = 0; y < n; y++)
+                listed |= who[y] == i;
+            ok &= m == listed;
+            want += m;
+        }
+        ok &= n == want;
+    }
+    return ok;
+}
+
 /* ---- the tests ----------------------------------------------------------------------- */
 
 static void test_transitions(void)
@@ -313,8 +345,12 @@ static void test_profiling_rounds(void)
         measured += jb.cand[i].nmeasure;
     }
     CHECKF(measured == 3, "%d links measured", measured);
+    /* each device answers Ping from exactly the candidates measuring it */
+    CHECK(pingers_match(&jb, -1) && pingers_of(&jb, DEV_D) == 0);
+    CHECK(pingers_of(&jb, OWNER) + pingers_of(&jb, DEV_B) + pingers_of(&jb, DEV_C) == 3);
     coord_job_profile_in(&jb, OWNER, COORD_PROFILE_LINKS, NULL, "[{\"peer\": 1}]", 0, &fx);
     CHECK(coord_job_tasks(&jb, OWNER, now_ms, w) == 0); /* done with round one */
+    CHECK(pingers_match(&jb, 0)); /* the owner measures no more */
     coord_job_profile_in(&jb, DEV_B, COORD_PROFILE_LINKS, NULL, "[]", 0, &fx);
     tick(&jb);
     CHECK(jb.profile_round == COORD_PROFILE_LINKS); /* C has not measured its links */
@@ -326,6 +362,7 @@ static void test_profiling_rounds(void)
     CHECK(jb.profile_round == COORD_PROFILE_UNITS && find(COORD_FX_LOG, "coordinator: timing units "
                                                           "before every link was measured"));
     CHECK(coord_job_tasks(&jb, DEV_C, now_ms, w) == 1 && w[0].round == COORD_PROFILE_UNITS);
+    CHECK(pingers_of(&jb, OWNER) + pingers_of(&jb, DEV_B) + pingers_of(&jb, DEV_C) == 0);
     /* round two: C never answers; the plan goes ahead without it after the wait */
     char *u = units(0.01);
     coord_job_profile_in(&jb, OWNER, COORD_PROFILE_UNITS, u, NULL, 0, &fx);
@@ -698,9 +735,15 @@ static void test_joiner_margin(void)
     coord_task_want w[2];
     CHECK(coord_job_tasks(&jb, DEV_D, now_ms, w) == 2 && w[1].kind == COORD_TASK_PROFILE &&
           w[1].round == COORD_PROFILE_BOTH);
+    /* the running devices it measures answer its pings while it profiles */
+    int kd = coord_job_cand_index(&jb, DEV_D), who[8];
+    CHECK(kd >= 0 && jb.cand[kd].nmeasure > 0 && pingers_match(&jb, -1));
+    int target = jb.cand[kd].measure[0];
+    CHECK(coord_job_pingers(&jb, jb.cand[target].id, now_ms, who, 8) == 1 && who[0] == kd);
     char *u = units(0.005);
     coord_job_profile_in(&jb, DEV_D, COORD_PROFILE_BOTH, u, NULL, 0, &fx);
     free(u);
+    CHECK(pingers_of(&jb, jb.cand[target].id) == 0);
     tick(&jb);
     CHECK(count(COORD_FX_PLAN, NULL) == 0); /* weighed at a commit */
     report_steps(&jb, 1, 10);

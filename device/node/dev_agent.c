@@ -27,8 +27,9 @@ struct dev_agent {
     dev_profile profile;
     int have_profile;
     char stage_address[256];
-    pthread_mutex_t mu; /* guards revoked */
+    pthread_mutex_t mu; /* guards revoked and pingers */
     char *revoked;      /* the revoked ids of the last heartbeat, each followed by ' ' */
+    char *pingers;      /* the devices it named as measuring their links to this one, alike */
     int64_t not_before, not_after, renew_at; /* the certificate in use */
     char **datasets;
     int n_datasets;
@@ -350,6 +351,7 @@ void dev_agent_close(dev_agent *a)
     pthread_mutex_destroy(&a->mu);
     pthread_mutex_destroy(&a->coord_mu);
     free(a->revoked);
+    free(a->pingers);
     for (int i = 0; i < a->n_datasets; i++)
         free(a->datasets[i]);
     free(a->datasets);
@@ -359,19 +361,56 @@ void dev_agent_close(dev_agent *a)
     free(a);
 }
 
+/* Whether id is in list (ids each followed by ' ', or NULL). */
+static int id_listed(const char *list, const char *id)
+{
+    size_t n = strlen(id);
+    for (const char *p = list; p && *p;) {
+        const char *sp = strchr(p, ' ');
+        if ((size_t)(sp - p) == n && !memcmp(p, id, n))
+            return 1;
+        p = sp + 1;
+    }
+    return 0;
+}
+
+/* ids as a list for id_listed: the device ids only (anything else could
+ * never match one, nor split one). */
+static char *id_list(char *const *ids, size_t n_ids)
+{
+    char *s = sl_xmalloc(n_ids * CERT_ID_LEN + 1), *p = s;
+    for (size_t i = 0; i < n_ids; i++) {
+        if (!cert_valid_device_id(ids[i]))
+            continue;
+        memcpy(p, ids[i], CERT_ID_LEN - 1);
+        p[CERT_ID_LEN - 1] = ' ';
+        p += CERT_ID_LEN;
+    }
+    *p = 0;
+    return s;
+}
+
 int dev_agent_is_revoked(void *agent, const char *id)
 {
     dev_agent *a = agent;
-    size_t n = strlen(id);
-    int found = 0;
     pthread_mutex_lock(&a->mu);
-    for (const char *p = a->revoked; p && *p && !found;) {
-        const char *sp = strchr(p, ' ');
-        found = (size_t)(sp - p) == n && !memcmp(p, id, n);
-        p = sp + 1;
-    }
+    int found = id_listed(a->revoked, id);
     pthread_mutex_unlock(&a->mu);
     return found;
+}
+
+int dev_agent_may_ping(void *agent, const char *id, rpc_status *st)
+{
+    dev_agent *a = agent;
+    pthread_mutex_lock(&a->mu);
+    int found = id_listed(a->pingers, id);
+    pthread_mutex_unlock(&a->mu);
+    if (found)
+        return RPC_OK;
+    /* the coordinator names a pinger in this device's next heartbeat reply
+     * after it gave the pinger its task: the pinger asks again */
+    return rpc_status_set(st, RPC_FAILED_PRECONDITION, "device %s is not measuring its link to "
+                          "this device for a job (yet)", id);
 }
 
 const char *dev_agent_id(const dev_agent *a) { return a->id; }
@@ -497,18 +536,7 @@ int dev_heartbeat_reply_parse(const uint8_t *reply, size_t len, unsigned *heartb
         return sl_err_set(err, SL_ECORRUPT, "malformed reply to Heartbeat");
     if (r->heartbeat_ms >= DEV_HEARTBEAT_MIN_MS && r->heartbeat_ms <= DEV_HEARTBEAT_MAX_MS)
         *heartbeat_ms = r->heartbeat_ms;
-    size_t n = 1;
-    for (size_t i = 0; i < r->n_revoked; i++)
-        n += CERT_ID_LEN;
-    char *s = sl_xmalloc(n), *p = s;
-    for (size_t i = 0; i < r->n_revoked; i++) {
-        if (!cert_valid_device_id(r->revoked[i]))
-            continue; /* not an id: it could never match one, nor split one */
-        memcpy(p, r->revoked[i], CERT_ID_LEN - 1);
-        p[CERT_ID_LEN - 1] = ' ';
-        p += CERT_ID_LEN;
-    }
-    *p = 0;
+    char *s = id_list(r->revoked, r->n_revoked);
     *revoked = s;
     rpc_unpacked_free(r);
     return 0;
@@ -559,6 +587,7 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
     }
     Skyloom__V1__HeartbeatResponse *resp =
         rpc_unpack(&skyloom__v1__heartbeat_response__descriptor, out.data, out.len);
+    char *pingers = id_list(resp ? resp->pingers : NULL, resp ? resp->n_pingers : 0);
     if (resp)
         keep_tasks(a, resp->tasks, resp->n_tasks);
     if (resp && resp->coordinator_cert.len &&
@@ -573,6 +602,8 @@ int dev_agent_heartbeat(dev_agent *a, rpc_status *st)
     pthread_mutex_lock(&a->mu);
     free(a->revoked);
     a->revoked = revoked;
+    free(a->pingers);
+    a->pingers = pingers;
     pthread_mutex_unlock(&a->mu);
     return RPC_OK;
 }

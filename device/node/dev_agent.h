@@ -73,6 +73,10 @@ void dev_agent_cert_times(const dev_agent *a, int64_t *not_before, int64_t *not_
 /* 1 if the coordinator's last heartbeat reply listed `id` as revoked.
  * Thread-safe (a Stage server asks from its own thread). */
 int dev_agent_is_revoked(void *agent, const char *id);
+/* RPC_OK if the coordinator's last heartbeat reply named `id` among the
+ * devices measuring their link to this one (its Ping callers); otherwise
+ * FAILED_PRECONDITION in st. Thread-safe. */
+int dev_agent_may_ping(void *agent, const char *id, rpc_status *st);
 
 /* What heartbeats tell the coordinator for jobs: the datasets this device
  * serves, its X25519 link key, its compute threads. */

@@ -337,6 +337,31 @@ static int ping_s(rpc_channel *ch, dev_jobs *js, const uint8_t *buf, size_t len,
     return ok ? 0 : -1;
 }
 
+/* The first ping of a link. A peer answers pings only from the devices the
+ * coordinator named to it as measuring their link to it, in its heartbeat
+ * reply: until its next heartbeat it refuses (FAILED_PRECONDITION), so the
+ * refusal is asked again for three of this device's heartbeat intervals. */
+static int ping_first(rpc_channel *ch, dev_jobs *js, const char *peer, const uint8_t *buf)
+{
+    double until = sl_now_s() + 3e-3 * dev_agent_heartbeat_ms(js->o.agent) + 1.0;
+    for (;;) {
+        rpc_status st = {0};
+        int code = dev_stagesvc_ping(ch, self(js), buf, 64, 5000, &st);
+        if (code == RPC_OK)
+            return 0;
+        pthread_mutex_lock(&js->mu);
+        int closing = js->closing;
+        pthread_mutex_unlock(&js->mu);
+        if (code != RPC_FAILED_PRECONDITION || sl_now_s() >= until || closing) {
+            sl_log_warn("device: ping refused", "peer=%s code=%s reason=\"%s\"", peer,
+                        rpc_code_name(code), st.details);
+            return -1;
+        }
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int measure_link(dev_jobs *js, const char *peer, const char *addr, size_t bytes, double *rtt,
                         double *bw)
 {
@@ -348,7 +373,7 @@ static int measure_link(dev_jobs *js, const char *peer, const char *addr, size_t
         return -1;
     uint8_t *buf = sl_xcalloc(PING_MAX, 1);
     double r[RTT_PINGS], b[BW_PINGS], t = 0;
-    int rc = ping_s(ch, js, buf, 64, &t); /* the connection */
+    int rc = ping_first(ch, js, peer, buf); /* the connection */
     for (int i = 0; !rc && i < 2; i++) {  /* the windows; the payload's size */
         rc = ping_s(ch, js, buf, bytes, &t);
         while (!rc && t < PING_MIN_S && bytes < PING_MAX) {

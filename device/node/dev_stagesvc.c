@@ -37,6 +37,9 @@ int dev_stagesvc_handle_ping(void *opts, const rpc_peer *peer, const uint8_t *re
         code = rpc_status_set(st, RPC_PERMISSION_DENIED,
                               "certificate is for device %s but the request claims device '%s'",
                               peer->identity, r->device_id);
+    const dev_stagesvc_opts *o = opts;
+    if (code == RPC_OK && o->ping)
+        code = o->ping(o->revoked_ud, peer->identity, st);
     if (code == RPC_OK) {
         Skyloom__V1__PingResponse out = SKYLOOM__V1__PING_RESPONSE__INIT;
         out.payload = r->payload;

@@ -44,6 +44,9 @@ typedef struct dev_stagesvc_opts {
      * agent); NULL: none are checked. */
     int (*revoked)(void *revoked_ud, const char *id);
     void *revoked_ud;
+    /* Who may Ping (dev_agent_may_ping, with revoked_ud); NULL: every
+     * device that passes the checks above */
+    dev_admit_fn ping;
 } dev_stagesvc_opts;
 
 typedef struct dev_stagesvc dev_stagesvc;
