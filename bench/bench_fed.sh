@@ -9,6 +9,10 @@
 #
 # Usage: bench/bench_fed.sh SKYLOOM [STEPS] (default 300; STEPS a multiple
 # of 50). Prints a markdown table.
+# env: CONFIG (configs/bert-tiny.json; configs/bert-b.json is config (b)),
+#      SEQ (64), BATCH (16 sequences per owner per step), LR (1e-3),
+#      VARIANTS ("SYNC|CODEC ..."; the five below), OUTER ("--outer-lr X
+#      --outer-momentum Y" for the outer runs; DiLoCo's 0.7 and 0.9 by default)
 set -euo pipefail
 sk=${1:?usage: bench/bench_fed.sh SKYLOOM [STEPS]}
 steps=${2:-300}
@@ -17,35 +21,39 @@ d=$(mktemp -d /tmp/skyloom-bench-fed-XXXXXX)
 trap 'rm -rf "$d"' EXIT
 "$src/scripts/fed-corpus.sh" "$d" 2>/dev/null
 cat "$d/hum.txt" "$d/tech.txt" > "$d/all.txt"
-config="$src/configs/bert-tiny.json"
+config=${CONFIG:-$src/configs/bert-tiny.json}
+seq=${SEQ:-64} batch=${BATCH:-16} lr=${LR:-1e-3}
+variants=${VARIANTS:-"step|none step|int8 step|topk:0.01 outer:50|int8 outer:50|none"}
 V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$config")
 "$sk" -q data vocab --corpus "$d/all.txt" --size "$V" --out "$d/vocab.txt" >/dev/null
 for o in hum tech; do
-  "$sk" -q data prepare --vocab "$d/vocab.txt" --in "$d/$o.txt" --out "$d/$o.shard" --seq 64 >/dev/null
+  "$sk" -q data prepare --vocab "$d/vocab.txt" --in "$d/$o.txt" --out "$d/$o.shard" --seq "$seq" >/dev/null
 done
 count() { "$sk" data inspect "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["sequences"])'; }
 nh=$(count "$d/hum.shard") nt=$(count "$d/tech.shard")
 # each owner trains on its first 90% and is evaluated on the rest
 kh=$((nh * 9 / 10)) kt=$((nt * 9 / 10))
 echo "owners: humanities $nh sequences (train $kh), computing/science $nt (train $kt); $(nproc) cores"
-common=(--config "$config" --steps "$steps" --owner-batch 16,16 --micro-batches 4 --lr 1e-3
+echo "config $(basename "$config"), $seq tokens per sequence, $batch sequences per owner per step, lr $lr${OUTER:+; outer: $OUTER}"
+common=(--config "$config" --steps "$steps" --owner-batch "$batch,$batch" --micro-batches 4 --lr "$lr"
         --data "$d/hum.shard" --data "$d/tech.shard" --log-every 1000000)
 echo
 echo "| run | sync bytes per step | against step/none | mean train loss, last 20 steps | held-out loss humanities | held-out loss computing | seconds |"
 echo "|---|---|---|---|---|---|---|"
 base=""
-for v in "step|none" "step|int8" "step|topk:0.01" "outer:50|int8" "outer:50|none"; do
+for v in $variants; do
   sync=${v%%|*} codec=${v#*|}
   name="$(tr ':' '_' <<<"$sync")-$(tr ':' '_' <<<"$codec")"
   t0=$(date +%s.%N)
   # --sequences limits every owner's shard alike: the smaller owner's 90%
-  "$sk" -q train "${common[@]}" --sync "$sync" --codec-sync "$codec" \
+  outer=(); [ "${sync%%:*}" = outer ] && read -ra outer <<<"${OUTER:-}"
+  "$sk" -q train "${common[@]}" --sync "$sync" --codec-sync "$codec" "${outer[@]}" \
       --sequences $((kh < kt ? kh : kt)) --save "$d/$name" >/dev/null
   t1=$(date +%s.%N)
   per=$(awk -F, 'NR > 1 { s += $NF; n++ } END { printf "%.0f", s / n }' "$d/$name/metrics.csv")
   last=$(awk -F, 'NR > 1 { a[NR] = $2 } END { s = 0; for (i = NR - 19; i <= NR; i++) s += a[i]; printf "%.4f", s / 20 }' "$d/$name/metrics.csv")
   ev() { "$sk" -q eval --config "$config" --model "$d/$name/step-$steps/model.safetensors" \
-             --data "$1" --first "$2" --batches 20 --batch 16 --json |
+             --data "$1" --first "$2" --batches 20 --batch "$batch" --json |
          python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])'; }
   eh=$(ev "$d/hum.shard" "$kh") et=$(ev "$d/tech.shard" "$kt")
   [ -z "$base" ] && base=$per

@@ -14,9 +14,4 @@ if ! "$here/../scripts/demo-corpus.sh" "$dir/corpus.txt" 2>/dev/null; then
 fi
 "$sk" -q data vocab --corpus "$dir/corpus.txt" --size 8192 --out "$dir/vocab.txt" >/dev/null
 "$sk" -q data prepare --vocab "$dir/vocab.txt" --in "$dir/corpus.txt" --out "$dir/b.shard" --seq "$seq" >/dev/null
-cat > "$dir/b.json" <<'JSON'
-{"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024,
- "vocab_size": 8192, "max_position_embeddings": 512, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
- "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
- "initializer_range": 0.02}
-JSON
+cp "$here/../configs/bert-b.json" "$dir/b.json"
