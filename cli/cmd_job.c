@@ -988,7 +988,7 @@ static void watch_replicas(const char *plan_text, int tty, json_int_t *shown)
         json_int_t first = json_integer_value(json_object_get(x, "first_stage")),
                    n = json_integer_value(json_object_get(x, "stages"));
         char devs[512] = "";
-        for (json_int_t i = first; i < first + n && i >= 0; i++) {
+        for (json_int_t i = first; i >= 0 && i < first + n && (size_t)i < json_array_size(st); i++) {
             const char *d = json_string_value(json_object_get(json_array_get(st, (size_t)i), "device"));
             size_t o = strlen(devs);
             snprintf(devs + o, sizeof devs - o, "%s%s", i > first ? "," : "", d ? d : "?");
@@ -1071,7 +1071,9 @@ static int watch(client *c, const char *id)
     sl_err err = {0};
     if (!tty)
         printf("# loss_ema: exponential moving average of the loss, factor %.2f; tokens_per_s and "
-               "eta_s over the last %d steps; wall_s since the submit\n", WATCH_EMA, WATCH_WINDOW);
+               "eta_s over the last %d steps; wall_s since the submit; several data owners: "
+               "replica_loss each replica's own, sync_raw and sync_wire the step's sync bytes "
+               "(payloads, frames)\n", WATCH_EMA, WATCH_WINDOW);
     for (;;) {
         Skyloom__V1__JobInfo *j = get_job(c, id, next, &err);
         if (!j)

@@ -71,7 +71,7 @@ typedef struct coord_obs_trace {
 
 /* A replica of a federation (a data owner's pipeline) in the current plan:
  * its owner, its stages and their devices, its own loss at the latest step,
- * and the bytes its stages sent the other replicas' for the sync (added up
+ * and the bytes its stages sent the other replicas for the sync (added up
  * over the steps reported). */
 #define COORD_OBS_REPLICAS 8
 typedef struct coord_obs_replica {
