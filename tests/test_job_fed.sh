@@ -81,12 +81,13 @@ fedjob() {
 
 # sync_bytes JOBCSV REFCSV H [LAST]: the job's metrics.csv (up to step LAST)
 # against the trainer's: the payloads its stages sent for the sync
-# (sync_raw_bytes) are the trainer's sync_bytes at every step that is a
-# multiple of H, more bytes as frames; 0 at every other step; each
-# replica's loss is the trainer's
+# (sync_raw_bytes) are the trainer's sync_bytes (and SYNC_EXTRA) at every
+# step that is a multiple of H, more bytes as frames; 0 at every other step;
+# each replica's loss is the trainer's
 sync_bytes() {
-  python3 - "$@" <<'PY'
-import csv, sys
+  SYNC_EXTRA=${SYNC_EXTRA:-0} python3 - "$@" <<'PY'
+import csv, os, sys
+extra = int(os.environ["SYNC_EXTRA"])
 job, ref, every = sys.argv[1], sys.argv[2], int(sys.argv[3])
 last = int(sys.argv[4]) if len(sys.argv) > 4 else 1 << 62
 J = [r for r in csv.DictReader(open(job)) if int(r["step"]) <= last]
@@ -98,7 +99,7 @@ for r in J:
     if s % every:
         assert raw == 0 and wire == 0 and want == 0, (s, raw, wire, want)
     else:
-        assert raw > 0 and raw == want and wire > raw, (s, raw, wire, want)
+        assert raw > 0 and raw == want + extra and wire > raw, (s, raw, wire, want, extra)
     assert r["replica_loss"] == "%s;%s" % (R[s]["loss_0"], R[s]["loss_1"]), (s, r["replica_loss"])
 print("     sync bytes per step: %s" % " ".join("%s/%s" % (r["sync_raw_bytes"], r["sync_wire_bytes"]) for r in J[:every + 1]))
 PY
@@ -208,10 +209,17 @@ check "outer: at the last (outer) step both replicas' committed parts hold the s
 # plain chains: a replica whose head is not on its owner's device gives its
 # tied copy the word embeddings' result over its side link
 SUBMIT_ONLY=--no-u-shape fedjob chain "$d/ref-chain" --sync step
-echo "     chain: replicas whose head is on another device than their embeddings: $(python3 -c '
+split=$(python3 -c '
 import json, sys
 p = json.load(open(sys.argv[1]))["plan"]
-print(sum(p["stages"][r["first_stage"]]["device"] != p["stages"][r["first_stage"] + r["stages"] - 1]["device"] for r in p["replicas"]))' "$d/chain.submit")"
+print(sum(p["stages"][r["first_stage"]]["device"] != p["stages"][r["first_stage"] + r["stages"] - 1]["device"] for r in p["replicas"]))' "$d/chain.submit")
+echo "     chain: replicas whose head is on another device than their embeddings: $split"
+# the trainer counts each payload once; on the network the word embeddings'
+# goes both to the other replica's embeddings and to its head (the tied
+# copy) where they are on two devices: vocabulary x hidden 32 x 4 bytes more
+# for each such replica
+SYNC_EXTRA=$((split * CL_VOCAB * 32 * 4)) check "chain: metrics.csv's sync bytes at every step are skyloom train's sync_bytes and the word embeddings' payload to each head apart" \
+    sync_bytes "$d/coord/jobs/$JOB/metrics.csv" "$d/ref-chain/metrics.csv" 1
 
 # a federation of classifiers (--task classify): the owners' labelled shards
 # of one labels.txt; the job equals the trainer's federation, and its export
