@@ -112,14 +112,18 @@ static const job_cmd job_cmds[] = {
     {"status", "skyloom job status JOB --coordinator HOST:PORT --pki DIR [--json]",
      "One job: state, step, committed step, loss; the plan (stages, units, devices,\n"
      "sites, addresses, the predicted step); the last step's time and tokens/s, per\n"
-     "stage busy share, seconds and bytes to the next stage; the recovery events.\n"
-     "--json adds the options, the whole plan, the profiles and metrics.csv.\n"},
+     "stage busy share, seconds and bytes to the next stage; several data owners:\n"
+     "each stage's sync bytes, each replica's owner, loss and sync bytes; the\n"
+     "recovery events. --json adds the options, the whole plan, the profiles and\n"
+     "metrics.csv.\n"},
     {"watch", "skyloom job watch JOB --coordinator HOST:PORT --pki DIR",
      "Follows the job until it ends: while it is checked, profiled and planned its\n"
      "phase; then a line per step (on a terminal one line rewritten in place): the\n"
      "loss and its exponential moving average (factor 0.1), tokens/s and the ETA\n"
      "over the last 20 steps, the committed step, the job's wall time since its\n"
-     "submit (the coordinator's clock) and each stage's busy share; and the recovery\n"
+     "submit (the coordinator's clock) and each stage's busy share; several data\n"
+     "owners: a line per replica (owner, dataset, stages, devices) once per plan,\n"
+     "and per step each replica's loss and the sync bytes; and the recovery\n"
      "events. Exits 0 when it is done, 1 when it failed or was stopped.\n"},
     {"stop", "skyloom job stop JOB --coordinator HOST:PORT --pki DIR [--at-checkpoint]",
      "Stops the job: its devices leave it at their next heartbeat or step report;\n"
@@ -144,8 +148,8 @@ static const job_cmd job_cmds[] = {
     {"metrics", "skyloom job metrics JOB --coordinator HOST:PORT --pki DIR",
      "Prints the job's metrics.csv: a header, then one row per step (step, epoch,\n"
      "loss, masked tokens, gradient norm, learning rate, seconds, tokens/s, each\n"
-     "stage's busy share, bytes per link raw and on the wire). docs/jobs.md\n"
-     "describes the columns.\n"},
+     "stage's busy share, bytes per link raw and on the wire; several data owners:\n"
+     "each replica's loss and the sync bytes). docs/jobs.md describes the columns.\n"},
     {"compare", "skyloom job compare JOB JOB... --coordinator HOST:PORT --pki DIR [--svg F] [--json]",
      "Jobs side by side: their state, steps and last loss, then every option (and\n"
      "the config's fields) in a row, a column per job; '*' marks the rows whose\n"
@@ -901,7 +905,24 @@ static int status(client *c, const char *id, int json)
                     printf("  -> next: %lld B raw, %lld B on the wire",
                            (long long)json_integer_value(json_object_get(ln, "raw_bytes")),
                            (long long)json_integer_value(json_object_get(ln, "wire_bytes")));
+                json_t *sy = json_object_get(x, "sync");
+                if (sy)
+                    printf("  sync: %lld B raw, %lld B on the wire",
+                           (long long)json_integer_value(json_object_get(sy, "raw_bytes")),
+                           (long long)json_integer_value(json_object_get(sy, "wire_bytes")));
                 printf("\n");
+            }
+            json_array_foreach(json_object_get(ls, "replicas"), i, x) {
+                json_t *lv = json_object_get(x, "loss");
+                printf("  replica %lld  owner %s  loss ", (long long)json_integer_value(json_object_get(x, "replica")),
+                       json_string_value(json_object_get(x, "owner")) ?: "?");
+                if (json_is_number(lv))
+                    printf("%.4f", json_number_value(lv));
+                else
+                    printf("-");
+                printf("  sync: %lld B raw, %lld B on the wire\n",
+                       (long long)json_integer_value(json_object_get(x, "sync_raw_bytes")),
+                       (long long)json_integer_value(json_object_get(x, "sync_wire_bytes")));
             }
             json_decref(ls);
         }
@@ -949,6 +970,73 @@ static void busy_labels(const char *busy, int tty, char *out, size_t cap)
     }
 }
 
+/* A federation's plan: a line per replica (its owner, dataset, stages and
+ * their devices), once per plan epoch (*shown: the epoch shown last). */
+static void watch_replicas(const char *plan_text, int tty, json_int_t *shown)
+{
+    json_error_t je;
+    json_t *p = *plan_text ? json_loads(plan_text, 0, &je) : NULL;
+    json_t *reps = json_object_get(p, "replicas"), *st = json_object_get(p, "stages"), *x;
+    json_int_t epoch = json_integer_value(json_object_get(p, "epoch"));
+    size_t r;
+    if (!p || epoch == *shown || json_array_size(reps) < 2) {
+        json_decref(p);
+        return;
+    }
+    *shown = epoch;
+    json_array_foreach(reps, r, x) {
+        json_int_t first = json_integer_value(json_object_get(x, "first_stage")),
+                   n = json_integer_value(json_object_get(x, "stages"));
+        char devs[512] = "";
+        for (json_int_t i = first; i >= 0 && i < first + n && (size_t)i < json_array_size(st); i++) {
+            const char *d = json_string_value(json_object_get(json_array_get(st, (size_t)i), "device"));
+            size_t o = strlen(devs);
+            snprintf(devs + o, sizeof devs - o, "%s%s", i > first ? "," : "", d ? d : "?");
+        }
+        const char *owner = json_string_value(json_object_get(x, "owner")),
+                   *ds = json_string_value(json_object_get(x, "dataset"));
+        if (tty)
+            printf("\r\033[Kreplica %zu  owner %s  dataset %s  stages %lld-%lld  devices %s\n", r,
+                   owner ?: "?", ds ?: "?", (long long)first, (long long)(first + n - 1), devs);
+        else
+            printf("replica=%zu owner=%s dataset=%s stages=%lld-%lld devices=%s epoch=%lld\n", r,
+                   owner ?: "?", ds ?: "?", (long long)first, (long long)(first + n - 1), devs,
+                   (long long)epoch);
+    }
+    json_decref(p);
+}
+
+/* A metrics row's last columns (replica_loss, sync_raw_bytes,
+ * sync_wire_bytes), as job watch shows them: "" for a job of one owner. */
+static void watch_sync(const char *row, int tty, char *out, size_t cap)
+{
+    out[0] = 0;
+    const char *f[18];
+    int n = 0;
+    for (const char *c = row; n < 18; c++) {
+        f[n++] = c;
+        if (!(c = strchr(c, ',')))
+            break;
+    }
+    if (n < 18 || f[15][0] == ',')
+        return;
+    unsigned long long raw = strtoull(f[16], NULL, 10), wire = strtoull(f[17], NULL, 10);
+    size_t o = (size_t)snprintf(out, cap, tty ? "  replicas" : " replica_loss=");
+    int r = 0;
+    for (const char *c = f[15]; o < cap && *c && *c != ','; r++) {
+        double v = strtod(c, NULL);
+        o += (size_t)snprintf(out + o, cap - o, "%sr%d%s%.4f", tty ? " " : r ? "," : "", r,
+                              tty ? " " : ":", v);
+        const char *semi = strpbrk(c, ";,");
+        if (!semi || *semi == ',')
+            break;
+        c = semi + 1;
+    }
+    if (o < cap)
+        snprintf(out + o, cap - o, tty ? "  sync %llu B (%llu on the wire)" : " sync_raw=%llu sync_wire=%llu",
+                 raw, wire);
+}
+
 /* The phase a job is in before (and between) its epochs, in words. */
 static void phase_text(const Skyloom__V1__JobInfo *j, char *out, size_t cap)
 {
@@ -979,10 +1067,13 @@ static int watch(client *c, const char *id)
     size_t nev = (size_t)-1; /* events already shown (-1: none looked at yet) */
     watch_state w = {0};
     char last_phase[700] = "";
+    json_int_t plan_shown = -1;
     sl_err err = {0};
     if (!tty)
         printf("# loss_ema: exponential moving average of the loss, factor %.2f; tokens_per_s and "
-               "eta_s over the last %d steps; wall_s since the submit\n", WATCH_EMA, WATCH_WINDOW);
+               "eta_s over the last %d steps; wall_s since the submit; several data owners: "
+               "replica_loss each replica's own, sync_raw and sync_wire the step's sync bytes "
+               "(payloads, frames)\n", WATCH_EMA, WATCH_WINDOW);
     for (;;) {
         Skyloom__V1__JobInfo *j = get_job(c, id, next, &err);
         if (!j)
@@ -1012,6 +1103,8 @@ static int watch(client *c, const char *id)
                 printf("phase=%s wall_s=%.0f\n", ph, s->wall_s);
             snprintf(last_phase, sizeof last_phase, "%s", ph);
         }
+        if (!strcmp(s->state, "running"))
+            watch_replicas(j->plan, tty, &plan_shown);
         /* rows: step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,... */
         for (char *line = j->metrics, *nl; line && *line; line = nl ? nl + 1 : NULL) {
             nl = strchr(line, '\n');
@@ -1020,7 +1113,8 @@ static int watch(client *c, const char *id)
             int step, epoch;
             double loss, gn, lr, step_s, tok;
             unsigned masked;
-            char busy[256] = "", lb[512];
+            char busy[256] = "", lb[512], sy[256];
+            watch_sync(line, tty, sy, sizeof sy);
             if (sscanf(line, "%d,%d,%lf,%u,%lf,%lf,%lf,%lf,%255[^,]", &step, &epoch, &loss, &masked,
                        &gn, &lr, &step_s, &tok, busy) < 8)
                 continue;
@@ -1039,12 +1133,12 @@ static int watch(client *c, const char *id)
             busy_labels(busy, tty, lb, sizeof lb);
             if (tty)
                 printf("\r\033[Kstep %d/%u  committed %u  loss %.4f (ema %.4f)  %.0f tok/s  ETA %.0f s"
-                       "  wall %.0f s  busy %s", step, s->steps, s->committed_step, loss, w.ema, tps,
-                       eta, s->wall_s, lb);
+                       "  wall %.0f s  busy %s%s", step, s->steps, s->committed_step, loss, w.ema, tps,
+                       eta, s->wall_s, lb, sy);
             else
                 printf("step=%d loss=%.4f loss_ema=%.4f tokens_per_s=%.0f eta_s=%.0f committed=%u "
-                       "wall_s=%.0f busy=%s\n", step, loss, w.ema, tps, eta, s->committed_step,
-                       s->wall_s, lb);
+                       "wall_s=%.0f busy=%s%s\n", step, loss, w.ema, tps, eta, s->committed_step,
+                       s->wall_s, lb, sy);
             next = (uint32_t)step + 1;
         }
         fflush(stdout);

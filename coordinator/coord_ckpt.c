@@ -603,12 +603,19 @@ int coord_ckpt_metrics_append(coord_ckpt *k, const coord_fx *f, sl_err *err)
             sl_buf_printf(&b, "%s%llu", n++ ? ";" : "", (unsigned long long)v);
         }
     }
-    uint64_t side_raw = 0, side_wire = 0;
+    uint64_t side_raw = 0, side_wire = 0, sync_raw = 0, sync_wire = 0;
     for (int i = 0; i < p; i++) {
         side_raw += rep[i].raw_side;
         side_wire += rep[i].wire_side;
+        sync_raw = rep[i].raw_sync > UINT64_MAX - sync_raw ? UINT64_MAX : sync_raw + rep[i].raw_sync;
+        sync_wire = rep[i].wire_sync > UINT64_MAX - sync_wire ? UINT64_MAX
+                                                             : sync_wire + rep[i].wire_sync;
     }
-    sl_buf_printf(&b, ",%llu,%llu\n", (unsigned long long)side_raw, (unsigned long long)side_wire);
+    sl_buf_printf(&b, ",%llu,%llu,", (unsigned long long)side_raw, (unsigned long long)side_wire);
+    /* each replica's own loss: its last stage's */
+    for (int r = 0; f->nrep > 1 && r < f->nrep; r++)
+        sl_buf_printf(&b, "%s%.6f", r ? ";" : "", rep[f->rep_first[r + 1] - 1].loss);
+    sl_buf_printf(&b, ",%llu,%llu\n", (unsigned long long)sync_raw, (unsigned long long)sync_wire);
     char *path = path_of(k->dir, "metrics.csv");
     int fd = k->ops.open(k->ops.ud, path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     struct stat sb;

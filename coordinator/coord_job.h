@@ -140,6 +140,7 @@ typedef struct coord_step_rep {
     int have;
     double loss, grad_norm, lr, fwd, bwd, recv, send, finish, step_s;
     uint64_t raw, wire, raw_up, wire_up, raw_side, wire_side;
+    uint64_t raw_sync, wire_sync; /* to the other replicas (a federation) */
     uint32_t masked;
 } coord_step_rep;
 

@@ -1027,6 +1027,8 @@ void coord_jobs_close(coord_jobs *j)
 
 /* ---- the snapshot ---------------------------------------------------------------------------- */
 
+_Static_assert(COORD_OBS_REPLICAS >= COORD_MAX_OWNERS, "a snapshot holds every replica");
+
 static void obs_job_fill(const cjob *c, int detail, coord_obs_job *x)
 {
     const coord_job *jb = &c->sm;
@@ -1054,6 +1056,20 @@ static void obs_job_fill(const cjob *c, int detail, coord_obs_job *x)
     x->refused = coord_jobs_refused(jb);
     x->devices_lost = jb->rec.n_lost;
     x->recoveries = jb->rec.n_recoveries;
+    const coord_job_plan *pl = &jb->plan;
+    for (int r = 0; pl->nrep > 1 && r < pl->nrep && r < jb->nowner && r < COORD_OBS_REPLICAS; r++) {
+        coord_obs_replica *y = &x->rep[x->nrep++];
+        snprintf(y->owner, sizeof y->owner, "%s", jb->owner[r].id);
+        snprintf(y->dataset, sizeof y->dataset, "%s", jb->owner[r].dataset);
+        y->first_stage = pl->rep_first[r];
+        y->stages = pl->rep_first[r + 1] - pl->rep_first[r];
+        sl_buf d = {0};
+        for (int i = pl->rep_first[r]; i < pl->rep_first[r + 1]; i++)
+            sl_buf_printf(&d, "%s%s", i > pl->rep_first[r] ? "," : "", pl->stage_dev[i]);
+        y->devices = d.s ? d.s : sl_xstrdup("");
+        y->have_loss = jb->last != NULL;
+        y->loss = jb->last ? jb->last[pl->rep_first[r + 1] - 1].loss : 0;
+    }
     coord_jobobs_fill(c->obs, detail, x);
     if (detail)
         x->plan = jb->plan.text ? sl_xstrdup(jb->plan.text) : NULL;
@@ -1099,6 +1115,8 @@ void coord_snapshot_free(coord_snapshot *s)
         free(s->job[i].stage);
         free(s->job[i].link);
         free(s->job[i].plan);
+        for (int r = 0; r < s->job[i].nrep; r++)
+            free(s->job[i].rep[r].devices);
         coord_trace_free(s->job[i].trace);
     }
     free(s->job);

@@ -597,6 +597,11 @@ static json_t *profiles_json(const coord_job *jb)
     return o;
 }
 
+/* A byte count a device reported, as JSON (which has no unsigned 64 bits). */
+static json_t *bytes_json(uint64_t v) { return json_integer(v > INT64_MAX ? INT64_MAX : (json_int_t)v); }
+
+static uint64_t bytes_add(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+
 /* The latest step every stage reported: its figures per stage and link. */
 static json_t *last_stages(const coord_job *jb)
 {
@@ -616,10 +621,38 @@ static json_t *last_stages(const coord_job *jb)
                                           "wire_bytes", (json_int_t)s->wire, "raw_bytes_back",
                                           (json_int_t)rep[i + 1].raw_up, "wire_bytes_back",
                                           (json_int_t)rep[i + 1].wire_up));
+        if (jb->plan.nrep > 1)
+            json_object_set_new(x, "sync", json_pack("{s:o, s:o}", "raw_bytes", bytes_json(s->raw_sync),
+                                                     "wire_bytes", bytes_json(s->wire_sync)));
         json_array_append_new(stages, x);
     }
-    return json_pack("{s:i, s:f, s:f, s:o}", "step", jb->last_step, "step_s", jb->last_step_s,
-                     "tokens_per_s", jb->tokens_s, "stages", stages);
+    json_t *out = json_pack("{s:i, s:f, s:f, s:o}", "step", jb->last_step, "step_s", jb->last_step_s,
+                            "tokens_per_s", jb->tokens_s, "stages", stages);
+    if (jb->plan.nrep > 1) {
+        /* each replica: its owner, its stages and their devices, its own
+         * loss (its last stage's) and what its stages sent for the sync */
+        json_t *reps = json_array();
+        for (int r = 0; r < jb->plan.nrep && r < jb->nowner; r++) {
+            int lo = jb->plan.rep_first[r], hi = jb->plan.rep_first[r + 1];
+            uint64_t raw = 0, wire = 0;
+            json_t *devs = json_array();
+            for (int i = lo; i < hi; i++) {
+                raw = bytes_add(raw, rep[i].raw_sync);
+                wire = bytes_add(wire, rep[i].wire_sync);
+                json_array_append_new(devs, json_string(jb->plan.stage_dev[i]));
+            }
+            double loss = rep[hi - 1].loss;
+            json_array_append_new(reps, json_pack("{s:i, s:s, s:s, s:i, s:i, s:o, s:o, s:o, s:o}",
+                                                  "replica", r, "owner", jb->owner[r].id, "dataset",
+                                                  jb->owner[r].dataset, "first_stage", lo, "stages",
+                                                  hi - lo, "devices", devs, "loss",
+                                                  isfinite(loss) ? json_real(loss) : json_null(),
+                                                  "sync_raw_bytes", bytes_json(raw),
+                                                  "sync_wire_bytes", bytes_json(wire)));
+        }
+        json_object_set_new(out, "replicas", reps);
+    }
+    return out;
 }
 
 static int get_job(call *k)
@@ -999,14 +1032,30 @@ static int report_step(call *k)
     coord_step_rep rep = {1, r->loss, r->grad_norm, r->lr, r->fwd_s, r->bwd_s, r->recv_s,
                           r->send_s, r->finish_s, r->step_s, r->raw_bytes, r->wire_bytes,
                           r->raw_bytes_up, r->wire_bytes_up, r->raw_bytes_side, r->wire_bytes_side,
-                          r->masked};
+                          r->raw_bytes_sync, r->wire_bytes_sync, r->masked};
     coord_fx_list fx = {0};
     pthread_mutex_lock(&j->mu);
     coord_job *sm = &k->jb->sm;
+    /* sync payloads cross only between the devices of different replicas,
+     * always as frames (a header and, sealed, a tag beyond the payload) */
+    if ((r->raw_bytes_sync || r->wire_bytes_sync) && sm->nowner < 2) {
+        pthread_mutex_unlock(&j->mu);
+        return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "device %s reports %llu bytes of "
+                              "replica sync in job %s, which has one data owner", r->device_id,
+                              (unsigned long long)r->wire_bytes_sync, sm->id);
+    }
+    if (r->wire_bytes_sync < r->raw_bytes_sync) {
+        pthread_mutex_unlock(&j->mu);
+        return rpc_status_set(k->st, RPC_INVALID_ARGUMENT, "device %s reports %llu bytes of "
+                              "replica sync payloads in %llu bytes of frames", r->device_id,
+                              (unsigned long long)r->raw_bytes_sync,
+                              (unsigned long long)r->wire_bytes_sync);
+    }
     int v = coord_job_step_report(sm, r->device_id, (int)r->epoch, (int)r->stage, (int)r->step,
                                   &rep, sl_unix_ms(), &fx);
     if (v == COORD_REPORT_TAKEN)
-        coord_jobobs_report(k->jb->obs, r, sm->plan.p, sm->epoch, sm->id);
+        coord_jobobs_report(k->jb->obs, r, sm->plan.p, sm->epoch,
+                            coord_job_stage_replica(sm, (int)r->stage), sm->id);
     if (v != COORD_REPORT_REFUSED)
         coord_obs_refused_add(j->refused, &j->nrefused, r);
     coord_call_settle(j, k->jb, &fx);

@@ -218,6 +218,16 @@ int coord_metrics_text(coord *c, coord_state *db, const coord_snapshot *s, sl_bu
                                  "to_stage=\"%d\",encoding=\"%s\"} %" PRIu64 "\n", s->job[i].id,
                                  l->from, l->to, w ? "wire" : "raw", w ? l->wire : l->raw);
         }
+    family(b, "skyloom_job_sync_bytes_total", "counter",
+           "Bytes the stages of a replica (a data owner's pipeline) of a federated job sent the "
+           "other replicas for the sync: raw (the payloads) and wire (as frames).");
+    for (int i = 0; i < s->njob; i++)
+        for (int r = 0; r < s->job[i].nrep; r++)
+            for (int w = 0; w < 2; w++)
+                sl_buf_printf(b, "skyloom_job_sync_bytes_total{job_id=\"%s\",replica=\"%d\","
+                                 "encoding=\"%s\"} %" PRIu64 "\n", s->job[i].id, r,
+                                 w ? "wire" : "raw", w ? s->job[i].rep[r].sync_wire
+                                                       : s->job[i].rep[r].sync_raw);
     family(b, "skyloom_job_checkpoint_upload_bytes_total", "counter",
            "Checkpoint bytes the devices of a job uploaded to the coordinator.");
     for (int i = 0; i < s->njob; i++)

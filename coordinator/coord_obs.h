@@ -27,7 +27,8 @@ typedef struct coord_jobs coord_jobs;
  * stages reported (GetJob returns the rows without it). */
 #define COORD_METRICS_HEADER                                                                     \
     "step,epoch,loss,masked,grad_norm,lr,step_s,tokens_per_s,stage_busy,link_raw_bytes,"        \
-    "link_wire_bytes,link_raw_bytes_back,link_wire_bytes_back,side_raw_bytes,side_wire_bytes"
+    "link_wire_bytes,link_raw_bytes_back,link_wire_bytes_back,side_raw_bytes,side_wire_bytes,"  \
+    "replica_loss,sync_raw_bytes,sync_wire_bytes"
 #define COORD_TRACE_MAX_OPS 4096  /* segments of one stage's step at most */
 
 typedef struct coord_obs_count {
@@ -68,6 +69,20 @@ typedef struct coord_obs_trace {
     coord_obs_seg **seg;  /* [p][nseg] */
 } coord_obs_trace;
 
+/* A replica of a federation (a data owner's pipeline) in the current plan:
+ * its owner, its stages and their devices, its own loss at the latest step,
+ * and the bytes its stages sent the other replicas for the sync (added up
+ * over the steps reported). */
+#define COORD_OBS_REPLICAS 8
+typedef struct coord_obs_replica {
+    char owner[CERT_ID_LEN], dataset[65];
+    int first_stage, stages;
+    char *devices;   /* the stages' devices, ","-separated */
+    int have_loss;   /* a step was reported in this plan */
+    double loss;
+    uint64_t sync_raw, sync_wire;
+} coord_obs_replica;
+
 typedef struct coord_obs_job {
     char id[24], state[16], reason[512];
     char owner[CERT_ID_LEN], dataset[65];
@@ -86,6 +101,8 @@ typedef struct coord_obs_job {
     int layers, hidden;        /* its config's */
     int64_t ended;             /* 0 while it has not ended */
     int refused;               /* its data owner refused it at submit: not listed */
+    int nrep;                  /* replicas: 0 for a job of one data owner */
+    coord_obs_replica rep[COORD_OBS_REPLICAS];
 } coord_obs_job;
 
 /* A device as its heartbeats describe it to the job manager. */

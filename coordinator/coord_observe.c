@@ -21,6 +21,7 @@ struct coord_jobobs {
     int nstage;
     coord_obs_link *link;
     int nlink;
+    uint64_t sync_raw[COORD_OBS_REPLICAS], sync_wire[COORD_OBS_REPLICAS]; /* by replica */
     uint64_t up_bytes, commits;
     double up_s;
     int up_step[COORD_ACC_STEPS];
@@ -52,6 +53,8 @@ coord_jobobs *coord_jobobs_new(void)
 
 /* A duration from a device: 0 unless finite and plausible. */
 static double obs_secs(double x) { return isfinite(x) && x > 0 && x < 1e7 ? x : 0; }
+
+static uint64_t obs_add(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
 
 static void obs_link_add(coord_jobobs *o, int from, int to, uint64_t raw, uint64_t wire)
 {
@@ -107,7 +110,7 @@ static coord_obs_seg *obs_segs(const Skyloom__V1__ReportStepRequest *r, double s
 
 /* An accepted step report: the stage's time, its links' bytes, its ops. */
 void coord_jobobs_report(coord_jobobs *o, const Skyloom__V1__ReportStepRequest *r, int p, int epoch,
-                         const char *job)
+                         int replica, const char *job)
 {
     int i = (int)r->stage;
     coord_obs_stage *s = NULL;
@@ -138,6 +141,10 @@ void coord_jobobs_report(coord_jobobs *o, const Skyloom__V1__ReportStepRequest *
         obs_link_add(o, i, i - 1, r->raw_bytes_up, r->wire_bytes_up);
     if (p > 2 && (i == 0 || i == p - 1))
         obs_link_add(o, i, i == 0 ? p - 1 : 0, r->raw_bytes_side, r->wire_bytes_side);
+    if (replica >= 0 && replica < COORD_OBS_REPLICAS) {
+        o->sync_raw[replica] = obs_add(o->sync_raw[replica], r->raw_bytes_sync);
+        o->sync_wire[replica] = obs_add(o->sync_wire[replica], r->wire_bytes_sync);
+    }
     coord_obs_seg *seg = obs_segs(r, step);
     if (!seg) {
         if (r->n_ops)
@@ -252,6 +259,10 @@ void coord_jobobs_fill(const coord_jobobs *o, int detail, coord_obs_job *x)
         x->upload_bytes = o->up_bytes;
         x->upload_s = o->up_s;
         x->commits = o->commits;
+        for (int r = 0; r < x->nrep && r < COORD_OBS_REPLICAS; r++) {
+            x->rep[r].sync_raw = o->sync_raw[r];
+            x->rep[r].sync_wire = o->sync_wire[r];
+        }
     }
     if (detail)
         x->trace = o ? obs_trace_copy(o->latest) : NULL;

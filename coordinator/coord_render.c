@@ -568,16 +568,45 @@ void coord_dash_job(const coord_snapshot *s, const char *csv, sl_buf *b)
                      j->steps > 0 ? j->steps : 1, j->step, j->step, j->steps, j->committed,
                      j->loss, j->tokens_s, j->step_s, j->epoch, j->p, j->batch, j->seq,
                      (unsigned long long)j->commits, up, j->upload_s);
-    sl_buf_xml(b, j->owner);
-    sl_buf_printf(b, ":");
-    sl_buf_xml(b, j->dataset);
+    for (int r = 0; r < (j->nrep ? j->nrep : 1); r++) {
+        if (r)
+            sl_buf_printf(b, "</code>, <code>");
+        sl_buf_xml(b, j->nrep ? j->rep[r].owner : j->owner);
+        sl_buf_printf(b, ":");
+        sl_buf_xml(b, j->nrep ? j->rep[r].dataset : j->dataset);
+    }
     sl_buf_printf(b, "</code></td></tr>");
     if (j->reason[0]) {
         sl_buf_printf(b, "<tr><th>reason</th><td>");
         sl_buf_xml(b, j->reason);
         sl_buf_printf(b, "</td></tr>");
     }
-    sl_buf_printf(b, "</table>\n<h2>Loss</h2>\n<figure>");
+    sl_buf_printf(b, "</table>\n");
+    if (j->nrep) {
+        sl_buf_printf(b, "<h2>Replicas</h2>\n<table id=\"replicas\"><tr><th>replica</th><th>owner"
+                         "</th><th>dataset</th><th>stages</th><th>devices</th><th>loss</th>"
+                         "<th>sync raw</th><th>sync on the wire</th></tr>\n");
+        for (int r = 0; r < j->nrep; r++) {
+            const coord_obs_replica *x = &j->rep[r];
+            char raw[32], wire[32], loss[32] = "-";
+            human_bytes(raw, sizeof raw, (double)x->sync_raw);
+            human_bytes(wire, sizeof wire, (double)x->sync_wire);
+            if (x->have_loss)
+                snprintf(loss, sizeof loss, "%.4f", x->loss);
+            sl_buf_printf(b, "<tr class=\"replica\"><td class=\"n\">%d</td><td><code>", r);
+            sl_buf_xml(b, x->owner);
+            sl_buf_printf(b, "</code></td><td><code>");
+            sl_buf_xml(b, x->dataset);
+            sl_buf_printf(b, "</code></td><td class=\"n\">%d-%d</td><td><code>", x->first_stage,
+                          x->first_stage + x->stages - 1);
+            sl_buf_xml(b, x->devices);
+            sl_buf_printf(b, "</code></td><td class=\"n\">%s</td><td class=\"n\">%s</td>"
+                             "<td class=\"n\">%s</td></tr>\n", loss, raw, wire);
+        }
+        sl_buf_printf(b, "</table>\n<p>loss: each replica's own at the latest step; sync: the bytes "
+                         "its stages sent the other replicas, added up over the steps reported</p>\n");
+    }
+    sl_buf_printf(b, "<h2>Loss</h2>\n<figure>");
     coord_loss_svg(csv, b);
     sl_buf_printf(b, "<figcaption>masked-LM loss per step (metrics.csv)</figcaption></figure>\n"
                      "<h2>Plan</h2>\n<figure>");

@@ -70,6 +70,118 @@ static int list_files(const fdev *dev, const char *job, char names[32][96])
     return n;
 }
 
+/* A step report of stage i of plan v that sent raw bytes of sync payloads
+ * in wire bytes of frames; the call's code. */
+static int report_sync(const jview *v, const char *job, int i, int step, double loss, uint64_t raw,
+                       uint64_t wire, rpc_status *st)
+{
+    Skyloom__V1__ReportStepRequest q = SKYLOOM__V1__REPORT_STEP_REQUEST__INIT;
+    q.device_id = (char *)v->stage_dev[i];
+    q.job_id = (char *)job;
+    q.epoch = (uint32_t)v->epoch;
+    q.stage = (uint32_t)i;
+    q.step = (uint32_t)step;
+    q.loss = loss;
+    q.step_s = 0.1;
+    q.masked = 10;
+    q.raw_bytes_sync = raw;
+    q.wire_bytes_sync = wire;
+    void *r = NULL;
+    int code = call(coord_handle_report_step, v->stage_dev[i], &q,
+                    &skyloom__v1__report_step_response__descriptor, &r, st);
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* Step 1 of a two-owner job whose stages report sync bytes (stage i: 100
+ * (i + 1) payload bytes in 40 more as frames; replica r's loss 5 + r):
+ * metrics.csv's row has each replica's loss and the bytes added up,
+ * GetJob's last step, the snapshot, the dashboard's page and /metrics each
+ * replica's; frames smaller than their payloads are refused. */
+static void check_sync_bytes(const char *id, const jview *v, const int rep_first[3])
+{
+    rpc_status st;
+    CHECKF(report_sync(v, id, 0, 1, 5, 100, 99, &st) == RPC_INVALID_ARGUMENT &&
+               strstr(st.details, "100 bytes of replica sync payloads in 99 bytes of frames"),
+           "%s", st.details);
+    uint64_t sum = 0, per[2] = {0, 0};
+    for (int i = v->p - 1; i >= 0; i--) {
+        int r = i >= rep_first[1];
+        uint64_t raw = 100 * (uint64_t)(i + 1);
+        sum += raw;
+        per[r] += raw;
+        CHECKF(report_sync(v, id, i, 1, i == rep_first[r + 1] - 1 ? 5 + r : 0, raw, raw + 40,
+                           &st) == RPC_OK, "%s", st.details);
+    }
+    char path[4096], *csv = NULL, want[256];
+    size_t n = 0;
+    sl_err err = {0};
+    snprintf(path, sizeof path, "%s/jobs/%s/metrics.csv", state, id);
+    snprintf(want, sizeof want, ",5.000000;6.000000,%llu,%llu\n", (unsigned long long)sum,
+             (unsigned long long)(sum + 40 * (uint64_t)v->p));
+    int found = 0;
+    for (double t0 = sl_now_s(); !found && sl_now_s() - t0 < 15; usleep(20 * 1000)) {
+        free(csv);
+        csv = NULL;
+        found = sl_read_file(path, 1 << 20, &csv, &n, &err) == 0 && strstr(csv, want);
+    }
+    CHECKF(found && strstr(csv, ",replica_loss,sync_raw_bytes,sync_wire_bytes\n1,"),
+           "metrics.csv lacks %s: %s", want, csv ? csv : err.msg);
+    free(csv);
+
+    Skyloom__V1__GetJobRequest gq = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
+    gq.job_id = (char *)id;
+    Skyloom__V1__JobInfo *ji = NULL;
+    CHECKF(call(coord_handle_get_job, CERT_ADMIN_CN, &gq, &skyloom__v1__job_info__descriptor,
+                (void **)&ji, &st) == RPC_OK, "%s", st.details);
+    json_error_t je;
+    json_t *ls = ji ? json_loads(ji->stages, 0, &je) : NULL, *reps = json_object_get(ls, "replicas");
+    CHECKF(json_array_size(reps) == 2, "%s", ji ? ji->stages : "");
+    for (int r = 0; r < 2 && json_array_size(reps) == 2; r++) {
+        json_t *x = json_array_get(reps, (size_t)r);
+        CHECKF(!strcmp(json_string_value(json_object_get(x, "owner")) ?: "", D[r].id) &&
+                   json_number_value(json_object_get(x, "loss")) == 5 + r &&
+                   json_integer_value(json_object_get(x, "sync_raw_bytes")) == (json_int_t)per[r] &&
+                   json_integer_value(json_object_get(x, "first_stage")) == rep_first[r] &&
+                   json_array_size(json_object_get(x, "devices")) ==
+                       (size_t)(rep_first[r + 1] - rep_first[r]),
+               "replica %d: %s", r, ji->stages);
+    }
+    json_t *s0 = json_array_get(json_object_get(ls, "stages"), 0);
+    CHECK(json_integer_value(json_object_get(json_object_get(s0, "sync"), "wire_bytes")) == 140);
+    json_decref(ls);
+    rpc_unpacked_free(ji);
+
+    coord_snapshot s;
+    CHECK(coord_jobs_snapshot(C->jobs, id, &s) == 0);
+    const coord_obs_job *j = &s.job[0];
+    CHECKF(j->nrep == 2, "%d replicas", j->nrep);
+    for (int r = 0; r < j->nrep && r < 2; r++)
+        CHECKF(!strcmp(j->rep[r].owner, D[r].id) && j->rep[r].have_loss && j->rep[r].loss == 5 + r &&
+                   j->rep[r].sync_raw == per[r] &&
+                   j->rep[r].sync_wire == per[r] + 40 * (uint64_t)j->rep[r].stages &&
+                   !strncmp(j->rep[r].devices, D[r].id, strlen(D[r].id)),
+               "replica %d: %s %llu %s", r, j->rep[r].owner, (unsigned long long)j->rep[r].sync_raw,
+               j->rep[r].devices);
+    sl_buf page = {0};
+    coord_dash_job(&s, "step,epoch,loss\n1,1,5.5\n", &page);
+    char row[256];
+    snprintf(row, sizeof row, "<tr class=\"replica\"><td class=\"n\">1</td><td><code>%s</code>",
+             D[1].id);
+    CHECKF(page.s && strstr(page.s, "<table id=\"replicas\">") && strstr(page.s, row) &&
+               strstr(page.s, "<td class=\"n\">6.0000</td>"), "%s", page.s ? page.s : "");
+    free(page.s);
+    sl_buf m = {0};
+    coord_state *db = coord_state_attach(C->state, &err);
+    CHECK(db && coord_metrics_text(C, db, &s, &m, &err) == 0);
+    coord_state_close(db);
+    snprintf(want, sizeof want, "skyloom_job_sync_bytes_total{job_id=\"%s\",replica=\"1\","
+             "encoding=\"raw\"} %llu\n", id, (unsigned long long)per[1]);
+    CHECKF(m.s && strstr(m.s, want), "metrics lack %s", want);
+    free(m.s);
+    coord_snapshot_free(&s);
+}
+
 static void test_two_owners(void)
 {
     D[1].dataset = "news";
@@ -88,13 +200,14 @@ static void test_two_owners(void)
     json_error_t je;
     json_t *pj = json_loads(v.plan, 0, &je), *reps = json_object_get(pj, "replicas");
     json_t *stages = json_object_get(pj, "stages");
-    int replica_of[NDEV];
+    int replica_of[NDEV], rep_first[3] = {0, 0, v.p};
     for (int d = 0; d < NDEV; d++)
         replica_of[d] = -1;
     for (int r = 0; r < 2; r++) {
         json_t *rp = json_array_get(reps, (size_t)r);
         int first = (int)json_integer_value(json_object_get(rp, "first_stage"));
         int n = (int)json_integer_value(json_object_get(rp, "stages"));
+        rep_first[r] = first;
         CHECK(json_integer_value(json_object_get(rp, "batch")) == (r ? 4 : 2));
         CHECKF(n >= 1 && !strcmp(v.stage_dev[first], D[r].id) && !strcmp(v.stage_dev[first + n - 1], D[r].id),
                "replica %d: stages %d.. (%d)", r, first, n);
@@ -116,6 +229,7 @@ static void test_two_owners(void)
           json_integer_value(json_object_get(pj, "batch")) == 6);
     json_decref(pj);
     free(v.plan);
+    check_sync_bytes(id, &v, rep_first);
     /* the devices train; every replica's parts make the commits */
     int tc = train(id, 4, 2);
     CHECKF(tc == RPC_OK && pump_until(id, "done", 1), "train: %s", rpc_code_name(tc));

@@ -79,7 +79,72 @@ fedjob() {
       "$d/coord/jobs/$JOB/metrics.csv" "$ref/metrics.csv"
 }
 
+# sync_bytes JOBCSV REFCSV H [LAST]: the job's metrics.csv (up to step LAST)
+# against the trainer's: the payloads its stages sent for the sync
+# (sync_raw_bytes) are the trainer's sync_bytes (and SYNC_EXTRA) at every
+# step that is a multiple of H, more bytes as frames; 0 at every other step;
+# each replica's loss is the trainer's
+sync_bytes() {
+  SYNC_EXTRA=${SYNC_EXTRA:-0} python3 - "$@" <<'PY'
+import csv, os, sys
+extra = int(os.environ["SYNC_EXTRA"])
+job, ref, every = sys.argv[1], sys.argv[2], int(sys.argv[3])
+last = int(sys.argv[4]) if len(sys.argv) > 4 else 1 << 62
+J = [r for r in csv.DictReader(open(job)) if int(r["step"]) <= last]
+R = {int(r["step"]): r for r in csv.DictReader(open(ref)) if int(r["step"]) <= last}
+assert J and len(J) == len(R), (len(J), len(R))
+for r in J:
+    s = int(r["step"])
+    raw, wire, want = int(r["sync_raw_bytes"]), int(r["sync_wire_bytes"]), int(R[s]["sync_bytes"])
+    if s % every:
+        assert raw == 0 and wire == 0 and want == 0, (s, raw, wire, want)
+    else:
+        assert raw > 0 and raw == want + extra and wire > raw, (s, raw, wire, want, extra)
+    assert r["replica_loss"] == "%s;%s" % (R[s]["loss_0"], R[s]["loss_1"]), (s, r["replica_loss"])
+print("     sync bytes per step: %s" % " ".join("%s/%s" % (r["sync_raw_bytes"], r["sync_wire_bytes"]) for r in J[:every + 1]))
+PY
+}
+
 fedjob step "$d/ref-step" --sync step
+check "step: metrics.csv's sync bytes at every step are skyloom train's sync_bytes (frames larger), each replica's loss the trainer's" \
+    sync_bytes "$d/coord/jobs/$JOB/metrics.csv" "$d/ref-step/metrics.csv" 1
+check "step: job watch shows each replica (owner, dataset, stages, devices) and per step each replica's loss and the sync bytes" \
+    bash -c 'grep -q "^replica=0 owner=$1 dataset=wiki stages=0-[0-9]* devices=$1" "$0" &&
+             grep -q "^replica=1 owner=$2 dataset=news stages=[0-9]*-[0-9]* devices=$2" "$0" &&
+             [ "$(grep -c "^step=.* replica_loss=r0:[0-9.]*,r1:[0-9.]* sync_raw=[1-9][0-9]* sync_wire=[1-9]" "$0")" = '$STEPS' ]' \
+    "$d/step.watch" "$A" "$B"
+cl_job status "$JOB" > "$d/step.status"
+cl_job status "$JOB" --json > "$d/step.status.json"
+status_replicas() {
+  grep -q "^  replica 0  owner $A  loss [0-9.]*  sync: [1-9][0-9]* B raw, [1-9][0-9]* B on the wire" "$d/step.status" &&
+    grep -q "^  replica 1  owner $B  loss" "$d/step.status" &&
+    python3 - "$d/step.status.json" "$A" "$B" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+last = j["metrics_csv"].strip().split("\n")[-1].split(",")
+st, reps = j["last_step"]["stages"], j["last_step"]["replicas"]
+assert sum(s["sync"]["raw_bytes"] for s in st) == int(last[16]) > 0, last
+assert sum(r["sync_wire_bytes"] for r in reps) == int(last[17]), last
+assert [r["owner"] for r in reps] == sys.argv[2:4], reps
+PY
+}
+check "step: job status shows each replica's loss and sync bytes; its stages' sync bytes add up to the last row's" \
+    status_replicas
+curl -s -o "$d/step.html" "http://$CL_HTTP/job/$JOB"
+curl -s -o "$d/step.metrics" "http://$CL_HTTP/metrics"
+dash_replicas() {
+  local f=$d/step.html m=$d/step.metrics r raw wire
+  grep -q '<table id="replicas">' "$f" && [ "$(grep -c '<tr class="replica">' "$f")" = 2 ] &&
+    grep '<tr class="replica">' "$f" | head -1 | grep -q "<code>$A</code>" &&
+    grep '<tr class="replica">' "$f" | tail -1 | grep -q "<code>$B</code>" || return 1
+  for r in 0 1; do
+    raw=$(grep "^skyloom_job_sync_bytes_total{job_id=\"$JOB\",replica=\"$r\",encoding=\"raw\"}" "$m" | cut -d" " -f2)
+    wire=$(grep "^skyloom_job_sync_bytes_total{job_id=\"$JOB\",replica=\"$r\",encoding=\"wire\"}" "$m" | cut -d" " -f2)
+    [ "${raw:-0}" -gt 0 ] && [ "${wire:-0}" -gt "$raw" ] || return 1
+  done
+}
+check "step: the dashboard's job page has a row per replica (owner, devices); /metrics counts each replica's sync bytes" \
+    dash_replicas
 python3 - "$d/step.submit" "$A" "$B" > "$d/step.replicas" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))["plan"]
@@ -106,8 +171,17 @@ check "step: the plan seals the links; every device sent sync frames (each large
              for f in "${@:2}"; do
                l=$(grep "job done here job=$0" "$f"); r=$(grep -o "sync_raw=[0-9]*" <<<"$l" | cut -d= -f2); w=$(grep -o "sync_wire=[0-9]*" <<<"$l" | cut -d= -f2)
                [ "${r:-0}" -gt 0 ] && [ "$w" -gt "$r" ] || exit 1; done' "$JOB" "$d/step.submit" "${planned[@]}"
+check "step: metrics.csv's sync bytes add up to what the devices counted sending (raw and as frames)" \
+    bash -c 'for k in raw wire; do
+               dev=$(cat "${@:2}" | grep "job done here job=$0" | grep -o "sync_$k=[0-9]*" | cut -d= -f2 | paste -sd+ | bc)
+               col=$([ $k = raw ] && echo 17 || echo 18)
+               csv=$(tail -n +2 "$1" | cut -d, -f$col | paste -sd+ | bc)
+               [ -n "$dev" ] && [ "$dev" = "$csv" ] || exit 1; done' "$JOB" "$d/coord/jobs/$JOB/metrics.csv" "${planned[@]}"
 
 fedjob outer "$d/ref-outer" --sync outer:3 --codec-sync int8
+check "outer: metrics.csv's sync bytes are 0 between outer steps, at outer steps skyloom train's sync_bytes" \
+    sync_bytes "$d/coord/jobs/$JOB/metrics.csv" "$d/ref-outer/metrics.csv" 3
+
 # replicas_equal DIR: every parameter in replica 0's model parts has the same
 # bytes in replica 1's, and the two cover the same tensors
 replicas_equal() {
@@ -135,10 +209,17 @@ check "outer: at the last (outer) step both replicas' committed parts hold the s
 # plain chains: a replica whose head is not on its owner's device gives its
 # tied copy the word embeddings' result over its side link
 SUBMIT_ONLY=--no-u-shape fedjob chain "$d/ref-chain" --sync step
-echo "     chain: replicas whose head is on another device than their embeddings: $(python3 -c '
+split=$(python3 -c '
 import json, sys
 p = json.load(open(sys.argv[1]))["plan"]
-print(sum(p["stages"][r["first_stage"]]["device"] != p["stages"][r["first_stage"] + r["stages"] - 1]["device"] for r in p["replicas"]))' "$d/chain.submit")"
+print(sum(p["stages"][r["first_stage"]]["device"] != p["stages"][r["first_stage"] + r["stages"] - 1]["device"] for r in p["replicas"]))' "$d/chain.submit")
+echo "     chain: replicas whose head is on another device than their embeddings: $split"
+# the trainer counts each payload once; on the network the word embeddings'
+# goes both to the other replica's embeddings and to its head (the tied
+# copy) where they are on two devices: vocabulary x hidden 32 x 4 bytes more
+# for each such replica
+SYNC_EXTRA=$((split * CL_VOCAB * 32 * 4)) check "chain: metrics.csv's sync bytes at every step are skyloom train's sync_bytes and the word embeddings' payload to each head apart" \
+    sync_bytes "$d/coord/jobs/$JOB/metrics.csv" "$d/ref-chain/metrics.csv" 1
 
 # a federation of classifiers (--task classify): the owners' labelled shards
 # of one labels.txt; the job equals the trainer's federation, and its export
@@ -241,13 +322,15 @@ lost_run() {
   check "$name: the per-step losses up to step $S equal skyloom train's, one row per step" \
       bash -c '[ "$(tail -n +2 "$0" | awk -F, -v c="$2" "\$1 <= c" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | awk -F, -v c="$2" "\$1 <= c" | cut -d, -f1,2)" ]' \
       "$d/coord/jobs/$JOB/metrics.csv" "$d/ref-$name/metrics.csv" "$S"
+  check "$name: metrics.csv's sync bytes up to step $S are skyloom train's, before and after the recoveries" \
+      sync_bytes "$d/coord/jobs/$JOB/metrics.csv" "$d/ref-$name/metrics.csv" "$SYNC_EVERY" "$S"
   cl_wait_online 4
 }
-lost_run lost 5 1 --sync step
+SYNC_EVERY=1 lost_run lost 5 1 --sync step
 # outer:4 with int8, committed every 6 (steps 6, 18, 30, ... between outer
 # steps): the owner lost, the job resumes from the committed parameters,
 # moments, theta_outer, its momentum and the error-feedback residuals
-lost_run lostouter 6 0 --sync outer:4 --codec-sync int8
+SYNC_EVERY=4 lost_run lostouter 6 0 --sync outer:4 --codec-sync int8
 check "lostouter: the devices' parts held the sync state (fed.DEVICE-uUNIT.safetensors)" \
     bash -c 'ls "$0"/coord/jobs/"$1"/ckpt/step-*/fed.*-u0.safetensors >/dev/null 2>&1' "$d" "$JOB"
 

@@ -269,6 +269,55 @@ static int report_step(const char *dev, const char *job, int epoch, int stage, i
     return code;
 }
 
+/* A step report of stage `stage` that says it sent raw and wire bytes for a
+ * replica sync: the call's code. */
+static int report_sync(const char *dev, const char *job, int epoch, int stage, int step, uint64_t raw,
+                       uint64_t wire, rpc_status *st)
+{
+    Skyloom__V1__ReportStepRequest q = SKYLOOM__V1__REPORT_STEP_REQUEST__INIT;
+    q.device_id = (char *)dev;
+    q.job_id = (char *)job;
+    q.epoch = (uint32_t)epoch;
+    q.stage = (uint32_t)stage;
+    q.step = (uint32_t)step;
+    q.loss = 5.5;
+    q.step_s = 0.050;
+    q.raw_bytes_sync = raw;
+    q.wire_bytes_sync = wire;
+    void *r = NULL;
+    int code = call(coord_handle_report_step, dev, &q, &skyloom__v1__report_step_response__descriptor,
+                    &r, st);
+    rpc_unpacked_free(r);
+    return code;
+}
+
+/* metrics.csv's row of `step` (the effects that write it may lag the call
+ * that made it): 1 and the row in out. */
+static int metrics_row(const char *job, int step, char *out, size_t cap)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/jobs/%s/metrics.csv", state, job);
+    for (double t0 = sl_now_s(); sl_now_s() - t0 < 15; usleep(20 * 1000)) {
+        char *buf = NULL;
+        size_t n = 0;
+        sl_err err = {0};
+        if (sl_read_file(path, 1 << 20, &buf, &n, &err))
+            continue;
+        for (char *line = buf, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+            nl = strchr(line, '\n');
+            if (nl)
+                *nl = 0;
+            if (line != buf && atoi(line) == step) {
+                snprintf(out, cap, "%s", line);
+                free(buf);
+                return 1;
+            }
+        }
+        free(buf);
+    }
+    return 0;
+}
+
 /* ---- HTTP, by hand -------------------------------------------------------------- */
 
 /* One request to 127.0.0.1:port (Host: host, or 127.0.0.1:port when NULL);
@@ -578,8 +627,17 @@ static void test_observe(void)
     CHECK(strstr(page.s, job) && count(page.s, "<svg") == 4 && strstr(page.s, "class=\"loss\"") &&
           strstr(page.s, "class=\"chain\"") && strstr(page.s, "class=\"measured\"") &&
           strstr(page.s, "class=\"predicted\"") && strstr(page.s, "<polyline"));
+    /* one data owner: no replicas on the page, none in the snapshot */
+    CHECK(!strstr(page.s, "id=\"replicas\"") && j->nrep == 0);
     free(page.s);
     coord_snapshot_free(&s);
+    /* nor sync bytes: a report of them is refused, the rows say 0 */
+    CHECKF(report_sync(a, job, epoch, 0, 4, 100, 140, &st) == RPC_INVALID_ARGUMENT &&
+               strstr(st.details, "bytes of replica sync in job") &&
+               strstr(st.details, "which has one data owner"), "%s", st.details);
+    char row[1024] = "";
+    CHECKF(metrics_row(job, 3, row, sizeof row) && strlen(row) > 5 &&
+               !strcmp(row + strlen(row) - 5, ",,0,0"), "step 3's row: %s", row);
 
     /* the trace through GetJob, parsed back and drawn */
     Skyloom__V1__GetJobRequest gq = SKYLOOM__V1__GET_JOB_REQUEST__INIT;
@@ -649,6 +707,7 @@ static void test_observe(void)
              job, b);
     CHECKF(m.s && strstr(m.s, want), "metrics lack %s", want);
     CHECK(m.s && !strstr(m.s, "Bad"));
+    CHECK(m.s && !strstr(m.s, "skyloom_job_sync_bytes_total{"));
     /* every sample line is NAME{labels} VALUE or NAME VALUE, every family announced */
     int bad_lines = 0;
     for (char *line = m.s; line && *line;) {

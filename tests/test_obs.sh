@@ -91,6 +91,11 @@ JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
 check "a 4-stage job submitted" test -n "$JOB"
 cl_job watch "$JOB" > "$d/watch.txt"; rc=$?
 check "the job ran to done" bash -c 'test $0 -eq 0 && grep -q "done after" "$1"' "$rc" "$d/watch.txt"
+cl_job metrics "$JOB" > "$d/job-metrics.csv"
+check "one data owner: no replica in job watch; metrics.csv has no replica losses and 0 sync bytes at every step" \
+    bash -c '! grep -q "^replica=\|replica_loss=\|sync_raw=" "$0" &&
+             head -1 "$1" | grep -q ",replica_loss,sync_raw_bytes,sync_wire_bytes$" &&
+             [ "$(tail -n +2 "$1" | grep -c ",,0,0$")" = 12 ]' "$d/watch.txt" "$d/job-metrics.csv"
 
 # ---- /metrics --------------------------------------------------------------
 code=$(curl -s -o "$d/metrics.txt" -w '%{http_code}' "http://$CL_HTTP/metrics")
@@ -187,6 +192,8 @@ check "GET /: the devices and the job" bash -c 'test "$0" = 200 && grep -q "$1" 
 code=$(curl -s -o "$d/job.html" -w '%{http_code}' "http://$CL_HTTP/job/$JOB")
 check "GET /job/ID: loss, plan, measured and predicted timelines" bash -c \
   'test "$0" = 200 && test "$(grep -o "<svg" "$1" | wc -l)" = 4 && grep -q "class=\"measured\"" "$1" && grep -q "class=\"predicted\"" "$1"' "$code" "$d/job.html"
+check "GET /job/ID of one data owner: no replica table; /metrics: no sync bytes" bash -c \
+  '! grep -q "id=\"replicas\"" "$0" && ! grep -q "^skyloom_job_sync_bytes_total{" "$1"' "$d/job.html" "$d/metrics.txt"
 check "POST is refused (405), an unknown path is 404" bash -c \
   'test "$(curl -s -o /dev/null -w "%{http_code}" -X POST "http://$0/metrics")" = 405 && test "$(curl -s -o /dev/null -w "%{http_code}" "http://$0/nothing")" = 404' "$CL_HTTP"
 if need chromium chromium; then

@@ -1296,6 +1296,8 @@ static int send_report(run_ctx *r, const step_report *s, int *stop)
     q.wire_bytes_up = s->b.wire_up;
     q.raw_bytes_side = s->b.raw_side;
     q.wire_bytes_side = s->b.wire_side;
+    q.raw_bytes_sync = s->b.raw_sync;
+    q.wire_bytes_sync = s->b.wire_sync;
     static const Skyloom__V1__OpKind op_kind[DEV_SEG_NKINDS] = {
         SKYLOOM__V1__OP_KIND__OP_RECV_ACT, SKYLOOM__V1__OP_KIND__OP_FORWARD,
         SKYLOOM__V1__OP_KIND__OP_SEND_ACT, SKYLOOM__V1__OP_KIND__OP_RECV_GRAD,

@@ -36,6 +36,9 @@ static void built(const uint8_t *data, size_t size)
     q.step_s = fz_num(b[9]);
     q.raw_bytes = (uint64_t)b[10] << (b[11] & 63);
     q.wire_bytes_side = UINT64_MAX - b[12];
+    /* sync bytes: in a job of one owner, and frames smaller than their payloads */
+    q.raw_bytes_sync = b[12] & 1 ? (uint64_t)b[10] << (b[12] & 63) : 0;
+    q.wire_bytes_sync = b[12] & 2 ? UINT64_MAX - b[11] : q.raw_bytes_sync - (b[12] >> 7);
     Skyloom__V1__OpSegment seg[4], *segs[4];
     q.n_ops = b[13] % 5;
     for (size_t i = 0; i < q.n_ops; i++) {
