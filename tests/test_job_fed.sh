@@ -271,6 +271,8 @@ away_run() {
   cl_kill9 dev2
   away_planned() { ended && return 1; [ "$(jq_ 'int(j["state"] == "running" and bool(j["plan"]["replicas"][1].get("away")) and any(e["kind"] == "away" for e in j["events"]))')" = 1 ]; }
   check "$name: without the owner of replica 1 the job runs on, replica 1 away in its plan" cl_poll 120 away_planned
+  cl_job status "$JOB" > "$d/$name.status"
+  check "$name: job status says replica 1's owner is away" grep -q "replica 1: owner $B away" "$d/$name.status"
   local S0
   S0=$(jq_ '[e for e in j["events"] if e["kind"] == "away"][-1]["committed_step"] + 1')
   check "$name: the other replica's committed step advances past an outer step while the owner is away" \
