@@ -714,6 +714,25 @@ static void test_sync(void)
     side_free(&sb);
     dev_net_free(bn);
     router_clear();
+    /* B's payloads int8, A's none: each refuses the other's lengths */
+    an = fed_net_of(&A, 12, DEV_CODEC_NONE);
+    bn = fed_net_of(&B, 12, DEV_CODEC_INT8);
+    pthread_mutex_lock(&R.mu);
+    R.net = an;
+    pthread_mutex_unlock(&R.mu);
+    CHECKF(dev_net_start(bn, &err) == 0, "%s", err.msg);
+    side_make(&sb, bn, 0, DEV_CODEC_INT8, 1.0f);
+    side_make(&sa, an, 1, DEV_CODEC_NONE, -0.75f);
+    round_of(&sb, &sa);
+    CHECKF(sa.rc == -1 && strstr(sa.err.msg, "bytes of tensor 'bert.") &&
+           strstr(sa.err.msg, "whose payload is"), "A: %s", sa.err.msg);
+    CHECKF(sb.rc == -1, "B: %s", sb.err.msg);
+    char why[320] = "";
+    CHECK(dev_net_aborted(an, why, sizeof why) && strstr(why, "replica sync of step 1"));
+    side_free(&sa);
+    side_free(&sb);
+    dev_net_free(bn);
+    router_clear();
     /* three replicas, replica 1's owner away: B's and A's round averages
      * theirs alone, weighted 4/6 and 2/6, and waits for no payload of it */
     an = fed_net_of_away(&A, 13, DEV_CODEC_NONE, 1);
@@ -748,25 +767,6 @@ static void test_sync(void)
         free(xa);
     }
     CHECK(same);
-    side_free(&sa);
-    side_free(&sb);
-    dev_net_free(bn);
-    router_clear();
-    /* B's payloads int8, A's none: each refuses the other's lengths */
-    an = fed_net_of(&A, 12, DEV_CODEC_NONE);
-    bn = fed_net_of(&B, 12, DEV_CODEC_INT8);
-    pthread_mutex_lock(&R.mu);
-    R.net = an;
-    pthread_mutex_unlock(&R.mu);
-    CHECKF(dev_net_start(bn, &err) == 0, "%s", err.msg);
-    side_make(&sb, bn, 0, DEV_CODEC_INT8, 1.0f);
-    side_make(&sa, an, 1, DEV_CODEC_NONE, -0.75f);
-    round_of(&sb, &sa);
-    CHECKF(sa.rc == -1 && strstr(sa.err.msg, "bytes of tensor 'bert.") &&
-           strstr(sa.err.msg, "whose payload is"), "A: %s", sa.err.msg);
-    CHECKF(sb.rc == -1, "B: %s", sb.err.msg);
-    char why[320] = "";
-    CHECK(dev_net_aborted(an, why, sizeof why) && strstr(why, "replica sync of step 1"));
     side_free(&sa);
     side_free(&sb);
     dev_net_free(bn);

@@ -920,7 +920,7 @@ static int restore(run_ctx *r, sl_err *err)
             int nx = fed_extras(r, k, prefix, x);
             /* a replica back from away loads the lowest present replica's
              * parts (the coordinator lists them): its residual starts at 0 */
-            if (back && nx > 0 && x[nx - 1].prefix == prefix)
+            if (back && nx > 0 && !strcmp(x[nx - 1].suffix, ".residual"))
                 nx--;
             rc = dev_ckpt_load_replica(r->st[k], r->kind, dir, NULL, x, nx, 1, err);
             if (!rc)
