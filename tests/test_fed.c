@@ -651,6 +651,23 @@ static void test_resident(void)
             close_run(&cpu);
             close_run(&sh);
         }
+    /* replica 1 away for steps 1..2 and back at the outer step 2: its
+     * rejoin (the moments copied, the residual zeroed) on resident buffers */
+    dev_fed_cfg f;
+    fed_of(&f, DEV_SYNC_OUTER, 2, "int8");
+    f.sync.away_from[1] = 1;
+    f.sync.away_to[1] = 2;
+    fedrun cpu = {0}, sh = {0};
+    g_be = NULL;
+    train(&cpu, cuts, 2, &f, steps, &o);
+    kn_shadow_reset();
+    g_be = &kn_shadow_be;
+    train(&sh, cuts, 2, &f, steps, &o);
+    g_be = NULL;
+    CHECKF(same_runs(&cpu, &sh), "outer:2 int8, replica 1 away 1-2: the shadow backend differs");
+    CHECKF(!kn_shadow_violation(), "%s", kn_shadow_violation());
+    close_run(&cpu);
+    close_run(&sh);
 }
 
 /* A replica whose step fails (here: a batch of the wrong size) stops the
