@@ -380,11 +380,13 @@ static void print_plan(const char *plan_text)
                                (size_t)((json_int_t)i - first));
             if ((json_int_t)i == first)
                 printf(" replica %lld: owner %s, dataset %s, %lld sequences per step, predicted "
-                       "%.3f s per step\n", (long long)json_integer_value(rv),
+                       "%.3f s per step%s\n", (long long)json_integer_value(rv),
                        json_string_value(json_object_get(rep, "owner")) ?: "?",
                        json_string_value(json_object_get(rep, "dataset")) ?: "?",
                        (long long)json_integer_value(json_object_get(rep, "batch")),
-                       json_number_value(json_object_get(rep, "predicted_iteration_s")));
+                       json_number_value(json_object_get(rep, "predicted_iteration_s")),
+                       json_is_true(json_object_get(rep, "rejoin"))
+                           ? " (rejoining from the committed outer step)" : "");
         }
         printf("  stage %zu  units %lld-%lld  device %s (%s)  %s\n", i,
                (long long)json_integer_value(json_object_get(s, "first_unit")),
@@ -393,6 +395,11 @@ static void print_plan(const char *plan_text)
                json_string_value(json_object_get(b, "site")) ?: "?",
                json_string_value(json_object_get(s, "address")));
     }
+    json_array_foreach(reps, i, s)
+        if (json_is_true(json_object_get(s, "away")))
+            printf(" replica %zu: owner %s away (no stage; the others go on, it rejoins at a "
+                   "committed outer step once back)\n", i,
+                   json_string_value(json_object_get(s, "owner")) ?: "?");
     json_array_foreach(json_object_get(json_object_get(p, "balancer"), "left_out"), i, s)
         printf("  left out: %s (%s)\n", json_string_value(json_object_get(s, "device")) ?: "?",
                json_string_value(json_object_get(s, "reason")) ?: "?");

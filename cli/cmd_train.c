@@ -138,7 +138,11 @@ static void usage(FILE *f)
             "  --outer-momentum X  outer step's Nesterov momentum (default 0.9)\n"
             "  --replica-stages S  each replica's --stages SPEC, ';'-separated in --data\n"
             "                      order (replicas may be cut differently); --stages gives\n"
-            "                      every replica the same cuts\n");
+            "                      every replica the same cuts\n"
+            "  --owner-absent R:S-E  under outer:H, replica R (0 for the first --data) takes\n"
+            "                      no part in steps S..E, E an outer step; at E it rejoins\n"
+            "                      with the model of that outer step (the reference of a\n"
+            "                      job whose owner went away; repeat once per replica)\n");
 }
 
 enum { MAX_OWNERS = DEV_SYNC_MAX_REPLICAS };
@@ -148,6 +152,8 @@ typedef struct opts {
     const char *datas[MAX_OWNERS];
     int ndata, batch_given;
     const char *owner_batch, *sync, *codec_sync, *replica_stages;
+    const char *absent[MAX_OWNERS];
+    int nabsent;
     double outer_lr, outer_momentum;
     int owner_b[MAX_OWNERS];
     int fed; /* a federation: several --data, or --sync */
@@ -163,6 +169,36 @@ typedef struct opts {
     int64_t seed;
     int kind;
 } opts;
+
+/* --owner-absent R:S-E into the sync's away window of replica R. */
+static int parse_absent(opts *o, const char *v)
+{
+    dev_sync_cfg *c = &o->fc.sync;
+    int r, from, to, end = 0;
+    if (!o->fed)
+        return sl_cli_fail("train", 2, "--owner-absent applies to a federation (several --data)");
+    if (o->fc.mode != DEV_SYNC_OUTER)
+        return sl_cli_fail("train", 2, "--owner-absent %s needs --sync outer:H (under step every "
+                           "step needs every replica)", v);
+    if (sscanf(v, "%d:%d-%d%n", &r, &from, &to, &end) != 3 || v[end])
+        return sl_cli_fail("train", 2, "--owner-absent %s: expected R:S-E (replica, first and "
+                           "last step away)", v);
+    if (r < 0 || r >= o->ndata)
+        return sl_cli_fail("train", 2, "--owner-absent %s: replica %d of %d (0 is the first "
+                           "--data)", v, r, o->ndata);
+    if (from < 1 || to < from || to > o->steps)
+        return sl_cli_fail("train", 2, "--owner-absent %s: steps 1 <= S <= E <= --steps %d", v,
+                           o->steps);
+    if (to % o->fc.every)
+        return sl_cli_fail("train", 2, "--owner-absent %s: E = %d is not an outer step (a "
+                           "multiple of H = %d): a replica rejoins at an outer step", v, to,
+                           o->fc.every);
+    if (c->away_to[r])
+        return sl_cli_fail("train", 2, "--owner-absent %s: replica %d is already away", v, r);
+    c->away_from[r] = (uint64_t)from;
+    c->away_to[r] = (uint64_t)to;
+    return 0;
+}
 
 /* The federation's options, once the others are read: a federation is
  * several --data, or one with --sync. 0, or the message printed. */
@@ -223,6 +259,9 @@ static int parse_fed(opts *o)
         o->fc.outer_momentum = (float)o->outer_momentum;
     if (o->replica_stages && strcmp(o->stages, "1"))
         return sl_cli_fail("train", 2, "--stages and --replica-stages exclude each other");
+    for (int i = 0; i < o->nabsent; i++)
+        if (parse_absent(o, o->absent[i]))
+            return 1;
     return 0;
 }
 
@@ -285,6 +324,11 @@ static int parse(opts *o, int argc, char **argv, int *help)
             o->codec_sync = v;
         else if (!strcmp(a, "--replica-stages"))
             o->replica_stages = v;
+        else if (!strcmp(a, "--owner-absent")) {
+            if (o->nabsent == MAX_OWNERS)
+                return sl_cli_fail("train", 2, "--owner-absent: at most %d", MAX_OWNERS);
+            o->absent[o->nabsent++] = v;
+        }
         else if (!strcmp(a, "--outer-lr"))
             rc = sl_parse_double(a, v, 1e-9, 10, &o->outer_lr, &err);
         else if (!strcmp(a, "--outer-momentum"))
@@ -679,7 +723,10 @@ int cmd_train(int argc, char **argv)
             for (int r = 0; r < R; r++) {
                 dev_step_info ri;
                 dev_train_replica_info(tr, r, &ri);
-                fprintf(csv, ",%.6f", ri.loss);
+                if (dev_sync_present(&o.fc.sync, r, (uint64_t)step))
+                    fprintf(csv, ",%.6f", ri.loss);
+                else /* its owner is away: no step of its counts */
+                    fprintf(csv, ",");
             }
             uint64_t now = dev_train_sync_bytes(tr);
             fprintf(csv, ",%llu", (unsigned long long)(now - sync_before));

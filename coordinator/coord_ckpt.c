@@ -47,6 +47,7 @@ struct coord_ckpt {
     int nslots;
     int nunits;  /* the model's units (0 until set) */
     int nrep;    /* replicas whose parts make a step (1 unless set) */
+    uint32_t away; /* bit r: replica r's owner is away, it has no parts */
     uint64_t quota_device, quota_job;
 };
 
@@ -191,7 +192,11 @@ void coord_ckpt_free(coord_ckpt *k)
     free(k);
 }
 
-void coord_ckpt_set_replicas(coord_ckpt *k, int nrep) { k->nrep = nrep; }
+void coord_ckpt_set_replicas(coord_ckpt *k, int nrep, uint32_t away)
+{
+    k->nrep = nrep;
+    k->away = away;
+}
 
 void coord_ckpt_set_model(coord_ckpt *k, int nunits, uint64_t quota_device, uint64_t quota_job)
 {
@@ -354,9 +359,9 @@ static int step_complete(const coord_ckpt *k, int step)
         }
     }
     for (size_t x = 0; x < per * (size_t)nrep; x++)
-        all &= cov[x];
+        all &= cov[x] || (k->away >> (x / per) & 1);
     for (int r = 0; r < nrep; r++)
-        all &= data[r];
+        all &= data[r] || (k->away >> r & 1);
     free(cov);
     free(data);
     return all;

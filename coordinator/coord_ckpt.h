@@ -76,9 +76,10 @@ typedef struct coord_piece {
 void coord_ckpt_set_model(coord_ckpt *k, int nunits, uint64_t quota_device, uint64_t quota_job);
 
 /* A step is complete when the parts of each of nrep replicas are
- * (coord_job's owners; 1 unless set). The manifest then names each file's
- * replica. */
-void coord_ckpt_set_replicas(coord_ckpt *k, int nrep);
+ * (coord_job's owners; 1 unless set), but those whose bit is set in away
+ * (an owner away under outer:H: its replica has no stage). The manifest
+ * then names each file's replica. */
+void coord_ckpt_set_replicas(coord_ckpt *k, int nrep, uint32_t away);
 
 /* Writes a piece; why gets the reason of a refusal. *complete: the step's
  * parts now cover every unit (model and optimizer) and the data record. A

@@ -566,7 +566,8 @@ static void step_complete(ev *e, int step, const coord_step_rep *rep)
     f->nrep = jb->plan.nrep;
     memcpy(f->rep_first, jb->plan.rep_first, sizeof f->rep_first);
     for (int r = 0; r < (jb->plan.nrep ? jb->plan.nrep : 1); r++)
-        f->masked += rep[(jb->plan.nrep ? jb->plan.rep_first[r + 1] : p) - 1].masked;
+        if (!jb->plan.nrep || !jb->plan.away[r])
+            f->masked += rep[(jb->plan.nrep ? jb->plan.rep_first[r + 1] : p) - 1].masked;
     if (!jb->last)
         jb->last = sl_xmalloc((size_t)p * sizeof *jb->last);
     memcpy(jb->last, rep, (size_t)p * sizeof *jb->last);
@@ -871,12 +872,53 @@ static int owner_missing(ev *e)
 
 /* ---- planning ---------------------------------------------------------------------------- */
 
+/* Owner o is offline, or lost and not heard from since. */
+static int owner_gone(ev *e, int o)
+{
+    coord_job *jb = e->jb;
+    int k = coord_job_cand_index(jb, jb->owner[o].id);
+    const coord_dev *d = coord_devs_find(e->devs, jb->owner[o].id);
+    return !(k >= 0 && d && coord_dev_online(e->devs, d, e->now) &&
+             (!jb->cand[k].lost_ms || d->seen_ms > jb->cand[k].lost_ms));
+}
+
+/* Replica o has no committed parts of its own at the committed step: its
+ * owner went away before it, or rejoins from that very step. */
+static int replica_out(const coord_job *jb, int o)
+{
+    const coord_job_plan *pl = &jb->plan;
+    return pl->nrep && ((pl->away[o] && jb->committed > pl->away_since[o]) ||
+                        (pl->rejoin[o] && jb->committed == pl->start_step - 1));
+}
+
+/* Under outer:H, which owners the next plan leaves out and which rejoin: an
+ * owner gone is left out (the others go on); a replica left out comes back
+ * only from a committed outer step, where every replica holds the same
+ * parameters, so it stays out after any other commit. Under step every
+ * replica takes part (the job waits for an owner instead). */
+static void plan_owners(ev *e, int mode)
+{
+    coord_job *jb = e->jb;
+    int H = jb->opts.sync_every;
+    for (int o = 0; o < COORD_MAX_OWNERS; o++) {
+        jb->plan_away[o] = jb->plan_rejoin[o] = 0;
+        if (o >= jb->nowner || H <= 0 || jb->nowner < 2 || mode == COORD_PLAN_FIRST)
+            continue;
+        int out = replica_out(jb, o);
+        jb->plan_away[o] = owner_gone(e, o) || (out && jb->committed % H != 0);
+        jb->plan_rejoin[o] = !jb->plan_away[o] && out && jb->committed > 0;
+        jb->plan_away_since[o] = jb->plan.nrep && jb->plan.away[o] ? jb->plan.away_since[o]
+                                 : out ? -1 : jb->committed;
+    }
+}
+
 static void plan(ev *e, int mode)
 {
     coord_job *jb = e->jb;
     jb->planning = mode + 1;
     jb->plan_epoch = jb->epoch;
     jb->plan_committed = jb->committed;
+    plan_owners(e, mode);
     if (mode != COORD_PLAN_JOIN)
         set_state(e, COORD_JOB_PLANNING, NULL);
     coord_fx *f = fx_push(e, COORD_FX_PLAN);
@@ -1030,6 +1072,27 @@ static void tick_running(ev *e)
     check_running(e);
     if (jb->state != COORD_JOB_RUNNING)
         return;
+    /* an owner away and back: its replica rejoins from a committed outer step */
+    int H = jb->opts.sync_every;
+    for (int o = 0; H > 0 && jb->plan.nrep && o < jb->nowner && !jb->committing; o++) {
+        if (!jb->plan.away[o] || owner_gone(e, o) ||
+            (jb->committed % H != 0 && jb->committed != jb->plan.away_since[o]))
+            continue;
+        coord_cand *c = &jb->cand[coord_job_cand_index(jb, jb->owner[o].id)];
+        c->lost_ms = 0;
+        /* nothing committed since it left: it goes on from its own parts */
+        if (jb->committed == jb->plan.away_since[o])
+            event(e, "returned", c->id, "the data owner is back before a step was committed "
+                  "without it; its replica goes on from step %d", jb->committed + 1);
+        else
+            event(e, "returned", c->id, "the data owner is back; its replica rejoins from the "
+                  "committed outer step %d", jb->committed);
+        char why[200];
+        snprintf(why, sizeof why, "the data owner %.40s is back; re-planning from step %d",
+                 c->id, jb->committed + 1);
+        recover(e, why);
+        return;
+    }
     find_joiners(e);
     if (jb->rec.weigh_joiners) {
         jb->rec.weigh_joiners = 0;
@@ -1054,6 +1117,27 @@ static void tick_recovering(ev *e, int64_t heartbeat_ms)
     if (jb->committing)
         return; /* a commit under way decides the step to start from */
     int missing = owner_missing(e);
+    if (missing >= 0 && jb->opts.sync_every > 0 && jb->nowner > 1) {
+        /* outer:H: the others go on without the replicas of the owners
+         * gone, unless every owner is gone */
+        int gone = 0;
+        for (int o = 0; o < jb->nowner; o++)
+            gone += owner_gone(e, o);
+        if (gone < jb->nowner) {
+            for (int o = 0; o < jb->nowner; o++)
+                if (owner_gone(e, o) && !(jb->plan.nrep && jb->plan.away[o]))
+                    event(e, "away", jb->owner[o].id, "the data owner %s is offline; the other "
+                          "replicas go on from step %d, and its replica rejoins at a committed "
+                          "outer step (a multiple of %d) once it is back", jb->owner[o].id,
+                          jb->committed + 1, jb->opts.sync_every);
+            missing = -1;
+        }
+    }
+    for (int o = 0; missing < 0 && o < jb->nowner; o++) {
+        coord_cand *c = &jb->cand[coord_job_cand_index(jb, jb->owner[o].id)];
+        if (c->lost_ms && !owner_gone(e, o))
+            c->lost_ms = 0; /* back before the plan */
+    }
     if (missing >= 0) {
         char why[300];
         snprintf(why, sizeof why, "the data owner %s is offline; the job goes on from step %d "

@@ -157,6 +157,13 @@ typedef struct coord_job_plan {
      * are replica r's chain, in the owners' order */
     int nrep;
     int rep_first[COORD_MAX_OWNERS + 1];
+    /* under outer:H, an owner away: its replica has no stage in this plan
+     * (rep_first[r] == rep_first[r + 1]); rejoin: it is back at start_step,
+     * after an outer step, from the lowest present replica's parts */
+    int away[COORD_MAX_OWNERS], rejoin[COORD_MAX_OWNERS];
+    int away_since[COORD_MAX_OWNERS]; /* away: the last committed step holding its own
+                                       * parts (-1: none, it left while rejoining) */
+    int start_step;
     double predicted;                    /* the predicted iteration time */
 } coord_job_plan;
 
@@ -215,6 +222,9 @@ typedef struct coord_job {
     /* effects under way */
     int planning;           /* COORD_PLAN_* + 1 while a plan is made, 0 none */
     int plan_epoch, plan_committed; /* what that plan started from */
+    /* that plan's owners away and rejoining (outer:H; coord_job_plan's) */
+    int plan_away[COORD_MAX_OWNERS], plan_rejoin[COORD_MAX_OWNERS];
+    int plan_away_since[COORD_MAX_OWNERS];
     int committing;         /* the step being committed, 0 none */
     int epoch_pending;      /* a new epoch's files are being reset (COORD_FX_EPOCH) */
     int64_t last_event_ms;  /* events are ordered by time: never earlier than the last */
@@ -276,6 +286,9 @@ void coord_job_init(coord_job *jb, const char *id, uint64_t num, char *config,
                     int64_t now_ms);
 /* The owner of device id (its index), or -1. */
 int coord_job_owner_index(const coord_job *jb, const char *device);
+/* The replica whose committed parts a replica rejoining in this plan
+ * starts from: the lowest one neither away nor rejoining. */
+int coord_job_rejoin_source(const coord_job *jb);
 /* Every owner's check is in. */
 int coord_job_checked(const coord_job *jb);
 /* The replica of the plan's stage s (0 without replicas). */

@@ -37,6 +37,14 @@ int coord_job_cand_usable(const coord_job *jb, int k, const coord_devs *devs, in
            d->address[0] && d->has_key;
 }
 
+int coord_job_rejoin_source(const coord_job *jb)
+{
+    for (int r = 0; r < jb->plan.nrep; r++)
+        if (!jb->plan.away[r] && !jb->plan.rejoin[r])
+            return r;
+    return 0;
+}
+
 int coord_job_owner_index(const coord_job *jb, const char *device)
 {
     for (int i = 0; i < jb->nowner; i++)
@@ -58,10 +66,18 @@ double coord_job_step_loss(const coord_job *jb, const coord_step_rep *rep)
     const coord_job_plan *pl = &jb->plan;
     if (pl->nrep <= 1)
         return rep[pl->p - 1].loss;
-    /* each replica's last stage holds its loss; weighed by its sequences */
-    double loss = 0;
+    /* each replica's last stage holds its loss; weighed by its sequences,
+     * over the replicas present (as their outer steps are) */
+    double loss = 0, total = 0;
+    int all = 1;
+    for (int r = 0; r < pl->nrep; r++) {
+        all &= !pl->away[r];
+        total += pl->away[r] ? 0 : jb->owner[r].batch;
+    }
     for (int r = 0; r < pl->nrep; r++)
-        loss += (double)jb->owner[r].batch / jb->batch * rep[pl->rep_first[r + 1] - 1].loss;
+        if (!pl->away[r])
+            loss += (double)jb->owner[r].batch / (all ? jb->batch : total) *
+                    rep[pl->rep_first[r + 1] - 1].loss;
     return loss;
 }
 

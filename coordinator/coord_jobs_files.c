@@ -105,6 +105,7 @@ static int fetch_file(call *k)
                      r->device_id);
         if (sm->nowner > 1)
             rep = coord_job_stage_replica(sm, coord_job_stage_of(sm, r->device_id));
+
     }
     if (device && coord_job_stage_of(sm, r->device_id) < 0) {
         code = rpc_status_set(k->st, RPC_PERMISSION_DENIED, "device %s has no stage of job %s",
@@ -116,6 +117,11 @@ static int fetch_file(call *k)
                                   "step (%d)", sm->id, r->step, sm->committed);
         else
             dir = coord_ckpt_step_dir(k->jb->ck, step, 0);
+        /* a replica back from away has no parts of the step it starts
+         * after: it takes the lowest present replica's (the same model at
+         * an outer step; docs/federation.md) */
+        if (rep >= 0 && sm->plan.rejoin[rep] && step == sm->plan.start_step - 1)
+            rep = coord_job_rejoin_source(sm);
     }
     pthread_mutex_unlock(&j->mu);
     Skyloom__V1__FetchFileResponse out = SKYLOOM__V1__FETCH_FILE_RESPONSE__INIT;
@@ -215,6 +221,7 @@ static int upload_chunk(call *k)
     int v = jb ? upload_allowed(j, jb, r) : COORD_UPLOAD_NOT_RUNNING;
     uint8_t units[BAL_MAX_LAYERS + 2];
     int nunits = 0, replica = 0, nrep = 1;
+    uint32_t away = 0;
     if (v == COORD_UPLOAD_OK) {
         /* the check again under the job's I/O lock: no epoch's reset can
          * run while the piece is written */
@@ -225,6 +232,8 @@ static int upload_chunk(call *k)
         coord_job_units_of(&jb->sm, r->device_id, units, nunits);
         replica = coord_job_stage_replica(&jb->sm, coord_job_stage_of(&jb->sm, r->device_id));
         nrep = jb->sm.nowner;
+        for (int r = 0; r < jb->sm.plan.nrep; r++)
+            away |= (uint32_t)(jb->sm.plan.away[r] != 0) << r;
         pthread_mutex_unlock(&j->mu);
         if (v != COORD_UPLOAD_OK)
             pthread_mutex_unlock(&jb->io_mu);
@@ -253,7 +262,7 @@ static int upload_chunk(call *k)
      * headers) per device and per job */
     uint64_t quota = 4 * ((nrep > 1 ? 6 : 3) * jb->model_bytes + (4u << 20));
     coord_ckpt_set_model(jb->ck, nunits, quota, quota * (uint64_t)nrep);
-    coord_ckpt_set_replicas(jb->ck, nrep);
+    coord_ckpt_set_replicas(jb->ck, nrep, away);
     coord_piece q = {r->device_id, (int)r->step, r->name, r->offset, r->data.data, r->data.len,
                      r->last, r->size, r->blake2b.data, r->blake2b.len, units, nunits, replica};
     int rc = coord_ckpt_piece(jb->ck, &q, &complete, why, sizeof why);

@@ -84,6 +84,8 @@ struct coord_plan_in {
     int nowner;
     char owner[COORD_MAX_OWNERS][CERT_ID_LEN], dataset[COORD_MAX_OWNERS][65];
     int obatch[COORD_MAX_OWNERS];
+    int away[COORD_MAX_OWNERS], rejoin[COORD_MAX_OWNERS]; /* outer:H: owners left out, back */
+    int away_since[COORD_MAX_OWNERS];
     int seq, n;
     char (*ids)[CERT_ID_LEN];
     char (*sites)[CERT_SITE_MAX + 1];
@@ -295,8 +297,17 @@ static char *plan_text(const plan_in *in, bal_plan *const *pls, bal_timeline *co
     json_t *cfg = json_loads(in->config, 0, &je), *stages = json_array(), *reps = json_array();
     json_t *bj = NULL;
     double slowest = 0;
+    const bal_plan *pl0 = NULL;
     for (int r = 0; r < nrep; r++) {
         const bal_plan *pl = pls[r];
+        if (!pl) { /* its owner is away: the replica has no stage */
+            json_array_append_new(reps, json_pack("{s:s, s:s, s:i, s:i, s:i, s:b, s:i}", "owner",
+                                                  in->owner[r], "dataset", in->dataset[r], "batch",
+                                                  in->obatch[r], "first_stage",
+                                                  (int)json_array_size(stages), "stages", 0,
+                                                  "away", 1, "away_since", in->away_since[r]));
+            continue;
+        }
         json_t *bjr = bal_plan_json(pl, tls[r]), *bst = json_object_get(bjr, "stages");
         int first = (int)json_array_size(stages);
         for (int i = 0; i < pl->n_stages; i++) {
@@ -316,18 +327,23 @@ static char *plan_text(const plan_in *in, bal_plan *const *pls, bal_timeline *co
         }
         double it = tls[r] ? tls[r]->iteration_s : pl->est_iter_s;
         slowest = it > slowest ? it : slowest;
-        if (nrep > 1)
-            json_array_append_new(reps, json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:O}", "owner",
-                                                  in->owner[r], "dataset", in->dataset[r], "batch",
-                                                  in->obatch[r], "first_stage", first, "stages",
-                                                  pl->n_stages, "predicted_iteration_s", it,
-                                                  "balancer", bjr));
-        if (r == 0)
+        if (nrep > 1) {
+            json_t *rj = json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:O}", "owner", in->owner[r],
+                                   "dataset", in->dataset[r], "batch", in->obatch[r],
+                                   "first_stage", first, "stages", pl->n_stages,
+                                   "predicted_iteration_s", it, "balancer", bjr);
+            if (in->rejoin[r])
+                json_object_set_new(rj, "rejoin", json_true());
+            json_array_append_new(reps, rj);
+        }
+        if (!pl0) {
+            pl0 = pl;
             bj = bjr;
-        else
+        } else {
             json_decref(bjr);
+        }
     }
-    const bal_plan *pl = pls[0];
+    const bal_plan *pl = pl0;
     const coord_jobopts *o = &in->opts;
     json_t *plan = json_pack(
         "{s:s, s:I, s:i, s:o, s:{s:s, s:s}, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:s, s:s, s:b, "
@@ -372,6 +388,8 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
     /* every owner profiled, its policy kept; its replica's model at its own
      * micro-batch */
     for (int r = 0; !rc && r < R; r++) {
+        if (in->away[r])
+            continue;
         owner[r] = owner_index(in, r);
         const coord_policy *pol = owner[r] < 0 ? NULL : &in->dev[owner[r]].policy;
         if (owner[r] < 0)
@@ -392,17 +410,31 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
         pl[0] = bal_plan_make_home(pb[0], algo, &bo, home[0], err);
         rc = pl[0] ? 0 : -1;
     } else if (!rc) {
-        bal_fed_in fi = {.R = R, .pb = (const bal_problem *const *)pb, .owner = owner, .home = home,
-                         .opts = bo, .ushaped = in->opts.u_shape, .algo = algo};
-        bal_fed *f = bal_fed_place(&fi, err);
+        /* the replicas present, in order (an owner away has none) */
+        int at[COORD_MAX_OWNERS], Rp = 0, powner[COORD_MAX_OWNERS], phome[COORD_MAX_OWNERS];
+        bal_problem *ppb[COORD_MAX_OWNERS];
+        for (int r = 0; r < R; r++)
+            if (!in->away[r]) {
+                at[Rp] = r;
+                ppb[Rp] = pb[r];
+                powner[Rp] = owner[r];
+                phome[Rp++] = home[r];
+            }
+        bal_fed_in fi = {.R = Rp, .pb = (const bal_problem *const *)ppb, .owner = powner,
+                         .home = phome, .opts = bo, .ushaped = in->opts.u_shape, .algo = algo};
+        bal_fed *f = Rp ? bal_fed_place(&fi, err) : NULL;
+        if (!Rp)
+            sl_err_set(err, SL_ESTATE, "every data owner is away");
         rc = f ? 0 : -1;
-        for (int r = 0; f && r < R; r++) {
-            pl[r] = f->plan[r];
-            f->plan[r] = NULL;
+        for (int k = 0; f && k < Rp; k++) {
+            pl[at[k]] = f->plan[k];
+            f->plan[k] = NULL;
         }
         bal_fed_free(f);
     }
     for (int r = 0; !rc && r < R; r++) {
+        if (in->away[r])
+            continue;
         if (pl[r]->stage[0].device != owner[r])
             rc = sl_err_set(err, SL_ESTATE, "the plan does not start at the data owner %s",
                             in->owner[r]);
@@ -442,6 +474,9 @@ plan_in *coord_plan_in_of(const coord_job *jb, const coord_devs *devs, int repla
         snprintf(in->owner[o], sizeof in->owner[o], "%s", jb->owner[o].id);
         snprintf(in->dataset[o], sizeof in->dataset[o], "%s", jb->owner[o].dataset);
         in->obatch[o] = jb->owner[o].batch;
+        in->away[o] = replan && jb->plan_away[o];
+        in->rejoin[o] = replan && jb->plan_rejoin[o];
+        in->away_since[o] = jb->plan_away_since[o];
     }
     in->seq = jb->seq;
     size_t n = (size_t)jb->ncand + 1;
@@ -529,6 +564,21 @@ int coord_plan_read(char *text, uint8_t *sig, size_t sig_len, coord_job_plan *pl
         pl->ndev += !seen;
     }
     pl->rep_first[pl->nrep] = p;
+    /* a federation's replicas as the plan lists them, those away (no
+     * stage) included */
+    json_t *reps = json_object_get(pj, "replicas");
+    if (json_array_size(reps) >= 2 && json_array_size(reps) <= COORD_MAX_OWNERS) {
+        pl->nrep = (int)json_array_size(reps);
+        for (int r = 0; r < pl->nrep; r++) {
+            json_t *rj = json_array_get(reps, (size_t)r);
+            pl->rep_first[r] = (int)json_integer_value(json_object_get(rj, "first_stage"));
+            pl->away[r] = json_is_true(json_object_get(rj, "away"));
+            pl->rejoin[r] = json_is_true(json_object_get(rj, "rejoin"));
+            pl->away_since[r] = (int)json_integer_value(json_object_get(rj, "away_since"));
+        }
+        pl->rep_first[pl->nrep] = p;
+    }
+    pl->start_step = (int)json_integer_value(json_object_get(pj, "start_step"));
     if (pl->nrep == 1)
         pl->nrep = 0; /* one owner: no replicas */
     pl->seq = (int)json_integer_value(json_object_get(pj, "seq"));

@@ -905,6 +905,165 @@ static void test_owner_waits(void)
     coord_job_free(&jb);
 }
 
+static void fed_plan(coord_job_plan *pl, int away);
+
+/* Two owners, OWNER's replica on OWNER and DEV_C's on DEV_C (each one
+ * stage of the whole model), under `sync` and a checkpoint every 2 steps. */
+static void fed_running(coord_job *jb, const char *sync)
+{
+    char opts[300];
+    snprintf(opts, sizeof opts, "{\"steps\": 40, \"micro_batches\": 2, \"owner_batch\": [2, 4], "
+             "\"checkpoint_every\": 2, \"sync\": \"%s\"}", sync);
+    coord_jobopts o;
+    char why[300];
+    CHECKF(coord_jobopts_parse(opts, &o, why, sizeof why) == 0, "%s", why);
+    coord_owner ow[2] = {{.batch = 2}, {.batch = 4}};
+    snprintf(ow[0].id, sizeof ow[0].id, "%s", OWNER);
+    snprintf(ow[0].dataset, sizeof ow[0].dataset, "wiki");
+    snprintf(ow[1].id, sizeof ow[1].id, "%s", DEV_C);
+    snprintf(ow[1].dataset, sizeof ow[1].dataset, "news");
+    coord_job_init(jb, "j00000000000000ab", 171, sl_xstrdup("{}"), &o, ow, 2, now_ms);
+    coord_jobopts_free(&o);
+    coord_job_check_done(jb, DEV_C, 1, "", "{\"seq_len\": 8}", 8, 1, &view, now_ms, &fx);
+    to_running(jb, OWNER "," DEV_C);
+    fed_plan(&jb->plan, 0);
+}
+
+/* The running plan made a federation's: replica r on stage r, each the
+ * whole model; replica `away` (1-based, 0: none) has no stage. */
+static void fed_plan(coord_job_plan *pl, int away)
+{
+    pl->nrep = 2;
+    pl->rep_first[0] = 0;
+    pl->rep_first[1] = away == 1 ? 0 : 1;
+    pl->rep_first[2] = pl->p;
+    for (int i = 0; i < pl->p; i++) {
+        pl->first_unit[i] = 0;
+        pl->last_unit[i] = 3;
+    }
+    pl->away[1] = away == 2;
+    pl->away[0] = away == 1;
+    pl->away_since[0] = pl->away_since[1] = 6;
+}
+
+/* Under outer:H an owner that goes away leaves its replica out and the
+ * others go on; back, its replica rejoins only from a committed outer step
+ * (not from step 10 under outer:4, from step 12), or at once if nothing
+ * was committed without it. Under step the job waits. */
+static void test_owner_away(void)
+{
+    setup();
+    coord_job jb;
+    fed_running(&jb, "outer:4");
+    report_steps(&jb, 1, 6);
+    commit(&jb, 2);
+    commit(&jb, 4);
+    commit(&jb, 6);
+    fx_reset();
+    silent[0] = DEV_C;
+    pass(5000);
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_RECOVERING);
+    tick(&jb);
+    const coord_fx *a = find(COORD_FX_EVENT, "away");
+    CHECKF(jb.state == COORD_JOB_PLANNING && a && !strcmp(a->device, DEV_C) &&
+           strstr(a->text, "the other replicas go on from step 7") && !find(COORD_FX_EVENT, "waiting"),
+           "%s: %s", coord_job_state_name(jb.state), a ? a->text : "no away event");
+    CHECK(jb.plan_away[1] && !jb.plan_away[0] && !jb.plan_rejoin[0] && !jb.plan_rejoin[1] &&
+          jb.plan_away_since[1] == 6);
+    coord_plan_result r = plan_result(OWNER, 1.0);
+    fed_plan(&r.plan, 2);
+    r.plan.start_step = 7;
+    coord_job_plan_done(&jb, COORD_PLAN_RECOVER, &r, now_ms, &fx);
+    coord_job_epoch_ready(&jb, jb.epoch, 4.9, NULL, now_ms, &fx);
+    CHECK(jb.state == COORD_JOB_RUNNING && jb.epoch == 2 && jb.plan.away[1]);
+    /* the replica present reports alone; its loss is the step's */
+    fx_reset();
+    report_steps(&jb, 7, 7);
+    const coord_fx *m = find(COORD_FX_METRICS, NULL);
+    CHECKF(m && m->loss == 5.0 - 0.01 * 7, "loss %g", m ? m->loss : -1.0);
+    /* steps 8 (an outer step) and 10 committed without it, then its owner
+     * back at step 10, between outer steps: it stays out, and a recovery
+     * from step 10 (the present owner's own failure) plans it out still:
+     * no replica holds parameters it could start from there */
+    report_steps(&jb, 8, 10);
+    commit(&jb, 8);
+    commit(&jb, 10);
+    silent[0] = NULL;
+    pass(1);
+    fx_reset();
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_RUNNING && !find(COORD_FX_EVENT, "returned"));
+    coord_job_run_failure(&jb, OWNER, 2, "a step failed", "", now_ms, &fx);
+    for (int i = 0; i < 4 && jb.state != COORD_JOB_PLANNING; i++) {
+        pass(1000);
+        tick(&jb);
+    }
+    CHECKF(jb.state == COORD_JOB_PLANNING && jb.plan_away[1] && !jb.plan_rejoin[1] &&
+           jb.plan_away_since[1] == 6, "%s", coord_job_state_name(jb.state));
+    r = plan_result(OWNER, 1.0);
+    fed_plan(&r.plan, 2);
+    r.plan.start_step = 11;
+    coord_job_plan_done(&jb, COORD_PLAN_RECOVER, &r, now_ms, &fx);
+    coord_job_epoch_ready(&jb, jb.epoch, 4.9, NULL, now_ms, &fx);
+    CHECK(jb.state == COORD_JOB_RUNNING && jb.epoch == 3);
+    /* the next outer step committed (12): it rejoins from there */
+    report_steps(&jb, 11, 12);
+    commit(&jb, 12);
+    fx_reset();
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_RECOVERING);
+    tick(&jb);
+    const coord_fx *b = find(COORD_FX_EVENT, "returned");
+    CHECKF(jb.state == COORD_JOB_PLANNING && b && !strcmp(b->device, DEV_C) &&
+           strstr(b->text, "rejoins from the committed outer step 12"), "%s",
+           coord_job_state_name(jb.state));
+    CHECK(jb.plan_rejoin[1] && !jb.plan_away[1] && !jb.plan_rejoin[0] && !jb.plan_away[0]);
+    coord_job_free(&jb);
+
+    /* back before anything was committed without it: it goes on from its
+     * own parts at once (no rejoin) */
+    setup();
+    fed_running(&jb, "outer:4");
+    report_steps(&jb, 1, 6);
+    commit(&jb, 2);
+    commit(&jb, 4);
+    commit(&jb, 6);
+    silent[0] = DEV_C;
+    pass(5000);
+    tick(&jb);
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_PLANNING && jb.plan_away[1]);
+    r = plan_result(OWNER, 1.0);
+    fed_plan(&r.plan, 2);
+    r.plan.start_step = 7;
+    coord_job_plan_done(&jb, COORD_PLAN_RECOVER, &r, now_ms, &fx);
+    coord_job_epoch_ready(&jb, jb.epoch, 4.9, NULL, now_ms, &fx);
+    silent[0] = NULL;
+    pass(1);
+    fx_reset();
+    tick(&jb);
+    tick(&jb);
+    b = find(COORD_FX_EVENT, "returned");
+    CHECKF(jb.state == COORD_JOB_PLANNING && b && strstr(b->text, "goes on from step 7") &&
+           !jb.plan_away[1] && !jb.plan_rejoin[1], "%s", coord_job_state_name(jb.state));
+    coord_job_free(&jb);
+
+    /* under step the job waits for the owner */
+    setup();
+    fed_running(&jb, "step");
+    report_steps(&jb, 1, 2);
+    commit(&jb, 2);
+    fx_reset();
+    silent[0] = DEV_C;
+    pass(5000);
+    tick(&jb);
+    tick(&jb);
+    CHECK(jb.state == COORD_JOB_WAITING && find(COORD_FX_EVENT, "waiting") &&
+          !find(COORD_FX_EVENT, "away"));
+    coord_job_free(&jb);
+}
+
 static void test_done(void)
 {
     setup();
@@ -1088,6 +1247,7 @@ int main(void)
     RUN(test_stale_plans);
     RUN(test_restart_grace);
     RUN(test_owner_waits);
+    RUN(test_owner_away);
     RUN(test_done);
     RUN(test_stop_at_commit_and_resume);
     fx_reset();

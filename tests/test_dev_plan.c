@@ -533,6 +533,69 @@ static void test_federation(void)
     free(base);
 }
 
+/* An owner away: replica 1 has no stage (stages 0, away) and replica 0
+ * runs alone; then replica 1 rejoining after an outer step. */
+static void test_away(void)
+{
+    char *base = fed_plan();
+    json_error_t je;
+    json_t *pl = json_loads(base, 0, &je), *st = json_object_get(pl, "stages");
+    json_array_remove(st, 2);
+    json_t *r1 = json_array_get(json_object_get(pl, "replicas"), 1);
+    json_object_set_new(r1, "stages", json_integer(0));
+    json_object_set_new(r1, "away", json_true());
+    char *away = json_dumps(pl, JSON_COMPACT);
+    json_decref(pl);
+    dev_plan p;
+    sl_err err = {0};
+    CHECKF(parse(away, FP_OWNER, &p, &err) == 0, "%s", err.msg);
+    CHECK(p.n_replicas == 2 && p.n_stages == 2 && p.replica[1].away && !p.replica[1].rejoin &&
+          p.replica[1].n_stages == 0 && !p.replica[0].away && p.my_replica == 0);
+    dev_plan_free(&p);
+    CHECK(parse(away, FP_LAST, &p, &err) == -1 && strstr(err.msg, "none is this device's"));
+    static const struct {
+        const char *path, *value, *msg;
+    } cases[] = {
+        {"replicas.1.stages", "1", "plan: replicas[1].stages: 1 is not in 0..0"},
+        {"replicas.1.away", "1", "plan: replicas[1].away: not true or false"},
+        {"replicas.1.rejoin", "true", "plan: replicas[1]: away and rejoining at once"},
+        {"replicas.0.away", "true", "plan: replicas[0].stages: 2 is not in 0..0"},
+        {"sync.mode", "\"step\"", "plan: sync.every: 5 is not in 1..1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *text = edited_from(away, cases[i].path, cases[i].value);
+        int rc = parse(text, FP_OWNER, &p, &err);
+        CHECKF(rc == -1 && strstr(err.msg, cases[i].msg), "%s = %s: rc %d, '%s', expected '%s'",
+               cases[i].path, cases[i].value, rc, err.msg, cases[i].msg);
+        free(text);
+    }
+    char *t = edited_from(away, "sync", "{\"mode\": \"step\", \"every\": 1, \"codec\": \"none\", "
+                          "\"outer_lr\": 0.7, \"outer_momentum\": 0.9}");
+    CHECKF(parse(t, FP_OWNER, &p, &err) == -1 && strstr(err.msg, "one away under sync step"),
+           "%s", err.msg);
+    free(t);
+    /* rejoining: only after an outer step (every 5: start_step 6, 11, ...) */
+    char *b6 = edited_from(base, "start_step", "6");
+    t = edited_from(b6, "replicas.1.rejoin", "true");
+    CHECKF(parse(t, FP_LAST, &p, &err) == 0 && p.replica[1].rejoin && p.my_replica == 1,
+           "%s", err.msg);
+    dev_plan_free(&p);
+    free(t);
+    char *b7 = edited_from(base, "start_step", "7");
+    t = edited_from(b7, "replicas.1.rejoin", "true");
+    CHECKF(parse(t, FP_LAST, &p, &err) == -1 &&
+           strstr(err.msg, "one rejoins at step 7, not after an outer step (every 5)"), "%s", err.msg);
+    free(t);
+    t = edited_from(base, "replicas.1.rejoin", "true");
+    CHECKF(parse(t, FP_LAST, &p, &err) == -1 && strstr(err.msg, "one rejoins at step 1"), "%s",
+           err.msg);
+    free(t);
+    free(b6);
+    free(b7);
+    free(away);
+    free(base);
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_OFF);
@@ -544,5 +607,6 @@ int main(void)
     RUN(test_real_plans);
     RUN(test_policy);
     RUN(test_federation);
+    RUN(test_away);
     return sl_test_done();
 }

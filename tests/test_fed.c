@@ -333,6 +333,27 @@ static void test_combine(void)
         CHECKF(worst <= 0.5001, "%s: %.4f ulp from the long-double weighted sum", codecs[ci], worst);
         printf("    %-9s within %.3f ulp of the long-double weighted sum (%zu payload bytes of %d floats)\n",
                codecs[ci], worst, len, N);
+        /* replica 1's owner away (rounds 5..8): its payload is not read, and
+         * the others are weighted 5/8 and 3/8 */
+        f.sync.away_from[1] = 5;
+        f.sync.away_to[1] = 8;
+        double w4[DEV_SYNC_MAX_REPLICAS], w6[DEV_SYNC_MAX_REPLICAS];
+        dev_sync_round_weights(&f.sync, 4, w4);
+        dev_sync_round_weights(&f.sync, 6, w6);
+        CHECK(w4[0] == f.sync.weight[0] && w4[1] == f.sync.weight[1] && w4[2] == f.sync.weight[2]);
+        CHECK(w6[0] == 5.0 / 8.0 && w6[1] == 0.0 && w6[2] == 3.0 / 8.0);
+        CHECK(dev_sync_present(&f.sync, 1, 4) && !dev_sync_present(&f.sync, 1, 5) &&
+              !dev_sync_present(&f.sync, 1, 8) && dev_sync_present(&f.sync, 1, 9) &&
+              dev_sync_present(&f.sync, 0, 6));
+        dev_sync_cfg round6 = f.sync;
+        memcpy(round6.weight, w6, sizeof w6);
+        const uint8_t *present[R] = {pay[0], NULL, pay[2]};
+        CHECKF(dev_sync_combine(&round6, present, N, COLS, out, scratch, &err) == 0, "%s", err.msg);
+        exact = 1;
+        for (size_t i = 0; i < N; i++)
+            exact &= out[i] == (float)(5.0 / 8.0 * (double)dec[i] + 3.0 / 8.0 * (double)dec[2 * (size_t)N + i]);
+        CHECKF(exact, "%s: replica 1 away, not the present replicas' sum renormalised", codecs[ci]);
+        f.sync.away_from[1] = f.sync.away_to[1] = 0;
         /* a payload that does not decode is refused, naming its replica */
         if (f.sync.codec == DEV_CODEC_INT8) {
             pay[1][4 * (N / COLS) + 5] = 0x80;
@@ -630,6 +651,23 @@ static void test_resident(void)
             close_run(&cpu);
             close_run(&sh);
         }
+    /* replica 1 away for steps 1..2 and back at the outer step 2: its
+     * rejoin (the moments copied, the residual zeroed) on resident buffers */
+    dev_fed_cfg f;
+    fed_of(&f, DEV_SYNC_OUTER, 2, "int8");
+    f.sync.away_from[1] = 1;
+    f.sync.away_to[1] = 2;
+    fedrun cpu = {0}, sh = {0};
+    g_be = NULL;
+    train(&cpu, cuts, 2, &f, steps, &o);
+    kn_shadow_reset();
+    g_be = &kn_shadow_be;
+    train(&sh, cuts, 2, &f, steps, &o);
+    g_be = NULL;
+    CHECKF(same_runs(&cpu, &sh), "outer:2 int8, replica 1 away 1-2: the shadow backend differs");
+    CHECKF(!kn_shadow_violation(), "%s", kn_shadow_violation());
+    close_run(&cpu);
+    close_run(&sh);
 }
 
 /* A replica whose step fails (here: a batch of the wrong size) stops the

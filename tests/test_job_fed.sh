@@ -7,11 +7,14 @@
 # different replicas exchanged sync payloads and no frame was refused.
 # Under --sync outer:H with int8 payloads the model equals the trainer's too
 # (the replicas hold the same bytes after the last outer step, every
-# replica's part committed). Devices lost during a --sync step job, and an
-# owner lost during an outer:H job with int8: the job re-plans from the
-# committed step and every replica's parameters and the losses still equal
-# the trainer's. A federation of classifiers (--task classify, the owners'
-# shards of one labels.txt) equals the trainer's the same way.
+# replica's part committed). Devices lost during a --sync step job: the job
+# re-plans from the committed step (waiting for the owner) and every
+# replica's parameters and the losses still equal the trainer's. An owner
+# lost during an outer:H job with int8: the other replica goes on, the owner
+# back rejoins at a committed outer step, and the job equals `skyloom train
+# --owner-absent` over the window the coordinator recorded. A federation of
+# classifiers (--task classify, the owners' shards of one labels.txt) equals
+# the trainer's the same way.
 set -u
 SK="$1"; src="$2"
 CL=$(mktemp -d /tmp/skyloom-jobfed-XXXXXX)
@@ -327,12 +330,66 @@ lost_run() {
   cl_wait_online 4
 }
 SYNC_EVERY=1 lost_run lost 5 1 --sync step
-# outer:4 with int8, committed every 6 (steps 6, 18, 30, ... between outer
-# steps): the owner lost, the job resumes from the committed parameters,
-# moments, theta_outer, its momentum and the error-feedback residuals
-SYNC_EVERY=4 lost_run lostouter 6 0 --sync outer:4 --codec-sync int8
-check "lostouter: the devices' parts held the sync state (fed.DEVICE-uUNIT.safetensors)" \
-    bash -c 'ls "$0"/coord/jobs/"$1"/ckpt/step-*/fed.*-u0.safetensors >/dev/null 2>&1' "$d" "$JOB"
+
+# An owner away under outer:4 with int8, committed every 4 (every commit an
+# outer step): the owner of replica 1 killed, the other replica goes on (its
+# committed step advances); the owner restarted, its replica rejoins at a
+# committed outer step; once an outer step is committed with it, the job is
+# stopped and compared with `skyloom train --owner-absent 1:S-E`, the window
+# read from the coordinator's events (the step after the last one committed
+# with the owner, and the outer step it rejoined from), whatever the timing.
+away_run() {
+  local name=away every=4
+  out=$(cl_job submit --config "$d/cfg.json" "${common[@]}" --steps $BIG --data "$A:wiki" --data "$B:news" --algo even \
+        --warmup 5 --checkpoint-every $every --devices "$A,$B,$C,$D" --json --sync outer:4 --codec-sync int8 2>&1)
+  JOB=$(grep -o '"job_id": "j[0-9a-f]*"' <<<"$out" | cut -d'"' -f4)
+  echo "$out" > "$d/$name.submit"
+  check "$name: submitted and running" bash -c '[ -n "$0" ] && grep -q "\"state\": \"running\"" "$1"' "$JOB" "$d/$name.submit"
+  jq_() { cl_jq "$JOB" "$1"; }
+  state_is() { [ "$(jq_ 'j["state"]')" = "$1" ]; }
+  ended() { [ "$(jq_ 'int(j["state"] in ("done", "failed", "stopped"))')" = 1 ] && { echo "     the job ended: $(jq_ 'j["state"], j["reason"]')"; CL_POLL_STOP=1; }; }
+  committed_ge() { ended && return 1; [ "$(jq_ 'int(j["committed_step"] >= '"$1"')')" = 1 ]; }
+  check "$name: a step is committed in epoch 1" cl_poll 120 committed_ge $every
+  echo "     SIGKILL dev2 ($B, the owner of replica 1) at step $(jq_ 'j["step"]'), committed $(jq_ 'j["committed_step"]')"
+  cl_kill9 dev2
+  away_planned() { ended && return 1; [ "$(jq_ 'int(j["state"] == "running" and bool(j["plan"]["replicas"][1].get("away")) and any(e["kind"] == "away" for e in j["events"]))')" = 1 ]; }
+  check "$name: without the owner of replica 1 the job runs on, replica 1 away in its plan" cl_poll 120 away_planned
+  cl_job status "$JOB" > "$d/$name.status"
+  check "$name: job status says replica 1's owner is away" grep -q "replica 1: owner $B away" "$d/$name.status"
+  local S0
+  S0=$(jq_ '[e for e in j["events"] if e["kind"] == "away"][-1]["committed_step"] + 1')
+  check "$name: the other replica's committed step advances past an outer step while the owner is away" \
+      cl_poll 300 committed_ge $((S0 - 1 + every))
+  local waited
+  waited=$(jq_ 'int(any(e["kind"] == "waiting" for e in j["events"]))')
+  check "$name: the job did not wait for the owner" test "$waited" = 0
+  cl_restart dev2
+  rejoined() { ended && return 1; [ "$(jq_ 'int(j["state"] == "running" and bool(j["plan"]["replicas"][1].get("rejoin")) and any(e["kind"] == "returned" for e in j["events"]))')" = 1 ]; }
+  check "$name: the owner back, its replica rejoins (plan: rejoin)" cl_poll 300 rejoined
+  local E
+  E=$(jq_ '[e for e in j["events"] if e["kind"] == "returned"][-1]["committed_step"]')
+  check "$name: it rejoined at an outer step (committed step $E, outer:4)" test $((E % 4)) = 0 -a "$E" -ge "$S0"
+  check "$name: an outer step is committed with it back" cl_poll 300 committed_ge $((E + every))
+  cl_job stop "$JOB" >/dev/null
+  check "$name: stopped" cl_poll 60 state_is stopped
+  S=$(jq_ 'j["committed_step"]')
+  echo "     owner away from step $S0 to $E; stopped, committed step $S"
+  "$SK" -q train --config "$d/cfg.json" "${common[@]}" --steps $BIG --data "$d/a.shard" --data "$d/b.shard" --warmup 5 \
+      --save-every $every --stop-at "$S" --save "$d/ref-$name" --sync outer:4 --codec-sync int8 \
+      --owner-absent "1:$S0-$E" >/dev/null 2>"$d/ref-$name.err"
+  check "$name: skyloom train --owner-absent 1:$S0-$E reached step $S" test -s "$d/ref-$name/step-$S/manifest.json"
+  check "$name: each replica's parameters at step $S equal the trainer's, byte for byte" \
+      replicas_as_trainer "$d/coord/jobs/$JOB/ckpt/step-$S" "$d/ref-$name/step-$S"
+  check "$name: at step $S (an outer step) both replicas' committed parts hold the same bytes" \
+      replicas_equal "$d/coord/jobs/$JOB/ckpt/step-$S"
+  check "$name: the per-step losses up to step $S equal the trainer's, one row per step" \
+      bash -c '[ "$(tail -n +2 "$0" | awk -F, -v c="$2" "\$1 <= c" | cut -d, -f1,3)" = "$(tail -n +2 "$1" | awk -F, -v c="$2" "\$1 <= c" | cut -d, -f1,2)" ]' \
+      "$d/coord/jobs/$JOB/metrics.csv" "$d/ref-$name/metrics.csv" "$S"
+  check "$name: the devices' parts held the sync state (fed.DEVICE-uUNIT.safetensors)" \
+      bash -c 'ls "$0"/coord/jobs/"$1"/ckpt/step-*/fed.*-u0.safetensors >/dev/null 2>&1' "$d" "$JOB"
+  cl_wait_online 4
+}
+away_run
 
 cl_stop
 if cl_alive; then echo "FAIL every process stopped"; fail=1; else echo "ok   every process stopped"; fi

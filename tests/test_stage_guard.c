@@ -19,7 +19,9 @@
  *    model: their replica sync over the sync link gives both the same
  *    result, dev_sync_combine's; a replica whose payloads are of another
  *    length (another codec) fails the round on both sides, naming the
- *    tensor, and neither waits. */
+ *    tensor, and neither waits; in a federation of three whose replica 1's
+ *    owner is away (no stage of it in the plan), B's and A's round averages
+ *    theirs alone, renormalised. */
 #include <poll.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -548,7 +550,15 @@ static dev_config fcfg;
 
 /* The federation's net of `self` in epoch e: replica 0 is B (stage 0),
  * replica 1 is A (stage 1), each the whole model; payloads of `codec`. */
+static dev_net *fed_net_of_away(const dev *self, uint32_t e, int codec, int away);
 static dev_net *fed_net_of(const dev *self, uint32_t e, int codec)
+{
+    return fed_net_of_away(self, e, codec, 0);
+}
+
+/* away: a federation of three whose replica 1's owner is away (no stage);
+ * B's replica is 0 and A's 2, batches 4, 3 and 2. */
+static dev_net *fed_net_of_away(const dev *self, uint32_t e, int codec, int away)
 {
     static dev_net_stage st[2];
     const dev *d[2] = {&B, &A};
@@ -556,7 +566,7 @@ static dev_net *fed_net_of(const dev *self, uint32_t e, int codec)
         snprintf(st[i].device, sizeof st[i].device, "%.31s", d[i]->id);
         snprintf(st[i].address, sizeof st[i].address, "%s", d[i]->addr);
         memcpy(st[i].link_key, d[i]->kp.pk, 32);
-        st[i].replica = i;
+        st[i].replica = away ? 2 * i : i;
         st[i].first_unit = 0;
         st[i].last_unit = dev_unit_head(&fcfg);
     }
@@ -565,9 +575,15 @@ static dev_net *fed_net_of(const dev *self, uint32_t e, int codec)
                      .codec_grad = DEV_CODEC_NONE, .sealed = 1, .depth = DEPTH,
                      .act_floats = BM * T * H, .mask_ints = BM * T, .label_ints = DEPTH * BM * T,
                      .tied_floats = 100, .gather_max = 16, .connect_timeout_ms = T_MS,
-                     .replicas = 2, .model = &fcfg};
-    int batch[2] = {4, 2};
-    dev_sync_weights(&c.sync, batch, 2);
+                     .replicas = away ? 3 : 2, .model = &fcfg};
+    int batch[2] = {4, 2}, batch3[3] = {4, 3, 2};
+    if (away) {
+        dev_sync_weights(&c.sync, batch3, 3);
+        c.sync.away_from[1] = 1;
+        c.sync.away_to[1] = UINT64_MAX;
+    } else {
+        dev_sync_weights(&c.sync, batch, 2);
+    }
     c.sync.codec = codec;
     sl_err err = {0};
     dev_net *n = dev_net_open(&c, &err);
@@ -715,6 +731,44 @@ static void test_sync(void)
     CHECKF(sb.rc == -1, "B: %s", sb.err.msg);
     char why[320] = "";
     CHECK(dev_net_aborted(an, why, sizeof why) && strstr(why, "replica sync of step 1"));
+    side_free(&sa);
+    side_free(&sb);
+    dev_net_free(bn);
+    router_clear();
+    /* three replicas, replica 1's owner away: B's and A's round averages
+     * theirs alone, weighted 4/6 and 2/6, and waits for no payload of it */
+    an = fed_net_of_away(&A, 13, DEV_CODEC_NONE, 1);
+    bn = fed_net_of_away(&B, 13, DEV_CODEC_NONE, 1);
+    pthread_mutex_lock(&R.mu);
+    R.net = an;
+    pthread_mutex_unlock(&R.mu);
+    CHECKF(dev_net_start(bn, &err) == 0, "%s", err.msg);
+    side_make(&sb, bn, 0, DEV_CODEC_NONE, 1.0f);
+    side_make(&sa, an, 1, DEV_CODEC_NONE, -0.75f);
+    round_of(&sb, &sa);
+    CHECKF(sb.rc == 0 && sa.rc == 0, "away: B: %s; A: %s", sb.err.msg, sa.err.msg);
+    same = 1;
+    for (int k = 0; k < sa.nt && sa.rc == 0 && sb.rc == 0; k++) {
+        size_t n = sa.st[k].n;
+        int src = k;
+        if (!sa.st[k].payload)
+            for (int j = 0; j < sa.nt; j++)
+                if (sa.st[j].payload && !strcmp(sa.st[j].name, sa.st[k].name))
+                    src = j;
+        float *xb = sl_xcalloc(n, sizeof *xb), *xa = sl_xcalloc(n, sizeof *xa);
+        CHECK(dev_codec_decode(DEV_CODEC_NONE, sb.pay[src], n, sa.st[k].cols, 0, xb, &err) == 0 &&
+              dev_codec_decode(DEV_CODEC_NONE, sa.pay[src], n, sa.st[k].cols, 0, xa, &err) == 0);
+        int ok = 1;
+        for (size_t i = 0; i < n; i++) {
+            float w = (float)(4.0 / 6.0 * (double)xb[i] + 2.0 / 6.0 * (double)xa[i]);
+            ok &= w == sa.out[k][i] && w == sb.out[k][i];
+        }
+        CHECKF(ok, "away: tensor %d '%s' is not the present replicas' average", k, sa.st[k].name);
+        same &= ok;
+        free(xb);
+        free(xa);
+    }
+    CHECK(same);
     side_free(&sa);
     side_free(&sb);
     dev_net_free(bn);

@@ -252,11 +252,14 @@ int dev_fed_outer(dev_fed *f, uint64_t step, sl_err *err)
     if (dev_stage_pull_params(f->st, err))
         return -1;
     float *th = dev_stage_params(f->st, NULL), *d = dev_stage_grads(f->st, NULL);
+    /* a replica whose owner is away only receives: its steps since the
+     * last outer step are not averaged in */
+    int away = !dev_sync_present(&f->c.sync, f->sync->replica, step);
     for (int k = 0; k < f->nt; k++) {
         const dev_tensor *t = &f->t[k];
         size_t o = t->offset;
         f->give[k].out = d + o;
-        if (!f->give[k].payload)
+        if (!f->give[k].payload || away)
             continue;
         float *e = f->resid ? f->resid + o : NULL;
         for (size_t i = 0; i < t->numel; i++) {

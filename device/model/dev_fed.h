@@ -17,7 +17,9 @@
  *     theta_r <- theta_outer
  * in float, each operation rounded (no fused multiply-add). Every replica
  * keeps theta_outer and v and computes the same update from the same D, so
- * all hold the same bytes afterwards; nobody owns the outer model.
+ * all hold the same bytes afterwards; nobody owns the outer model. A
+ * replica whose owner is away at that round (dev_sync_present) gives no
+ * payload and only receives: D averages the replicas present.
  *
  * C is the federation's codec (none, fp16, bf16, int8 in rows, topk:F) with
  * error feedback kept per replica on the sender (e_r, none with codec none,

@@ -16,8 +16,30 @@ void dev_sync_weights(dev_sync_cfg *c, const int *batch, int replicas)
     for (int r = 0; r < replicas; r++)
         total += batch[r];
     c->replicas = replicas;
-    for (int r = 0; r < DEV_SYNC_MAX_REPLICAS; r++)
+    for (int r = 0; r < DEV_SYNC_MAX_REPLICAS; r++) {
         c->weight[r] = r < replicas ? batch[r] / total : 0.0;
+        c->batch[r] = r < replicas ? batch[r] : 0;
+    }
+}
+
+int dev_sync_present(const dev_sync_cfg *c, int r, uint64_t round)
+{
+    return !(c->away_to[r] && round >= c->away_from[r] && round <= c->away_to[r]);
+}
+
+void dev_sync_round_weights(const dev_sync_cfg *c, uint64_t round, double *w)
+{
+    int all = 1;
+    double total = 0;
+    for (int r = 0; r < c->replicas; r++) {
+        if (dev_sync_present(c, r, round))
+            total += c->batch[r];
+        else
+            all = 0;
+    }
+    for (int r = 0; r < DEV_SYNC_MAX_REPLICAS; r++)
+        w[r] = all ? c->weight[r]
+               : r < c->replicas && dev_sync_present(c, r, round) ? c->batch[r] / total : 0.0;
 }
 
 size_t dev_sync_k(const dev_sync_cfg *c, size_t n)
@@ -40,12 +62,14 @@ int dev_sync_combine(const dev_sync_cfg *c, const uint8_t *const *payload, size_
     int R = c->replicas;
     size_t k = dev_sync_k(c, n);
     for (int r = 0; r < R; r++)
-        if (dev_codec_decode(c->codec, payload[r], n, cols, k, scratch + (size_t)r * n, err))
+        if (payload[r] &&
+            dev_codec_decode(c->codec, payload[r], n, cols, k, scratch + (size_t)r * n, err))
             return sl_err_wrap(err, "replica %d's payload", r);
     for (size_t i = 0; i < n; i++) {
         double acc = 0.0;
         for (int r = 0; r < R; r++)
-            acc += c->weight[r] * (double)scratch[(size_t)r * n + i];
+            if (payload[r])
+                acc += c->weight[r] * (double)scratch[(size_t)r * n + i];
         out[i] = (float)acc;
     }
     return 0;
@@ -155,9 +179,14 @@ static int combine_mine(member *me, sl_err *err)
                               (unsigned long long)h->m[j].round, me->s.replica, me->s.stage,
                               (unsigned long long)me->round);
     const uint8_t *payload[DEV_SYNC_MAX_REPLICAS];
+    dev_sync_cfg rc = h->c;
+    dev_sync_round_weights(&h->c, me->round, rc.weight);
     for (int k = 0; k < me->n; k++) {
         const dev_sync_tensor *t = &me->t[k];
         for (int r = 0; r < R; r++) {
+            payload[r] = NULL;
+            if (!dev_sync_present(&h->c, r, me->round))
+                continue;
             const dev_sync_tensor *c = contribution(h, r, t, err);
             if (!c)
                 return -1;
@@ -172,7 +201,7 @@ static int combine_mine(member *me, sl_err *err)
                                   need, t->name);
             me->scratch_cap = need;
         }
-        if (dev_sync_combine(&h->c, payload, t->n, t->cols, t->out, me->scratch, err))
+        if (dev_sync_combine(&rc, payload, t->n, t->cols, t->out, me->scratch, err))
             return sl_err_wrap(err, "tensor '%s'", t->name);
     }
     return 0;

@@ -61,19 +61,31 @@
 typedef struct dev_sync_cfg {
     int replicas;                          /* R */
     double weight[DEV_SYNC_MAX_REPLICAS];  /* w_r = b_r / sum(b): each owner's sequences per step */
+    int batch[DEV_SYNC_MAX_REPLICAS];      /* b_r */
     int codec;                             /* enum dev_codec of the payloads */
     double topk;                           /* topk: the fraction of each tensor sent */
+    /* An owner away: replica r gives nothing to the rounds away_from[r] ..
+     * away_to[r] (0 .. 0: it is never away); the rounds average the
+     * replicas present, each weighted b_r / (the present ones' sum of b). */
+    uint64_t away_from[DEV_SYNC_MAX_REPLICAS], away_to[DEV_SYNC_MAX_REPLICAS];
 } dev_sync_cfg;
 
 /* The weights of owner batches b[0..R): b_r / sum(b), in double. */
 void dev_sync_weights(dev_sync_cfg *c, const int *batch, int replicas);
+/* 1 if replica r gives its payloads to round `round`. */
+int dev_sync_present(const dev_sync_cfg *c, int r, uint64_t round);
+/* The weights of round `round`: those of the replicas present, renormalised
+ * over them (0 for the others); with every replica present, c->weight. */
+void dev_sync_round_weights(const dev_sync_cfg *c, uint64_t round, double *w);
 /* Elements a topk payload of n floats holds (0 for other codecs). */
 size_t dev_sync_k(const dev_sync_cfg *c, size_t n);
 /* Bytes of one payload of n floats in rows of cols. */
 size_t dev_sync_payload_len(const dev_sync_cfg *c, size_t n, size_t cols);
 /* out[0..n) = (float) sum_r w_r * decode(payload[r])[i] in double, r
- * ascending; scratch holds R * n floats. Refuses a payload that does not
- * decode (naming its replica). The one definition of a reduce's result. */
+ * ascending, over the replicas whose payload is not NULL (an owner away:
+ * c->weight must then be the round's, dev_sync_round_weights); scratch
+ * holds R * n floats. Refuses a payload that does not decode (naming its
+ * replica). The one definition of a reduce's result. */
 int dev_sync_combine(const dev_sync_cfg *c, const uint8_t *const *payload, size_t n, size_t cols,
                      float *out, float *scratch, sl_err *err);
 

@@ -12,6 +12,8 @@
 #include "bal.h"
 #include "sl_mem.h"
 
+#define WORD_EMBEDDINGS "bert.embeddings.word_embeddings.weight"
+
 enum { CMD_GRADS = 1, CMD_STEP, CMD_EVAL, CMD_QUIT };
 
 typedef struct worker {
@@ -209,6 +211,94 @@ static int open_replica(dev_train *tr, int r, const dev_replica_cfg *rc, const d
     return 0;
 }
 
+/* Owners away: under outer:H only, each back at an outer step, and never
+ * all at once. */
+static int check_away(const dev_fed_cfg *f, sl_err *err)
+{
+    const dev_sync_cfg *c = &f->sync;
+    uint64_t latest_from = 0, earliest_to = UINT64_MAX;
+    int away = 0;
+    for (int r = 0; r < c->replicas; r++) {
+        if (!c->away_to[r])
+            continue;
+        away++;
+        if (f->mode != DEV_SYNC_OUTER)
+            return sl_err_set(err, SL_EINVAL, "an owner away needs --sync outer:H (under step "
+                              "every round needs every replica)");
+        if (c->away_from[r] < 1 || c->away_from[r] > c->away_to[r] ||
+            c->away_to[r] % (uint64_t)f->every)
+            return sl_err_set(err, SL_EINVAL, "replica %d away from step %llu to %llu: the steps "
+                              "must be 1 <= from <= to, and to a multiple of H = %d (an outer "
+                              "step)", r, (unsigned long long)c->away_from[r],
+                              (unsigned long long)c->away_to[r], f->every);
+        if (c->away_from[r] > latest_from)
+            latest_from = c->away_from[r];
+        if (c->away_to[r] < earliest_to)
+            earliest_to = c->away_to[r];
+    }
+    if (away == c->replicas && latest_from <= earliest_to)
+        return sl_err_set(err, SL_EINVAL, "every replica is away at step %llu",
+                          (unsigned long long)latest_from);
+    return 0;
+}
+
+/* The lowest replica present at round `round`. */
+static int first_present(const dev_train *tr, uint64_t round)
+{
+    for (int r = 0; r < tr->R; r++)
+        if (dev_sync_present(&tr->fed.sync, r, round))
+            return r;
+    return 0;
+}
+
+/* Replica r back after the outer step `step`: it holds theta_outer, v and
+ * theta_r = theta_outer already (it received the round); it takes the inner
+ * optimizer moments of replica p (the lowest present), by tensor name
+ * whatever the cuts, and its error-feedback residual restarts at 0. */
+static int rejoin(dev_train *tr, int r, int p, sl_err *err)
+{
+    for (int i = 0; i < tr->rep[r].n; i++) {
+        dev_stage *to = tr->rep[r].st[i];
+        if (dev_stage_pull(to, err))
+            return -1;
+        size_t nto;
+        float *mto = dev_stage_optim_state(to, &nto);
+        int nt;
+        const dev_tensor *tt = dev_stage_tensors(to, &nt);
+        for (int k = 0; k < nt; k++) {
+            const char *name = (tt[k].flags & DEV_T_TIED) ? WORD_EMBEDDINGS : tt[k].name;
+            int found = 0;
+            for (int j = 0; j < tr->rep[p].n && !found; j++) {
+                dev_stage *from = tr->rep[p].st[j];
+                int ns;
+                const dev_tensor *ts = dev_stage_tensors(from, &ns);
+                for (int q = 0; q < ns && !found; q++) {
+                    if ((ts[q].flags & DEV_T_TIED) || strcmp(ts[q].name, name) ||
+                        ts[q].numel != tt[k].numel)
+                        continue;
+                    if (dev_stage_pull(from, err))
+                        return -1;
+                    size_t nfrom;
+                    const float *mfrom = dev_stage_optim_state(from, &nfrom);
+                    memcpy(mto + tt[k].offset, mfrom + ts[q].offset, tt[k].numel * sizeof(float));
+                    memcpy(mto + nto + tt[k].offset, mfrom + nfrom + ts[q].offset,
+                           tt[k].numel * sizeof(float));
+                    found = 1;
+                }
+            }
+            if (!found)
+                return sl_err_set(err, SL_EINVAL, "replica %d rejoins, but replica %d holds no "
+                                  "tensor '%s'", r, p, name);
+        }
+        if (dev_stage_push(to, err))
+            return -1;
+        float *e = dev_fed_residual(dev_pipe_fed(tr->rep[r].pipe[i]));
+        if (e)
+            memset(e, 0, nto * sizeof(float));
+    }
+    return 0;
+}
+
 dev_train *dev_train_open_fed(const dev_config *c, const dev_replica_cfg *rep, int R, int T,
                               int micro, uint64_t seed, const dev_train_opts *o,
                               const dev_fed_cfg *fed, sl_err *err)
@@ -251,6 +341,8 @@ dev_train *dev_train_open_fed(const dev_config *c, const dev_replica_cfg *rep, i
         tr->has_fed = 1;
         tr->fed = *fed;
         dev_sync_weights(&tr->fed.sync, batch, R);
+        if (check_away(&tr->fed, err))
+            goto fail;
         if (!(tr->sync = dev_sync_hub_create(&tr->fed.sync, stages, err)))
             goto fail;
     }
@@ -354,16 +446,20 @@ uint64_t dev_train_sync_bytes(dev_train *tr)
     return total;
 }
 
-static void step_info(const dev_train *tr, dev_step_info *info)
+static void step_info(const dev_train *tr, uint64_t step, dev_step_info *info)
 {
     *info = replica_last(tr, 0)->info;
     if (tr->R == 1)
         return;
     info->loss = 0;
     info->masked = 0;
+    double w[DEV_SYNC_MAX_REPLICAS];
+    dev_sync_round_weights(&tr->fed.sync, step, w);
     for (int r = 0; r < tr->R; r++) {
+        if (w[r] == 0.0) /* an owner away: none of its steps counts */
+            continue;
         const dev_step_info *ri = &replica_last(tr, r)->info;
-        info->loss += tr->fed.sync.weight[r] * ri->loss;
+        info->loss += w[r] * ri->loss;
         info->masked += ri->masked;
     }
 }
@@ -375,7 +471,7 @@ int dev_train_grads(dev_train *tr, const dev_batch *b, uint64_t step, dev_step_i
     tr->step = step;
     if (run_all(tr, CMD_GRADS, err))
         return -1;
-    step_info(tr, info);
+    step_info(tr, step, info);
     return 0;
 }
 
@@ -386,7 +482,11 @@ int dev_train_step(dev_train *tr, const dev_batch *b, const dev_optim *o, dev_st
     tr->o = o;
     if (run_all(tr, CMD_STEP, err))
         return -1;
-    step_info(tr, info);
+    uint64_t step = (uint64_t)dev_stage_get_step(tr->rep[0].st[0]);
+    step_info(tr, step, info);
+    for (int r = 0; tr->has_fed && r < tr->R; r++)
+        if (tr->fed.sync.away_to[r] == step && rejoin(tr, r, first_present(tr, step), err))
+            return sl_err_wrap(err, "step %llu", (unsigned long long)step);
     return 0;
 }
 

@@ -709,6 +709,11 @@ static void read_plan(run_ctx *r)
         for (int k = 0; k < pl->n_replicas; k++)
             b[k] = pl->replica[k].batch;
         dev_sync_weights(&r->fc.sync, b, pl->n_replicas);
+        for (int k = 0; k < pl->n_replicas; k++)
+            if (pl->replica[k].away) { /* for this whole epoch */
+                r->fc.sync.away_from[k] = 1;
+                r->fc.sync.away_to[k] = UINT64_MAX;
+            }
         r->fc.sync.codec = pl->sync.codec;
         r->fc.sync.topk = pl->sync.topk;
     }
@@ -900,6 +905,9 @@ static int restore(run_ctx *r, sl_err *err)
 {
     char **names = NULL;
     int n = 0, step = 0, want = r->start - 1;
+    /* back from away: the step holds no part and no data record of this
+     * replica, which was checked when the job began */
+    int back = r->fed && r->pl.replica[r->pl.my_replica].rejoin;
     double t0 = sl_now_s();
     if (list_files(r, want, &names, &n, &step, err))
         return -1;
@@ -935,6 +943,10 @@ static int restore(run_ctx *r, sl_err *err)
             char prefix[32];
             dev_ckpt_extra x[3];
             int nx = fed_extras(r, k, prefix, x);
+            /* a replica back from away loads the lowest present replica's
+             * parts (the coordinator lists them): its residual starts at 0 */
+            if (back && nx > 0 && !strcmp(x[nx - 1].suffix, ".residual"))
+                nx--;
             rc = dev_ckpt_load_replica(r->st[k], r->kind, dir, NULL, x, nx, 1, err);
             if (!rc)
                 dev_fed_set_ready(dev_pipe_fed(r->pipe[k]));
@@ -942,7 +954,7 @@ static int restore(run_ctx *r, sl_err *err)
             rc = dev_ckpt_load_fetched(r->st[k], r->kind, dir, err);
         }
     }
-    if (!rc && n > 0 && want > 0 && r->feed && r->fed) {
+    if (!rc && n > 0 && want > 0 && r->feed && r->fed && !back) {
         /* a federation's owner checks its own record, data.OWNER.json */
         char from[4400], to[4400];
         snprintf(from, sizeof from, "%s/data.%s.json", dir, self(r->js));
@@ -951,7 +963,7 @@ static int restore(run_ctx *r, sl_err *err)
             rc = sl_err_set(err, SL_ESTATE, "the checkpoint of step %d has no data record of "
                             "this owner (%s): %s", want, from, strerror(errno));
     }
-    if (!rc && n > 0 && want > 0 && r->feed)
+    if (!rc && n > 0 && want > 0 && r->feed && !back)
         rc = dev_feed_check_record(r->feed, dir, err);
     if (!rc && n > 0) {
         uint64_t bytes = 0;

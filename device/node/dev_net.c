@@ -1616,8 +1616,8 @@ static int sync_round(dev_net *n, uint64_t round, sl_err *err)
                 e->to = b;
         for (int r = 0; r < R; r++) {
             e->from[r] = -1;
-            if (r == me && e->mine)
-                continue;
+            if ((r == me && e->mine) || !dev_sync_present(&n->c.sync, r, round))
+                continue; /* an owner away: its replica has no stage and gives nothing */
             int a = holder(n, r, u);
             if (a < 0 || local(n, a) || e->to < 0) {
                 rc = sl_err_set(err, SL_EINVAL, "tensor '%s': replica %d gives it nowhere this "
@@ -1674,12 +1674,15 @@ static int sync_round(dev_net *n, uint64_t round, sl_err *err)
         rc = sl_err_set(err, SL_ENOMEM, "cannot allocate %zu floats to combine", (size_t)R * maxn);
         goto out;
     }
+    dev_sync_cfg rc_cfg = n->c.sync;
+    dev_sync_round_weights(&n->c.sync, round, rc_cfg.weight);
     for (int x = 0; x < nv && !rc; x++) {
         sname *e = &v[x];
         const uint8_t *pl[DEV_SYNC_MAX_REPLICAS];
         for (int r = 0; r < R; r++)
-            pl[r] = e->from[r] < 0 ? e->mine : e->got[r];
-        if (dev_sync_combine(&n->c.sync, pl, e->n, e->cols, e->out[0], scratch, err)) {
+            pl[r] = !dev_sync_present(&n->c.sync, r, round) ? NULL
+                    : e->from[r] < 0 ? e->mine : e->got[r];
+        if (dev_sync_combine(&rc_cfg, pl, e->n, e->cols, e->out[0], scratch, err)) {
             rc = sl_err_wrap(err, "tensor '%s'", e->name);
             break;
         }

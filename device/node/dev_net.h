@@ -80,7 +80,10 @@ dev_port *dev_net_port(dev_net *n, int i);
  * outside a federation). Every local stage of the device calls it in each
  * round; the last to arrive sends this device's payloads to the devices
  * that receive them, takes the others' and combines every tensor of the
- * device (dev_sync_combine), so each payload crosses once per device. */
+ * device (dev_sync_combine), so each payload crosses once per device. A
+ * replica away at a round (sync.away_*: its owner is gone, the plan holds no
+ * stage of it) is neither waited for nor sent to; the round averages the
+ * replicas present (dev_sync_round_weights). */
 dev_sync *dev_net_sync(dev_net *n, int i);
 /* Starts the links this device opens (a thread each: connect with retries,
  * then send). Ports may be used before they are up: calls wait. */

@@ -317,7 +317,7 @@ static int read_replicas(const json_t *pl, dev_plan *p, sl_err *err)
                           DEV_PLAN_MAX_REPLICAS);
     p->n_replicas = (int)R;
     long long total = 0;
-    int first = 0;
+    int first = 0, away = 0, rejoin = 0;
     for (int r = 0; r < p->n_replicas; r++) {
         const json_t *o = json_array_get(reps, (size_t)r);
         char at[32];
@@ -338,10 +338,19 @@ static int read_replicas(const json_t *pl, dev_plan *p, sl_err *err)
             return sl_err_set(err, SL_ECORRUPT, "plan: %sdataset: '%.70s' is not a dataset name",
                               at, ds);
         snprintf(rp->dataset, sizeof rp->dataset, "%s", ds);
+        /* an owner away: its replica has no stage this epoch (outer:H only) */
+        if ((json_object_get(o, "away") && get_bool(o, at, "away", &rp->away, err)) ||
+            (json_object_get(o, "rejoin") && get_bool(o, at, "rejoin", &rp->rejoin, err)))
+            return -1;
+        if (rp->away && rp->rejoin)
+            return sl_err_set(err, SL_ECORRUPT, "plan: replicas[%d]: away and rejoining at once", r);
         if (get_i(o, at, "batch", p->micro_batches, DEV_PLAN_MAX_BATCH, &rp->batch, err) ||
             get_i(o, at, "first_stage", first, first, &rp->first_stage, err) ||
-            get_i(o, at, "stages", 1, DEV_PLAN_MAX_STAGES, &rp->n_stages, err))
+            get_i(o, at, "stages", rp->away ? 0 : 1, rp->away ? 0 : DEV_PLAN_MAX_STAGES,
+                  &rp->n_stages, err))
             return -1;
+        away += rp->away;
+        rejoin += rp->rejoin;
         if (rp->batch % p->micro_batches)
             return sl_err_set(err, SL_ECORRUPT, "plan: %sbatch: %d is not a multiple of "
                               "micro_batches %d", at, rp->batch, p->micro_batches);
@@ -382,6 +391,14 @@ static int read_replicas(const json_t *pl, dev_plan *p, sl_err *err)
     if (!(s->outer_momentum >= 0 && s->outer_momentum < 1))
         return sl_err_set(err, SL_ECORRUPT, "plan: sync.outer_momentum: %g is not in [0, 1)",
                           s->outer_momentum);
+    if ((away || rejoin) && s->mode != DEV_SYNC_OUTER)
+        return sl_err_set(err, SL_ECORRUPT, "plan: replicas: one %s under sync step (every step "
+                          "needs every replica)", away ? "away" : "rejoining");
+    if (away == p->n_replicas)
+        return sl_err_set(err, SL_ECORRUPT, "plan: replicas: every one is away");
+    if (rejoin && (p->start_step < 2 || (p->start_step - 1) % s->every))
+        return sl_err_set(err, SL_ECORRUPT, "plan: replicas: one rejoins at step %d, not after an "
+                          "outer step (every %d)", p->start_step, s->every);
     return 0;
 }
 

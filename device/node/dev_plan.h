@@ -41,7 +41,11 @@
  *                     the device of the replica's first stage), dataset (a
  *                     dataset name), batch (a multiple of micro_batches; the
  *                     replicas' batches add up to `batch`), first_stage and
- *                     stages: replica r's stages follow replica r-1's
+ *                     stages: replica r's stages follow replica r-1's;
+ *                     optional booleans away (its owner is gone: stages 0,
+ *                     and no stage of it) and rejoin (its owner is back at
+ *                     start_step - 1, an outer step), under sync outer only,
+ *                     never every replica away
  *   stages[i].replica the replica stage i belongs to; each replica's stages
  *                     are a chain of their own (from unit 0 to the head)
  *   sync              mode "step" (every 1) or "outer" (every 1..steps),
@@ -88,6 +92,10 @@ typedef struct dev_plan_replica {
     char dataset[65];
     int batch;             /* its sequences per step */
     int first_stage, n_stages;
+    int away;              /* its owner is away: no stage (n_stages 0), no payload */
+    int rejoin;            /* back at this epoch's start, an outer step: its stages start
+                            * from the lowest present replica's committed parameters and
+                            * moments, with their error-feedback residual at 0 */
 } dev_plan_replica;
 
 /* How a federation's replicas meet (docs/federation.md). */
