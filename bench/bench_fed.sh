@@ -11,8 +11,9 @@
 # of 50). Prints a markdown table.
 # env: CONFIG (configs/bert-tiny.json; configs/bert-b.json is config (b)),
 #      SEQ (64), BATCH (16 sequences per owner per step), LR (1e-3),
-#      VARIANTS ("SYNC|CODEC ..."; the five below), OUTER ("--outer-lr X
-#      --outer-momentum Y" for the outer runs; DiLoCo's 0.7 and 0.9 by default)
+#      VARIANTS ("SYNC|CODEC[|MOMENTUM] ..."; MOMENTUM the outer momentum
+#      of an outer run, DiLoCo's 0.9 when left out), OUTER (more options
+#      for the outer runs: "--outer-lr X")
 set -euo pipefail
 sk=${1:?usage: bench/bench_fed.sh SKYLOOM [STEPS]}
 steps=${2:-300}
@@ -23,7 +24,7 @@ trap 'rm -rf "$d"' EXIT
 cat "$d/hum.txt" "$d/tech.txt" > "$d/all.txt"
 config=${CONFIG:-$src/configs/bert-tiny.json}
 seq=${SEQ:-64} batch=${BATCH:-16} lr=${LR:-1e-3}
-variants=${VARIANTS:-"step|none step|int8 step|topk:0.01 outer:50|int8 outer:50|none"}
+variants=${VARIANTS:-"step|none step|int8 step|topk:0.01 outer:50|int8 outer:50|none outer:50|int8|0.5 outer:50|none|0.5"}
 V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$config")
 "$sk" -q data vocab --corpus "$d/all.txt" --size "$V" --out "$d/vocab.txt" >/dev/null
 for o in hum tech; do
@@ -42,11 +43,15 @@ echo "| run | sync bytes per step | against step/none | mean train loss, last 20
 echo "|---|---|---|---|---|---|---|"
 base=""
 for v in $variants; do
-  sync=${v%%|*} codec=${v#*|}
-  name="$(tr ':' '_' <<<"$sync")-$(tr ':' '_' <<<"$codec")"
+  IFS='|' read -r sync codec mom <<<"$v"
+  name="$(tr ':' '_' <<<"$sync")-$(tr ':' '_' <<<"$codec")${mom:+-m$mom}"
   t0=$(date +%s.%N)
   # --sequences limits every owner's shard alike: the smaller owner's 90%
-  outer=(); [ "${sync%%:*}" = outer ] && read -ra outer <<<"${OUTER:-}"
+  outer=()
+  if [ "${sync%%:*}" = outer ]; then
+    read -ra outer <<<"${OUTER:-}"
+    outer+=(--outer-momentum "${mom:-0.9}")
+  fi
   "$sk" -q train "${common[@]}" --sync "$sync" --codec-sync "$codec" "${outer[@]}" \
       --sequences $((kh < kt ? kh : kt)) --save "$d/$name" >/dev/null
   t1=$(date +%s.%N)
@@ -57,5 +62,5 @@ for v in $variants; do
          python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["loss"])'; }
   eh=$(ev "$d/hum.shard" "$kh") et=$(ev "$d/tech.shard" "$kt")
   [ -z "$base" ] && base=$per
-  echo "| $sync / $codec | $per | $(awk -v a="$base" -v b="$per" 'BEGIN { printf "%.1fx less", a / b }') | $last | $eh | $et | $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }') |"
+  echo "| $sync / $codec${mom:+, momentum $mom} | $per | $(awk -v a="$base" -v b="$per" 'BEGIN { printf "%.1fx less", a / b }') | $last | $eh | $et | $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }') |"
 done
