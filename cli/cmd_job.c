@@ -93,7 +93,7 @@ static const char submit_text[] =
     "                     DiLoCo: H steps alone, then an outer step\n"
     "  --codec-sync C     what the replicas exchange: none (default), fp16, bf16,\n"
     "                     int8, topk:F, with error feedback\n"
-    "  --outer-lr X --outer-momentum X   outer SGD with Nesterov momentum (0.7, 0.9)\n"
+    "  --outer-lr X --outer-momentum X   outer SGD with Nesterov momentum (0.7, 0.5)\n"
     "  --no-wait          return once submitted (default: wait until it runs or\n"
     "                     fails, and print the plan; an interrupt leaves the job\n"
     "                     running and says how to follow or stop it)\n"

@@ -135,7 +135,7 @@ static void usage(FILE *f)
             "                      (per row) or topk:F (the fraction F of each tensor), with\n"
             "                      error feedback on the sender\n"
             "  --outer-lr X        outer step's learning rate (default 0.7)\n"
-            "  --outer-momentum X  outer step's Nesterov momentum (default 0.9)\n"
+            "  --outer-momentum X  outer step's Nesterov momentum (default 0.5)\n"
             "  --replica-stages S  each replica's --stages SPEC, ';'-separated in --data\n"
             "                      order (replicas may be cut differently); --stages gives\n"
             "                      every replica the same cuts\n"

@@ -27,7 +27,7 @@ static json_t *defaults(void)
         "clip", 1.0, "mask_prob", 0.15, "first", (json_int_t)0, "sequences", (json_int_t)0,
         "shuffle", 1, "recompute", 0, "recompute_attention", 0, "u_shape", 1, "replan_margin", 0.10,
         "precision", "fp32", "owner_batch", "sync", "step", "codec_sync", "none", "outer_lr", 0.7,
-        "outer_momentum", 0.9, "task", "mlm", "vocab_hash", "");
+        "outer_momentum", 0.5, "task", "mlm", "vocab_hash", "");
 }
 
 static int codec_ok(const char *s, int grad)

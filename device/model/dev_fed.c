@@ -33,7 +33,7 @@ void dev_fed_default(dev_fed_cfg *c)
     c->mode = DEV_SYNC_STEP;
     c->every = 1;
     c->outer_lr = 0.7f;
-    c->outer_momentum = 0.9f;
+    c->outer_momentum = 0.5f;
     c->sync.replicas = 1;
     c->sync.weight[0] = 1.0;
     c->sync.codec = DEV_CODEC_NONE;

@@ -44,7 +44,8 @@ typedef struct dev_fed_cfg {
     dev_sync_cfg sync;             /* replicas, their weights, the codec */
 } dev_fed_cfg;
 
-/* step, codec none, outer lr 0.7 and momentum 0.9 (DiLoCo's), one replica. */
+/* step, codec none, outer lr 0.7 (DiLoCo's) and momentum 0.5 (not DiLoCo's 0.9:
+ * docs/federation.md, Benchmark, measures both), one replica. */
 void dev_fed_default(dev_fed_cfg *c);
 /* --sync: "step" or "outer:H" (H >= 1). The error names the option. */
 int dev_fed_parse_sync(const char *s, dev_fed_cfg *c, sl_err *err);
