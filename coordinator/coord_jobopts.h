@@ -41,6 +41,9 @@ typedef struct coord_jobopts {
     int sync_every;       /* outer:H's H; 0 for step */
     char codec_sync[32];  /* none, fp16, bf16, int8, topk:F */
     double outer_lr, outer_momentum;
+    /* how the devices are shared among the replicas: "balanced" (bal_fed_place)
+     * or "equal" (bal_fed_even, the equal-share baseline) */
+    char placement[12];
     char vocab_hash[65];  /* the vocabulary its data must have (hex BLAKE2b-256); "" any */
     int has_devices;      /* the submit named the devices the job may use */
     int n_devices;

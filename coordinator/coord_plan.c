@@ -289,7 +289,8 @@ static int owner_index(const plan_in *in, int o)
 
 /* The plan devices get: who runs which units, where to reach them, with
  * which keys, codecs and options; the balancer's plan and prediction too. */
-static char *plan_text(const plan_in *in, bal_plan *const *pls, bal_timeline *const *tls, int nrep)
+static char *plan_text(const plan_in *in, bal_plan *const *pls, bal_timeline *const *tls, int nrep,
+                       const bal_fed_sync *sync)
 {
     json_error_t je;
     json_t *cfg = json_loads(in->config, 0, &je), *stages = json_array(), *reps = json_array();
@@ -337,15 +338,22 @@ static char *plan_text(const plan_in *in, bal_plan *const *pls, bal_timeline *co
         "micro_batches", pl->micro_batches, "schedule", bal_schedule_name(pl->schedule), "steps",
         o->steps, "start_step", in->start_step, "checkpoint_every", o->checkpoint_every,
         "codec_act", o->codec_act, "codec_grad", o->codec_grad, "sealed", o->sealed, "stages",
-        stages, "predicted_iteration_s", slowest, "balancer", bj);
+        stages, "predicted_iteration_s",
+        nrep > 1 ? slowest + sync->round_s / (o->sync_every ? o->sync_every : 1) : slowest,
+        "balancer", bj);
     json_object_set_new(plan, "options", coord_jobopts_json(o));
     if (nrep > 1) {
         json_object_set_new(plan, "replicas", reps);
-        json_object_set_new(plan, "sync", json_pack("{s:s, s:i, s:s, s:f, s:f}", "mode",
-                                                    o->sync_every ? "outer" : "step", "every",
-                                                    o->sync_every ? o->sync_every : 1, "codec",
-                                                    o->codec_sync, "outer_lr", o->outer_lr,
-                                                    "outer_momentum", o->outer_momentum));
+        /* the prediction: the slowest replica's iteration plus a sync round
+         * every `every` steps (bal_fed_sync_round) */
+        json_object_set_new(plan, "sync", json_pack("{s:s, s:i, s:s, s:f, s:f, s:f, s:f, s:f}",
+                                                    "mode", o->sync_every ? "outer" : "step",
+                                                    "every", o->sync_every ? o->sync_every : 1,
+                                                    "codec", o->codec_sync, "outer_lr",
+                                                    o->outer_lr, "outer_momentum",
+                                                    o->outer_momentum, "predicted_round_s",
+                                                    sync->round_s, "round_bytes", sync->bytes,
+                                                    "slowest_replica_s", slowest));
     } else {
         json_decref(reps);
     }
@@ -394,7 +402,8 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
     } else if (!rc) {
         bal_fed_in fi = {.R = R, .pb = (const bal_problem *const *)pb, .owner = owner, .home = home,
                          .opts = bo, .ushaped = in->opts.u_shape, .algo = algo};
-        bal_fed *f = bal_fed_place(&fi, err);
+        bal_fed *f = strcmp(in->opts.placement, "equal") ? bal_fed_place(&fi, err)
+                                                         : bal_fed_even(&fi, err);
         rc = f ? 0 : -1;
         for (int r = 0; f && r < R; r++) {
             pl[r] = f->plan[r];
@@ -409,8 +418,16 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
         else if (!(tl[r] = bal_simulate(pl[r], pl[r]->schedule, 0, err)))
             rc = -1;
     }
+    bal_fed_sync sync = {0};
+    if (!rc && R > 1) {
+        /* the replicas exchange each unit's parameters' worth in the sync's codec */
+        int bm = in->obatch[0] / m;
+        int hidden = (int)(bal_problem_unit(pb[0], 0)->out_bytes / (4 * (uint64_t)bm * in->seq));
+        rc = bal_fed_sync_round(pb[0], (const bal_plan *const *)pl, R,
+                                wire_ratio(in->opts.codec_sync, hidden), &sync, err);
+    }
     if (!rc)
-        text = plan_text(in, pl, tl, R);
+        text = plan_text(in, pl, tl, R, &sync);
     if (text) {
         char *key = path_of(pki, "coordinator.key");
         if (cert_sign_data(key, text, strlen(text), sig, sig_len, err)) {
