@@ -308,6 +308,14 @@ char *coord_jobopts_text(const coord_jobopts *o, int indent)
     return t ? t : sl_xstrdup("{}");
 }
 
+int coord_jobopts_profile_micro(const coord_jobopts *o)
+{
+    int b = o->n_owner_batch ? 0 : o->batch;
+    for (int i = 0; i < o->n_owner_batch; i++)
+        b = o->owner_batch[i] > b ? o->owner_batch[i] : b;
+    return o->micro_batches > 0 ? b / o->micro_batches : b;
+}
+
 int coord_jobopts_task(const coord_jobopts *o)
 {
     return strcmp(o->task, "classify") ? BAL_TASK_MLM : BAL_TASK_CLASSIFY;

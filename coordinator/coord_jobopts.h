@@ -80,6 +80,11 @@ int coord_policy_check(const coord_policy *pol, const coord_jobopts *o, char *wh
  * steps; sync options need several owners. 0 or -1 with why. */
 int coord_jobopts_check_owners(const coord_jobopts *o, int nowner, char *why, size_t cap);
 
+/* The micro-batch the candidates time their units at: the largest owner's
+ * (owner_batch / micro_batches) in a federation, else batch / micro_batches.
+ * A replica of a smaller batch scales the times by its own over this. */
+int coord_jobopts_profile_micro(const coord_jobopts *o);
+
 /* The options' task as enum bal_task. */
 int coord_jobopts_task(const coord_jobopts *o);
 

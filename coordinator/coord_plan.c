@@ -206,17 +206,21 @@ static double wire_ratio(const char *codec, int hidden)
 static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
 {
     json_t *devs = json_array();
+    /* the units were timed at the largest replica's micro-batch: a smaller
+     * one's take their share of it (the work of a unit is linear in it) */
+    int pm = coord_jobopts_profile_micro(&in->opts);
+    double x = pm > 0 ? (double)bm / pm : 1;
     for (int i = 0; i < in->n; i++) {
         json_t *r = in->res[i];
         json_t *f = json_object_get(r, "unit_fwd_s"), *b = json_object_get(r, "unit_bwd_s");
         size_t U = json_array_size(f);
         json_t *us = json_pack("{s:[f,f], s:[f,f], s:[f,f]}", "embeddings",
-                               json_number_value(json_array_get(f, 0)),
-                               json_number_value(json_array_get(b, 0)), "encoder",
-                               json_number_value(json_array_get(f, 1)),
-                               json_number_value(json_array_get(b, 1)), "head",
-                               json_number_value(json_array_get(f, U - 1)),
-                               json_number_value(json_array_get(b, U - 1)));
+                               x * json_number_value(json_array_get(f, 0)),
+                               x * json_number_value(json_array_get(b, 0)), "encoder",
+                               x * json_number_value(json_array_get(f, 1)),
+                               x * json_number_value(json_array_get(b, 1)), "head",
+                               x * json_number_value(json_array_get(f, U - 1)),
+                               x * json_number_value(json_array_get(b, U - 1)));
         json_t *d = json_pack("{s:s, s:s, s:s, s:I, s:o}", "id", in->ids[i], "site", in->sites[i],
                               "backend", in->dev[i].backend, "memory_bytes",
                               json_integer_value(json_object_get(r, "memory_bytes")),

@@ -122,6 +122,23 @@ static void test_two_owners(void)
     }
     CHECK(!strcmp(json_string_value(json_object_get(json_object_get(pj, "sync"), "mode")), "step") &&
           json_integer_value(json_object_get(pj, "batch")) == 6);
+    /* the units were timed at the larger replica's micro-batch (4 / 2), and
+     * replica 0 (micro-batch 1) takes half of each time: the owners' first
+     * stages (speed 1) against the fake's unit times */
+    static const double unit_fwd[4] = {0.02, 0.04, 0.04, 0.03};
+    CHECKF(D[0].profiled_micro == 2 && D[1].profiled_micro == 2, "profiled at micro-batch %d",
+           D[0].profiled_micro);
+    for (int r = 0; r < 2; r++) {
+        json_t *rp = json_array_get(reps, (size_t)r);
+        json_t *b0 = json_array_get(json_object_get(json_object_get(rp, "balancer"), "stages"), 0);
+        int first = (int)json_integer_value(json_object_get(rp, "first_stage"));
+        double want = 0;
+        for (int u = v.first_unit[first]; u <= v.last_unit[first]; u++)
+            want += unit_fwd[u] * (r ? 1.0 : 0.5);
+        double got = json_number_value(json_object_get(b0, "fwd_s"));
+        CHECKF(fabs(got - want) <= 1e-9, "replica %d: stage 0's forward %.6f s, the profile's %.6f",
+               r, got, want);
+    }
     /* the prediction: the slowest replica plus a sync round every step */
     json_t *sy = json_object_get(pj, "sync");
     double slowest = 0, round_s = json_number_value(json_object_get(sy, "predicted_round_s"));
