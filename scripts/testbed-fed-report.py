@@ -20,7 +20,10 @@ does not say the job's pace; the measured step is then the coordinator's wall
 clock (`job watch`'s wall_s, whole seconds) over the H steps after the
 warm-up, which hold exactly one outer step, divided by H: the outer step
 amortised as the prediction amortises it. The wall clock over the same window
-is given for every job (it adds the gaps between steps to step_s)."""
+is given for every job (it adds the gaps between steps to step_s).
+
+`testbed-fed-report.py --combine OUT1 OUT2 ...` prints the medians over
+several runs' results-fed.json."""
 import argparse
 import csv
 import json
@@ -38,7 +41,41 @@ def load_devices(run):
     return devs
 
 
+def combine(outs):
+    """The median over several runs' results-fed.json, per job: measured and
+    predicted step, their ratio, the placement's speed-up."""
+    runs = [json.load(open(os.path.join(o, "results-fed.json"))) for o in outs]
+    md = [f"Medians over {len(runs)} runs ({', '.join(outs)}):", "",
+          "| job | measured s/step | measured tokens/s | predicted s/step | predicted tokens/s | "
+          "measured / predicted (time): median | each run | wall clock / predicted: median | each run |",
+          "|---|---:|---:|---:|---:|---:|---|---:|---|"]
+    for job in runs[0]["jobs"]:
+        js = [r["jobs"][job] for r in runs if job in r["jobs"]]
+        m = statistics.median(j["measured_s"] for j in js)
+        p = statistics.median(j["predicted_s"] for j in js)
+        each = ", ".join("%.3f" % j["ratio"] for j in js)
+        md.append(f'| {job} | {m:.3f} | {js[0]["batch"] * js[0]["seq"] / m:.0f} | {p:.3f} | '
+                  f'{js[0]["batch"] * js[0]["seq"] / p:.0f} | '
+                  f'{statistics.median(j["ratio"] for j in js):.3f} | {each} | '
+                  f'{statistics.median(j["wall_ratio"] for j in js):.3f} | '
+                  f'{", ".join("%.3f" % j["wall_ratio"] for j in js)} |')
+    sp = [r["placement_speedup"] for r in runs if "placement_speedup" in r]
+    if sp:
+        md.append("")
+        md.append("balanced over equal share (step/none): measured (median step_s) "
+                  f'{statistics.median(x["measured"] for x in sp):.2f}x '
+                  f'(each run {", ".join("%.2f" % x["measured"] for x in sp)}), by the wall clock '
+                  f'{statistics.median(x["wall"] for x in sp):.2f}x '
+                  f'(each run {", ".join("%.2f" % x["wall"] for x in sp)}), predicted '
+                  f'{statistics.median(x["predicted"] for x in sp):.2f}x '
+                  f'(each run {", ".join("%.2f" % x["predicted"] for x in sp)})')
+    print("\n".join(md))
+    return 0
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--combine":
+        return combine(sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True)
     ap.add_argument("--out", required=True)
@@ -103,19 +140,21 @@ def main():
         res["jobs"][job] = {
             "job": st["job_id"], "state": st["state"], "steps": len(rows), "sync": sync["mode"],
             "every": H, "codec": sync["codec"], "placement": plan["options"].get("placement", "balanced"),
-            "batch": batch, "measured_s": meas, "median_s": med,
+            "batch": batch, "seq": a.seq, "measured_s": meas, "median_s": med,
             "wall_s": wall_s, "min_s": min(window) if window else None, "max_s": max(window) if window else None,
             "outer_steps": outer_steps, "outer_extra_s": outer_extra,
             "measured_tokens_s": batch * a.seq / meas if meas else None,
             "predicted_s": pred, "predicted_tokens_s": batch * a.seq / pred if pred else None,
             "slowest_replica_s": sync.get("slowest_replica_s"),
             "round_s": sync.get("predicted_round_s"), "round_bytes": sync.get("round_bytes"),
-            "ratio": meas / pred if pred else None, "replicas": reps,
+            "ratio": meas / pred if pred else None,
+            "wall_ratio": wall_s / pred if pred and wall_s else None, "replicas": reps,
             "step_s": [steps[s] for s in sorted(steps)]}
     eq = res["jobs"].get("equal-step-none")
     pl = res["jobs"].get("place-step-none")
     if eq and pl:
         res["placement_speedup"] = {"measured": eq["measured_s"] / pl["measured_s"],
+                                    "wall": eq["wall_s"] / pl["wall_s"] if eq["wall_s"] and pl["wall_s"] else None,
                                     "predicted": eq["predicted_s"] / pl["predicted_s"]}
     ok = all(j["ratio"] and abs(j["ratio"] - 1) <= 0.15 for j in res["jobs"].values())
     res["targets"] = {"within_15pct": ok}
@@ -123,19 +162,20 @@ def main():
 
     md = ["| job | placement | sync | codec | measured s/step | median step_s (min-max) | wall clock s/step | "
           "measured tokens/s | predicted s/step | = slowest replica | + sync round | / H | "
-          "predicted tokens/s | measured / predicted (time) |",
-          "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "predicted tokens/s | measured / predicted (time) | wall clock / predicted |",
+          "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for job, j in res["jobs"].items():
         wall = f'{j["wall_s"]:.3f}' if j["wall_s"] else "-"
         md.append(f'| {job} | {j["placement"]} | {j["sync"]}{":" + str(j["every"]) if j["sync"] == "outer" else ""} | '
                   f'{j["codec"]} | {j["measured_s"]:.3f} | {j["median_s"]:.3f} ({j["min_s"]:.2f}-{j["max_s"]:.2f}) | '
                   f'{wall} | {j["measured_tokens_s"]:.0f} | {j["predicted_s"]:.3f} | {j["slowest_replica_s"]:.3f} | '
-                  f'{j["round_s"]:.3f} | {j["every"]} | {j["predicted_tokens_s"]:.0f} | {j["ratio"]:.3f} |')
+                  f'{j["round_s"]:.3f} | {j["every"]} | {j["predicted_tokens_s"]:.0f} | {j["ratio"]:.3f} | '
+                  f'{j["wall_ratio"]:.3f} |')
     md.append("")
     if "placement_speedup" in res:
         s = res["placement_speedup"]
-        md.append(f'balanced placement over the equal share (step/none): measured {s["measured"]:.2f}x, '
-                  f'predicted {s["predicted"]:.2f}x')
+        md.append(f'balanced placement over the equal share (step/none): measured {s["measured"]:.2f}x '
+                  f'(median step_s), {s["wall"]:.2f}x (wall clock), predicted {s["predicted"]:.2f}x')
         md.append("")
     for job, j in res["jobs"].items():
         for r, rp in enumerate(j["replicas"]):
