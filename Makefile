@@ -23,7 +23,7 @@ endif
 # meson finds nvcc only on PATH.
 export PATH := $(PATH):/usr/local/cuda/bin
 
-.PHONY: all deps build install test test-asan test-cuda test-gpu bench fuzz clean demo chaos testbed
+.PHONY: all deps build install test test-asan test-cuda test-gpu bench fuzz clean demo chaos testbed testbed-fed
 
 all: build
 
@@ -136,6 +136,12 @@ chaos: build
 # quotas, the same job planned by even, sky and optimal; docs/testbed.md.
 testbed: build
 	@scripts/testbed run $(BUILD)
+
+# The federated experiment on the same WAN (docs/testbed.md, "Federation"):
+# two data owners, replicas placed by the balancer under step/none, step/int8
+# and outer:50/int8, and the equal share under step/none.
+testbed-fed: build
+	@scripts/testbed fed $(BUILD)
 
 bench: build
 	meson test -C $(BUILD) --benchmark --verbose --num-processes 1

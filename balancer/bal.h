@@ -364,6 +364,24 @@ bal_fed *bal_fed_place(const bal_fed_in *in, sl_err *err);
 bal_fed *bal_fed_even(const bal_fed_in *in, sl_err *err);
 void bal_fed_free(bal_fed *f);
 
+/* One sync round between R replicas' plans (their stages' devices index pb's
+ * devices): for every unit, the device holding it in each replica sends the
+ * unit's payload (param_bytes x payload_ratio: 1 for fp32, about 0.25 for
+ * int8) to the device holding it in every other replica, and the unit-0
+ * payload also to another replica's head device when that device does not
+ * hold unit 0 (the tied word embeddings; all of unit 0 is counted). Every
+ * flow starts at once; flows between two sites share that direction's
+ * link (a site's uplink), flows inside a site share their device pair's.
+ * round_s is the slowest link's latency plus its bytes over its bandwidth;
+ * bytes is what the round puts on all links. The encoding and combining
+ * CPU is not counted. */
+typedef struct bal_fed_sync {
+    double round_s;
+    double bytes;
+} bal_fed_sync;
+int bal_fed_sync_round(const bal_problem *pb, const bal_plan *const *plan, int R,
+                       double payload_ratio, bal_fed_sync *out, sl_err *err);
+
 /* ---- re-planning after devices were lost or joined ----
  *
  *   bal_problem *now = bal_problem_new(...the devices present now...);

@@ -248,3 +248,73 @@ void bal_fed_free(bal_fed *f)
     free(f->replica_of);
     free(f);
 }
+
+int bal_fed_sync_round(const bal_problem *pb, const bal_plan *const *plan, int R,
+                       double payload_ratio, bal_fed_sync *out, sl_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int U = pb->n_units, D = pb->n_dev;
+    if (R < 1 || R > BAL_FED_MAX_REPLICAS || !(payload_ratio >= 0))
+        return sl_err_set(err, SL_EINVAL, "sync round: %d replicas, payload ratio %g", R,
+                          payload_ratio);
+    int *holder = sl_xmalloc((size_t)R * (size_t)U * sizeof *holder);
+    for (int r = 0; r < R; r++) {
+        const bal_plan *pl = plan[r];
+        for (int u = 0; u < U; u++)
+            holder[r * U + u] = -1;
+        for (int i = 0; pl && i < pl->n_stages; i++)
+            for (int u = pl->stage[i].first; u <= pl->stage[i].last && u < U; u++)
+                if (pl->stage[i].device >= 0 && pl->stage[i].device < D)
+                    holder[r * U + u] = pl->stage[i].device;
+        for (int u = 0; u < U; u++)
+            if (holder[r * U + u] < 0) {
+                free(holder);
+                return sl_err_set(err, SL_EINVAL, "sync round: replica %d's plan does not hold "
+                                  "unit %d on a device of the problem", r, u);
+            }
+    }
+    /* bytes per directed device pair */
+    double *pair = sl_xcalloc((size_t)D * (size_t)D, sizeof *pair);
+    for (int u = 0; u < U; u++) {
+        double b = (double)pb->unit[u].param_bytes * payload_ratio;
+        for (int r = 0; r < R; r++)
+            for (int q = 0; q < R; q++) {
+                if (q == r)
+                    continue;
+                int g = holder[r * U + u], h = holder[q * U + u], head = holder[q * U + U - 1];
+                pair[(size_t)g * D + h] += b;
+                if (u == 0 && head != h)
+                    pair[(size_t)g * D + head] += b;
+            }
+    }
+    /* flows between two sites share that direction's link: their bytes go
+     * onto the first pair of devices with those two sites */
+    int S = pb->n_sites;
+    int *first = sl_xmalloc((size_t)S * (size_t)S * sizeof *first);
+    for (int k = 0; k < S * S; k++)
+        first[k] = -1;
+    for (size_t x = 0; x < (size_t)D * (size_t)D; x++) {
+        int a = (int)(x / (size_t)D), b = (int)(x % (size_t)D);
+        int sa = pb->site_of[a], sb = pb->site_of[b];
+        if (!pair[x] || sa == sb)
+            continue;
+        if (first[sa * S + sb] < 0) {
+            first[sa * S + sb] = (int)x;
+        } else {
+            pair[first[sa * S + sb]] += pair[x];
+            pair[x] = 0;
+        }
+    }
+    free(first);
+    for (size_t x = 0; x < (size_t)D * (size_t)D; x++) {
+        if (!pair[x])
+            continue;
+        bal_link l = bal_problem_link(pb, (int)(x / (size_t)D), (int)(x % (size_t)D));
+        double t = l.lat + pair[x] / l.bw;
+        out->bytes += pair[x];
+        out->round_s = t > out->round_s ? t : out->round_s;
+    }
+    free(pair);
+    free(holder);
+    return 0;
+}

@@ -94,6 +94,8 @@ static const char submit_text[] =
     "  --codec-sync C     what the replicas exchange: none (default), fp16, bf16,\n"
     "                     int8, topk:F, with error feedback\n"
     "  --outer-lr X --outer-momentum X   outer SGD with Nesterov momentum (0.7, 0.5)\n"
+    "  --placement P      balanced (default): the devices go to the replicas that\n"
+    "                     gain most; equal: dealt in turn, an equal share each\n"
     "  --no-wait          return once submitted (default: wait until it runs or\n"
     "                     fails, and print the plan; an interrupt leaves the job\n"
     "                     running and says how to follow or stop it)\n"
@@ -400,6 +402,13 @@ static void print_plan(const char *plan_text)
             printf(" replica %zu: owner %s away (no stage; the others go on, it rejoins at a "
                    "committed outer step once back)\n", i,
                    json_string_value(json_object_get(s, "owner")) ?: "?");
+    json_t *sy = json_object_get(p, "sync");
+    if (json_is_number(json_object_get(sy, "predicted_round_s")))
+        printf(" sync: a round of %.0f bytes predicted %.3f s, every %lld step%s\n",
+               json_number_value(json_object_get(sy, "round_bytes")),
+               json_number_value(json_object_get(sy, "predicted_round_s")),
+               (long long)json_integer_value(json_object_get(sy, "every")),
+               json_integer_value(json_object_get(sy, "every")) == 1 ? "" : "s");
     json_array_foreach(json_object_get(json_object_get(p, "balancer"), "left_out"), i, s)
         printf("  left out: %s (%s)\n", json_string_value(json_object_get(s, "device")) ?: "?",
                json_string_value(json_object_get(s, "reason")) ?: "?");
@@ -428,7 +437,7 @@ static const sopt submit_opts[] = {
     {"--no-u-shape", "u_shape", 4},    {"--replan-margin", "replan_margin", 1},
     {"--precision", "precision", 2},   {"--sync", "sync", 2},
     {"--codec-sync", "codec_sync", 2}, {"--outer-lr", "outer_lr", 1},
-    {"--outer-momentum", "outer_momentum", 1},
+    {"--outer-momentum", "outer_momentum", 1}, {"--placement", "placement", 2},
     {NULL, NULL, 0},
 };
 

@@ -20,14 +20,14 @@ static json_t *defaults(void)
 {
     return json_pack(
         "{s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, s:I, "
-        "s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s, s:s}",
+        "s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s, s:s, s:s}",
         "batch", 8, "micro_batches", 1, "codec_act", "none", "codec_grad", "none", "sealed", 1,
         "algo", "optimal", "schedule", "1f1b", "checkpoint_every", 50, "lr", -1.0, "warmup", -1,
         "seed", (json_int_t)1, "optimizer", "adamw", "optim_state", "fp32", "weight_decay", 0.01,
         "clip", 1.0, "mask_prob", 0.15, "first", (json_int_t)0, "sequences", (json_int_t)0,
         "shuffle", 1, "recompute", 0, "recompute_attention", 0, "u_shape", 1, "replan_margin", 0.10,
         "precision", "fp32", "owner_batch", "sync", "step", "codec_sync", "none", "outer_lr", 0.7,
-        "outer_momentum", 0.5, "task", "mlm", "vocab_hash", "");
+        "outer_momentum", 0.5, "task", "mlm", "vocab_hash", "", "placement", "balanced");
 }
 
 static int codec_ok(const char *s, int grad)
@@ -164,6 +164,9 @@ static int check(const json_t *o, char *why, size_t cap)
     if (!(rget(o, "outer_lr") > 0 && rget(o, "outer_lr") <= 10) ||
         !(rget(o, "outer_momentum") >= 0 && rget(o, "outer_momentum") < 1))
         return fail(why, cap, "options: outer_lr must be in (0, 10], outer_momentum in [0, 1)");
+    if (strcmp(sget(o, "placement"), "balanced") && strcmp(sget(o, "placement"), "equal"))
+        return fail(why, cap, "options: placement '%.40s' is not balanced or equal",
+                    sget(o, "placement"));
     if (strcmp(sget(o, "precision"), "fp32") && strcmp(sget(o, "precision"), "bf16"))
         return fail(why, cap, "options: precision must be fp32 or bf16");
     if (strcmp(sget(o, "task"), "mlm") && strcmp(sget(o, "task"), "classify"))
@@ -243,6 +246,7 @@ int coord_jobopts_parse(const char *text, coord_jobopts *o, char *why, size_t ca
     o->outer_lr = rget(j, "outer_lr");
     o->outer_momentum = rget(j, "outer_momentum");
     snprintf(o->vocab_hash, sizeof o->vocab_hash, "%s", sget(j, "vocab_hash"));
+    snprintf(o->placement, sizeof o->placement, "%s", sget(j, "placement"));
     json_t *devs = json_object_get(j, "devices"), *d;
     size_t i;
     o->has_devices = devs != NULL;
@@ -272,7 +276,7 @@ json_t *coord_jobopts_json(const coord_jobopts *o)
 {
     json_t *j = json_pack(
         "{s:i, s:i, s:i, s:s, s:s, s:b, s:s, s:s, s:i, s:f, s:i, s:I, s:s, s:s, s:f, s:f, s:f, "
-        "s:I, s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s, s:s}",
+        "s:I, s:I, s:b, s:b, s:b, s:b, s:f, s:s, s:[], s:s, s:s, s:f, s:f, s:s, s:s, s:s}",
         "steps", o->steps, "batch", o->batch, "micro_batches", o->micro_batches, "codec_act",
         o->codec_act, "codec_grad", o->codec_grad, "sealed", o->sealed, "algo", o->algo,
         "schedule", o->schedule, "checkpoint_every", o->checkpoint_every, "lr", o->lr, "warmup",
@@ -283,7 +287,7 @@ json_t *coord_jobopts_json(const coord_jobopts *o)
         o->recompute_attention, "u_shape", o->u_shape, "replan_margin", o->replan_margin,
         "precision", o->precision, "owner_batch", "sync", o->sync, "codec_sync", o->codec_sync,
         "outer_lr", o->outer_lr, "outer_momentum", o->outer_momentum, "task", o->task,
-        "vocab_hash", o->vocab_hash);
+        "vocab_hash", o->vocab_hash, "placement", o->placement);
     json_t *ob = json_object_get(j, "owner_batch");
     for (int i = 0; i < o->n_owner_batch; i++)
         json_array_append_new(ob, json_integer(o->owner_batch[i]));
@@ -302,6 +306,14 @@ char *coord_jobopts_text(const coord_jobopts *o, int indent)
     char *t = json_dumps(j, (indent ? JSON_INDENT(indent) : JSON_COMPACT) | JSON_SORT_KEYS);
     json_decref(j);
     return t ? t : sl_xstrdup("{}");
+}
+
+int coord_jobopts_profile_micro(const coord_jobopts *o)
+{
+    int b = o->n_owner_batch ? 0 : o->batch;
+    for (int i = 0; i < o->n_owner_batch; i++)
+        b = o->owner_batch[i] > b ? o->owner_batch[i] : b;
+    return o->micro_batches > 0 ? b / o->micro_batches : b;
 }
 
 int coord_jobopts_task(const coord_jobopts *o)
@@ -351,6 +363,9 @@ int coord_jobopts_check_owners(const coord_jobopts *o, int nowner, char *why, si
                         o->owner_batch[i], o->micro_batches);
     if (nowner == 1 && (strcmp(o->sync, "step") || strcmp(o->codec_sync, "none")))
         return fail(why, cap, "options: sync and codec_sync are for several data owners");
+    if (nowner == 1 && strcmp(o->placement, "balanced"))
+        return fail(why, cap, "options: placement %s is for several data owners (it shares the "
+                    "devices among their replicas)", o->placement);
     if (o->sync_every > o->steps)
         return fail(why, cap, "options: sync outer:%d syncs less often than the job's %d steps",
                     o->sync_every, o->steps);

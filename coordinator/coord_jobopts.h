@@ -41,6 +41,9 @@ typedef struct coord_jobopts {
     int sync_every;       /* outer:H's H; 0 for step */
     char codec_sync[32];  /* none, fp16, bf16, int8, topk:F */
     double outer_lr, outer_momentum;
+    /* how the devices are shared among the replicas: "balanced" (bal_fed_place)
+     * or "equal" (bal_fed_even, the equal-share baseline) */
+    char placement[12];
     char vocab_hash[65];  /* the vocabulary its data must have (hex BLAKE2b-256); "" any */
     int has_devices;      /* the submit named the devices the job may use */
     int n_devices;
@@ -76,6 +79,11 @@ int coord_policy_check(const coord_policy *pol, const coord_jobopts *o, char *wh
  * entry per owner, each a multiple of micro_batches; sync's H at most the
  * steps; sync options need several owners. 0 or -1 with why. */
 int coord_jobopts_check_owners(const coord_jobopts *o, int nowner, char *why, size_t cap);
+
+/* The micro-batch the candidates time their units at: the largest owner's
+ * (owner_batch / micro_batches) in a federation, else batch / micro_batches.
+ * A replica of a smaller batch scales the times by its own over this. */
+int coord_jobopts_profile_micro(const coord_jobopts *o);
 
 /* The options' task as enum bal_task. */
 int coord_jobopts_task(const coord_jobopts *o);

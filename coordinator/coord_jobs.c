@@ -406,7 +406,7 @@ static json_t *profile_spec(const coord_devs *devs, const coord_job *jb, int k, 
             json_array_append_new(peers, json_pack("{s:s, s:s}", "id", d->id, "address", d->address));
     }
     json_t *s = json_pack("{s:o, s:i, s:i, s:o, s:i, s:s, s:s, s:s, s:s}", "config", cfg,
-                          "micro_batch", jb->batch / jb->opts.micro_batches, "seq", jb->seq, "peers",
+                          "micro_batch", coord_jobopts_profile_micro(&jb->opts), "seq", jb->seq, "peers",
                           peers, "ping_bytes", 1 << 20, "optimizer", jb->opts.optimizer,
                           "optim_state", jb->opts.optim_state, "precision", jb->opts.precision,
                           "task", jb->opts.task);

@@ -208,17 +208,21 @@ static double wire_ratio(const char *codec, int hidden)
 static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
 {
     json_t *devs = json_array();
+    /* the units were timed at the largest replica's micro-batch: a smaller
+     * one's take their share of it (the work of a unit is linear in it) */
+    int pm = coord_jobopts_profile_micro(&in->opts);
+    double x = pm > 0 ? (double)bm / pm : 1;
     for (int i = 0; i < in->n; i++) {
         json_t *r = in->res[i];
         json_t *f = json_object_get(r, "unit_fwd_s"), *b = json_object_get(r, "unit_bwd_s");
         size_t U = json_array_size(f);
         json_t *us = json_pack("{s:[f,f], s:[f,f], s:[f,f]}", "embeddings",
-                               json_number_value(json_array_get(f, 0)),
-                               json_number_value(json_array_get(b, 0)), "encoder",
-                               json_number_value(json_array_get(f, 1)),
-                               json_number_value(json_array_get(b, 1)), "head",
-                               json_number_value(json_array_get(f, U - 1)),
-                               json_number_value(json_array_get(b, U - 1)));
+                               x * json_number_value(json_array_get(f, 0)),
+                               x * json_number_value(json_array_get(b, 0)), "encoder",
+                               x * json_number_value(json_array_get(f, 1)),
+                               x * json_number_value(json_array_get(b, 1)), "head",
+                               x * json_number_value(json_array_get(f, U - 1)),
+                               x * json_number_value(json_array_get(b, U - 1)));
         json_t *d = json_pack("{s:s, s:s, s:s, s:I, s:o}", "id", in->ids[i], "site", in->sites[i],
                               "backend", in->dev[i].backend, "memory_bytes",
                               json_integer_value(json_object_get(r, "memory_bytes")),
@@ -291,7 +295,8 @@ static int owner_index(const plan_in *in, int o)
 
 /* The plan devices get: who runs which units, where to reach them, with
  * which keys, codecs and options; the balancer's plan and prediction too. */
-static char *plan_text(const plan_in *in, bal_plan *const *pls, bal_timeline *const *tls, int nrep)
+static char *plan_text(const plan_in *in, bal_plan *const *pls, bal_timeline *const *tls, int nrep,
+                       const bal_fed_sync *sync)
 {
     json_error_t je;
     json_t *cfg = json_loads(in->config, 0, &je), *stages = json_array(), *reps = json_array();
@@ -353,15 +358,22 @@ static char *plan_text(const plan_in *in, bal_plan *const *pls, bal_timeline *co
         "micro_batches", pl->micro_batches, "schedule", bal_schedule_name(pl->schedule), "steps",
         o->steps, "start_step", in->start_step, "checkpoint_every", o->checkpoint_every,
         "codec_act", o->codec_act, "codec_grad", o->codec_grad, "sealed", o->sealed, "stages",
-        stages, "predicted_iteration_s", slowest, "balancer", bj);
+        stages, "predicted_iteration_s",
+        nrep > 1 ? slowest + sync->round_s / (o->sync_every ? o->sync_every : 1) : slowest,
+        "balancer", bj);
     json_object_set_new(plan, "options", coord_jobopts_json(o));
     if (nrep > 1) {
         json_object_set_new(plan, "replicas", reps);
-        json_object_set_new(plan, "sync", json_pack("{s:s, s:i, s:s, s:f, s:f}", "mode",
-                                                    o->sync_every ? "outer" : "step", "every",
-                                                    o->sync_every ? o->sync_every : 1, "codec",
-                                                    o->codec_sync, "outer_lr", o->outer_lr,
-                                                    "outer_momentum", o->outer_momentum));
+        /* the prediction: the slowest replica's iteration plus a sync round
+         * every `every` steps (bal_fed_sync_round) */
+        json_object_set_new(plan, "sync", json_pack("{s:s, s:i, s:s, s:f, s:f, s:f, s:f, s:f}",
+                                                    "mode", o->sync_every ? "outer" : "step",
+                                                    "every", o->sync_every ? o->sync_every : 1,
+                                                    "codec", o->codec_sync, "outer_lr",
+                                                    o->outer_lr, "outer_momentum",
+                                                    o->outer_momentum, "predicted_round_s",
+                                                    sync->round_s, "round_bytes", sync->bytes,
+                                                    "slowest_replica_s", slowest));
     } else {
         json_decref(reps);
     }
@@ -422,7 +434,9 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
             }
         bal_fed_in fi = {.R = Rp, .pb = (const bal_problem *const *)ppb, .owner = powner,
                          .home = phome, .opts = bo, .ushaped = in->opts.u_shape, .algo = algo};
-        bal_fed *f = Rp ? bal_fed_place(&fi, err) : NULL;
+        bal_fed *f = !Rp                                  ? NULL
+                     : strcmp(in->opts.placement, "equal") ? bal_fed_place(&fi, err)
+                                                           : bal_fed_even(&fi, err);
         if (!Rp)
             sl_err_set(err, SL_ESTATE, "every data owner is away");
         rc = f ? 0 : -1;
@@ -441,8 +455,22 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
         else if (!(tl[r] = bal_simulate(pl[r], pl[r]->schedule, 0, err)))
             rc = -1;
     }
+    bal_fed_sync sync = {0};
+    if (!rc && R > 1) {
+        /* the replicas exchange each unit's parameters' worth in the sync's codec */
+        int bm = in->obatch[0] / m;
+        int hidden = (int)(bal_problem_unit(pb[0], 0)->out_bytes / (4 * (uint64_t)bm * in->seq));
+        /* the replicas present exchange (an owner away has no plan) */
+        const bal_plan *present[COORD_MAX_OWNERS];
+        int np = 0;
+        for (int r = 0; r < R; r++)
+            if (pl[r])
+                present[np++] = pl[r];
+        rc = bal_fed_sync_round(pb[0], present, np, wire_ratio(in->opts.codec_sync, hidden), &sync,
+                                err);
+    }
     if (!rc)
-        text = plan_text(in, pl, tl, R);
+        text = plan_text(in, pl, tl, R, &sync);
     if (text) {
         char *key = path_of(pki, "coordinator.key");
         if (cert_sign_data(key, text, strlen(text), sig, sig_len, err)) {

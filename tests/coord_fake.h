@@ -75,13 +75,14 @@ typedef struct fdev {
     const Skyloom__V1__OwnerPolicy *policy; /* stated in its heartbeats; NULL: none */
     const char *check; /* its check's answer; NULL: an MLM shard's (below) */
     const char *task;  /* the task its profiles say they timed; NULL: the spec's */
+    int profiled_micro; /* the micro_batch of the last profile task it was given */
 } fdev;
 
 static fdev D[4] = {
-    {"A", "lab-a", "books", "", 1.0, 1, NULL, NULL, NULL},
-    {"B", "lab-a", NULL, "", 1.0, 1, NULL, NULL, NULL},
-    {"C", "lab-b", NULL, "", 1.5, 1, NULL, NULL, NULL},
-    {"E", "lab-b", NULL, "", 1.0, 1, NULL, NULL, NULL},
+    {"A", "lab-a", "books", "", 1.0, 1, NULL, NULL, NULL, 0},
+    {"B", "lab-a", NULL, "", 1.0, 1, NULL, NULL, NULL, 0},
+    {"C", "lab-b", NULL, "", 1.5, 1, NULL, NULL, NULL, 0},
+    {"E", "lab-b", NULL, "", 1.0, 1, NULL, NULL, NULL, 0},
 };
 
 static inline const char *token_secret(const char *site, char *out)
@@ -226,6 +227,7 @@ static inline void heartbeat(fdev *d)
                                  : "{\"sequences\": 100, \"seq_len\": 8, \"first\": 0, "
                                    "\"vocab_size\": 100}");
         } else if (!strcmp(t->kind, "profile")) {
+            d->profiled_micro = (int)json_integer_value(json_object_get(spec, "micro_batch"));
             char *res = profile_result(d, spec);
             report_task(d, t->job_id, "profile", t->epoch, 1, NULL, res);
             free(res);

@@ -2994,6 +2994,74 @@ static void test_federation_placement(void)
     bal_problem_free(in0.pb);
 }
 
+
+/* One sync round by hand: two replicas over three sites, each unit's payload
+ * to the other replica's holder; the flows a->c of two devices share the
+ * site link; a plain chain's head also receives unit 0's payload. */
+static void test_federation_sync_round(void)
+{
+    bal_bert c = {.hidden = 64, .layers = 2, .heads = 2, .intermediate = 128, .vocab = 1000,
+                  .max_pos = 64, .type_vocab = 2};
+    bal_unit *u;
+    int n;
+    sl_err err = {0};
+    CHECK(bal_bert_units(&c, 2, 32, &u, &n, &err) == 0 && n == 4);
+    bal_device dv[4];
+    memset(dv, 0, sizeof dv);
+    static const char *site[] = {"a", "a", "b", "c"};
+    for (int d = 0; d < 4; d++) {
+        snprintf(dv[d].id, sizeof dv[d].id, "d%d", d);
+        strcpy(dv[d].site, site[d]);
+        dv[d].mem_bytes = 1ull << 32;
+        dv[d].flops = 1e9;
+    }
+    bal_site_link links[3] = {{"a", "b", {1e7, 0.01}}, {"a", "c", {2e6, 0.02}}, {"b", "c", {4e6, 0.03}}};
+    bal_network net = bal_network_default();
+    net.links = links;
+    net.n_links = 3;
+    bal_problem *pb = bal_problem_new(u, n, dv, 4, &net, &err);
+    CHECKF(pb, "%s", err.msg);
+    double P[4];
+    for (int i = 0; i < 4; i++)
+        P[i] = (double)u[i].param_bytes;
+    free(u);
+    /* replica 0: d0 0-1, d1 2, d0 3; replica 1: d2 0, d3 1-2, d2 3 */
+    int o0[3] = {0, 1, 0}, o1[3] = {2, 3, 2}, c0[4] = {0, 2, 3, 4}, c1[4] = {0, 1, 3, 4};
+    bal_chain ch0 = {.p = 3, .order = o0, .m = 2, .ushaped = 1},
+              ch1 = {.p = 3, .order = o1, .m = 2, .ushaped = 1};
+    bal_plan *pl[2] = {bal_plan_chain(pb, &ch0, c0, &err), bal_plan_chain(pb, &ch1, c1, &err)};
+    CHECKF(pl[0] && pl[1], "%s", err.msg);
+    bal_fed_sync sy;
+    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, 1.0, &sy, &err) == 0);
+    double ab = 0.01 + (P[0] + P[3]) / 1e7, ac = 0.02 + (P[1] + P[2]) / 2e6;
+    CHECKF(fabs(sy.round_s - fmax(ab, ac)) <= 1e-12 * sy.round_s && ac > ab, "round %.9f, a-b %.9f, "
+           "a-c %.9f", sy.round_s, ab, ac);
+    CHECK(fabs(sy.bytes - 2 * (P[0] + P[1] + P[2] + P[3])) <= 1e-6);
+    /* int8: a quarter of the bytes, the same latencies */
+    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, 0.25, &sy, &err) == 0);
+    CHECK(fabs(sy.round_s - fmax(0.01 + (P[0] + P[3]) / 4e7, 0.02 + (P[1] + P[2]) / 8e6)) <=
+          1e-12 * sy.round_s);
+    /* replica 1 a plain chain (d2 0, d3 1-3): its head d3 takes unit 0 from d0 too */
+    bal_plan_free(pl[1]);
+    int o2[2] = {2, 3}, c2[3] = {0, 1, 4};
+    bal_chain ch2 = {.p = 2, .order = o2, .m = 2};
+    pl[1] = bal_plan_chain(pb, &ch2, c2, &err);
+    CHECKF(pl[1], "%s", err.msg);
+    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, 1.0, &sy, &err) == 0);
+    ab = 0.01 + P[0] / 1e7;                              /* d0 -> d2: unit 0 */
+    ac = 0.02 + (P[0] + P[1] + P[3] + P[2]) / 2e6;      /* d0 -> d3: 0, 1, 3; d1 -> d3: 2 */
+    double ca = 0.02 + (P[1] + P[2] + P[3]) / 2e6;      /* d3 -> d0: 1, 3; d3 -> d1: 2 */
+    CHECKF(fabs(sy.round_s - fmax(ab, fmax(ac, ca))) <= 1e-12 * sy.round_s, "round %.9f", sy.round_s);
+    CHECK(fabs(sy.bytes - (2 * P[0] + P[0] + 2 * (P[1] + P[2] + P[3]))) <= 1e-6);
+    /* a plan that misses a unit is refused */
+    pl[1]->stage[1].last = 2;
+    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, 1.0, &sy, &err) != 0 &&
+          strstr(err.msg, "does not hold unit 3"));
+    bal_plan_free(pl[0]);
+    bal_plan_free(pl[1]);
+    bal_problem_free(pb);
+}
+
 int main(void)
 {
     RUN(test_bert_units);
@@ -3006,6 +3074,7 @@ int main(void)
     RUN(test_first_device);
     RUN(test_home_layers);
     RUN(test_federation_placement);
+    RUN(test_federation_sync_round);
     RUN(test_closed_forms);
     RUN(test_link_in_simulator);
     RUN(test_ushaped_shares_compute);

@@ -8,6 +8,8 @@
  * config, the owners' checks (task, label count, the same labels) and the
  * profiles' task. */
 #define NDEV 4
+#include <math.h>
+
 #include "coord_fake.h"
 
 static void test_refusals(void)
@@ -27,6 +29,8 @@ static void test_refusals(void)
         {"{\"steps\": 4, \"owner_batch\": [2, 2], \"sync\": \"outer:0\"}", "is not step or outer:H"},
         {"{\"steps\": 4, \"owner_batch\": [2, 2], \"codec_sync\": \"int4\"}",
          "codec_sync 'int4' is not none"},
+        {"{\"steps\": 4, \"owner_batch\": [2, 2], \"placement\": \"fair\"}",
+         "placement 'fair' is not balanced or equal"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int code = submit_data_code(data, cases[i].opts, &id, &st);
@@ -42,6 +46,10 @@ static void test_refusals(void)
     snprintf(opts, sizeof opts, "{\"steps\": 4, \"sync\": \"outer:2\"}");
     CHECKF(submit_code(opts, &id, &st) == RPC_INVALID_ARGUMENT &&
            strstr(st.details, "are for several data owners"), "%s", st.details);
+    free(id);
+    CHECKF(submit_code("{\"steps\": 4, \"placement\": \"equal\"}", &id, &st) ==
+               RPC_INVALID_ARGUMENT && strstr(st.details, "placement equal is for several data owners"),
+           "%s", st.details);
     free(id);
     snprintf(bad, sizeof bad, "%s:books,x", D[0].id);
     CHECKF(submit_data_code(bad, "{\"steps\": 4, \"owner_batch\": [2, 2]}", &id, &st) ==
@@ -227,6 +235,35 @@ static void test_two_owners(void)
     }
     CHECK(!strcmp(json_string_value(json_object_get(json_object_get(pj, "sync"), "mode")), "step") &&
           json_integer_value(json_object_get(pj, "batch")) == 6);
+    /* the units were timed at the larger replica's micro-batch (4 / 2), and
+     * replica 0 (micro-batch 1) takes half of each time: the owners' first
+     * stages (speed 1) against the fake's unit times */
+    static const double unit_fwd[4] = {0.02, 0.04, 0.04, 0.03};
+    CHECKF(D[0].profiled_micro == 2 && D[1].profiled_micro == 2, "profiled at micro-batch %d",
+           D[0].profiled_micro);
+    for (int r = 0; r < 2; r++) {
+        json_t *rp = json_array_get(reps, (size_t)r);
+        json_t *b0 = json_array_get(json_object_get(json_object_get(rp, "balancer"), "stages"), 0);
+        int first = (int)json_integer_value(json_object_get(rp, "first_stage"));
+        double want = 0;
+        for (int u = v.first_unit[first]; u <= v.last_unit[first]; u++)
+            want += unit_fwd[u] * (r ? 1.0 : 0.5);
+        double got = json_number_value(json_object_get(b0, "fwd_s"));
+        CHECKF(fabs(got - want) <= 1e-9, "replica %d: stage 0's forward %.6f s, the profile's %.6f",
+               r, got, want);
+    }
+    /* the prediction: the slowest replica plus a sync round every step */
+    json_t *sy = json_object_get(pj, "sync");
+    double slowest = 0, round_s = json_number_value(json_object_get(sy, "predicted_round_s"));
+    for (int r = 0; r < 2; r++) {
+        double t = json_number_value(json_object_get(json_array_get(reps, (size_t)r),
+                                                     "predicted_iteration_s"));
+        slowest = t > slowest ? t : slowest;
+    }
+    CHECKF(round_s > 0 && json_number_value(json_object_get(sy, "round_bytes")) > 0 &&
+           fabs(json_number_value(json_object_get(sy, "slowest_replica_s")) - slowest) <= 1e-9 * slowest &&
+           fabs(json_number_value(json_object_get(pj, "predicted_iteration_s")) - (slowest + round_s)) <=
+               1e-9 * (slowest + round_s), "sync %s, slowest %g", json_dumps(sy, 0), slowest);
     json_decref(pj);
     free(v.plan);
     check_sync_bytes(id, &v, rep_first);
@@ -417,6 +454,50 @@ static void test_classify(void)
     heartbeat_all();
 }
 
+/* placement equal: the devices that own no data dealt to the replicas in
+ * turn (one each here), the option in the plan; under outer:2 the plan
+ * charges half a sync round per step. */
+static void test_equal_share(void)
+{
+    D[1].dataset = "news";
+    heartbeat_all();
+    char data[128], *id;
+    rpc_status st;
+    snprintf(data, sizeof data, "%s:books,%s:news", D[0].id, D[1].id);
+    CHECKF(submit_data_code(data, "{\"steps\": 4, \"micro_batches\": 2, \"owner_batch\": [2, 2], "
+                            "\"placement\": \"equal\", \"sync\": \"outer:2\", \"codec_sync\": \"int8\"}",
+                            &id, &st) == RPC_OK, "%s", st.details);
+    CHECK(pump_until(id, "running", 1));
+    jview v;
+    CHECK(view(id, &v) == 0 && v.plan);
+    json_error_t je;
+    json_t *pj = v.plan ? json_loads(v.plan, 0, &je) : NULL, *reps = json_object_get(pj, "replicas");
+    CHECKF(!strcmp(json_string_value(json_object_get(json_object_get(pj, "options"), "placement")) ?: "",
+                   "equal"), "%s", v.plan ? v.plan : "no plan");
+    /* bal_fed_even deals D2 to replica 0 and D3 to replica 1; a replica's
+     * plan may leave its share out, never take the other's */
+    for (int r = 0; r < 2; r++) {
+        json_t *rp = json_array_get(reps, (size_t)r);
+        int first = (int)json_integer_value(json_object_get(rp, "first_stage"));
+        int n = (int)json_integer_value(json_object_get(rp, "stages"));
+        for (int i = first; i < first + n; i++)
+            CHECKF(!strcmp(v.stage_dev[i], D[r].id) || !strcmp(v.stage_dev[i], D[2 + r].id),
+                   "replica %d: stage %d on %s", r, i, v.stage_dev[i]);
+    }
+    json_t *sy = json_object_get(pj, "sync");
+    double round_s = json_number_value(json_object_get(sy, "predicted_round_s")),
+           slowest = json_number_value(json_object_get(sy, "slowest_replica_s"));
+    CHECKF(round_s > 0 && slowest > 0 &&
+           fabs(json_number_value(json_object_get(pj, "predicted_iteration_s")) - (slowest + round_s / 2)) <=
+               1e-9 * slowest, "%s", v.plan ? v.plan : "");
+    json_decref(pj);
+    free(v.plan);
+    stop(id);
+    free(id);
+    D[1].dataset = NULL;
+    heartbeat_all();
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_OFF);
@@ -424,6 +505,7 @@ int main(void)
     RUN(test_refusals);
     RUN(test_two_owners);
     RUN(test_classify);
+    RUN(test_equal_share);
     cf_close();
     tu_rmtree(root);
     return sl_test_done();
