@@ -6,18 +6,18 @@
 # politics, ...), lab-b the computing and science ones; each site also has a
 # compute device. The devices profile themselves, the balancer places a
 # replica of the model around each owner, and the replicas train together
-# with --sync step (every step's gradients averaged over the replicas, int8
-# with error feedback, over sealed links; DEMO_SYNC=outer:H instead: each
-# replica H steps alone, then int8 pseudo-gradients and one outer step), int8
-# activations inside each replica. Neither owner's text leaves its site.
+# with --sync outer:10 (DiLoCo: each replica 10 steps alone, then int8
+# pseudo-gradients with error feedback over sealed links and one outer step;
+# DEMO_SYNC=step instead: every step's gradients averaged), int8 activations
+# inside each replica. Neither owner's text leaves its site.
 # At the end: the plan, each owner's held-out loss on its own subject and on
 # the other's, for the federated model and for a model trained the same
 # number of steps on that owner's data alone (skyloom train): what the
 # federation buys each owner. Nothing is downloaded; every process stops at
 # the end (or on Ctrl-C).
 # Usage: scripts/demo.sh [BUILD_DIR]
-# env: DEMO_SECONDS (60: the job's training), DEMO_SYNC (step: every step's
-#      gradients averaged, int8 with error feedback; outer:H: DiLoCo)
+# env: DEMO_SECONDS (60: the job's training), DEMO_SYNC (outer:10: DiLoCo's
+#      outer steps every 10; outer:H; step: every step's gradients averaged)
 set -euo pipefail
 # every process of the demo shares this machine's cores: OpenMP threads that
 # spin while they wait would slow the others down (devices set this themselves)
@@ -34,7 +34,7 @@ dir=$(cd "$dir" && pwd)
 config="$root/configs/bert-tiny.json"
 vocab_size=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$config")
 seq=64 ob=8 micro=2
-sync=${DEMO_SYNC:-step}
+sync=${DEMO_SYNC:-outer:10}
 case $sync in
   step) H=10 ;;
   outer:[1-9]*) H=${sync#outer:} ;;

@@ -17,7 +17,8 @@
 # its model.
 # Usage: scripts/fedtune.sh SKYLOOM WORKDIR
 # Environment: PRETRAIN_STEPS (default 1500), STEPS (fine-tuning, 400),
-# H (outer:H, 20), THREADS (default: all cores).
+# H (outer:H, 20), MOMENTUM (the outer momentum of fed-outer, 0.9: DiLoCo's, as
+# docs/federation.md measured it), THREADS (default: all cores).
 set -euo pipefail
 sk=${1:?usage: scripts/fedtune.sh SKYLOOM WORKDIR}
 w=${2:?usage: scripts/fedtune.sh SKYLOOM WORKDIR}
@@ -75,7 +76,7 @@ for s in 0 1 2; do
 done
 fed="train ${ft[*]} --data data/site0/train.shard --data data/site1/train.shard --data data/site2/train.shard --owner-batch 8,8,8"
 cmd[fed-step]="$fed --sync step"
-cmd[fed-outer]="$fed --sync outer:$H"
+cmd[fed-outer]="$fed --sync outer:$H --outer-momentum ${MOMENTUM:-0.9}"
 rows=(central site0 site1 site2 fed-step fed-outer)
 for r in "${rows[@]}"; do
   # shellcheck disable=SC2086
