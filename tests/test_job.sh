@@ -137,6 +137,9 @@ check "status: the profiles in text (forward, backward and optimizer ms per unit
     bash -c '[ "$(grep -c "  job $1, " "$0")" = 3 ] && [ "$(grep -c "forward  *ms:" "$0")" = 3 ] && [ "$(grep -c "backward  *ms:" "$0")" = 3 ] && [ "$(grep -c "optimizer  *ms:" "$0")" = 3 ] && [ "$(grep -c "link to d.*rtt .* ms, .* MB/s" "$0")" = 3 ]' \
     "$d/status.txt" "$U3"
 for dev in dev2 dev3; do
+  # the device logs its end of the job after the coordinator has seen it done
+  cl_poll 30 grep -q "job done here job=$JOB" "$d/$dev.log" ||
+    { echo "     $dev's last lines:"; tail -5 "$d/$dev.log" | sed 's/^/       /'; }
   recv=$(grep "job done here job=$JOB" "$d/$dev.log" | grep -o 'received=.*')
   echo "     $dev (neither the data owner nor unit 0 or the head) received: $recv"
   check "u3: $dev received activations and masks, no labels, no tied gradient" \
