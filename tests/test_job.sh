@@ -181,7 +181,7 @@ check "classify: the plan's options say so, the data owner first and last" \
     "$d/classify.submit" "$OWNER"
 for dev in dev2 dev3; do
   check "classify: $dev received no labels" \
-      bash -c 'grep "job done here job=$1" "$0" | grep -q "labels:0,"' "$d/$dev.log" "$JOB"
+      cl_poll 30 bash -c 'grep "job done here job=$1" "$0" | grep -q "labels:0,"' "$d/$dev.log" "$JOB"
 done
 check "classify: the export's config.json is a BertForSequenceClassification of 3 labels" \
     python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(c["architectures"] != ["BertForSequenceClassification"] or c["num_labels"] != 3)' \
@@ -201,7 +201,7 @@ job chain "$OWNER,$MID,$LAST" --no-u-shape
 head_dev=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["plan"]["stages"][-1]["device"])' "$d/chain.submit" 2>/dev/null)
 case $head_dev in "$MID") head_log=dev2 ;; "$LAST") head_log=dev3 ;; *) head_log=none ;; esac
 check "chain: the head is off the owner ($head_log), and its device received the labels and the tied gradient" \
-    bash -c '[ "$2" != none ] && grep "job done here job=$1" "$0" | grep -q "labels:[1-9][0-9]*,tied:[1-9]"' "$d/$head_log.log" "$JOB" "$head_log"
+    cl_poll 30 bash -c '[ "$2" != none ] && grep "job done here job=$1" "$0" | grep -q "labels:[1-9][0-9]*,tied:[1-9]"' "$d/$head_log.log" "$JOB" "$head_log"
 # (the lines themselves are printed when there are any: the directory is gone afterwards)
 check "no frame refused, no pipeline stopped" bash -c '! grep -H "frame refused\|pipeline stopped" "$0"/dev*.log' "$d"
 

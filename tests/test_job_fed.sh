@@ -165,6 +165,8 @@ for id in $(python3 -c 'import json,sys; print(" ".join(sorted({s["device"] for 
   planned+=("$d/${LOG_OF[$id]}.log")
 done
 for f in "${planned[@]}"; do
+  # a device logs its end of the job after the coordinator has seen it done
+  cl_poll 30 grep -q "job done here job=$JOB" "$f"
   echo "     $(basename "$f" .log): $(grep "job done here job=$JOB" "$f" | grep -o 'received=.*')"
 done
 check "step: every device of the plan (${#planned[@]}) received sync payloads from the other replica" \
