@@ -12,21 +12,8 @@ fail=0
 check() { local desc="$1"; shift; if "$@"; then echo "ok   $desc"; else echo "FAIL $desc"; fail=1; fi; }
 d=$(mktemp -d /tmp/skyloom-away-XXXXXX)
 trap 'rm -rf "$d"' EXIT
-ls "$src"/docs/*.md | sort > "$d/docs"
-half=$(( $(wc -l < "$d/docs") / 2 ))
-cat "$src"/README.md $(head -n "$half" "$d/docs") > "$d/a.txt"
-cat $(tail -n +"$((half + 1))" "$d/docs") > "$d/b.txt"
-cat "$d/a.txt" "$d/b.txt" > "$d/all.txt"
-"$sk" -q data vocab --corpus "$d/all.txt" --size 400 --out "$d/vocab.txt" >/dev/null
-for o in a b; do
-  "$sk" -q data prepare --vocab "$d/vocab.txt" --in "$d/$o.txt" --out "$d/$o.shard" --seq 24 >/dev/null
-done
-V=$(wc -l < "$d/vocab.txt")
-cat > "$d/cfg.json" <<JSON
-{"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 48,
- "vocab_size": $V, "max_position_embeddings": 24, "hidden_dropout_prob": 0.1,
- "attention_probs_dropout_prob": 0.1}
-JSON
+. "$src/tests/fed_fixture.sh"
+fed_fixture "$d" "$sk" "$src" || { echo "FAIL the owners' shards"; exit 1; }
 base=(--config "$d/cfg.json" --lr 2e-3 --warmup 2 --clip 0.5 --micro-batches 4 --stage-threads 1)
 fed=("${base[@]}" --data "$d/a.shard" --data "$d/b.shard" --owner-batch 8,4 --sync outer:2)
 
