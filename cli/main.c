@@ -114,5 +114,20 @@ int main(int argc, char **argv)
         sl_log_warn("device: cannot start again with OMP_WAIT_POLICY=passive", "reason=\"%s\"",
                     strerror(errno));
     }
+    /* The commands that compute on their own threads spin a short while
+     * before they sleep: libgomp's default spin takes the cores from whatever
+     * else runs on a shared machine, and passive waiting costs every parallel
+     * region a wake-up on an idle one (docs/jobs.md, Limits, measures all
+     * three). An explicit policy or spin count is kept. */
+    static const char *const computes[] = {"train", "eval", "fill-mask", "predict"};
+    int compute = 0;
+    for (size_t k = 0; k < sizeof computes / sizeof *computes; k++)
+        compute |= !strcmp(c->name, computes[k]);
+    if (compute && !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) {
+        setenv("GOMP_SPINCOUNT", "10000", 1);
+        execv("/proc/self/exe", argv);
+        sl_log_warn("cannot start again with GOMP_SPINCOUNT=10000", "command=%s reason=\"%s\"",
+                    c->name, strerror(errno));
+    }
     return c->fn(argc - i, argv + i);
 }

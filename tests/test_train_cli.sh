@@ -34,6 +34,23 @@ check "no temporary files left" bash -c '! ls "$0"/*.tmp* "$0"/*/*.tmp* 2>/dev/n
 ev=$("$sk" -q eval --config "$d/run/step-300/config.json" --model "$d/run/step-300/model.safetensors" --data "$d/text.shard" --batches 4 --json); rc=$?
 check "eval exits 0 with a loss" bash -c 'test $0 -eq 0 && grep -q "\"loss\":" <<<"$1"' "$rc" "$ev"
 check "a checkpoint records its learning-rate schedule (schedule.json, in the manifest)" bash -c 'grep -q "\"steps\": 300" "$0/schedule.json" && grep -q "schedule.json" "$0/manifest.json"' "$d/run/step-150"
+# OpenMP's wait: a short spin unless the environment says otherwise (libgomp
+# reads it when it loads, so train starts itself again with it)
+spin_of() {  # spin_of ENV...: GOMP_SPINCOUNT and OMP_WAIT_POLICY of a running train
+  env "$@" "$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 1000000 --batch 4 \
+      --threads 1 --log-every 1000000 >/dev/null 2>&1 & local p=$! n=0 e=""
+  while [ $n -lt 100 ]; do
+    e=$(tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -E '^(GOMP_SPINCOUNT|OMP_WAIT_POLICY)=' | sort | paste -sd' ')
+    [ -n "$e" ] && break
+    sleep 0.1; n=$((n + 1))
+  done
+  kill $p 2>/dev/null; wait $p 2>/dev/null
+  echo "$e"
+}
+check "train without OpenMP settings spins 10000 before it sleeps" test "$(spin_of)" = "GOMP_SPINCOUNT=10000"
+check "an explicit GOMP_SPINCOUNT is kept" test "$(spin_of GOMP_SPINCOUNT=500)" = "GOMP_SPINCOUNT=500"
+check "an explicit OMP_WAIT_POLICY is kept, no spin count added" \
+    test "$(spin_of OMP_WAIT_POLICY=active)" = "OMP_WAIT_POLICY=active"
 "$sk" -q train --config "$d/tiny.json" --data "$d/text.shard" --steps 300 --batch 16 --lr 3e-3 --warmup 20 --threads 1 --stop-at 40 --save "$d/stop" >/dev/null; rc=$?
 check "--stop-at: a run's first steps, saved at the stop, the same bytes and rates as the whole run's" \
     bash -c 'test $0 -eq 0 && [ "$(cat "$1/stop/latest")" = step-40 ] && [ $(wc -l < "$1/stop/metrics.csv") -eq 41 ] &&
