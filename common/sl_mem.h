@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 void *sl_xmalloc(size_t n);
 void *sl_xcalloc(size_t count, size_t size);
@@ -29,6 +30,12 @@ static inline bool sl_mul_ok(size_t a, size_t b, size_t *out)
 static inline bool sl_add_ok(size_t a, size_t b, size_t *out)
 {
     return !__builtin_add_overflow(a, b, out);
+}
+/* a + b, or UINT64_MAX where that overflows: counts devices report. */
+static inline uint64_t sl_add_sat_u64(uint64_t a, uint64_t b)
+{
+    uint64_t s;
+    return __builtin_add_overflow(a, b, &s) ? UINT64_MAX : s;
 }
 
 #endif

@@ -612,9 +612,8 @@ int coord_ckpt_metrics_append(coord_ckpt *k, const coord_fx *f, sl_err *err)
     for (int i = 0; i < p; i++) {
         side_raw += rep[i].raw_side;
         side_wire += rep[i].wire_side;
-        sync_raw = rep[i].raw_sync > UINT64_MAX - sync_raw ? UINT64_MAX : sync_raw + rep[i].raw_sync;
-        sync_wire = rep[i].wire_sync > UINT64_MAX - sync_wire ? UINT64_MAX
-                                                             : sync_wire + rep[i].wire_sync;
+        sync_raw = sl_add_sat_u64(sync_raw, rep[i].raw_sync);
+        sync_wire = sl_add_sat_u64(sync_wire, rep[i].wire_sync);
     }
     sl_buf_printf(&b, ",%llu,%llu,", (unsigned long long)side_raw, (unsigned long long)side_wire);
     /* each replica's own loss: its last stage's */

@@ -600,7 +600,6 @@ static json_t *profiles_json(const coord_job *jb)
 /* A byte count a device reported, as JSON (which has no unsigned 64 bits). */
 static json_t *bytes_json(uint64_t v) { return json_integer(v > INT64_MAX ? INT64_MAX : (json_int_t)v); }
 
-static uint64_t bytes_add(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
 
 /* The latest step every stage reported: its figures per stage and link. */
 static json_t *last_stages(const coord_job *jb)
@@ -637,8 +636,8 @@ static json_t *last_stages(const coord_job *jb)
             uint64_t raw = 0, wire = 0;
             json_t *devs = json_array();
             for (int i = lo; i < hi; i++) {
-                raw = bytes_add(raw, rep[i].raw_sync);
-                wire = bytes_add(wire, rep[i].wire_sync);
+                raw = sl_add_sat_u64(raw, rep[i].raw_sync);
+                wire = sl_add_sat_u64(wire, rep[i].wire_sync);
                 json_array_append_new(devs, json_string(jb->plan.stage_dev[i]));
             }
             double loss = rep[hi - 1].loss;

@@ -54,8 +54,6 @@ coord_jobobs *coord_jobobs_new(void)
 /* A duration from a device: 0 unless finite and plausible. */
 static double obs_secs(double x) { return isfinite(x) && x > 0 && x < 1e7 ? x : 0; }
 
-static uint64_t obs_add(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
-
 static void obs_link_add(coord_jobobs *o, int from, int to, uint64_t raw, uint64_t wire)
 {
     if (!raw && !wire)
@@ -142,8 +140,8 @@ void coord_jobobs_report(coord_jobobs *o, const Skyloom__V1__ReportStepRequest *
     if (p > 2 && (i == 0 || i == p - 1))
         obs_link_add(o, i, i == 0 ? p - 1 : 0, r->raw_bytes_side, r->wire_bytes_side);
     if (replica >= 0 && replica < COORD_OBS_REPLICAS) {
-        o->sync_raw[replica] = obs_add(o->sync_raw[replica], r->raw_bytes_sync);
-        o->sync_wire[replica] = obs_add(o->sync_wire[replica], r->wire_bytes_sync);
+        o->sync_raw[replica] = sl_add_sat_u64(o->sync_raw[replica], r->raw_bytes_sync);
+        o->sync_wire[replica] = sl_add_sat_u64(o->sync_wire[replica], r->wire_bytes_sync);
     }
     coord_obs_seg *seg = obs_segs(r, step);
     if (!seg) {
@@ -197,7 +195,7 @@ void coord_obs_refused_add(coord_obs_count *refused, int *nrefused, const Skyloo
             e->value = 0;
         }
         if (e)
-            e->value = v > UINT64_MAX - e->value ? UINT64_MAX : e->value + v;
+            e->value = sl_add_sat_u64(e->value, v);
     }
 }
 

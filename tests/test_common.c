@@ -72,6 +72,8 @@ static void test_mem(void)
     CHECK(sl_mul_ok(1u << 20, 1u << 10, &r) && r == (1u << 30));
     CHECK(!sl_mul_ok(SIZE_MAX / 2, 3, &r));
     CHECK(!sl_add_ok(SIZE_MAX, 1, &r));
+    CHECK(sl_add_sat_u64(3, 4) == 7 && sl_add_sat_u64(UINT64_MAX - 1, 1) == UINT64_MAX);
+    CHECK(sl_add_sat_u64(UINT64_MAX, 1) == UINT64_MAX && sl_add_sat_u64(UINT64_MAX - 5, 9) == UINT64_MAX);
     float *p = sl_xaligned_alloc(1000);
     CHECK(((uintptr_t)p & 63) == 0);
     sl_aligned_free(p);
