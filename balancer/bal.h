@@ -323,6 +323,22 @@ typedef struct bal_chain {
 bal_plan *bal_plan_chain(const bal_problem *pb, const bal_chain *c, const int *cuts, sl_err *err);
 void bal_plan_free(bal_plan *pl);
 
+/* What a codec costs (bal_codec_cost): the bytes it sends per fp32 byte
+ * ("none" 1, "fp16"/"bf16" 0.5, "int8" (4 + cols) / (4 cols) with a scale
+ * per row of `cols`, "topk:F" 2F), and, for a sync round, the CPU of one
+ * reference core (bench_sync, bench_link; docs/balancer.md):
+ *   give_ns     per parameter a replica gives: encoded, and for a lossy
+ *               codec its error feedback added, decoded and kept
+ *   combine_ns  per parameter and per payload decoded and summed
+ *   send_ns, recv_ns  per payload byte sent, received: the frame, the
+ *               seal or open, gRPC and TLS */
+typedef struct bal_codec {
+    double payload;
+    double give_ns, combine_ns;
+    double send_ns, recv_ns;
+} bal_codec;
+int bal_codec_cost(const char *name, int cols, bal_codec *out, sl_err *err);
+
 /* ---- federation: one replica per data owner ----
  *
  *   bal_fed_in in = {R, pb, owner, home, opts, ushaped, algo};
@@ -335,7 +351,9 @@ void bal_plan_free(bal_plan *pl);
  * slowest, so bal_fed_place minimises the largest simulated iteration
  * (greedily: the slowest replica takes the free device, or another
  * replica's, that shortens it most while the other stays faster; devices
- * that help no replica stay free). bal_fed_even is the baseline: the
+ * that help no replica stay free; with a sync codec, of the placements the
+ * greedy passes through, the one whose slowest iteration plus its share of
+ * the sync round is smallest). bal_fed_even is the baseline: the
  * devices that own no data dealt in turn, an equal share per replica, each
  * replica then planned as bal_fed_place would. */
 #define BAL_FED_MAX_REPLICAS 16
@@ -350,6 +368,11 @@ typedef struct bal_fed_in {
     int ushaped;                  /* each replica U-shaped around its owner, else a chain
                                    * starting there */
     int algo;
+    /* The sync round the placement weighs (NULL: none): bal_fed_place
+     * keeps the placement with the smallest slowest iteration plus
+     * bal_fed_sync_round's round_s / sync_every. */
+    const bal_codec *sync_codec;
+    int sync_every;
 } bal_fed_in;
 
 typedef struct bal_fed {
@@ -364,23 +387,28 @@ bal_fed *bal_fed_place(const bal_fed_in *in, sl_err *err);
 bal_fed *bal_fed_even(const bal_fed_in *in, sl_err *err);
 void bal_fed_free(bal_fed *f);
 
+
 /* One sync round between R replicas' plans (their stages' devices index pb's
  * devices): for every unit, the device holding it in each replica sends the
- * unit's payload (param_bytes x payload_ratio: 1 for fp32, about 0.25 for
- * int8) to the device holding it in every other replica, and the unit-0
- * payload also to another replica's head device when that device does not
- * hold unit 0 (the tied word embeddings; all of unit 0 is counted). Every
- * flow starts at once; flows between two sites share that direction's
- * link (a site's uplink), flows inside a site share their device pair's.
- * round_s is the slowest link's latency plus its bytes over its bandwidth;
- * bytes is what the round puts on all links. The encoding and combining
- * CPU is not counted. */
+ * unit's payload (param_bytes x codec->payload) to the device holding it in
+ * every other replica, and the unit-0 payload also to another replica's
+ * head device when that device does not hold unit 0 (the tied word
+ * embeddings; all of unit 0 is counted). Every flow starts at once; flows
+ * between two sites share that direction's link (a site's uplink), flows
+ * inside a site share their device pair's. link_s is the slowest link's
+ * latency plus its bytes over its bandwidth. cpu_s is the largest device's
+ * CPU: what it gives, the R payloads it combines for every unit it holds
+ * (the tied copy's holder too), the payload bytes it sends and receives,
+ * at codec's reference-core costs over the device's `cpus` when it has a
+ * cpu pool (at most one core; else one core). round_s = link_s + cpu_s;
+ * bytes is what the round puts on all links. */
 typedef struct bal_fed_sync {
     double round_s;
+    double link_s, cpu_s;
     double bytes;
 } bal_fed_sync;
 int bal_fed_sync_round(const bal_problem *pb, const bal_plan *const *plan, int R,
-                       double payload_ratio, bal_fed_sync *out, sl_err *err);
+                       const bal_codec *codec, bal_fed_sync *out, sl_err *err);
 
 /* ---- re-planning after devices were lost or joined ----
  *

@@ -7,7 +7,11 @@
  * itself leave a device out); the placement decides the sets: greedily, the
  * slowest replica takes the free device that shortens it most, or one from
  * another replica when that lowers the larger of the two; it stops when no
- * such move shortens the slowest. Devices that would not help stay free. */
+ * such move shortens the slowest. Devices that would not help stay free.
+ * With a sync codec the round weighs in: of the assignments that path
+ * passes through, the one with the smallest slowest iteration plus its
+ * share of the round is kept (a helper across a site link may shorten the
+ * slowest replica and lengthen the round by more). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,14 +156,47 @@ static double time_with(const bal_fed_in *in, const int *of, int r, int add, int
     return t;
 }
 
+/* The placement's objective for the assignment `of` whose slowest replica
+ * takes `slowest`: that plus its share of the sync round, when weighed. */
+static double weighed(const bal_fed_in *in, const int *of, double slowest)
+{
+    if (!in->sync_codec || in->R < 2 || !isfinite(slowest))
+        return slowest;
+    int D = in->pb[0]->n_dev, R = in->R;
+    unsigned char *set = sl_xmalloc((size_t)D);
+    bal_plan *pl[BAL_FED_MAX_REPLICAS] = {0};
+    double t, obj = INFINITY;
+    int ok = 1;
+    for (int r = 0; r < R && ok; r++) {
+        for (int d = 0; d < D; d++)
+            set[d] = of[d] == r;
+        ok = (pl[r] = replica_plan(in, r, set, &t, NULL)) != NULL;
+    }
+    bal_fed_sync sy;
+    if (ok && !bal_fed_sync_round(in->pb[0], (const bal_plan *const *)pl, R, in->sync_codec, &sy,
+                                  NULL))
+        obj = slowest + sy.round_s / (in->sync_every > 1 ? in->sync_every : 1);
+    for (int r = 0; r < R; r++)
+        bal_plan_free(pl[r]);
+    free(set);
+    return obj;
+}
+
 /* Moves devices into the slowest replica while that lowers the largest
- * time; of[] is changed in place. Returns the largest time reached. */
+ * time; of[] ends as the assignment on that path with the smallest
+ * objective (weighed), which is returned. */
 static double improve(const bal_fed_in *in, int *of)
 {
     int D = in->pb[0]->n_dev, R = in->R;
     double *t = sl_xmalloc((size_t)R * sizeof *t);
+    int *best_of = sl_xmalloc((size_t)D * sizeof *best_of);
     for (int r = 0; r < R; r++)
         t[r] = time_with(in, of, r, -1, -1);
+    double worst = 0;
+    for (int r = 0; r < R; r++)
+        worst = t[r] > worst ? t[r] : worst;
+    double best_obj = weighed(in, of, worst);
+    memcpy(best_of, of, (size_t)D * sizeof *of);
     for (int round = 0; round < D * R + D; round++) {
         int slow = 0;
         for (int r = 1; r < R; r++)
@@ -174,9 +211,9 @@ static double improve(const bal_fed_in *in, int *of)
                 continue;
             double ts = time_with(in, of, slow, d, -1);
             double tf = from >= 0 && ts < best ? time_with(in, of, from, -1, d) : 0;
-            double worst = ts > tf ? ts : tf;
-            if (worst < best * (1 - 1e-9)) {
-                best = worst;
+            double w = ts > tf ? ts : tf;
+            if (w < best * (1 - 1e-9)) {
+                best = w;
                 best_d = d;
             }
         }
@@ -187,12 +224,19 @@ static double improve(const bal_fed_in *in, int *of)
         t[slow] = time_with(in, of, slow, -1, -1);
         if (from >= 0)
             t[from] = time_with(in, of, from, -1, -1);
+        worst = 0;
+        for (int r = 0; r < R; r++)
+            worst = t[r] > worst ? t[r] : worst;
+        double obj = weighed(in, of, worst);
+        if (obj < best_obj * (1 - 1e-9)) {
+            best_obj = obj;
+            memcpy(best_of, of, (size_t)D * sizeof *of);
+        }
     }
-    double worst = 0;
-    for (int r = 0; r < R; r++)
-        worst = t[r] > worst ? t[r] : worst;
+    memcpy(of, best_of, (size_t)D * sizeof *of);
+    free(best_of);
     free(t);
-    return worst;
+    return best_obj;
 }
 
 /* The equal share: devices that own no data dealt to the replicas in turn. */
@@ -249,14 +293,70 @@ void bal_fed_free(bal_fed *f)
     free(f);
 }
 
+/* Reference-core CPU of a sync round's parts, one thread of the build
+ * machine: give and combine from bench_sync; a payload byte's send and
+ * receive are half of bench_sync's seal+open plus bench_link's gRPC+TLS
+ * send or receive for sealed frames (docs/balancer.md). */
+static const struct {
+    const char *name;
+    double give_ns, combine_ns;
+} codec_cpu[] = {
+    {"none", 0.9, 1.8}, {"fp16", 6.0, 2.6}, {"bf16", 4.6, 1.7}, {"int8", 6.4, 1.9}, {"topk", 5.2, 1.5},
+};
+#define SEND_NS_PER_BYTE 1.2
+#define RECV_NS_PER_BYTE 1.4
+
+int bal_codec_cost(const char *name, int cols, bal_codec *out, sl_err *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *kind = name;
+    char buf[16];
+    if (!strncmp(name, "topk:", 5)) {
+        char *end;
+        double f = strtod(name + 5, &end);
+        if (end == name + 5 || *end || !(f > 0 && f <= 1))
+            return sl_err_set(err, SL_EINVAL, "codec '%s': topk:F needs 0 < F <= 1", name);
+        out->payload = 2 * f;
+        snprintf(buf, sizeof buf, "topk");
+        kind = buf;
+    } else if (!strcmp(name, "none")) {
+        out->payload = 1;
+    } else if (!strcmp(name, "fp16") || !strcmp(name, "bf16")) {
+        out->payload = 0.5;
+    } else if (!strcmp(name, "int8")) {
+        out->payload = cols > 0 ? (4.0 + cols) / (4.0 * cols) : 0.25;
+    } else {
+        return sl_err_set(err, SL_EINVAL, "codec '%s': none, fp16, bf16, int8 or topk:F", name);
+    }
+    for (size_t i = 0; i < sizeof codec_cpu / sizeof codec_cpu[0]; i++)
+        if (!strcmp(codec_cpu[i].name, kind)) {
+            out->give_ns = codec_cpu[i].give_ns;
+            out->combine_ns = codec_cpu[i].combine_ns;
+        }
+    out->send_ns = SEND_NS_PER_BYTE;
+    out->recv_ns = RECV_NS_PER_BYTE;
+    return 0;
+}
+
+/* The share of a reference core device d's CPU work runs at. */
+static double core_share(const bal_problem *pb, int d)
+{
+    const bal_device *x = &pb->dev[d];
+    double c = x->cpu_pool[0] && x->cpus > 0 ? x->cpus : 1;
+    if (x->cpu_pool[0] && x->pool_cpus > 0 && c > x->pool_cpus)
+        c = x->pool_cpus;
+    return c < 1 ? c : 1;
+}
+
 int bal_fed_sync_round(const bal_problem *pb, const bal_plan *const *plan, int R,
-                       double payload_ratio, bal_fed_sync *out, sl_err *err)
+                       const bal_codec *codec, bal_fed_sync *out, sl_err *err)
 {
     memset(out, 0, sizeof *out);
     int U = pb->n_units, D = pb->n_dev;
-    if (R < 1 || R > BAL_FED_MAX_REPLICAS || !(payload_ratio >= 0))
-        return sl_err_set(err, SL_EINVAL, "sync round: %d replicas, payload ratio %g", R,
-                          payload_ratio);
+    if (R < 1 || R > BAL_FED_MAX_REPLICAS || !codec || !(codec->payload >= 0) ||
+        !(codec->give_ns >= 0) || !(codec->combine_ns >= 0) || !(codec->send_ns >= 0) ||
+        !(codec->recv_ns >= 0))
+        return sl_err_set(err, SL_EINVAL, "sync round: %d replicas, or a codec without costs", R);
     int *holder = sl_xmalloc((size_t)R * (size_t)U * sizeof *holder);
     for (int r = 0; r < R; r++) {
         const bal_plan *pl = plan[r];
@@ -273,20 +373,36 @@ int bal_fed_sync_round(const bal_problem *pb, const bal_plan *const *plan, int R
                                   "unit %d on a device of the problem", r, u);
             }
     }
-    /* bytes per directed device pair */
+    /* bytes per directed device pair; each device's CPU in reference ns */
     double *pair = sl_xcalloc((size_t)D * (size_t)D, sizeof *pair);
+    double *cpu = sl_xcalloc((size_t)D, sizeof *cpu);
     for (int u = 0; u < U; u++) {
-        double b = (double)pb->unit[u].param_bytes * payload_ratio;
-        for (int r = 0; r < R; r++)
+        double params = (double)pb->unit[u].param_bytes / 4;
+        double b = (double)pb->unit[u].param_bytes * codec->payload;
+        for (int r = 0; r < R; r++) {
+            int g = holder[r * U + u], head = holder[r * U + U - 1];
+            cpu[g] += params * (codec->give_ns + R * codec->combine_ns);
+            if (u == 0 && head != g)
+                cpu[head] += params * R * codec->combine_ns;
             for (int q = 0; q < R; q++) {
                 if (q == r)
                     continue;
-                int g = holder[r * U + u], h = holder[q * U + u], head = holder[q * U + U - 1];
+                int h = holder[q * U + u], qhead = holder[q * U + U - 1];
                 pair[(size_t)g * D + h] += b;
-                if (u == 0 && head != h)
-                    pair[(size_t)g * D + head] += b;
+                if (u == 0 && qhead != h)
+                    pair[(size_t)g * D + qhead] += b;
             }
+        }
     }
+    for (size_t x = 0; x < (size_t)D * (size_t)D; x++) {
+        cpu[x / (size_t)D] += pair[x] * codec->send_ns;
+        cpu[x % (size_t)D] += pair[x] * codec->recv_ns;
+    }
+    for (int d = 0; d < D; d++) {
+        double t = cpu[d] * 1e-9 / core_share(pb, d);
+        out->cpu_s = t > out->cpu_s ? t : out->cpu_s;
+    }
+    free(cpu);
     /* flows between two sites share that direction's link: their bytes go
      * onto the first pair of devices with those two sites */
     int S = pb->n_sites;
@@ -312,8 +428,9 @@ int bal_fed_sync_round(const bal_problem *pb, const bal_plan *const *plan, int R
         bal_link l = bal_problem_link(pb, (int)(x / (size_t)D), (int)(x % (size_t)D));
         double t = l.lat + pair[x] / l.bw;
         out->bytes += pair[x];
-        out->round_s = t > out->round_s ? t : out->round_s;
+        out->link_s = t > out->link_s ? t : out->link_s;
     }
+    out->round_s = out->link_s + out->cpu_s;
     free(pair);
     free(holder);
     return 0;

@@ -404,9 +404,11 @@ static void print_plan(const char *plan_text)
                    json_string_value(json_object_get(s, "owner")) ?: "?");
     json_t *sy = json_object_get(p, "sync");
     if (json_is_number(json_object_get(sy, "predicted_round_s")))
-        printf(" sync: a round of %.0f bytes predicted %.3f s, every %lld step%s\n",
-               json_number_value(json_object_get(sy, "round_bytes")),
+        printf(" sync: a round of %.0f bytes predicted %.3f s (links %.3f s, CPU %.3f s), every "
+               "%lld step%s\n", json_number_value(json_object_get(sy, "round_bytes")),
                json_number_value(json_object_get(sy, "predicted_round_s")),
+               json_number_value(json_object_get(sy, "round_link_s")),
+               json_number_value(json_object_get(sy, "round_cpu_s")),
                (long long)json_integer_value(json_object_get(sy, "every")),
                json_integer_value(json_object_get(sy, "every")) == 1 ? "" : "s");
     json_array_foreach(json_object_get(json_object_get(p, "balancer"), "left_out"), i, s)

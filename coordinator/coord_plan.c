@@ -186,22 +186,13 @@ static void pool_of(json_t *devs, json_t *cp, json_t *d)
 }
 
 /* Bytes a codec puts on the wire per byte of an fp32 tensor in rows of
- * `hidden` (device/wire/dev_codec.h): int8 adds a 4-byte scale per row,
- * topk:F sends F of the values with their indices. Frame headers, tags and
- * the valid masks beside the activations are left out (under 1% here). */
+ * `hidden` (bal_codec_cost; device/wire/dev_codec.h). Frame headers, tags
+ * and the valid masks beside the activations are left out (under 1% here).
+ * The options were checked at submit: an unknown codec sends fp32. */
 static double wire_ratio(const char *codec, int hidden)
 {
-    if (!codec || !strcmp(codec, "none"))
-        return 1;
-    if (!strcmp(codec, "fp16") || !strcmp(codec, "bf16"))
-        return 0.5;
-    if (!strcmp(codec, "int8"))
-        return hidden > 0 ? (4.0 + hidden) / (4.0 * hidden) : 0.25;
-    if (!strncmp(codec, "topk:", 5)) {
-        double f = strtod(codec + 5, NULL);
-        return f > 0 && f <= 1 ? 2 * f : 1;
-    }
-    return 1;
+    bal_codec c;
+    return codec && !bal_codec_cost(codec, hidden, &c, NULL) ? c.payload : 1;
 }
 
 /* The balancer's inputs from the measured profiles. */
@@ -366,14 +357,15 @@ static char *plan_text(const plan_in *in, bal_plan *const *pls, bal_timeline *co
         json_object_set_new(plan, "replicas", reps);
         /* the prediction: the slowest replica's iteration plus a sync round
          * every `every` steps (bal_fed_sync_round) */
-        json_object_set_new(plan, "sync", json_pack("{s:s, s:i, s:s, s:f, s:f, s:f, s:f, s:f}",
+        json_object_set_new(plan, "sync", json_pack("{s:s, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
                                                     "mode", o->sync_every ? "outer" : "step",
                                                     "every", o->sync_every ? o->sync_every : 1,
                                                     "codec", o->codec_sync, "outer_lr",
                                                     o->outer_lr, "outer_momentum",
                                                     o->outer_momentum, "predicted_round_s",
-                                                    sync->round_s, "round_bytes", sync->bytes,
-                                                    "slowest_replica_s", slowest));
+                                                    sync->round_s, "round_link_s", sync->link_s,
+                                                    "round_cpu_s", sync->cpu_s, "round_bytes",
+                                                    sync->bytes, "slowest_replica_s", slowest));
     } else {
         json_decref(reps);
     }
@@ -432,8 +424,14 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
                 powner[Rp] = owner[r];
                 phome[Rp++] = home[r];
             }
+        bal_codec sc;
+        int hidden = (int)(bal_problem_unit(pb[at[0]], 0)->out_bytes /
+                           (4 * (uint64_t)(in->obatch[at[0]] / m) * in->seq));
         bal_fed_in fi = {.R = Rp, .pb = (const bal_problem *const *)ppb, .owner = powner,
-                         .home = phome, .opts = bo, .ushaped = in->opts.u_shape, .algo = algo};
+                         .home = phome, .opts = bo, .ushaped = in->opts.u_shape, .algo = algo,
+                         .sync_every = in->opts.sync_every};
+        if (Rp && !bal_codec_cost(in->opts.codec_sync, hidden, &sc, NULL))
+            fi.sync_codec = &sc;
         bal_fed *f = !Rp                                  ? NULL
                      : strcmp(in->opts.placement, "equal") ? bal_fed_place(&fi, err)
                                                            : bal_fed_even(&fi, err);
@@ -457,17 +455,20 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
     }
     bal_fed_sync sync = {0};
     if (!rc && R > 1) {
-        /* the replicas exchange each unit's parameters' worth in the sync's codec */
-        int bm = in->obatch[0] / m;
-        int hidden = (int)(bal_problem_unit(pb[0], 0)->out_bytes / (4 * (uint64_t)bm * in->seq));
-        /* the replicas present exchange (an owner away has no plan) */
+        /* the replicas present exchange each unit's parameters' worth in the
+         * sync's codec (an owner away has no plan) */
         const bal_plan *present[COORD_MAX_OWNERS];
-        int np = 0;
+        int np = 0, first = -1;
         for (int r = 0; r < R; r++)
-            if (pl[r])
+            if (pl[r]) {
                 present[np++] = pl[r];
-        rc = bal_fed_sync_round(pb[0], present, np, wire_ratio(in->opts.codec_sync, hidden), &sync,
-                                err);
+                first = first < 0 ? r : first;
+            }
+        int hidden = (int)(bal_problem_unit(pb[first], 0)->out_bytes /
+                           (4 * (uint64_t)(in->obatch[first] / m) * in->seq));
+        bal_codec sc;
+        rc = bal_codec_cost(in->opts.codec_sync, hidden, &sc, err) ||
+             bal_fed_sync_round(pb[first], present, np, &sc, &sync, err);
     }
     if (!rc)
         text = plan_text(in, pl, tl, R, &sync);

@@ -12,15 +12,18 @@ prediction (the slowest replica's simulated iteration plus the sync round, or
 speed-up over the equal share under the same sync (step/none), measured and
 predicted.
 
-The measured step: under step, the median step_s after the warm-up steps
-(metrics.csv: a step's slowest stage; the replicas meet every step). Under
-outer:H the replicas run apart between outer steps, so a step's slowest stage
-is the faster replica waiting at the outer step (tens of seconds) and step_s
-does not say the job's pace; the measured step is then the coordinator's wall
-clock (`job watch`'s wall_s, whole seconds) over the H steps after the
-warm-up, which hold exactly one outer step, divided by H: the outer step
-amortised as the prediction amortises it. The wall clock over the same window
-is given for every job (it adds the gaps between steps to step_s).
+The measured step is the wall clock per step over the steps after the
+warm-up: the time `job watch` printed the last step's line less the time it
+printed the warm-up's last, over the steps between (JOB.watch-times, the
+moment each line arrived; watch polls twice a second), which is what the
+owners get in tokens/s. Under outer:H the window is the H steps after the
+warm-up, which hold exactly one outer step: the outer step amortised as the
+prediction amortises it. Beside it, the median step_s (metrics.csv: a step's
+slowest stage from its own start to its end), which runs above the period
+at which steps complete because the stages' starts jitter; under outer:H a
+step's slowest stage is the faster replica waiting at the outer step, so
+step_s does not say that job's pace at all. Without JOB.watch-times (older
+runs) the wall clock is watch's wall_s, whole seconds.
 
 `testbed-fed-report.py --combine OUT1 OUT2 ...` prints the medians over
 several runs' results-fed.json."""
@@ -46,8 +49,8 @@ def combine(outs):
     predicted step, their ratio, the placement's speed-up."""
     runs = [json.load(open(os.path.join(o, "results-fed.json"))) for o in outs]
     md = [f"Medians over {len(runs)} runs ({', '.join(outs)}):", "",
-          "| job | measured s/step | measured tokens/s | predicted s/step | predicted tokens/s | "
-          "measured / predicted (time): median | each run | wall clock / predicted: median | each run |",
+          "| job | measured s/step (wall clock) | measured tokens/s | predicted s/step | predicted tokens/s | "
+          "measured / predicted (time): median | each run | median step_s / predicted: median | each run |",
           "|---|---:|---:|---:|---:|---:|---|---:|---|"]
     for job in runs[0]["jobs"]:
         js = [r["jobs"][job] for r in runs if job in r["jobs"]]
@@ -57,16 +60,16 @@ def combine(outs):
         md.append(f'| {job} | {m:.3f} | {js[0]["batch"] * js[0]["seq"] / m:.0f} | {p:.3f} | '
                   f'{js[0]["batch"] * js[0]["seq"] / p:.0f} | '
                   f'{statistics.median(j["ratio"] for j in js):.3f} | {each} | '
-                  f'{statistics.median(j["wall_ratio"] for j in js):.3f} | '
-                  f'{", ".join("%.3f" % j["wall_ratio"] for j in js)} |')
+                  f'{statistics.median(j["median_ratio"] for j in js):.3f} | '
+                  f'{", ".join("%.3f" % j["median_ratio"] for j in js)} |')
     sp = [r["placement_speedup"] for r in runs if "placement_speedup" in r]
     if sp:
         md.append("")
-        md.append("balanced over equal share (step/none): measured (median step_s) "
+        md.append("balanced over equal share (step/none): measured (wall clock) "
                   f'{statistics.median(x["measured"] for x in sp):.2f}x '
-                  f'(each run {", ".join("%.2f" % x["measured"] for x in sp)}), by the wall clock '
-                  f'{statistics.median(x["wall"] for x in sp):.2f}x '
-                  f'(each run {", ".join("%.2f" % x["wall"] for x in sp)}), predicted '
+                  f'(each run {", ".join("%.2f" % x["measured"] for x in sp)}), by the median step_s '
+                  f'{statistics.median(x["median"] for x in sp):.2f}x '
+                  f'(each run {", ".join("%.2f" % x["median"] for x in sp)}), predicted '
                   f'{statistics.median(x["predicted"] for x in sp):.2f}x '
                   f'(each run {", ".join("%.2f" % x["predicted"] for x in sp)})')
     print("\n".join(md))
@@ -98,25 +101,25 @@ def main():
         H = sync["every"]
         steps = {int(r["step"]): float(r["step_s"]) for r in rows}
         wall = {}
-        with open(os.path.join(a.run, f"{job}.watch")) as f:
+        times = os.path.join(a.run, f"{job}.watch-times")
+        with open(times if os.path.exists(times) else os.path.join(a.run, f"{job}.watch")) as f:
             for line in f:
-                kv = dict(x.split("=", 1) for x in line.split() if "=" in x)
-                if line.startswith("step=") and "wall_s" in kv:
-                    wall[int(kv["step"])] = float(kv["wall_s"])
+                t, _, rest = line.partition(" ") if os.path.exists(times) else (None, "", line)
+                kv = dict(x.split("=", 1) for x in rest.split() if "=" in x)
+                if rest.startswith("step=") and "wall_s" in kv:
+                    wall.setdefault(int(kv["step"]), float(t) if t else float(kv["wall_s"]))
         w0, w1 = a.warmup, a.warmup + (H if sync["mode"] == "outer" else len(rows) - a.warmup)
         wall_s = (wall[w1] - wall[w0]) / (w1 - w0) if w0 in wall and w1 in wall and w1 > w0 else None
         after = [steps[s] for s in sorted(steps) if s > a.warmup]
         med = statistics.median(after) if after else float("nan")
+        meas = wall_s if wall_s else float("nan")
         if sync["mode"] == "outer":
             window = [steps[s] for s in range(a.warmup + 1, a.warmup + H + 1) if s in steps]
             outer_steps = [s for s in range(a.warmup + 1, a.warmup + H + 1) if s % H == 0]
-            meas = wall_s if wall_s else float("nan")
-            # the window's wall clock beyond H median steps: the outer round,
-            # give or take the wall clock's second
+            # the window's wall clock beyond H median steps: the outer round
             outer_extra = meas * H - H * med if wall_s else None
         else:
             window, outer_steps, outer_extra = after, [], None
-            meas = med
         batch = plan["batch"]
         pred = plan["predicted_iteration_s"]
         reps = []
@@ -147,35 +150,37 @@ def main():
             "predicted_s": pred, "predicted_tokens_s": batch * a.seq / pred if pred else None,
             "slowest_replica_s": sync.get("slowest_replica_s"),
             "round_s": sync.get("predicted_round_s"), "round_bytes": sync.get("round_bytes"),
+            "round_link_s": sync.get("round_link_s"), "round_cpu_s": sync.get("round_cpu_s"),
             "ratio": meas / pred if pred else None,
-            "wall_ratio": wall_s / pred if pred and wall_s else None, "replicas": reps,
+            "median_ratio": med / pred if pred else None, "replicas": reps,
             "step_s": [steps[s] for s in sorted(steps)]}
     eq = res["jobs"].get("equal-step-none")
     pl = res["jobs"].get("place-step-none")
     if eq and pl:
         res["placement_speedup"] = {"measured": eq["measured_s"] / pl["measured_s"],
-                                    "wall": eq["wall_s"] / pl["wall_s"] if eq["wall_s"] and pl["wall_s"] else None,
+                                    "median": eq["median_s"] / pl["median_s"],
                                     "predicted": eq["predicted_s"] / pl["predicted_s"]}
     ok = all(j["ratio"] and abs(j["ratio"] - 1) <= 0.15 for j in res["jobs"].values())
     res["targets"] = {"within_15pct": ok}
     json.dump(res, open(os.path.join(a.out, "results-fed.json"), "w"), indent=1)
 
-    md = ["| job | placement | sync | codec | measured s/step | median step_s (min-max) | wall clock s/step | "
-          "measured tokens/s | predicted s/step | = slowest replica | + sync round | / H | "
-          "predicted tokens/s | measured / predicted (time) | wall clock / predicted |",
-          "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    md = ["| job | placement | sync | codec | measured s/step (wall clock) | median step_s (min-max) | "
+          "measured tokens/s | predicted s/step | = slowest replica | + sync round (links + CPU) | / H | "
+          "predicted tokens/s | measured / predicted (time) | median step_s / predicted |",
+          "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for job, j in res["jobs"].items():
-        wall = f'{j["wall_s"]:.3f}' if j["wall_s"] else "-"
+        parts = (f' ({j["round_link_s"]:.3f} + {j["round_cpu_s"]:.3f})'
+                 if j.get("round_link_s") is not None and j.get("round_cpu_s") is not None else "")
         md.append(f'| {job} | {j["placement"]} | {j["sync"]}{":" + str(j["every"]) if j["sync"] == "outer" else ""} | '
                   f'{j["codec"]} | {j["measured_s"]:.3f} | {j["median_s"]:.3f} ({j["min_s"]:.2f}-{j["max_s"]:.2f}) | '
-                  f'{wall} | {j["measured_tokens_s"]:.0f} | {j["predicted_s"]:.3f} | {j["slowest_replica_s"]:.3f} | '
-                  f'{j["round_s"]:.3f} | {j["every"]} | {j["predicted_tokens_s"]:.0f} | {j["ratio"]:.3f} | '
-                  f'{j["wall_ratio"]:.3f} |')
+                  f'{j["measured_tokens_s"]:.0f} | {j["predicted_s"]:.3f} | {j["slowest_replica_s"]:.3f} | '
+                  f'{j["round_s"]:.3f}{parts} | {j["every"]} | {j["predicted_tokens_s"]:.0f} | {j["ratio"]:.3f} | '
+                  f'{j["median_ratio"]:.3f} |')
     md.append("")
     if "placement_speedup" in res:
         s = res["placement_speedup"]
         md.append(f'balanced placement over the equal share (step/none): measured {s["measured"]:.2f}x '
-                  f'(median step_s), {s["wall"]:.2f}x (wall clock), predicted {s["predicted"]:.2f}x')
+                  f'(wall clock), {s["median"]:.2f}x (median step_s), predicted {s["predicted"]:.2f}x')
         md.append("")
     for job, j in res["jobs"].items():
         for r, rp in enumerate(j["replicas"]):
@@ -185,7 +190,7 @@ def main():
             md.append(f'{job}: median step_s {j["median_s"]:.3f} s (slowest replica predicted '
                       f'{j["slowest_replica_s"]:.3f} s); the {j["every"]} steps after the warm-up, with the outer '
                       f'step{"s" if len(j["outer_steps"]) > 1 else ""} {", ".join(map(str, j["outer_steps"]))}, '
-                      f'took {j["outer_extra_s"]:.1f} s (+-1 s) of wall clock beyond {j["every"]} median steps '
+                      f'took {j["outer_extra_s"]:.1f} s of wall clock beyond {j["every"]} median steps '
                       f'(sync round predicted {j["round_s"]:.3f} s); step_s of the outer step (the faster '
                       f'replica waiting): {max(j["step_s"][s - 1] for s in j["outer_steps"]):.2f} s')
     md.append("")

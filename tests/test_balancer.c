@@ -2880,6 +2880,15 @@ static double fed_time(const bal_fed_in *in, const int *of)
     return worst;
 }
 
+/* The slowest replica's iteration plus its share of the sync round. */
+static double fed_objective(const bal_fed_in *in, const bal_fed *f, const bal_codec *c)
+{
+    bal_fed_sync sy;
+    if (bal_fed_sync_round(in->pb[0], (const bal_plan *const *)f->plan, f->R, c, &sy, NULL))
+        return INFINITY;
+    return f->slowest_s + sy.round_s / (in->sync_every > 1 ? in->sync_every : 1);
+}
+
 /* 4..6 devices with room for the model, of random speeds over three sites. */
 static inst fed_instance(uint64_t seed)
 {
@@ -2909,7 +2918,7 @@ static inst fed_instance(uint64_t seed)
 
 static void test_federation_placement(void)
 {
-    int runs = 0, optimal = 0, better_than_even = 0;
+    int runs = 0, optimal = 0, better_than_even = 0, weighed_apart = 0;
     double worst_ratio = 1;
     for (uint64_t seed = 61000; runs < 30 && seed < 61100; seed++) {
         inst in0 = fed_instance(seed);
@@ -2954,6 +2963,22 @@ static void test_federation_placement(void)
         CHECKF(!e || f->slowest_s <= e->slowest_s * (1 + 1e-9), "seed %llu: placed %.6g, equal share %.6g",
                (unsigned long long)seed, f->slowest_s, e->slowest_s);
         better_than_even += e && f->slowest_s < e->slowest_s * 0.999;
+        /* weighing the round never loses to the unweighed placement or the
+         * equal share, by slowest iteration plus round */
+        bal_codec int8;
+        CHECK(bal_codec_cost("int8", 64, &int8, &err) == 0);
+        bal_fed_in wi = fi;
+        wi.sync_codec = &int8;
+        wi.sync_every = 1;
+        bal_fed *w = bal_fed_place(&wi, &err);
+        CHECKF(w, "seed %llu: %s", (unsigned long long)seed, err.msg);
+        double wo = w ? fed_objective(&wi, w, &int8) : INFINITY;
+        CHECKF(wo <= fed_objective(&wi, f, &int8) * (1 + 1e-9) &&
+               (!e || wo <= fed_objective(&wi, e, &int8) * (1 + 1e-9)),
+               "seed %llu: weighed %.6g, unweighed %.6g, equal share %.6g", (unsigned long long)seed,
+               wo, fed_objective(&wi, f, &int8), e ? fed_objective(&wi, e, &int8) : 0);
+        weighed_apart += w && wo < fed_objective(&wi, f, &int8) * 0.999;
+        bal_fed_free(w);
         /* every assignment of the other devices to a replica or none */
         int others[8], no = 0, of[8];
         for (int d = 0; d < in0.D; d++)
@@ -2981,8 +3006,8 @@ static void test_federation_placement(void)
     }
     CHECK(runs == 30 && optimal * 10 >= runs * 7);
     printf("  %d two-owner placements: the best of every assignment in %d (worst %.3fx it), "
-           "strictly faster than an equal share in %d\n", runs, optimal, worst_ratio,
-           better_than_even);
+           "strictly faster than an equal share in %d; weighing an int8 round every step "
+           "changed %d\n", runs, optimal, worst_ratio, better_than_even, weighed_apart);
     /* refusals */
     inst in0 = fed_instance(61000);
     const bal_problem *pbs[2] = {in0.pb, in0.pb};
@@ -2994,6 +3019,83 @@ static void test_federation_placement(void)
     bal_problem_free(in0.pb);
 }
 
+
+/* Codec names, their bytes per fp32 byte, CPU for every codec, refusals. */
+static void test_codec_cost(void)
+{
+    static const struct {
+        const char *name;
+        double payload;
+    } ok[] = {{"none", 1}, {"fp16", 0.5}, {"bf16", 0.5}, {"int8", (4.0 + 256) / (4.0 * 256)},
+              {"topk:0.01", 0.02}, {"topk:1", 2}};
+    sl_err err = {0};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        bal_codec c;
+        CHECKF(bal_codec_cost(ok[i].name, 256, &c, &err) == 0, "%s: %s", ok[i].name, err.msg);
+        CHECKF(fabs(c.payload - ok[i].payload) < 1e-12 && c.give_ns > 0 && c.combine_ns > 0 &&
+               c.send_ns > 0 && c.recv_ns > 0, "%s: %g", ok[i].name, c.payload);
+    }
+    static const char *bad[] = {"gzip", "topk:", "topk:0", "topk:1.5", "topk:0.1x", "", "int8 "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bal_codec c;
+        CHECKF(bal_codec_cost(bad[i], 256, &c, &err) != 0 && strstr(err.msg, "codec '"),
+               "'%s' accepted", bad[i]);
+    }
+}
+
+/* The placement weighs the sync round: two owners at site a, a fast helper
+ * at site c behind a thin link. It shortens the slower replica's
+ * iteration, but every step the round then carries the layers it holds
+ * over that link; weighed, the helper stays free. */
+static void test_federation_weighs_round(void)
+{
+    bal_bert c = {.hidden = 64, .layers = 4, .heads = 2, .intermediate = 256, .vocab = 1000,
+                  .max_pos = 64, .type_vocab = 2};
+    bal_unit *u;
+    int n;
+    sl_err err = {0};
+    CHECK(bal_bert_units(&c, 2, 32, &u, &n, &err) == 0);
+    bal_device dv[3];
+    memset(dv, 0, sizeof dv);
+    static const char *site[] = {"a", "a", "c"};
+    static const double flops[] = {2e8, 1e8, 4e9};
+    for (int d = 0; d < 3; d++) {
+        snprintf(dv[d].id, sizeof dv[d].id, "d%d", d);
+        strcpy(dv[d].site, site[d]);
+        dv[d].mem_bytes = 1ull << 32;
+        dv[d].flops = flops[d];
+    }
+    bal_network net = bal_network_default();
+    net.between_sites = (bal_link){3e5, 0.02};
+    bal_problem *pb = bal_problem_new(u, n, dv, 3, &net, &err);
+    CHECKF(pb, "%s", err.msg);
+    free(u);
+    const bal_problem *pbs[2] = {pb, pb};
+    int owner[2] = {0, 1};
+    bal_codec none;
+    CHECK(bal_codec_cost("none", 64, &none, &err) == 0);
+    bal_fed_in fi = {.R = 2, .pb = pbs, .owner = owner, .opts = bal_opts_default(), .ushaped = 1,
+                     .algo = BAL_OPTIMAL};
+    fi.opts.micro_batches = 4;
+    bal_fed *plain = bal_fed_place(&fi, &err);
+    fi.sync_codec = &none;
+    fi.sync_every = 1;
+    bal_fed *w = bal_fed_place(&fi, &err);
+    CHECKF(plain && w, "%s", err.msg);
+    double po = fed_objective(&fi, plain, &none), wo = fed_objective(&fi, w, &none);
+    CHECKF(plain->replica_of[2] == 1 && plain->slowest_s < w->slowest_s, "unweighed: the helper "
+           "serves %d, slowest %g against %g", plain->replica_of[2], plain->slowest_s, w->slowest_s);
+    CHECKF(w->replica_of[2] == -1 && wo < po * 0.9, "weighed: the helper serves %d, %g s a step "
+           "against %g unweighed", w->replica_of[2], wo, po);
+    /* under outer:50 the round is a fiftieth: the helper is worth it again */
+    bal_fed_free(w);
+    fi.sync_every = 50;
+    w = bal_fed_place(&fi, &err);
+    CHECKF(w && w->replica_of[2] == 1, "outer:50: the helper serves %d", w ? w->replica_of[2] : -2);
+    bal_fed_free(plain);
+    bal_fed_free(w);
+    bal_problem_free(pb);
+}
 
 /* One sync round by hand: two replicas over three sites, each unit's payload
  * to the other replica's holder; the flows a->c of two devices share the
@@ -3024,42 +3126,78 @@ static void test_federation_sync_round(void)
     double P[4];
     for (int i = 0; i < 4; i++)
         P[i] = (double)u[i].param_bytes;
-    free(u);
     /* replica 0: d0 0-1, d1 2, d0 3; replica 1: d2 0, d3 1-2, d2 3 */
     int o0[3] = {0, 1, 0}, o1[3] = {2, 3, 2}, c0[4] = {0, 2, 3, 4}, c1[4] = {0, 1, 3, 4};
     bal_chain ch0 = {.p = 3, .order = o0, .m = 2, .ushaped = 1},
               ch1 = {.p = 3, .order = o1, .m = 2, .ushaped = 1};
     bal_plan *pl[2] = {bal_plan_chain(pb, &ch0, c0, &err), bal_plan_chain(pb, &ch1, c1, &err)};
     CHECKF(pl[0] && pl[1], "%s", err.msg);
+    /* the links alone: a codec of no CPU */
     bal_fed_sync sy;
-    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, 1.0, &sy, &err) == 0);
+    bal_codec fp32 = {.payload = 1}, quarter = {.payload = 0.25};
+    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, &fp32, &sy, &err) == 0);
     double ab = 0.01 + (P[0] + P[3]) / 1e7, ac = 0.02 + (P[1] + P[2]) / 2e6;
     CHECKF(fabs(sy.round_s - fmax(ab, ac)) <= 1e-12 * sy.round_s && ac > ab, "round %.9f, a-b %.9f, "
            "a-c %.9f", sy.round_s, ab, ac);
+    CHECK(sy.cpu_s == 0 && sy.link_s == sy.round_s);
     CHECK(fabs(sy.bytes - 2 * (P[0] + P[1] + P[2] + P[3])) <= 1e-6);
     /* int8: a quarter of the bytes, the same latencies */
-    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, 0.25, &sy, &err) == 0);
+    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, &quarter, &sy, &err) == 0);
     CHECK(fabs(sy.round_s - fmax(0.01 + (P[0] + P[3]) / 4e7, 0.02 + (P[1] + P[2]) / 8e6)) <=
           1e-12 * sy.round_s);
+    /* the CPU: d0 holds units 0, 1, 3 of replica 0 and exchanges them with
+     * d2 and d3; with a quarter of a core it is the slowest */
+    bal_codec cost = {.payload = 0.5, .give_ns = 10, .combine_ns = 3, .send_ns = 2, .recv_ns = 5};
+    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, &cost, &sy, &err) == 0);
+    double held0 = P[0] + P[1] + P[3], held1 = P[2];
+    double cpu0 = (held0 / 4 * (10 + 2 * 3) + held0 * 0.5 * (2 + 5)) * 1e-9,
+           cpu1 = (held1 / 4 * (10 + 2 * 3) + held1 * 0.5 * (2 + 5)) * 1e-9;
+    CHECKF(fabs(sy.cpu_s - cpu0) <= 1e-12 * cpu0 && cpu0 > cpu1, "cpu %.9g, d0 %.9g", sy.cpu_s, cpu0);
+    CHECK(fabs(sy.round_s - sy.link_s - sy.cpu_s) <= 1e-15);
+    strcpy(dv[0].cpu_pool, "m");
+    dv[0].pool_cpus = 2;
+    dv[0].cpus = 0.25;
+    bal_problem *pq = bal_problem_new(u, n, dv, 4, &net, &err);
+    CHECKF(pq, "%s", err.msg);
+    CHECK(bal_fed_sync_round(pq, (const bal_plan *const *)pl, 2, &cost, &sy, &err) == 0);
+    CHECKF(fabs(sy.cpu_s - cpu0 / 0.25) <= 1e-12 * cpu0, "cpu %.9g, d0 %.9g", sy.cpu_s, cpu0 / 0.25);
+    bal_problem_free(pq);
     /* replica 1 a plain chain (d2 0, d3 1-3): its head d3 takes unit 0 from d0 too */
     bal_plan_free(pl[1]);
     int o2[2] = {2, 3}, c2[3] = {0, 1, 4};
     bal_chain ch2 = {.p = 2, .order = o2, .m = 2};
     pl[1] = bal_plan_chain(pb, &ch2, c2, &err);
     CHECKF(pl[1], "%s", err.msg);
-    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, 1.0, &sy, &err) == 0);
+    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, &fp32, &sy, &err) == 0);
     ab = 0.01 + P[0] / 1e7;                              /* d0 -> d2: unit 0 */
     ac = 0.02 + (P[0] + P[1] + P[3] + P[2]) / 2e6;      /* d0 -> d3: 0, 1, 3; d1 -> d3: 2 */
     double ca = 0.02 + (P[1] + P[2] + P[3]) / 2e6;      /* d3 -> d0: 1, 3; d3 -> d1: 2 */
     CHECKF(fabs(sy.round_s - fmax(ab, fmax(ac, ca))) <= 1e-12 * sy.round_s, "round %.9f", sy.round_s);
     CHECK(fabs(sy.bytes - (2 * P[0] + P[0] + 2 * (P[1] + P[2] + P[3]))) <= 1e-6);
+    /* d3, the head without unit 0, also combines unit 0's payloads; with a
+     * quarter of a core it is the slowest */
+    memset(dv[0].cpu_pool, 0, sizeof dv[0].cpu_pool);
+    strcpy(dv[3].cpu_pool, "m");
+    dv[3].pool_cpus = 2;
+    dv[3].cpus = 0.25;
+    pq = bal_problem_new(u, n, dv, 4, &net, &err);
+    CHECKF(pq, "%s", err.msg);
+    CHECK(bal_fed_sync_round(pq, (const bal_plan *const *)pl, 2, &cost, &sy, &err) == 0);
+    bal_problem_free(pq);
+    double cpu3 = ((P[1] + P[2] + P[3]) / 4 * (10 + 2 * 3) + P[0] / 4 * 2 * 3 +
+                   (P[1] + P[2] + P[3]) * 0.5 * 2 + (P[0] + P[1] + P[2] + P[3]) * 0.5 * 5) * 1e-9;
+    double cpu0b = ((P[0] + P[1] + P[3]) / 4 * (10 + 2 * 3) + (2 * P[0] + P[1] + P[3]) * 0.5 * 2 +
+                    (P[0] + P[1] + P[3]) * 0.5 * 5) * 1e-9;
+    CHECKF(fabs(sy.cpu_s - cpu3 / 0.25) <= 1e-12 * cpu3 && cpu3 / 0.25 > cpu0b, "cpu %.9g, d0 "
+           "%.9g, d3 %.9g", sy.cpu_s, cpu0b, cpu3 / 0.25);
     /* a plan that misses a unit is refused */
     pl[1]->stage[1].last = 2;
-    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, 1.0, &sy, &err) != 0 &&
+    CHECK(bal_fed_sync_round(pb, (const bal_plan *const *)pl, 2, &fp32, &sy, &err) != 0 &&
           strstr(err.msg, "does not hold unit 3"));
     bal_plan_free(pl[0]);
     bal_plan_free(pl[1]);
     bal_problem_free(pb);
+    free(u);
 }
 
 int main(void)
@@ -3074,7 +3212,9 @@ int main(void)
     RUN(test_first_device);
     RUN(test_home_layers);
     RUN(test_federation_placement);
+    RUN(test_codec_cost);
     RUN(test_federation_sync_round);
+    RUN(test_federation_weighs_round);
     RUN(test_closed_forms);
     RUN(test_link_in_simulator);
     RUN(test_ushaped_shares_compute);

@@ -260,6 +260,10 @@ static void test_two_owners(void)
                                                      "predicted_iteration_s"));
         slowest = t > slowest ? t : slowest;
     }
+    double link_s = json_number_value(json_object_get(sy, "round_link_s")),
+           cpu_s = json_number_value(json_object_get(sy, "round_cpu_s"));
+    CHECKF(link_s > 0 && cpu_s > 0 && fabs(link_s + cpu_s - round_s) <= 1e-12 * round_s,
+           "round %g: links %g, CPU %g", round_s, link_s, cpu_s);
     CHECKF(round_s > 0 && json_number_value(json_object_get(sy, "round_bytes")) > 0 &&
            fabs(json_number_value(json_object_get(sy, "slowest_replica_s")) - slowest) <= 1e-9 * slowest &&
            fabs(json_number_value(json_object_get(pj, "predicted_iteration_s")) - (slowest + round_s)) <=
@@ -498,6 +502,44 @@ static void test_equal_share(void)
     heartbeat_all();
 }
 
+/* The first owner goes away under outer:H: the other replica goes on
+ * alone, planned with the sync round of the replicas present (none but
+ * itself: no bytes, no links, its own codec's CPU). */
+static void test_first_owner_away(void)
+{
+    D[1].dataset = "news";
+    heartbeat_all();
+    char data[128], *id;
+    rpc_status st;
+    snprintf(data, sizeof data, "%s:books,%s:news", D[0].id, D[1].id);
+    CHECKF(submit_data_code(data, "{\"steps\": 8, \"micro_batches\": 2, \"owner_batch\": [2, 2], "
+                            "\"checkpoint_every\": 2, \"algo\": \"even\", \"sync\": \"outer:2\", "
+                            "\"codec_sync\": \"int8\"}", &id, &st) == RPC_OK, "%s", st.details);
+    CHECK(pump_until(id, "running", 1));
+    CHECK(train(id, 2, 2) == RPC_OK);
+    D[0].alive = 0;
+    CHECK(pump_until(id, "running", 2));
+    jview v;
+    CHECK(view(id, &v) == 0 && v.plan);
+    json_error_t je;
+    json_t *pj = v.plan ? json_loads(v.plan, 0, &je) : NULL, *sy = json_object_get(pj, "sync");
+    for (int i = 0; i < v.p; i++)
+        CHECKF(strcmp(v.stage_dev[i], D[0].id), "stage %d on the owner away", i);
+    CHECKF(v.p >= 1 && !strcmp(v.stage_dev[0], D[1].id) && sy &&
+           json_number_value(json_object_get(sy, "round_bytes")) == 0 &&
+           json_number_value(json_object_get(sy, "round_link_s")) == 0 &&
+           json_number_value(json_object_get(sy, "predicted_round_s")) ==
+               json_number_value(json_object_get(sy, "round_cpu_s")),
+           "%s", v.plan ? v.plan : "no plan");
+    json_decref(pj);
+    free(v.plan);
+    stop(id);
+    free(id);
+    D[0].alive = 1;
+    D[1].dataset = NULL;
+    heartbeat_all();
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_OFF);
@@ -506,6 +548,7 @@ int main(void)
     RUN(test_two_owners);
     RUN(test_classify);
     RUN(test_equal_share);
+    RUN(test_first_owner_away);
     cf_close();
     tu_rmtree(root);
     return sl_test_done();
