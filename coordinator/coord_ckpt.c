@@ -640,6 +640,21 @@ int coord_ckpt_metrics_append(coord_ckpt *k, const coord_fx *f, sl_err *err)
     return ok ? 0 : -1;
 }
 
+/* Commas to add to each row of a metrics.csv whose header is `hdr` (hlen
+ * bytes, no newline): an older coordinator's header, which the current one
+ * extends by columns at the end. 0 for the current header or another. */
+static int metrics_pad(const char *hdr, size_t hlen)
+{
+    const char *cur = COORD_METRICS_HEADER;
+    size_t clen = strlen(cur);
+    if (hlen >= clen || strncmp(hdr, cur, hlen) || cur[hlen] != ',')
+        return 0;
+    int pad = 0;
+    for (size_t i = hlen; i < clen; i++)
+        pad += cur[i] == ',';
+    return pad;
+}
+
 int coord_ckpt_metrics_truncate(coord_ckpt *k, int committed, double *loss_out, sl_err *err)
 {
     char *p = path_of(k->dir, "metrics.csv"), *buf = NULL;
@@ -651,21 +666,33 @@ int coord_ckpt_metrics_truncate(coord_ckpt *k, int committed, double *loss_out, 
         free(p);
         return 0; /* none yet */
     }
-    char *out = sl_xmalloc(n + 1);
+    /* an older header: the current one, and empty new columns in its rows */
+    const char *hnl = memchr(buf, '\n', n);
+    int pad = hnl ? metrics_pad(buf, (size_t)(hnl - buf)) : 0;
+    size_t cap = n + 1 + (pad ? strlen(COORD_METRICS_HEADER) : 0);
+    for (size_t i = 0; pad && i < n; i++)
+        cap += buf[i] == '\n' ? (size_t)pad : 0;
+    char *out = sl_xmalloc(cap);
     int row = 0;
     for (char *line = buf; line < buf + n; row++) {
         char *nl = memchr(line, '\n', (size_t)(buf + n - line));
         size_t l = nl ? (size_t)(nl - line) + 1 : (size_t)(buf + n - line);
-        if (row == 0 || (nl && atoi(line) <= committed)) {
-            memcpy(out + o, line, l);
-            o += l;
+        if (row == 0 && pad) {
+            o += (size_t)sprintf(out + o, "%s\n", COORD_METRICS_HEADER);
+        } else if (row == 0 || (nl && atoi(line) <= committed)) {
+            memcpy(out + o, line, pad ? l - 1 : l);
+            o += pad ? l - 1 : l;
+            for (int c = 0; row && c < pad; c++)
+                out[o++] = ',';
+            if (pad)
+                out[o++] = '\n';
             const char *c = row ? strchr(line, ',') : NULL;
             if (c && (c = strchr(c + 1, ',')))
                 loss = atof(c + 1);
         }
         line += l;
     }
-    int rc = o != n ? write_atomic(k, p, out, o, err) : 0;
+    int rc = o != n || pad ? write_atomic(k, p, out, o, err) : 0;
     free(out);
     free(buf);
     free(p);

@@ -109,7 +109,9 @@ void coord_ckpt_drop_partials(coord_ckpt *k);
 
 /* metrics.csv: a step's row (a METRICS effect: its loss, masked tokens, the
  * stages' reports, the links between the stages of each replica); the rows after `committed` dropped (*loss: the
- * last row kept's, 0 without one); the rows from step `from` on (without
+ * last row kept's, 0 without one), and an older coordinator's header, of
+ * fewer columns, replaced by the current one, its rows given the new
+ * columns empty; the rows from step `from` on (without
  * the header; "" when from <= 0). */
 int coord_ckpt_metrics_append(coord_ckpt *k, const coord_fx *f, sl_err *err);
 int coord_ckpt_metrics_truncate(coord_ckpt *k, int committed, double *loss, sl_err *err);
