@@ -13,6 +13,7 @@
  *
  * SKYLOOM_GOLDEN_WRITE=1 writes the traces instead of comparing them. */
 #include "coord_fake.h"
+#include "coord_jobs_int.h"
 
 static char logpath[600], golden_dir[4096];
 static int saved_stderr = -1;
@@ -334,6 +335,11 @@ static void test_restart(void)
  * once the store takes writes. */
 static void test_store_failed(void)
 {
+    /* the job tries again after 1 s rather than the default 10: the same
+     * decisions, without 10 s of nothing to decide */
+    coord_job_policy pol = coord_job_policy_default();
+    pol.store_retry_ms = 1000;
+    coord_jobs_set_policy(C->jobs, &pol);
     char *job = submit(OPTS), *plans[4];
     int np = 0;
     CHECK(pump_until(job, "running", 1));
@@ -377,8 +383,8 @@ int main(int argc, char **argv)
     RUN(test_runs);
     RUN(test_run_failure);
     RUN(test_device_lost);
-    RUN(test_restart);
     RUN(test_store_failed);
+    RUN(test_restart); /* last: the reopened coordinator holds a new job for 3 heartbeats + 2 s */
     cf_close();
     fflush(stderr);
     /* what the test itself said goes back to its stderr */

@@ -257,8 +257,9 @@ try:
     s.bind(("127.0.0.1", 7401)); s.listen(1)
 except OSError:
     pass
+print("tried", flush=True)
 time.sleep(120)'
-sleep 0.5
+cl_poll 20 grep -qs tried "$CL/holder.log"
 start c4 "$SK" coordinator --listen 127.0.0.1:0 --pki "$d/pki2" --state "$d/st2" --port-file "$d/c4.port"
 c4=$LAST_PID
 cl_poll 20 test -s "$d/c4.port"
