@@ -199,8 +199,9 @@ int cmd_device(int argc, char **argv)
         double fast_until = 0, drain_until = 0;
         for (;;) {
             /* a stop with checkpoint parts still to upload: the device
-             * trains and heartbeats on until they are up, so that the job
-             * can commit their step (a second signal stops at once) */
+             * trains and heartbeats on until they are up and the job has
+             * committed their step, which needs the other devices' parts
+             * too (a second signal stops at once) */
             if (cli_stop_signal() && !draining) {
                 char what[512];
                 if (cli_stop_signals() > 1 || !dev_jobs_mark_uploads(jobs, what, sizeof what))
@@ -211,10 +212,11 @@ int cmd_device(int argc, char **argv)
                 draining = 1;
                 drain_until = sl_now_s() + DRAIN_MAX_S;
             }
-            if (draining && (cli_stop_signals() > 1 || dev_jobs_marked_uploaded(jobs) ||
+            if (draining && (cli_stop_signals() > 1 || dev_jobs_marked_committed(jobs) ||
                              sl_now_s() > drain_until)) {
-                sl_log_info("device: stopping", "parts_uploaded=%s",
-                            dev_jobs_marked_uploaded(jobs) ? "yes" : "no");
+                sl_log_info("device: stopping", "parts_uploaded=%s committed=%s",
+                            dev_jobs_marked_uploaded(jobs) ? "yes" : "no",
+                            dev_jobs_marked_committed(jobs) ? "yes" : "no");
                 break;
             }
             rpc_status st;
@@ -242,6 +244,8 @@ int cmd_device(int argc, char **argv)
             for (int k = 0; k < nt && stage; k++)
                 if (!draining || !strcmp(tasks[k].kind, "stop")) /* stopping: no new work */
                     dev_jobs_task(jobs, &tasks[k]);
+                else if (!strcmp(tasks[k].kind, "run"))
+                    dev_jobs_note_run(jobs, &tasks[k]); /* the committed step it says */
             dev_tasks_free(tasks, nt);
             if (once)
                 break;
@@ -255,7 +259,7 @@ int cmd_device(int argc, char **argv)
             if (sl_now_s() < fast_until && wait_ms > 500)
                 wait_ms = 500;
             for (unsigned t = 0; t < wait_ms; t += 50) {
-                if (draining ? cli_stop_signals() > 1 || dev_jobs_marked_uploaded(jobs)
+                if (draining ? cli_stop_signals() > 1 || dev_jobs_marked_committed(jobs)
                              : cli_stop_signal() != 0)
                     break;
                 if (dev_agent_take_poke(a)) {

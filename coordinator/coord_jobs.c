@@ -431,7 +431,10 @@ void coord_jobs_tasks(coord_jobs *j, const char *device_id, void ***tasks, size_
                                ? check_spec(jb, coord_job_owner_index(jb, device_id))
                            : want[w].kind == COORD_TASK_PROFILE ? profile_spec(&devs, jb, want[w].cand,
                                                                                want[w].round)
-                                                                : NULL;
+                           /* a device draining before it stops waits for this */
+                           : want[w].kind == COORD_TASK_RUN ? json_pack("{s:i}", "committed_step",
+                                                                        jb->committed)
+                                                            : NULL;
             add_task(&l, jb, kinds[want[w].kind], want[w].epoch, spec);
         }
     }

@@ -243,7 +243,8 @@ assert kinds == ["stop_requested", "resume"] and j["epoch"] == 2, (kinds, j["epo
 ' "$d/resumed.json"
 
 # A device asked to stop (SIGINT) while a checkpoint part is waiting to upload
-# uploads it first, training on, so that the job commits its step. The
+# uploads it first, training on (its stages served) until the job has
+# committed that step, which needs the other device's part too. The
 # coordinator is paused (SIGSTOP) so that parts wait for certain: each is a
 # directory until it is uploaded. The device is the data owner, which every
 # plan has.
@@ -262,7 +263,8 @@ check "SIGINT with checkpoint parts waiting (step ${S:-none}): the device says i
     "$d/dev1.log" "$S" "$JOB"
 cl_poll 60 bash -c '! kill -0 "$0" 2>/dev/null' "$OWNERPID"
 wait "$OWNERPID" 2>/dev/null
-check "then it stops, its parts uploaded" grep -q "device: stopping parts_uploaded=yes" "$d/dev1.log"
+check "then it stops, its parts uploaded and their step committed" \
+    grep -q "device: stopping parts_uploaded=yes committed=yes" "$d/dev1.log"
 committed_at_least() { [ "$(cl_jq "$1" 'int(j["committed_step"] >= '"${2:-1000000}"')')" = 1 ]; }
 check "the job committed the step whose part was waiting" cl_poll 60 committed_at_least "$JOB" "$S"
 cl_job stop "$JOB" >/dev/null

@@ -89,6 +89,7 @@ typedef struct job_rt {
     struct job_rt *next;
     int queued, uploaded;  /* the last step whose part was queued, and uploaded or given up */
     int mark;              /* dev_jobs_mark_uploads: wait for parts up to this step */
+    int committed;         /* the job's committed step, as its run tasks say */
 } job_rt;
 
 typedef struct side_job {  /* a check or profile in progress or done */
@@ -1777,11 +1778,25 @@ static job_rt *leave_older(dev_jobs *js, const char *job, uint32_t epoch, const 
     return newest;
 }
 
+/* The committed step a run task's spec gives, or -1 (none, or not a step). */
+static int spec_committed(const char *spec)
+{
+    json_error_t je;
+    json_t *o = spec ? json_loads(spec, 0, &je) : NULL, *c = json_object_get(o, "committed_step");
+    json_int_t v = json_is_integer(c) ? json_integer_value(c) : -1;
+    json_decref(o);
+    return v >= 0 && v <= INT32_MAX ? (int)v : -1;
+}
+
 static void start_run(dev_jobs *js, const dev_task *t)
 {
+    int committed = spec_committed(t->spec);
     for (job_rt *rt = js->runs; rt; rt = rt->next)
-        if (!strcmp(rt->job, t->job) && rt->epoch >= t->epoch)
+        if (!strcmp(rt->job, t->job) && rt->epoch >= t->epoch) {
+            if (rt->epoch == t->epoch && committed > rt->committed)
+                rt->committed = committed;
             return; /* run or running: an epoch runs once */
+        }
     job_rt *rt = sl_xcalloc(1, sizeof *rt);
     rt->js = js;
     snprintf(rt->job, sizeof rt->job, "%s", t->job);
@@ -1799,6 +1814,16 @@ static void start_run(dev_jobs *js, const dev_task *t)
 static void stop_run(dev_jobs *js, const dev_task *t)
 {
     leave_older(js, t->job, t->epoch, "the coordinator stopped the job");
+}
+
+void dev_jobs_note_run(dev_jobs *js, const dev_task *t)
+{
+    int committed = spec_committed(t->spec);
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt; rt = rt->next)
+        if (!strcmp(rt->job, t->job) && rt->epoch == t->epoch && committed > rt->committed)
+            rt->committed = committed;
+    pthread_mutex_unlock(&js->mu);
 }
 
 void dev_jobs_task(dev_jobs *js, const dev_task *t)
@@ -1969,6 +1994,18 @@ int dev_jobs_marked_uploaded(dev_jobs *js)
     pthread_mutex_lock(&js->mu);
     for (job_rt *rt = js->runs; rt && done; rt = rt->next)
         done = !rt->mark || rt->finished || rt->uploaded >= rt->mark;
+    pthread_mutex_unlock(&js->mu);
+    return done;
+}
+
+int dev_jobs_marked_committed(dev_jobs *js)
+{
+    int done = 1;
+    if (!js)
+        return 1;
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt && done; rt = rt->next)
+        done = !rt->mark || rt->finished || (rt->uploaded >= rt->mark && rt->committed >= rt->mark);
     pthread_mutex_unlock(&js->mu);
     return done;
 }

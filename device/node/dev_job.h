@@ -75,6 +75,13 @@ int dev_jobs_mark_uploads(dev_jobs *j, char *what, size_t cap);
 /* Whether every part marked is uploaded (or its upload failed, or its run
  * ended). */
 int dev_jobs_marked_uploaded(dev_jobs *j);
+/* Whether, besides, the coordinator committed each marked step (its run
+ * tasks say the job's committed step): the other devices' parts of it
+ * arrived while this one still served its stages. */
+int dev_jobs_marked_committed(dev_jobs *j);
+/* A "run" task while this device stops: only the job's committed step it
+ * says is taken (no run starts). */
+void dev_jobs_note_run(dev_jobs *j, const dev_task *t);
 /* dev_jobs_stop, then frees j (after the Stage service that calls
  * dev_jobs_exchange has stopped). */
 void dev_jobs_close(dev_jobs *j);
