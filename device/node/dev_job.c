@@ -1986,29 +1986,23 @@ int dev_jobs_mark_uploads(dev_jobs *js, char *what, size_t cap)
     return n;
 }
 
-int dev_jobs_marked_uploaded(dev_jobs *js)
+/* Whether every run's marked part is uploaded and, with need_commit, its
+ * step committed (or the run ended). */
+static int marked_done(dev_jobs *js, int need_commit)
 {
     int done = 1;
     if (!js)
         return 1;
     pthread_mutex_lock(&js->mu);
     for (job_rt *rt = js->runs; rt && done; rt = rt->next)
-        done = !rt->mark || rt->finished || rt->uploaded >= rt->mark;
+        done = !rt->mark || rt->finished ||
+               (rt->uploaded >= rt->mark && (!need_commit || rt->committed >= rt->mark));
     pthread_mutex_unlock(&js->mu);
     return done;
 }
 
-int dev_jobs_marked_committed(dev_jobs *js)
-{
-    int done = 1;
-    if (!js)
-        return 1;
-    pthread_mutex_lock(&js->mu);
-    for (job_rt *rt = js->runs; rt && done; rt = rt->next)
-        done = !rt->mark || rt->finished || (rt->uploaded >= rt->mark && rt->committed >= rt->mark);
-    pthread_mutex_unlock(&js->mu);
-    return done;
-}
+int dev_jobs_marked_uploaded(dev_jobs *js) { return marked_done(js, 0); }
+int dev_jobs_marked_committed(dev_jobs *js) { return marked_done(js, 1); }
 
 void dev_jobs_close(dev_jobs *js)
 {
