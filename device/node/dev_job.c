@@ -564,6 +564,7 @@ typedef struct run_ctx {
     dev_jobs *js;
     char revoked[32];      /* a neighbour the plan names that the coordinator revoked */
     int cancel;            /* the device or the coordinator stopped the run (rt_stop) */
+    int trained;           /* every step trained, its parts uploaded and reported */
     job_rt *rt;
     rpc_channel *ch;
     dev_plan pl;           /* the plan as dev_plan checked it: all a run reads of it */
@@ -1607,9 +1608,12 @@ static int run_job(run_ctx *r, const dev_task *t, sl_err *err)
     while (!r->failed && (r->uh || r->uploading || r->rh || r->reporting))
         pthread_cond_wait(&r->cv, &r->mu);
     int failed = r->failed;
+    r->trained = !failed;
     pthread_mutex_unlock(&r->mu);
     if (failed)
         return sl_err_set(err, r->fail_code, "%s", r->why);
+    /* a stop from the coordinator while the links close (it saw the job
+     * done first) still leaves the job done here (run_main) */
     return dev_net_close(r->net, 60000, err);
 }
 
@@ -1650,7 +1654,7 @@ static void *run_main(void *arg)
         if (r.ch)
             report_task(js, r.ch, &t, 0, err.msg, result);
         dev_agent_poke(js->o.agent); /* the next epoch's task, soon */
-    } else if (!rc) {
+    } else if (!rc || (stopped && r.trained)) {
         char got[200] = "";
         static const int kinds[] = {DEV_DIR_ACTIVATION, DEV_DIR_MASK, DEV_DIR_GRADIENT,
                                     DEV_DIR_LABELS, DEV_DIR_TIED, DEV_DIR_GATHER,
