@@ -195,6 +195,13 @@ static double wire_ratio(const char *codec, int hidden)
     return codec && !bal_codec_cost(codec, hidden, &c, NULL) ? c.payload : 1;
 }
 
+/* The hidden size of pb's model at micro-batch bm: the embeddings' output
+ * is the (bm x seq) x hidden fp32 activation. */
+static int hidden_of(const bal_problem *pb, int bm, int seq)
+{
+    return (int)(bal_problem_unit(pb, 0)->out_bytes / (4 * (uint64_t)bm * (uint64_t)seq));
+}
+
 /* The balancer's inputs from the measured profiles. */
 static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
 {
@@ -265,8 +272,7 @@ static bal_problem *problem_of(const plan_in *in, int bm, sl_err *err)
                                              nt, "the measured links", err);
     free(dt);
     free(nt);
-    /* the embeddings' output is the (bm x seq) x hidden fp32 activation */
-    int hidden = pb ? (int)(bal_problem_unit(pb, 0)->out_bytes / (4 * (uint64_t)bm * in->seq)) : 0;
+    int hidden = pb ? hidden_of(pb, bm, in->seq) : 0;
     const char *ca = in->opts.codec_act, *cg = in->opts.codec_grad;
     if (pb && bal_problem_set_wire(pb, wire_ratio(ca, hidden), wire_ratio(cg, hidden), err)) {
         bal_problem_free(pb);
@@ -388,6 +394,7 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
     bal_plan *pl[COORD_MAX_OWNERS] = {0};
     bal_timeline *tl[COORD_MAX_OWNERS] = {0};
     int owner[COORD_MAX_OWNERS], home[COORD_MAX_OWNERS], rc = 0;
+    bal_codec sc = {0}; /* a federation's sync codec */
     char *text = NULL, why[300];
     /* every owner profiled, its policy kept; its replica's model at its own
      * micro-batch */
@@ -424,15 +431,13 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
                 powner[Rp] = owner[r];
                 phome[Rp++] = home[r];
             }
-        bal_codec sc;
-        int hidden = (int)(bal_problem_unit(pb[at[0]], 0)->out_bytes /
-                           (4 * (uint64_t)(in->obatch[at[0]] / m) * in->seq));
+        /* the sync round, which the placement weighs and the prediction adds */
         bal_fed_in fi = {.R = Rp, .pb = (const bal_problem *const *)ppb, .owner = powner,
                          .home = phome, .opts = bo, .ushaped = in->opts.u_shape, .algo = algo,
-                         .sync_every = in->opts.sync_every};
-        if (Rp && !bal_codec_cost(in->opts.codec_sync, hidden, &sc, NULL))
-            fi.sync_codec = &sc;
-        bal_fed *f = !Rp                                  ? NULL
+                         .sync_codec = &sc, .sync_every = in->opts.sync_every};
+        int bad = Rp && bal_codec_cost(in->opts.codec_sync,
+                                       hidden_of(ppb[0], in->obatch[at[0]] / m, in->seq), &sc, err);
+        bal_fed *f = !Rp || bad                           ? NULL
                      : strcmp(in->opts.placement, "equal") ? bal_fed_place(&fi, err)
                                                            : bal_fed_even(&fi, err);
         if (!Rp)
@@ -464,11 +469,7 @@ static char *plan_job(const char *pki, plan_in *in, uint8_t **sig, size_t *sig_l
                 present[np++] = pl[r];
                 first = first < 0 ? r : first;
             }
-        int hidden = (int)(bal_problem_unit(pb[first], 0)->out_bytes /
-                           (4 * (uint64_t)(in->obatch[first] / m) * in->seq));
-        bal_codec sc;
-        rc = bal_codec_cost(in->opts.codec_sync, hidden, &sc, err) ||
-             bal_fed_sync_round(pb[first], present, np, &sc, &sync, err);
+        rc = bal_fed_sync_round(pb[first], present, np, &sc, &sync, err);
     }
     if (!rc)
         text = plan_text(in, pl, tl, R, &sync);
