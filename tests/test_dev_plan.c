@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dev_fed.h"
+#include "dev_job.h"
 #include "dev_plan.h"
 #include "fuzz/fuzz_plan.h"
 #include "sl_config.h"
@@ -596,6 +597,24 @@ static void test_away(void)
     free(base);
 }
 
+/* The committed step in a run task's spec: a step in 0..2^31-1 is taken;
+ * anything else from the coordinator's reply (not JSON, not an object, a
+ * string, a fraction, a negative or too large number, null) reads as none. */
+static void test_committed_step(void)
+{
+    CHECK(dev_task_committed_step("{\"committed_step\": 0}") == 0);
+    CHECK(dev_task_committed_step("{\"committed_step\": 120, \"x\": [1]}") == 120);
+    CHECK(dev_task_committed_step("{\"committed_step\": 2147483647}") == 2147483647);
+    const char *bad[] = {NULL, "", "{", "[]", "7", "null", "{}", "{\"committed_step\": null}",
+                         "{\"committed_step\": \"12\"}", "{\"committed_step\": 1.5}",
+                         "{\"committed_step\": -1}", "{\"committed_step\": -7}", "{\"committed_step\": 2147483648}",
+                         "{\"committed_step\": 99999999999999999999}",
+                         "{\"committed_step\": [3]}", "{\"committed_step\": {\"n\": 3}}",
+                         "{\"committed_step\": true}", "{\"step\": 3}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECKF(dev_task_committed_step(bad[i]) == -1, "spec %s", bad[i] ? bad[i] : "(none)");
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_OFF);
@@ -608,5 +627,6 @@ int main(void)
     RUN(test_policy);
     RUN(test_federation);
     RUN(test_away);
+    RUN(test_committed_step);
     return sl_test_done();
 }

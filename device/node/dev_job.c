@@ -1783,7 +1783,7 @@ static job_rt *leave_older(dev_jobs *js, const char *job, uint32_t epoch, const 
 }
 
 /* The committed step a run task's spec gives, or -1 (none, or not a step). */
-static int spec_committed(const char *spec)
+int dev_task_committed_step(const char *spec)
 {
     json_error_t je;
     json_t *o = spec ? json_loads(spec, 0, &je) : NULL, *c = json_object_get(o, "committed_step");
@@ -1794,7 +1794,7 @@ static int spec_committed(const char *spec)
 
 static void start_run(dev_jobs *js, const dev_task *t)
 {
-    int committed = spec_committed(t->spec);
+    int committed = dev_task_committed_step(t->spec);
     for (job_rt *rt = js->runs; rt; rt = rt->next)
         if (!strcmp(rt->job, t->job) && rt->epoch >= t->epoch) {
             if (rt->epoch == t->epoch && committed > rt->committed)
@@ -1822,7 +1822,7 @@ static void stop_run(dev_jobs *js, const dev_task *t)
 
 void dev_jobs_note_run(dev_jobs *js, const dev_task *t)
 {
-    int committed = spec_committed(t->spec);
+    int committed = dev_task_committed_step(t->spec);
     pthread_mutex_lock(&js->mu);
     for (job_rt *rt = js->runs; rt; rt = rt->next)
         if (!strcmp(rt->job, t->job) && rt->epoch == t->epoch && committed > rt->committed)

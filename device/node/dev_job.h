@@ -79,6 +79,10 @@ int dev_jobs_marked_uploaded(dev_jobs *j);
  * tasks say the job's committed step): the other devices' parts of it
  * arrived while this one still served its stages. */
 int dev_jobs_marked_committed(dev_jobs *j);
+/* The job's committed step a run task's spec says ({"committed_step": N},
+ * N in 0..2^31-1), or -1 for a spec without one or with anything else there
+ * (it only ever raises the step a run holds). */
+int dev_task_committed_step(const char *spec);
 /* A "run" task while this device stops: only the job's committed step it
  * says is taken (no run starts). */
 void dev_jobs_note_run(dev_jobs *j, const dev_task *t);
