@@ -80,6 +80,7 @@ gone() { ! kill -0 "$P2" 2>/dev/null; }
 check "(2) the flooded device stops on SIGTERM while running the job" cl_poll 8 gone
 wait "$P2"; rc=$?
 check "(2) ... and exits 0" test "$rc" = 0
+[ "$rc" = 0 ] || { echo "     dev2 exited $rc; the end of its log:"; tail -n 25 "$d/dev2.log" | sed 's/^/     | /'; }
 CL_PID_OF[dev2]=""
 check "(2) ... having refused the outsider's streams at the door" \
     bash -c 'grep "Exchange streams refused" "$0" | grep -q "not_admitted=[1-9]"' "$d/dev2.log"
