@@ -216,7 +216,10 @@ int cmd_device(int argc, char **argv)
                              sl_now_s() > drain_until)) {
                 sl_log_info("device: stopping", "parts_uploaded=%s committed=%s",
                             dev_jobs_marked_uploaded(jobs) ? "yes" : "no",
-                            dev_jobs_marked_committed(jobs) ? "yes" : "no");
+                            !dev_jobs_commit_told(jobs)        ? "unknown (the coordinator's run "
+                                                                 "tasks do not say it)"
+                            : dev_jobs_marked_committed(jobs) ? "yes"
+                                                              : "no");
                 break;
             }
             rpc_status st;

@@ -90,6 +90,7 @@ typedef struct job_rt {
     int queued, uploaded;  /* the last step whose part was queued, and uploaded or given up */
     int mark;              /* dev_jobs_mark_uploads: wait for parts up to this step */
     int committed;         /* the job's committed step, as its run tasks say */
+    int told_committed;    /* its run tasks say it (a coordinator older than that does not) */
 } job_rt;
 
 typedef struct side_job {  /* a check or profile in progress or done */
@@ -1797,12 +1798,16 @@ static void start_run(dev_jobs *js, const dev_task *t)
     int committed = dev_task_committed_step(t->spec);
     for (job_rt *rt = js->runs; rt; rt = rt->next)
         if (!strcmp(rt->job, t->job) && rt->epoch >= t->epoch) {
+            if (rt->epoch == t->epoch && committed >= 0)
+                rt->told_committed = 1;
             if (rt->epoch == t->epoch && committed > rt->committed)
                 rt->committed = committed;
             return; /* run or running: an epoch runs once */
         }
     job_rt *rt = sl_xcalloc(1, sizeof *rt);
     rt->js = js;
+    rt->told_committed = committed >= 0;
+    rt->committed = committed > 0 ? committed : 0;
     snprintf(rt->job, sizeof rt->job, "%s", t->job);
     rt->epoch = t->epoch;
     rt->prev = leave_older(js, t->job, t->epoch, "a new epoch of the job replaces this one");
@@ -1825,8 +1830,11 @@ void dev_jobs_note_run(dev_jobs *js, const dev_task *t)
     int committed = dev_task_committed_step(t->spec);
     pthread_mutex_lock(&js->mu);
     for (job_rt *rt = js->runs; rt; rt = rt->next)
-        if (!strcmp(rt->job, t->job) && rt->epoch == t->epoch && committed > rt->committed)
-            rt->committed = committed;
+        if (!strcmp(rt->job, t->job) && rt->epoch == t->epoch && committed >= 0) {
+            rt->told_committed = 1;
+            if (committed > rt->committed)
+                rt->committed = committed;
+        }
     pthread_mutex_unlock(&js->mu);
 }
 
@@ -2000,13 +2008,26 @@ static int marked_done(dev_jobs *js, int need_commit)
     pthread_mutex_lock(&js->mu);
     for (job_rt *rt = js->runs; rt && done; rt = rt->next)
         done = !rt->mark || rt->finished ||
-               (rt->uploaded >= rt->mark && (!need_commit || rt->committed >= rt->mark));
+               (rt->uploaded >= rt->mark &&
+                (!need_commit || !rt->told_committed || rt->committed >= rt->mark));
     pthread_mutex_unlock(&js->mu);
     return done;
 }
 
 int dev_jobs_marked_uploaded(dev_jobs *js) { return marked_done(js, 0); }
 int dev_jobs_marked_committed(dev_jobs *js) { return marked_done(js, 1); }
+
+int dev_jobs_commit_told(dev_jobs *js)
+{
+    int told = 1;
+    if (!js)
+        return 1;
+    pthread_mutex_lock(&js->mu);
+    for (job_rt *rt = js->runs; rt; rt = rt->next)
+        told &= !rt->mark || rt->told_committed;
+    pthread_mutex_unlock(&js->mu);
+    return told;
+}
 
 void dev_jobs_close(dev_jobs *js)
 {

@@ -77,8 +77,12 @@ int dev_jobs_mark_uploads(dev_jobs *j, char *what, size_t cap);
 int dev_jobs_marked_uploaded(dev_jobs *j);
 /* Whether, besides, the coordinator committed each marked step (its run
  * tasks say the job's committed step): the other devices' parts of it
- * arrived while this one still served its stages. */
+ * arrived while this one still served its stages. Under a coordinator whose
+ * run tasks do not say it, the uploads are all there is to wait for. */
 int dev_jobs_marked_committed(dev_jobs *j);
+/* Whether the run tasks of every run with a marked part say the job's
+ * committed step. */
+int dev_jobs_commit_told(dev_jobs *j);
 /* The job's committed step a run task's spec says ({"committed_step": N},
  * N in 0..2^31-1), or -1 for a spec without one or with anything else there
  * (it only ever raises the step a run holds). */
