@@ -143,7 +143,7 @@ int main(int argc, char **argv)
         v[i] = v[i] * v[i];
     char nm[64];
     snprintf(nm, sizeof nm, "adamw (%zu params)", np);
-    OP(nm, kn_adamw_update(p, g, m, v, np, 1e-4f, 0.9f, 0.999f, 1e-6f, 0.01f, 10));
+    OP(nm, kn_adamw_update(p, g, m, v, np, 1e-4f, 0.9f, 0.999f, 1e-6f, 0.01f, 10, 1.0f, NULL));
     snprintf(nm, sizeof nm, "lamb (%zu params)", np);
     OP(nm, kn_lamb_update(p, g, m, v, np, 1e-4f, 0.9f, 0.999f, 1e-6f, 0.01f, 10));
     snprintf(nm, sizeof nm, "sumsq (%zu)", np);

@@ -93,7 +93,7 @@ int main(int argc, char **argv)
         t_seal[NC][MAX_REPS];
     for (int r = 0; r < reps; r++) {
         double t0 = cpu_s();
-        kn_adamw_update(p, g, m, v, N, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, r + 1);
+        kn_adamw_update(p, g, m, v, N, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, r + 1, 1.0f, NULL);
         t_adamw[r] = cpu_s() - t0;
         for (int c = 0; c < NC; c++) {
             int lossy = codecs[c].codec != DEV_CODEC_NONE;

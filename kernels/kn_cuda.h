@@ -98,11 +98,12 @@ void kn_cuda_crossentropy_forward(float *losses, float *probs, const float *logi
                                   const int32_t *targets, int M, int V);
 void kn_cuda_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
                                    int M, int V, float scale);
-void kn_cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                          float beta1, float beta2, float eps, float wd, int t);
-void kn_cuda_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
-                               float lr, float beta1, float beta2, float eps, float wd, int t,
-                               uint64_t seed, uint64_t stream);
+void kn_cuda_adamw_update(float *p, float *g, float *m, float *v, size_t n, float lr,
+                          float beta1, float beta2, float eps, float wd, int t, float gscale,
+                          uint16_t *w16);
+void kn_cuda_adamw_update_bf16(float *p, float *g, uint16_t *m, uint16_t *v, size_t n, float lr,
+                               float beta1, float beta2, float eps, float wd, int t, uint64_t seed,
+                               uint64_t stream, float gscale, uint16_t *w16);
 void kn_cuda_lamb_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float wd, int t);
 double kn_cuda_sumsq(const float *x, size_t n);

@@ -103,18 +103,20 @@ void kn_crossentropy_backward(float *dlogits, const float *probs, const int32_t 
 /* ---- optimizers (one tensor at a time, so per-tensor rules apply) ------
  * t is the 1-based step. AdamW with decoupled weight decay (torch.optim.AdamW).
  * LAMB (You et al. 2019): adam direction + wd*p, scaled per tensor by the trust
- * ratio ||p|| / ||update|| (1 when either norm is 0). */
-void kn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                     float beta1, float beta2, float eps, float wd, int t);
+ * ratio ||p|| / ||update|| (1 when either norm is 0). AdamW scales g by
+ * gscale first (written back when not 1) and, with w16, writes the updated
+ * parameters' bf16 copy in the same pass. */
+void kn_adamw_update(float *p, float *g, float *m, float *v, size_t n, float lr, float beta1,
+                     float beta2, float eps, float wd, int t, float gscale, uint16_t *w16);
 void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                     float beta2, float eps, float wd, int t);
 /* AdamW with m and v stored as bf16 (half the optimizer memory), stochastic
  * rounding keyed by (seed, stream, element index): give every tensor its
  * own stream and every step its own seed. The step itself is computed in
  * fp32 as kn_adamw_update does. */
-void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n, float lr,
+void kn_adamw_update_bf16(float *p, float *g, uint16_t *m, uint16_t *v, size_t n, float lr,
                           float beta1, float beta2, float eps, float wd, int t, uint64_t seed,
-                          uint64_t stream);
+                          uint64_t stream, float gscale, uint16_t *w16);
 /* ---- bf16 compute (mixed precision) -------------------------------------
  * uint16_t tensors (names ending in 16) hold bf16 values: the top half of an
  * fp32, rounded to nearest even (sl_float.h). Products take bf16 operands

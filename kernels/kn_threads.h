@@ -221,21 +221,37 @@ SL_HD KN_INLINE void kn_t_xent_bwd(size_t i, float *dlogits, const float *probs,
     kn_xent_row_bwd(dlogits + i * V, probs + i * V, targets[i], V, scale);
 }
 
-/* optimizers: one thread per element */
-SL_HD KN_INLINE void kn_t_adamw(size_t i, float *p, const float *g, float *m, float *v, float lr,
-                                float beta1, float beta2, float eps, float wd, float bc1,
-                                float sqrt_bc2)
+/* optimizers: one thread per element. The gradient is scaled by gscale (the
+ * clipping factor) first and written back, as a scaling pass of its own
+ * would leave it (g * 1 is g, bit for bit); w16, when given, receives the
+ * updated parameter rounded to bf16 (the products' copy). One pass over
+ * the tensor instead of three. */
+SL_HD KN_INLINE float kn_t_scaled_grad(size_t i, float *g, float gscale)
 {
-    kn_adamw_elem(&p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, wd, bc1, sqrt_bc2);
+    float gi = g[i] * gscale;
+    g[i] = gi;
+    return gi;
+}
+SL_HD KN_INLINE void kn_t_adamw(size_t i, float *p, float *g, float *m, float *v, float lr,
+                                float beta1, float beta2, float eps, float wd, float bc1,
+                                float sqrt_bc2, float gscale, uint16_t *w16)
+{
+    kn_adamw_elem(&p[i], kn_t_scaled_grad(i, g, gscale), &m[i], &v[i], lr, beta1, beta2, eps, wd,
+                  bc1, sqrt_bc2);
+    if (w16)
+        w16[i] = sl_f32_to_bf16(p[i]);
 }
 /* AdamW with bf16 moments: one thread per element, its random word drawn by
  * index (the CPU op draws the same words a block at a time). */
-SL_HD KN_INLINE void kn_t_adamw_bf16(size_t i, float *p, const float *g, uint16_t *m, uint16_t *v,
+SL_HD KN_INLINE void kn_t_adamw_bf16(size_t i, float *p, float *g, uint16_t *m, uint16_t *v,
                                      float lr, float beta1, float beta2, float eps, float wd,
-                                     float bc1, float sqrt_bc2, uint64_t seed, uint64_t stream)
+                                     float bc1, float sqrt_bc2, uint64_t seed, uint64_t stream,
+                                     float gscale, uint16_t *w16)
 {
-    kn_adamw_bf16_elem(&p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, wd, bc1, sqrt_bc2,
-                       sl_rng_u32(seed, stream, i));
+    kn_adamw_bf16_elem(&p[i], kn_t_scaled_grad(i, g, gscale), &m[i], &v[i], lr, beta1, beta2, eps,
+                       wd, bc1, sqrt_bc2, sl_rng_u32(seed, stream, i));
+    if (w16)
+        w16[i] = sl_f32_to_bf16(p[i]);
 }
 /* LAMB pass 1: moments; returns u_i^2 in *u2 and p_i^2 in *p2 for the norms. */
 SL_HD KN_INLINE void kn_t_lamb_moments(size_t i, const float *p, const float *g, float *m, float *v,

@@ -210,21 +210,22 @@ static void sh_xent_backward(float *dlogits, const float *probs, const int32_t *
 {
     kn_crossentropy_backward(R(dlogits), R(probs), R(targets), M, V, scale);
 }
-static void sh_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
-                     float b2, float eps, float wd, int t)
+static void sh_adamw(float *p, float *g, float *m, float *v, size_t n, float lr, float b1,
+                     float b2, float eps, float wd, int t, float gscale, uint16_t *w16)
 {
-    kn_adamw_update(R(p), R(g), R(m), R(v), n, lr, b1, b2, eps, wd, t);
+    kn_adamw_update(R(p), R(g), R(m), R(v), n, lr, b1, b2, eps, wd, t, gscale, R(w16));
 }
 static void sh_lamb(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
                     float b2, float eps, float wd, int t)
 {
     kn_lamb_update(R(p), R(g), R(m), R(v), n, lr, b1, b2, eps, wd, t);
 }
-static void sh_adamw_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n, float lr,
+static void sh_adamw_bf16(float *p, float *g, uint16_t *m, uint16_t *v, size_t n, float lr,
                           float b1, float b2, float eps, float wd, int t, uint64_t seed,
-                          uint64_t stream)
+                          uint64_t stream, float gscale, uint16_t *w16)
 {
-    kn_adamw_update_bf16(R(p), R(g), R(m), R(v), n, lr, b1, b2, eps, wd, t, seed, stream);
+    kn_adamw_update_bf16(R(p), R(g), R(m), R(v), n, lr, b1, b2, eps, wd, t, seed, stream, gscale,
+                         R(w16));
 }
 static void sh_to_bf16(uint16_t *out16, const float *inp, size_t n)
 {

@@ -71,8 +71,9 @@ static void test_second_moment(void)
     for (int t = 1; t <= STEPS; t++) {
         for (int i = 0; i < N; i++)
             g[i] = sl_rng_normal(9, (uint64_t)t, (uint64_t)i);
-        kn_adamw_update(p32, g, m32, v32, N, lr, b1, b2, eps, 0.0f, t);
-        kn_adamw_update_bf16(pb, g, mb, vb, N, lr, b1, b2, eps, 0.0f, t, (uint64_t)t, 77);
+        kn_adamw_update(p32, g, m32, v32, N, lr, b1, b2, eps, 0.0f, t, 1.0f, NULL);
+        kn_adamw_update_bf16(pb, g, mb, vb, N, lr, b1, b2, eps, 0.0f, t, (uint64_t)t, 77, 1.0f,
+                             NULL);
         float bc1 = (float)(1.0 - pow(b1, t)), sbc2 = (float)sqrt(1.0 - pow(b2, t));
         for (int i = 0; i < N; i++) { /* the same, rounded to nearest */
             float mm = b1 * sl_bf16_to_f32(mr[i]) + (1 - b1) * g[i];
@@ -105,13 +106,59 @@ static void test_thread_body(void)
     float *g = kt_randn(N, 30, 1), *p1 = kt_randn(N, 31, 1), *p2 = kt_randn(N, 31, 1);
     uint16_t *m1 = calloc(N, 2), *v1 = calloc(N, 2), *m2 = calloc(N, 2), *v2 = calloc(N, 2);
     for (int t = 1; t <= 3; t++) {
-        kn_adamw_update_bf16(p1, g, m1, v1, N, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t, 11, 12);
+        kn_adamw_update_bf16(p1, g, m1, v1, N, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t, 11, 12, 1.0f,
+                             NULL);
         float bc1 = (float)(1.0 - pow(0.9f, t)), sbc2 = (float)sqrt(1.0 - pow(0.999f, t));
         for (size_t i = 0; i < N; i++)
-            kn_t_adamw_bf16(i, p2, g, m2, v2, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, bc1, sbc2, 11, 12);
+            kn_t_adamw_bf16(i, p2, g, m2, v2, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, bc1, sbc2, 11, 12,
+                            1.0f, NULL);
     }
     CHECK(kt_bitwise_equal(p1, p2, N) && !memcmp(m1, m2, 2 * N) && !memcmp(v1, v2, 2 * N));
     free(g), free(p1), free(p2), free(m1), free(v1), free(m2), free(v2);
+}
+
+/* AdamW's one pass (fp32 and bf16 moments): the gradient scaled by the
+ * clipping factor and written back, and the updated parameters' bf16 copy,
+ * bit for bit what a scaling pass, the update and a conversion pass give. */
+static void test_fused_pass(void)
+{
+    enum { N = 70001 };
+    const float clip[] = {0.37f, 1.0f};
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int c = 0; c < 2; c++) {
+            float *g1 = kt_randn(N, 40, 1), *g2 = kt_randn(N, 40, 1);
+            float *p1 = kt_randn(N, 41, 1), *p2 = kt_randn(N, 41, 1);
+            float *m1 = kt_randn(N, 42, 0.1f), *m2 = kt_randn(N, 42, 0.1f);
+            float *v1 = calloc(N, 4), *v2 = calloc(N, 4);
+            uint16_t *w1 = calloc(N, 2), *w2 = calloc(N, 2);
+            uint16_t *mb1 = calloc(N, 2), *vb1 = calloc(N, 2), *mb2 = calloc(N, 2),
+                     *vb2 = calloc(N, 2);
+            for (int t = 1; t <= 3; t++) {
+                if (clip[c] != 1.0f)
+                    kn_scale(g1, N, clip[c]);
+                if (bf16) {
+                    kn_adamw_update_bf16(p1, g1, mb1, vb1, N, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t,
+                                         5, 6, 1.0f, NULL);
+                    kn_adamw_update_bf16(p2, g2, mb2, vb2, N, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t,
+                                         5, 6, clip[c], w2);
+                } else {
+                    kn_adamw_update(p1, g1, m1, v1, N, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t, 1.0f,
+                                    NULL);
+                    kn_adamw_update(p2, g2, m2, v2, N, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t,
+                                    clip[c], w2);
+                }
+                kn_to_bf16(w1, p1, N);
+            }
+            CHECKF(kt_bitwise_equal(p1, p2, N) && kt_bitwise_equal(g1, g2, N) &&
+                       !memcmp(w1, w2, 2 * N),
+                   "%s moments, clip %g: parameters, gradients or the bf16 copy differ",
+                   bf16 ? "bf16" : "fp32", clip[c]);
+            CHECKF(bf16 ? !memcmp(mb1, mb2, 2 * N) && !memcmp(vb1, vb2, 2 * N)
+                        : kt_bitwise_equal(m1, m2, N) && kt_bitwise_equal(v1, v2, N),
+                   "%s moments, clip %g: moments differ", bf16 ? "bf16" : "fp32", clip[c]);
+            free(g1), free(g2), free(p1), free(p2), free(m1), free(m2), free(v1), free(v2);
+            free(w1), free(w2), free(mb1), free(vb1), free(mb2), free(vb2);
+        }
 }
 
 int main(void)
@@ -120,5 +167,6 @@ int main(void)
     RUN(test_unbiased);
     RUN(test_second_moment);
     RUN(test_thread_body);
+    RUN(test_fused_pass);
     return sl_test_done();
 }

@@ -432,10 +432,12 @@ static void test_optimizers(void)
                 float step = lr * kn_lamb_trust(ps, us);
                 FOR(i, NP) kn_t_lamb_apply(i, s2, s2 + NP, s2 + 2 * NP, step, eps, wd, bc1, bc2);
             } else {
-                kn_adamw_update(s1, g, s1 + NP, s1 + 2 * NP, NP, lr, b1, b2, eps, wd, t);
+                kn_adamw_update(s1, g, s1 + NP, s1 + 2 * NP, NP, lr, b1, b2, eps, wd, t, 1.0f,
+                                NULL);
                 float bc1 = (float)(1.0 - pow(b1, t)), sbc2 = (float)sqrt(1.0 - pow(b2, t));
                 FOR(i, NP)
-                kn_t_adamw(i, s2, g, s2 + NP, s2 + 2 * NP, lr, b1, b2, eps, wd, bc1, sbc2);
+                kn_t_adamw(i, s2, g, s2 + NP, s2 + 2 * NP, lr, b1, b2, eps, wd, bc1, sbc2, 1.0f,
+                           NULL);
             }
         }
         KT_CHECK_REL(lamb ? "lamb p,m,v" : "adamw p,m,v", s2, s1, 3 * NP, 1e-6);

@@ -240,13 +240,16 @@ static void test_crossentropy_optim(void)
                 kn_lamb_update(s, g, s + NP, s + 2 * NP, NP, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t);
                 kn_cuda_lamb_update(ds, dgr, ds + NP, ds + 2 * NP, NP, 1e-3f, 0.9f, 0.999f, 1e-6f,
                                     0.01f, t);
-            } else {
-                kn_adamw_update(s, g, s + NP, s + 2 * NP, NP, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t);
+            } else { /* clipped: the scaled gradient is written back on both */
+                kn_adamw_update(s, g, s + NP, s + 2 * NP, NP, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, t,
+                                0.5f, NULL);
                 kn_cuda_adamw_update(ds, dgr, ds + NP, ds + 2 * NP, NP, 1e-3f, 0.9f, 0.999f, 1e-6f,
-                                     0.01f, t);
+                                     0.01f, t, 0.5f, NULL);
             }
         }
         cmp(lamb ? "lamb p,m,v" : "adamw p,m,v", ds, s, 3 * NP);
+        if (!lamb)
+            cmp("adamw's scaled gradient", dgr, g, NP);
         kn_cuda_free(ds), kn_cuda_free(dgr);
         free(p0);
     }

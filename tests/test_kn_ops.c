@@ -373,11 +373,12 @@ static void test_optimizers(void)
         float *p = kt_alloc(OPT_N), *m = kt_alloc(OPT_N), *v = kt_alloc(OPT_N);
         memcpy(p, in.opt_p, OPT_N * sizeof *p);
         for (int s = 0; s < OPT_STEPS; s++) {
-            const float *g = in.opt_g + (size_t)s * OPT_N;
+            float *g = in.opt_g + (size_t)s * OPT_N;
             if (lamb)
                 kn_lamb_update(p, g, m, v, OPT_N, OPT_LR, OPT_B1, OPT_B2, OPT_EPS, OPT_WD, s + 1);
             else
-                kn_adamw_update(p, g, m, v, OPT_N, OPT_LR, OPT_B1, OPT_B2, OPT_EPS, OPT_WD, s + 1);
+                kn_adamw_update(p, g, m, v, OPT_N, OPT_LR, OPT_B1, OPT_B2, OPT_EPS, OPT_WD, s + 1,
+                                1.0f, NULL);
         }
         for (int i = 0; i < OPT_N; i++)
             p[i] -= in.opt_p[i];

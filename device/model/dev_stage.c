@@ -1660,7 +1660,11 @@ int dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale, sl_err *e
     float lr = dev_optim_lr(o, t);
     if (s->bf16 && o->kind != DEV_OPT_ADAMW)
         return sl_err_set(err, SL_ENOTSUP, "bf16 optimizer state is implemented for AdamW only");
-    if (grad_scale != 1.0f)
+    /* AdamW scales the gradients (clipping) and writes the products' bf16
+     * copy in its own pass over each tensor; LAMB, which takes norms of
+     * the whole tensor between its passes, gets them done around it */
+    int lamb = !s->bf16 && o->kind == DEV_OPT_LAMB;
+    if (lamb && grad_scale != 1.0f)
         s->be->scale(s->grads, s->np, grad_scale);
     /* bf16 rounding draws: keyed by (run seed, step), then per tensor by its key */
     uint64_t rseed = sl_rng_stream(s->seed ^ 0x4F50543153524E44ull, (uint64_t)t);
@@ -1668,17 +1672,19 @@ int dev_stage_step(dev_stage *s, const dev_optim *o, float grad_scale, sl_err *e
         const dev_tensor *x = &s->t[k];
         float wd = (x->flags & DEV_T_DECAY) ? o->wd : 0.0f;
         float *m = s->mv + x->offset, *v = s->mv + s->np + x->offset;
+        uint16_t *w16 = s->bf16c ? s->w16 + x->offset : NULL;
         if (s->bf16) {
             uint16_t *m16 = (uint16_t *)s->mv + x->offset, *v16 = (uint16_t *)s->mv + s->np + x->offset;
             s->be->adamw_update_bf16(s->pp[k], s->gp[k], m16, v16, x->numel, lr, o->beta1, o->beta2,
-                                     o->eps, wd, t, rseed, dev_tensor_key(x));
-        } else if (o->kind == DEV_OPT_LAMB) {
+                                     o->eps, wd, t, rseed, dev_tensor_key(x), grad_scale, w16);
+        } else if (lamb) {
             s->be->lamb_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
+            if (w16) /* the products' copy, while the tensor is in cache */
+                s->be->to_bf16(w16, s->pp[k], x->numel);
         } else {
-            s->be->adamw_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps, wd, t);
+            s->be->adamw_update(s->pp[k], s->gp[k], m, v, x->numel, lr, o->beta1, o->beta2, o->eps,
+                                wd, t, grad_scale, w16);
         }
-        if (s->bf16c) /* the products' copy, while the tensor is in cache */
-            s->be->to_bf16(s->w16 + x->offset, s->pp[k], x->numel);
     }
     s->w16_stale = !s->bf16c;
     if (check_fault(s, err)) {

@@ -304,33 +304,62 @@ void kn_crossentropy_backward(float *dlogits, const float *probs, const int32_t 
 }
 
 /* ---- optimizers ---- */
-void kn_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                     float beta2, float eps, float wd, int t)
+/* One loop per case of the clipping factor (1 or not) and of the bf16 copy
+ * (wanted or not), each with the case constant, so that every loop
+ * vectorises with no test inside it. */
+#define KN_ADAMW_CASES(LOOP)                                                                     \
+    do {                                                                                          \
+        if (gscale == 1.0f && !w16) {                                                             \
+            LOOP(1.0f, 0);                                                                        \
+        } else if (gscale == 1.0f) {                                                              \
+            LOOP(1.0f, 1);                                                                        \
+        } else if (!w16) {                                                                        \
+            LOOP(gscale, 0);                                                                      \
+        } else {                                                                                  \
+            LOOP(gscale, 1);                                                                      \
+        }                                                                                         \
+    } while (0)
+
+KN_CLONES void kn_adamw_update(float *p, float *g, float *m, float *v, size_t n, float lr,
+                               float beta1, float beta2, float eps, float wd, int t, float gscale,
+                               uint16_t *w16)
 {
     float bc1 = (float)(1.0 - pow(beta1, t));
     float sqrt_bc2 = (float)sqrt(1.0 - pow(beta2, t));
-#pragma omp parallel for simd schedule(static) if (n >= KN_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        kn_t_adamw(i, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sqrt_bc2);
+#define ADAMW_LOOP(GS, COPY)                                                                      \
+    _Pragma("omp parallel for simd schedule(static) if (n >= KN_PAR_MIN)")                      \
+    for (size_t i = 0; i < n; i++) {                                                              \
+        kn_t_adamw(i, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sqrt_bc2, GS, NULL);            \
+        if (COPY)                                                                                 \
+            w16[i] = sl_f32_to_bf16(p[i]);                                                        \
+    }
+    KN_ADAMW_CASES(ADAMW_LOOP);
+#undef ADAMW_LOOP
 }
 
-KN_CLONES void kn_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v, size_t n,
+KN_CLONES void kn_adamw_update_bf16(float *p, float *g, uint16_t *m, uint16_t *v, size_t n,
                                     float lr, float beta1, float beta2, float eps, float wd, int t,
-                                    uint64_t seed, uint64_t stream)
+                                    uint64_t seed, uint64_t stream, float gscale, uint16_t *w16)
 {
     float bc1 = (float)(1.0 - pow(beta1, t));
     float sqrt_bc2 = (float)sqrt(1.0 - pow(beta2, t));
     size_t nchunk = (n + KN_DROP_CHUNK - 1) / KN_DROP_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= KN_PAR_MIN)
-    for (size_t k = 0; k < nchunk; k++) {
-        uint32_t w[KN_DROP_CHUNK];
-        size_t i0 = k * KN_DROP_CHUNK, len = n - i0 < KN_DROP_CHUNK ? n - i0 : KN_DROP_CHUNK;
-        kn_rng_fill_u32(seed, stream, i0, len, w);
-        KN_SIMD
-        for (size_t i = 0; i < len; i++)
-            kn_adamw_bf16_elem(&p[i0 + i], g[i0 + i], &m[i0 + i], &v[i0 + i], lr, beta1, beta2,
-                               eps, wd, bc1, sqrt_bc2, w[i]);
+#define ADAMW_BF16_LOOP(GS, COPY)                                                                 \
+    _Pragma("omp parallel for schedule(static) if (n >= KN_PAR_MIN)")                           \
+    for (size_t k = 0; k < nchunk; k++) {                                                         \
+        uint32_t w[KN_DROP_CHUNK];                                                                \
+        size_t i0 = k * KN_DROP_CHUNK, len = n - i0 < KN_DROP_CHUNK ? n - i0 : KN_DROP_CHUNK;     \
+        kn_rng_fill_u32(seed, stream, i0, len, w);                                                \
+        KN_SIMD                                                                                   \
+        for (size_t i = 0; i < len; i++) {                                                        \
+            kn_adamw_bf16_elem(&p[i0 + i], kn_t_scaled_grad(i0 + i, g, GS), &m[i0 + i],           \
+                               &v[i0 + i], lr, beta1, beta2, eps, wd, bc1, sqrt_bc2, w[i]);      \
+            if (COPY)                                                                             \
+                w16[i0 + i] = sl_f32_to_bf16(p[i0 + i]);                                          \
+        }                                                                                         \
     }
+    KN_ADAMW_CASES(ADAMW_BF16_LOOP);
+#undef ADAMW_BF16_LOOP
 }
 
 void kn_lamb_update(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,

@@ -244,14 +244,16 @@ KN_KERNEL(k_xent_bwd,
            float scale),
           kn_t_xent_bwd(i, dlogits, probs, targets, V, scale))
 KN_KERNEL(k_adamw,
-          (size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
-           float eps, float wd, float bc1, float sbc2),
-          kn_t_adamw(i, p, g, m, v, lr, b1, b2, eps, wd, bc1, sbc2))
+          (size_t n, float *p, float *g, float *m, float *v, float lr, float b1, float b2,
+           float eps, float wd, float bc1, float sbc2, float gscale, uint16_t *w16),
+          kn_t_adamw(i, p, g, m, v, lr, b1, b2, eps, wd, bc1, sbc2, gscale, w16))
 
 KN_KERNEL(k_adamw_bf16,
-          (size_t n, float *p, const float *g, uint16_t *m, uint16_t *v, float lr, float b1,
-           float b2, float eps, float wd, float bc1, float sbc2, uint64_t seed, uint64_t stream),
-          kn_t_adamw_bf16(i, p, g, m, v, lr, b1, b2, eps, wd, bc1, sbc2, seed, stream))
+          (size_t n, float *p, float *g, uint16_t *m, uint16_t *v, float lr, float b1, float b2,
+           float eps, float wd, float bc1, float sbc2, uint64_t seed, uint64_t stream,
+           float gscale, uint16_t *w16),
+          kn_t_adamw_bf16(i, p, g, m, v, lr, b1, b2, eps, wd, bc1, sbc2, seed, stream, gscale,
+                          w16))
 
 // Block sums of two doubles (shared-memory tree), added to acc[0], acc[1].
 __device__ static void block_add2(double a, double b, double *acc)
@@ -477,18 +479,21 @@ extern "C" void kn_cuda_crossentropy_backward(float *dlogits, const float *probs
 {
     LAUNCH(k_xent_bwd, (size_t)M, dlogits, probs, targets, V, scale);
 }
-extern "C" void kn_cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n,
-                                     float lr, float beta1, float beta2, float eps, float wd, int t)
+extern "C" void kn_cuda_adamw_update(float *p, float *g, float *m, float *v, size_t n, float lr,
+                                     float beta1, float beta2, float eps, float wd, int t,
+                                     float gscale, uint16_t *w16)
 {
     float bc1 = (float)(1.0 - pow(beta1, t)), sbc2 = (float)sqrt(1.0 - pow(beta2, t));
-    LAUNCH(k_adamw, n, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sbc2);
+    LAUNCH(k_adamw, n, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sbc2, gscale, w16);
 }
-extern "C" void kn_cuda_adamw_update_bf16(float *p, const float *g, uint16_t *m, uint16_t *v,
-                                          size_t n, float lr, float beta1, float beta2, float eps,
-                                          float wd, int t, uint64_t seed, uint64_t stream)
+extern "C" void kn_cuda_adamw_update_bf16(float *p, float *g, uint16_t *m, uint16_t *v, size_t n,
+                                          float lr, float beta1, float beta2, float eps, float wd,
+                                          int t, uint64_t seed, uint64_t stream, float gscale,
+                                          uint16_t *w16)
 {
     float bc1 = (float)(1.0 - pow(beta1, t)), sbc2 = (float)sqrt(1.0 - pow(beta2, t));
-    LAUNCH(k_adamw_bf16, n, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sbc2, seed, stream);
+    LAUNCH(k_adamw_bf16, n, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sbc2, seed, stream, gscale,
+           w16);
 }
 extern "C" void kn_cuda_lamb_update(float *p, const float *g, float *m, float *v, size_t n,
                                     float lr, float beta1, float beta2, float eps, float wd, int t)
