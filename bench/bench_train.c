@@ -21,13 +21,31 @@
 #include "sl_mem.h"
 #include "sl_time.h"
 
+/* The step's linear layers for N tokens and M masked rows, (rows, in, out):
+ * per encoder layer qkv, the attention's projection and the FFN's two
+ * products, then the head's transform and decoder; count: how many of each;
+ * out16: the step keeps that product's output in bf16 (bf16 compute). */
+enum { N_LINEAR = 6 };
+static void step_linears(const dev_config *c, int N, int M, int shapes[N_LINEAR][3],
+                         int count[N_LINEAR], int out16[N_LINEAR])
+{
+    int C = c->hidden, F = c->intermediate, V = c->vocab, L = c->layers;
+    const int s[N_LINEAR][5] = {{N, C, 3 * C, L, 1}, {N, C, C, L, 0}, {N, C, F, L, 1},
+                                {N, F, C, L, 0},     {M, C, C, 1, 0}, {M, C, V, 1, 0}};
+    for (int i = 0; i < N_LINEAR; i++) {
+        shapes[i][0] = s[i][0], shapes[i][1] = s[i][1], shapes[i][2] = s[i][2];
+        count[i] = s[i][3];
+        out16[i] = s[i][4];
+    }
+}
+
 /* Plain sgemm on the step's shapes: per linear (N, IC, OC) one forward and
  * two backward products, as kn_matmul_* does them. Returns GFLOP/s. */
 static double plain_sgemm(const dev_config *c, int N, int M, int reps)
 {
     int C = c->hidden, F = c->intermediate, V = c->vocab;
-    int shapes[6][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, F}, {N, F, C}, {M, C, C}, {M, C, V}};
-    int count[6] = {c->layers, c->layers, c->layers, c->layers, 1, 1};
+    int shapes[N_LINEAR][3], count[N_LINEAR], out16[N_LINEAR];
+    step_linears(c, N, M, shapes, count, out16);
     size_t big = (size_t)(N > M ? N : M) * (size_t)(F > V ? (F > 3 * C ? F : 3 * C) : V);
     float *a = sl_xaligned_alloc(big * 4), *b = sl_xaligned_alloc(big * 4),
           *o = sl_xaligned_alloc(big * 4);
@@ -35,7 +53,7 @@ static double plain_sgemm(const dev_config *c, int N, int M, int reps)
         a[i] = b[i] = o[i] = 0.01f * (float)(i % 97);
     double flops = 0, t0 = sl_now_s();
     for (int r = 0; r < reps; r++)
-        for (int s = 0; s < 6; s++)
+        for (int s = 0; s < N_LINEAR; s++)
             for (int k = 0; k < count[s]; k++) {
                 int n = shapes[s][0], ic = shapes[s][1], oc = shapes[s][2];
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, oc, ic, 1, a, ic, b, ic, 0,
@@ -62,23 +80,24 @@ static double plain_sgemm(const dev_config *c, int N, int M, int reps)
  * backward in reverse. GFLOP/s. */
 static double replay_bgemm(const dev_config *c, int N, int M, int reps)
 {
-    int C = c->hidden, F = c->intermediate, V = c->vocab, L = c->layers;
-    enum { QKV, PROJ, FC1, FC2, TRANSFORM, DECODER, NSHAPE };
-    /* rows, in, out, bf16 output */
-    const int shape[NSHAPE][4] = {{N, C, 3 * C, 1}, {N, C, C, 0}, {N, C, F, 1},
-                                  {N, F, C, 0},     {M, C, C, 0}, {M, C, V, 0}};
+    int L = c->layers;
+    int shapes[N_LINEAR][3], count[N_LINEAR], out16[N_LINEAR];
+    step_linears(c, N, M, shapes, count, out16);
     typedef struct {
-        const int *sh;
+        const int *sh; /* rows, in, out */
+        int c16;
         uint16_t *x16, *w16, *d16;
         float *bias, *dw;
     } product;
-    int np = 4 * L + 2;
+    int np = 4 * L + 2; /* the layers' four in order, layer after layer; the head's two */
     product *pr = sl_xcalloc((size_t)np, sizeof *pr);
     size_t most_out = 0, most_in = 0;
     for (int i = 0; i < np; i++) {
-        const int *sh = shape[i < 4 * L ? i % 4 : TRANSFORM + (i - 4 * L)];
+        int k = i < 4 * L ? i % 4 : 4 + (i - 4 * L);
+        const int *sh = shapes[k];
         size_t n = (size_t)sh[0], ic = (size_t)sh[1], oc = (size_t)sh[2];
         pr[i].sh = sh;
+        pr[i].c16 = out16[k];
         pr[i].x16 = sl_xaligned_alloc(n * ic * 2);
         pr[i].w16 = sl_xaligned_alloc(oc * ic * 2);
         pr[i].d16 = sl_xaligned_alloc(n * oc * 2);
@@ -101,7 +120,7 @@ static double replay_bgemm(const dev_config *c, int N, int M, int reps)
         for (int i = 0; i < np; i++) {
             const int *sh = pr[i].sh;
             kn_bgemm(0, 1, sh[0], sh[2], sh[1], 1.0f, pr[i].x16, sh[1], pr[i].w16, sh[1],
-                     pr[i].bias, 0, out, sh[2], sh[3]);
+                     pr[i].bias, 0, out, sh[2], pr[i].c16);
         }
         for (int i = np - 1; i >= 0; i--) {
             const int *sh = pr[i].sh;
@@ -136,8 +155,8 @@ static double replay_bgemm(const dev_config *c, int N, int M, int reps)
 static void plain_bgemm(const dev_config *c, int N, int M, int reps, double *ours, double *whole)
 {
     int C = c->hidden, F = c->intermediate, V = c->vocab;
-    int shapes[6][3] = {{N, C, 3 * C}, {N, C, C}, {N, C, F}, {N, F, C}, {M, C, C}, {M, C, V}};
-    int count[6] = {c->layers, c->layers, c->layers, c->layers, 1, 1};
+    int shapes[N_LINEAR][3], count[N_LINEAR], out16[N_LINEAR];
+    step_linears(c, N, M, shapes, count, out16);
     size_t big = (size_t)(N > M ? N : M) * (size_t)(F > V ? (F > 3 * C ? F : 3 * C) : V);
     uint16_t *a = sl_xaligned_alloc(big * 2), *b = sl_xaligned_alloc(big * 2);
     float *o = sl_xaligned_alloc(big * 4);
@@ -150,8 +169,8 @@ static void plain_bgemm(const dev_config *c, int N, int M, int reps, double *our
     dnnl_stream_t strm;
     dnnl_engine_create(&eng, dnnl_cpu, 0);
     dnnl_stream_create(&strm, eng, dnnl_stream_default_flags);
-    dnnl_primitive_t prim[6][3];
-    for (int sh = 0; sh < 6; sh++)
+    dnnl_primitive_t prim[N_LINEAR][3];
+    for (int sh = 0; sh < N_LINEAR; sh++)
         for (int k = 0; k < 3; k++) {
             int n = shapes[sh][0], ic = shapes[sh][1], oc = shapes[sh][2];
             int m = k == 2 ? oc : n, nn = k == 0 ? oc : ic, kk = k == 0 ? ic : k == 1 ? oc : n;
@@ -175,7 +194,7 @@ static void plain_bgemm(const dev_config *c, int N, int M, int reps, double *our
         for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
             if (r == 0)
                 t0 = sl_now_s();
-            for (int sh = 0; sh < 6; sh++)
+            for (int sh = 0; sh < N_LINEAR; sh++)
                 for (int rep = 0; rep < count[sh]; rep++) {
                     int n = shapes[sh][0], ic = shapes[sh][1], oc = shapes[sh][2];
                     if (pass == 0) {
@@ -204,7 +223,7 @@ static void plain_bgemm(const dev_config *c, int N, int M, int reps, double *our
         double gf = flops / (sl_now_s() - t0) / 1e9;
         *(pass ? whole : ours) = gf;
     }
-    for (int sh = 0; sh < 6; sh++)
+    for (int sh = 0; sh < N_LINEAR; sh++)
         for (int k = 0; k < 3; k++)
             dnnl_primitive_destroy(prim[sh][k]);
     dnnl_stream_destroy(strm);

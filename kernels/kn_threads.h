@@ -239,7 +239,7 @@ SL_HD KN_INLINE void kn_t_adamw(size_t i, float *p, float *g, float *m, float *v
     kn_adamw_elem(&p[i], kn_t_scaled_grad(i, g, gscale), &m[i], &v[i], lr, beta1, beta2, eps, wd,
                   bc1, sqrt_bc2);
     if (w16)
-        w16[i] = sl_f32_to_bf16(p[i]);
+        kn_t_to_bf16(i, w16, p);
 }
 /* AdamW with bf16 moments: one thread per element, its random word drawn by
  * index (the CPU op draws the same words a block at a time). */
@@ -251,7 +251,7 @@ SL_HD KN_INLINE void kn_t_adamw_bf16(size_t i, float *p, float *g, uint16_t *m, 
     kn_adamw_bf16_elem(&p[i], kn_t_scaled_grad(i, g, gscale), &m[i], &v[i], lr, beta1, beta2, eps,
                        wd, bc1, sqrt_bc2, sl_rng_u32(seed, stream, i));
     if (w16)
-        w16[i] = sl_f32_to_bf16(p[i]);
+        kn_t_to_bf16(i, w16, p);
 }
 /* LAMB pass 1: moments; returns u_i^2 in *u2 and p_i^2 in *p2 for the norms. */
 SL_HD KN_INLINE void kn_t_lamb_moments(size_t i, const float *p, const float *g, float *m, float *v,

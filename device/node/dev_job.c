@@ -1793,21 +1793,29 @@ int dev_task_committed_step(const char *spec)
     return v >= 0 && v <= INT32_MAX ? (int)v : -1;
 }
 
+/* A run task of rt's job and epoch said the job's committed step (-1: it
+ * did not): it only ever raises what rt holds. Under js->mu. */
+static void note_committed(job_rt *rt, int committed)
+{
+    if (committed < 0)
+        return;
+    rt->told_committed = 1;
+    if (committed > rt->committed)
+        rt->committed = committed;
+}
+
 static void start_run(dev_jobs *js, const dev_task *t)
 {
     int committed = dev_task_committed_step(t->spec);
     for (job_rt *rt = js->runs; rt; rt = rt->next)
         if (!strcmp(rt->job, t->job) && rt->epoch >= t->epoch) {
-            if (rt->epoch == t->epoch && committed >= 0)
-                rt->told_committed = 1;
-            if (rt->epoch == t->epoch && committed > rt->committed)
-                rt->committed = committed;
+            if (rt->epoch == t->epoch)
+                note_committed(rt, committed);
             return; /* run or running: an epoch runs once */
         }
     job_rt *rt = sl_xcalloc(1, sizeof *rt);
     rt->js = js;
-    rt->told_committed = committed >= 0;
-    rt->committed = committed > 0 ? committed : 0;
+    note_committed(rt, committed);
     snprintf(rt->job, sizeof rt->job, "%s", t->job);
     rt->epoch = t->epoch;
     rt->prev = leave_older(js, t->job, t->epoch, "a new epoch of the job replaces this one");
@@ -1830,11 +1838,8 @@ void dev_jobs_note_run(dev_jobs *js, const dev_task *t)
     int committed = dev_task_committed_step(t->spec);
     pthread_mutex_lock(&js->mu);
     for (job_rt *rt = js->runs; rt; rt = rt->next)
-        if (!strcmp(rt->job, t->job) && rt->epoch == t->epoch && committed >= 0) {
-            rt->told_committed = 1;
-            if (committed > rt->committed)
-                rt->committed = committed;
-        }
+        if (!strcmp(rt->job, t->job) && rt->epoch == t->epoch)
+            note_committed(rt, committed);
     pthread_mutex_unlock(&js->mu);
 }
 

@@ -331,7 +331,7 @@ KN_CLONES void kn_adamw_update(float *p, float *g, float *m, float *v, size_t n,
     for (size_t i = 0; i < n; i++) {                                                              \
         kn_t_adamw(i, p, g, m, v, lr, beta1, beta2, eps, wd, bc1, sqrt_bc2, GS, NULL);            \
         if (COPY)                                                                                 \
-            w16[i] = sl_f32_to_bf16(p[i]);                                                        \
+            kn_t_to_bf16(i, w16, p);                                                              \
     }
     KN_ADAMW_CASES(ADAMW_LOOP);
 #undef ADAMW_LOOP
@@ -355,7 +355,7 @@ KN_CLONES void kn_adamw_update_bf16(float *p, float *g, uint16_t *m, uint16_t *v
             kn_adamw_bf16_elem(&p[i0 + i], kn_t_scaled_grad(i0 + i, g, GS), &m[i0 + i],           \
                                &v[i0 + i], lr, beta1, beta2, eps, wd, bc1, sqrt_bc2, w[i]);      \
             if (COPY)                                                                             \
-                w16[i0 + i] = sl_f32_to_bf16(p[i0 + i]);                                          \
+                kn_t_to_bf16(i0 + i, w16, p);                                                     \
         }                                                                                         \
     }
     KN_ADAMW_CASES(ADAMW_BF16_LOOP);
